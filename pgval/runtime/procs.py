@@ -1,0 +1,198 @@
+"""Child processes that can always be stopped: own process group, log file, pid file.
+
+Every long-lived process pgval starts (Kafka brokers, Spark master/workers,
+drivers, generators, packet holders) goes through :func:`spawn`, so that
+
+* it runs in its own session/process group and :meth:`Managed.stop` kills the
+  whole tree (a JVM and the executors it forked),
+* its output lands in a log file under the run directory, and
+* a pid file under ``<run_dir>/pids`` lets ``pgval cleanup`` find and stop it
+  after a pgval that was itself killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class RuntimeErrorPlain(RuntimeError):
+    """An error whose message is one plain sentence meant for the user (no traceback)."""
+
+
+@dataclass
+class Managed:
+    """A spawned process group with its log and pid file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    pid_file: Path | None = None
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace_s: float = 5.0, sig: int = signal.SIGTERM) -> None:
+        """Signal the whole process group, escalate to SIGKILL after ``grace_s``; idempotent."""
+        kill_group(self.popen.pid, grace_s=grace_s, sig=sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=max(grace_s, 1.0))
+        if self.pid_file is not None:
+            self.pid_file.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL the group at once (a crash fault, not a shutdown)."""
+        self.stop(grace_s=0.0, sig=signal.SIGKILL)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(pgid: int, grace_s: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` to a process group, wait up to ``grace_s``, then SIGKILL what is left."""
+    if not _group_alive(pgid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _group_alive(pgid):
+            return
+        # Reap our own children so zombies do not keep the group "alive".
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(-pgid, os.WNOHANG)
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    # Give the kernel a moment to reap, so callers can rely on "gone" afterwards.
+    for _ in range(100):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(-pgid, os.WNOHANG)
+        if not _group_alive(pgid):
+            return
+        time.sleep(0.02)
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    pid_dir: Path | None = None,
+) -> Managed:
+    """Start ``argv`` in a new session (its own process group), output appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=str(cwd) if cwd else None,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise RuntimeErrorPlain(f"cannot start {name}: {argv[0]} was not found") from exc
+    finally:
+        log.close()
+    pid_file = None
+    if pid_dir is not None:
+        pid_dir.mkdir(parents=True, exist_ok=True)
+        pid_file = pid_dir / f"{name}.json"
+        pid_file.write_text(json.dumps({"name": name, "pgid": popen.pid, "argv": list(argv)}))
+    return Managed(name=name, popen=popen, log_path=log_path, pid_file=pid_file, argv=list(argv))
+
+
+def kill_recorded(pid_dir: Path) -> list[str]:
+    """Stop every process group recorded under ``pid_dir`` (used by ``pgval cleanup``)."""
+    stopped: list[str] = []
+    if not pid_dir.is_dir():
+        return stopped
+    for pid_file in sorted(pid_dir.glob("*.json")):
+        try:
+            info = json.loads(pid_file.read_text())
+            pgid = int(info["pgid"])
+        except (OSError, ValueError, KeyError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        if _group_alive(pgid) and _cmdline_matches(pgid, info.get("argv", [])):
+            kill_group(pgid, grace_s=3.0)
+            stopped.append(str(info.get("name", pgid)))
+        pid_file.unlink(missing_ok=True)
+    return stopped
+
+
+def _cmdline_matches(pid: int, argv: Sequence[str]) -> bool:
+    """Guard against pid reuse: only kill a group whose leader still runs what we started."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # leader gone but group members may remain; killing the group is ours
+    return not argv or (bool(cmdline) and os.path.basename(cmdline[0].decode(errors="replace"))
+                        == os.path.basename(argv[0]))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None = None) -> None:
+    """Block until ``host:port`` accepts TCP connections, or raise a plain error."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise RuntimeErrorPlain(
+                f"{proc.name} exited before listening on {host}:{port}; see {proc.log_path}"
+            )
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(0.5)
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.1)
+    where = f"; see {proc.log_path}" if proc is not None else ""
+    raise RuntimeErrorPlain(f"nothing listened on {host}:{port} within {timeout_s:.0f} s{where}")

@@ -1,0 +1,46 @@
+"""Names shared by every stage: topics, record fields, topologies, guarantees.
+
+One place for them so the generator, the Spark topologies, the oracle and the
+validator cannot drift apart (docs/semantics.md is the prose version).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+#: Input topics, one per request type; record key = resource name (UTF-8).
+GET_TOPIC: Final = "get"
+POST_TOPIC: Final = "post"
+#: Output topic of the topology under test; record key = resource name.
+OUTPUT_TOPIC: Final = "output"
+#: Compacted topic where the exactly-once sink records its committed batches.
+MARKER_TOPIC: Final = "pgval-commits"
+
+GET: Final = "GET"
+POST: Final = "POST"
+
+Topology = Literal["sst", "mst"]
+TOPOLOGIES: Final = ("sst", "mst")
+#: a1 = Spark's Kafka sink (at-least-once), e1 = transactional foreachBatch sink.
+Guarantee = Literal["a1", "e1"]
+PROCESSING_GUARANTEES: Final = ("a1", "e1")
+
+#: Fields of an input event as written to Kafka (value, JSON).
+INPUT_FIELDS: Final = ("id", "type", "resource", "event_ts")
+#: Fields of an output record as written by the topologies (value, JSON).
+SST_OUTPUT_FIELDS: Final = ("window_start", "window_end", "resource", "count", "ids")
+MST_OUTPUT_FIELDS: Final = ("window_start", "window_end", "resource", "gets", "posts", "ids")
+#: Fields an output must have to be validated at all; without them it is malformed.
+REQUIRED_OUTPUT_FIELDS: Final = ("window_start", "resource", "ids")
+
+PHASES: Final = ("control", "failure", "recovery")
+
+
+def resource_name(index: int) -> str:
+    """Resource names are fixed-width so they sort like their index."""
+    return f"r{index:04d}"
+
+
+def window_start(event_ts: int, window_ms: int) -> int:
+    """Tumbling event-time window that holds ``event_ts`` (floor division, also for negatives)."""
+    return (event_ts // window_ms) * window_ms
