@@ -1,0 +1,328 @@
+"""Columnar input events and output records, and fast tolerant readers for them.
+
+Everything downstream (oracle, validator, metrics) works on numpy columns, so
+the readers' job is to turn JSON lines or Kafka values into those columns fast
+(pyarrow's multithreaded JSON reader) without ever failing on a bad record: a
+block that pyarrow rejects is re-read line by line, and unusable records are
+counted as malformed and skipped.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+
+from pgval.schema import GET, POST
+
+BLOCK_BYTES = 64 << 20  # pyarrow parses a file in blocks of this size
+
+
+class ResourceTable:
+    """Maps resource names to dense int32 codes, shared by inputs and outputs."""
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self.names: list[str] = []
+        self.codes: dict[str, int] = {}
+        for name in names:
+            self.code(name)
+
+    def code(self, name: str) -> int:
+        code = self.codes.get(name)
+        if code is None:
+            code = len(self.names)
+            self.codes[name] = code
+            self.names.append(name)
+        return code
+
+    def encode(self, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        """Vectorised name → code for a string column (nulls become -1)."""
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        if len(column) == 0:
+            return np.zeros(0, dtype=np.int32)
+        encoded = pc.dictionary_encode(column)
+        lookup = np.array([self.code(str(n)) for n in encoded.dictionary.to_pylist()]
+                          + [-1], dtype=np.int32)
+        indices = encoded.indices.fill_null(len(lookup) - 1)
+        return lookup[indices.to_numpy(zero_copy_only=False)]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass
+class InputEvents:
+    """Input events as columns; ``is_get`` is False for POST."""
+
+    id: np.ndarray
+    is_get: np.ndarray
+    resource: np.ndarray
+    event_ts: np.ndarray
+    ingress_ts: np.ndarray
+    resources: ResourceTable
+    malformed: int = 0
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    @classmethod
+    def empty(cls, resources: ResourceTable | None = None) -> InputEvents:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int32), z, z,
+                   resources or ResourceTable())
+
+    def take(self, index: np.ndarray) -> InputEvents:
+        return InputEvents(self.id[index], self.is_get[index], self.resource[index],
+                           self.event_ts[index], self.ingress_ts[index], self.resources,
+                           self.malformed)
+
+    @staticmethod
+    def concat(parts: Sequence[InputEvents], resources: ResourceTable) -> InputEvents:
+        if not parts:
+            return InputEvents.empty(resources)
+        return InputEvents(
+            np.concatenate([p.id for p in parts]),
+            np.concatenate([p.is_get for p in parts]),
+            np.concatenate([p.resource for p in parts]),
+            np.concatenate([p.event_ts for p in parts]),
+            np.concatenate([p.ingress_ts for p in parts]),
+            resources,
+            sum(p.malformed for p in parts),
+        )
+
+
+@dataclass
+class OutputRecords:
+    """Produced outputs as columns; ``ids`` is flattened, ``offsets`` has len(outputs)+1 entries.
+
+    ``count``/``gets``/``posts`` hold -1 where the record did not carry the field.
+    ``position`` is the record's place in the output stream (file line, or the
+    order of (timestamp, partition, offset) when read from Kafka).
+    """
+
+    window_start: np.ndarray
+    window_end: np.ndarray
+    resource: np.ndarray
+    count: np.ndarray
+    gets: np.ndarray
+    posts: np.ndarray
+    ingress_ts: np.ndarray
+    position: np.ndarray
+    ids: np.ndarray
+    offsets: np.ndarray
+    resources: ResourceTable
+    malformed: int = 0
+    malformed_samples: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.window_start)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+# --------------------------------------------------------------------------- reading
+
+INPUT_SCHEMA = pa.schema([
+    ("id", pa.int64()), ("type", pa.string()), ("resource", pa.string()),
+    ("event_ts", pa.int64()), ("ingress_ts", pa.int64()),
+])
+OUTPUT_SCHEMA = pa.schema([
+    ("window_start", pa.int64()), ("window_end", pa.int64()), ("resource", pa.string()),
+    ("count", pa.int64()), ("gets", pa.int64()), ("posts", pa.int64()),
+    ("ids", pa.list_(pa.int64())), ("ingress_ts", pa.int64()),
+])
+
+
+def _iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """Yield chunks of whole lines, each about ``block_bytes`` long."""
+    with open(path, "rb") as fh:
+        rest = b""
+        while True:
+            data = fh.read(block_bytes)
+            if not data:
+                if rest.strip():
+                    yield rest
+                return
+            data = rest + data
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            yield data[: cut + 1]
+            rest = data[cut + 1:]
+
+
+def _parse_block(block: bytes, schema: pa.Schema) -> tuple[pa.Table, int, list[str]]:
+    """Parse one block of JSON lines; fall back to per-line parsing if pyarrow rejects it."""
+    opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
+                               newlines_in_values=False)
+    try:
+        table = pajson.read_json(io.BytesIO(block), parse_options=opts,
+                                 read_options=pajson.ReadOptions(block_size=16 << 20))
+        return table, 0, []
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return _parse_lines_tolerant(block.splitlines(), schema)
+
+
+def _coerce(value: object, typ: pa.DataType) -> object:
+    """Return the value if it fits the column type, else raise ValueError."""
+    if value is None:
+        return None
+    if pa.types.is_int64(typ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("not an integer")
+        return value
+    if pa.types.is_string(typ):
+        if not isinstance(value, str):
+            raise ValueError("not a string")
+        return value
+    if pa.types.is_list(typ):
+        if not isinstance(value, list) or any(
+                isinstance(v, bool) or not isinstance(v, int) for v in value):
+            raise ValueError("not a list of integers")
+        return value
+    raise ValueError(f"unsupported type {typ}")
+
+
+def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
+                          ) -> tuple[pa.Table, int, list[str]]:
+    """Slow path, used only for blocks with bad lines: keep the good ones, count the rest."""
+    columns: dict[str, list[object]] = {name: [] for name in schema.names}
+    malformed = 0
+    samples: list[str] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError("not an object")
+            row = {f.name: _coerce(obj.get(f.name), f.type) for f in schema}
+        except (orjson.JSONDecodeError, ValueError, OverflowError):
+            malformed += 1
+            if len(samples) < 5:
+                samples.append(line[:200].decode(errors="replace"))
+            continue
+        for name, value in row.items():
+            columns[name].append(value)
+    table = pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in schema},
+                     schema=schema)
+    return table, malformed, samples
+
+
+def read_table(path: Path, schema: pa.Schema) -> tuple[pa.Table, int, list[str]]:
+    """Read a JSON-lines file into an Arrow table; returns (table, malformed, samples)."""
+    tables: list[pa.Table] = []
+    malformed = 0
+    samples: list[str] = []
+    for block in _iter_blocks(Path(path)):
+        table, bad, bad_samples = _parse_block(block, schema)
+        tables.append(table)
+        malformed += bad
+        samples.extend(bad_samples[: 5 - len(samples)])
+    if not tables:
+        return schema.empty_table(), 0, []
+    return pa.concat_tables(tables), malformed, samples
+
+
+def parse_values(values: Sequence[bytes], schema: pa.Schema) -> tuple[pa.Table, int, list[str]]:
+    """Parse Kafka record values (one JSON object each) in one pyarrow call."""
+    if not values:
+        return schema.empty_table(), 0, []
+    # A value containing a newline would split into two lines; such values are malformed.
+    clean = [v for v in values if b"\n" not in v]
+    dropped = len(values) - len(clean)
+    table, bad, samples = _parse_block(b"\n".join(clean) + b"\n", schema)
+    return table, bad + dropped, samples
+
+
+def _int_column(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
+
+
+def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0
+                      ) -> InputEvents:
+    """Validate and convert an input table; rows missing a field or with a bad type are dropped."""
+    t = table.column("type").combine_chunks()
+    ok = pc.and_(
+        pc.and_(pc.is_valid(table.column("id")), pc.is_valid(table.column("resource"))),
+        pc.and_(pc.and_(pc.is_valid(table.column("event_ts")),
+                        pc.is_valid(table.column("ingress_ts"))),
+                pc.is_in(t, value_set=pa.array([GET, POST]))),
+    )
+    ok = pc.fill_null(ok, False)
+    bad = len(table) - pc.sum(ok).as_py() if len(table) else 0
+    good = table.filter(ok)
+    return InputEvents(
+        id=_int_column(good, "id").astype(np.int64, copy=False),
+        is_get=pc.equal(good.column("type"), GET).combine_chunks()
+        .to_numpy(zero_copy_only=False).astype(bool),
+        resource=resources.encode(good.column("resource")),
+        event_ts=_int_column(good, "event_ts").astype(np.int64, copy=False),
+        ingress_ts=_int_column(good, "ingress_ts").astype(np.int64, copy=False),
+        resources=resources,
+        malformed=malformed + int(bad),
+    )
+
+
+def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0,
+                       samples: list[str] | None = None, position: np.ndarray | None = None
+                       ) -> OutputRecords:
+    """Validate and convert an output table; records lacking required fields are malformed."""
+    n = len(table)
+    if position is None:
+        position = np.arange(n, dtype=np.int64)
+    ok = pc.and_(
+        pc.and_(pc.is_valid(table.column("window_start")), pc.is_valid(table.column("resource"))),
+        pc.and_(pc.is_valid(table.column("ids")), pc.is_valid(table.column("ingress_ts"))),
+    ) if n else pa.array([], type=pa.bool_())
+    ok = pc.fill_null(ok, False)
+    ok_np = ok.to_numpy(zero_copy_only=False).astype(bool) if n else np.zeros(0, dtype=bool)
+    bad = int(n - ok_np.sum())
+    good = table.filter(ok)
+    ids_col = good.column("ids").combine_chunks() if len(good) else pa.array(
+        [], type=pa.list_(pa.int64()))
+    lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = pc.list_flatten(ids_col)
+    ids = flat.to_numpy(zero_copy_only=False).astype(np.int64) if len(flat) else np.zeros(
+        0, dtype=np.int64)
+    return OutputRecords(
+        window_start=_int_column(good, "window_start").astype(np.int64, copy=False),
+        window_end=_int_column(good, "window_end").astype(np.int64, copy=False),
+        resource=resources.encode(good.column("resource")),
+        count=_int_column(good, "count").astype(np.int64, copy=False),
+        gets=_int_column(good, "gets").astype(np.int64, copy=False),
+        posts=_int_column(good, "posts").astype(np.int64, copy=False),
+        ingress_ts=_int_column(good, "ingress_ts").astype(np.int64, copy=False),
+        position=np.asarray(position, dtype=np.int64)[ok_np],
+        ids=ids,
+        offsets=offsets,
+        resources=resources,
+        malformed=malformed + bad,
+        malformed_samples=list(samples or []),
+    )
+
+
+def read_inputs(path: Path, resources: ResourceTable | None = None) -> InputEvents:
+    """Read input events from a JSON-lines file (``{"id","type","resource","event_ts","ingress_ts"}``)."""
+    resources = resources if resources is not None else ResourceTable()
+    table, malformed, _ = read_table(path, INPUT_SCHEMA)
+    return inputs_from_table(table, resources, malformed)
+
+
+def read_outputs(path: Path, resources: ResourceTable) -> OutputRecords:
+    """Read produced outputs from a JSON-lines file (the output record plus ``ingress_ts``)."""
+    table, malformed, samples = read_table(path, OUTPUT_SCHEMA)
+    return outputs_from_table(table, resources, malformed, samples)

@@ -1,0 +1,57 @@
+"""Terminal rendering of an evaluation: a verdict line and a per-phase table (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from pgval.evaluate import Evaluation
+from pgval.schema import PHASES
+
+VERDICT_STYLE = {"exactly-once": "bold green", "at-least-once": "bold yellow",
+                 "at-most-once": "bold yellow", "none": "bold red"}
+
+
+def _fmt_s(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def render_evaluation(ev: Evaluation, console: Console, title: str | None = None) -> None:
+    v = ev.validation
+    m = ev.metrics
+    style = VERDICT_STYLE.get(v.guarantee, "bold")
+    console.print(f"[{style}]guarantee: {v.guarantee}[/]   reliability {v.reliability:.4%}   "
+                  f"correctness {v.correctness:.2%} ({v.correct_outputs}/{v.outputs} outputs)")
+    table = Table(title=title or f"{ev.topology.upper()} — per phase", title_justify="left")
+    for col in ("phase", "expected", "processed", "unprocessed", "duplicate", "incorrect",
+                "reliability", "reliable ev/s", "lat p50 s", "lat p99 s", "Karimov p50 s"):
+        table.add_column(col, justify="right" if col != "phase" else "left")
+    for p in PHASES:
+        c = v.phases[p]
+        lat = m.latency[p]
+        table.add_row(p, f"{c.expected:,}", f"{c.processed:,}", f"{c.unprocessed:,}",
+                      f"{c.duplicate:,}", f"{c.incorrect:,}", f"{c.reliability:.2%}",
+                      f"{m.throughput[p]:,.0f}", _fmt_s(lat.p50), _fmt_s(lat.p99),
+                      _fmt_s(m.latency_karimov[p].p50))
+    table.add_section()
+    table.add_row("total", f"{v.expected:,}", f"{v.processed:,}", f"{v.unprocessed:,}",
+                  f"{v.duplicate:,}", f"{v.incorrect:,}", f"{v.reliability:.2%}", "", "", "", "")
+    console.print(table)
+    extras = []
+    if v.malformed:
+        extras.append(f"{v.malformed} malformed output records skipped")
+    if v.malformed_inputs:
+        extras.append(f"{v.malformed_inputs} malformed input records skipped")
+    if v.duplicate_inputs:
+        extras.append(f"{v.duplicate_inputs} input IDs appeared more than once (first kept)")
+    if v.missing_outputs:
+        extras.append(f"{v.missing_outputs} of {v.expected_outputs} expected outputs never "
+                      "appeared")
+    if m.failure_cost_s is not None:
+        extras.append(f"failure cost {m.failure_cost_s:.2f} s")
+    for line in extras:
+        console.print(f"  • {line}")
+    for kind, pairs in v.witnesses.items():
+        if pairs:
+            sample = ", ".join(str(i) for _, i in pairs[:8])
+            console.print(f"  • {kind} e.g. IDs {sample}")

@@ -1,0 +1,164 @@
+"""SQLite results store (sqlite-utils): one row per run, per phase, per witness, per second.
+
+The schema is flat so that ``sqlite3 results.db`` or Datasette answers questions
+directly; ``pgval report`` reads the same tables. Runs are created with status
+``running`` and finished as ``complete``/``failed``, so an interrupted matrix
+can tell which runs to redo.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+
+from pgval.evaluate import Evaluation
+from pgval.schema import PHASES
+
+RUN_COLUMNS = {
+    "id": int, "created_at": float, "finished_at": float, "kind": str, "status": str,
+    "topology": str, "pg": str, "fault": str, "window_ms": int, "seed": int, "repeat": int,
+    "params": str, "error": str, "guarantee": str, "expected": int, "processed": int,
+    "duplicate": int, "incorrect": int, "unprocessed": int, "malformed": int,
+    "malformed_inputs": int, "reliability": float, "correctness": float, "outputs": int,
+    "failure_cost_s": float, "t_start": int, "t2": int, "t3": int, "summary": str,
+}
+
+
+class ResultsStore:
+    """A results database; safe to open many times, tables are created on first use."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite_utils.Database(self.path)
+        self._ensure_schema()
+
+    def _ensure_schema(self) -> None:
+        db = self.db
+        if "runs" not in db.table_names():
+            db["runs"].create(RUN_COLUMNS, pk="id")
+            db["runs"].create_index(["topology", "pg", "fault"])
+        if "phase_results" not in db.table_names():
+            db["phase_results"].create({
+                "run_id": int, "phase": str, "expected": int, "processed": int,
+                "unprocessed": int, "duplicate": int, "incorrect": int, "reliability": float,
+                "throughput": float, "latency_n": int, "latency_p50_s": float,
+                "latency_p95_s": float, "latency_p99_s": float, "latency_max_s": float,
+                "karimov_p50_s": float, "karimov_p99_s": float,
+            }, pk=("run_id", "phase"), foreign_keys=[("run_id", "runs", "id")])
+        if "witnesses" not in db.table_names():
+            db["witnesses"].create({"run_id": int, "kind": str, "window_start": int, "id": int},
+                                   foreign_keys=[("run_id", "runs", "id")])
+            db["witnesses"].create_index(["run_id", "kind"])
+        if "series" not in db.table_names():
+            db["series"].create({"run_id": int, "t_ms": int, "inputs": int, "outputs": int,
+                                 "reliable": int, "latency_p50_s": float,
+                                 "latency_max_s": float},
+                                pk=("run_id", "t_ms"), foreign_keys=[("run_id", "runs", "id")])
+
+    # ------------------------------------------------------------------ runs
+    def start_run(self, kind: str, topology: str, window_ms: int, pg: str | None = None,
+                  fault: str | None = None, seed: int | None = None, repeat: int | None = None,
+                  params: Mapping[str, Any] | None = None) -> int:
+        table = self.db["runs"]
+        table.insert({
+            "created_at": time.time(), "kind": kind, "status": "running", "topology": topology,
+            "pg": pg, "fault": fault, "window_ms": window_ms, "seed": seed, "repeat": repeat,
+            "params": json.dumps(dict(params or {}), default=str),
+        })
+        return int(table.last_pk)
+
+    def fail_run(self, run_id: int, error: str, status: str = "failed") -> None:
+        self.db["runs"].update(run_id, {"status": status, "error": error,
+                                        "finished_at": time.time()})
+
+    def finish_run(self, run_id: int, evaluation: Evaluation,
+                   extra: Mapping[str, Any] | None = None) -> None:
+        """Store a run's evaluation: totals, phases, witnesses and 1 s series."""
+        v = evaluation.validation
+        m = evaluation.metrics
+        summary = evaluation.summary()
+        if extra:
+            summary.update(extra)
+        ph = evaluation.phases
+        bounded = ph.bounded()
+        with self.db.conn:
+            self.db["runs"].update(run_id, {
+                "status": "complete", "finished_at": time.time(), "guarantee": v.guarantee,
+                "expected": v.expected, "processed": v.processed, "duplicate": v.duplicate,
+                "incorrect": v.incorrect, "unprocessed": v.unprocessed, "malformed": v.malformed,
+                "malformed_inputs": v.malformed_inputs, "reliability": v.reliability,
+                "correctness": v.correctness, "outputs": v.outputs,
+                "failure_cost_s": m.failure_cost_s,
+                "t_start": ph.start if bounded else None, "t2": ph.t2 if bounded else None,
+                "t3": ph.t3 if bounded else None,
+                "summary": json.dumps(summary, default=_json_default),
+            })
+            rows = []
+            for p in PHASES:
+                c = v.phases[p]
+                lat = m.latency[p]
+                kar = m.latency_karimov[p]
+                rows.append({
+                    "run_id": run_id, "phase": p, **c.as_dict(), "reliability": c.reliability,
+                    "throughput": m.throughput[p], "latency_n": lat.n,
+                    "latency_p50_s": lat.p50, "latency_p95_s": lat.p95,
+                    "latency_p99_s": lat.p99, "latency_max_s": lat.max,
+                    "karimov_p50_s": kar.p50, "karimov_p99_s": kar.p99,
+                })
+            self.db["phase_results"].upsert_all(rows, pk=("run_id", "phase"))
+            self.db["witnesses"].insert_all(
+                {"run_id": run_id, "kind": kind, "window_start": w, "id": i}
+                for kind, pairs in v.witnesses.items() for w, i in pairs)
+            self.db["series"].upsert_all(_series_rows(run_id, evaluation),
+                                         pk=("run_id", "t_ms"))
+
+    def save_check(self, evaluation: Evaluation, params: Mapping[str, Any] | None = None) -> int:
+        run_id = self.start_run("check", evaluation.topology, evaluation.window_ms,
+                                params=params)
+        self.finish_run(run_id, evaluation)
+        return run_id
+
+    def runs(self, where: str | None = None, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        return list(self.db["runs"].rows_where(where, list(args), order_by="id"))
+
+    def phase_results(self, run_id: int) -> list[dict[str, Any]]:
+        return list(self.db["phase_results"].rows_where("run_id = ?", [run_id]))
+
+
+def _series_rows(run_id: int, evaluation: Evaluation) -> Iterable[dict[str, Any]]:
+    m = evaluation.metrics
+    n = len(m.inputs_per_s)
+    lat = m.latency_per_output_ms
+    sec = (m.output_ingress_ms - m.series_start_ms) // 1000
+    ok = ~np.isnan(lat) & (sec >= 0) & (sec < n)
+    p50 = np.full(n, np.nan)
+    mx = np.full(n, np.nan)
+    if ok.any():
+        order = np.lexsort((lat[ok], sec[ok]))
+        s = sec[ok][order]
+        v = lat[ok][order]
+        bounds = np.flatnonzero(np.r_[True, s[1:] != s[:-1], True])
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            p50[s[a]] = float(np.median(v[a:b])) / 1000.0
+            mx[s[a]] = float(v[b - 1]) / 1000.0
+    for i in range(n):
+        yield {"run_id": run_id, "t_ms": m.series_start_ms + 1000 * i,
+               "inputs": int(m.inputs_per_s[i]), "outputs": int(m.outputs_per_s[i]),
+               "reliable": int(m.reliable_per_s[i]),
+               "latency_p50_s": None if np.isnan(p50[i]) else p50[i],
+               "latency_max_s": None if np.isnan(mx[i]) else mx[i]}
+
+
+def _json_default(obj: object) -> object:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    return str(obj)
