@@ -1,0 +1,53 @@
+"""Input side of the benchmark: the synthetic web-log generator and its sinks."""
+
+from pgval.datasets.generator import (
+    MAX_BACKLOG_S,
+    EventBatch,
+    GeneratorConfig,
+    GeneratorError,
+    GeneratorReport,
+    ProducerGroup,
+    ProducerProgress,
+    ProducerReport,
+    decode_id,
+    generate_batch,
+    generate_range,
+    produce,
+    run_producers,
+)
+from pgval.datasets.sinks import (
+    FileSink,
+    KafkaFatalError,
+    KafkaSink,
+    NullSink,
+    Sink,
+    SinkResult,
+    SinkWriter,
+    encode_json_lines,
+    encode_values,
+)
+
+__all__ = [
+    "MAX_BACKLOG_S",
+    "EventBatch",
+    "FileSink",
+    "GeneratorConfig",
+    "GeneratorError",
+    "GeneratorReport",
+    "KafkaFatalError",
+    "KafkaSink",
+    "NullSink",
+    "ProducerGroup",
+    "ProducerProgress",
+    "ProducerReport",
+    "Sink",
+    "SinkResult",
+    "SinkWriter",
+    "decode_id",
+    "encode_json_lines",
+    "encode_values",
+    "generate_batch",
+    "generate_range",
+    "produce",
+    "run_producers",
+]

@@ -1,0 +1,630 @@
+"""An embedded multi-broker Kafka (KRaft, combined mode) for local experiments, plus fast readers.
+
+Each broker is a plain ``java -cp <jars> kafka.Kafka server.properties`` started through
+:func:`pgval.runtime.procs.spawn`, so it lives in its own process group, logs to
+``run_dir/kafka/broker-<i>/broker.log`` and is always stopped by :meth:`KafkaCluster.stop`.
+
+Experiment topics get an *explicit* replica assignment in which partition ``p`` of every
+topic is led by broker ``p % B``: a fault injected on one broker then hits the same
+partitions of the inputs, the output and the commit-marker topic, which the oracle relies on.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pgval import schema
+from pgval.runtime.jars import Jars, check_java, ensure_jars, java_executable
+from pgval.runtime.procs import Managed, RuntimeErrorPlain, free_port, spawn, wait_for_port
+
+#: Main class of ``kafka-storage.sh`` in Kafka 4.1 (lives in kafka_2.13, not in kafka-tools).
+STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
+BROKER_MAIN = "kafka.Kafka"
+#: At most this many brokers are also KRaft controller voters.
+MAX_VOTERS = 3
+#: How long stop() lets brokers without a controller majority try before killing them.
+_QUORUM_LOST_WAIT_S = 1.0
+
+_LOG4J2 = """\
+status = warn
+shutdownHook = disable
+appender.out.type = Console
+appender.out.name = out
+appender.out.target = SYSTEM_OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.authorizer.name = kafka.authorizer.logger
+logger.authorizer.level = WARN
+"""
+
+
+def _quiet_client_conf(bootstrap: str) -> dict[str, object]:
+    """librdkafka logs every refused connection; those are expected while a broker starts."""
+    return {"bootstrap.servers": bootstrap, "log_level": 0, "logger": _NullLogger()}
+
+
+class _NullLogger:
+    """Swallows librdkafka log lines (a ``logging.Logger``-like sink)."""
+
+    def log(self, *_args: object, **_kwargs: object) -> None:
+        return None
+
+
+def is_reachable(bootstrap: str, timeout_s: float = 5.0) -> bool:
+    """True when some broker at ``bootstrap`` answers a metadata request within ``timeout_s``."""
+    admin = AdminClient(_quiet_client_conf(bootstrap))
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return True
+
+
+@dataclass
+class _Broker:
+    node_id: int
+    port: int
+    controller_port: int
+    dir: Path
+    proc: Managed | None = None
+    started_at: float | None = None
+
+
+@dataclass
+class KafkaCluster:
+    """B KRaft brokers on one host; the first min(B, 3) are also controller voters.
+
+    Use as a context manager, or call :meth:`start` and (always, e.g. in ``finally``)
+    :meth:`stop`.
+    """
+
+    run_dir: Path
+    brokers: int = 1
+    partitions: int = 3
+    host: str = "127.0.0.1"
+    heap: str = "384m"
+    jars: Jars | None = None
+    start_timeout_s: float = 120.0
+    cluster_id: str = field(default_factory=lambda: _new_cluster_id())
+    startup_seconds: float | None = field(default=None, init=False)
+    _nodes: list[_Broker] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.brokers < 1:
+            raise ValueError("a cluster needs at least one broker")
+        if self.partitions < 1:
+            raise ValueError("topics need at least one partition")
+        self.run_dir = Path(self.run_dir)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def replication(self) -> int:
+        """Replication factor of every topic: min(3, B)."""
+        return min(3, self.brokers)
+
+    @property
+    def bootstrap(self) -> str:
+        if not self._nodes:
+            raise RuntimeErrorPlain("the Kafka cluster has not been started")
+        return ",".join(f"{self.host}:{b.port}" for b in self._nodes)
+
+    @property
+    def procs(self) -> list[Managed]:
+        """The running broker processes (for fault injection and pid checks)."""
+        return [b.proc for b in self._nodes if b.proc is not None]
+
+    @property
+    def broker_start_times(self) -> dict[int, float]:
+        """Wall-clock time (``time.time()``) at which each broker's JVM was spawned."""
+        return {b.node_id: b.started_at for b in self._nodes if b.started_at is not None}
+
+    def broker_port(self, node_id: int) -> int:
+        return self._nodes[node_id].port
+
+    def start(self) -> KafkaCluster:
+        """Format storage, start every broker and wait until all are registered."""
+        if self.procs:
+            return self
+        t0 = time.monotonic()
+        check_java()
+        jars = self.jars or ensure_jars()
+        self.jars = jars
+        try:
+            if not self._nodes:  # a restart after stop() keeps ports, cluster id and data
+                self._nodes = self._plan()
+                for node in self._nodes:
+                    self._write_config(node)
+                with ThreadPoolExecutor(max_workers=min(self.brokers, 4)) as pool:
+                    list(pool.map(self._format, self._nodes))
+            for node in self._nodes:
+                self._spawn(node)
+            deadline = t0 + self.start_timeout_s
+            for node in self._nodes:
+                assert node.proc is not None
+                wait_for_port(
+                    self.host, node.port, max(1.0, deadline - time.monotonic()), node.proc
+                )
+            self._wait_registered(deadline)
+        except BaseException:
+            self.stop(grace_s=2.0)
+            raise
+        self.startup_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop every broker (SIGTERM, SIGKILL after ``grace_s``); safe to call repeatedly.
+
+        All brokers get SIGTERM at once. A broker's controlled shutdown needs a controller
+        majority, so once only a minority of voters is left the rest can never finish
+        cleanly; they get SIGKILL after a short pause instead of the full grace period.
+        """
+        nodes = [n for n in self._nodes if n.proc is not None]
+        if not nodes:
+            return
+        n_voters = min(self.brokers, MAX_VOTERS)
+        for node in nodes:
+            assert node.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        quorum_lost_at: float | None = None
+        while time.monotonic() < deadline:
+            alive = [n for n in nodes if n.proc is not None and n.proc.alive()]
+            if not alive:
+                break
+            voters_alive = sum(1 for n in alive if n.node_id < n_voters)
+            if 2 * voters_alive <= n_voters:
+                quorum_lost_at = quorum_lost_at or time.monotonic()
+                if time.monotonic() - quorum_lost_at > _QUORUM_LOST_WAIT_S:
+                    break
+            time.sleep(0.05)
+        for node in nodes:
+            assert node.proc is not None
+            node.proc.stop(grace_s=0.0)
+            node.proc = None
+
+    def stop_broker(self, node_id: int, kill: bool = False, grace_s: float = 10.0) -> None:
+        """Stop one broker: cleanly, or with SIGKILL as a crash fault."""
+        node = self._nodes[node_id]
+        if node.proc is not None:
+            if kill:
+                node.proc.kill()
+            else:
+                node.proc.stop(grace_s=grace_s)
+            node.proc = None
+
+    def start_broker(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Restart one stopped broker with its old config and data; wait until it listens."""
+        node = self._nodes[node_id]
+        if node.proc is not None and node.proc.alive():
+            return
+        proc = self._spawn(node)
+        try:
+            wait_for_port(self.host, node.port, timeout_s, proc)
+        except BaseException:
+            self.stop_broker(node_id, kill=True)
+            raise
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ---- topics ----------------------------------------------------------------------------
+
+    def replica_assignment(self, partitions: int | None = None) -> list[list[int]]:
+        """Partition p -> [p % B, p+1 % B, ...]; the first replica is the preferred leader."""
+        n = self.partitions if partitions is None else partitions
+        return [[(p + k) % self.brokers for k in range(self.replication)] for p in range(n)]
+
+    def create_topics(
+        self,
+        names: Iterable[str],
+        partitions: int | None = None,
+        compacted: Iterable[str] = (),
+        timeout_s: float = 60.0,
+    ) -> None:
+        """Create topics (existing ones are left alone) with LogAppendTime and aligned leaders."""
+        names = list(dict.fromkeys(names))
+        compacted_set = set(compacted)
+        assignment = self.replica_assignment(partitions)
+        new = []
+        for name in names:
+            config = {
+                "message.timestamp.type": "LogAppendTime",
+                "min.insync.replicas": "1",
+                "retention.ms": "-1",
+            }
+            if name in compacted_set:
+                config["cleanup.policy"] = "compact"
+            # librdkafka wants the partition count *with* an assignment (not -1 as documented).
+            new.append(NewTopic(name, num_partitions=len(assignment),
+                                replica_assignment=assignment, config=config))
+        admin = AdminClient(_quiet_client_conf(self.bootstrap))
+        futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
+        for name, fut in futures.items():
+            try:
+                fut.result()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise RuntimeErrorPlain(f"could not create topic {name}: {err.str()}") from exc
+        self._wait_leaders(admin, names, assignment, time.monotonic() + timeout_s)
+
+    def ensure_experiment_topics(
+        self, output_topics: str | Sequence[str] = (schema.OUTPUT_TOPIC,)
+    ) -> list[str]:
+        """Inputs, output(s) and the compacted marker topic, P partitions each; returns names."""
+        outputs = [output_topics] if isinstance(output_topics, str) else list(output_topics)
+        names = [schema.GET_TOPIC, schema.POST_TOPIC, *outputs, schema.MARKER_TOPIC]
+        self.create_topics(names, compacted=[schema.MARKER_TOPIC])
+        return names
+
+    def leaders(self, topic: str, timeout_s: float = 10.0) -> dict[int, int]:
+        """Current leader broker id of each partition of ``topic``."""
+        admin = AdminClient(_quiet_client_conf(self.bootstrap))
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
+        tmd = md.topics[topic]
+        if tmd.error is not None:
+            raise RuntimeErrorPlain(f"no metadata for topic {topic}: {tmd.error.str()}")
+        return {p: pmd.leader for p, pmd in tmd.partitions.items()}
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _spawn(self, node: _Broker) -> Managed:
+        node.proc = spawn(
+            f"kafka-broker-{node.node_id}",
+            self._broker_argv(node),
+            node.dir / "broker.log",
+            cwd=node.dir,
+            pid_dir=self.run_dir / "pids",
+        )
+        node.started_at = time.time()
+        return node.proc
+
+    def _plan(self) -> list[_Broker]:
+        base = self.run_dir / "kafka"
+        used: set[int] = set()
+        nodes = []
+        for i in range(self.brokers):
+            port, cport = _distinct_port(self.host, used), _distinct_port(self.host, used)
+            nodes.append(_Broker(node_id=i, port=port, controller_port=cport,
+                                 dir=base / f"broker-{i}"))
+        return nodes
+
+    def _write_config(self, node: _Broker) -> None:
+        voters = self._nodes[: min(self.brokers, MAX_VOTERS)]
+        is_voter = node.node_id < len(voters)
+        rf = self.replication
+        internal_partitions = max(self.partitions, 1)
+        listeners = [f"PLAINTEXT://{self.host}:{node.port}"]
+        if is_voter:
+            listeners.append(f"CONTROLLER://{self.host}:{node.controller_port}")
+        props = {
+            "process.roles": "broker,controller" if is_voter else "broker",
+            "node.id": node.node_id,
+            "controller.quorum.voters": ",".join(
+                f"{v.node_id}@{self.host}:{v.controller_port}" for v in voters
+            ),
+            "listeners": ",".join(listeners),
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": node.dir / "data",
+            # A tiny machine: few threads, few internal partitions.
+            "num.network.threads": 2,
+            "num.io.threads": 2,
+            "num.replica.fetchers": 1,
+            "num.recovery.threads.per.data.dir": 1,
+            "background.threads": 2,
+            "num.partitions": self.partitions,
+            "default.replication.factor": rf,
+            "min.insync.replicas": 1,
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": internal_partitions,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.num.partitions": internal_partitions,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            # Keep everything an experiment wrote; runs are short-lived.
+            "log.retention.ms": -1,
+            "log.retention.bytes": -1,
+            "log.retention.check.interval.ms": 3_600_000,
+            "delete.topic.enable": "true",
+            "unclean.leader.election.enable": "false",
+        }
+        node.dir.mkdir(parents=True, exist_ok=True)
+        text = "".join(f"{k}={v}\n" for k, v in props.items())
+        (node.dir / "server.properties").write_text(text)
+        (node.dir / "log4j2.properties").write_text(_LOG4J2)
+
+    def _jvm_base(self, node: _Broker) -> list[str]:
+        java = java_executable()
+        if java is None:  # check_java() ran already; this is a race with PATH changes
+            raise RuntimeErrorPlain("Java 17 or newer is required but `java` was not found on PATH")
+        assert self.jars is not None
+        return [
+            java,
+            "-Djava.net.preferIPv4Stack=true",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={node.dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={node.dir}",
+            "-cp",
+            self.jars.kafka_classpath_str,
+        ]
+
+    def _broker_argv(self, node: _Broker) -> list[str]:
+        base = self._jvm_base(node)
+        return [
+            base[0],
+            f"-Xmx{self.heap}",
+            "-Xms128m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            *base[1:],
+            BROKER_MAIN,
+            str(node.dir / "server.properties"),
+        ]
+
+    def _format(self, node: _Broker) -> None:
+        """``kafka-storage format``; a short JVM with a small heap and C1 only (starts faster)."""
+        base = self._jvm_base(node)
+        argv = [
+            base[0], "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *base[1:],
+            STORAGE_TOOL_MAIN, "format", "--ignore-formatted",
+            "--config", str(node.dir / "server.properties"),
+            "--cluster-id", self.cluster_id,
+        ]
+        log_path = node.dir / "format.log"
+        proc = spawn(f"kafka-format-{node.node_id}", argv, log_path, cwd=node.dir)
+        try:
+            code = proc.popen.wait(timeout=120)
+        finally:
+            proc.stop(grace_s=2.0)
+        if code != 0:
+            raise RuntimeErrorPlain(
+                f"formatting storage of broker {node.node_id} failed (exit {code}); see {log_path}"
+            )
+
+    def _wait_registered(self, deadline: float) -> None:
+        admin = AdminClient(_quiet_client_conf(self.bootstrap))
+        seen = 0
+        while time.monotonic() < deadline:
+            for node in self._nodes:
+                if node.proc is not None and not node.proc.alive():
+                    raise RuntimeErrorPlain(
+                        f"Kafka broker {node.node_id} exited during startup; "
+                        f"see {node.proc.log_path}"
+                    )
+            with contextlib.suppress(KafkaException):
+                md = admin.list_topics(timeout=2.0)
+                seen = len(md.brokers)
+                if seen >= self.brokers:
+                    return
+            time.sleep(0.2)
+        raise RuntimeErrorPlain(
+            f"only {seen} of {self.brokers} Kafka brokers registered within "
+            f"{self.start_timeout_s:.0f} s; see the logs under {self.run_dir / 'kafka'}"
+        )
+
+    def _wait_leaders(
+        self, admin: AdminClient, names: list[str], assignment: list[list[int]], deadline: float
+    ) -> None:
+        """Block until every partition has its preferred leader, so producers never race it."""
+        wanted = {p: replicas[0] for p, replicas in enumerate(assignment)}
+        pending = list(names)
+        while True:
+            still = []
+            md = None
+            with contextlib.suppress(KafkaException):
+                md = admin.list_topics(timeout=5.0)
+            for name in pending:
+                tmd = md.topics.get(name) if md is not None else None
+                ok = (
+                    tmd is not None
+                    and tmd.error is None
+                    and len(tmd.partitions) >= len(wanted)
+                    and all(tmd.partitions[p].leader == lead for p, lead in wanted.items()
+                            if p in tmd.partitions)
+                )
+                if not ok:
+                    still.append(name)
+            if not still:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeErrorPlain(
+                    f"topics {', '.join(still)} did not get their assigned leaders in time"
+                )
+            pending = still
+            time.sleep(0.2)
+
+
+def _new_cluster_id() -> str:
+    """What ``kafka-storage random-uuid`` prints: 16 random bytes, URL-safe base64, no padding.
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with "-", which the CLI would take for an
+    option.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
+def _distinct_port(host: str, used: set[int]) -> int:
+    while True:
+        port = free_port(host)
+        if port not in used:
+            used.add(port)
+            return port
+
+
+# ---- reading topics ------------------------------------------------------------------------
+
+
+@dataclass
+class TopicRecords:
+    """A topic's records, column by column (arrival order; offset order within a partition)."""
+
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    timestamps: np.ndarray  # int64, ms
+    partitions: np.ndarray  # int32
+    offsets: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def rows(self) -> list[tuple[bytes | None, bytes | None, int, int, int]]:
+        """(key, value, timestamp_ms, partition, offset) tuples, for small checks and tests."""
+        return list(
+            zip(
+                self.keys,
+                self.values,
+                self.timestamps.tolist(),
+                self.partitions.tolist(),
+                self.offsets.tolist(),
+                strict=True,
+            )
+        )
+
+
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    isolation: str = "read_committed",
+    timeout_s: float = 120.0,
+    idle_timeout_s: float = 10.0,
+) -> TopicRecords:
+    """Read all of ``topic`` from the beginning up to its current end, as columns.
+
+    The end is the last stable offset for ``read_committed`` (aborted and open transactions
+    are skipped) and the high watermark for ``read_uncommitted``. Reading stops when every
+    partition has reached it, when nothing arrived for ``idle_timeout_s``, or at ``timeout_s``.
+    """
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise ValueError(f"unknown isolation level {isolation!r}")
+    conf = {
+        **_quiet_client_conf(bootstrap),
+        "group.id": f"pgval-read-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": isolation,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        "queued.max.messages.kbytes": 256 * 1024,
+        "fetch.wait.max.ms": 50,
+    }
+    consumer = Consumer(conf)
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    ts: list[int] = []
+    parts: list[int] = []
+    offs: list[int] = []
+    try:
+        md = consumer.list_topics(topic=topic, timeout=min(timeout_s, 30.0))
+        tmd = md.topics.get(topic)
+        if tmd is None or tmd.error is not None:
+            why = tmd.error.str() if tmd is not None and tmd.error is not None else "no metadata"
+            raise RuntimeErrorPlain(f"cannot read topic {topic} at {bootstrap}: {why}")
+        # With isolation.level=read_committed the "high" offset librdkafka queries is the LSO.
+        end: dict[int, int] = {}
+        for p in sorted(tmd.partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=min(timeout_s, 30.0), cached=False
+            )
+            if high > low:
+                end[p] = high
+        if not end:
+            return _records(keys, values, ts, parts, offs)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in end])
+        pending = set(end)
+        deadline = time.monotonic() + timeout_s
+        last_data = time.monotonic()
+        while pending:
+            now = time.monotonic()
+            if now > deadline or now - last_data > idle_timeout_s:
+                break
+            batch = consumer.consume(num_messages=10_000, timeout=0.5)
+            if batch:
+                last_data = time.monotonic()
+            for msg in batch:
+                err = msg.error()
+                p = msg.partition()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if p in pending and msg.offset() >= end[p]:
+                            pending.discard(p)
+                        continue
+                    raise RuntimeErrorPlain(f"reading {topic}: {err.str()}")
+                off = msg.offset()
+                if off >= end[p]:
+                    # Written after we looked at the end; not part of this snapshot.
+                    pending.discard(p)
+                    continue
+                keys.append(msg.key())
+                values.append(msg.value())
+                ts.append(msg.timestamp()[1])
+                parts.append(p)
+                offs.append(off)
+                if off + 1 >= end[p]:
+                    pending.discard(p)
+    finally:
+        consumer.close()
+    return _records(keys, values, ts, parts, offs)
+
+
+def _records(
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    ts: list[int],
+    parts: list[int],
+    offs: list[int],
+) -> TopicRecords:
+    return TopicRecords(
+        keys=keys,
+        values=values,
+        timestamps=np.asarray(ts, dtype=np.int64),
+        partitions=np.asarray(parts, dtype=np.int32),
+        offsets=np.asarray(offs, dtype=np.int64),
+    )

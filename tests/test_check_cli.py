@@ -1,0 +1,182 @@
+"""`pgval check` / `pgval oracle` on constructed streams with each anomaly planted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from pgval.cli import main
+from pgval.store import ResultsStore
+
+W = 1000
+
+
+def write_jsonl(path: Path, rows: list[dict], extra_lines: list[str] = ()) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows)
+                     + "".join(line + "\n" for line in extra_lines).encode())
+    return path
+
+
+def make_inputs() -> list[dict]:
+    """Two resources, two windows, GET and POST; ingress = event_ts + 100 (ms)."""
+    rows = []
+    ident = 0
+    for window in (0, 1):
+        for res in ("r0000", "r0001"):
+            for k in range(5):
+                ident += 1
+                typ = "POST" if k == 4 and res == "r0000" else "GET"
+                ts = window * W + 100 * k + 10
+                rows.append({"id": ident, "type": typ, "resource": res, "event_ts": ts,
+                             "ingress_ts": ts + 100})
+    return rows
+
+
+def faithful(inputs: list[dict], topology: str, tmp: Path) -> list[dict]:
+    result = CliRunner().invoke(main, ["oracle", "--topology", topology, "--inputs",
+                                       str(write_jsonl(tmp / "in.jsonl", inputs)),
+                                       "--window-ms", str(W)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    for k, r in enumerate(rows):
+        r["ingress_ts"] = r["window_end"] + 500 + k
+    return rows
+
+
+def run_check(tmp: Path, topology: str, inputs: list[dict], outputs: list[dict],
+              extra_output_lines: list[str] = (), phases: str | None = None) -> dict:
+    args = ["check", "--topology", topology,
+            "--inputs", str(write_jsonl(tmp / "in.jsonl", inputs)),
+            "--outputs", str(write_jsonl(tmp / "out.jsonl", outputs, extra_output_lines)),
+            "--window-ms", str(W), "--json"]
+    if phases:
+        args += ["--phases", phases]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_oracle_prints_contract_fields(tmp_path: Path) -> None:
+    sst = faithful(make_inputs(), "sst", tmp_path)
+    assert [(r["window_start"], r["resource"], r["count"]) for r in sst] == [
+        (0, "r0000", 4), (0, "r0001", 5), (1000, "r0000", 4), (1000, "r0001", 5)]
+    assert all(r["ids"] == sorted(r["ids"]) and r["window_end"] == r["window_start"] + W
+               for r in sst)
+    mst = faithful(make_inputs(), "mst", tmp_path)
+    assert [(r["window_start"], r["resource"], r["gets"], r["posts"]) for r in mst] == [
+        (0, "r0000", 4, 1), (1000, "r0000", 4, 1)]
+    assert set(mst[0]) == {"window_start", "window_end", "resource", "gets", "posts", "ids",
+                           "ingress_ts"}
+
+
+@pytest.mark.parametrize("topology", ["sst", "mst"])
+def test_faithful_outputs_are_exactly_once(tmp_path: Path, topology: str) -> None:
+    inputs = make_inputs()
+    out = run_check(tmp_path, topology, inputs, faithful(inputs, topology, tmp_path))
+    expected = 18 if topology == "sst" else 10
+    assert out["expected"] == out["processed"] == expected
+    assert (out["duplicate"], out["incorrect"], out["unprocessed"], out["malformed"]) == (
+        0, 0, 0, 0)
+    assert out["reliability"] == 1.0 and out["guarantee"] == "exactly-once"
+    assert out["correctness"] == 1.0
+
+
+def test_planted_drop_gives_at_most_once(tmp_path: Path) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    dropped = outputs.pop(1)  # a whole output lost
+    outputs[0]["ids"] = outputs[0]["ids"][1:]  # and one ID missing from another
+    out = run_check(tmp_path, "sst", inputs, outputs)
+    assert out["unprocessed"] == len(dropped["ids"]) + 1
+    assert out["duplicate"] == out["incorrect"] == 0
+    assert out["guarantee"] == "at-most-once"
+    assert out["reliability"] == pytest.approx((18 - 6) / 18)
+    assert out["missing_outputs"] == 1
+    assert sorted(i for _, i in out["witnesses"]["unprocessed"])[:1] == [1]
+
+
+def test_planted_duplicate_output_gives_at_least_once(tmp_path: Path) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    again = dict(outputs[2], ingress_ts=outputs[-1]["ingress_ts"] + 10)
+    outputs.append(again)
+    out = run_check(tmp_path, "sst", inputs, outputs)
+    assert out["duplicate"] == len(again["ids"])  # one per ID of the repeated output
+    assert out["unprocessed"] == out["incorrect"] == 0
+    assert out["guarantee"] == "at-least-once"
+    assert {i for _, i in out["witnesses"]["duplicate"]} == set(again["ids"])
+
+
+def test_planted_foreign_id_and_unknown_key_are_incorrect(tmp_path: Path) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    outputs[0]["ids"].append(999_999)  # not an input at all
+    outputs[0]["ids"].append(outputs[1]["ids"][0])  # belongs to another key
+    outputs.append({"window_start": 0, "window_end": W, "resource": "nope", "count": 1,
+                    "ids": [outputs[3]["ids"][0]], "ingress_ts": 9_999})  # unknown key
+    out = run_check(tmp_path, "sst", inputs, outputs)
+    assert out["incorrect"] == 3
+    assert out["unprocessed"] == 0 and out["duplicate"] == 0
+    assert out["guarantee"] == "none"
+    # The two IDs placed wrongly too are not reliable even though they were processed.
+    assert out["reliability"] == pytest.approx(16 / 18)
+    assert 999_999 in {i for _, i in out["witnesses"]["incorrect"]}
+
+
+def test_malformed_output_lines_are_counted_not_fatal(tmp_path: Path) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    bad = ['{"window_start": 0, "resource": "r0000"}',  # no ids
+           "this is not json", '{"window_start": "x", "resource": "r0000", "ids": [1]}',
+           '{"window_start": 0, "resource": "r0000", "ids": ["a"], "ingress_ts": 1}', "[1,2]"]
+    out = run_check(tmp_path, "sst", inputs, outputs, extra_output_lines=bad)
+    assert out["malformed"] == len(bad)
+    assert out["processed"] == 18 and out["guarantee"] == "none"
+
+
+def test_phases_split_by_ingress(tmp_path: Path) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    outputs.append(dict(outputs[0], ingress_ts=5_000))  # duplicate during recovery
+    # Inputs of window 0 ingress in [110, 510], window 1 in [1110, 1510].
+    out = run_check(tmp_path, "sst", inputs, outputs, phases="100,1000,3000")
+    ph = out["phases"]
+    assert ph["control"]["expected"] == 9 and ph["failure"]["expected"] == 9
+    assert ph["recovery"]["duplicate"] == len(outputs[0]["ids"])
+    assert ph["control"]["duplicate"] == 0
+
+
+def test_human_table_and_db(tmp_path: Path) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    db = tmp_path / "r.db"
+    result = CliRunner().invoke(main, [
+        "check", "--topology", "sst", "--inputs", str(write_jsonl(tmp_path / "i.jsonl", inputs)),
+        "--outputs", str(write_jsonl(tmp_path / "o.jsonl", outputs)), "--window-ms", str(W),
+        "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "exactly-once" in result.output and "control" in result.output
+    store = ResultsStore(db)
+    (run,) = store.runs()
+    assert run["status"] == "complete" and run["guarantee"] == "exactly-once"
+    assert run["expected"] == 18 and run["reliability"] == 1.0
+    assert {r["phase"] for r in store.phase_results(run["id"])} == {
+        "control", "failure", "recovery"}
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--topology", "xyz"], "xyz"),
+    (["--phases", "1,2"], "three"),
+    (["--phases", "3,2,1"], "START <= T2 <= T3"),
+])
+def test_bad_flags_end_in_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
+    base = ["check", "--topology", "sst", "--inputs", str(i), "--outputs", str(i)]
+    result = CliRunner().invoke(main, base + args)
+    assert result.exit_code == 2
+    assert needle in result.output
+    assert "Traceback" not in result.output

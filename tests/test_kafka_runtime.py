@@ -1,0 +1,167 @@
+"""The embedded Kafka runtime against real brokers: topics, timestamps, transactions, cleanup."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from pgval import schema
+from pgval.runtime import kafka as kafka_mod
+from pgval.runtime.kafka import KafkaCluster, is_reachable, read_topic
+
+# ---- no broker needed ----------------------------------------------------------------------
+
+
+def test_replica_assignment_aligns_leaders() -> None:
+    """Partition p is led by broker p % B on every topic, with min(3, B) distinct replicas."""
+    c = KafkaCluster(Path("/nonexistent"), brokers=4, partitions=5)
+    assert c.replica_assignment() == [[0, 1, 2], [1, 2, 3], [2, 3, 0], [3, 0, 1], [0, 1, 2]]
+    assert KafkaCluster(Path("/x"), brokers=1, partitions=2).replica_assignment() == [[0], [0]]
+
+
+def test_cluster_ids_never_look_like_options() -> None:
+    ids = {kafka_mod._new_cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+# ---- real brokers --------------------------------------------------------------------------
+
+
+def _jvms_mentioning(path: Path) -> list[int]:
+    """Pids of live java processes whose command line mentions ``path`` (our run dir)."""
+    found = []
+    needle = str(path).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"java" in cmd and needle in cmd and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    c = KafkaCluster(tmp_path_factory.mktemp("run"), brokers=1, partitions=3)
+    try:
+        c.start()
+        c.ensure_experiment_topics()
+        yield c
+    finally:
+        c.stop()
+    assert not _jvms_mentioning(c.run_dir)
+
+
+def _producer(bootstrap: str, **extra: object) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra})
+
+
+@pytest.mark.cluster
+def test_log_append_time_overrides_client_timestamp(cluster: KafkaCluster) -> None:
+    p = _producer(cluster.bootstrap)
+    before_ms = int(time.time() * 1000)
+    p.produce(schema.GET_TOPIC, key=b"r0000", value=b"old", timestamp=1_000, partition=1)
+    assert p.flush(30) == 0
+    got = read_topic(cluster.bootstrap, schema.GET_TOPIC)
+    assert got.values == [b"old"] and got.keys == [b"r0000"]
+    assert got.partitions.tolist() == [1]
+    ts = int(got.timestamps[0])
+    assert before_ms - 5_000 <= ts <= int(time.time() * 1000) + 5_000
+
+
+@pytest.mark.cluster
+def test_experiment_topics_exist_with_compacted_marker(cluster: KafkaCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    md = admin.list_topics(timeout=10)
+    for name in (schema.GET_TOPIC, schema.POST_TOPIC, schema.OUTPUT_TOPIC, schema.MARKER_TOPIC):
+        assert len(md.topics[name].partitions) == 3
+    res = ConfigResource(ConfigResource.Type.TOPIC, schema.MARKER_TOPIC)
+    cfg = admin.describe_configs([res])[res].result(timeout=10)
+    assert cfg["cleanup.policy"].value == "compact"
+    assert cfg["message.timestamp.type"].value == "LogAppendTime"
+    # Creating again is a no-op, not an error.
+    cluster.ensure_experiment_topics(schema.OUTPUT_TOPIC)
+
+
+@pytest.mark.cluster
+def test_read_committed_skips_aborted_and_open_transactions(cluster: KafkaCluster) -> None:
+    topic = "txn-roundtrip"
+    cluster.create_topics([topic])
+    tx = _producer(cluster.bootstrap, **{"transactional.id": "pgval-test-tx"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    for i in range(3):
+        tx.produce(topic, key=b"k", value=f"committed-{i}".encode(), partition=i)
+    tx.commit_transaction(30)
+    tx.begin_transaction()
+    for i in range(3):
+        tx.produce(topic, key=b"k", value=f"aborted-{i}".encode(), partition=i)
+    tx.flush(30)
+    tx.abort_transaction(30)
+    plain = _producer(cluster.bootstrap)
+    plain.produce(topic, value=b"plain", partition=0)
+    assert plain.flush(30) == 0
+
+    committed = read_topic(cluster.bootstrap, topic)
+    assert sorted(committed.values) == [b"committed-0", b"committed-1", b"committed-2", b"plain"]
+    assert committed.timestamps.dtype.kind == "i" and len(committed.offsets) == 4
+    everything = read_topic(cluster.bootstrap, topic, isolation="read_uncommitted")
+    assert len(everything) == 7
+
+    # An open transaction holds back the last stable offset: read_committed must stop at
+    # it at once (not run into the idle timeout) and must not return the pending records.
+    tx.begin_transaction()
+    tx.produce(topic, value=b"pending", partition=2)
+    tx.flush(30)
+    t0 = time.monotonic()
+    held = read_topic(cluster.bootstrap, topic, idle_timeout_s=20)
+    assert time.monotonic() - t0 < 10
+    assert b"pending" not in held.values and len(held) == 4
+    tx.abort_transaction(30)
+
+
+@pytest.mark.cluster
+def test_three_brokers_align_leaders_and_leave_no_jvm(tmp_path: Path) -> None:
+    c = KafkaCluster(tmp_path, brokers=3, partitions=4)
+    pids: list[int] = []
+    try:
+        c.start()
+        pids = [p.pid for p in c.procs]
+        assert len(pids) == 3 and c.startup_seconds is not None
+        names = c.ensure_experiment_topics(["output"])
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        md = admin.list_topics(timeout=10)
+        for name in names:
+            for p, pmd in md.topics[name].partitions.items():
+                assert pmd.leader == p % 3, (name, p)
+                assert list(pmd.replicas) == [p % 3, (p + 1) % 3, (p + 2) % 3]
+        prod = _producer(c.bootstrap, acks="all")
+        prod.produce(schema.POST_TOPIC, value=b"x", partition=3)
+        assert prod.flush(30) == 0
+        assert read_topic(c.bootstrap, schema.POST_TOPIC).values == [b"x"]
+    finally:
+        c.stop()
+        c.stop()  # idempotent
+    assert pids and not any(_pid_alive(pid) for pid in pids)
+    assert not _jvms_mentioning(tmp_path)
+    assert not is_reachable(c.bootstrap, timeout_s=1.0)
+    assert not list((tmp_path / "pids").glob("*.json"))
