@@ -102,6 +102,47 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         render_evaluation(ev, console)
 
 
+@main.command("setup-jars")
+def setup_jars() -> None:
+    """Resolve the Kafka broker and Spark's Kafka connector from Maven Central (once)."""
+    from pgval.runtime.jars import check_java, ensure_jars
+
+    check_java()
+    jars = ensure_jars()
+    console.print(f"jars ready: {len(jars.kafka_classpath)} for the broker, "
+                  f"{len(jars.spark_kafka_jars)} for Spark")
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks (numbers for docs/performance.md)."""
+
+
+@bench.command("offline")
+@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True)
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path(".cache/bench"), show_default=True,
+              help="Where the synthetic files are written (reused when the size matches).")
+def bench_offline(events: int, workdir: Path) -> None:
+    """Time read → oracle → validator → metrics over synthetic files of EVENTS inputs."""
+    from rich.table import Table
+
+    from pgval.bench import run_offline_bench
+
+    with console.status(f"preparing and timing {events:,} events…"):
+        result = run_offline_bench(workdir, events)
+    table = Table(title=f"offline path, {result.events:,} events, {result.outputs:,} outputs, "
+                        f"{result.file_mb:,.0f} MB of JSON lines")
+    table.add_column("stage")
+    table.add_column("seconds", justify="right")
+    table.add_column("events/s", justify="right")
+    for stage, secs in result.stages_s.items():
+        table.add_row(stage, f"{secs:.2f}", f"{result.events / secs:,.0f}")
+    table.add_section()
+    table.add_row("end to end", f"{result.total_s:.2f}", f"{result.events_per_s:,.0f}")
+    console.print(table)
+
+
 def run() -> None:
     """Entry point that turns plain runtime errors into one line and exit code 1."""
     try:

@@ -316,7 +316,7 @@ def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int
 
 
 def read_inputs(path: Path, resources: ResourceTable | None = None) -> InputEvents:
-    """Read input events from a JSON-lines file (fields id, type, resource, event_ts, ingress_ts)."""
+    """Read input events from JSON lines (id, type, resource, event_ts, ingress_ts)."""
     resources = resources if resources is not None else ResourceTable()
     table, malformed, _ = read_table(path, INPUT_SCHEMA)
     return inputs_from_table(table, resources, malformed)
