@@ -72,7 +72,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 
 def _producer(bootstrap: str, **extra: object) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra})
+    """Quiet producer: it outlives the brokers in some tests and would log refused connects."""
+    conf = {**kafka_mod._quiet_client_conf(bootstrap), "linger.ms": 5, **extra}
+    return Producer(conf)
 
 
 @pytest.mark.cluster

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -137,8 +138,12 @@ def java_executable() -> str | None:
     return shutil.which("java")
 
 
+@functools.cache
 def check_java(min_version: int = MIN_JAVA) -> int:
-    """Return the Java feature version, or raise a plain error saying what to install."""
+    """Return the Java feature version, or raise a plain error saying what to install.
+
+    Cached per process (a JVM launch costs a few hundred ms); failures are not cached.
+    """
     java = java_executable()
     if java is None:
         raise RuntimeErrorPlain(

@@ -158,11 +158,12 @@ class KafkaCluster:
         self.jars = jars
         try:
             if not self._nodes:  # a restart after stop() keeps ports, cluster id and data
-                self._nodes = self._plan()
-                for node in self._nodes:
-                    self._write_config(node)
+                nodes = self._plan()
+                for node in nodes:
+                    self._write_config(node, nodes)
                 with ThreadPoolExecutor(max_workers=min(self.brokers, 4)) as pool:
-                    list(pool.map(self._format, self._nodes))
+                    list(pool.map(self._format, nodes))
+                self._nodes = nodes
             for node in self._nodes:
                 self._spawn(node)
             deadline = t0 + self.start_timeout_s
@@ -325,8 +326,8 @@ class KafkaCluster:
                                  dir=base / f"broker-{i}"))
         return nodes
 
-    def _write_config(self, node: _Broker) -> None:
-        voters = self._nodes[: min(self.brokers, MAX_VOTERS)]
+    def _write_config(self, node: _Broker, nodes: list[_Broker]) -> None:
+        voters = nodes[: min(self.brokers, MAX_VOTERS)]
         is_voter = node.node_id < len(voters)
         rf = self.replication
         internal_partitions = max(self.partitions, 1)
