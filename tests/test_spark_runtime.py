@@ -60,6 +60,14 @@ def _java_descendants(root: int) -> list[int]:
     return found
 
 
+def _rss_mb(pid: int | None) -> float:
+    with contextlib.suppress(OSError, TypeError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _procs_mentioning(text: str) -> list[int]:
     hits = []
     for p in os.listdir("/proc"):
@@ -171,6 +179,13 @@ def test_cluster_job_kill_restart(tmp_path: Path, isolate: bool) -> None:
             assert _python_job(spark) == 999_000
             _wait(lambda: all(w.executor_pids() for w in cluster.workers), 30,
                   "an executor on each worker")
+            from pyspark import SparkContext
+
+            gw_proc = getattr(SparkContext._gateway, "proc", None)
+            timings["rss_mb_driver"] = _rss_mb(gw_proc.pid if gw_proc else None)
+            timings["rss_mb_master"] = _rss_mb(cluster.master.pid if cluster.master else None)
+            timings["rss_mb_worker"] = _rss_mb(w1.pid)
+            timings["rss_mb_executor"] = _rss_mb(w1.executor_pids()[0])
             for w in cluster.workers:
                 (pid,) = w.executor_pids()
                 if isolate:
@@ -205,7 +220,7 @@ def test_cluster_job_kill_restart(tmp_path: Path, isolate: bool) -> None:
         t = time.monotonic()
         cluster.stop()
         timings["stop_s"] = time.monotonic() - t
-        print("spark runtime timings:", {k: round(v, 2) for k, v in timings.items()})
+        print("\nspark runtime timings:", {k: round(v, 2) for k, v in timings.items()})
     cluster.stop()  # idempotent
 
     assert _procs_mentioning(str(tmp_path)) == []

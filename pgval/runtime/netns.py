@@ -12,8 +12,10 @@ Layout for a run with suffix ``s`` (``[a-z0-9]{1,8}``)::
                         default route via 10.213.X.1
 
 Reachability: the bridge address lives in the root namespace, so root<->ns and
-ns<->ns traffic needs no IP forwarding. pgval never enables
-``net.ipv4.ip_forward``, so nothing from a namespace is routed off this machine.
+ns<->ns traffic needs no IP forwarding; the default route lets a namespace reach
+every address of the root namespace (bridge IP, eth0's, ...). Forwarding is
+switched off on the bridge (``net.ipv4.conf.<bridge>.forwarding=0``), so nothing
+from a namespace is routed off this machine even if the host forwards.
 
 Loopback gotcha: ``127.0.0.1`` inside a namespace is the namespace's OWN
 loopback. A service in the root namespace that executors must reach (Kafka
@@ -172,6 +174,19 @@ def pick_subnet(suffix: str) -> int:
     raise RuntimeErrorPlain(f"no free /24 left in {NET_BASE}.0.0/16 for a pgval bridge")
 
 
+def _no_forwarding(dev: str) -> None:
+    """Never route packets that arrive from the namespaces off the machine.
+
+    IPv4 forwarding is decided per input device, so this holds even when the host has
+    ``net.ipv4.ip_forward=1`` (e.g. set for containers).
+    """
+    path = Path(f"/proc/sys/net/ipv4/conf/{dev}/forwarding")
+    try:
+        path.write_text("0\n")
+    except OSError as exc:
+        raise RuntimeErrorPlain(f"cannot disable forwarding on {dev}: {exc}") from exc
+
+
 @contextlib.contextmanager
 def _host_lock() -> Iterator[None]:
     """Serialise subnet choice + bridge creation between concurrent pgval runs."""
@@ -238,6 +253,7 @@ class NetLayout:
                 _ip("link", "add", self.bridge, "type", "bridge")
                 _ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
                 _ip("link", "set", self.bridge, "up")
+                _no_forwarding(self.bridge)
             except RuntimeErrorPlain:
                 _ip("link", "del", self.bridge, check=False)
                 raise

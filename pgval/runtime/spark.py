@@ -284,6 +284,8 @@ class SparkCluster:
 
     def start(self) -> SparkCluster:
         """Start master and workers, wait until all workers are registered; clean up on failure."""
+        if self.master is not None:
+            raise RuntimeErrorPlain("this SparkCluster was already started; make a new one")
         t0 = time.monotonic()
         try:
             self._start()
