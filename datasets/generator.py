@@ -638,6 +638,10 @@ def _producer_main(
 class ProducerGroup:
     """One OS process per producer; start, watch, stop from any thread, and clean up.
 
+    Children are started with the ``spawn`` method (no forked copies of the caller's threads or
+    Kafka clients), so the calling program's main module must be importable and guarded by
+    ``if __name__ == "__main__":`` (true for the CLI, pytest and ``python -m`` modules).
+
     Use as a context manager (or call :meth:`close`) so that no child survives an exception::
 
         with ProducerGroup(cfg, FileSink(path)) as group:
@@ -703,7 +707,13 @@ class ProducerGroup:
                 self._collect(0.1)
             if self._reports:
                 failed = next(iter(self._reports.values()))
-                raise GeneratorError(f"generator producer {failed.index} failed: {failed.error}")
+                hint = ""
+                if failed.error and "without a report" in failed.error:
+                    hint = (" (see its stderr; with the spawn start method the main module must"
+                            " be an importable file guarded by `if __name__ == '__main__':`)")
+                raise GeneratorError(
+                    f"generator producer {failed.index} failed: {failed.error}{hint}"
+                )
         except BaseException:
             self.kill()
             raise

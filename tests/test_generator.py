@@ -312,15 +312,14 @@ def test_stop_from_another_thread_and_progress(tmp_path: Path) -> None:
     cfg = GeneratorConfig(rate=10_000.0, producers=2)  # unbounded: runs until stopped
     stop = threading.Event()
     snapshots: list[int] = []
-    timer = threading.Timer(1.5, stop.set)
-    timer.start()
     t0 = time.monotonic()
     rep = run_producers(cfg, FileSink(tmp_path / "x.jsonl"), stop_event=stop,
                         on_progress=lambda ps: snapshots.append(sum(p.sent for p in ps)),
-                        progress_interval_s=0.1)
-    assert time.monotonic() - t0 < 10
+                        progress_interval_s=0.1,
+                        on_start=lambda _group: threading.Timer(1.0, stop.set).start())
+    assert time.monotonic() - t0 < 30
     assert all(p.stopped_early for p in rep.producers)
-    assert rep.ok and 5_000 < rep.sent < 30_000
+    assert rep.ok and 3_000 < rep.sent < 30_000, rep.summary()
     assert snapshots == sorted(snapshots) and snapshots[-1] == rep.sent
     assert _wait_gone([p.pid for p in rep.producers if p.pid], 5.0) == []
 
