@@ -799,6 +799,11 @@ class ProducerGroup:
         self.close()
 
     @property
+    def started_ms(self) -> int | None:
+        """Wall-clock ms at which all producers were released together (T1), once started."""
+        return self._started_ms
+
+    @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs]
 

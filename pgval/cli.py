@@ -102,6 +102,141 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         render_evaluation(ev, console)
 
 
+FAULTS = ("none",)
+
+
+@main.command()
+@topology_option
+@click.option("--pg", type=click.Choice(["a1", "e1"]), default="a1", show_default=True,
+              help="a1: Spark's Kafka sink (at-least-once); e1: transactional sink.")
+@click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True)
+@click.option("--rate", type=click.FloatRange(min=1), default=2000, show_default=True,
+              help="Generator rate, events/s over all producers.")
+@click.option("--producers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--resources", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--phase-seconds", type=click.FloatRange(min=1), default=90, show_default=True,
+              help="Length of each of control, failure and recovery.")
+@click.option("--warmup-seconds", type=click.FloatRange(min=0), default=5, show_default=True)
+@window_option
+@click.option("--watermark-ms", type=click.IntRange(min=0), default=2000, show_default=True)
+@click.option("--trigger-ms", type=click.IntRange(min=0), default=1000, show_default=True)
+@click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--isolate/--no-isolate", default=None,
+              help="Workers in their own network namespaces (default: when root).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where logs, checkpoints and broker data go (default: runs/<time>-<pid>).")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("results.db"), show_default=True, help="SQLite results database.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+def validate(topology: str, pg: str, fault: str, rate: float, producers: int, resources: int,
+             phase_seconds: float, warmup_seconds: float, window_ms: int, watermark_ms: int,
+             trigger_ms: int, brokers: int, partitions: int, workers: int,
+             isolate: bool | None, seed: int, run_dir: Path | None, db: Path,
+             as_json: bool) -> None:
+    """Run TOPOLOGY on the embedded Kafka + Spark cluster and validate its guarantee."""
+    from pgval.experiment import Experiment, ExperimentConfig, default_run_dir
+    from pgval.live import LiveStatus
+    from pgval.render import render_evaluation
+    from pgval.runtime.cluster import ClusterConfig
+
+    cfg = ExperimentConfig(
+        topology=topology, pg=pg, fault=fault, rate=rate, producers=producers,
+        resources=resources, phase_seconds=phase_seconds, warmup_seconds=warmup_seconds,
+        window_ms=window_ms, watermark_ms=watermark_ms, trigger_ms=trigger_ms, seed=seed,
+        cluster=ClusterConfig(brokers=brokers, partitions=partitions, workers=workers,
+                              isolate=isolate))
+    run_dir = run_dir or default_run_dir()
+    live = LiveStatus(err_console, enabled=not as_json)
+    with live:
+        result = Experiment(cfg, run_dir, db=db, on_status=live.update).run()
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(result.summary(), option=orjson.OPT_SERIALIZE_NUMPY)
+                                + b"\n")
+        return
+    render_evaluation(result.evaluation, console,
+                      title=f"{topology.upper()} {pg} fault={fault} — per phase")
+    t = result.timings
+    console.print(f"  • run {result.run_id} stored in {db}; logs in {run_dir}")
+    console.print(f"  • cluster start {t.get('cluster_start_s', 0):.1f} s, driver start "
+                  f"{t.get('driver_start_s', 0):.1f} s, drain {t.get('drain_s', 0):.1f} s, "
+                  f"overhead beyond the phases {t.get('overhead_s', 0):.1f} s")
+    gen = result.generator
+    console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
+                  f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")
+
+
+@main.group()
+def cluster() -> None:
+    """Start, inspect and stop the embedded Kafka + Spark cluster by hand."""
+
+
+@cluster.command("up")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("runs/cluster"), show_default=True)
+@click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--isolate/--no-isolate", default=None)
+def cluster_up(run_dir: Path, brokers: int, partitions: int, workers: int,
+               isolate: bool | None) -> None:
+    """Start the cluster and leave it running (stop it with `pgval cluster down`)."""
+    from pgval.runtime.cluster import ClusterConfig, LocalCluster, read_state
+
+    if (read_state(run_dir) or {}).get("complete"):
+        raise UserError(f"a cluster is already up in {run_dir}; run `pgval cluster down` first")
+    c = LocalCluster(run_dir, ClusterConfig(brokers=brokers, partitions=partitions,
+                                            workers=workers, isolate=isolate))
+    with console.status("starting Kafka and Spark…"):
+        c.start()
+    info = c.describe()
+    console.print(f"Kafka {info['bootstrap']}  Spark {info['master']}  "
+                  f"(up in {info['timings']['cluster_start_s']:.1f} s, state in {run_dir})")
+
+
+@cluster.command("status")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("runs/cluster"), show_default=True)
+def cluster_status(run_dir: Path) -> None:
+    """Show what the cluster in RUN_DIR is and whether its processes are alive."""
+    from pgval.runtime.cluster import cluster_processes, read_state
+
+    state = read_state(run_dir)
+    if state is None:
+        console.print(f"no cluster in {run_dir}")
+        return
+    console.print(f"Kafka {state.get('bootstrap')}  Spark {state.get('master')}  "
+                  f"isolated={state.get('isolated')}")
+    for name, alive in cluster_processes(run_dir):
+        console.print(f"  {name:24} {'[green]up[/]' if alive else '[red]down[/]'}")
+
+
+@cluster.command("down")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("runs/cluster"), show_default=True)
+def cluster_down(run_dir: Path) -> None:
+    """Stop the cluster in RUN_DIR (safe to run twice)."""
+    from pgval.runtime.cluster import force_down
+
+    stopped = force_down(run_dir)
+    console.print(f"stopped {len(stopped)} process groups/namespaces" if stopped
+                  else "nothing was running")
+
+
+@main.command()
+@click.option("--runs", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="Folder holding run directories.")
+def cleanup(runs: Path) -> None:
+    """Stop everything a killed pgval left behind: processes, namespaces (and faults)."""
+    from pgval.runtime.cluster import cleanup_runs
+
+    stopped = cleanup_runs(runs)
+    console.print("\n".join(f"removed {s}" for s in stopped) if stopped
+                  else "nothing left behind")
+
+
 @main.command("setup-jars")
 def setup_jars() -> None:
     """Resolve the Kafka broker and Spark's Kafka connector from Maven Central (once)."""

@@ -235,15 +235,68 @@ def read_table(path: Path, schema: pa.Schema) -> tuple[pa.Table, int, list[str]]
     return pa.concat_tables(tables), malformed, samples
 
 
-def parse_values(values: Sequence[bytes], schema: pa.Schema) -> tuple[pa.Table, int, list[str]]:
-    """Parse Kafka record values (one JSON object each) in one pyarrow call."""
-    if not values:
-        return schema.empty_table(), 0, []
-    # A value containing a newline would split into two lines; such values are malformed.
-    clean = [v for v in values if b"\n" not in v]
-    dropped = len(values) - len(clean)
-    table, bad, samples = _parse_block(b"\n".join(clean) + b"\n", schema)
-    return table, bad + dropped, samples
+KAFKA_INPUT_SCHEMA = pa.schema([f for f in INPUT_SCHEMA if f.name != "ingress_ts"])
+KAFKA_OUTPUT_SCHEMA = pa.schema([f for f in OUTPUT_SCHEMA if f.name != "ingress_ts"])
+
+
+def parse_values(values: Sequence[bytes | None], schema: pa.Schema
+                 ) -> tuple[pa.Table, np.ndarray, int, list[str]]:
+    """Parse Kafka record values (one JSON object each) in one pyarrow call.
+
+    Returns (table, kept, malformed, samples): ``kept`` are the indices of the values
+    that became rows, so per-record metadata (timestamps, offsets) can be aligned.
+    """
+    usable = np.array([v is not None and b"\n" not in v and v.strip() != b"" for v in values],
+                      dtype=bool)
+    kept = np.flatnonzero(usable)
+    dropped = len(values) - len(kept)
+    if len(kept) == 0:
+        return schema.empty_table(), kept, dropped, []
+    block = b"\n".join([values[i] for i in kept.tolist()]) + b"\n"
+    opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    try:
+        table = pajson.read_json(io.BytesIO(block), parse_options=opts)
+        return table, kept, dropped, []
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    table, ok_mask, bad, samples = _parse_lines_with_mask(block.splitlines(), schema)
+    return table, kept[ok_mask], dropped + bad, samples
+
+
+def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
+                           ) -> tuple[pa.Table, np.ndarray, int, list[str]]:
+    ok = np.zeros(len(lines), dtype=bool)
+    good: list[bytes] = []
+    for k, line in enumerate(lines):
+        table, bad, _ = _parse_lines_tolerant([line], schema)
+        if not bad and len(table):
+            ok[k] = True
+            good.append(line)
+    table, _, _ = _parse_lines_tolerant(good, schema)
+    samples = [lines[k][:200].decode(errors="replace") for k in np.flatnonzero(~ok)[:5]]
+    return table, ok, int((~ok).sum()), samples
+
+
+def inputs_from_kafka(values: Sequence[bytes | None], timestamps: np.ndarray,
+                      resources: ResourceTable) -> InputEvents:
+    """Input events from Kafka values; ingress time = the record timestamp (LogAppendTime)."""
+    table, kept, malformed, _ = parse_values(values, KAFKA_INPUT_SCHEMA)
+    table = table.append_column("ingress_ts", pa.array(np.asarray(timestamps)[kept],
+                                                       type=pa.int64()))
+    return inputs_from_table(table, resources, malformed)
+
+
+def outputs_from_kafka(values: Sequence[bytes | None], timestamps: np.ndarray,
+                       partitions: np.ndarray, offsets: np.ndarray, resources: ResourceTable
+                       ) -> OutputRecords:
+    """Output records from Kafka; stream position = order of (timestamp, partition, offset)."""
+    timestamps = np.asarray(timestamps, dtype=np.int64)
+    order = np.lexsort((np.asarray(offsets), np.asarray(partitions), timestamps))
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    table, kept, malformed, samples = parse_values(values, KAFKA_OUTPUT_SCHEMA)
+    table = table.append_column("ingress_ts", pa.array(timestamps[kept], type=pa.int64()))
+    return outputs_from_table(table, resources, malformed, samples, position=position[kept])
 
 
 def _int_column(table: pa.Table, name: str) -> np.ndarray:

@@ -119,6 +119,39 @@ class ResultsStore:
             self.db["series"].upsert_all(_series_rows(run_id, evaluation),
                                          pk=("run_id", "t_ms"))
 
+    def save_batches(self, run_id: int, progress: Iterable[Mapping[str, Any]]) -> None:
+        """Per micro-batch progress from the driver: explains unprocessed events later."""
+        rows = []
+        for k, p in enumerate(progress):
+            if p.get("event") not in (None, "progress"):
+                continue
+            state = p.get("stateOperators") or []
+            rows.append({
+                "run_id": run_id, "seq": k, "batch_id": p.get("batchId"),
+                "timestamp": p.get("timestamp"), "num_input_rows": p.get("numInputRows"),
+                "input_rows_per_s": p.get("inputRowsPerSecond"),
+                "processed_rows_per_s": p.get("processedRowsPerSecond"),
+                "watermark": (p.get("eventTime") or {}).get("watermark"),
+                "rows_dropped_by_watermark": sum(
+                    int(s.get("numRowsDroppedByWatermark") or 0) for s in state),
+                "state_rows": sum(int(s.get("numRowsTotal") or 0) for s in state),
+                "trigger_ms": (p.get("durationMs") or {}).get("triggerExecution"),
+                "raw": json.dumps(p, default=str),
+            })
+        if rows:
+            self.db["batches"].insert_all(rows, pk=("run_id", "seq"), replace=True,
+                                          foreign_keys=[("run_id", "runs", "id")])
+
+    def save_fault_log(self, run_id: int, entries: Iterable[Mapping[str, Any]]) -> None:
+        """The realized fault timeline: intended vs actual times, mechanism, errors."""
+        rows = [{"run_id": run_id, "seq": k, "step": e.get("step"), "fault": e.get("fault"),
+                 "intended_ms": e.get("intended_ms"), "actual_ms": e.get("actual_ms"),
+                 "done_ms": e.get("done_ms"), "error": e.get("error"),
+                 "detail": json.dumps(dict(e), default=str)} for k, e in enumerate(entries)]
+        if rows:
+            self.db["fault_log"].insert_all(rows, pk=("run_id", "seq"), replace=True,
+                                            foreign_keys=[("run_id", "runs", "id")])
+
     def save_check(self, evaluation: Evaluation, params: Mapping[str, Any] | None = None) -> int:
         run_id = self.start_run("check", evaluation.topology, evaluation.window_ms,
                                 params=params)

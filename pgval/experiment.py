@@ -1,0 +1,433 @@
+"""One experiment, end to end: the paper's timeline (Fig. 4) on the embedded cluster.
+
+T0 deploy (cluster, topics, driver) → T1 generators start → ε warm-up →
+control [T1+ε, T2) → failure [T2, T3) → recovery [T3, …) → T4 generators stop →
+closing events → drain until outputs stop → read what Kafka holds → oracle,
+validator, metrics → SQLite.
+
+Closing events: Spark closes a window only when the watermark passes it, and
+the watermark moves only with new events. When the generators stop, the last
+windows would stay open forever and their events would look unprocessed. So
+after T4 the runner writes one event per resource and topic with a negative ID
+and an event time past every real window; those events are not inputs of the
+experiment (the oracle never sees negative IDs from a run) and only move the
+watermark, like the paper's "first input of the next window".
+
+Faults plug in through :class:`FaultHooks`: ``inject`` at T2 and ``remove`` at
+T3 (and always on the way out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
+from pgval.evaluate import Evaluation, evaluate
+from pgval.phases import Phases
+from pgval.records import InputEvents, ResourceTable, inputs_from_kafka, outputs_from_kafka
+from pgval.runtime.cluster import ClusterConfig, LocalCluster
+from pgval.runtime.driver import DriverProcess, DriverSpec
+from pgval.runtime.kafka import read_topic
+from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, resource_name
+from pgval.store import ResultsStore
+
+
+@dataclass
+class ExperimentConfig:
+    """Everything that defines a run; stored with its results."""
+
+    topology: str = "sst"
+    pg: str = "a1"
+    fault: str = "none"
+    rate: float = 2_000.0
+    producers: int = 1
+    resources: int = 16
+    get_share: float = 0.995
+    phase_seconds: float = 90.0
+    warmup_seconds: float = 5.0
+    window_ms: int = 10_000
+    watermark_ms: int = 2_000
+    trigger_ms: int = 1_000
+    shuffle_partitions: int | None = None  # default: the number of Kafka partitions
+    max_offsets_per_trigger: int | None = None
+    executor_memory: str = "512m"
+    seed: int = 0
+    drain_timeout_s: float = 120.0
+    quiet_seconds: float = 8.0
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    def validate(self) -> None:
+        if self.topology not in ("sst", "mst"):
+            raise RuntimeErrorPlain(f"unknown topology {self.topology!r}; use sst or mst")
+        if self.pg not in ("a1", "e1"):
+            raise RuntimeErrorPlain(f"unknown processing guarantee {self.pg!r}; use a1 or e1")
+        if self.rate <= 0:
+            raise RuntimeErrorPlain("the rate must be a positive number of events per second")
+        if self.phase_seconds <= 0 or self.warmup_seconds < 0:
+            raise RuntimeErrorPlain("phase and warm-up lengths must be positive")
+        if self.window_ms <= 0 or self.watermark_ms < 0 or self.trigger_ms < 0:
+            raise RuntimeErrorPlain("window, watermark and trigger must be non-negative (ms)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Status:
+    """What the live display shows; sent about once a second."""
+
+    phase: str
+    elapsed_s: float
+    total_s: float
+    generated: int
+    input_rate: float
+    outputs: int
+    batches: int
+    note: str = ""
+
+
+class FaultHooks(Protocol):
+    """A fault: injected at T2, removed at T3; ``remove`` must be safe to call twice."""
+
+    name: str
+
+    def inject(self, run: Experiment) -> dict[str, Any]: ...
+
+    def remove(self, run: Experiment) -> dict[str, Any]: ...
+
+
+class NoFault:
+    name = "none"
+
+    def inject(self, run: Experiment) -> dict[str, Any]:
+        return {}
+
+    def remove(self, run: Experiment) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
+class ExperimentResult:
+    run_id: int | None
+    evaluation: Evaluation
+    timings: dict[str, float]
+    phases: Phases
+    generator: dict[str, Any]
+    batches: list[dict[str, Any]]
+    fault_log: list[dict[str, Any]]
+
+    def summary(self) -> dict[str, Any]:
+        out = self.evaluation.summary()
+        out.update({"run_id": self.run_id, "timings": self.timings,
+                    "phase_bounds_ms": {"start": self.phases.start, "t2": self.phases.t2,
+                                        "t3": self.phases.t3},
+                    "generator": {k: self.generator.get(k) for k in (
+                        "sent", "delivered", "failed", "undelivered", "achieved_rate")},
+                    "batches": len(self.batches), "fault_log": self.fault_log})
+        return out
+
+
+class Experiment:
+    """Runs one experiment; everything started is stopped in :meth:`run`'s ``finally``."""
+
+    def __init__(self, config: ExperimentConfig, run_dir: Path, db: Path | None = None,
+                 fault: FaultHooks | None = None,
+                 on_status: Callable[[Status], None] | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.run_dir = Path(run_dir).resolve()
+        self.db = db
+        self.fault = fault or NoFault()
+        self.on_status = on_status or (lambda s: None)
+        self.cluster: LocalCluster | None = None
+        self.driver: DriverProcess | None = None
+        self.generators: ProducerGroup | None = None
+        self.timings: dict[str, float] = {}
+        self.fault_log: list[dict[str, Any]] = []
+        self._phase = "deploy"
+
+    # ------------------------------------------------------------------ timeline
+    def run(self) -> ExperimentResult:
+        cfg = self.config
+        store = ResultsStore(self.db) if self.db else None
+        run_id = store.start_run("validate", cfg.topology, cfg.window_ms, pg=cfg.pg,
+                                 fault=cfg.fault, seed=cfg.seed,
+                                 params=cfg.to_dict()) if store else None
+        wall0 = time.monotonic()
+        try:
+            with _terminate_as_interrupt():
+                result = self._run(run_id)
+        except BaseException as exc:
+            if store and run_id is not None:
+                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                store.fail_run(run_id, str(exc) or type(exc).__name__, status=status)
+            raise
+        finally:
+            self._teardown()
+        self.timings["total_s"] = time.monotonic() - wall0
+        phase_total = cfg.warmup_seconds + 3 * cfg.phase_seconds
+        self.timings["overhead_s"] = self.timings["total_s"] - phase_total
+        if store and run_id is not None:
+            store.finish_run(run_id, result.evaluation, extra={
+                "timings": self.timings, "generator": result.generator,
+                "fault_log": self.fault_log, "cluster": self._cluster_info()})
+            store.save_batches(run_id, result.batches)
+            store.save_fault_log(run_id, self.fault_log)
+        return result
+
+    def _run(self, run_id: int | None) -> ExperimentResult:
+        cfg = self.config
+        t0 = time.monotonic()
+        self.cluster = LocalCluster(self.run_dir, cfg.cluster).start()
+        self.timings.update(self.cluster.timings)
+        spark = self.cluster.spark
+        assert spark is not None
+        spec = DriverSpec(
+            topology=cfg.topology, pg=cfg.pg, bootstrap=self.cluster.bootstrap,
+            master=spark.master_url, checkpoint=self.run_dir / "checkpoint",
+            progress_file=self.run_dir / "progress.jsonl", window_ms=cfg.window_ms,
+            watermark_ms=cfg.watermark_ms, trigger_ms=cfg.trigger_ms,
+            shuffle_partitions=cfg.shuffle_partitions or cfg.cluster.partitions,
+            driver_host=spark.driver_host, executor_memory=cfg.executor_memory,
+            max_offsets_per_trigger=cfg.max_offsets_per_trigger,
+            query_name=f"pgval-{cfg.topology}-{cfg.pg}",
+            extra_env=spark.driver_env())
+        self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
+        self.timings["driver_start_s"] = self.driver.start()
+        self.timings["deploy_s"] = time.monotonic() - t0
+
+        gen_cfg = GeneratorConfig(
+            resources=cfg.resources, get_share=cfg.get_share, producers=cfg.producers,
+            rate=cfg.rate, duration_s=cfg.warmup_seconds + 3 * cfg.phase_seconds, seed=cfg.seed)
+        # log_level 3: keep librdkafka's transient retry warnings off the live display.
+        sink = KafkaSink(self.cluster.bootstrap, config={"log_level": 3})
+        self.generators = ProducerGroup(gen_cfg, sink, pid_dir=self.run_dir / "pids")
+        self.generators.start()
+        t1_ms = self.generators.started_ms or _now_ms()
+        start = t1_ms + int(cfg.warmup_seconds * 1000)
+        t2 = start + int(cfg.phase_seconds * 1000)
+        t3 = t2 + int(cfg.phase_seconds * 1000)
+        t4 = t3 + int(cfg.phase_seconds * 1000)
+        phases = Phases(start, t2, t3)
+        self.phase_bounds = {"t1": t1_ms, "start": start, "t2": t2, "t3": t3, "t4": t4}
+
+        monitor = _OutputMonitor(self.cluster.bootstrap)
+        try:
+            self._follow_timeline(t1_ms, t2, t3, t4, monitor)
+            report = self.generators.join(timeout_s=60)
+            self.generators.close()
+            closing_ts = self._write_closing_events(report)
+            self._drain(monitor, closing_ts)
+        finally:
+            monitor.close()
+        self.timings["drain_s"] = self.timings.get("drain_s", 0.0)
+        self.driver.check()
+
+        t_eval = time.monotonic()
+        events, outputs = self._read_back()
+        self.timings["read_back_s"] = time.monotonic() - t_eval
+        t_val = time.monotonic()
+        evaluation = evaluate(events, outputs, cfg.topology, cfg.window_ms, phases)
+        self.timings["validate_s"] = time.monotonic() - t_val
+        return ExperimentResult(run_id=run_id, evaluation=evaluation, timings=self.timings,
+                                phases=phases, generator=report.to_dict(),
+                                batches=self.driver.progress(), fault_log=self.fault_log)
+
+    def _follow_timeline(self, t1: int, t2: int, t3: int, t4: int,
+                         monitor: _OutputMonitor) -> None:
+        """Sleep through the phases, injecting/removing the fault, reporting status."""
+        assert self.generators is not None and self.driver is not None
+        injected = removed = False
+        total_s = (t4 - t1) / 1000.0
+        last_count, last_t = 0, time.monotonic()
+        while True:
+            now = _now_ms()
+            if not injected and now >= t2:
+                self._fault_step("inject", t2)
+                injected = True
+            if injected and not removed and now >= t3:
+                self._fault_step("remove", t3)
+                removed = True
+            start = t2 - (t3 - t2)
+            self._phase = ("warm-up" if now < start else "control" if now < t2 else
+                           "failure" if now < t3 else "recovery")
+            generated = sum(p.sent for p in self.generators.progress())
+            mono = time.monotonic()
+            rate = (generated - last_count) / max(mono - last_t, 1e-3)
+            last_count, last_t = generated, mono
+            self.on_status(Status(self._phase, (now - t1) / 1000.0, total_s, generated, rate,
+                                  monitor.count(), len(self.driver.progress())))
+            if self.generators.done() and now >= t4:
+                return
+            if now >= t4 + 60_000:
+                raise RuntimeErrorPlain("the generators did not finish 60 s after T4")
+            if self.fault.name != "driver-crash":
+                self.driver.check()
+            time.sleep(1.0)
+
+    def _fault_step(self, step: str, intended_ms: int) -> None:
+        entry: dict[str, Any] = {"step": step, "fault": self.fault.name,
+                                 "intended_ms": intended_ms, "actual_ms": _now_ms()}
+        try:
+            detail = (self.fault.inject(self) if step == "inject" else self.fault.remove(self))
+            entry.update(detail or {})
+            entry["done_ms"] = _now_ms()
+        except Exception as exc:
+            entry["error"] = str(exc)
+            self.fault_log.append(entry)
+            raise
+        self.fault_log.append(entry)
+
+    def _write_closing_events(self, report: Any) -> int:
+        """Negative-ID events past every real window, on both topics, to move the watermark."""
+        assert self.cluster is not None
+        cfg = self.config
+        closing_ts = _now_ms() + cfg.window_ms + cfg.watermark_ms + 1_000
+        producer = Producer({"bootstrap.servers": self.cluster.bootstrap,
+                             "partitioner": "murmur2_random", "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5})
+        ident = -1
+        for r in range(cfg.resources):
+            name = resource_name(r)
+            for topic, typ in ((GET_TOPIC, "GET"), (POST_TOPIC, "POST")):
+                value = json.dumps({"id": ident, "type": typ, "resource": name,
+                                    "event_ts": closing_ts}).encode()
+                producer.produce(topic, key=name.encode(), value=value)
+                ident -= 1
+        if producer.flush(30) != 0:
+            raise RuntimeErrorPlain("could not write the closing events to Kafka within 30 s")
+        return closing_ts
+
+    def _drain(self, monitor: _OutputMonitor, closing_ts: int) -> None:
+        """Wait until the output topic stops growing (bounded by ``drain_timeout_s``)."""
+        assert self.driver is not None
+        cfg = self.config
+        t0 = time.monotonic()
+        deadline = t0 + cfg.drain_timeout_s
+        # Give the query at least a few triggers after the closing events before judging quiet.
+        min_wait = 3 * cfg.trigger_ms / 1000.0 + 3.0
+        last = monitor.count()
+        last_change = time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            self.driver.check()
+            count = monitor.count()
+            now = time.monotonic()
+            if count != last:
+                last, last_change = count, now
+            self.on_status(Status("drain", now - t0, cfg.drain_timeout_s, 0, 0.0, count,
+                                  len(self.driver.progress()), note="waiting for last outputs"))
+            if now - t0 >= min_wait and now - last_change >= cfg.quiet_seconds:
+                break
+        self.timings["drain_s"] = time.monotonic() - t0
+
+    def _read_back(self) -> tuple[InputEvents, Any]:
+        """What Kafka actually holds: inputs (read_committed) and outputs (read_committed)."""
+        assert self.cluster is not None
+        resources = ResourceTable(resource_name(r) for r in range(self.config.resources))
+        parts = []
+        for topic in (GET_TOPIC, POST_TOPIC):
+            recs = read_topic(self.cluster.bootstrap, topic)
+            ev = inputs_from_kafka(recs.values, recs.timestamps, resources)
+            parts.append(ev.take(np.flatnonzero(ev.id >= 0)))  # closing events are not inputs
+        events = InputEvents.concat(parts, resources)
+        out = read_topic(self.cluster.bootstrap, OUTPUT_TOPIC)
+        outputs = outputs_from_kafka(out.values, out.timestamps, out.partitions, out.offsets,
+                                     resources)
+        return events, outputs
+
+    # ------------------------------------------------------------------ cleanup
+    def _teardown(self) -> None:
+        """Remove the fault, stop generators, driver and cluster — whatever exists."""
+        with contextlib.suppress(Exception):
+            if any(e["step"] == "inject" for e in self.fault_log) and not any(
+                    e["step"] == "remove" for e in self.fault_log):
+                self._fault_step("remove", _now_ms())
+        if self.generators is not None:
+            with contextlib.suppress(Exception):
+                self.generators.close()
+        if self.driver is not None:
+            with contextlib.suppress(Exception):
+                self.driver.stop()
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.stop()
+
+    def _cluster_info(self) -> dict[str, Any]:
+        try:
+            return self.cluster.describe() if self.cluster else {}
+        except Exception:
+            return {}
+
+
+class _OutputMonitor:
+    """Counts records in the output topic (sum of high watermarks), cheaply, once a second."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pgval-monitor",
+                                  "enable.auto.commit": False})
+        self._partitions: list[int] | None = None
+
+    def count(self) -> int:
+        try:
+            if self._partitions is None:
+                md = self.consumer.list_topics(OUTPUT_TOPIC, timeout=5)
+                self._partitions = sorted(md.topics[OUTPUT_TOPIC].partitions)
+            return sum(self.consumer.get_watermark_offsets(
+                TopicPartition(OUTPUT_TOPIC, p), timeout=5, cached=False)[1]
+                for p in self._partitions)
+        except Exception:
+            return -1
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.consumer.close()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C, so ``finally`` blocks stop everything either way."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def default_run_dir(base: Path | None = None) -> Path:
+    """``./runs/<timestamp>-<pid>`` unless the user names one."""
+    root = base or Path(os.environ.get("PGVAL_RUNS", "runs"))
+    path = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def remove_run_data(run_dir: Path) -> None:
+    """Delete broker logs and checkpoints (large) but keep the process logs."""
+    for sub in ("kafka", "checkpoint", "spark"):
+        shutil.rmtree(run_dir / sub, ignore_errors=True)

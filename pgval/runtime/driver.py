@@ -1,0 +1,125 @@
+"""The streaming driver as a separate process, so a fault can kill it and restart it.
+
+It runs ``python -m pgval.topologies.driver`` (see topologies/driver.py) and
+learns about the query through the progress file the driver writes: one JSON
+line per event, ``{"event": "started", ...}`` once the query runs, then one
+line per micro-batch progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgval.runtime.procs import Managed, RuntimeErrorPlain, spawn
+
+
+@dataclass
+class DriverSpec:
+    topology: str
+    pg: str
+    bootstrap: str
+    master: str
+    checkpoint: Path
+    progress_file: Path
+    window_ms: int
+    watermark_ms: int
+    trigger_ms: int
+    shuffle_partitions: int
+    driver_host: str | None = None
+    executor_memory: str = "512m"
+    max_offsets_per_trigger: int | None = None
+    query_name: str = "pgval"
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        argv = [sys.executable, "-m", "pgval.topologies.driver",
+                "--topology", self.topology, "--pg", self.pg, "--bootstrap", self.bootstrap,
+                "--master", self.master, "--checkpoint", str(self.checkpoint),
+                "--window-ms", str(self.window_ms), "--watermark-ms", str(self.watermark_ms),
+                "--trigger-ms", str(self.trigger_ms),
+                "--shuffle-partitions", str(self.shuffle_partitions),
+                "--progress-file", str(self.progress_file),
+                "--executor-memory", self.executor_memory, "--query-name", self.query_name]
+        if self.driver_host:
+            argv += ["--driver-host", self.driver_host]
+        if self.max_offsets_per_trigger:
+            argv += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
+        return argv
+
+
+class DriverProcess:
+    """Start, wait for, stop, kill and restart the streaming driver."""
+
+    def __init__(self, spec: DriverSpec, log_dir: Path, pid_dir: Path) -> None:
+        self.spec = spec
+        self.log_dir = log_dir
+        self.pid_dir = pid_dir
+        self.proc: Managed | None = None
+        self.starts = 0
+        self.started_at: list[float] = []
+
+    def start(self, timeout_s: float = 180.0) -> float:
+        """Start the driver and wait until its query runs; returns the seconds it took."""
+        t0 = time.monotonic()
+        seen = self._count_started()
+        self.starts += 1
+        self.proc = spawn(f"driver-{self.starts}", self.spec.argv(),
+                          self.log_dir / f"driver-{self.starts}.log", env=self.spec.extra_env,
+                          pid_dir=self.pid_dir)
+        deadline = t0 + timeout_s
+        while time.monotonic() < deadline:
+            if self._count_started() > seen:
+                self.started_at.append(time.time())
+                return time.monotonic() - t0
+            if not self.proc.alive():
+                raise RuntimeErrorPlain(
+                    "the Spark driver exited before its query started: "
+                    f"{self._last_error()} (log: {self.proc.log_path})")
+            time.sleep(0.2)
+        raise RuntimeErrorPlain(f"the Spark driver did not start its query within "
+                                f"{timeout_s:.0f} s (log: {self.proc.log_path})")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def check(self) -> None:
+        """Raise a plain error if the driver died on its own (the query failed)."""
+        if self.proc is not None and not self.proc.alive():
+            raise RuntimeErrorPlain(f"the streaming query failed: {self._last_error()} "
+                                    f"(log: {self.proc.log_path})")
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        if self.proc is not None:
+            self.proc.stop(grace_s=grace_s)
+
+    def kill(self) -> None:
+        """SIGKILL the driver's process group: the driver-crash fault."""
+        if self.proc is not None:
+            self.proc.kill()
+
+    def progress(self) -> list[dict[str, Any]]:
+        """All progress lines written so far (every start appends to the same file)."""
+        rows: list[dict[str, Any]] = []
+        with contextlib.suppress(FileNotFoundError), open(self.spec.progress_file, "rb") as fh:
+            for line in fh:
+                with contextlib.suppress(ValueError):
+                    rows.append(json.loads(line))
+        return rows
+
+    def _count_started(self) -> int:
+        return sum(1 for r in self.progress() if r.get("event") == "started")
+
+    def _last_error(self) -> str:
+        if self.proc is None:
+            return "not started"
+        lines = [ln for ln in self.proc.log_tail(80).splitlines() if ln.strip()]
+        for line in reversed(lines):
+            if "Error" in line or "Exception" in line or "error:" in line:
+                return line.strip()[:300]
+        return lines[-1].strip()[:300] if lines else "no output"

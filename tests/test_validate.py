@@ -1,0 +1,100 @@
+"""`pgval validate` end to end on the real embedded cluster (1 broker, 1 worker, short phases)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgval.experiment import Experiment, ExperimentConfig
+from pgval.runtime import netns
+from pgval.runtime.cluster import ClusterConfig, cluster_processes
+from pgval.store import ResultsStore
+
+pytestmark = pytest.mark.cluster
+
+
+def small_config(topology: str, pg: str) -> ExperimentConfig:
+    return ExperimentConfig(
+        topology=topology, pg=pg, rate=400, resources=4, phase_seconds=6, warmup_seconds=4,
+        window_ms=2000, watermark_ms=1000, trigger_ms=500, quiet_seconds=6,
+        # MST needs POSTs in most windows to have outputs at all: raise their share.
+        get_share=0.9 if topology == "mst" else 0.995,
+        cluster=ClusterConfig(brokers=1, partitions=3, workers=1))
+
+
+def assert_nothing_left(run_dir: Path) -> None:
+    assert all(not alive for _, alive in cluster_processes(run_dir)), cluster_processes(run_dir)
+    out = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
+    assert out.stdout.strip() == "", f"processes still running for {run_dir}: {out.stdout}"
+    if os.geteuid() == 0:
+        state_prefix = f"{netns.NS_PREFIX}"
+        leftovers = [n for n in netns.list_namespaces() if n.startswith(state_prefix)
+                     and n in {w for w in _recorded_namespaces(run_dir)}]
+        assert leftovers == []
+
+
+def _recorded_namespaces(run_dir: Path) -> set[str]:
+    names = set()
+    for pid_file in (run_dir / "pids").glob("*.json"):
+        info = json.loads(pid_file.read_text())
+        if info.get("netns"):
+            names.add(info["netns"])
+    return names
+
+
+@pytest.mark.parametrize("topology,pg", [("sst", "a1"), ("sst", "e1"), ("mst", "a1"),
+                                         ("mst", "e1")])
+def test_no_fault_is_exactly_once(tmp_path: Path, topology: str, pg: str) -> None:
+    run_dir = tmp_path / "run"
+    db = tmp_path / "results.db"
+    result = Experiment(small_config(topology, pg), run_dir, db=db).run()
+    v = result.evaluation.validation
+    assert v.expected > 500
+    assert (v.unprocessed, v.duplicate, v.incorrect, v.malformed) == (0, 0, 0, 0), \
+        result.summary()
+    assert v.reliability == 1.0 and v.guarantee == "exactly-once"
+    assert v.correctness == 1.0 and v.missing_outputs == 0
+    assert result.generator["failed"] == 0
+    # Every phase saw inputs; the store has the run, its phases and the batch progress.
+    assert all(result.evaluation.validation.phases[p].expected > 0
+               for p in ("control", "failure", "recovery"))
+    store = ResultsStore(db)
+    (run,) = store.runs()
+    assert run["status"] == "complete" and run["guarantee"] == "exactly-once"
+    assert store.db["batches"].count > 3
+    assert_nothing_left(run_dir)
+
+
+def test_cli_json_and_cleanup(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst", "--brokers", "1",
+         "--workers", "1", "--phase-seconds", "4", "--warmup-seconds", "4", "--rate", "200",
+         "--window-ms", "2000", "--watermark-ms", "1000", "--trigger-ms", "500",
+         "--run-dir", str(run_dir), "--db", str(tmp_path / "r.db"), "--json"],
+        capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    for key in ("expected", "processed", "duplicate", "incorrect", "unprocessed", "malformed",
+                "reliability", "guarantee", "phases", "timings"):
+        assert key in out
+    assert out["guarantee"] == "exactly-once"
+    assert set(out["phases"]) == {"control", "failure", "recovery"}
+    assert_nothing_left(run_dir)
+
+
+def test_missing_java_is_one_plain_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(Path(sys.executable).parent)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst", "--brokers", "1",
+         "--workers", "1", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "r.db"),
+         "--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1
+    assert "Java" in proc.stderr and "Traceback" not in proc.stderr
+    assert_nothing_left(tmp_path / "run")
