@@ -13,6 +13,7 @@ import click
 import orjson
 from rich.console import Console
 
+from pgval.faults import FAULTS
 from pgval.phases import Phases
 from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import TOPOLOGIES
@@ -102,14 +103,17 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         render_evaluation(ev, console)
 
 
-FAULTS = ("none",)
-
-
 @main.command()
 @topology_option
 @click.option("--pg", type=click.Choice(["a1", "e1"]), default="a1", show_default=True,
               help="a1: Spark's Kafka sink (at-least-once); e1: transactional sink.")
-@click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True)
+@click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
+              help="Injected at T2 into one Spark worker (or the driver), removed at T3.")
+@click.option("--target", type=click.IntRange(min=0), default=None,
+              help="Index of the worker the fault hits (default: chosen by --seed).")
+@click.option("--delay-ms", type=click.IntRange(min=1), default=None,
+              help="Packet delay for delay faults (default: 500 ms below the time-outs; "
+                   "1.5 x the lowered time-out above them).")
 @click.option("--rate", type=click.FloatRange(min=1), default=2000, show_default=True,
               help="Generator rate, events/s over all producers.")
 @click.option("--producers", type=click.IntRange(min=1), default=1, show_default=True)
@@ -131,7 +135,8 @@ FAULTS = ("none",)
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("results.db"), show_default=True, help="SQLite results database.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
-def validate(topology: str, pg: str, fault: str, rate: float, producers: int, resources: int,
+def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: int | None,
+             rate: float, producers: int, resources: int,
              phase_seconds: float, warmup_seconds: float, window_ms: int, watermark_ms: int,
              trigger_ms: int, brokers: int, partitions: int, workers: int,
              isolate: bool | None, seed: int, run_dir: Path | None, db: Path,
@@ -143,7 +148,8 @@ def validate(topology: str, pg: str, fault: str, rate: float, producers: int, re
     from pgval.runtime.cluster import ClusterConfig
 
     cfg = ExperimentConfig(
-        topology=topology, pg=pg, fault=fault, rate=rate, producers=producers,
+        topology=topology, pg=pg, fault=fault, target=target, delay_ms=delay_ms, rate=rate,
+        producers=producers,
         resources=resources, phase_seconds=phase_seconds, warmup_seconds=warmup_seconds,
         window_ms=window_ms, watermark_ms=watermark_ms, trigger_ms=trigger_ms, seed=seed,
         cluster=ClusterConfig(brokers=brokers, partitions=partitions, workers=workers,

@@ -13,6 +13,12 @@ and an event time past every real window; those events are not inputs of the
 experiment (the oracle never sees negative IDs from a run) and only move the
 watermark, like the paper's "first input of the next window".
 
+Priming events: Spark's first micro-batches are slow (executors start, classes
+load, state stores open). Before T1 the runner writes a few events with
+negative IDs into an old window and waits until a batch has read them, so the
+control phase measures a warm query. Negative IDs are removed from the outputs
+before validation (``records.drop_reserved_ids``).
+
 Faults plug in through :class:`FaultHooks`: ``inject`` at T2 and ``remove`` at
 T3 (and always on the way out).
 """
@@ -36,8 +42,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.evaluate import Evaluation, evaluate
+from pgval.faults import FAULTS, default_target, make_fault, profile_for, timeouts_fired
 from pgval.phases import Phases
-from pgval.records import InputEvents, ResourceTable, inputs_from_kafka, outputs_from_kafka
+from pgval.records import (
+    InputEvents,
+    ResourceTable,
+    drop_reserved_ids,
+    inputs_from_kafka,
+    outputs_from_kafka,
+)
 from pgval.runtime.cluster import ClusterConfig, LocalCluster
 from pgval.runtime.driver import DriverProcess, DriverSpec
 from pgval.runtime.kafka import read_topic
@@ -66,6 +79,8 @@ class ExperimentConfig:
     max_offsets_per_trigger: int | None = None
     executor_memory: str = "512m"
     seed: int = 0
+    target: int | None = None  # worker a fault hits; default chosen by seed
+    delay_ms: int | None = None  # packet delay; default derived from the time-outs
     drain_timeout_s: float = 120.0
     quiet_seconds: float = 8.0
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -81,6 +96,15 @@ class ExperimentConfig:
             raise RuntimeErrorPlain("phase and warm-up lengths must be positive")
         if self.window_ms <= 0 or self.watermark_ms < 0 or self.trigger_ms < 0:
             raise RuntimeErrorPlain("window, watermark and trigger must be non-negative (ms)")
+        if self.fault not in FAULTS:
+            raise RuntimeErrorPlain(f"unknown fault {self.fault!r}; use one of "
+                                    f"{', '.join(FAULTS)}")
+        if self.target is not None and not 0 <= self.target < self.cluster.workers:
+            raise RuntimeErrorPlain(f"--target must be a worker index from 0 to "
+                                    f"{self.cluster.workers - 1}")
+        if self.fault.startswith("delay") and self.cluster.isolate is False:
+            raise RuntimeErrorPlain("packet delay needs workers in their own network "
+                                    "namespaces; drop --no-isolate")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,7 +175,13 @@ class Experiment:
         self.config = config
         self.run_dir = Path(run_dir).resolve()
         self.db = db
-        self.fault = fault or NoFault()
+        self.profile = profile_for(config.fault, config.phase_seconds, config.delay_ms)
+        self.target = (config.target if config.target is not None
+                       else default_target(config.seed, config.cluster.workers))
+        self.fault = fault or make_fault(config.fault, self.target, self.profile) or NoFault()
+        if self.profile.daemon_conf:
+            config.cluster.spark_daemon_conf = {**self.profile.daemon_conf,
+                                                **config.cluster.spark_daemon_conf}
         self.on_status = on_status or (lambda s: None)
         self.cluster: LocalCluster | None = None
         self.driver: DriverProcess | None = None
@@ -178,6 +208,10 @@ class Experiment:
             raise
         finally:
             self._teardown()
+        if self.fault.name != "none":
+            self.fault_log.append({"step": "timeouts", "fault": self.fault.name,
+                                   "target": self.target, **self.profile.describe(),
+                                   "fired": timeouts_fired(self.run_dir / "logs")})
         self.timings["total_s"] = time.monotonic() - wall0
         phase_total = cfg.warmup_seconds + 3 * cfg.phase_seconds
         self.timings["overhead_s"] = self.timings["total_s"] - phase_total
@@ -205,9 +239,10 @@ class Experiment:
             driver_host=spark.driver_host, executor_memory=cfg.executor_memory,
             max_offsets_per_trigger=cfg.max_offsets_per_trigger,
             query_name=f"pgval-{cfg.topology}-{cfg.pg}",
-            extra_env=spark.driver_env())
+            extra_env=spark.driver_env(), conf=dict(self.profile.driver_conf))
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         self.timings["driver_start_s"] = self.driver.start()
+        self.timings["prime_s"] = self._prime()
         self.timings["deploy_s"] = time.monotonic() - t0
 
         gen_cfg = GeneratorConfig(
@@ -292,24 +327,45 @@ class Experiment:
             raise
         self.fault_log.append(entry)
 
-    def _write_closing_events(self, report: Any) -> int:
-        """Negative-ID events past every real window, on both topics, to move the watermark."""
+    def _write_control_events(self, event_ts: int, first_id: int) -> int:
+        """One negative-ID GET and POST per resource at ``event_ts``; returns the next free ID."""
         assert self.cluster is not None
-        cfg = self.config
-        closing_ts = _now_ms() + cfg.window_ms + cfg.watermark_ms + 1_000
         producer = Producer({"bootstrap.servers": self.cluster.bootstrap,
                              "partitioner": "murmur2_random", "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 5})
-        ident = -1
-        for r in range(cfg.resources):
+                             "enable.idempotence": True, "linger.ms": 5, "log_level": 3})
+        ident = first_id
+        for r in range(self.config.resources):
             name = resource_name(r)
             for topic, typ in ((GET_TOPIC, "GET"), (POST_TOPIC, "POST")):
                 value = json.dumps({"id": ident, "type": typ, "resource": name,
-                                    "event_ts": closing_ts}).encode()
+                                    "event_ts": event_ts}).encode()
                 producer.produce(topic, key=name.encode(), value=value)
                 ident -= 1
         if producer.flush(30) != 0:
-            raise RuntimeErrorPlain("could not write the closing events to Kafka within 30 s")
+            raise RuntimeErrorPlain("could not write pgval's control events to Kafka in 30 s")
+        return ident
+
+    def _prime(self, timeout_s: float = 180.0) -> float:
+        """Warm the query up with old-window control events; wait until a batch read them."""
+        assert self.driver is not None
+        t0 = time.monotonic()
+        old = _now_ms() - 100 * self.config.window_ms
+        self._next_control_id = self._write_control_events(old, -1)
+        while time.monotonic() - t0 < timeout_s:
+            self.driver.check()
+            if any((p.get("numInputRows") or 0) > 0 for p in self.driver.progress()):
+                return time.monotonic() - t0
+            self.on_status(Status("prime", time.monotonic() - t0, timeout_s, 0, 0.0, 0,
+                                  len(self.driver.progress()), note="warming up the query"))
+            time.sleep(0.5)
+        raise RuntimeErrorPlain(f"the streaming query processed nothing within {timeout_s:.0f} s "
+                                f"(see {self.run_dir / 'logs'})")
+
+    def _write_closing_events(self, report: Any) -> int:
+        """Negative-ID events past every real window, on both topics, to move the watermark."""
+        cfg = self.config
+        closing_ts = _now_ms() + cfg.window_ms + cfg.watermark_ms + 1_000
+        self._write_control_events(closing_ts, getattr(self, "_next_control_id", -1))
         return closing_ts
 
     def _drain(self, monitor: _OutputMonitor, closing_ts: int) -> None:
@@ -348,7 +404,14 @@ class Experiment:
         out = read_topic(self.cluster.bootstrap, OUTPUT_TOPIC)
         outputs = outputs_from_kafka(out.values, out.timestamps, out.partitions, out.offsets,
                                      resources)
+        outputs, self.control_outputs = drop_reserved_ids(outputs)
         return events, outputs
+
+    def spark_worker(self, index: int) -> Any:
+        """The handle of Spark worker ``index`` (for faults)."""
+        if self.cluster is None or self.cluster.spark is None:
+            raise RuntimeErrorPlain("the Spark cluster is not running")
+        return self.cluster.spark.workers[index]
 
     # ------------------------------------------------------------------ cleanup
     def _teardown(self) -> None:

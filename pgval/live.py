@@ -40,7 +40,7 @@ class LiveStatus:
         detail = (f"{s.elapsed_s:5.0f}/{s.total_s:.0f} s  in {s.input_rate:8,.0f} ev/s  "
                   f"generated {s.generated:,}  outputs {max(s.outputs, 0):,}  "
                   f"batches {s.batches}")
-        if s.phase == "drain":
+        if s.phase in ("drain", "prime"):
             detail = f"{s.note}: outputs {max(s.outputs, 0):,}, batches {s.batches}"
         if self._progress is not None and self._task is not None:
             frac = min(s.elapsed_s / s.total_s, 1.0) if s.total_s else 0.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ class ClusterConfig:
     cores_per_worker: int = 1
     worker_memory: str = "1g"
     broker_heap: str = "384m"
+    #: Spark settings for master and workers (``-D``), e.g. spark.worker.timeout.
+    spark_daemon_conf: dict[str, str] = field(default_factory=dict)
     isolate: bool | None = None  # None: namespaces when root and supported
 
 
@@ -56,7 +58,8 @@ class LocalCluster:
         try:
             self.spark = SparkCluster(self.run_dir, workers=cfg.workers,
                                       cores_per_worker=cfg.cores_per_worker,
-                                      worker_memory=cfg.worker_memory, isolate=cfg.isolate)
+                                      worker_memory=cfg.worker_memory, isolate=cfg.isolate,
+                                      extra_conf=cfg.spark_daemon_conf)
             self.spark.start()
             self.timings["spark_start_s"] = time.monotonic() - t0
             self._write_state(partial=True)  # so `pgval cleanup` finds the namespaces

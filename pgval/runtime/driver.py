@@ -36,6 +36,7 @@ class DriverSpec:
     max_offsets_per_trigger: int | None = None
     query_name: str = "pgval"
     extra_env: dict[str, str] = field(default_factory=dict)
+    conf: dict[str, str] = field(default_factory=dict)  # extra Spark conf (time-outs)
 
     def argv(self) -> list[str]:
         argv = [sys.executable, "-m", "pgval.topologies.driver",
@@ -48,6 +49,8 @@ class DriverSpec:
                 "--executor-memory", self.executor_memory, "--query-name", self.query_name]
         if self.driver_host:
             argv += ["--driver-host", self.driver_host]
+        for key, value in self.conf.items():
+            argv += ["--conf", f"{key}={value}"]
         if self.max_offsets_per_trigger:
             argv += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
         return argv

@@ -1,0 +1,72 @@
+"""Packet delay on one Spark worker: every packet to and from its namespace is held PD ms.
+
+The mechanism (netem where the kernel has it, an NFQUEUE packet holder where it
+does not) lives in :mod:`pgval.faults.delay`; this class ties it to a worker and
+to the time-out profile, and afterwards reads the logs to say which time-out
+fired (the evidence that PD really was above, or below, the time-outs).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgval.faults.timeouts import TimeoutProfile
+from pgval.runtime.procs import RuntimeErrorPlain
+
+if TYPE_CHECKING:
+    from pgval.experiment import Experiment
+
+#: Log lines that show a time-out fired, by who noticed.
+TIMEOUT_PATTERNS = {
+    "executor heartbeat (driver)": re.compile(r"Executor heartbeat timed out|"
+                                              r"Lost executor .*(?:heartbeat|timed out)", re.I),
+    "worker timeout (master)": re.compile(r"Removing worker .* because we got no heartbeat", re.I),
+    "executor lost (driver)": re.compile(r"Lost executor \d+", re.I),
+    "rpc timeout": re.compile(r"RpcTimeoutException|Futures timed out", re.I),
+    "kafka client timeout": re.compile(r"TimeoutException: .*(?:Kafka|metadata|fetch)", re.I),
+}
+
+
+class WorkerDelay:
+    def __init__(self, name: str, target: int, profile: TimeoutProfile) -> None:
+        self.name = name
+        self.target = target
+        self.profile = profile
+        self._delay: Any = None
+
+    def inject(self, run: Experiment) -> dict[str, Any]:
+        from pgval.faults.delay import PacketDelay
+
+        worker = run.spark_worker(self.target)
+        if worker.netns is None:
+            raise RuntimeErrorPlain(
+                "packet delay needs the workers in their own network namespaces "
+                "(run as root, without --no-isolate)")
+        assert self.profile.delay_ms is not None
+        self._delay = PacketDelay(worker.netns, self.profile.delay_ms, run.run_dir)
+        detail = self._delay.inject()
+        return {"target": worker.name, **detail, **self.profile.describe()}
+
+    def remove(self, run: Experiment) -> dict[str, Any]:
+        if self._delay is None:
+            return {}
+        detail = self._delay.remove()
+        self._delay = None
+        return detail
+
+
+def timeouts_fired(log_dir: Path, since_ms: int | None = None) -> dict[str, int]:
+    """Count log lines per time-out kind across the run's logs (driver, master, workers)."""
+    counts: dict[str, int] = {}
+    for path in sorted(Path(log_dir).glob("*.log")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for kind, pattern in TIMEOUT_PATTERNS.items():
+            n = len(pattern.findall(text))
+            if n:
+                counts[kind] = counts.get(kind, 0) + n
+    return counts

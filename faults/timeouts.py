@@ -1,0 +1,60 @@
+"""Time-outs pgval sets, and the packet delays derived from them.
+
+The paper's two delay faults are defined relative to the system's time-outs:
+PD < TO (the worker stays a member, just slow) and PD > TO (Spark declares it
+lost). Spark's defaults (spark.network.timeout 120 s, spark.worker.timeout
+60 s) are longer than a short experiment's failure phase, so for
+``delay-gt-timeout`` pgval lowers them to values that fit inside the phase and
+derives PD from them. ``delay-lt-timeout`` keeps PD (500 ms, as in the paper)
+far below Spark's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_LT_DELAY_MS = 500
+
+
+@dataclass(frozen=True)
+class TimeoutProfile:
+    """Spark settings for driver/executors, for master/workers, and the delay to inject."""
+
+    name: str
+    driver_conf: dict[str, str] = field(default_factory=dict)
+    daemon_conf: dict[str, str] = field(default_factory=dict)
+    delay_ms: int | None = None
+    timeout_s: float | None = None  # the smallest time-out the delay is compared against
+
+    def describe(self) -> dict[str, object]:
+        return {"profile": self.name, "delay_ms": self.delay_ms, "timeout_s": self.timeout_s,
+                "driver_conf": self.driver_conf, "daemon_conf": self.daemon_conf}
+
+
+def profile_for(fault: str, phase_seconds: float, delay_ms: int | None = None) -> TimeoutProfile:
+    """Time-outs and packet delay for ``fault``; explicit ``delay_ms`` overrides the derived one."""
+    if fault == "delay-gt-timeout":
+        # Fit detection well inside the failure phase: time-out = phase/4, clamped to [4, 30] s.
+        timeout_s = max(4.0, min(30.0, phase_seconds / 4))
+        heartbeat_s = max(1.0, timeout_s / 4)
+        pd = delay_ms or int(timeout_s * 1000 * 1.5)
+        t = f"{int(timeout_s)}s"
+        return TimeoutProfile(
+            name="short",
+            driver_conf={
+                "spark.network.timeout": t,
+                "spark.executor.heartbeatInterval": f"{int(heartbeat_s * 1000)}ms",
+                "spark.rpc.askTimeout": t,
+                "spark.network.timeoutInterval": f"{int(heartbeat_s * 1000)}ms",
+                "spark.storage.blockManagerHeartbeatTimeoutMs": str(int(timeout_s * 1000)),
+            },
+            daemon_conf={
+                # Master: seconds without a worker heartbeat before the worker is lost.
+                "spark.worker.timeout": str(int(timeout_s)),
+                "spark.network.timeout": t,
+            },
+            delay_ms=pd, timeout_s=timeout_s)
+    if fault == "delay-lt-timeout":
+        pd = delay_ms or DEFAULT_LT_DELAY_MS
+        return TimeoutProfile(name="default", delay_ms=pd, timeout_s=60.0)
+    return TimeoutProfile(name="default")
