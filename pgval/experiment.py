@@ -42,6 +42,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.evaluate import Evaluation, evaluate
+from pgval.explain import explain_unprocessed
 from pgval.faults import FAULTS, default_target, make_fault, profile_for, timeouts_fired
 from pgval.phases import Phases
 from pgval.records import (
@@ -51,6 +52,7 @@ from pgval.records import (
     inputs_from_kafka,
     outputs_from_kafka,
 )
+from pgval.recovery import recovery_metrics
 from pgval.runtime.cluster import ClusterConfig, LocalCluster
 from pgval.runtime.driver import DriverProcess, DriverSpec
 from pgval.runtime.kafka import read_topic
@@ -153,9 +155,13 @@ class ExperimentResult:
     generator: dict[str, Any]
     batches: list[dict[str, Any]]
     fault_log: list[dict[str, Any]]
+    recovery: dict[str, Any] = field(default_factory=dict)
+    unprocessed_causes: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         out = self.evaluation.summary()
+        out["recovery"] = self.recovery
+        out["unprocessed_causes"] = self.unprocessed_causes.get("counts", {})
         out.update({"run_id": self.run_id, "timings": self.timings,
                     "phase_bounds_ms": {"start": self.phases.start, "t2": self.phases.t2,
                                         "t3": self.phases.t3},
@@ -221,6 +227,8 @@ class Experiment:
                 "fault_log": self.fault_log, "cluster": self._cluster_info()})
             store.save_batches(run_id, result.batches)
             store.save_fault_log(run_id, self.fault_log)
+            store.save_recovery(run_id, result.recovery)
+            store.save_unprocessed_causes(run_id, result.unprocessed_causes)
         return result
 
     def _run(self, run_id: int | None) -> ExperimentResult:
@@ -278,9 +286,13 @@ class Experiment:
         t_val = time.monotonic()
         evaluation = evaluate(events, outputs, cfg.topology, cfg.window_ms, phases)
         self.timings["validate_s"] = time.monotonic() - t_val
-        return ExperimentResult(run_id=run_id, evaluation=evaluation, timings=self.timings,
-                                phases=phases, generator=report.to_dict(),
-                                batches=self.driver.progress(), fault_log=self.fault_log)
+        batches = self.driver.progress()
+        return ExperimentResult(
+            run_id=run_id, evaluation=evaluation, timings=self.timings, phases=phases,
+            generator=report.to_dict(), batches=batches, fault_log=self.fault_log,
+            recovery=recovery_metrics(evaluation).as_dict(),
+            unprocessed_causes=explain_unprocessed(events, evaluation.expected,
+                                                   evaluation.validation, batches))
 
     def _follow_timeline(self, t1: int, t2: int, t3: int, t4: int,
                          monitor: _OutputMonitor) -> None:
@@ -396,9 +408,10 @@ class Experiment:
         assert self.cluster is not None
         resources = ResourceTable(resource_name(r) for r in range(self.config.resources))
         parts = []
-        for topic in (GET_TOPIC, POST_TOPIC):
+        for code, topic in enumerate((GET_TOPIC, POST_TOPIC)):
             recs = read_topic(self.cluster.bootstrap, topic)
-            ev = inputs_from_kafka(recs.values, recs.timestamps, resources)
+            ev = inputs_from_kafka(recs.values, recs.timestamps, resources,
+                                   recs.partitions, recs.offsets, topic_code=code)
             parts.append(ev.take(np.flatnonzero(ev.id >= 0)))  # closing events are not inputs
         events = InputEvents.concat(parts, resources)
         out = read_topic(self.cluster.bootstrap, OUTPUT_TOPIC)

@@ -69,6 +69,11 @@ class InputEvents:
     ingress_ts: np.ndarray
     resources: ResourceTable
     malformed: int = 0
+    #: Where each event sits in Kafka (set when read from Kafka): topic code (0 get, 1 post),
+    #: partition and offset. They let the explainer find the micro-batch that read it.
+    topic: np.ndarray | None = None
+    partition: np.ndarray | None = None
+    offset: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.id)
@@ -80,14 +85,23 @@ class InputEvents:
                    resources or ResourceTable())
 
     def take(self, index: np.ndarray) -> InputEvents:
+        def opt(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[index]
+
         return InputEvents(self.id[index], self.is_get[index], self.resource[index],
                            self.event_ts[index], self.ingress_ts[index], self.resources,
-                           self.malformed)
+                           self.malformed, opt(self.topic), opt(self.partition),
+                           opt(self.offset))
 
     @staticmethod
     def concat(parts: Sequence[InputEvents], resources: ResourceTable) -> InputEvents:
         if not parts:
             return InputEvents.empty(resources)
+
+        def opt(name: str) -> np.ndarray | None:
+            cols = [getattr(p, name) for p in parts]
+            return None if any(c is None for c in cols) else np.concatenate(cols)
+
         return InputEvents(
             np.concatenate([p.id for p in parts]),
             np.concatenate([p.is_get for p in parts]),
@@ -96,6 +110,7 @@ class InputEvents:
             np.concatenate([p.ingress_ts for p in parts]),
             resources,
             sum(p.malformed for p in parts),
+            opt("topic"), opt("partition"), opt("offset"),
         )
 
 
@@ -278,10 +293,18 @@ def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
 
 
 def inputs_from_kafka(values: Sequence[bytes | None], timestamps: np.ndarray,
-                      resources: ResourceTable) -> InputEvents:
+                      resources: ResourceTable, partitions: np.ndarray | None = None,
+                      offsets: np.ndarray | None = None, topic_code: int = 0) -> InputEvents:
     """Input events from Kafka values; ingress time = the record timestamp (LogAppendTime)."""
     table, kept, malformed, _ = parse_values(values, KAFKA_INPUT_SCHEMA)
     table = table.append_column("ingress_ts", pa.array(np.asarray(timestamps)[kept],
+                                                       type=pa.int64()))
+    if partitions is not None and offsets is not None:
+        table = table.append_column("_partition", pa.array(np.asarray(partitions)[kept],
+                                                           type=pa.int64()))
+        table = table.append_column("_offset", pa.array(np.asarray(offsets)[kept],
+                                                        type=pa.int64()))
+        table = table.append_column("_topic", pa.array(np.full(len(kept), topic_code),
                                                        type=pa.int64()))
     return inputs_from_table(table, resources, malformed)
 
@@ -316,7 +339,12 @@ def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int 
     ok = pc.fill_null(ok, False)
     bad = len(table) - pc.sum(ok).as_py() if len(table) else 0
     good = table.filter(ok)
+    coords = {}
+    for name in ("topic", "partition", "offset"):
+        if f"_{name}" in good.column_names:
+            coords[name] = _int_column(good, f"_{name}").astype(np.int64, copy=False)
     return InputEvents(
+        **coords,
         id=_int_column(good, "id").astype(np.int64, copy=False),
         is_get=pc.equal(good.column("type"), GET).combine_chunks()
         .to_numpy(zero_copy_only=False).astype(bool),

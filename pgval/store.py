@@ -119,6 +119,21 @@ class ResultsStore:
             self.db["series"].upsert_all(_series_rows(run_id, evaluation),
                                          pk=("run_id", "t_ms"))
 
+    def save_recovery(self, run_id: int, recovery: Mapping[str, Any]) -> None:
+        """Downtime, recovery times, catch-up (pgval/recovery.py) as columns of ``runs``."""
+        row = {k: (int(v) if isinstance(v, bool) else v) for k, v in recovery.items()}
+        self.db["runs"].update(run_id, row, alter=True)
+
+    def save_unprocessed_causes(self, run_id: int, explained: Mapping[str, Any]) -> None:
+        """Counts per cause (late, in-flight at end, lost) with example IDs."""
+        rows = [{"run_id": run_id, "cause": cause, "count": int(count),
+                 "examples": json.dumps(explained.get("examples", {}).get(cause, []))}
+                for cause, count in explained.get("counts", {}).items()]
+        if rows:
+            self.db["unprocessed_causes"].insert_all(
+                rows, pk=("run_id", "cause"), replace=True,
+                foreign_keys=[("run_id", "runs", "id")])
+
     def save_batches(self, run_id: int, progress: Iterable[Mapping[str, Any]]) -> None:
         """Per micro-batch progress from the driver: explains unprocessed events later."""
         rows = []

@@ -68,6 +68,7 @@ class Validation:
     first_own_ingress: np.ndarray = field(repr=False)  # output ingress of each first own occ.
     output_ingress: np.ndarray = field(repr=False)
     output_known_key: np.ndarray = field(repr=False)  # expected row of each output or -1
+    unprocessed_slots: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, int))
     malformed_samples: list[str] = field(default_factory=list)
     malformed_inputs: int = 0
     duplicate_inputs: int = 0
@@ -232,6 +233,7 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         first_own_ingress=outputs.ingress_ts[own_output[is_first]],
         output_ingress=outputs.ingress_ts,
         output_known_key=out_row,
+        unprocessed_slots=unproc_slots,
         malformed_samples=outputs.malformed_samples,
         duplicate_inputs=expected.duplicate_inputs,
     )

@@ -1,0 +1,122 @@
+"""Recovery metrics from the other fault studies, on top of the paper's phases.
+
+* downtime (paper 002): the longest gap between consecutive outputs that ends
+  after T2, beside the longest gap seen in control (windows make outputs bursty,
+  so a gap is only news when it is longer than control's);
+* recovery time (paper 000's detector): seconds from T2 until the 1 s series is
+  back within ``tolerance`` (15 %) of its control baseline and stays there for
+  ``hold_s`` — for reliable throughput (rolling mean over one window) and,
+  separately, for latency (p50 of outputs per second, not above baseline + 15 %).
+  A metric that never recovers before the run ends is *censored* and flagged;
+* catch-up (paper 002): latency recovery time minus downtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from pgval.evaluate import Evaluation
+from pgval.phases import CONTROL
+
+TOLERANCE = 0.15
+HOLD_S = 10.0
+#: Latency counts as recovered within baseline × (1 + tolerance) + this: a per-second p50
+#: of a few outputs is coarse, and sub-second noise must not censor a recovery.
+LATENCY_SLACK_S = 1.0
+
+
+@dataclass
+class Recovery:
+    downtime_s: float | None = None
+    control_max_gap_s: float | None = None
+    recovery_throughput_s: float | None = None
+    recovery_latency_s: float | None = None
+    catchup_s: float | None = None
+    recovered: bool | None = None
+    censored: bool = False
+
+    def as_dict(self) -> dict[str, float | bool | None]:
+        return asdict(self)
+
+
+def _first_stable(ok: np.ndarray, hold: int) -> int | None:
+    """Index of the first run of ``hold`` consecutive True values, or None."""
+    if hold <= 1:
+        hits = np.flatnonzero(ok)
+        return int(hits[0]) if len(hits) else None
+    run = 0
+    for i, v in enumerate(ok.tolist()):  # a few hundred seconds: a loop is fine here
+        run = run + 1 if v else 0
+        if run >= hold:
+            return i - hold + 1
+    return None
+
+
+def recovery_metrics(ev: Evaluation, tolerance: float = TOLERANCE, hold_s: float = HOLD_S
+                     ) -> Recovery:
+    """Downtime, recovery times and catch-up of one run (needs bounded phases)."""
+    ph = ev.phases
+    if not ph.bounded():
+        return Recovery()
+    m = ev.metrics
+    out_ts = np.sort(m.output_ingress_ms)
+    rec = Recovery()
+    if len(out_ts) >= 2:
+        gaps = np.diff(out_ts)
+        ends = out_ts[1:]
+        starts = out_ts[:-1]
+        ctrl = (starts >= ph.start) & (ends < ph.t2)
+        after = ends >= ph.t2
+        rec.control_max_gap_s = float(gaps[ctrl].max()) / 1000 if ctrl.any() else None
+        if after.any():
+            # A gap that straddles T2 counts from T2, not from the last control output.
+            g = ends[after] - np.maximum(starts[after], ph.t2)
+            rec.downtime_s = float(g.max()) / 1000
+    n = len(m.reliable_per_s)
+    t = m.series_start_ms + 1000 * np.arange(n)
+    window_s = max(1, ev.window_ms // 1000)
+    thr = np.convolve(m.reliable_per_s, np.ones(window_s) / window_s, mode="same")
+    in_ctrl = (t >= ph.start) & (t < ph.t2)
+    after_t2 = t >= ph.t2
+    hold = max(1, int(round(hold_s)))
+    last_out = out_ts[-1] if len(out_ts) else ph.t3
+    if in_ctrl.any() and after_t2.any():
+        base = float(thr[in_ctrl].mean())
+        # Only judge seconds while the generator could still feed the query.
+        judged = after_t2 & (t <= last_out - 1000 * window_s)
+        ok = np.abs(thr - base) <= tolerance * base
+        idx = _first_stable(ok[judged], hold)
+        if idx is not None:
+            rec.recovery_throughput_s = float(t[judged][idx] - ph.t2) / 1000
+    lat = m.latency_per_output_ms
+    sec = (m.output_ingress_ms - m.series_start_ms) // 1000
+    valid = ~np.isnan(lat)
+    ctrl_lat = lat[valid & (ev.phases.of(m.output_ingress_ms) == CONTROL)]
+    if len(ctrl_lat):
+        base_lat = float(np.median(ctrl_lat))
+        p50 = np.full(n, np.nan)
+        for s in np.unique(sec[valid]):
+            if 0 <= s < n:
+                p50[s] = np.median(lat[valid & (sec == s)])
+        # A second without outputs keeps the last output's verdict only while the silence is
+        # no longer than control's longest gap; a longer silence is an outage, not recovery.
+        allowed_gap = int(np.ceil(rec.control_max_gap_s or 1.0)) + 1
+        filled = p50.copy()
+        since = np.zeros(n, dtype=np.int64)
+        for i in range(1, n):
+            if np.isnan(filled[i]):
+                filled[i] = filled[i - 1]
+                since[i] = since[i - 1] + 1
+        limit = base_lat * (1 + tolerance) + 1000 * LATENCY_SLACK_S
+        ok = (filled <= limit) & (since <= allowed_gap)
+        judged = after_t2 & ~np.isnan(filled)
+        idx = _first_stable(ok[judged], hold)
+        if idx is not None:
+            rec.recovery_latency_s = float(t[judged][idx] - ph.t2) / 1000
+    rec.recovered = rec.recovery_throughput_s is not None and rec.recovery_latency_s is not None
+    rec.censored = not rec.recovered
+    if rec.recovery_latency_s is not None and rec.downtime_s is not None:
+        rec.catchup_s = max(0.0, rec.recovery_latency_s - rec.downtime_s)
+    return rec

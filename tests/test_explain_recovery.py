@@ -1,0 +1,85 @@
+"""Why-unprocessed attribution and recovery metrics on constructed runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pgval.evaluate import evaluate
+from pgval.explain import explain_unprocessed
+from pgval.phases import Phases
+from pgval.records import ResourceTable
+from pgval.recovery import recovery_metrics
+from tests.strategies import to_inputs, to_outputs
+
+T0 = 1_700_000_000_000
+
+
+def iso(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def progress(batch: int, start: int | None, end: int, watermark_ms: int) -> dict:
+    return {"event": "progress", "batchId": batch, "eventTime": {"watermark": iso(watermark_ms)},
+            "sources": [{"startOffset": None if start is None else {"get": {"0": start}},
+                         "endOffset": {"get": {"0": end}}}]}
+
+
+def test_each_cause_is_found() -> None:
+    rt = ResourceTable()
+    # Offsets 0..5 in partition 0 of topic get; windows of 1 s.
+    rows = [
+        {"id": 1, "type": "GET", "resource": "a", "event_ts": T0 + 100, "ingress_ts": T0 + 100},
+        {"id": 2, "type": "GET", "resource": "a", "event_ts": T0 + 200, "ingress_ts": T0 + 200},
+        # id 3: arrives long after the watermark passed its time → late.
+        {"id": 3, "type": "GET", "resource": "a", "event_ts": T0 + 300, "ingress_ts": T0 + 5000},
+        # id 4: on time, read, window closed, missing from outputs → lost.
+        {"id": 4, "type": "GET", "resource": "a", "event_ts": T0 + 1500, "ingress_ts": T0 + 1500},
+        # id 5: its window [3000, 4000) ends after the final watermark → in flight.
+        {"id": 5, "type": "GET", "resource": "a", "event_ts": T0 + 3500, "ingress_ts": T0 + 3600},
+    ]
+    events = to_inputs(rows, rt)
+    events.topic = np.zeros(5, dtype=np.int64)
+    events.partition = np.zeros(5, dtype=np.int64)
+    events.offset = np.array([0, 1, 4, 2, 3], dtype=np.int64)
+    outs = to_outputs([{"window_start": T0, "resource": "a", "count": 2, "ids": [1, 2],
+                        "ingress_ts": T0 + 2100},
+                       {"window_start": T0 + 1000, "resource": "a", "count": 0, "ids": [],
+                        "ingress_ts": T0 + 3100}], rt)
+    ev = evaluate(events, outs, "sst", 1000)
+    assert sorted(ev.expected.id_sorted[ev.validation.unprocessed_slots].tolist()) == [3, 4, 5]
+    prog = [progress(0, None, 2, 0), progress(1, 2, 4, T0 + 1000),
+            progress(2, 4, 5, T0 + 2600)]
+    out = explain_unprocessed(events, ev.expected, ev.validation, prog)
+    assert out["counts"] == {"late": 1, "in-flight at end": 1, "lost": 1}
+    assert out["examples"] == {"late": [3], "in-flight at end": [5], "lost": [4]}
+
+
+def test_recovery_metrics_see_an_outage() -> None:
+    rt = ResourceTable()
+    rate_per_s = 20
+    rows, outs = [], []
+    ident = 0
+    for sec in range(60):
+        for k in range(rate_per_s):
+            ident += 1
+            ts = T0 + sec * 1000 + k * (1000 // rate_per_s)
+            rows.append({"id": ident, "type": "GET", "resource": "a", "event_ts": ts,
+                         "ingress_ts": ts})
+    events = to_inputs(rows, rt)
+    exp_rows = evaluate(events, to_outputs([], rt), "sst", 1000).expected.to_records()
+    for row in exp_rows:
+        end = row["window_end"]
+        # Outage: windows ending in [20 s, 30 s) are emitted only at 30 s.
+        when = T0 + 30_000 + 50 if T0 + 20_000 <= end < T0 + 30_000 else end + 50
+        outs.append({**row, "ingress_ts": when})
+    ev = evaluate(events, to_outputs(outs, rt), "sst", 1000, Phases(T0, T0 + 20_000,
+                                                                     T0 + 30_000))
+    rec = recovery_metrics(ev, hold_s=5)
+    assert rec.control_max_gap_s == pytest.approx(1.0)
+    assert rec.downtime_s == pytest.approx(10.05, abs=0.1)
+    assert rec.recovered and not rec.censored
+    assert 9 <= rec.recovery_latency_s <= 12
+    assert rec.catchup_s is not None and rec.catchup_s < 3
