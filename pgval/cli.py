@@ -114,8 +114,9 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
 @click.option("--delay-ms", type=click.IntRange(min=1), default=None,
               help="Packet delay for delay faults (default: 500 ms below the time-outs; "
                    "1.5 x the lowered time-out above them).")
-@click.option("--rate", type=click.FloatRange(min=1), default=2000, show_default=True,
-              help="Generator rate, events/s over all producers.")
+@click.option("--rate", default="2000", show_default=True,
+              help="Generator rate, events/s over all producers, or 'oir' for the stored "
+                   "optimum ingestion rate of this topology and pg (see `pgval oir`).")
 @click.option("--producers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--resources", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--phase-seconds", type=click.FloatRange(min=1), default=90, show_default=True,
@@ -136,7 +137,7 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
               default=Path("results.db"), show_default=True, help="SQLite results database.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: int | None,
-             rate: float, producers: int, resources: int,
+             rate: str, producers: int, resources: int,
              phase_seconds: float, warmup_seconds: float, window_ms: int, watermark_ms: int,
              trigger_ms: int, brokers: int, partitions: int, workers: int,
              isolate: bool | None, seed: int, run_dir: Path | None, db: Path,
@@ -147,8 +148,10 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
     from pgval.render import render_evaluation
     from pgval.runtime.cluster import ClusterConfig
 
+    rate_value = _resolve_rate(rate, db, topology, pg)
     cfg = ExperimentConfig(
-        topology=topology, pg=pg, fault=fault, target=target, delay_ms=delay_ms, rate=rate,
+        topology=topology, pg=pg, fault=fault, target=target, delay_ms=delay_ms,
+        rate=rate_value,
         producers=producers,
         resources=resources, phase_seconds=phase_seconds, warmup_seconds=warmup_seconds,
         window_ms=window_ms, watermark_ms=watermark_ms, trigger_ms=trigger_ms, seed=seed,
@@ -172,6 +175,142 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
     gen = result.generator
     console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
                   f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")
+
+
+def _resolve_rate(rate: str, db: Path, topology: str, pg: str) -> float:
+    if rate.strip().lower() == "oir":
+        from pgval.oir import stored_oir
+
+        value = stored_oir(db, topology, pg)
+        if value is None:
+            raise UserError(f"no optimum ingestion rate is stored for {topology} {pg} in {db}; "
+                            f"run `pgval oir --topology {topology} --pg {pg} --db {db}` first")
+        console.print(f"using the stored OIR of {value:,.0f} events/s")
+        return value
+    try:
+        value = float(rate)
+    except ValueError as exc:
+        raise UserError(f"--rate must be a number of events/s or 'oir', not {rate!r}") from exc
+    if value <= 0:
+        raise UserError("--rate must be positive")
+    return value
+
+
+def _experiment_options(f):  # noqa: ANN001, ANN202 - click decorator stack
+    """Options shared by `matrix` and `oir` (one run's shape and the cluster's size)."""
+    opts = [
+        click.option("--phase-seconds", type=click.FloatRange(min=1), default=30,
+                     show_default=True),
+        click.option("--warmup-seconds", type=click.FloatRange(min=0), default=5,
+                     show_default=True),
+        click.option("--window-ms", type=click.IntRange(min=1), default=10_000,
+                     show_default=True),
+        click.option("--watermark-ms", type=click.IntRange(min=0), default=2000,
+                     show_default=True),
+        click.option("--trigger-ms", type=click.IntRange(min=0), default=1000,
+                     show_default=True),
+        click.option("--resources", type=click.IntRange(min=1), default=16, show_default=True),
+        click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True),
+        click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path),
+                     default=Path("runs"), show_default=True),
+        click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+                     default=Path("results.db"), show_default=True),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _base_config(**kw: object):  # noqa: ANN202
+    from pgval.experiment import ExperimentConfig
+    from pgval.runtime.cluster import ClusterConfig
+
+    return ExperimentConfig(
+        topology=str(kw.get("topology", "sst")), pg=str(kw.get("pg", "a1")),
+        rate=float(kw.get("rate", 2000)), resources=int(kw["resources"]),
+        phase_seconds=float(kw["phase_seconds"]), warmup_seconds=float(kw["warmup_seconds"]),
+        window_ms=int(kw["window_ms"]), watermark_ms=int(kw["watermark_ms"]),
+        trigger_ms=int(kw["trigger_ms"]), seed=int(kw["seed"]),
+        cluster=ClusterConfig(brokers=int(kw["brokers"]), workers=int(kw["workers"])))
+
+
+def _csv_choice(value: str, allowed: tuple[str, ...], name: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in allowed]
+    if bad or not items:
+        raise UserError(f"--{name} takes a comma-separated list of {', '.join(allowed)}; "
+                        f"got {value!r}")
+    return items
+
+
+@main.command()
+@click.option("--topologies", default="sst,mst", show_default=True)
+@click.option("--pgs", default="a1,e1", show_default=True)
+@click.option("--faults", default="none,crash,delay-lt-timeout,delay-gt-timeout",
+              show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--rate", default="2000", show_default=True, help="events/s, or 'oir'")
+@_experiment_options
+def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw: object) -> None:
+    """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from pgval.matrix import cells, run_matrix
+
+    tops = _csv_choice(topologies, TOPOLOGIES, "topologies")
+    pg_list = _csv_choice(pgs, ("a1", "e1"), "pgs")
+    fault_list = _csv_choice(faults, FAULTS, "faults")
+    db = Path(str(kw["db"]))
+    use_oir = rate.strip().lower() == "oir"
+    base = _base_config(rate=1.0 if use_oir else _resolve_rate(rate, db, "", ""), **kw)
+    rate_for = (lambda c: _resolve_rate("oir", db, c.topology, c.pg)) if use_oir else None
+    grid = cells(tops, pg_list, fault_list, repeat)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  console=err_console) as progress:
+        task = progress.add_task("matrix", total=len(grid))
+
+        def on_cell(cell, state, info):  # noqa: ANN001, ANN202
+            if state in ("complete", "skipped", "failed"):
+                progress.advance(task)
+            extra = ""
+            if info and "reliability" in info:
+                extra = f" reliability {info['reliability']:.2%} {info['guarantee']}"
+            elif info and "error" in info:
+                extra = f" error: {info['error']}"
+            progress.console.print(f"{cell.label():32} {state}{extra}")
+
+        counts = run_matrix(base, grid, db, Path(str(kw["runs_dir"])), on_cell=on_cell,
+                            rate_for=rate_for)
+    console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete, "
+                  f"{counts['failed']} failed — results in {db}")
+    if counts["failed"]:
+        sys.exit(1)
+
+
+@main.command()
+@topology_option
+@click.option("--pg", type=click.Choice(["a1", "e1"]), default="a1", show_default=True)
+@click.option("--start-rate", type=click.FloatRange(min=1), default=1000, show_default=True)
+@click.option("--max-trials", type=click.IntRange(min=1), default=6, show_default=True)
+@_experiment_options
+def oir(topology: str, pg: str, start_rate: float, max_trials: int, **kw: object) -> None:
+    """Find the optimum ingestion rate by a bounded search over control runs, and store it."""
+    from pgval.oir import search_oir
+
+    base = _base_config(topology=topology, pg=pg, **kw)
+
+    def on_trial(t):  # noqa: ANN001, ANN202
+        mark = "[green]pass[/]" if t.passed else "[red]fail[/]"
+        console.print(f"{t.rate:>10,.0f} ev/s  {mark}  {t.reason}")
+
+    res = search_oir(base, Path(str(kw["db"])), Path(str(kw["runs_dir"])), start=start_rate,
+                     max_trials=max_trials, on_trial=on_trial)
+    if res.oir is None:
+        raise UserError(f"even {min(t.rate for t in res.trials):,.0f} events/s failed; "
+                        "try a lower --start-rate")
+    console.print(f"OIR of {topology} {pg}: {res.oir:,.0f} events/s (stored in {kw['db']})")
 
 
 @main.group()

@@ -176,7 +176,8 @@ class Experiment:
 
     def __init__(self, config: ExperimentConfig, run_dir: Path, db: Path | None = None,
                  fault: FaultHooks | None = None,
-                 on_status: Callable[[Status], None] | None = None) -> None:
+                 on_status: Callable[[Status], None] | None = None,
+                 extra_params: dict[str, Any] | None = None, repeat: int | None = None) -> None:
         config.validate()
         self.config = config
         self.run_dir = Path(run_dir).resolve()
@@ -189,6 +190,8 @@ class Experiment:
             config.cluster.spark_daemon_conf = {**self.profile.daemon_conf,
                                                 **config.cluster.spark_daemon_conf}
         self.on_status = on_status or (lambda s: None)
+        self.extra_params = dict(extra_params or {})
+        self.repeat = repeat
         self.cluster: LocalCluster | None = None
         self.driver: DriverProcess | None = None
         self.generators: ProducerGroup | None = None
@@ -201,8 +204,9 @@ class Experiment:
         cfg = self.config
         store = ResultsStore(self.db) if self.db else None
         run_id = store.start_run("validate", cfg.topology, cfg.window_ms, pg=cfg.pg,
-                                 fault=cfg.fault, seed=cfg.seed,
-                                 params=cfg.to_dict()) if store else None
+                                 fault=cfg.fault, seed=cfg.seed, repeat=self.repeat,
+                                 params={**cfg.to_dict(), **self.extra_params,
+                                         "run_dir": str(self.run_dir)}) if store else None
         wall0 = time.monotonic()
         try:
             with _terminate_as_interrupt():

@@ -1,0 +1,135 @@
+"""Optimum ingestion rate (Karimov et al., used by the paper): the highest generator
+rate at which a control run keeps 100 % reliability and stable latency.
+
+The search is bounded: it doubles the rate from ``start`` while trials pass, then
+bisects between the last pass and the first failure, at most ``max_trials``
+control-only runs. A trial passes when
+
+* reliability is 100 % (no unprocessed, duplicate or incorrect ID),
+* the generator achieved ≥ 95 % of the asked rate (else the generator, not
+  Spark, is the limit — reported as such), and
+* latency is stable: the median paper latency of the last third of the run is
+  at most ``growth`` × the first third's + one trigger interval (a queue that
+  grows makes latency climb through the run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pgval.experiment import Experiment, ExperimentConfig, ExperimentResult
+from pgval.store import ResultsStore
+
+GROWTH = 1.5
+
+
+@dataclass
+class Trial:
+    rate: float
+    passed: bool
+    reason: str
+    reliability: float
+    achieved_rate: float
+    latency_first_s: float | None
+    latency_last_s: float | None
+    run_id: int | None
+
+
+@dataclass
+class OirResult:
+    topology: str
+    pg: str
+    oir: float | None
+    trials: list[Trial] = field(default_factory=list)
+
+
+def judge(result: ExperimentResult, rate: float, trigger_ms: int,
+          growth: float = GROWTH) -> Trial:
+    """Pass/fail of one control run at ``rate``, with the reason."""
+    v = result.evaluation.validation
+    m = result.evaluation.metrics
+    achieved = float(result.generator.get("achieved_rate") or 0.0)
+    lat = m.latency_per_output_ms
+    ts = m.output_ingress_ms
+    ok = ~np.isnan(lat)
+    first = last = None
+    if ok.sum() >= 3:
+        lat, ts = lat[ok], ts[ok]
+        a, b = np.percentile(ts, [33.3, 66.7])
+        if (ts <= a).any() and (ts >= b).any():
+            first = float(np.median(lat[ts <= a])) / 1000
+            last = float(np.median(lat[ts >= b])) / 1000
+    reasons = []
+    if v.reliability < 1.0 or v.guarantee != "exactly-once":
+        reasons.append(f"reliability {v.reliability:.4%} ({v.guarantee})")
+    if achieved < 0.95 * rate:
+        reasons.append(f"generator reached only {achieved:,.0f} ev/s")
+    if first is None or last is None:
+        reasons.append("too few outputs to judge latency")
+    elif last > growth * first + trigger_ms / 1000:
+        reasons.append(f"latency grew from {first:.2f} s to {last:.2f} s")
+    return Trial(rate=rate, passed=not reasons, reason="; ".join(reasons) or "stable",
+                 reliability=v.reliability, achieved_rate=achieved, latency_first_s=first,
+                 latency_last_s=last, run_id=result.run_id)
+
+
+def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float = 1000.0,
+               max_rate: float = 200_000.0, max_trials: int = 6, precision: float = 0.1,
+               on_trial: Callable[[Trial], None] | None = None) -> OirResult:
+    """Bounded doubling + bisection over control-only runs; stores the result."""
+    res = OirResult(base.topology, base.pg, None)
+    lo: float | None = None
+    hi: float | None = None
+    rate = start
+    while len(res.trials) < max_trials:
+        cfg = dataclasses.replace(base, rate=rate, fault="none",
+                                  cluster=dataclasses.replace(base.cluster))
+        run_dir = runs_root / f"oir-{base.topology}-{base.pg}-{int(rate)}"
+        result = Experiment(cfg, run_dir, db=db, extra_params={"oir_trial": True}).run()
+        trial = judge(result, rate, base.trigger_ms)
+        res.trials.append(trial)
+        if on_trial:
+            on_trial(trial)
+        if trial.passed:
+            lo = rate
+        else:
+            hi = rate
+        if hi is None:
+            if rate * 2 > max_rate:
+                break
+            rate *= 2
+        elif lo is None:
+            rate /= 2
+        else:
+            if (hi - lo) / hi <= precision:
+                break
+            rate = (lo + hi) / 2
+    res.oir = lo
+    save_oir(db, res)
+    return res
+
+
+def save_oir(db: Path, res: OirResult) -> None:
+    store = ResultsStore(db)
+    store.db["oir"].insert({
+        "topology": res.topology, "pg": res.pg, "rate": res.oir, "measured_at": time.time(),
+        "trials": [dataclasses.asdict(t) for t in res.trials],
+    }, alter=True)
+
+
+def stored_oir(db: Path, topology: str, pg: str) -> float | None:
+    """The latest OIR measured for (topology, pg), or None."""
+    store = ResultsStore(db)
+    if "oir" not in store.db.table_names():
+        return None
+    rows: list[dict[str, Any]] = list(store.db.query(
+        "select rate from oir where topology = ? and pg = ? and rate is not null "
+        "order by measured_at desc limit 1", [topology, pg]))
+    return float(rows[0]["rate"]) if rows else None
