@@ -1,0 +1,555 @@
+"""Faults on the Docker deployment (compose/docker-compose.yml), injected with pumba.
+
+The embedded cluster delays packets with NFQUEUE and kills process groups; with Docker the
+unit of failure is a container, and pumba (https://github.com/alexei-led/pumba) is the
+usual tool. This module builds pumba's exact argument lists (pure functions, tested) and
+runs them as a :class:`PumbaFault` with the inject/remove hooks of pgval's experiments.
+
+Why the extra care around pumba (its issue numbers in brackets):
+
+* pumba exits 0 when no container matched a name, so a typo would inject nothing. pgval
+  resolves the target through the Docker SDK first and checks the effect afterwards: the
+  container is down after a kill, a netem qdisc is present during a delay.
+* Targets are exact container names, never ``re2:`` patterns: a loose pattern is how a delay
+  hit every container on a host (#147).
+* netem is removed by pumba when ``--duration`` ends or when it gets SIGTERM, but not after
+  SIGKILL (#147), and a leftover qdisc makes the next ``tc qdisc add`` fail with
+  ``RTNETLINK answers: File exists`` (#168). pgval deletes a stale netem qdisc before
+  injecting and, after pumba is gone, checks with ``tc qdisc show`` that none is left and
+  deletes it (``tc qdisc del dev eth0 root``) if one is.
+* Teardown can briefly drop all traffic of the target (#166) and old pumba versions die when
+  the target is killed mid-delay (#175); both are recorded, neither is hidden.
+* netem shapes **egress** only: a delayed worker sends late, it does not receive late.
+* ``--jitter`` defaults to 10 ms and ``--correlation`` to 20 % in pumba; with no jitter pumba
+  then emits ``delay 500ms 20.00``, which tc reads as 20 us of jitter. pgval always passes
+  both, so the qdisc is exactly ``delay <ms>`` (or ``delay <ms> <jitter>ms``).
+* ``--pull-image=false``: by default pumba pulls the tc image at injection *and* at removal,
+  which shifts T2 by a registry round trip and can fail the removal offline. Pull it once
+  (``docker pull``); :class:`PumbaFault` checks it is present before T2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal as _signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+import requests
+from docker.errors import APIError, ContainerError, DockerException, ImageNotFound, NotFound
+
+from pgval.runtime.procs import Managed, RuntimeErrorPlain, spawn
+
+PUMBA = "pumba"
+#: pumba's own default tc sidecar image (iproute2 + iptables on Alpine).
+TC_IMAGE = "ghcr.io/alexei-led/pumba-alpine-nettools:latest"
+#: Labels every container of compose/docker-compose.yml carries.
+ROLE_LABEL = "pgval.role"
+INDEX_LABEL = "pgval.index"
+#: pumba never targets containers with this label (its own sidecars carry it).
+PUMBA_SKIP_LABEL = "com.gaiaadm.pumba.skip"
+ROLES = ("kafka", "spark-master", "spark-worker", "runner")
+
+#: Addresses of the compose deployment, from the host and from inside the compose network.
+HOST_BOOTSTRAP = "127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094"
+NETWORK_BOOTSTRAP = "kafka-0:19092,kafka-1:19092,kafka-2:19092"
+SPARK_MASTER_URL = "spark://spark-master:7077"
+RUNNER_CONTAINER = "pgval-runner"
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+#: pumba gives its netem teardown 30 s (netem.cleanupTimeout) before it gives up.
+_PUMBA_STOP_GRACE_S = 45.0
+_KILL_TIMEOUT_S = 30.0
+_APPLY_TIMEOUT_S = 30.0
+_IFACE_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
+#: A pumba ≥ PR #349 root qdisc uses this owned handle; older versions put netem at the root.
+_PUMBA_HANDLE = "504d:"
+
+
+def worker_container(index: int) -> str:
+    return f"pgval-spark-worker-{index}"
+
+
+def broker_container(index: int) -> str:
+    return f"pgval-kafka-{index}"
+
+
+def spark_daemon_opts(conf: dict[str, str]) -> str:
+    """``PGVAL_SPARK_DAEMON_OPTS`` for a profile's master/worker conf (fixed at container start)."""
+    for key, value in conf.items():
+        if any(c.isspace() for c in f"{key}{value}"):
+            raise ValueError(f"a Spark daemon setting cannot contain spaces: {key}={value}")
+    return " ".join(f"-D{key}={value}" for key, value in sorted(conf.items()))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ---- pumba argument lists ------------------------------------------------------------------
+
+
+def _check_name(container: str) -> None:
+    """Exact names only: a ``re2:`` pattern could match more than the one target (#147)."""
+    if not container or container.startswith("re2:") or any(c.isspace() for c in container):
+        raise ValueError(f"a fault needs one exact container name, got {container!r}")
+
+
+def _go_duration(seconds: float) -> str:
+    """A Go ``time.ParseDuration`` string: whole seconds as ``95s``, else milliseconds."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ValueError(f"the netem duration must be positive, got {seconds!r} s")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def kill_args(container: str, signal: str = "SIGKILL") -> list[str]:
+    """``pumba kill``: send ``signal`` to the container's main process (one shot)."""
+    _check_name(container)
+    if signal not in _signal.Signals.__members__:
+        raise ValueError(f"unknown signal {signal!r}")
+    return [PUMBA, "--log-level", "info", "kill", "--signal", signal, container]
+
+
+def delay_args(container: str, delay_ms: int, duration_s: float, jitter_ms: int = 0,
+               interface: str = "eth0", tc_image: str = TC_IMAGE,
+               pull_image: bool = False) -> list[str]:
+    """``pumba netem delay``: delay the container's egress on ``interface`` for ``duration_s``.
+
+    ``--jitter`` and ``--correlation 0`` are always given (see the module doc: pumba's defaults
+    would add jitter); ``--pull-image=false`` unless ``pull_image``.
+    """
+    _check_name(container)
+    if delay_ms <= 0:
+        raise ValueError(f"the delay must be positive, got {delay_ms!r} ms")
+    if not 0 <= jitter_ms <= delay_ms:  # pumba's own rule
+        raise ValueError(f"the jitter must be between 0 and the delay, got {jitter_ms!r} ms")
+    if not _IFACE_RE.match(interface):
+        raise ValueError(f"not a network interface name: {interface!r}")
+    argv = [PUMBA, "--log-level", "info", "netem", "--duration", _go_duration(duration_s),
+            "--interface", interface, "--tc-image", tc_image]
+    if not pull_image:
+        argv.append("--pull-image=false")
+    return argv + ["delay", "--time", str(int(delay_ms)), "--jitter", str(int(jitter_ms)),
+                   "--correlation", "0", container]
+
+
+def qdisc_show_args(interface: str = "eth0") -> list[str]:
+    return ["tc", "qdisc", "show", "dev", interface]
+
+
+def qdisc_del_args(interface: str = "eth0") -> list[str]:
+    """Delete the root qdisc; the kernel puts its default back (what pumba's teardown does)."""
+    return ["tc", "qdisc", "del", "dev", interface, "root"]
+
+
+def netem_lines(qdisc_show: str) -> list[str]:
+    """Lines of ``tc qdisc show`` that are a netem qdisc or pumba's owned root."""
+    out = []
+    for line in qdisc_show.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[0] == "qdisc" and (
+                words[1] == "netem" or words[2] == _PUMBA_HANDLE):
+            out.append(line.strip())
+    return out
+
+
+# ---- Docker engine and pumba presence ------------------------------------------------------
+
+
+def _engine_reason(exc: BaseException, where: str) -> str:
+    """One short clause for why the engine did not answer (the SDK's text is a nested repr)."""
+    if where.startswith("unix://") and not os.path.exists(where[len("unix://"):]):
+        return "no socket there"
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(chain) < 10:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    if any(isinstance(e, PermissionError) for e in chain) or "Permission denied" in str(exc):
+        return "permission denied on the socket; add your user to the docker group"
+    text = " ".join(str(exc).split())
+    return text[:160] or type(exc).__name__
+
+
+def require_engine(base_url: str | None = None, timeout_s: float = 10.0) -> docker.DockerClient:
+    """A Docker SDK client that answered a ping, or a plain error saying what is missing."""
+    where = base_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+    try:
+        if base_url:
+            client = docker.DockerClient(base_url=base_url, timeout=int(timeout_s))
+        else:
+            client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+    except (DockerException, requests.RequestException, OSError) as exc:
+        raise RuntimeErrorPlain(
+            f"the Docker engine is not reachable at {where} ({_engine_reason(exc, where)}); "
+            "install or start Docker to use --deploy compose") from exc
+    return client
+
+
+def require_pumba(path: str | None = None) -> str:
+    """The pumba executable on PATH (or on ``path``), or a plain error saying how to get it."""
+    found = shutil.which(PUMBA, path=path)
+    if found is None:
+        raise RuntimeErrorPlain(
+            "pumba was not found on PATH; install it from its GitHub releases "
+            "(alexei-led/pumba) to inject faults with --deploy compose")
+    return found
+
+
+def require_tc_image(client: docker.DockerClient, image: str = TC_IMAGE) -> None:
+    """pgval runs pumba with ``--pull-image=false``, so the tc image must already be here."""
+    try:
+        client.images.get(image)
+    except ImageNotFound as exc:
+        raise RuntimeErrorPlain(
+            f"the tc image {image} is not on this Docker host; run `docker pull {image}` once "
+            "(pgval does not let pumba pull it during a run)") from exc
+
+
+# ---- finding targets -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    """A pgval container as the Docker engine sees it right now."""
+
+    name: str
+    id: str
+    role: str
+    index: int
+    status: str
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+def _ref(container: Any) -> ContainerRef:
+    labels = container.labels or {}
+    try:
+        index = int(labels.get(INDEX_LABEL, "0"))
+    except ValueError:
+        index = 0
+    return ContainerRef(name=container.name, id=container.id, role=labels.get(ROLE_LABEL, ""),
+                        index=index, status=container.status)
+
+
+def find_containers(role: str, client: docker.DockerClient | None = None) -> list[ContainerRef]:
+    """Containers labelled ``pgval.role=<role>``, stopped ones too, ordered by ``pgval.index``."""
+    client = client or require_engine()
+    found = client.containers.list(all=True, filters={"label": f"{ROLE_LABEL}={role}"})
+    return sorted((_ref(c) for c in found), key=lambda r: (r.index, r.name))
+
+
+def _get(client: docker.DockerClient, name: str) -> Any:
+    try:
+        return client.containers.get(name)
+    except NotFound as exc:
+        raise RuntimeErrorPlain(
+            f"container {name} does not exist; start the deployment with "
+            "`docker compose -f compose/docker-compose.yml up -d`") from exc
+
+
+# ---- tc inside a target's network namespace ------------------------------------------------
+
+
+class _Tc:
+    """Run tc in the target's network namespace: ``docker exec`` if the image has tc, else a
+    throw-away sidecar from the tc image joined to the target's network (as pumba does)."""
+
+    def __init__(self, client: docker.DockerClient, tc_image: str = TC_IMAGE) -> None:
+        self.client = client
+        self.tc_image = tc_image
+
+    def run(self, container: Any, args: list[str], privileged: bool) -> tuple[int, str]:
+        try:
+            code, raw = container.exec_run(args, privileged=privileged)
+            text = (raw or b"").decode(errors="replace")
+        except APIError as exc:
+            code, text = 127, str(exc)
+        if code in (126, 127) or "executable file not found" in text:
+            return self._sidecar(container, args)
+        if code != 0 and privileged and "Operation not permitted" in text:
+            return self._sidecar(container, args)
+        return code, text
+
+    def _sidecar(self, container: Any, args: list[str]) -> tuple[int, str]:
+        try:
+            out = self.client.containers.run(
+                self.tc_image, entrypoint=[args[0]], command=args[1:],
+                network_mode=f"container:{container.id}", cap_add=["NET_ADMIN"],
+                labels={PUMBA_SKIP_LABEL: "true"}, remove=True, stdout=True, stderr=True)
+        except ContainerError as exc:
+            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+            return int(exc.exit_status or 1), err or str(exc)
+        except ImageNotFound:
+            require_tc_image(self.client, self.tc_image)
+            raise
+        text = out.decode(errors="replace") if isinstance(out, bytes) else str(out or "")
+        return 0, text
+
+    def netem(self, container: Any, interface: str) -> list[str]:
+        code, text = self.run(container, qdisc_show_args(interface), privileged=False)
+        if code != 0:
+            raise RuntimeErrorPlain(
+                f"`tc qdisc show dev {interface}` failed in {container.name}: "
+                f"{' '.join(text.split())[:200]}")
+        return netem_lines(text)
+
+    def clear(self, container: Any, interface: str) -> bool:
+        """Delete a netem root qdisc if there is one; True when something was deleted."""
+        if not self.netem(container, interface):
+            return False
+        code, text = self.run(container, qdisc_del_args(interface), privileged=True)
+        left = self.netem(container, interface)
+        if left:
+            raise RuntimeErrorPlain(
+                f"a netem qdisc is still on {interface} of {container.name} after "
+                f"`tc qdisc del` ({' '.join(text.split())[:120] or code}); remove it by hand")
+        return True
+
+
+def netem_qdiscs(container: str, interface: str = "eth0", client: docker.DockerClient | None = None,
+                 tc_image: str = TC_IMAGE) -> list[str]:
+    """The netem qdisc lines on ``interface`` of a running container (empty: none)."""
+    client = client or require_engine()
+    return _Tc(client, tc_image).netem(_get(client, container), interface)
+
+
+def clear_netem(container: str, interface: str = "eth0", client: docker.DockerClient | None = None,
+                tc_image: str = TC_IMAGE) -> bool:
+    """Remove a leftover netem qdisc from a running container; True if there was one."""
+    client = client or require_engine()
+    return _Tc(client, tc_image).clear(_get(client, container), interface)
+
+
+def cleanup_netem(client: docker.DockerClient | None = None, interface: str = "eth0",
+                  tc_image: str = TC_IMAGE) -> list[str]:
+    """For ``pgval cleanup``: clear netem from every running pgval container; names cleared."""
+    client = client or require_engine()
+    tc = _Tc(client, tc_image)
+    cleared = []
+    for c in client.containers.list(filters={"label": ROLE_LABEL}):
+        with contextlib.suppress(RuntimeErrorPlain, DockerException):
+            if tc.clear(c, interface):
+                cleared.append(c.name)
+    return cleared
+
+
+# ---- the fault -----------------------------------------------------------------------------
+
+
+class PumbaFault:
+    """A kill or an egress delay of one container: injected at T2, removed at T3.
+
+    kill: ``pumba kill`` once; at T3 the container is started again (``container.start()``,
+    the same container with the same name, volumes and address, like a restarted process).
+    delay: ``pumba netem`` runs in its own process group for ``duration_s`` — the safety net
+    that ends the delay even if pgval dies, so pass the failure phase plus a margin; at T3
+    :meth:`remove` SIGTERMs it (pumba then deletes its qdisc) and checks that no netem is left.
+    """
+
+    def __init__(self, name: str, kind: Literal["kill", "delay"], target: str, *,
+                 delay_ms: int = 0, duration_s: float = 0.0, jitter_ms: int = 0,
+                 signal: str = "SIGKILL", interface: str = "eth0", tc_image: str = TC_IMAGE,
+                 pull_image: bool = False, restart: bool = True,
+                 client: docker.DockerClient | None = None, pumba: str | None = None,
+                 log_dir: Path | None = None) -> None:
+        self.name = name
+        self.kind = kind
+        self.target = target
+        self.interface = interface
+        self.tc_image = tc_image
+        self.pull_image = pull_image
+        self.restart = restart
+        self.delay_ms = delay_ms
+        self.jitter_ms = jitter_ms
+        if kind == "kill":
+            self.argv = kill_args(target, signal)
+        elif kind == "delay":
+            self.argv = delay_args(target, delay_ms, duration_s, jitter_ms, interface,
+                                   tc_image, pull_image)
+        else:
+            raise ValueError(f"unknown pumba fault kind {kind!r}")
+        self._client = client
+        self._pumba = pumba
+        self._log_dir = log_dir
+        self._proc: Managed | None = None
+        self._injected = False
+
+    # -- plumbing
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = require_engine()
+        return self._client
+
+    def _paths(self, run: Any) -> tuple[Path, Path | None]:
+        run_dir = getattr(run, "run_dir", None)
+        base = self._log_dir or (Path(run_dir) / "faults" if run_dir else
+                                 Path(tempfile.gettempdir()) / "pgval-faults")
+        pid_dir = Path(run_dir) / "pids" if run_dir else None
+        return base / f"pumba-{self.kind}-{self.target}.log", pid_dir
+
+    def _spawn(self, run: Any) -> Managed:
+        pumba = self._pumba or require_pumba()
+        log_path, pid_dir = self._paths(run)
+        return spawn(f"pumba-{self.kind}-{self.target}", [pumba, *self.argv[1:]], log_path,
+                     pid_dir=pid_dir)
+
+    def _base(self) -> dict[str, Any]:
+        return {"mechanism": "pumba", "target": self.target, "argv": list(self.argv)}
+
+    # -- hooks
+
+    def inject(self, run: Any = None) -> dict[str, Any]:
+        container = _get(self.client, self.target)
+        if container.status != "running":
+            raise RuntimeErrorPlain(f"container {self.target} is {container.status}, not running; "
+                                    "a fault needs a running target")
+        if self.kind == "kill":
+            return self._inject_kill(run, container)
+        return self._inject_delay(run, container)
+
+    def remove(self, run: Any = None) -> dict[str, Any]:
+        """Undo the fault; safe to call twice and after a failed inject."""
+        if not self._injected and self._proc is None:
+            return {}
+        self._injected = False
+        if self.kind == "kill":
+            return self._remove_kill()
+        return self._remove_delay()
+
+    # -- kill
+
+    def _inject_kill(self, run: Any, container: Any) -> dict[str, Any]:
+        started = _now_ms()
+        proc = self._spawn(run)
+        try:
+            code = proc.popen.wait(timeout=_KILL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise RuntimeErrorPlain(f"pumba kill did not finish within {_KILL_TIMEOUT_S:.0f} s; "
+                                    f"see {proc.log_path}") from None
+        finally:
+            proc.stop(grace_s=1.0)  # reaps a leftover group member and drops the pid file
+        if code != 0:
+            raise RuntimeErrorPlain(f"pumba kill failed (exit {code}): "
+                                    f"{' '.join(proc.log_tail(3).split())[:200]}")
+        self._injected = True
+        status = self._wait_status(container, {"exited", "dead"}, timeout_s=10.0)
+        if status not in ("exited", "dead"):
+            raise RuntimeErrorPlain(f"pumba kill exited 0 but {self.target} is still {status}; "
+                                    f"see {proc.log_path}")
+        return {**self._base(), "started_ms": started, "stopped_ms": _now_ms(),
+                "status": status, "exit_code": container.attrs.get("State", {}).get("ExitCode")}
+
+    def _remove_kill(self) -> dict[str, Any]:
+        out = {**self._base(), "restart": self.restart}
+        if not self.restart:
+            return out
+        container = _get(self.client, self.target)
+        started = _now_ms()
+        container.start()
+        status = self._wait_status(container, {"running"}, timeout_s=30.0)
+        if status != "running":
+            raise RuntimeErrorPlain(f"{self.target} did not come back after start() (it is "
+                                    f"{status}); see `docker logs {self.target}`")
+        return {**out, "restart_ms": started, "running_ms": _now_ms()}
+
+    @staticmethod
+    def _wait_status(container: Any, wanted: set[str], timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            container.reload()
+            if container.status in wanted or time.monotonic() >= deadline:
+                return str(container.status)
+            time.sleep(0.1)
+
+    # -- delay
+
+    def _inject_delay(self, run: Any, container: Any) -> dict[str, Any]:
+        if not self.pull_image:
+            require_tc_image(self.client, self.tc_image)
+        tc = _Tc(self.client, self.tc_image)
+        stale = tc.clear(container, self.interface)  # pumba #168: `add` fails on a leftover
+        started = _now_ms()
+        self._proc = self._spawn(run)
+        deadline = time.monotonic() + _APPLY_TIMEOUT_S
+        lines: list[str] = []
+        while time.monotonic() < deadline:
+            lines = tc.netem(container, self.interface)
+            if lines:
+                break
+            if not self._proc.alive():
+                code = self._proc.popen.returncode
+                tail = " ".join(self._proc.log_tail(3).split())[:200]
+                self._proc = None
+                raise RuntimeErrorPlain(f"pumba netem exited (code {code}) before the delay "
+                                        f"was in place: {tail}")
+            time.sleep(0.1)
+        if not lines:
+            self._stop_proc()
+            raise RuntimeErrorPlain(f"no netem qdisc appeared on {self.target} within "
+                                    f"{_APPLY_TIMEOUT_S:.0f} s of starting pumba")
+        self._injected = True
+        return {**self._base(), "started_ms": started, "applied_ms": _now_ms(),
+                "qdisc": lines[0], "stale_netem_deleted": stale, "pumba_pid": self._proc.pid,
+                "direction": "egress", "delay_ms": self.delay_ms, "jitter_ms": self.jitter_ms,
+                # Egress only: a round trip grows by D (the embedded delay holds both ways: 2D).
+                "rtt_added_ms": self.delay_ms}
+
+    def _stop_proc(self) -> int | None:
+        """SIGTERM pumba's group so it deletes its qdisc; SIGKILL only after its grace time.
+
+        Waits through the Popen itself so pumba's real exit status is kept (None: it had to be
+        killed).
+        """
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if proc.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, _signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=_PUMBA_STOP_GRACE_S)
+        code = proc.popen.returncode
+        proc.stop(grace_s=0.5)  # whatever is left of the group, and the pid file
+        return code
+
+    def _remove_delay(self) -> dict[str, Any]:
+        out = self._base()
+        proc = self._proc
+        out["ended_before_remove"] = proc is not None and not proc.alive()
+        out["pumba_exit"] = self._stop_proc()
+        out["stopped_ms"] = _now_ms()
+        try:
+            container = _get(self.client, self.target)
+        except RuntimeErrorPlain:
+            return {**out, "target_status": "missing", "netem_deleted": False}
+        container.reload()
+        out["target_status"] = container.status
+        if container.status != "running":  # no network namespace left to clean (#175)
+            return {**out, "netem_deleted": False}
+        deleted = _Tc(self.client, self.tc_image).clear(container, self.interface)
+        return {**out, "netem_deleted": deleted, "verified_ms": _now_ms()}
+
+
+__all__ = [
+    "HOST_BOOTSTRAP", "NETWORK_BOOTSTRAP", "RUNNER_CONTAINER", "SPARK_MASTER_URL", "TC_IMAGE",
+    "ContainerRef", "PumbaFault", "broker_container", "cleanup_netem", "clear_netem",
+    "delay_args", "find_containers", "kill_args", "netem_lines", "netem_qdiscs",
+    "qdisc_del_args", "qdisc_show_args", "require_engine", "require_pumba", "require_tc_image",
+    "spark_daemon_opts", "worker_container",
+]

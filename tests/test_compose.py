@@ -1,0 +1,409 @@
+"""The Docker deployment without Docker: compose file, Dockerfiles, pumba argv, fault flow.
+
+No engine is needed (CI has none): the compose file is checked against the vendored Compose
+Specification schema (tests/data/compose-spec.SOURCE.md), `docker compose config` runs only
+where the compose plugin exists, and PumbaFault runs against a fake engine and a fake pumba.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from docker.errors import NotFound
+
+from pgval.faults import pumba
+from pgval.runtime.procs import RuntimeErrorPlain
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "compose" / "docker-compose.yml"
+SCHEMA = Path(__file__).parent / "data" / "compose-spec.json"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    yaml = pytest.importorskip("yaml", reason="PyYAML (a test extra) reads the compose file")
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+# ---- compose file --------------------------------------------------------------------------
+
+
+def test_compose_file_follows_the_compose_specification(compose: dict[str, Any]) -> None:
+    schema = json.loads(SCHEMA.read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    errors = sorted(cls(schema).iter_errors(compose), key=lambda e: list(e.absolute_path))
+    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+
+
+def test_the_schema_rejects_a_broken_file(compose: dict[str, Any]) -> None:
+    """Guards the test above: a misspelt key must fail, or the schema checks nothing."""
+    schema = json.loads(SCHEMA.read_text())
+    broken = json.loads(json.dumps(compose))
+    broken["services"]["kafka-0"]["helthcheck"] = broken["services"]["kafka-0"].pop("healthcheck")
+    assert list(jsonschema.validators.validator_for(schema)(schema).iter_errors(broken))
+
+
+def _published(port: Any) -> tuple[str | None, str]:
+    """(host ip, text) of one `ports` entry, short or long syntax."""
+    if isinstance(port, dict):
+        return port.get("host_ip"), json.dumps(port)
+    text = str(port).split("/", 1)[0]
+    parts = text.split(":")
+    return (parts[0] if len(parts) == 3 else None), str(port)
+
+
+def test_every_published_port_binds_loopback_only(compose: dict[str, Any]) -> None:
+    seen = 0
+    for name, svc in _services(compose).items():
+        assert svc.get("network_mode") != "host", name
+        for port in svc.get("ports", []):
+            host_ip, text = _published(port)
+            assert host_ip == "127.0.0.1", f"{name} publishes {text} beyond 127.0.0.1"
+            seen += 1
+    assert seen >= 6  # 3 brokers, master RPC + UI, worker UIs
+
+
+def test_containers_are_named_labelled_and_bounded(compose: dict[str, Any]) -> None:
+    svcs = _services(compose)
+    by_role: dict[str, list[tuple[int, str]]] = {}
+    for name, svc in svcs.items():
+        labels = svc["labels"]
+        role, index = labels[pumba.ROLE_LABEL], int(labels[pumba.INDEX_LABEL])
+        assert role in pumba.ROLES, name
+        by_role.setdefault(role, []).append((index, svc["container_name"]))
+        assert svc["restart"] == "no", f"{name}: a killed container must stay down until T3"
+        assert "healthcheck" in svc and "mem_limit" in svc, name
+        assert svc["networks"] == ["pgval"], name
+    assert sorted(by_role["kafka"]) == [(i, pumba.broker_container(i)) for i in range(3)]
+    assert sorted(by_role["spark-worker"]) == [(i, pumba.worker_container(i)) for i in range(2)]
+    assert by_role["runner"] == [(0, pumba.RUNNER_CONTAINER)]
+    assert len(by_role["spark-master"]) == 1
+
+
+def test_kafka_is_a_three_voter_kraft_quorum(compose: dict[str, Any]) -> None:
+    svcs = _services(compose)
+    brokers = [svcs[f"kafka-{i}"] for i in range(3)]
+    voters = {b["environment"]["KAFKA_CONTROLLER_QUORUM_VOTERS"] for b in brokers}
+    assert voters == {"0@kafka-0:9093,1@kafka-1:9093,2@kafka-2:9093"}
+    host_ports = []
+    for i, b in enumerate(brokers):
+        env = b["environment"]
+        assert b["image"] == "apache/kafka:4.1.1"
+        assert env["KAFKA_NODE_ID"] == i and env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        assert env["CLUSTER_ID"] == brokers[0]["environment"]["CLUSTER_ID"]
+        listeners = env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+        advertised = dict(item.split("://") for item in listeners)
+        assert advertised["INTERNAL"] == f"kafka-{i}:19092"
+        host, port = advertised["HOST"].rsplit(":", 1)
+        assert host == "127.0.0.1" and b["ports"] == [f"127.0.0.1:{port}:{port}"]
+        host_ports.append(f"127.0.0.1:{port}")
+    assert ",".join(host_ports) == pumba.HOST_BOOTSTRAP
+    assert compose["services"]["pgval"]["environment"]["PGVAL_BOOTSTRAP"] == pumba.NETWORK_BOOTSTRAP
+
+
+def test_workers_join_the_master(compose: dict[str, Any]) -> None:
+    svcs = _services(compose)
+    for i in range(2):
+        w = svcs[f"spark-worker-{i}"]
+        assert w["command"] == ["spark-class", "org.apache.spark.deploy.worker.Worker",
+                                pumba.SPARK_MASTER_URL]
+        assert w["environment"]["SPARK_LOCAL_HOSTNAME"] == f"spark-worker-{i}" == w["hostname"]
+        assert w["build"]["dockerfile"] == "spark.Dockerfile"
+
+
+def test_pyspark_in_the_images_matches_pyproject() -> None:
+    pin = re.search(r'"pyspark==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pin is not None
+    spark_df = (ROOT / "compose" / "spark.Dockerfile").read_text()
+    assert re.findall(r"^ARG PYSPARK_VERSION=(\S+)$", spark_df, re.M) == [pin.group(1)]
+    assert '"pyspark==${PYSPARK_VERSION}"' in spark_df
+    from pgval.runtime.jars import SPARK_VERSION
+
+    assert pin.group(1) == SPARK_VERSION
+    runner_df = (ROOT / "compose" / "pgval.Dockerfile").read_text()
+    assert "pip install --no-cache-dir ." in runner_df  # pyspark comes from pyproject's pin
+    assert "pyspark==" not in runner_df
+
+
+def test_docker_compose_config_accepts_the_file() -> None:
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("no docker CLI")
+    probe = subprocess.run([docker, "compose", "version"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("the docker CLI has no compose plugin here")
+    done = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "--quiet"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+# ---- pumba argv ----------------------------------------------------------------------------
+
+
+def test_kill_argv() -> None:
+    assert pumba.kill_args("pgval-spark-worker-1") == [
+        "pumba", "--log-level", "info", "kill", "--signal", "SIGKILL", "pgval-spark-worker-1"]
+    assert pumba.kill_args("c", "SIGTERM")[-2:] == ["SIGTERM", "c"]
+
+
+def test_delay_argv() -> None:
+    assert pumba.delay_args("pgval-spark-worker-0", 15000, 95) == [
+        "pumba", "--log-level", "info", "netem", "--duration", "95s", "--interface", "eth0",
+        "--tc-image", "ghcr.io/alexei-led/pumba-alpine-nettools:latest", "--pull-image=false",
+        "delay", "--time", "15000", "--jitter", "0", "--correlation", "0",
+        "pgval-spark-worker-0"]
+    argv = pumba.delay_args("w", 500, 2.5, jitter_ms=50, interface="eth1", tc_image="img:1",
+                            pull_image=True)
+    assert argv == ["pumba", "--log-level", "info", "netem", "--duration", "2500ms",
+                    "--interface", "eth1", "--tc-image", "img:1", "delay", "--time", "500",
+                    "--jitter", "50", "--correlation", "0", "w"]
+
+
+@pytest.mark.parametrize("call", [
+    lambda: pumba.kill_args("re2:^pgval"),
+    lambda: pumba.kill_args(""),
+    lambda: pumba.kill_args("w", "SIGNOPE"),
+    lambda: pumba.delay_args("w", 0, 10),
+    lambda: pumba.delay_args("w", 100, 0),
+    lambda: pumba.delay_args("w", 100, 10, jitter_ms=101),
+    lambda: pumba.delay_args("w", 100, 10, interface="eth0; reboot"),
+])
+def test_bad_fault_parameters_are_refused(call: Any) -> None:
+    with pytest.raises(ValueError):
+        call()
+
+
+def test_spark_daemon_opts_reach_master_and_workers(compose: dict[str, Any]) -> None:
+    from pgval.faults.timeouts import profile_for
+
+    conf = profile_for("delay-gt-timeout", 90).daemon_conf
+    opts = pumba.spark_daemon_opts(conf)
+    assert opts.startswith("-Dspark.") and len(opts.split()) == len(conf)
+    for name in ("spark-master", "spark-worker-0", "spark-worker-1"):
+        env = _services(compose)[name]["environment"]
+        assert env["SPARK_DAEMON_JAVA_OPTS"] == "${PGVAL_SPARK_DAEMON_OPTS:-}", name
+
+
+def test_netem_lines() -> None:
+    plain = "qdisc noqueue 0: root refcnt 2 \n"
+    old = "qdisc netem 8001: root refcnt 2 limit 1000 delay 500ms\n"
+    owned = ("qdisc prio 504d: root refcnt 2 bands 3\n"
+             "qdisc netem 504d3: parent 504d:3 limit 1000 delay 500ms\n")
+    assert pumba.netem_lines(plain) == []
+    assert pumba.netem_lines(old) == [old.strip()]
+    assert len(pumba.netem_lines(owned)) == 2
+
+
+# ---- missing engine / pumba: one plain sentence ---------------------------------------------
+
+
+def _one_sentence(text: str) -> None:
+    assert "\n" not in text and "Traceback" not in text and "(<" not in text
+    assert "--deploy compose" in text
+
+
+def test_require_engine_says_what_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeErrorPlain) as err:
+        pumba.require_engine(base_url=f"unix://{tmp_path}/docker.sock", timeout_s=2)
+    _one_sentence(str(err.value))
+    assert str(err.value).startswith("the Docker engine is not reachable at unix://")
+
+
+def test_require_engine_default_socket() -> None:
+    try:
+        pumba.require_engine(timeout_s=2)
+    except RuntimeErrorPlain as exc:
+        _one_sentence(str(exc))
+    else:
+        pytest.skip("a Docker engine is reachable here")
+
+
+def test_require_pumba_says_how_to_get_it(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeErrorPlain) as err:
+        pumba.require_pumba(path=str(tmp_path))
+    _one_sentence(str(err.value))
+    assert "pumba was not found on PATH" in str(err.value)
+
+
+# ---- PumbaFault against a fake engine and a fake pumba ---------------------------------------
+
+FAKE_PUMBA = """#!/bin/sh
+# Records its argv; "kill" marks the target exited, "netem" adds a qdisc until SIGTERM.
+state="$(dirname "$0")"
+echo "$@" >> "$state/argv"
+case "$*" in
+  *" kill "*) echo exited > "$state/status" ;;
+  *" netem "*)
+    trap 'rm -f "$state/qdisc"; exit 0' TERM
+    echo "qdisc netem 8001: root refcnt 2 limit 1000 delay 500ms" > "$state/qdisc"
+    while :; do sleep 0.05; done ;;
+esac
+"""
+
+
+class FakeContainer:
+    """The few Container methods PumbaFault uses, backed by files the fake pumba writes."""
+
+    def __init__(self, state: Path, has_tc: bool = True) -> None:
+        self.state, self.has_tc = state, has_tc
+        self.name, self.id, self.labels = "pgval-spark-worker-0", "c0ffee", {
+            "pgval.role": "spark-worker", "pgval.index": "0"}
+        self.attrs: dict[str, Any] = {"State": {"ExitCode": 137}}
+        self.execs: list[tuple[list[str], bool]] = []
+        (state / "status").write_text("running\n")
+
+    @property
+    def status(self) -> str:
+        return (self.state / "status").read_text().strip()
+
+    def reload(self) -> None:
+        pass
+
+    def start(self) -> None:
+        (self.state / "status").write_text("running\n")
+
+    def exec_run(self, cmd: list[str], privileged: bool = False) -> tuple[int, bytes]:
+        self.execs.append((cmd, privileged))
+        if not self.has_tc:
+            return 126, b'exec: "tc": executable file not found in $PATH'
+        return self.tc(cmd, privileged)
+
+    def tc(self, cmd: list[str], privileged: bool) -> tuple[int, bytes]:
+        qdisc = self.state / "qdisc"
+        if cmd[:3] == ["tc", "qdisc", "show"]:
+            text = qdisc.read_text() if qdisc.exists() else "qdisc noqueue 0: root refcnt 2\n"
+            return 0, text.encode()
+        if cmd[:3] == ["tc", "qdisc", "del"] and privileged:
+            qdisc.unlink(missing_ok=True)
+            return 0, b""
+        return 2, b"RTNETLINK answers: Operation not permitted"
+
+
+class FakeClient:
+    def __init__(self, container: FakeContainer) -> None:
+        self.container = container
+        self.sidecars: list[dict[str, Any]] = []
+        outer = self
+
+        class Containers:
+            def get(self, name: str) -> FakeContainer:
+                if name != container.name:
+                    raise NotFound(name)
+                return container
+
+            def list(self, all: bool = False, filters: Any = None) -> list[FakeContainer]:  # noqa: A002
+                return [container]
+
+            def run(self, image: str, **kw: Any) -> bytes:
+                outer.sidecars.append({"image": image, **kw})
+                # The sidecar has tc and NET_ADMIN whatever the target image lacks.
+                _code, out = container.tc([*kw["entrypoint"], *kw["command"]], privileged=True)
+                return out
+
+        class Images:
+            def get(self, image: str) -> object:
+                return object()
+
+        self.containers, self.images = Containers(), Images()
+
+
+@pytest.fixture()
+def fake(tmp_path: Path) -> tuple[Path, FakeContainer, FakeClient]:
+    exe = tmp_path / "pumba"
+    exe.write_text(FAKE_PUMBA)
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    container = FakeContainer(tmp_path)
+    return exe, container, FakeClient(container)
+
+
+class _Run:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+
+def test_kill_fault_kills_then_restarts(fake: tuple[Path, FakeContainer, FakeClient],
+                                        tmp_path: Path) -> None:
+    exe, container, client = fake
+    fault = pumba.PumbaFault("crash", "kill", container.name, client=client, pumba=str(exe))
+    run = _Run(tmp_path / "run")
+    injected = fault.inject(run)
+    assert injected["mechanism"] == "pumba" and injected["status"] == "exited"
+    assert injected["argv"] == pumba.kill_args(container.name)
+    assert (tmp_path / "argv").read_text().split() == injected["argv"][1:]
+    assert container.status == "exited"
+    assert not list((run.run_dir / "pids").glob("*.json"))  # one-shot: no pid file left
+    removed = fault.remove(run)
+    assert container.status == "running" and removed["running_ms"] >= removed["restart_ms"]
+    assert fault.remove(run) == {}
+
+
+def test_delay_fault_applies_terminates_and_verifies(
+        fake: tuple[Path, FakeContainer, FakeClient], tmp_path: Path) -> None:
+    exe, container, client = fake
+    (tmp_path / "qdisc").write_text("qdisc netem 1: root refcnt 2 delay 9ms\n")  # stale (#168)
+    fault = pumba.PumbaFault("delay-gt-timeout", "delay", container.name, delay_ms=500,
+                             duration_s=60, client=client, pumba=str(exe))
+    injected = fault.inject(_Run(tmp_path / "run"))
+    assert injected["stale_netem_deleted"] is True
+    assert injected["qdisc"].startswith("qdisc netem 8001:")
+    assert injected["applied_ms"] >= injected["started_ms"]
+    removed = fault.remove()
+    assert removed["pumba_exit"] == 0 and removed["ended_before_remove"] is False
+    assert removed["netem_deleted"] is False  # pumba removed it on SIGTERM
+    assert not (tmp_path / "qdisc").exists()
+
+
+def test_delay_fault_deletes_what_pumba_left(
+        fake: tuple[Path, FakeContainer, FakeClient], tmp_path: Path) -> None:
+    """pumba killed with SIGKILL leaves its qdisc (#147); remove() must delete it."""
+    exe, container, client = fake
+    exe.write_text(FAKE_PUMBA.replace("trap 'rm -f \"$state/qdisc\"; exit 0' TERM",
+                                      "trap '' TERM"))
+    fault = pumba.PumbaFault("delay", "delay", container.name, delay_ms=500, duration_s=60,
+                             client=client, pumba=str(exe))
+    fault.inject()
+    assert fault._proc is not None
+    fault._proc.kill()  # as if pumba died
+    removed = fault.remove()
+    assert removed["netem_deleted"] is True and not (tmp_path / "qdisc").exists()
+    assert ["tc", "qdisc", "del", "dev", "eth0", "root"] in [c for c, _ in container.execs]
+
+
+def test_tc_falls_back_to_a_sidecar_without_tc_in_the_image(
+        fake: tuple[Path, FakeContainer, FakeClient], tmp_path: Path) -> None:
+    _, container, client = fake
+    container.has_tc = False
+    (tmp_path / "qdisc").write_text("qdisc netem 8001: root refcnt 2 delay 500ms\n")
+    assert pumba.clear_netem(container.name, client=client) is True  # type: ignore[arg-type]
+    assert client.sidecars and client.sidecars[0]["network_mode"] == "container:c0ffee"
+    assert client.sidecars[0]["cap_add"] == ["NET_ADMIN"]
+    assert not (tmp_path / "qdisc").exists()
+
+
+def test_a_missing_target_is_a_plain_error(fake: tuple[Path, FakeContainer, FakeClient]) -> None:
+    exe, _, client = fake
+    fault = pumba.PumbaFault("crash", "kill", "pgval-spark-worker-9", client=client,
+                             pumba=str(exe))
+    with pytest.raises(RuntimeErrorPlain, match="does not exist"):
+        fault.inject()
+    assert fault.remove() == {}
+
+
+def test_find_containers_orders_by_index(fake: tuple[Path, FakeContainer, FakeClient]) -> None:
+    _, _, client = fake
+    refs = pumba.find_containers("spark-worker", client=client)  # type: ignore[arg-type]
+    assert [(r.name, r.role, r.index, r.running) for r in refs] == [
+        ("pgval-spark-worker-0", "spark-worker", 0, True)]
