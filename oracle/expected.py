@@ -94,56 +94,96 @@ def window_index(event_ts: np.ndarray, window_ms: int) -> np.ndarray:
     return np.floor_divide(event_ts, window_ms)
 
 
+def stable_argsort_small(key: np.ndarray) -> np.ndarray:
+    """Stable argsort of non-negative int keys: LSD radix on 16-bit digits where they fit.
+
+    numpy's stable sort is a radix sort for 16-bit types and timsort otherwise; dense
+    (window, resource) keys of a run fit in one or two 16-bit digits, which makes
+    grouping linear instead of O(n log n).
+    """
+    if len(key) == 0:
+        return np.zeros(0, dtype=np.int64)
+    top = int(key.max())
+    if top < 1 << 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    if top < 1 << 32:
+        low = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+        high = np.argsort((key[low] >> 16).astype(np.uint16), kind="stable")
+        return low[high]
+    return np.argsort(key, kind="stable")
+
+
+def _id_order(events: InputEvents) -> tuple[InputEvents, np.ndarray, int]:
+    """(events without duplicate IDs, their permutation into ascending ID, duplicates).
+
+    Events read from Kafka are a few runs already sorted by ID (one per partition),
+    which timsort merges in near-linear time. Only the permutation is computed here;
+    columns are gathered later, and only those that are needed.
+    """
+    order = np.argsort(events.id, kind="stable")
+    ids = events.id[order]
+    if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
+        deduped, duplicates = deduplicate_inputs(events)
+        return deduped, np.argsort(deduped.id, kind="stable"), duplicates
+    return events, order, 0
+
+
 def expected_outputs(events: InputEvents, topology: str, window_ms: int) -> ExpectedOutputs:
     """Compute the expected outputs of ``topology`` over ``events`` (docs/semantics.md)."""
     if topology not in ("sst", "mst"):
         raise ValueError(f"unknown topology {topology!r} (expected sst or mst)")
     if window_ms <= 0:
         raise ValueError("window_ms must be positive")
-    events, duplicates = deduplicate_inputs(events)
+    ev, order, duplicates = _id_order(events)  # duplicates of every input, POSTs included
     if topology == "sst":
-        events = events.take(np.flatnonzero(events.is_get))
-    win = window_index(events.event_ts, window_ms)
-    order = np.lexsort((events.id, events.resource, win))
-    win_s = win[order]
-    res_s = events.resource[order]
-    get_s = events.is_get[order]
+        order = order[ev.is_get[order]]
     n = len(order)
-    starts = np.flatnonzero(np.r_[True, (win_s[1:] != win_s[:-1]) | (res_s[1:] != res_s[:-1])]
-                            ) if n else np.zeros(0, dtype=np.int64)
-    bounds = np.r_[starts, n].astype(np.int64)
-    sizes = np.diff(bounds)
-    gets = np.add.reduceat(get_s.astype(np.int64), starts) if n else np.zeros(0, np.int64)
+    win = window_index(ev.event_ts[order], window_ms)
+    res = ev.resource[order]
+    n_res = int(res.max()) + 1 if n else 1
+    base_win = int(win.min()) if n else 0
+    key = (win - base_win) * n_res + res
+    grouped = stable_argsort_small(key)  # by key, IDs ascending within a key
+    key_g = key[grouped]
+    starts = np.flatnonzero(np.r_[True, key_g[1:] != key_g[:-1]]) if n else np.zeros(0, np.int64)
+    sizes = np.diff(np.r_[starts, n]).astype(np.int64)
+    is_get = ev.is_get[order]
+    gets = (np.add.reduceat(is_get[grouped].astype(np.int64), starts) if n
+            else np.zeros(0, np.int64))
     posts = sizes - gets
-    if topology == "mst":
-        keep_group = (gets > 0) & (posts > 0)
-    else:
-        keep_group = np.ones(len(starts), dtype=bool)
-    group_of_event = np.repeat(np.arange(len(starts)), sizes)
-    keep_event = keep_group[group_of_event] if n else np.zeros(0, dtype=bool)
-    kept_order = order[keep_event]
+    keep_group = (gets > 0) & (posts > 0) if topology == "mst" else np.ones(len(starts), bool)
+    group_sorted = np.repeat(np.arange(len(starts)), sizes)
+    group_of_event = np.empty(n, dtype=np.int64)
+    group_of_event[grouped] = group_sorted
     new_group = np.cumsum(keep_group) - 1
     kept_sizes = sizes[keep_group]
     offsets = np.zeros(len(kept_sizes) + 1, dtype=np.int64)
     np.cumsum(kept_sizes, out=offsets[1:])
-
-    ids = events.id[kept_order]
-    id_output = new_group[group_of_event[keep_event]] if n else np.zeros(0, dtype=np.int64)
-    by_id = np.argsort(ids, kind="stable")
+    if keep_group.all():  # SST, and MST where every key has both types: no filtering needed
+        sel = order
+        flat = grouped
+        id_output = group_of_event
+    else:
+        kept = keep_group[group_of_event]
+        sel = order[kept]
+        flat = grouped[keep_group[group_sorted]]
+        id_output = new_group[group_of_event[kept]]
+    first = grouped[starts][keep_group] if n else np.zeros(0, np.int64)
+    ids_id_order = ev.id[order]
     return ExpectedOutputs(
         topology=topology,
         window_ms=window_ms,
-        window_start=(win_s[starts][keep_group] * window_ms).astype(np.int64),
-        resource=res_s[starts][keep_group].astype(np.int32),
+        window_start=(win[first] * window_ms).astype(np.int64),
+        resource=res[first].astype(np.int32),
         gets=gets[keep_group].astype(np.int64),
         posts=(posts[keep_group] if topology == "mst" else np.zeros(len(kept_sizes), np.int64)
                ).astype(np.int64),
-        ids=ids.astype(np.int64),
+        ids=ids_id_order[flat],
         offsets=offsets,
-        id_sorted=ids[by_id].astype(np.int64),
-        id_output=id_output[by_id].astype(np.int64),
-        id_ingress=events.ingress_ts[kept_order][by_id].astype(np.int64),
-        id_event_ts=events.event_ts[kept_order][by_id].astype(np.int64),
+        id_sorted=ev.id[sel],
+        id_output=id_output.astype(np.int64, copy=False),
+        id_ingress=ev.ingress_ts[sel],
+        id_event_ts=ev.event_ts[sel],
         resources=events.resources,
         duplicate_inputs=duplicates,
     )

@@ -416,10 +416,13 @@ def bench_offline(events: int, workdir: Path) -> None:
     table.add_column("stage")
     table.add_column("seconds", justify="right")
     table.add_column("events/s", justify="right")
+    table.add_column("CPU s (all threads)", justify="right")
     for stage, secs in result.stages_s.items():
-        table.add_row(stage, f"{secs:.2f}", f"{result.events / secs:,.0f}")
+        table.add_row(stage, f"{secs:.2f}", f"{result.events / secs:,.0f}",
+                      f"{result.cpu_s[stage]:.2f}")
     table.add_section()
-    table.add_row("end to end", f"{result.total_s:.2f}", f"{result.events_per_s:,.0f}")
+    table.add_row("end to end", f"{result.total_s:.2f}", f"{result.events_per_s:,.0f}",
+                  f"{sum(result.cpu_s.values()):.2f}")
     console.print(table)
 
 
