@@ -313,6 +313,37 @@ def oir(topology: str, pg: str, start_rate: float, max_trials: int, **kw: object
     console.print(f"OIR of {topology} {pg}: {res.oir:,.0f} events/s (stored in {kw['db']})")
 
 
+@main.command()
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("results.db"), show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "csv", "html"]),
+              default="terminal", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report here instead of printing it.")
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write PNG plots (per run, and per matrix) into this folder.")
+@click.option("--topology", type=click.Choice(TOPOLOGIES), default=None)
+@click.option("--pg", type=click.Choice(["a1", "e1"]), default=None)
+@click.option("--fault", type=click.Choice(FAULTS), default=None)
+@click.option("--kind", type=click.Choice(["validate", "check"]), default=None)
+def report(db: Path, fmt: str, out: Path | None, plots_dir: Path | None,
+           topology: str | None, pg: str | None, fault: str | None, kind: str | None) -> None:
+    """Tables (and plots) of the runs in a results database, grouped by topology × pg × fault."""
+    from pgval.report import ReportError, Selection, build_report
+
+    try:
+        result = build_report(db, runs=Selection(topology=topology, pg=pg, fault=fault,
+                                                 kind=kind),
+                              fmt=fmt, out=out, plots_dir=plots_dir,
+                              console=console if fmt == "terminal" and out is None else None)
+    except ReportError as exc:
+        raise UserError(str(exc)) from exc
+    if out is not None:
+        console.print(f"report written to {result}")
+    elif fmt != "terminal":
+        sys.stdout.write(str(result))
+
+
 @main.group()
 def cluster() -> None:
     """Start, inspect and stop the embedded Kafka + Spark cluster by hand."""

@@ -331,6 +331,8 @@ class Experiment:
             time.sleep(1.0)
 
     def _fault_step(self, step: str, intended_ms: int) -> None:
+        if self.fault.name == "none":
+            return
         entry: dict[str, Any] = {"step": step, "fault": self.fault.name,
                                  "intended_ms": intended_ms, "actual_ms": _now_ms()}
         try:

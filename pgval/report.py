@@ -31,7 +31,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -321,6 +321,13 @@ class ReportTable:
     columns: list[Column]
     rows: list[Row]
     note: str = ""
+    #: Display form of key values (CSV keeps the raw ones), e.g. "crash" → "Process crash".
+    key_format: dict[str, Callable[[str], str]] = field(default_factory=dict)
+
+    def key_text(self, row: Row, key: str) -> str:
+        value = row.keys.get(key, DASH)
+        fmt = self.key_format.get(key)
+        return fmt(value) if fmt is not None and value != DASH else value
 
     def cell_text(self, column: Column, cell: Cell) -> str:
         if cell is None:
@@ -383,16 +390,14 @@ def latency_table(groups: list[Group]) -> ReportTable:
 
 
 def failure_cost_table(groups: list[Group]) -> ReportTable:
-    rows = []
-    for g in groups:
-        topo, pg, fault = g.key
-        keys = {"topology": (topo or DASH).upper(), "pg": (pg or DASH).upper(),
-                "fault": FAULT_LABELS.get(fault or "", fault or DASH)}
-        rows.append(Row(keys, g.n, [_stat(g, lambda r: _num(r.row.get("failure_cost_s")))]))
+    rows = [Row(g.keys, g.n, [_stat(g, lambda r: _num(r.row.get("failure_cost_s")))])
+            for g in groups]
     return ReportTable("failure_cost", "(d) Failure cost (s), the paper's Table 4 layout",
                        [("topology", "Topology"), ("pg", "PG"), ("fault", "Fault")],
                        [Column("Spark", "failure_cost", "s", None, 1)], rows,
-                       "Max paper latency in failure + recovery − median control latency.")
+                       "Max paper latency in failure + recovery − median control latency.",
+                       key_format={"topology": str.upper, "pg": str.upper,
+                                   "fault": lambda f: FAULT_LABELS.get(f, f)})
 
 
 def _verdicts(group: Group) -> str:
@@ -437,8 +442,10 @@ def recovery_table(groups: list[Group], present: set[str]) -> ReportTable | None
         vals += [_flag_text(g, c) for c, _ in flags]
         rows.append(Row(g.keys, g.n, vals))
     return ReportTable("recovery", "(f) Recovery", GROUP_KEYS, cols, rows,
-                       "Seconds, mean over runs; recovered/censored = runs flagged / runs "
-                       "with the metric.")
+                       "Seconds. Downtime: longest output gap ending after T2 (beside "
+                       "control's longest). Throughput/latency back: from T2 until back near the "
+                       "control baseline. Catch-up: latency back − downtime. recovered/censored: "
+                       "runs flagged / runs with the flag.")
 
 
 def causes_table(groups: list[Group]) -> ReportTable | None:
@@ -523,11 +530,12 @@ def render_terminal(tables: list[ReportTable], console: Console, header: str) ->
             if prev is not None and head != prev:
                 table.add_section()
             prev = head
-            cells = [row.keys.get(k, DASH) for k, _ in t.key_headers]
+            cells = [t.key_text(row, k) for k, _ in t.key_headers]
             if t.name != "runs":
                 cells.append(str(row.n))
             cells += [t.cell_text(c, v) for c, v in zip(t.columns, row.values, strict=True)]
             table.add_row(*cells)
+        console.print()
         console.print(table)
 
 
@@ -547,7 +555,7 @@ def render_markdown(tables: list[ReportTable], header: str,
         lines.append("| " + " | ".join(_md_cell(h) for h in heads) + " |")
         lines.append("| " + " | ".join(aligns) + " |")
         for row in t.rows:
-            cells = [row.keys.get(k, DASH) for k, _ in t.key_headers]
+            cells = [t.key_text(row, k) for k, _ in t.key_headers]
             if t.name != "runs":
                 cells.append(str(row.n))
             cells += [t.cell_text(c, v) for c, v in zip(t.columns, row.values, strict=True)]
@@ -630,7 +638,7 @@ def render_html(tables: list[ReportTable], header: str,
             head = (row.keys.get("topology", ""), row.keys.get("pg", ""))
             cls = " class=\"sep\"" if prev is not None and head != prev else ""
             prev = head
-            cells = [f"<td>{esc(row.keys.get(k, DASH))}</td>" for k, _ in t.key_headers]
+            cells = [f"<td>{esc(t.key_text(row, k))}</td>" for k, _ in t.key_headers]
             if t.name != "runs":
                 cells.append(f"<td class=\"num\">{row.n}</td>")
             for c, v in zip(t.columns, row.values, strict=True):
