@@ -9,6 +9,8 @@ fired (the evidence that PD really was above, or below, the time-outs).
 from __future__ import annotations
 
 import re
+import socket
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,9 +47,13 @@ class WorkerDelay:
                 "packet delay needs the workers in their own network namespaces "
                 "(run as root, without --no-isolate)")
         assert self.profile.delay_ms is not None
+        before = probe_connect_ms(worker.host, worker.webui_port)
         self._delay = PacketDelay(worker.netns, self.profile.delay_ms, run.run_dir)
         detail = self._delay.inject()
-        return {"target": worker.name, **detail, **self.profile.describe()}
+        after = probe_connect_ms(worker.host, worker.webui_port,
+                                 timeout_s=max(5.0, 4 * self.profile.delay_ms / 1000))
+        return {"target": worker.name, **detail, **self.profile.describe(),
+                "probe_connect_ms_before": before, "probe_connect_ms_after": after}
 
     def remove(self, run: Experiment) -> dict[str, Any]:
         if self._delay is None:
@@ -55,6 +61,16 @@ class WorkerDelay:
         detail = self._delay.remove()
         self._delay = None
         return detail
+
+
+def probe_connect_ms(host: str, port: int, timeout_s: float = 5.0) -> float | None:
+    """Time of one TCP handshake to the worker: evidence that a delay is (not) in place."""
+    t0 = time.perf_counter()
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return round((time.perf_counter() - t0) * 1000, 2)
+    except OSError:
+        return None
 
 
 def timeouts_fired(log_dir: Path, since_ms: int | None = None) -> dict[str, int]:
