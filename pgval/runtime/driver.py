@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -98,8 +101,16 @@ class DriverProcess:
                                     f"(log: {self.proc.log_path})")
 
     def stop(self, grace_s: float = 15.0) -> None:
-        if self.proc is not None:
-            self.proc.stop(grace_s=grace_s)
+        """SIGTERM the driver alone first (a signal to the whole group also hits the PySpark
+        JVM, whose shutdown hook races the graceful query stop), then clean up the group."""
+        if self.proc is None:
+            return
+        if self.proc.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.popen.wait(timeout=grace_s)
+        self.proc.stop(grace_s=3.0)
 
     def kill(self) -> None:
         """SIGKILL the driver's process group: the driver-crash fault."""

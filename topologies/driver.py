@@ -1,0 +1,313 @@
+"""The PySpark driver of one experiment: ``python -m pgval.topologies.driver ...``.
+
+It runs as its own process (the runner spawns it, and a driver-crash fault SIGKILLs its
+process group), builds the SparkSession, starts one streaming query and then only waits.
+Its record of what happened is the progress file (JSON lines, appended and flushed):
+
+* ``{"event": "started", ...}`` once the query runs (the runner's "driver is up" signal),
+* ``{"event": "progress", ...}`` one line per StreamingQueryProgress (offsets, watermark,
+  state rows, rows dropped by the watermark) — the evidence that explains losses,
+* ``{"event": "sink_batch", ...}`` per batch the e1 sink committed or skipped,
+* ``{"event": "terminated", ...}`` when the query ends (with ``error`` when it failed).
+
+Exit status: 0 after SIGTERM/SIGINT (query stopped gracefully), 1 when the query failed
+(first line of the exception on stderr), 2 when it could not be started. Re-running the
+same command with the same ``--checkpoint`` resumes where the checkpoint left off.
+For a graceful stop signal the driver's own pid; signalling the whole group also reaches
+the gateway JVM, whose shutdown hook then races the graceful stop (still exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+_T0 = time.monotonic()
+
+#: JVM options for driver and executors: 2 shared cores, so no parallel GC threads.
+JAVA_OPTS = "-XX:+UseSerialGC"
+
+
+class ProgressLog:
+    """Appends one JSON object per line; shared by the main and the listener thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def write(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, "wall_ms": int(time.time() * 1000), **fields},
+                          default=str)
+        with self._lock, open(self.path, "a") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+
+
+def progress_record(progress_json: str) -> dict[str, Any]:
+    """The fields of a StreamingQueryProgress the runner and the report use."""
+    p = json.loads(progress_json)
+    sink = p.get("sink") or {}
+    return {
+        "batchId": p.get("batchId"),
+        "timestamp": p.get("timestamp"),
+        "numInputRows": p.get("numInputRows"),
+        "inputRowsPerSecond": p.get("inputRowsPerSecond"),
+        "processedRowsPerSecond": p.get("processedRowsPerSecond"),
+        "batchDuration": p.get("batchDuration"),
+        "durationMs": p.get("durationMs"),
+        "eventTime": p.get("eventTime"),
+        "sources": [
+            {
+                "description": s.get("description"),
+                "startOffset": s.get("startOffset"),
+                "endOffset": s.get("endOffset"),
+                "latestOffset": s.get("latestOffset"),
+                "numInputRows": s.get("numInputRows"),
+            }
+            for s in p.get("sources") or []
+        ],
+        "stateOperators": [
+            {
+                "operatorName": op.get("operatorName"),
+                "numRowsTotal": op.get("numRowsTotal"),
+                "numRowsUpdated": op.get("numRowsUpdated"),
+                "numRowsDroppedByWatermark": op.get("numRowsDroppedByWatermark"),
+                "memoryUsedBytes": op.get("memoryUsedBytes"),
+            }
+            for op in p.get("stateOperators") or []
+        ],
+        "sink": {"description": sink.get("description"),
+                 "numOutputRows": sink.get("numOutputRows")},
+    }
+
+
+def _make_listener(log: ProgressLog) -> Any:
+    """A StreamingQueryListener writing progress lines (class built lazily: pyspark import)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class _Listener(StreamingQueryListener):  # type: ignore[misc]
+        def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - pyspark's API
+            return None
+
+        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+            try:
+                log.write("progress", **progress_record(event.progress.json))
+            except Exception as exc:  # never let bookkeeping break the query
+                log.write("listener_error", error=repr(exc))
+
+        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+            # Spark >= 3.5 reports "no new data" here, no longer as a progress event.
+            log.write("idle", timestamp=getattr(event, "timestamp", None))
+
+        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+            return None
+
+    return _Listener()
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    from pgval import schema
+
+    ap = argparse.ArgumentParser(prog="python -m pgval.topologies.driver",
+                                 description="Run one pgval streaming topology.")
+    ap.add_argument("--topology", required=True, choices=schema.TOPOLOGIES)
+    ap.add_argument("--pg", required=True, choices=schema.PROCESSING_GUARANTEES,
+                    help="a1 = Spark Kafka sink, e1 = transactional foreachBatch sink")
+    ap.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
+    ap.add_argument("--master", required=True, help="local[N] or spark://host:port")
+    ap.add_argument("--checkpoint", required=True, help="checkpoint directory (resume point)")
+    ap.add_argument("--window-ms", type=int, required=True)
+    ap.add_argument("--watermark-ms", type=int, required=True)
+    ap.add_argument("--trigger-ms", type=int, required=True,
+                    help="processing-time trigger; 0 = next batch as soon as possible")
+    ap.add_argument("--shuffle-partitions", type=int, default=3)
+    ap.add_argument("--progress-file", required=True)
+    ap.add_argument("--driver-host", default=None,
+                    help="IP the driver advertises and binds (executors must reach it)")
+    ap.add_argument("--driver-memory", default="512m")
+    ap.add_argument("--executor-memory", default="512m")
+    ap.add_argument("--executor-cores", type=int, default=1)
+    ap.add_argument("--cores-max", type=int, default=None, help="spark.cores.max (standalone)")
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    ap.add_argument("--query-name", default=None,
+                    help="default pgval-<topology>-<pg>; e1's transactional.id derives from it")
+    ap.add_argument("--output-topic", default=schema.OUTPUT_TOPIC)
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra Spark conf (repeatable)")
+    ap.add_argument("--log-level", default="WARN", help="Spark log level")
+    ap.add_argument("--crash-after-commits", type=int, default=None, metavar="N",
+                    help="fault hook (e1): SIGKILL the driver's process group right after "
+                         "the N-th sink transaction commits, before Spark checkpoints it")
+    args = ap.parse_args(argv)
+    if args.query_name is None:
+        args.query_name = f"pgval-{args.topology}-{args.pg}"
+    if args.crash_after_commits is not None and args.pg != "e1":
+        ap.error("--crash-after-commits only applies to --pg e1")
+    for item in args.conf:
+        if "=" not in item:
+            ap.error(f"--conf needs KEY=VALUE, got {item!r}")
+    return args
+
+
+def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
+    """Every Spark setting the driver sets (reported by the runner as the run's config)."""
+    conf = {
+        "spark.master": args.master,
+        "spark.app.name": args.query_name,
+        "spark.jars": jars_csv,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": args.driver_memory,
+        "spark.executor.memory": args.executor_memory,
+        "spark.executor.cores": str(args.executor_cores),
+        "spark.driver.extraJavaOptions": JAVA_OPTS,
+        "spark.executor.extraJavaOptions": JAVA_OPTS,
+        "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        # Windows must close without new data once the watermark moved (the default, pinned).
+        "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        "spark.sql.streaming.multipleWatermarkPolicy": "min",
+    }
+    if args.cores_max:
+        conf["spark.cores.max"] = str(args.cores_max)
+    host = args.driver_host
+    if host is None and args.master.startswith("local"):
+        host = "127.0.0.1"  # local mode: keep the driver off eth0 (where faults are injected)
+    if host:
+        conf["spark.driver.host"] = host
+        conf["spark.driver.bindAddress"] = host
+    for item in args.conf:
+        key, value = item.split("=", 1)
+        conf[key] = value
+    return conf
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = ProgressLog(Path(args.progress_file))
+    stop_requested = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    # Executors must use this venv's Python should they ever need one (they do not: no UDFs).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if args.driver_host or args.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", args.driver_host or "127.0.0.1")
+
+    try:
+        query, spark, sink = _start(args, log)
+    except Exception as exc:
+        log.write("terminated", error=_first_line(exc), phase="start")
+        print(f"pgval-driver: could not start the query: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    return _wait(query, spark, log, stop_requested, sink)
+
+
+def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
+    from pyspark.sql import SparkSession
+
+    from pgval.runtime.jars import ensure_jars
+    from pgval.topologies.query import TopologyConfig, build_topology
+    from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink
+
+    conf = spark_conf(args, ensure_jars().spark_jars_csv)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(args.log_level)
+    session_s = time.monotonic() - _T0
+    spark.streams.addListener(_make_listener(log))
+
+    cfg = TopologyConfig(topology=args.topology, bootstrap=args.bootstrap,
+                         window_ms=args.window_ms, watermark_ms=args.watermark_ms,
+                         max_offsets_per_trigger=args.max_offsets_per_trigger)
+    out = build_topology(spark, cfg)
+    checkpoint = str(Path(args.checkpoint).resolve())
+    sink = None
+    if args.pg == "a1":
+        writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name, args.trigger_ms,
+                            topic=args.output_topic)
+    else:
+        def sink_event(info: dict[str, Any]) -> None:
+            fields = dict(info)
+            log.write(str(fields.pop("event", "sink_batch")), **fields)
+
+        sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
+                                 topic=args.output_topic, on_batch=sink_event,
+                                 crash_after_commits=args.crash_after_commits)
+        writer = transactional_sink(out, sink, checkpoint, args.query_name, args.trigger_ms)
+    query = writer.start()
+    started_s = time.monotonic() - _T0
+    log.write("started", id=str(query.id), runId=str(query.runId), name=args.query_name,
+              topology=args.topology, pg=args.pg, pid=os.getpid(),
+              session_s=round(session_s, 3), startup_s=round(started_s, 3),
+              spark_version=spark.version, conf={k: v for k, v in conf.items()
+                                                 if k != "spark.jars"})
+    print(json.dumps({"event": "started", "startup_s": round(started_s, 3)}), flush=True)
+    return query, spark, sink
+
+
+def _wait(query: Any, spark: Any, log: ProgressLog, stop_requested: threading.Event,
+          sink: Any = None) -> int:
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        while not stop_requested.is_set():
+            if query.awaitTermination(0.5):
+                break
+    except StreamingQueryException as exc:
+        if stop_requested.is_set():  # the JVM got the signal too and tore the query down
+            log.write("terminated", stopped_by="signal", error=_first_line(exc))
+            return 0
+        reason = _first_line(exc)
+        sink_error = getattr(sink, "last_error", None)
+        if sink_error:  # Spark's first line only says "error in the user function"
+            reason = f"e1 sink failed: {sink_error}"
+        log.write("terminated", error=reason)
+        print(f"pgval-driver: query failed: {reason}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # Py4J errors once the JVM is gone
+        if stop_requested.is_set():
+            log.write("terminated", stopped_by="signal", error=_first_line(exc))
+            return 0
+        log.write("terminated", error=_first_line(exc))
+        print(f"pgval-driver: lost the Spark JVM: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    if stop_requested.is_set():
+        try:
+            query.stop()
+            if sink is not None:
+                sink.close()
+            spark.stop()
+        except Exception as exc:
+            log.write("terminated", stopped_by="signal", error=_first_line(exc))
+            return 0
+        log.write("terminated", stopped_by="signal")
+        return 0
+    # The query ended on its own without an exception (someone stopped it from outside).
+    log.write("terminated", stopped_by="query")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

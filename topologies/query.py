@@ -1,0 +1,172 @@
+"""The SST and MST topologies as PySpark Structured Streaming DataFrames (docs/semantics.md).
+
+Only built-in column functions are used on the per-record path, so every row stays in the
+JVM: a Python UDF would ship each record to a Python worker and measure pickling, not Spark.
+
+Both topologies emit in *append* mode: a window's output is written once, when the
+watermark (max event time seen minus ``watermark_ms``) passes the window's end. That is
+what makes "one output per key" hold without retractions; events arriving behind the
+watermark are dropped by Spark and show up as *unprocessed* in the validator.
+
+The result of :func:`build_topology` has exactly two string columns, ``key`` (the resource,
+so Kafka's default murmur2 partitioner puts an output on the partition of its inputs) and
+``value`` (the output JSON with the fields of :data:`pgval.schema.SST_OUTPUT_FIELDS` or
+:data:`pgval.schema.MST_OUTPUT_FIELDS`), ready for either sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pgval import schema
+
+#: DDL of an input record's JSON value (the fields of :data:`pgval.schema.INPUT_FIELDS`).
+INPUT_VALUE_DDL = "id BIGINT, type STRING, resource STRING, event_ts BIGINT"
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    """Everything that shapes the streaming plan; the driver's CLI maps onto it one to one."""
+
+    topology: str
+    bootstrap: str
+    window_ms: int
+    watermark_ms: int
+    max_offsets_per_trigger: int | None = None
+    #: Extra options for the Kafka source (``kafka.*`` consumer settings, ``minPartitions``...).
+    source_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.topology not in schema.TOPOLOGIES:
+            raise ValueError(f"unknown topology {self.topology!r}; use one of {schema.TOPOLOGIES}")
+        if self.window_ms <= 0:
+            raise ValueError("window_ms must be positive")
+        if self.watermark_ms < 0:
+            raise ValueError("watermark_ms must not be negative")
+
+
+def _interval(ms: int) -> str:
+    """Spark interval string; milliseconds keep any W exact (no rounding to seconds)."""
+    return f"{int(ms)} milliseconds"
+
+
+def read_events(spark: SparkSession, cfg: TopologyConfig, topic: str) -> DataFrame:
+    """One input topic as (id, type, resource, ts) with a watermark on ``ts``.
+
+    ``startingOffsets=earliest`` so a run consumes everything the generators wrote, also
+    what arrived before the query started; ``failOnDataLoss=false`` so a broker fault that
+    makes offsets vanish is recorded as lost data (the validator sees it) instead of
+    killing the query. Records whose value is not the expected JSON are dropped here,
+    the validator counts them as malformed inputs.
+    """
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", cfg.bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "false")
+    )
+    if cfg.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(int(cfg.max_offsets_per_trigger)))
+    for key, value in cfg.source_options.items():
+        reader = reader.option(key, value)
+    parsed = reader.load().select(
+        F.from_json(F.col("value").cast("string"), INPUT_VALUE_DDL).alias("e")
+    )
+    events = parsed.select(
+        F.col("e.id").alias("id"),
+        F.col("e.type").alias("type"),
+        F.col("e.resource").alias("resource"),
+        F.timestamp_millis(F.col("e.event_ts")).alias("ts"),
+    ).where(
+        F.col("id").isNotNull() & F.col("resource").isNotNull() & F.col("ts").isNotNull()
+    )
+    return events.withWatermark("ts", _interval(cfg.watermark_ms))
+
+
+def _window(ts: Column | str, window_ms: int) -> Column:
+    """Tumbling window aligned to the epoch: start = floor(ts / W) * W, as the oracle computes."""
+    return F.window(ts, _interval(window_ms))
+
+
+def _to_output(df: DataFrame, fields: tuple[str, ...]) -> DataFrame:
+    """(key, value) strings; ``value`` holds exactly ``fields`` in that order."""
+    flat = df.select(
+        F.unix_millis(F.col("window.start")).alias("window_start"),
+        F.unix_millis(F.col("window.end")).alias("window_end"),
+        *[F.col(f) for f in fields if f not in ("window_start", "window_end")],
+    )
+    return flat.select(
+        F.col("resource").alias("key"),
+        F.to_json(F.struct(*[F.col(f) for f in fields])).alias("value"),
+    )
+
+
+def sst(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
+    """Single-stream topology: GETs per (window, resource) -> count and IDs.
+
+    ``count`` is ``count(*)`` and ``ids`` is ``collect_list`` (not a set), so an input that
+    reached Spark twice is visible in the output as a duplicate rather than hidden.
+    """
+    gets = read_events(spark, cfg, schema.GET_TOPIC).where(F.col("type") == schema.GET)
+    agg = gets.groupBy(_window("ts", cfg.window_ms).alias("window"), "resource").agg(
+        F.count(F.lit(1)).alias("count"),
+        F.collect_list("id").alias("ids"),
+    )
+    return _to_output(agg, schema.SST_OUTPUT_FIELDS)
+
+
+def mst(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
+    """Multi-stream topology: GET ⋈ POST on (resource, window), then counted per key.
+
+    The join is an inner stream-stream join whose condition includes equality of the two
+    event-time windows: that is what lets Spark evict a window's join state once the
+    watermark passes its end (without it, join state would grow forever). The join emits
+    one row per (GET, POST) pair, so the aggregation counts *distinct* IDs on each side
+    (``size(collect_set)``; ``count_distinct`` is rejected in streaming aggregations) and
+    a key without a partner produces no row at all, exactly the semantics' "one output per
+    key having at least one GET and one POST". The second window is taken over
+    ``window_time(window)`` (window end minus 1 µs), the join output's event-time column,
+    so it is the same window again and is emitted when the watermark passes its end.
+    """
+    gets = read_events(spark, cfg, schema.GET_TOPIC).where(F.col("type") == schema.GET)
+    posts = read_events(spark, cfg, schema.POST_TOPIC).where(F.col("type") == schema.POST)
+    g = gets.select(
+        F.col("id").alias("get_id"),
+        F.col("resource").alias("g_resource"),
+        _window("ts", cfg.window_ms).alias("g_window"),
+    )
+    p = posts.select(
+        F.col("id").alias("post_id"),
+        F.col("resource").alias("p_resource"),
+        _window("ts", cfg.window_ms).alias("p_window"),
+    )
+    joined = g.join(
+        p,
+        (F.col("g_resource") == F.col("p_resource")) & (F.col("g_window") == F.col("p_window")),
+        "inner",
+    )
+    agg = joined.groupBy(
+        _window(F.window_time(F.col("g_window")), cfg.window_ms).alias("window"),
+        F.col("g_resource").alias("resource"),
+    ).agg(
+        F.collect_set("get_id").alias("get_ids"),
+        F.collect_set("post_id").alias("post_ids"),
+    )
+    counted = agg.select(
+        "window",
+        "resource",
+        F.size("get_ids").cast("long").alias("gets"),
+        F.size("post_ids").cast("long").alias("posts"),
+        F.array_union("get_ids", "post_ids").alias("ids"),
+    )
+    return _to_output(counted, schema.MST_OUTPUT_FIELDS)
+
+
+def build_topology(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
+    """The (key, value) output stream of ``cfg.topology``."""
+    return sst(spark, cfg) if cfg.topology == "sst" else mst(spark, cfg)

@@ -1,0 +1,297 @@
+"""The two sinks whose processing guarantees pgval measures.
+
+``a1`` — Spark's built-in Kafka sink. Spark records a micro-batch as done (commit log)
+only *after* the sink has written it, and after a failure it re-runs the last uncommitted
+batch with the same offsets. Its Kafka producer is not transactional, so whatever that
+batch had already written before the failure is written again: at-least-once.
+
+``e1`` — a ``foreachBatch`` sink writing with a transactional producer. Every batch's
+outputs and a marker record ``{"batch_id": n, ...}`` (key = query name) go to Kafka in
+ONE transaction; the marker lands in the compacted :data:`pgval.schema.MARKER_TOPIC`.
+A restarted driver first calls ``init_transactions`` with the same ``transactional.id``
+(which fences a zombie driver and finishes or aborts whatever transaction it left open),
+then reads the markers with ``read_committed`` and skips every batch id it finds
+committed. Since Spark re-runs a batch id with exactly the same offsets (offset log),
+a batch's outputs become visible to ``read_committed`` consumers exactly once.
+
+What that rests on: (1) Spark's offset log fixes a batch's input before it runs, and a
+windowed append-mode aggregation over the same input and state yields the same rows
+again; (2) the batch is executed (``collect``) before the transaction, so its state-store
+versions exist whenever its marker does; (3) markers carry the checkpoint's query id, so
+a fresh checkpoint under an old query name starts from scratch. A ``read_uncommitted``
+consumer can still see aborted writes: e1 promises nothing to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import DataStreamWriter
+
+from pgval import schema
+
+log = logging.getLogger(__name__)
+
+#: How long one commit may keep retrying retriable errors (a broker restarting, say).
+COMMIT_RETRY_S = 60.0
+
+
+def _base_writer(df: DataFrame, checkpoint: str, query_name: str,
+                 trigger_ms: int) -> DataStreamWriter:
+    writer = (
+        df.writeStream.outputMode("append")
+        .queryName(query_name)
+        .option("checkpointLocation", checkpoint)
+    )
+    if trigger_ms > 0:
+        writer = writer.trigger(processingTime=f"{int(trigger_ms)} milliseconds")
+    return writer
+
+
+def kafka_sink(df: DataFrame, bootstrap: str, checkpoint: str, query_name: str,
+               trigger_ms: int, topic: str = schema.OUTPUT_TOPIC) -> DataStreamWriter:
+    """a1: Spark's Kafka sink; at-least-once because a re-run batch is written again."""
+    return (
+        _base_writer(df, checkpoint, query_name, trigger_ms)
+        .format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        # Explicit although they are kafka-clients' defaults: a lost ack must be retried,
+        # so that the only source of duplicates is the batch re-run, not the producer.
+        .option("kafka.acks", "all")
+        .option("kafka.enable.idempotence", "true")
+    )
+
+
+def transactional_sink(df: DataFrame, sink: TransactionalSink, checkpoint: str,
+                       query_name: str, trigger_ms: int) -> DataStreamWriter:
+    """e1: ``foreachBatch(sink)``; exactly-once into Kafka for read_committed consumers."""
+    return _base_writer(df, checkpoint, query_name, trigger_ms).foreachBatch(sink)
+
+
+def _checkpoint_query_id(checkpoint: str) -> str | None:
+    """The query's persistent id (``<checkpoint>/metadata``), same across restarts."""
+    path = Path(checkpoint.removeprefix("file://")) / "metadata"
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        try:
+            value = json.loads(line).get("id")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def last_committed_batch(bootstrap: str, query_name: str, query_id: str | None,
+                         marker_topic: str = schema.MARKER_TOPIC,
+                         timeout_s: float = 60.0) -> int:
+    """Highest batch id a committed marker of this query carries, or -1.
+
+    Markers of another query (same name, different checkpoint) are ignored, so a fresh
+    checkpoint never skips batches because an old run used the same name.
+    """
+    from pgval.runtime.kafka import read_topic  # numpy-heavy import, only needed here
+
+    records = read_topic(bootstrap, marker_topic, isolation="read_committed",
+                         timeout_s=timeout_s, idle_timeout_s=min(10.0, timeout_s))
+    want = query_name.encode()
+    best = -1
+    for key, value in zip(records.keys, records.values, strict=True):
+        if key != want or value is None:
+            continue
+        try:
+            marker = json.loads(value)
+            batch_id = int(marker["batch_id"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if query_id is not None and marker.get("query_id") not in (None, query_id):
+            continue
+        best = max(best, batch_id)
+    return best
+
+
+def _crash_now() -> None:
+    """Fault hook: SIGKILL this driver and its JVM (its process group) on the spot.
+
+    Called right after a transaction commit and before Spark writes the batch to its commit
+    log: the one moment at which a non-transactional sink would duplicate on restart.
+    """
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+class TransactionalSink:
+    """e1: the ``foreachBatch`` function; one Kafka transaction per non-empty batch.
+
+    The producer and the last committed batch id are set up lazily on the first call,
+    which runs after Spark has created (or recovered) the checkpoint, so the query id
+    is known. Any producer error aborts the transaction and is raised: the query fails,
+    nothing of the batch is visible to ``read_committed`` readers, and a restart re-runs it.
+    """
+
+    def __init__(self, bootstrap: str, query_name: str, checkpoint: str,
+                 topic: str = schema.OUTPUT_TOPIC,
+                 marker_topic: str = schema.MARKER_TOPIC,
+                 producer_conf: dict[str, Any] | None = None,
+                 on_batch: Callable[[dict[str, Any]], None] | None = None,
+                 crash_after_commits: int | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.query_name = query_name
+        self.checkpoint = checkpoint
+        self.topic = topic
+        self.marker_topic = marker_topic
+        # Stable across driver restarts (that is what fences a zombie), distinct per query.
+        self.transactional_id = (query_name if query_name.startswith("pgval")
+                                 else f"pgval-{query_name}")
+        self.producer_conf = dict(producer_conf or {})
+        self.on_batch = on_batch
+        self.crash_after_commits = crash_after_commits
+        self.commits = 0
+        self.query_id: str | None = None
+        self.last_committed: int | None = None
+        self.skipped: list[int] = []
+        self._producer: Producer | None = None
+        self._delivery_error: str | None = None
+        self.last_error: str | None = None
+
+    # ---- setup ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "transactional.id": self.transactional_id,
+            # Java's partitioner, so an output lands on the partition of its inputs (and the
+            # a1 sink's choice): the validator's latency needs both on one broker.
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "transaction.timeout.ms": 60_000,
+            **self.producer_conf,
+        }
+        t0 = time.monotonic()
+        producer = Producer(conf)
+        # Fences an older incarnation and settles its open transaction; must happen before
+        # the markers are read, or a commit still in flight could be missed.
+        producer.init_transactions(COMMIT_RETRY_S)
+        self.query_id = _checkpoint_query_id(self.checkpoint)
+        self.last_committed = last_committed_batch(
+            self.bootstrap, self.query_name, self.query_id, self.marker_topic)
+        self._producer = producer
+        log.info("transactional sink %s ready; last committed batch %s",
+                 self.transactional_id, self.last_committed)
+        self._report({"event": "sink_open", "transactional_id": self.transactional_id,
+                      "last_committed": self.last_committed,
+                      "open_s": round(time.monotonic() - t0, 3)})
+
+    def close(self) -> None:
+        """Drop the producer (nothing is open between batches)."""
+        if self._producer is not None:
+            self._producer.flush(5)
+            self._producer = None
+
+    # ---- per batch -----------------------------------------------------------------------
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        try:
+            self._run_batch(df, batch_id)
+        except Exception as exc:
+            # Spark wraps this in a long Py4J traceback; keep a one-line reason for the driver.
+            self.last_error = f"batch {batch_id}: {type(exc).__name__}: {exc}"
+            if self._delivery_error:
+                self.last_error += f" (first failed delivery: {self._delivery_error})"
+            self._report({"event": "sink_error", "batch_id": batch_id, "error": self.last_error})
+            raise
+
+    def _run_batch(self, df: DataFrame, batch_id: int) -> None:
+        if self._producer is None:
+            self._open()
+        assert self._producer is not None and self.last_committed is not None
+        # Run the batch even when it will be skipped: executing it is what feeds Spark the
+        # batch's max event time, so the watermark after a re-run equals the original one
+        # (a skipped, never-executed batch would leave it lower for one batch).
+        rows = df.select("key", "value").collect()
+        if batch_id <= self.last_committed:
+            # Already in Kafka: Spark re-runs it because its commit log lags our marker.
+            self.skipped.append(batch_id)
+            self._report({"batch_id": batch_id, "rows": len(rows), "skipped": True})
+            return
+        if not rows:
+            return  # nothing to make visible; a re-run would be empty too
+        t0 = time.monotonic()
+        self._write(batch_id, [(r["key"], r["value"]) for r in rows])
+        self.last_committed = batch_id
+        self.commits += 1
+        self._report({"batch_id": batch_id, "rows": len(rows), "skipped": False,
+                      "write_ms": round((time.monotonic() - t0) * 1000, 1)})
+        if self.crash_after_commits is not None and self.commits >= self.crash_after_commits:
+            _crash_now()
+
+    def _report(self, info: dict[str, Any]) -> None:
+        """Hand a bookkeeping record (``event`` defaults to ``sink_batch``) to ``on_batch``."""
+        if self.on_batch is not None:
+            self.on_batch(info)
+
+    def _write(self, batch_id: int, rows: list[tuple[str | None, str]]) -> None:
+        producer = self._producer
+        assert producer is not None
+        marker = json.dumps({
+            "batch_id": batch_id, "query_id": self.query_id, "rows": len(rows),
+            "committed_at": int(time.time() * 1000),
+        })
+        producer.begin_transaction()
+        try:
+            for key, value in rows:
+                self._produce(producer, self.topic, key.encode() if key else None,
+                              value.encode())
+            self._produce(producer, self.marker_topic, self.query_name.encode(),
+                          marker.encode())
+            self._commit(producer)
+        except BaseException as exc:
+            self._abort(producer, exc)
+            raise
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        """Remember the first failed delivery: commit_transaction only says "n failed"."""
+        if err is not None and self._delivery_error is None:
+            self._delivery_error = f"{msg.topic()}: {err.str()}"
+
+    def _produce(self, producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
+                return
+            except BufferError:  # local queue full: let deliveries drain, then retry
+                producer.poll(0.1)
+
+    @staticmethod
+    def _commit(producer: Producer) -> None:
+        """commit_transaction, retried while librdkafka calls the error retriable."""
+        deadline = time.monotonic() + COMMIT_RETRY_S
+        while True:
+            try:
+                producer.commit_transaction(max(1.0, deadline - time.monotonic()))
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if err.retriable() and time.monotonic() < deadline:
+                    continue
+                raise
+
+    def _abort(self, producer: Producer, cause: BaseException) -> None:
+        """Abort so nothing of the batch becomes visible; a fatal producer is dropped."""
+        try:
+            producer.abort_transaction(30)
+        except KafkaException as exc:
+            log.error("aborting the transaction after %r failed too: %s", cause, exc)
+        self._producer = None  # re-created (and re-fenced) if this process goes on
