@@ -29,5 +29,26 @@ def make_fault(name: str, target: int, profile: TimeoutProfile):  # noqa: ANN201
     raise ValueError(f"unknown fault {name!r}; choose from {', '.join(FAULTS)}")
 
 
+def make_compose_fault(name: str, target: int, profile: TimeoutProfile,  # noqa: ANN201
+                       phase_seconds: float):
+    """The fault for the Docker deployment: pumba on the target worker's container.
+
+    The delay's ``--duration`` is the failure phase plus a margin, so pumba removes the
+    delay by itself even if pgval dies; ``remove`` at T3 stops it earlier and verifies.
+    """
+    if name in ("none", "driver-crash"):
+        return make_fault(name, target, profile)
+    from pgval.faults.pumba import PumbaFault, worker_container
+
+    container = worker_container(target)
+    if name == "crash":
+        return PumbaFault(name, "kill", container)
+    if name in ("delay-lt-timeout", "delay-gt-timeout"):
+        return PumbaFault(name, "delay", container, delay_ms=profile.delay_ms or 500,
+                          duration_s=phase_seconds + 30)
+    raise ValueError(f"unknown fault {name!r}; choose from {', '.join(FAULTS)}")
+
+
 __all__ = ["FAULTS", "DriverCrash", "TimeoutProfile", "WorkerCrash", "WorkerDelay",
-           "default_target", "make_fault", "profile_for", "timeouts_fired"]
+           "default_target", "make_compose_fault", "make_fault", "profile_for",
+           "timeouts_fired"]

@@ -130,6 +130,9 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--isolate/--no-isolate", default=None,
               help="Workers in their own network namespaces (default: when root).")
+@click.option("--deploy", type=click.Choice(["local", "compose"]), default="local",
+              show_default=True, help="local: the embedded cluster pgval starts; compose: the "
+              "running stack of compose/docker-compose.yml, faults through pumba.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where logs, checkpoints and broker data go (default: runs/<time>-<pid>).")
@@ -140,7 +143,7 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
              rate: str, producers: int, resources: int,
              phase_seconds: float, warmup_seconds: float, window_ms: int, watermark_ms: int,
              trigger_ms: int, brokers: int, partitions: int, workers: int,
-             isolate: bool | None, seed: int, run_dir: Path | None, db: Path,
+             isolate: bool | None, deploy: str, seed: int, run_dir: Path | None, db: Path,
              as_json: bool) -> None:
     """Run TOPOLOGY on the embedded Kafka + Spark cluster and validate its guarantee."""
     from pgval.experiment import Experiment, ExperimentConfig, default_run_dir
@@ -155,8 +158,8 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
         producers=producers,
         resources=resources, phase_seconds=phase_seconds, warmup_seconds=warmup_seconds,
         window_ms=window_ms, watermark_ms=watermark_ms, trigger_ms=trigger_ms, seed=seed,
-        cluster=ClusterConfig(brokers=brokers, partitions=partitions, workers=workers,
-                              isolate=isolate))
+        deploy=deploy, cluster=ClusterConfig(brokers=brokers, partitions=partitions,
+                                             workers=workers, isolate=isolate))
     run_dir = run_dir or default_run_dir()
     live = LiveStatus(err_console, enabled=not as_json)
     with live:

@@ -43,7 +43,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.evaluate import Evaluation, evaluate
 from pgval.explain import explain_unprocessed
-from pgval.faults import FAULTS, default_target, make_fault, profile_for, timeouts_fired
+from pgval.faults import (
+    FAULTS,
+    default_target,
+    make_compose_fault,
+    make_fault,
+    profile_for,
+    timeouts_fired,
+)
 from pgval.phases import Phases
 from pgval.records import (
     InputEvents,
@@ -81,6 +88,7 @@ class ExperimentConfig:
     max_offsets_per_trigger: int | None = None
     executor_memory: str = "512m"
     seed: int = 0
+    deploy: str = "local"  # or "compose": the stack of compose/docker-compose.yml
     target: int | None = None  # worker a fault hits; default chosen by seed
     delay_ms: int | None = None  # packet delay; default derived from the time-outs
     drain_timeout_s: float = 120.0
@@ -104,6 +112,8 @@ class ExperimentConfig:
         if self.target is not None and not 0 <= self.target < self.cluster.workers:
             raise RuntimeErrorPlain(f"--target must be a worker index from 0 to "
                                     f"{self.cluster.workers - 1}")
+        if self.deploy not in ("local", "compose"):
+            raise RuntimeErrorPlain(f"unknown deployment {self.deploy!r}; use local or compose")
         if self.fault.startswith("delay") and self.cluster.isolate is False:
             raise RuntimeErrorPlain("packet delay needs workers in their own network "
                                     "namespaces; drop --no-isolate")
@@ -185,6 +195,9 @@ class Experiment:
         self.profile = profile_for(config.fault, config.phase_seconds, config.delay_ms)
         self.target = (config.target if config.target is not None
                        else default_target(config.seed, config.cluster.workers))
+        if fault is None and config.deploy == "compose":
+            fault = make_compose_fault(config.fault, self.target, self.profile,
+                                       config.phase_seconds)
         self.fault = fault or make_fault(config.fault, self.target, self.profile) or NoFault()
         if self.profile.daemon_conf:
             config.cluster.spark_daemon_conf = {**self.profile.daemon_conf,
@@ -238,20 +251,33 @@ class Experiment:
     def _run(self, run_id: int | None) -> ExperimentResult:
         cfg = self.config
         t0 = time.monotonic()
-        self.cluster = LocalCluster(self.run_dir, cfg.cluster).start()
+        if cfg.deploy == "compose":
+            from pgval.runtime.compose import ComposeDeployment
+
+            deployment = ComposeDeployment(self.run_dir, cfg.cluster.partitions)
+            self.cluster = deployment.start()  # type: ignore[assignment]
+            where: dict[str, Any] = {
+                "bootstrap": deployment.driver_bootstrap, "master": deployment.master_url,
+                "driver_host": deployment.driver_host, "extra_env": {},
+                "launcher": deployment.driver_launcher(), "python": "python",
+                "path_map": deployment.container_path,
+                "signal_argv": deployment.driver_signal_argv}
+        else:
+            self.cluster = LocalCluster(self.run_dir, cfg.cluster).start()
+            spark = self.cluster.spark
+            assert spark is not None
+            where = {"bootstrap": self.cluster.bootstrap, "master": spark.master_url,
+                     "driver_host": spark.driver_host, "extra_env": spark.driver_env()}
         self.timings.update(self.cluster.timings)
-        spark = self.cluster.spark
-        assert spark is not None
         spec = DriverSpec(
-            topology=cfg.topology, pg=cfg.pg, bootstrap=self.cluster.bootstrap,
-            master=spark.master_url, checkpoint=self.run_dir / "checkpoint",
+            topology=cfg.topology, pg=cfg.pg, checkpoint=self.run_dir / "checkpoint",
             progress_file=self.run_dir / "progress.jsonl", window_ms=cfg.window_ms,
             watermark_ms=cfg.watermark_ms, trigger_ms=cfg.trigger_ms,
             shuffle_partitions=cfg.shuffle_partitions or cfg.cluster.partitions,
-            driver_host=spark.driver_host, executor_memory=cfg.executor_memory,
+            executor_memory=cfg.executor_memory,
             max_offsets_per_trigger=cfg.max_offsets_per_trigger,
             query_name=f"pgval-{cfg.topology}-{cfg.pg}",
-            extra_env=spark.driver_env(), conf=dict(self.profile.driver_conf))
+            conf=dict(self.profile.driver_conf), **where)
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         self.timings["driver_start_s"] = self.driver.start()
         self.timings["prime_s"] = self._prime()

@@ -407,3 +407,56 @@ def test_find_containers_orders_by_index(fake: tuple[Path, FakeContainer, FakeCl
     refs = pumba.find_containers("spark-worker", client=client)  # type: ignore[arg-type]
     assert [(r.name, r.role, r.index, r.running) for r in refs] == [
         ("pgval-spark-worker-0", "spark-worker", 0, True)]
+
+
+# --- `pgval validate --deploy compose` wiring -------------------------------------------------
+
+
+def test_compose_driver_runs_inside_the_runner_with_mapped_paths(tmp_path: Path) -> None:
+    from pgval.runtime.compose import ComposeDeployment
+    from pgval.runtime.driver import DriverSpec
+
+    runs = tmp_path / "runs"
+    run_dir = runs / "r1"
+    dep = ComposeDeployment(run_dir, runs_root=runs)
+    spec = DriverSpec(topology="mst", pg="e1", bootstrap=dep.driver_bootstrap,
+                      master=dep.master_url, checkpoint=run_dir / "checkpoint",
+                      progress_file=run_dir / "progress.jsonl", window_ms=10_000,
+                      watermark_ms=2000, trigger_ms=1000, shuffle_partitions=3,
+                      driver_host=dep.driver_host, launcher=dep.driver_launcher(),
+                      python="python", path_map=dep.container_path,
+                      signal_argv=dep.driver_signal_argv)
+    argv = spec.argv()
+    assert argv[:5] == ["docker", "exec", "pgval-runner", "python", "-m"]
+    assert argv[argv.index("--checkpoint") + 1] == "/work/runs/r1/checkpoint"
+    assert argv[argv.index("--progress-file") + 1] == "/work/runs/r1/progress.jsonl"
+    assert argv[argv.index("--bootstrap") + 1] == "kafka-0:19092,kafka-1:19092,kafka-2:19092"
+    assert argv[argv.index("--driver-host") + 1] == "pgval-runner"
+    assert dep.driver_signal_argv("KILL") == ["docker", "exec", "pgval-runner", "pkill",
+                                              "-KILL", "-f", "pgval.topologies.driver"]
+
+
+def test_compose_faults_go_through_pumba() -> None:
+    from pgval.faults import make_compose_fault, profile_for
+    from pgval.faults.process import DriverCrash
+
+    crash = make_compose_fault("crash", 1, profile_for("crash", 90), 90)
+    assert crash.argv[-1] == "pgval-spark-worker-1" and "kill" in crash.argv
+    gt = profile_for("delay-gt-timeout", 90)
+    delay = make_compose_fault("delay-gt-timeout", 0, gt, 90)
+    assert delay.argv[delay.argv.index("--time") + 1] == str(gt.delay_ms)
+    assert delay.argv[delay.argv.index("--duration") + 1] == "120s"
+    assert isinstance(make_compose_fault("driver-crash", 0, gt, 90), DriverCrash)
+
+
+def test_validate_deploy_compose_without_engine_is_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    if Path("/var/run/docker.sock").exists():
+        pytest.skip("a Docker engine socket exists here")
+    proc = subprocess.run([sys.executable, "-m", "pgval.cli", "validate", "--deploy", "compose",
+                           "--topology", "sst", "--db", str(tmp_path / "r.db"), "--json"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "Docker engine is not reachable" in proc.stderr and "Traceback" not in proc.stderr

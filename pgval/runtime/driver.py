@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,15 +41,25 @@ class DriverSpec:
     query_name: str = "pgval"
     extra_env: dict[str, str] = field(default_factory=dict)
     conf: dict[str, str] = field(default_factory=dict)  # extra Spark conf (time-outs)
+    #: Prefix that runs the driver elsewhere (``docker exec pgval-runner``), its Python,
+    #: how host paths look there, and how to signal it there (killing `docker exec` is not
+    #: enough to stop a process inside a container).
+    launcher: list[str] = field(default_factory=list)
+    python: str = sys.executable
+    path_map: Callable[[Path], str] | None = None
+    signal_argv: Callable[[str], list[str]] | None = None
+
+    def _path(self, path: Path) -> str:
+        return self.path_map(path) if self.path_map else str(path)
 
     def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "pgval.topologies.driver",
+        argv = [*self.launcher, self.python, "-m", "pgval.topologies.driver",
                 "--topology", self.topology, "--pg", self.pg, "--bootstrap", self.bootstrap,
-                "--master", self.master, "--checkpoint", str(self.checkpoint),
+                "--master", self.master, "--checkpoint", self._path(self.checkpoint),
                 "--window-ms", str(self.window_ms), "--watermark-ms", str(self.watermark_ms),
                 "--trigger-ms", str(self.trigger_ms),
                 "--shuffle-partitions", str(self.shuffle_partitions),
-                "--progress-file", str(self.progress_file),
+                "--progress-file", self._path(self.progress_file),
                 "--executor-memory", self.executor_memory, "--query-name", self.query_name]
         if self.driver_host:
             argv += ["--driver-host", self.driver_host]
@@ -106,8 +117,7 @@ class DriverProcess:
         if self.proc is None:
             return
         if self.proc.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGTERM)
+            self._signal("TERM", signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.popen.wait(timeout=grace_s)
         self.proc.stop(grace_s=3.0)
@@ -115,7 +125,17 @@ class DriverProcess:
     def kill(self) -> None:
         """SIGKILL the driver's process group: the driver-crash fault."""
         if self.proc is not None:
+            self._signal("KILL", signal.SIGKILL)
             self.proc.kill()
+
+    def _signal(self, name: str, sig: int) -> None:
+        assert self.proc is not None
+        if self.spec.signal_argv is not None:
+            subprocess.run(self.spec.signal_argv(name), capture_output=True, timeout=30,
+                           check=False)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
 
     def progress(self) -> list[dict[str, Any]]:
         """All progress lines written so far (every start appends to the same file)."""

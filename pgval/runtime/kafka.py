@@ -111,6 +111,8 @@ class KafkaCluster:
     heap: str = "384m"
     jars: Jars | None = None
     start_timeout_s: float = 120.0
+    #: Use brokers someone else runs (the compose deployment): only topic admin is done here.
+    external_bootstrap: str | None = None
     cluster_id: str = field(default_factory=lambda: _new_cluster_id())
     startup_seconds: float | None = field(default=None, init=False)
     _nodes: list[_Broker] = field(default_factory=list, init=False, repr=False)
@@ -131,6 +133,8 @@ class KafkaCluster:
 
     @property
     def bootstrap(self) -> str:
+        if self.external_bootstrap:
+            return self.external_bootstrap
         if not self._nodes:
             raise RuntimeErrorPlain("the Kafka cluster has not been started")
         return ",".join(f"{self.host}:{b.port}" for b in self._nodes)
