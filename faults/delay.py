@@ -68,6 +68,7 @@ COMMENT_PREFIX = "pgval-delay-"
 NETEM_HANDLE = "504d:"
 HOLDER_MODULE = "pgval.faults.holder"
 IPTABLES = "iptables-legacy"
+HOLDER_RC_BIND = 3  # the holder's exit status when a queue number is taken
 HOST = "host"  # the root network namespace, where a `where` names a namespace
 #: Tables scanned by cleanup (pgval adds to mangle; filter is scanned for older rules).
 TABLES = ("mangle", "filter")
@@ -261,6 +262,10 @@ def _holder_summary(log_path: Path) -> dict[str, Any] | None:
     return None
 
 
+class _BindFailed(Exception):
+    """The holder could not bind its queue number (taken meanwhile)."""
+
+
 class PacketDelay:
     """Delay every packet to and from namespace ``ns`` by ``delay_ms`` (+/- ``jitter_ms``).
 
@@ -399,8 +404,8 @@ class PacketDelay:
             for table in TABLES:
                 for args, comment in _pgval_rules(where, table):
                     target = _comment_target(comment)
-                    if target is not None and target != self.ns:
-                        continue
+                    if target != self.ns and not (target is None and where == self.ns):
+                        continue  # another worker's delay (or, outside ns, not ours to judge)
                     m = re.search(r"--queue-num (\d+)", " ".join(args))
                     if m and int(m.group(1)) in bound and target == self.ns:
                         raise RuntimeErrorPlain(f"{self.ns} is already delayed by pgval "
@@ -408,8 +413,8 @@ class PacketDelay:
                     if _run(_iptables(where, *args)).returncode == 0:
                         self.stale_removed.append(f"{where}: {shlex.join(args)}")
 
-    def _pick_queue(self, places: list[str]) -> int:
-        taken: set[int] = set()
+    def _pick_queue(self, places: list[str], avoid: set[int]) -> int:
+        taken = set(avoid)
         for where in places:
             taken |= _bound_queues(where) | _queues_in_rules(where)
         q = QUEUE_BASE
@@ -421,9 +426,29 @@ class PacketDelay:
         ip, bridge, peers = self._receivers()
         places = [self.ns, HOST, *peers]
         self._clear_stale(places)
-        if self.queue_num is None:
-            self.queue_num = self._pick_queue(places)
-        plan = self._rule_plan(ip, bridge, peers)
+        auto = self.queue_num is None
+        tried: set[int] = set()
+        for attempt in range(3):
+            if auto:
+                self.queue_num = self._pick_queue(places, tried)
+            assert self.queue_num is not None
+            tried.add(self.queue_num)
+            try:
+                self._start_holder(places)
+                break
+            except _BindFailed as exc:
+                # Another run's holder took the number between our check and its bind
+                # (the root namespace's queue numbers are shared by all runs).
+                if not auto or attempt == 2:
+                    raise RuntimeErrorPlain(str(exc)) from None
+        # Inserted first in mangle/PREROUTING: an accepted packet skips the rest of this
+        # chain only; filter rules (other faults' DROPs) still see it afterwards.
+        for where, spec in self._rule_plan(ip, bridge, peers):
+            _checked(_iptables(where, "-t", "mangle", "-I", *spec[:1], "1", *spec[1:]))
+            self._rules.append((where, spec))
+
+    def _start_holder(self, places: list[str]) -> None:
+        """Start the holder bound to ``self.queue_num`` in ``places``; wait until it is."""
         name = f"delay-holder-{self.ns}"
         ready = self.run_dir / "pids" / f"{name}.ready"
         ready.parent.mkdir(parents=True, exist_ok=True)
@@ -437,19 +462,17 @@ class PacketDelay:
                             pid_dir=self.run_dir / "pids")
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while not ready.exists():
-            if not self.holder.alive():
-                raise RuntimeErrorPlain(f"the packet holder for {self.ns} exited at start: "
-                                        f"{self.holder.log_tail(3)} (log {self.holder.log_path})")
+            rc = self.holder.popen.poll()
+            if rc is not None:
+                msg = (f"the packet holder for {self.ns} exited at start: "
+                       f"{self.holder.log_tail(3)} (log {self.holder.log_path})")
+                self.holder.stop(grace_s=0.5)
+                raise _BindFailed(msg) if rc == HOLDER_RC_BIND else RuntimeErrorPlain(msg)
             if time.monotonic() > deadline:
                 raise RuntimeErrorPlain(f"the packet holder for {self.ns} did not bind NFQUEUE "
                                         f"{self.queue_num} within {_READY_TIMEOUT_S:.0f} s")
             time.sleep(0.02)
         ready.unlink(missing_ok=True)
-        # Inserted first in mangle/PREROUTING: an accepted packet skips the rest of this
-        # chain only; filter rules (other faults' DROPs) still see it afterwards.
-        for where, spec in plan:
-            _checked(_iptables(where, "-t", "mangle", "-I", *spec[:1], "1", *spec[1:]))
-            self._rules.append((where, spec))
 
     # -- removal -------------------------------------------------------------------------
     def _undo(self) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class ExperimentConfig:
     deploy: str = "local"  # or "compose": the stack of compose/docker-compose.yml
     target: int | None = None  # worker a fault hits; default chosen by seed
     delay_ms: int | None = None  # packet delay; default derived from the time-outs
-    drain_timeout_s: float = 120.0
+    drain_timeout_s: float = 300.0
     quiet_seconds: float = 8.0
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
@@ -413,25 +413,43 @@ class Experiment:
         return closing_ts
 
     def _drain(self, monitor: _OutputMonitor, closing_ts: int) -> None:
-        """Wait until the output topic stops growing (bounded by ``drain_timeout_s``)."""
+        """Wait until the query has read everything, emitted it, and outputs are quiet.
+
+        "Outputs stopped arriving" alone is not evidence: a query that is behind can
+        go quiet for longer than any fixed wait while a 50 s batch runs. So the drain
+        first waits until the offsets the query has processed reach the end of the input
+        topics (closing events included), then for one more batch (windows close in the
+        batch after the watermark passes them), then for ``quiet_seconds`` without new
+        outputs. Bounded by ``drain_timeout_s``; a timeout is recorded, and the events it
+        left behind are attributed as "in-flight at end".
+        """
         assert self.driver is not None
         cfg = self.config
         t0 = time.monotonic()
         deadline = t0 + cfg.drain_timeout_s
-        # Give the query at least a few triggers after the closing events before judging quiet.
-        min_wait = 3 * cfg.trigger_ms / 1000.0 + 3.0
+        targets = monitor.end_offsets((GET_TOPIC, POST_TOPIC))
+        caught_up_at: int | None = None  # number of progress events when caught up
         last = monitor.count()
         last_change = time.monotonic()
+        self.timings["drain_timed_out"] = 1.0
         while time.monotonic() < deadline:
             time.sleep(1.0)
             self.driver.check()
+            progress = [p for p in self.driver.progress() if p.get("event") == "progress"]
+            if caught_up_at is None and _processed_past(progress, targets):
+                caught_up_at = len(progress)
+                self.timings["caught_up_s"] = time.monotonic() - t0
             count = monitor.count()
             now = time.monotonic()
             if count != last:
                 last, last_change = count, now
+            note = ("waiting for the query to read all inputs" if caught_up_at is None else
+                    "waiting for the last windows")
             self.on_status(Status("drain", now - t0, cfg.drain_timeout_s, 0, 0.0, count,
-                                  len(self.driver.progress()), note="waiting for last outputs"))
-            if now - t0 >= min_wait and now - last_change >= cfg.quiet_seconds:
+                                  len(progress), note=note))
+            if (caught_up_at is not None and len(progress) >= caught_up_at + 1
+                    and now - last_change >= cfg.quiet_seconds):
+                self.timings["drain_timed_out"] = 0.0
                 break
         self.timings["drain_s"] = time.monotonic() - t0
 
@@ -501,9 +519,39 @@ class _OutputMonitor:
         except Exception:
             return -1
 
+    def end_offsets(self, topics: tuple[str, ...]) -> dict[str, dict[int, int]]:
+        """Current high watermarks of ``topics``, per partition."""
+        out: dict[str, dict[int, int]] = {}
+        for topic in topics:
+            md = self.consumer.list_topics(topic, timeout=10)
+            out[topic] = {p: self.consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in md.topics[topic].partitions}
+        return out
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.consumer.close()
+
+
+def _processed_past(progress: list[dict[str, Any]], targets: dict[str, dict[int, int]]) -> bool:
+    """Has the latest batch's end offset reached ``targets`` for every topic it reads?"""
+    if not progress:
+        return False
+    sources = progress[-1].get("sources") or []
+    seen = False
+    for src in sources:
+        end = src.get("endOffset") or {}
+        if not isinstance(end, dict):
+            continue
+        for topic, parts in end.items():
+            if topic not in targets:
+                continue
+            seen = True
+            for part, target in targets[topic].items():
+                if int(parts.get(str(part), 0)) < target:
+                    return False
+    return seen
 
 
 def _now_ms() -> int:

@@ -50,10 +50,12 @@ def check_nothing_left(run_dir: Path) -> None:
     out = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
     assert out.stdout.strip() == ""
     if os.geteuid() == 0:
-        for ns in netns.list_namespaces():
-            rules = subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy", "-S"],
-                                   capture_output=True, text=True).stdout
-            assert "pgval-delay" not in rules
+        for ns in [None, *netns.list_namespaces()]:
+            prefix = [] if ns is None else ["ip", "netns", "exec", ns]
+            for table in ("filter", "mangle"):
+                rules = subprocess.run([*prefix, "iptables-legacy", "-t", table, "-S"],
+                                       capture_output=True, text=True).stdout
+                assert "pgval-delay" not in rules, (ns, table, rules)
 
 
 def steps(result: ExperimentResult) -> dict[str, dict]:

@@ -139,6 +139,9 @@ def force_down(run_dir: Path) -> list[str]:
     stopped = kill_recorded(Path(run_dir) / "pids")
     prefix = state.get("netns_prefix")
     if prefix:
+        from pgval.faults.delay import cleanup_delays
+
+        stopped += [f"delay {d}" for d in cleanup_delays(prefix)]
         stopped += [f"netns {n}" for n in netns.cleanup_all(prefix)]
     (Path(run_dir) / "state.json").unlink(missing_ok=True)
     return stopped
