@@ -93,6 +93,7 @@ class ExperimentConfig:
     delay_ms: int | None = None  # packet delay; default derived from the time-outs
     drain_timeout_s: float = 300.0
     quiet_seconds: float = 8.0
+    prime_events: int = 20_000  # control events that warm the query up before T1
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def validate(self) -> None:
@@ -280,7 +281,12 @@ class Experiment:
             conf=dict(self.profile.driver_conf), **where)
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         self.timings["driver_start_s"] = self.driver.start()
-        self.timings["prime_s"] = self._prime()
+        monitor = _OutputMonitor(self.cluster.bootstrap)
+        try:
+            self.timings["prime_s"] = self._prime(monitor)
+        except BaseException:
+            monitor.close()
+            raise
         self.timings["deploy_s"] = time.monotonic() - t0
 
         gen_cfg = GeneratorConfig(
@@ -298,7 +304,6 @@ class Experiment:
         phases = Phases(start, t2, t3)
         self.phase_bounds = {"t1": t1_ms, "start": start, "t2": t2, "t3": t3, "t4": t4}
 
-        monitor = _OutputMonitor(self.cluster.bootstrap)
         try:
             self._follow_timeline(t1_ms, t2, t3, t4, monitor)
             report = self.generators.join(timeout_s=60)
@@ -371,39 +376,60 @@ class Experiment:
             raise
         self.fault_log.append(entry)
 
-    def _write_control_events(self, event_ts: int, first_id: int) -> int:
-        """One negative-ID GET and POST per resource at ``event_ts``; returns the next free ID."""
+    def _write_control_events(self, event_ts: int, first_id: int, per_resource: int = 1,
+                              step_ms: int = 0) -> int:
+        """Negative-ID GET+POST pairs per resource from ``event_ts`` on, ``step_ms`` apart.
+
+        Spread over windows (one pair per key), so MST's join stays one row per key.
+        Returns the next free ID.
+        """
         assert self.cluster is not None
         producer = Producer({"bootstrap.servers": self.cluster.bootstrap,
                              "partitioner": "murmur2_random", "acks": "all",
                              "enable.idempotence": True, "linger.ms": 5, "log_level": 3})
         ident = first_id
-        for r in range(self.config.resources):
-            name = resource_name(r)
-            for topic, typ in ((GET_TOPIC, "GET"), (POST_TOPIC, "POST")):
-                value = json.dumps({"id": ident, "type": typ, "resource": name,
-                                    "event_ts": event_ts}).encode()
-                producer.produce(topic, key=name.encode(), value=value)
-                ident -= 1
+        for k in range(per_resource):
+            for r in range(self.config.resources):
+                name = resource_name(r)
+                for topic, typ in ((GET_TOPIC, "GET"), (POST_TOPIC, "POST")):
+                    value = json.dumps({"id": ident, "type": typ, "resource": name,
+                                        "event_ts": event_ts + k * step_ms}).encode()
+                    while True:
+                        try:
+                            producer.produce(topic, key=name.encode(), value=value)
+                            break
+                        except BufferError:
+                            producer.poll(0.1)
+                    ident -= 1
         if producer.flush(30) != 0:
             raise RuntimeErrorPlain("could not write pgval's control events to Kafka in 30 s")
         return ident
 
-    def _prime(self, timeout_s: float = 180.0) -> float:
-        """Warm the query up with old-window control events; wait until a batch read them."""
+    def _prime(self, monitor: _OutputMonitor, timeout_s: float = 240.0) -> float:
+        """Warm the query up on old-window control events; wait until it has read them all.
+
+        One batch is not enough: the first batches over real volume run on cold JVMs
+        (interpreted code, empty caches) and are several times slower than later ones.
+        ``prime_events`` control events, in a window far in the past, make the query do
+        that work before T1 so the control phase measures a warm system.
+        """
         assert self.driver is not None
         t0 = time.monotonic()
-        old = _now_ms() - 100 * self.config.window_ms
-        self._next_control_id = self._write_control_events(old, -1)
+        w = self.config.window_ms
+        per_resource = max(1, self.config.prime_events // (2 * self.config.resources))
+        old = _now_ms() - (per_resource + 100) * w
+        self._next_control_id = self._write_control_events(old, -1, per_resource, step_ms=w)
+        targets = monitor.end_offsets((GET_TOPIC, POST_TOPIC))
         while time.monotonic() - t0 < timeout_s:
             self.driver.check()
-            if any((p.get("numInputRows") or 0) > 0 for p in self.driver.progress()):
+            progress = [p for p in self.driver.progress() if p.get("event") == "progress"]
+            if _processed_past(progress, targets):
                 return time.monotonic() - t0
             self.on_status(Status("prime", time.monotonic() - t0, timeout_s, 0, 0.0, 0,
-                                  len(self.driver.progress()), note="warming up the query"))
+                                  len(progress), note="warming up the query"))
             time.sleep(0.5)
-        raise RuntimeErrorPlain(f"the streaming query processed nothing within {timeout_s:.0f} s "
-                                f"(see {self.run_dir / 'logs'})")
+        raise RuntimeErrorPlain(f"the streaming query did not read its warm-up events within "
+                                f"{timeout_s:.0f} s (see {self.run_dir / 'logs'})")
 
     def _write_closing_events(self, report: Any) -> int:
         """Negative-ID events past every real window, on both topics, to move the watermark."""
