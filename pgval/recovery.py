@@ -25,6 +25,7 @@ HOLD_S = 10.0
 #: Latency counts as recovered within baseline × (1 + tolerance) + this: a per-second p50
 #: of a few outputs is coarse, and sub-second noise must not censor a recovery.
 LATENCY_SLACK_S = 1.0
+SMOOTH_S = 5
 
 
 @dataclass
@@ -41,6 +42,14 @@ class Recovery:
         return asdict(self)
 
 
+def _trailing_mean(values: np.ndarray, width: int) -> np.ndarray:
+    """Mean of the last ``width`` values at every index (fewer at the start)."""
+    csum = np.cumsum(np.r_[0.0, values.astype(np.float64)])
+    idx = np.arange(1, len(values) + 1)
+    lo = np.maximum(idx - width, 0)
+    return (csum[idx] - csum[lo]) / (idx - lo)
+
+
 def _first_stable(ok: np.ndarray, hold: int) -> int | None:
     """Index of the first run of ``hold`` consecutive True values, or None."""
     if hold <= 1:
@@ -54,12 +63,18 @@ def _first_stable(ok: np.ndarray, hold: int) -> int | None:
     return None
 
 
-def recovery_metrics(ev: Evaluation, tolerance: float = TOLERANCE, hold_s: float = HOLD_S
-                     ) -> Recovery:
-    """Downtime, recovery times and catch-up of one run (needs bounded phases)."""
+def recovery_metrics(ev: Evaluation, tolerance: float = TOLERANCE,
+                     hold_s: float | None = None) -> Recovery:
+    """Downtime, recovery times and catch-up of one run (needs bounded phases).
+
+    ``hold_s`` defaults to HOLD_S, shortened to a third of the failure phase for short
+    runs (a 10 s hold cannot be met inside a 15 s recovery phase).
+    """
     ph = ev.phases
     if not ph.bounded():
         return Recovery()
+    if hold_s is None:
+        hold_s = min(HOLD_S, max(2.0, (ph.t3 - ph.t2) / 3000))
     m = ev.metrics
     out_ts = np.sort(m.output_ingress_ms)
     rec = Recovery()
@@ -76,8 +91,11 @@ def recovery_metrics(ev: Evaluation, tolerance: float = TOLERANCE, hold_s: float
             rec.downtime_s = float(g.max()) / 1000
     n = len(m.reliable_per_s)
     t = m.series_start_ms + 1000 * np.arange(n)
-    window_s = max(1, ev.window_ms // 1000)
-    thr = np.convolve(m.reliable_per_s, np.ones(window_s) / window_s, mode="same")
+    # Outputs come once per window and key, so per-second throughput is bursty: smooth
+    # over whole windows, at least SMOOTH_S (trailing, so recovery is never seen early).
+    per_window = max(1, -(-ev.window_ms // 1000))
+    window_s = per_window * max(1, -(-SMOOTH_S // per_window))
+    thr = _trailing_mean(m.reliable_per_s, window_s)
     in_ctrl = (t >= ph.start) & (t < ph.t2)
     after_t2 = t >= ph.t2
     hold = max(1, int(round(hold_s)))

@@ -83,3 +83,24 @@ def test_recovery_metrics_see_an_outage() -> None:
     assert rec.recovered and not rec.censored
     assert 9 <= rec.recovery_latency_s <= 12
     assert rec.catchup_s is not None and rec.catchup_s < 3
+
+
+def test_steady_run_recovers_at_once_and_bursty_windows_do_not_censor() -> None:
+    rt = ResourceTable()
+    rows, ident = [], 0
+    for sec in range(60):
+        for k in range(20):
+            ident += 1
+            ts = T0 + sec * 1000 + k * 50
+            rows.append({"id": ident, "type": "GET", "resource": "a", "event_ts": ts,
+                         "ingress_ts": ts})
+    events = to_inputs(rows, rt)
+    exp = evaluate(events, to_outputs([], rt), "sst", 2000).expected.to_records()
+    outs = [{**r, "ingress_ts": r["window_end"] + 300} for r in exp]  # one burst per 2 s
+    ev = evaluate(events, to_outputs(outs, rt), "sst", 2000,
+                  Phases(T0 + 5000, T0 + 20_000, T0 + 35_000))
+    rec = recovery_metrics(ev)
+    assert rec.recovered and not rec.censored
+    assert rec.recovery_throughput_s is not None and rec.recovery_throughput_s <= 1.0
+    assert rec.downtime_s == pytest.approx(2.0, abs=0.1)
+    assert rec.control_max_gap_s == pytest.approx(2.0, abs=0.1)
