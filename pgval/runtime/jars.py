@@ -11,8 +11,6 @@ kafka-clients versions, which must not leak onto Spark's driver and executor cla
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -24,12 +22,12 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgval.runtime.procs import RuntimeErrorPlain, spawn
+from pgval.runtime.procs import RuntimeErrorPlain, file_lock, spawn
 
 log = logging.getLogger(__name__)
 
@@ -206,14 +204,7 @@ def _cached(cache: Path, pom_hash: str) -> Jars | None:
     return Jars(kafka_classpath=broker, spark_kafka_jars=spark)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+_locked = file_lock
 
 
 def _run(name: str, argv: Sequence[str], log_path: Path, timeout_s: float) -> str:

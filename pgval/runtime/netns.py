@@ -35,7 +35,6 @@ run leaked. Teardown is idempotent.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -46,11 +45,10 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.runtime.procs import RuntimeErrorPlain, file_lock
 
 NS_PREFIX = "pgval-"
 LINK_PREFIX = "pgv"
@@ -187,15 +185,9 @@ def _no_forwarding(dev: str) -> None:
         raise RuntimeErrorPlain(f"cannot disable forwarding on {dev}: {exc}") from exc
 
 
-@contextlib.contextmanager
-def _host_lock() -> Iterator[None]:
+def _host_lock() -> contextlib.AbstractContextManager[None]:
     """Serialise subnet choice + bridge creation between concurrent pgval runs."""
-    with open(_LOCK_FILE, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock(_LOCK_FILE)
 
 
 @dataclass(frozen=True)

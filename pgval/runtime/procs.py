@@ -13,13 +13,14 @@ drivers, generators, packet holders) goes through :func:`spawn`, so that
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -196,3 +197,14 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None =
         time.sleep(0.1)
     where = f"; see {proc.log_path}" if proc is not None else ""
     raise RuntimeErrorPlain(f"nothing listened on {host}:{port} within {timeout_s:.0f} s{where}")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path``: serialises work between concurrent pgval processes."""
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
