@@ -453,32 +453,40 @@ class KafkaCluster:
     def _wait_leaders(
         self, admin: AdminClient, names: list[str], assignment: list[list[int]], deadline: float
     ) -> None:
-        """Block until every partition has its preferred leader, so producers never race it."""
+        """Block until EVERY broker's metadata has every partition with its preferred leader.
+
+        Asking one broker is not enough: in KRaft each broker applies the controller's
+        records on its own, so a client that next talks to another broker can find the topic
+        missing (CI failed once with ``KeyError: 'get'`` right after topic creation). Each
+        broker is asked through a fresh client bootstrapped on it alone, whose first
+        metadata request goes to that broker.
+        """
         wanted = {p: replicas[0] for p, replicas in enumerate(assignment)}
-        pending = list(names)
+        targets = ([f"{self.host}:{n.port}" for n in self._nodes] if self._nodes
+                   and not self.external_bootstrap else [self.bootstrap])
+        pending = {(t, name) for t in targets for name in names}
         while True:
-            still = []
-            md = None
-            with contextlib.suppress(KafkaException):
-                md = admin.list_topics(timeout=5.0)
-            for name in pending:
-                tmd = md.topics.get(name) if md is not None else None
-                ok = (
-                    tmd is not None
-                    and tmd.error is None
-                    and len(tmd.partitions) >= len(wanted)
-                    and all(tmd.partitions[p].leader == lead for p, lead in wanted.items()
-                            if p in tmd.partitions)
-                )
-                if not ok:
-                    still.append(name)
-            if not still:
+            for target in sorted({t for t, _ in pending}):
+                client = admin if target == self.bootstrap else AdminClient(
+                    _quiet_client_conf(target))
+                md = None
+                with contextlib.suppress(KafkaException):
+                    md = client.list_topics(timeout=5.0)
+                for name in [n for t, n in pending if t == target]:
+                    tmd = md.topics.get(name) if md is not None else None
+                    if (tmd is not None and tmd.error is None
+                            and len(tmd.partitions) >= len(wanted)
+                            and all(p in tmd.partitions and tmd.partitions[p].leader == lead
+                                    for p, lead in wanted.items())):
+                        pending.discard((target, name))
+            if not pending:
                 return
             if time.monotonic() > deadline:
+                late = sorted({n for _, n in pending})
                 raise RuntimeErrorPlain(
-                    f"topics {', '.join(still)} did not get their assigned leaders in time"
+                    f"topics {', '.join(late)} did not get their assigned leaders on every "
+                    f"broker in time"
                 )
-            pending = still
             time.sleep(0.2)
 
 
@@ -507,16 +515,32 @@ def _distinct_port(host: str, used: set[int]) -> int:
 
 @dataclass
 class TopicRecords:
-    """A topic's records, column by column (arrival order; offset order within a partition)."""
+    """A topic's records, column by column (arrival order; offset order within a partition).
+
+    Also the proof of what was read: ``end_offsets`` are the per-partition ends the read
+    aimed for (the last stable offset for read_committed), ``reached`` the position each
+    partition actually got to, and ``problems`` why the read stopped short (empty when
+    :attr:`complete`). A short read is never silent: callers decide what it means.
+    """
 
     keys: list[bytes | None]
     values: list[bytes | None]
     timestamps: np.ndarray  # int64, ms
     partitions: np.ndarray  # int32
     offsets: np.ndarray  # int64
+    topic: str = ""
+    end_offsets: dict[int, int] = field(default_factory=dict)
+    reached: dict[int, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.values)
+
+    @property
+    def complete(self) -> bool:
+        """Every partition was read up to its end offset and nothing went wrong."""
+        return not self.problems and all(
+            self.reached.get(p, 0) >= end for p, end in self.end_offsets.items())
 
     def rows(self) -> list[tuple[bytes | None, bytes | None, int, int, int]]:
         """(key, value, timestamp_ms, partition, offset) tuples, for small checks and tests."""
@@ -531,6 +555,13 @@ class TopicRecords:
             )
         )
 
+    def describe(self) -> dict[str, object]:
+        """What the read proves, for run.json and the store (JSON-ready)."""
+        return {"topic": self.topic, "records": len(self), "complete": self.complete,
+                "end_offsets": {str(p): o for p, o in sorted(self.end_offsets.items())},
+                "reached": {str(p): o for p, o in sorted(self.reached.items())},
+                "problems": list(self.problems)}
+
 
 def read_topic(
     bootstrap: str,
@@ -538,12 +569,17 @@ def read_topic(
     isolation: str = "read_committed",
     timeout_s: float = 120.0,
     idle_timeout_s: float = 10.0,
+    strict: bool = True,
 ) -> TopicRecords:
     """Read all of ``topic`` from the beginning up to its current end, as columns.
 
     The end is the last stable offset for ``read_committed`` (aborted and open transactions
     are skipped) and the high watermark for ``read_uncommitted``. Reading stops when every
-    partition has reached it, when nothing arrived for ``idle_timeout_s``, or at ``timeout_s``.
+    partition has reached it, when nothing arrived for ``idle_timeout_s``, at ``timeout_s``,
+    or on a Kafka error. With ``strict`` (the default) a read that stopped short raises
+    :class:`RuntimeErrorPlain`; with ``strict=False`` it returns what it read, with the
+    reasons in ``problems`` (``complete`` is then False) — the experiment stores that and
+    marks the run unknown rather than guessing.
     """
     if isolation not in ("read_committed", "read_uncommitted"):
         raise ValueError(f"unknown isolation level {isolation!r}")
@@ -560,35 +596,46 @@ def read_topic(
         "queued.max.messages.kbytes": 256 * 1024,
         "fetch.wait.max.ms": 50,
     }
-    consumer = Consumer(conf)
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     ts: list[int] = []
     parts: list[int] = []
     offs: list[int] = []
+    end: dict[int, int] = {}
+    reached: dict[int, int] = {}
+    problems: list[str] = []
+    consumer = None
     try:
+        consumer = Consumer(conf)
         md = consumer.list_topics(topic=topic, timeout=min(timeout_s, 30.0))
         tmd = md.topics.get(topic)
         if tmd is None or tmd.error is not None:
             why = tmd.error.str() if tmd is not None and tmd.error is not None else "no metadata"
             raise RuntimeErrorPlain(f"cannot read topic {topic} at {bootstrap}: {why}")
         # With isolation.level=read_committed the "high" offset librdkafka queries is the LSO.
-        end: dict[int, int] = {}
+        starts: dict[int, int] = {}
         for p in sorted(tmd.partitions):
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, p), timeout=min(timeout_s, 30.0), cached=False
             )
-            if high > low:
-                end[p] = high
-        if not end:
-            return _records(keys, values, ts, parts, offs)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in end])
-        pending = set(end)
+            end[p] = high
+            starts[p] = low
+            reached[p] = low  # nothing before the log start exists any more
+            if low > 0:
+                problems.append(f"partition {p} starts at offset {low}: earlier records "
+                                f"were deleted")
+        todo = {p for p, e in end.items() if e > starts[p]}
+        if todo:
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(todo)])
         deadline = time.monotonic() + timeout_s
         last_data = time.monotonic()
-        while pending:
+        while todo:
             now = time.monotonic()
-            if now > deadline or now - last_data > idle_timeout_s:
+            if now > deadline:
+                problems.append(f"read time-out after {timeout_s:.0f} s")
+                break
+            if now - last_data > idle_timeout_s:
+                problems.append(f"nothing arrived for {idle_timeout_s:.0f} s")
                 break
             batch = consumer.consume(num_messages=10_000, timeout=0.5)
             if batch:
@@ -598,25 +645,46 @@ def read_topic(
                 p = msg.partition()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        if p in pending and msg.offset() >= end[p]:
-                            pending.discard(p)
+                        if p in todo:
+                            reached[p] = max(reached[p], msg.offset())
+                            if msg.offset() >= end[p]:
+                                todo.discard(p)
                         continue
                     raise RuntimeErrorPlain(f"reading {topic}: {err.str()}")
                 off = msg.offset()
                 if off >= end[p]:
                     # Written after we looked at the end; not part of this snapshot.
-                    pending.discard(p)
+                    reached[p] = max(reached[p], end[p])
+                    todo.discard(p)
                     continue
                 keys.append(msg.key())
                 values.append(msg.value())
                 ts.append(msg.timestamp()[1])
                 parts.append(p)
                 offs.append(off)
+                reached[p] = max(reached[p], off + 1)
                 if off + 1 >= end[p]:
-                    pending.discard(p)
+                    todo.discard(p)
+        short = {p: (reached[p], end[p]) for p in end if reached[p] < end[p]}
+        if short and not problems:
+            problems.append("stopped early")
+        if short:
+            problems.append("short partitions: " + ", ".join(
+                f"{p} at {r} of {e}" for p, (r, e) in sorted(short.items())))
+    except (KafkaException, RuntimeErrorPlain) as exc:
+        text = str(exc.args[0].str() if isinstance(exc, KafkaException) else exc)
+        problems.append(f"Kafka error: {text}")
     finally:
-        consumer.close()
-    return _records(keys, values, ts, parts, offs)
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+    records = _records(keys, values, ts, parts, offs)
+    records.topic, records.end_offsets, records.reached = topic, end, reached
+    records.problems = problems
+    if strict and not records.complete:
+        raise RuntimeErrorPlain(f"could not read all of topic {topic} at {bootstrap}: "
+                                + "; ".join(problems or ["partitions missing"]))
+    return records
 
 
 def _records(
