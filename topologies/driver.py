@@ -8,6 +8,8 @@ Its record of what happened is the progress file (JSON lines, appended and flush
 * ``{"event": "progress", ...}`` one line per StreamingQueryProgress (offsets, watermark,
   state rows, rows dropped by the watermark) — the evidence that explains losses,
 * ``{"event": "sink_batch", ...}`` per batch the e1 sink committed or skipped,
+* ``{"event": "sabotage", ...}`` once, only with ``--sabotage`` (a SELF-TEST of pgval:
+  the e1 sink drops or duplicates one batch on purpose; see pgval.topologies.sinks),
 * ``{"event": "terminated", ...}`` when the query ends (with ``error`` when it failed).
 
 Exit status: 0 after SIGTERM/SIGINT (query stopped gracefully), 1 when the query failed
@@ -26,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,16 @@ def progress_record(progress_json: str) -> dict[str, Any]:
     }
 
 
+def sink_event_writer(log: ProgressLog) -> Callable[[dict[str, Any]], None]:
+    """The e1 sink's ``on_batch``: each record becomes one progress line, its ``event``
+    (``sink_open``, ``sink_error``, ``sabotage``...; ``sink_batch`` when absent) the kind."""
+    def sink_event(info: dict[str, Any]) -> None:
+        fields = dict(info)
+        log.write(str(fields.pop("event", "sink_batch")), **fields)
+
+    return sink_event
+
+
 def _make_listener(log: ProgressLog) -> Any:
     """A StreamingQueryListener writing progress lines (class built lazily: pyspark import)."""
     from pyspark.sql.streaming import StreamingQueryListener
@@ -147,11 +159,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--crash-after-commits", type=int, default=None, metavar="N",
                     help="fault hook (e1): SIGKILL the driver's process group right after "
                          "the N-th sink transaction commits, before Spark checkpoints it")
+    ap.add_argument("--sabotage", default=None, metavar="SPEC",
+                    help="SELF-TEST of pgval only (e1): drop-batch:N / dup-batch:N drops / "
+                         "writes twice the real output rows of the N-th committed batch "
+                         "that has any (see pgval.topologies.sinks)")
     args = ap.parse_args(argv)
     if args.query_name is None:
         args.query_name = f"pgval-{args.topology}-{args.pg}"
     if args.crash_after_commits is not None and args.pg != "e1":
         ap.error("--crash-after-commits only applies to --pg e1")
+    if args.sabotage is not None:
+        if args.pg != "e1":
+            ap.error("--sabotage only applies to --pg e1")
+        from pgval.topologies.sinks import parse_sabotage  # pyspark import: only when asked
+
+        try:
+            args.sabotage = parse_sabotage(args.sabotage)
+        except ValueError as exc:
+            ap.error(str(exc))
     for item in args.conf:
         if "=" not in item:
             ap.error(f"--conf needs KEY=VALUE, got {item!r}")
@@ -248,13 +273,10 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
         writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name, args.trigger_ms,
                             topic=args.output_topic)
     else:
-        def sink_event(info: dict[str, Any]) -> None:
-            fields = dict(info)
-            log.write(str(fields.pop("event", "sink_batch")), **fields)
-
         sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
-                                 topic=args.output_topic, on_batch=sink_event,
-                                 crash_after_commits=args.crash_after_commits)
+                                 topic=args.output_topic, on_batch=sink_event_writer(log),
+                                 crash_after_commits=args.crash_after_commits,
+                                 sabotage=args.sabotage)
         writer = transactional_sink(out, sink, checkpoint, args.query_name, args.trigger_ms)
     query = writer.start()
     started_s = time.monotonic() - _T0
@@ -262,7 +284,8 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
               topology=args.topology, pg=args.pg, pid=os.getpid(),
               session_s=round(session_s, 3), startup_s=round(started_s, 3),
               spark_version=spark.version, conf={k: v for k, v in conf.items()
-                                                 if k != "spark.jars"})
+                                                 if k != "spark.jars"},
+              **({"sabotage": str(args.sabotage)} if args.sabotage is not None else {}))
     print(json.dumps({"event": "started", "startup_s": round(started_s, 3)}), flush=True)
     return query, spark, sink
 

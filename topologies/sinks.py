@@ -20,6 +20,22 @@ again; (2) the batch is executed (``collect``) before the transaction, so its st
 versions exist whenever its marker does; (3) markers carry the checkpoint's query id, so
 a fresh checkpoint under an old query name starts from scratch. A ``read_uncommitted``
 consumer can still see aborted writes: e1 promises nothing to it.
+
+Sabotage (self-test only). ``TransactionalSink(sabotage=parse_sabotage("drop-batch:N"))``
+(or ``dup-batch:N``; the driver's ``--sabotage``) breaks e1 ON PURPOSE, once, so that a
+canary test can check that pgval catches a known fault; it is a test of pgval, never a
+guarantee, and no experiment should run with it. The target is the N-th batch this sink
+instance commits that has at least one *real* output row, i.e. a row whose value's
+``"ids"`` list holds an ID >= 0 (the runner's priming and closing events have negative
+IDs). Skipped re-runs and empty batches are not counted, nor are batches whose rows hold
+only negative IDs. In the target batch, ``drop`` writes none of the real rows but still
+commits the marker (so a re-run skips the batch instead of repairing it), and ``dup``
+writes every real row twice in the same transaction; rows of that batch with only
+negative IDs are written once, as usual. Before the commit the sink reports
+``{"event": "sabotage", "kind", "batch_id", "nth", "rows", "ids", "negative_ids"}``
+(``ids``: the real IDs of the affected rows; the driver puts it in its progress file),
+and the batch's marker carries ``"sabotage": "<spec>"``. The count lives in the sink
+object, i.e. one driver process: a restarted driver counts from zero and sabotages again.
 """
 
 from __future__ import annotations
@@ -27,9 +43,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +61,50 @@ log = logging.getLogger(__name__)
 
 #: How long one commit may keep retrying retriable errors (a broker restarting, say).
 COMMIT_RETRY_S = 60.0
+
+#: The one error message for a bad ``--sabotage`` spec.
+SABOTAGE_USAGE = "--sabotage takes drop-batch:N or dup-batch:N with N >= 1"
+_SABOTAGE_RE = re.compile(r"(drop|dup)-batch:([0-9]+)")
+
+
+@dataclass(frozen=True)
+class Sabotage:
+    """SELF-TEST of pgval only: drop (``"drop"``) or duplicate (``"dup"``) the real output
+    rows of the ``nth`` real batch the e1 sink commits (see the module docstring)."""
+
+    kind: str
+    nth: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("drop", "dup") or isinstance(self.nth, bool) or self.nth < 1:
+            raise ValueError(SABOTAGE_USAGE)
+
+    def __str__(self) -> str:
+        return f"{self.kind}-batch:{self.nth}"
+
+
+def parse_sabotage(text: str) -> Sabotage:
+    """``"drop-batch:N"`` or ``"dup-batch:N"`` (N >= 1) → :class:`Sabotage`; else ValueError."""
+    match = _SABOTAGE_RE.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None or int(match.group(2)) < 1:
+        raise ValueError(SABOTAGE_USAGE)
+    return Sabotage(match.group(1), int(match.group(2)))
+
+
+def _row_ids(value: str | bytes | None) -> tuple[list[int], int]:
+    """The real (>= 0) IDs of one output value's ``"ids"`` list and its negative-ID count.
+
+    A value that is not a JSON object with an ``"ids"`` list, and entries that are not
+    integers, count as no ID at all (such a row is never a sabotage target).
+    """
+    try:
+        ids = json.loads(value).get("ids") if value is not None else None
+    except (ValueError, TypeError, AttributeError):
+        return [], 0
+    if not isinstance(ids, list):
+        return [], 0
+    ints = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+    return [i for i in ints if i >= 0], sum(1 for i in ints if i < 0)
 
 
 def _base_writer(df: DataFrame, checkpoint: str, query_name: str,
@@ -139,6 +201,7 @@ class TransactionalSink:
     which runs after Spark has created (or recovered) the checkpoint, so the query id
     is known. Any producer error aborts the transaction and is raised: the query fails,
     nothing of the batch is visible to ``read_committed`` readers, and a restart re-runs it.
+    ``sabotage`` (SELF-TEST of pgval only, see the module docstring) breaks one batch.
     """
 
     def __init__(self, bootstrap: str, query_name: str, checkpoint: str,
@@ -146,7 +209,8 @@ class TransactionalSink:
                  marker_topic: str = schema.MARKER_TOPIC,
                  producer_conf: dict[str, Any] | None = None,
                  on_batch: Callable[[dict[str, Any]], None] | None = None,
-                 crash_after_commits: int | None = None) -> None:
+                 crash_after_commits: int | None = None,
+                 sabotage: Sabotage | None = None) -> None:
         self.bootstrap = bootstrap
         self.query_name = query_name
         self.checkpoint = checkpoint
@@ -158,6 +222,10 @@ class TransactionalSink:
         self.producer_conf = dict(producer_conf or {})
         self.on_batch = on_batch
         self.crash_after_commits = crash_after_commits
+        #: SELF-TEST only (module docstring): break one batch on purpose.
+        self.sabotage = sabotage
+        self.real_batches = 0  # committed batches with a real row (counted while armed)
+        self.sabotaged_batch: int | None = None
         self.commits = 0
         self.query_id: str | None = None
         self.last_committed: int | None = None
@@ -229,26 +297,72 @@ class TransactionalSink:
         if not rows:
             return  # nothing to make visible; a re-run would be empty too
         t0 = time.monotonic()
-        self._write(batch_id, [(r["key"], r["value"]) for r in rows])
+        pairs = [(r["key"], r["value"]) for r in rows]
+        to_write, real, sabotage_event = self._sabotage_plan(batch_id, pairs)
+        if sabotage_event is not None:
+            self._report(sabotage_event)  # before the commit: recorded even if we die then
+        self._write(batch_id, to_write,
+                    sabotage=str(self.sabotage) if sabotage_event is not None else None)
         self.last_committed = batch_id
         self.commits += 1
-        self._report({"batch_id": batch_id, "rows": len(rows), "skipped": False,
-                      "write_ms": round((time.monotonic() - t0) * 1000, 1)})
+        # Counted only once the batch is committed: a failed, re-run batch counts once.
+        self.real_batches += int(real)
+        report: dict[str, Any] = {"batch_id": batch_id, "rows": len(rows), "skipped": False,
+                                  "write_ms": round((time.monotonic() - t0) * 1000, 1)}
+        if sabotage_event is not None:
+            self.sabotaged_batch = batch_id
+            report.update(sabotage=sabotage_event["kind"], written=len(to_write))
+        self._report(report)
         if self.crash_after_commits is not None and self.commits >= self.crash_after_commits:
             _crash_now()
+
+    def _sabotage_plan(self, batch_id: int, pairs: list[tuple[str | None, str]]
+                       ) -> tuple[list[tuple[str | None, str]], bool, dict[str, Any] | None]:
+        """SELF-TEST only: (rows to write, whether the batch has a real row, the sabotage
+        event or None). Changes no state; ``_run_batch`` counts once the commit succeeded.
+
+        Without an armed sabotage (none given, or already done) the rows pass unchanged
+        and nothing is parsed. A row is *real* when its ``"ids"`` hold an ID >= 0; only
+        real rows are dropped or duplicated, rows with negative IDs alone are kept as is.
+        """
+        if self.sabotage is None or self.sabotaged_batch is not None:
+            return pairs, False, None
+        parsed = [_row_ids(value) for _, value in pairs]
+        hit = [bool(real) for real, _ in parsed]
+        if not any(hit):
+            return pairs, False, None
+        nth = self.real_batches + 1
+        if nth != self.sabotage.nth:
+            return pairs, True, None
+        if self.sabotage.kind == "drop":
+            out = [pair for pair, h in zip(pairs, hit, strict=True) if not h]
+        else:  # dup: every real row once more, after the batch, in the same transaction
+            out = pairs + [pair for pair, h in zip(pairs, hit, strict=True) if h]
+        event = {
+            "event": "sabotage", "kind": self.sabotage.kind, "batch_id": batch_id, "nth": nth,
+            "rows": sum(hit), "ids": [i for real, _ in parsed for i in real],
+            "negative_ids": sum(neg for real, neg in parsed if real),
+        }
+        log.warning("SABOTAGE (self-test): %s batch %s, %d rows, %d real IDs",
+                    self.sabotage, batch_id, event["rows"], len(event["ids"]))
+        return out, True, event
 
     def _report(self, info: dict[str, Any]) -> None:
         """Hand a bookkeeping record (``event`` defaults to ``sink_batch``) to ``on_batch``."""
         if self.on_batch is not None:
             self.on_batch(info)
 
-    def _write(self, batch_id: int, rows: list[tuple[str | None, str]]) -> None:
+    def _write(self, batch_id: int, rows: list[tuple[str | None, str]],
+               sabotage: str | None = None) -> None:
         producer = self._producer
         assert producer is not None
-        marker = json.dumps({
+        fields: dict[str, Any] = {
             "batch_id": batch_id, "query_id": self.query_id, "rows": len(rows),
             "committed_at": int(time.time() * 1000),
-        })
+        }
+        if sabotage is not None:  # self-test: the marker says this batch was broken on purpose
+            fields["sabotage"] = sabotage
+        marker = json.dumps(fields)
         producer.begin_transaction()
         try:
             for key, value in rows:

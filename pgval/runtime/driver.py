@@ -41,6 +41,9 @@ class DriverSpec:
     query_name: str = "pgval"
     extra_env: dict[str, str] = field(default_factory=dict)
     conf: dict[str, str] = field(default_factory=dict)  # extra Spark conf (time-outs)
+    #: SELF-TEST of pgval only (e1): ``drop-batch:N`` / ``dup-batch:N`` makes the sink break
+    #: one batch on purpose (``--sabotage``; see pgval.topologies.sinks). Never a guarantee.
+    sabotage: str | None = None
     #: Prefix that runs the driver elsewhere (``docker exec pgval-runner``), its Python,
     #: how host paths look there, and how to signal it there (killing `docker exec` is not
     #: enough to stop a process inside a container).
@@ -48,6 +51,10 @@ class DriverSpec:
     python: str = sys.executable
     path_map: Callable[[Path], str] | None = None
     signal_argv: Callable[[str], list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.sabotage and self.pg != "e1":
+            raise ValueError("sabotage only applies to pg e1 (the transactional sink)")
 
     def _path(self, path: Path) -> str:
         return self.path_map(path) if self.path_map else str(path)
@@ -67,6 +74,8 @@ class DriverSpec:
             argv += ["--conf", f"{key}={value}"]
         if self.max_offsets_per_trigger:
             argv += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
+        if self.sabotage:
+            argv += ["--sabotage", self.sabotage]
         return argv
 
 
@@ -146,6 +155,10 @@ class DriverProcess:
                     rows.append(json.loads(line))
         return rows
 
+    def sabotage_events(self) -> list[dict[str, Any]]:
+        """The ``sabotage`` lines of the progress file (SELF-TEST runs only), oldest first."""
+        return sabotage_events(self.spec.progress_file)
+
     def _count_started(self) -> int:
         return sum(1 for r in self.progress() if r.get("event") == "started")
 
@@ -157,3 +170,18 @@ class DriverProcess:
             if "Error" in line or "Exception" in line or "error:" in line:
                 return line.strip()[:300]
         return lines[-1].strip()[:300] if lines else "no output"
+
+
+def sabotage_events(progress_file: Path) -> list[dict[str, Any]]:
+    """SELF-TEST runs (``DriverSpec.sabotage``): every ``{"event": "sabotage", ...}`` line of
+    a driver's progress file, oldest first, each with ``kind`` (drop|dup), ``batch_id``,
+    ``nth``, ``rows``, ``ids`` (the real IDs dropped or written twice), ``negative_ids``.
+    One per driver process that reached its N-th real batch; none if it never did."""
+    rows: list[dict[str, Any]] = []
+    with contextlib.suppress(FileNotFoundError), open(progress_file, "rb") as fh:
+        for line in fh:
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict) and row.get("event") == "sabotage":
+                    rows.append(row)
+    return rows
