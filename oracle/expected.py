@@ -113,19 +113,24 @@ def stable_argsort_small(key: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
-def _id_order(events: InputEvents) -> tuple[InputEvents, np.ndarray, int]:
-    """(events without duplicate IDs, their permutation into ascending ID, duplicates).
+def _id_order(events: InputEvents, read: np.ndarray | None = None
+              ) -> tuple[InputEvents, np.ndarray, int]:
+    """(events, permutation of the ``read`` ones into ascending ID without duplicates, duplicates).
 
+    ``read`` masks the events the topology reads (SST: GETs; None: all). IDs are
+    de-duplicated among those only: a POST never hides a GET with the same ID from SST.
     Events read from Kafka are a few runs already sorted by ID (one per partition),
     which timsort merges in near-linear time. Only the permutation is computed here;
     columns are gathered later, and only those that are needed.
     """
-    order = np.argsort(events.id, kind="stable")
-    ids = events.id[order]
+    sel = None if read is None or read.all() else np.flatnonzero(read)
+    ids = events.id if sel is None else events.id[sel]
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
     if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
-        deduped, duplicates = deduplicate_inputs(events)
+        deduped, duplicates = deduplicate_inputs(events if sel is None else events.take(sel))
         return deduped, np.argsort(deduped.id, kind="stable"), duplicates
-    return events, order, 0
+    return events, (order if sel is None else sel[order]), 0
 
 
 def expected_outputs(events: InputEvents, topology: str, window_ms: int) -> ExpectedOutputs:
@@ -134,15 +139,17 @@ def expected_outputs(events: InputEvents, topology: str, window_ms: int) -> Expe
         raise ValueError(f"unknown topology {topology!r} (expected sst or mst)")
     if window_ms <= 0:
         raise ValueError("window_ms must be positive")
-    ev, order, duplicates = _id_order(events)  # duplicates of every input, POSTs included
-    if topology == "sst":
-        order = order[ev.is_get[order]]
+    # Duplicates among the inputs the topology reads: SST's GETs, MST's GETs and POSTs.
+    ev, order, duplicates = _id_order(events, events.is_get if topology == "sst" else None)
     n = len(order)
     win = window_index(ev.event_ts[order], window_ms)
     res = ev.resource[order]
     n_res = int(res.max()) + 1 if n else 1
     base_win = int(win.min()) if n else 0
-    key = (win - base_win) * n_res + res
+    span = int(win.max()) - base_win if n else 0
+    # Dense (window, resource) keys; far-apart windows are ranked first so the key fits int64.
+    wkey = win - base_win if span < (1 << 62) // n_res else np.unique(win, return_inverse=True)[1]
+    key = wkey * n_res + res
     grouped = stable_argsort_small(key)  # by key, IDs ascending within a key
     key_g = key[grouped]
     starts = np.flatnonzero(np.r_[True, key_g[1:] != key_g[:-1]]) if n else np.zeros(0, np.int64)

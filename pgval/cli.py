@@ -25,7 +25,7 @@ err_console = Console(stderr=True)
 
 topology_option = click.option("--topology", type=click.Choice(TOPOLOGIES), required=True,
                                help="SST (windowed GET count) or MST (GET ⋈ POST, then count).")
-window_option = click.option("--window-ms", type=click.IntRange(min=1), default=10_000,
+window_option = click.option("--window-ms", type=click.IntRange(min=1, max=10**12), default=10_000,
                              show_default=True, help="Tumbling event-time window length (ms).")
 
 
@@ -86,7 +86,10 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         phases = Phases.parse(phases_text) if phases_text else Phases.unbounded()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    from pgval.validity import Validity, evaluation_reasons
+
     ev = evaluate_files(topology, inputs, outputs, window_ms, phases)
+    validity = Validity(evaluation_reasons(ev))
     if db is not None:
         from pgval.store import ResultsStore
 
@@ -95,12 +98,28 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         if not as_json:
             console.print(f"stored as run {run_id} in {db}")
     if as_json:
-        sys.stdout.buffer.write(orjson.dumps(ev.summary(), option=orjson.OPT_SERIALIZE_NUMPY)
-                                + b"\n")
+        _print_json({**ev.summary(), **validity.as_dict()})
     else:
         from pgval.render import render_evaluation
 
         render_evaluation(ev, console)
+        _print_validity(validity)
+
+
+def _print_json(obj: object) -> None:
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+
+
+def _print_validity(validity: object) -> None:
+    """One line: is the run evidence? With every reason when it is not."""
+    reasons = getattr(validity, "reasons", [])
+    if not reasons:
+        console.print("[green]validity: valid[/]")
+        return
+    console.print(f"[bold yellow]validity: unknown[/] — the verdict above is not evidence "
+                  f"({len(reasons)} reason{'s' if len(reasons) != 1 else ''}):")
+    for r in reasons:
+        console.print(f"  • {r}")
 
 
 @main.command()
@@ -135,7 +154,17 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
               "running stack of compose/docker-compose.yml, faults through pumba.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Where logs, checkpoints and broker data go (default: runs/<time>-<pid>).")
+              help="Where logs, evidence, checkpoints and broker data go "
+                   "(default: runs/<time>-<pid>).")
+@click.option("--keep-data", is_flag=True,
+              help="Keep broker data and checkpoints after the run is stored (the evidence "
+                   "and logs are always kept).")
+@click.option("--sabotage", metavar="drop-batch:N|dup-batch:N", default=None,
+              help="SELF-TEST of pgval, not a guarantee: the e1 sink drops or re-writes its "
+                   "N-th batch with real outputs, so the validator must flag those IDs.")
+@click.option("--late-events", type=click.IntRange(min=0), default=0, show_default=True,
+              help="SELF-TEST: plant this many events behind the watermark mid-control; "
+                   "Spark drops them, and pgval must attribute them as late.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("results.db"), show_default=True, help="SQLite results database.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
@@ -143,7 +172,8 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
              rate: str, producers: int, resources: int,
              phase_seconds: float, warmup_seconds: float, window_ms: int, watermark_ms: int,
              trigger_ms: int, brokers: int, partitions: int, workers: int,
-             isolate: bool | None, deploy: str, seed: int, run_dir: Path | None, db: Path,
+             isolate: bool | None, deploy: str, seed: int, run_dir: Path | None,
+             keep_data: bool, sabotage: str | None, late_events: int, db: Path,
              as_json: bool) -> None:
     """Run TOPOLOGY on the embedded Kafka + Spark cluster and validate its guarantee."""
     from pgval.experiment import Experiment, ExperimentConfig, default_run_dir
@@ -158,26 +188,98 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
         producers=producers,
         resources=resources, phase_seconds=phase_seconds, warmup_seconds=warmup_seconds,
         window_ms=window_ms, watermark_ms=watermark_ms, trigger_ms=trigger_ms, seed=seed,
-        deploy=deploy, cluster=ClusterConfig(brokers=brokers, partitions=partitions,
-                                             workers=workers, isolate=isolate))
+        deploy=deploy, keep_data=keep_data, sabotage=_sabotage_spec(sabotage),
+        late_events=late_events,
+        cluster=ClusterConfig(brokers=brokers, partitions=partitions, workers=workers,
+                              isolate=isolate))
+    cfg.validate()
     run_dir = run_dir or default_run_dir()
     live = LiveStatus(err_console, enabled=not as_json)
     with live:
         result = Experiment(cfg, run_dir, db=db, on_status=live.update).run()
     if as_json:
-        sys.stdout.buffer.write(orjson.dumps(result.summary(), option=orjson.OPT_SERIALIZE_NUMPY)
-                                + b"\n")
+        _print_json(result.summary())
         return
     render_evaluation(result.evaluation, console,
                       title=f"{topology.upper()} {pg} fault={fault} — per phase")
+    _print_validity(result.validity)
     t = result.timings
-    console.print(f"  • run {result.run_id} stored in {db}; logs in {run_dir}")
+    inputs = result.readback.get("inputs", {})
+    console.print(f"  • read back {inputs.get('read', 0):,} input records (= end offsets, = "
+                  f"delivered + pgval's own events: {'yes' if inputs.get('ok') else 'NO'}) and "
+                  f"{result.readback.get('output', {}).get('records', 0):,} outputs")
+    console.print(f"  • run {result.run_id} stored in {db}; evidence and logs in {run_dir} "
+                  f"(re-check: pgval recheck {result.run_id} --db {db})")
     console.print(f"  • cluster start {t.get('cluster_start_s', 0):.1f} s, driver start "
                   f"{t.get('driver_start_s', 0):.1f} s, drain {t.get('drain_s', 0):.1f} s, "
-                  f"overhead beyond the phases {t.get('overhead_s', 0):.1f} s")
+                  f"read-back {t.get('read_back_s', 0):.1f} s, overhead beyond the phases "
+                  f"{t.get('overhead_s', 0):.1f} s")
     gen = result.generator
     console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
                   f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")
+
+
+def _sabotage_spec(text: str | None) -> str | None:
+    """Check a --sabotage spec early (before anything starts) with the sink's own parser."""
+    if text is None:
+        return None
+    from pgval.topologies.sinks import parse_sabotage
+
+    try:
+        parse_sabotage(text)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    return text
+
+
+@main.command()
+@click.argument("run")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results database, when RUN is a run id.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the `pgval check --json` object (plus validity).")
+def recheck(run: str, db: Path | None, as_json: bool) -> None:
+    """Recompute a stored run's results from its kept evidence (RUN: directory or run id)."""
+    from pgval.evidence import EvidenceError
+    from pgval.recheck import locate_run
+    from pgval.recheck import recheck as do_recheck
+
+    try:
+        result = do_recheck(locate_run(run, db))
+    except EvidenceError as exc:
+        raise UserError(str(exc)) from exc
+    if as_json:
+        _print_json(result.summary())
+        return
+    from pgval.render import render_evaluation
+
+    m = result.manifest
+    render_evaluation(result.evaluation, console,
+                      title=f"re-check of {m.topology.upper()} run {m.run_id} — per phase")
+    _print_validity(result.validity)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results database, when RUN is a run id.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="Folder for inputs.jsonl, outputs.jsonl and run.json.")
+def export(run: str, db: Path | None, out_dir: Path) -> None:
+    """Write a stored run's streams in the `pgval check` format (RUN: directory or run id)."""
+    from pgval.evidence import EvidenceError
+    from pgval.recheck import export as do_export
+    from pgval.recheck import locate_run
+
+    try:
+        info = do_export(locate_run(run, db), out_dir)
+    except EvidenceError as exc:
+        raise UserError(str(exc)) from exc
+    start, t2, t3 = info["phases"]
+    console.print(f"wrote {info['inputs']:,} inputs and {info['outputs']:,} outputs to "
+                  f"{out_dir}; check them with:\n  pgval check --topology {info['topology']} "
+                  f"--inputs {out_dir / 'inputs.jsonl'} --outputs {out_dir / 'outputs.jsonl'} "
+                  f"--window-ms {info['window_ms']} --phases {start},{t2},{t3} --json")
 
 
 def _resolve_rate(rate: str, db: Path, topology: str, pg: str) -> float:
@@ -279,7 +381,10 @@ def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw:
                 progress.advance(task)
             extra = ""
             if info and "reliability" in info:
-                extra = f" reliability {info['reliability']:.2%} {info['guarantee']}"
+                rel = info["reliability"]
+                extra = f" reliability {'n/a' if rel is None else f'{rel:.2%}'} {info['guarantee']}"
+                if not info.get("valid", True):
+                    extra += f" [unknown: {'; '.join(info.get('validity_reasons', []))}]"
             elif info and "error" in info:
                 extra = f" error: {info['error']}"
             progress.console.print(f"{cell.label():32} {state}{extra}")
@@ -329,14 +434,18 @@ def oir(topology: str, pg: str, start_rate: float, max_trials: int, **kw: object
 @click.option("--pg", type=click.Choice(["a1", "e1"]), default=None)
 @click.option("--fault", type=click.Choice(FAULTS), default=None)
 @click.option("--kind", type=click.Choice(["validate", "check"]), default=None)
+@click.option("--include-unknown", is_flag=True,
+              help="Also aggregate runs whose validity is unknown (not evidence); by default "
+                   "they are only listed.")
 def report(db: Path, fmt: str, out: Path | None, plots_dir: Path | None,
-           topology: str | None, pg: str | None, fault: str | None, kind: str | None) -> None:
+           topology: str | None, pg: str | None, fault: str | None, kind: str | None,
+           include_unknown: bool) -> None:
     """Tables (and plots) of the runs in a results database, grouped by topology × pg × fault."""
     from pgval.report import ReportError, Selection, build_report
 
     try:
         result = build_report(db, runs=Selection(topology=topology, pg=pg, fault=fault,
-                                                 kind=kind),
+                                                 kind=kind, include_unknown=include_unknown),
                               fmt=fmt, out=out, plots_dir=plots_dir,
                               console=console if fmt == "terminal" and out is None else None)
     except ReportError as exc:

@@ -7,13 +7,17 @@ contract of ``pgval check --json``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from pgval.explain import explain_unprocessed
 from pgval.metrics import Metrics, compute_metrics
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs
 from pgval.phases import Phases
 from pgval.records import InputEvents, OutputRecords, ResourceTable, read_inputs, read_outputs
+from pgval.recovery import Recovery, recovery_metrics
 from pgval.schema import PHASES
 from pgval.validator import Validation, validate
 
@@ -26,6 +30,9 @@ class Evaluation:
     expected: ExpectedOutputs
     validation: Validation
     metrics: Metrics
+    recovery: Recovery = field(default_factory=Recovery)
+    #: Counts and examples per cause (pgval/explain.py); empty without batch progress.
+    unprocessed_causes: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, object]:
         """The ``pgval check --json`` object: contract keys first, then extras."""
@@ -53,20 +60,31 @@ class Evaluation:
             "correctness": v.correctness,
             "phase_reliability": {p: v.phases[p].reliability for p in PHASES},
             **self.metrics.as_dict(),
+            "recovery": self.recovery.as_dict(),
+            "unprocessed_causes": self.unprocessed_causes,
             "witnesses": {k: [[w, i] for w, i in pairs] for k, pairs in v.witnesses.items()},
         })
         return out
 
 
 def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_ms: int,
-             phases: Phases | None = None) -> Evaluation:
-    """Run oracle, validator and metrics over in-memory columns."""
+             phases: Phases | None = None,
+             progress: Iterable[Mapping[str, Any]] | None = None) -> Evaluation:
+    """Run oracle, validator, metrics and recovery over in-memory columns.
+
+    ``progress`` (the driver's per-batch records) lets each unprocessed ID be
+    given a cause; without it the causes stay empty.
+    """
     phases = phases or Phases.unbounded()
     expected = expected_outputs(events, topology, window_ms)
     validation = validate(expected, outputs, phases)
     validation.malformed_inputs = events.malformed
     metrics = compute_metrics(events, outputs, validation, window_ms, phases)
-    return Evaluation(topology, window_ms, phases, expected, validation, metrics)
+    recovery = recovery_metrics(phases, metrics, window_ms)
+    causes = ({} if progress is None
+              else explain_unprocessed(events, expected, validation, progress))
+    return Evaluation(topology, window_ms, phases, expected, validation, metrics, recovery,
+                      causes)
 
 
 def evaluate_files(topology: str, inputs: Path, outputs: Path, window_ms: int,

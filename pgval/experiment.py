@@ -2,8 +2,9 @@
 
 T0 deploy (cluster, topics, driver) → T1 generators start → ε warm-up →
 control [T1+ε, T2) → failure [T2, T3) → recovery [T3, …) → T4 generators stop →
-closing events → drain until outputs stop → read what Kafka holds → oracle,
-validator, metrics → SQLite.
+closing events → drain until the query has processed everything → read what Kafka
+holds, proving the read complete → evidence on disk → oracle, validator, metrics →
+validity → SQLite.
 
 Closing events: Spark closes a window only when the watermark passes it, and
 the watermark moves only with new events. When the generators stop, the last
@@ -16,8 +17,14 @@ watermark, like the paper's "first input of the next window".
 Priming events: Spark's first micro-batches are slow (executors start, classes
 load, state stores open). Before T1 the runner writes a few events with
 negative IDs into an old window and waits until a batch has read them, so the
-control phase measures a warm query. Negative IDs are removed from the outputs
-before validation (``records.drop_reserved_ids``).
+control phase measures a warm query. Exactly the range of negative IDs the runner wrote
+is set aside before validation (:func:`pgval.evidence.set_aside_control`); any other ID
+is judged.
+
+A run is evidence only when it can show it: the read-back must reach every partition's
+end offset and reconcile with what the generator delivered, the drain must end because
+the query caught up, the fault must show it took effect. Otherwise the run is stored as
+*unknown*, with the reasons (:mod:`pgval.validity`).
 
 Faults plug in through :class:`FaultHooks`: ``inject`` at T2 and ``remove`` at
 T3 (and always on the way out).
@@ -34,15 +41,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.evaluate import Evaluation, evaluate
-from pgval.explain import explain_unprocessed
+from pgval.evidence import Manifest, save_progress, save_topic, streams_from_records
 from pgval.faults import (
     FAULTS,
     default_target,
@@ -52,20 +59,24 @@ from pgval.faults import (
     timeouts_fired,
 )
 from pgval.phases import Phases
-from pgval.records import (
-    InputEvents,
-    ResourceTable,
-    drop_reserved_ids,
-    inputs_from_kafka,
-    outputs_from_kafka,
-)
-from pgval.recovery import recovery_metrics
 from pgval.runtime.cluster import ClusterConfig, LocalCluster
 from pgval.runtime.driver import DriverProcess, DriverSpec
-from pgval.runtime.kafka import read_topic
+from pgval.runtime.kafka import TopicRecords, read_topic
 from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, resource_name
 from pgval.store import ResultsStore
+from pgval.validity import (
+    Validity,
+    evaluation_reasons,
+    fault_reasons,
+    generator_reasons,
+    readback_reasons,
+    reconcile_inputs,
+)
+
+#: IDs of planted late events (a self-test): far above any generator ID, so a test can
+#: tell them apart; they are ordinary inputs for the oracle and the validator.
+LATE_ID_BASE = 1 << 62
 
 
 @dataclass
@@ -92,8 +103,12 @@ class ExperimentConfig:
     target: int | None = None  # worker a fault hits; default chosen by seed
     delay_ms: int | None = None  # packet delay; default derived from the time-outs
     drain_timeout_s: float = 300.0
-    quiet_seconds: float = 8.0
     prime_events: int = 20_000  # control events that warm the query up before T1
+    keep_data: bool = False  # keep broker data and checkpoints after the run is stored
+    #: SELF-TEST only: the e1 sink drops or re-writes one batch (``drop-batch:N``).
+    sabotage: str | None = None
+    #: SELF-TEST only: plant this many events behind the watermark during control.
+    late_events: int = 0
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def validate(self) -> None:
@@ -115,6 +130,10 @@ class ExperimentConfig:
                                     f"{self.cluster.workers - 1}")
         if self.deploy not in ("local", "compose"):
             raise RuntimeErrorPlain(f"unknown deployment {self.deploy!r}; use local or compose")
+        if self.sabotage is not None and self.pg != "e1":
+            raise RuntimeErrorPlain("--sabotage is a self-test of the e1 sink; use --pg e1")
+        if self.late_events < 0:
+            raise RuntimeErrorPlain("--late-events must not be negative")
         if self.fault.startswith("delay") and self.cluster.isolate is False:
             raise RuntimeErrorPlain("packet delay needs workers in their own network "
                                     "namespaces; drop --no-isolate")
@@ -166,14 +185,15 @@ class ExperimentResult:
     generator: dict[str, Any]
     batches: list[dict[str, Any]]
     fault_log: list[dict[str, Any]]
-    recovery: dict[str, Any] = field(default_factory=dict)
-    unprocessed_causes: dict[str, Any] = field(default_factory=dict)
+    validity: Validity = field(default_factory=Validity)
+    readback: dict[str, Any] = field(default_factory=dict)
+    run_dir: Path | None = None
 
     def summary(self) -> dict[str, Any]:
         out = self.evaluation.summary()
-        out["recovery"] = self.recovery
-        out["unprocessed_causes"] = self.unprocessed_causes.get("counts", {})
-        out.update({"run_id": self.run_id, "timings": self.timings,
+        out.update(self.validity.as_dict())
+        out.update({"run_id": self.run_id, "run_dir": str(self.run_dir), "timings": self.timings,
+                    "readback": self.readback,
                     "phase_bounds_ms": {"start": self.phases.start, "t2": self.phases.t2,
                                         "t3": self.phases.t3},
                     "generator": {k: self.generator.get(k) for k in (
@@ -212,6 +232,14 @@ class Experiment:
         self.timings: dict[str, float] = {}
         self.fault_log: list[dict[str, Any]] = []
         self._phase = "deploy"
+        self._reasons = Validity()
+        #: pgval's own events: the next free control ID and how many were written.
+        self._next_control_id = -1
+        self._own_events = 0
+        self.planted: dict[str, Any] = {}
+        self.manifest = Manifest(topology=config.topology, window_ms=config.window_ms,
+                                 phases=[0, 0, 0], resources=config.resources,
+                                 config=config.to_dict())
 
     # ------------------------------------------------------------------ timeline
     def run(self) -> ExperimentResult:
@@ -236,22 +264,31 @@ class Experiment:
             self.fault_log.append({"step": "timeouts", "fault": self.fault.name,
                                    "target": self.target, **self.profile.describe(),
                                    "fired": timeouts_fired(self.run_dir / "logs")})
+        validity = result.validity
+        validity.extend(evaluation_reasons(result.evaluation))
+        validity.extend(fault_reasons(cfg.fault, self.fault_log))
         self.timings["total_s"] = time.monotonic() - wall0
         phase_total = cfg.warmup_seconds + 3 * cfg.phase_seconds
         self.timings["overhead_s"] = self.timings["total_s"] - phase_total
+        self.manifest.valid, self.manifest.validity_reasons = validity.valid, validity.reasons
+        self.manifest.run_id = run_id
+        self.manifest.write(self.run_dir)
         if store and run_id is not None:
-            store.finish_run(run_id, result.evaluation, extra={
+            store.finish_run(run_id, result.evaluation, validity=validity, extra={
                 "timings": self.timings, "generator": result.generator,
-                "fault_log": self.fault_log, "cluster": self._cluster_info()})
+                "readback": result.readback, "fault_log": self.fault_log,
+                "cluster": self._cluster_info(), "run_dir": str(self.run_dir)})
+            store.db["runs"].update(run_id, {"run_dir": str(self.run_dir)})
             store.save_batches(run_id, result.batches)
             store.save_fault_log(run_id, self.fault_log)
-            store.save_recovery(run_id, result.recovery)
-            store.save_unprocessed_causes(run_id, result.unprocessed_causes)
+        if not cfg.keep_data:
+            remove_run_data(self.run_dir)
         return result
 
     def _run(self, run_id: int | None) -> ExperimentResult:
         cfg = self.config
         t0 = time.monotonic()
+        self._reasons = Validity()
         if cfg.deploy == "compose":
             from pgval.runtime.compose import ComposeDeployment
 
@@ -277,7 +314,7 @@ class Experiment:
             shuffle_partitions=cfg.shuffle_partitions or cfg.cluster.partitions,
             executor_memory=cfg.executor_memory,
             max_offsets_per_trigger=cfg.max_offsets_per_trigger,
-            query_name=f"pgval-{cfg.topology}-{cfg.pg}",
+            query_name=f"pgval-{cfg.topology}-{cfg.pg}", sabotage=cfg.sabotage,
             conf=dict(self.profile.driver_conf), **where)
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         self.timings["driver_start_s"] = self.driver.start()
@@ -301,33 +338,44 @@ class Experiment:
         t2 = start + int(cfg.phase_seconds * 1000)
         t3 = t2 + int(cfg.phase_seconds * 1000)
         t4 = t3 + int(cfg.phase_seconds * 1000)
-        phases = Phases(start, t2, t3)
+        phases = Phases(start, t2, t3, t4)
         self.phase_bounds = {"t1": t1_ms, "start": start, "t2": t2, "t3": t3, "t4": t4}
 
+        driver_died = False
         try:
-            self._follow_timeline(t1_ms, t2, t3, t4, monitor)
+            try:
+                self._follow_timeline(t1_ms, t2, t3, t4, monitor)
+            except _DriverDied as exc:
+                driver_died = True
+                self._reasons.add(f"the driver died at {self._phase}: {exc}")
             report = self.generators.join(timeout_s=60)
             self.generators.close()
-            closing_ts = self._write_closing_events(report)
-            self._drain(monitor, closing_ts)
+            self._reasons.extend(generator_reasons(report.to_dict()))
+            if not driver_died:
+                closing_ts = self._write_closing_events()
+                self._drain(closing_ts)
         finally:
             monitor.close()
-        self.timings["drain_s"] = self.timings.get("drain_s", 0.0)
-        self.driver.check()
-
-        t_eval = time.monotonic()
-        events, outputs = self._read_back()
-        self.timings["read_back_s"] = time.monotonic() - t_eval
-        t_val = time.monotonic()
-        evaluation = evaluate(events, outputs, cfg.topology, cfg.window_ms, phases)
-        self.timings["validate_s"] = time.monotonic() - t_val
+        if not driver_died:
+            try:
+                self.driver.check()
+            except RuntimeErrorPlain as exc:
+                self._reasons.add(f"the driver died during the drain: {exc}")
         batches = self.driver.progress()
+
+        t_read = time.monotonic()
+        records = self._read_back(report.to_dict())
+        self.timings["read_back_s"] = time.monotonic() - t_read
+        streams = streams_from_records(records, records[OUTPUT_TOPIC], cfg.resources,
+                                       self.manifest.control_ids)
+        t_val = time.monotonic()
+        evaluation = evaluate(streams.events, streams.outputs, cfg.topology, cfg.window_ms,
+                              phases, progress=batches)
+        self.timings["validate_s"] = time.monotonic() - t_val
         return ExperimentResult(
             run_id=run_id, evaluation=evaluation, timings=self.timings, phases=phases,
             generator=report.to_dict(), batches=batches, fault_log=self.fault_log,
-            recovery=recovery_metrics(evaluation).as_dict(),
-            unprocessed_causes=explain_unprocessed(events, evaluation.expected,
-                                                   evaluation.validation, batches))
+            validity=self._reasons, readback=self.manifest.readback, run_dir=self.run_dir)
 
     def _follow_timeline(self, t1: int, t2: int, t3: int, t4: int,
                          monitor: _OutputMonitor) -> None:
@@ -357,8 +405,14 @@ class Experiment:
                 return
             if now >= t4 + 60_000:
                 raise RuntimeErrorPlain("the generators did not finish 60 s after T4")
-            if self.fault.name != "driver-crash":
-                self.driver.check()
+            if (self.config.late_events and not self.planted
+                    and now >= start + (t2 - start) // 2):
+                self._plant_late_events()
+            if self.fault.name != "driver-crash" or not injected or removed:
+                try:
+                    self.driver.check()
+                except RuntimeErrorPlain as exc:
+                    raise _DriverDied(str(exc)) from exc
             time.sleep(1.0)
 
     def _fault_step(self, step: str, intended_ms: int) -> None:
@@ -388,6 +442,10 @@ class Experiment:
                              "partitioner": "murmur2_random", "acks": "all",
                              "enable.idempotence": True, "linger.ms": 5, "log_level": 3})
         ident = first_id
+        lo = first_id - 2 * per_resource * self.config.resources + 1
+        # Recorded before writing, so a crash mid-write is still covered; only grows.
+        prev = self.manifest.control_ids[0] if self.manifest.control_ids else -1
+        self.manifest.control_ids = [min(lo, prev), -1]
         for k in range(per_resource):
             for r in range(self.config.resources):
                 name = resource_name(r)
@@ -403,6 +461,10 @@ class Experiment:
                     ident -= 1
         if producer.flush(30) != 0:
             raise RuntimeErrorPlain("could not write pgval's control events to Kafka in 30 s")
+        written = first_id - ident
+        self._own_events += written
+        self.manifest.control_events += written
+        self._next_control_id = ident
         return ident
 
     def _prime(self, monitor: _OutputMonitor, timeout_s: float = 240.0) -> float:
@@ -418,7 +480,7 @@ class Experiment:
         w = self.config.window_ms
         per_resource = max(1, self.config.prime_events // (2 * self.config.resources))
         old = _now_ms() - (per_resource + 100) * w
-        self._next_control_id = self._write_control_events(old, -1, per_resource, step_ms=w)
+        self._write_control_events(old, -1, per_resource, step_ms=w)
         targets = monitor.end_offsets((GET_TOPIC, POST_TOPIC))
         while time.monotonic() - t0 < timeout_s:
             self.driver.check()
@@ -431,70 +493,133 @@ class Experiment:
         raise RuntimeErrorPlain(f"the streaming query did not read its warm-up events within "
                                 f"{timeout_s:.0f} s (see {self.run_dir / 'logs'})")
 
-    def _write_closing_events(self, report: Any) -> int:
+    def _write_closing_events(self) -> int:
         """Negative-ID events past every real window, on both topics, to move the watermark."""
         cfg = self.config
         closing_ts = _now_ms() + cfg.window_ms + cfg.watermark_ms + 1_000
-        self._write_control_events(closing_ts, getattr(self, "_next_control_id", -1))
+        self._write_control_events(closing_ts, self._next_control_id)
         return closing_ts
 
-    def _drain(self, monitor: _OutputMonitor, closing_ts: int) -> None:
-        """Wait until the query has read everything, emitted it, and outputs are quiet.
+    def _plant_late_events(self) -> None:
+        """SELF-TEST: write events whose window already closed, so Spark must drop them.
 
-        "Outputs stopped arriving" alone is not evidence: a query that is behind can
-        go quiet for longer than any fixed wait while a 50 s batch runs. So the drain
-        first waits until the offsets the query has processed reach the end of the input
-        topics (closing events included), then for one more batch (windows close in the
-        batch after the watermark passes them), then for ``quiet_seconds`` without new
-        outputs. Bounded by ``drain_timeout_s``; a timeout is recorded, and the events it
-        left behind are attributed as "in-flight at end".
+        Their event time is two windows behind the watermark the query last reported, so
+        ``window end <= watermark`` holds for whichever batch reads them: Spark's late-row
+        rule for windowed aggregations and for the window-equality join (see
+        docs/semantics.md, "Why unprocessed"). They are ordinary inputs to the oracle, so
+        they must come out *unprocessed*, attributed *late*. MST gets a GET and a POST per
+        event, so the late key would have had an output.
         """
-        assert self.driver is not None
+        assert self.cluster is not None and self.driver is not None
+        cfg = self.config
+        marks = [_watermark_ms(p) for p in self.driver.progress() if p.get("event") == "progress"]
+        wm = max(marks, default=0)
+        if wm <= 0:
+            self.planted = {"late_ids": [], "note": "no watermark reported yet"}
+            return
+        event_ts = wm - 2 * cfg.window_ms
+        producer = Producer({"bootstrap.servers": self.cluster.bootstrap,
+                             "partitioner": "murmur2_random", "acks": "all",
+                             "enable.idempotence": True, "log_level": 3})
+        ids = []
+        types = ("GET",) if cfg.topology == "sst" else ("GET", "POST")
+        for k in range(cfg.late_events):
+            name = resource_name(k % cfg.resources)
+            for typ in types:
+                ident = LATE_ID_BASE + len(ids)
+                ids.append(ident)
+                topic = GET_TOPIC if typ == "GET" else POST_TOPIC
+                producer.produce(topic, key=name.encode(), value=json.dumps(
+                    {"id": ident, "type": typ, "resource": name, "event_ts": event_ts}).encode())
+        if producer.flush(30) != 0:
+            raise RuntimeErrorPlain("could not write the planted late events to Kafka in 30 s")
+        self._own_events += len(ids)
+        self.planted = {"late_ids": ids, "event_ts": event_ts, "watermark_ms": wm,
+                        "written_ms": _now_ms()}
+        self.manifest.config["planted"] = self.planted
+
+    def _drain(self, closing_ts: int) -> None:
+        """Wait until the query has processed every input and emitted every real window.
+
+        Done = the latest batch's end offsets reach the input topics' end offsets (closing
+        events included) AND a batch has run with the watermark the closing events produce
+        (``closing_ts - watermark_ms``, past every real window's end). Spark evicts — emits,
+        in append mode — a window in the batch whose watermark reaches its end, and reports
+        that batch's watermark in its progress, after the sink wrote it. So no "one more
+        batch" and no quiet period are needed: the drain ends in the batch that finishes
+        the work. A drain time-out makes the run unknown.
+        """
+        assert self.driver is not None and self.cluster is not None
         cfg = self.config
         t0 = time.monotonic()
         deadline = t0 + cfg.drain_timeout_s
-        targets = monitor.end_offsets((GET_TOPIC, POST_TOPIC))
-        caught_up_at: int | None = None  # number of progress events when caught up
-        last = monitor.count()
-        last_change = time.monotonic()
-        self.timings["drain_timed_out"] = 1.0
-        while time.monotonic() < deadline:
-            time.sleep(1.0)
-            self.driver.check()
-            progress = [p for p in self.driver.progress() if p.get("event") == "progress"]
-            if caught_up_at is None and _processed_past(progress, targets):
-                caught_up_at = len(progress)
-                self.timings["caught_up_s"] = time.monotonic() - t0
-            count = monitor.count()
-            now = time.monotonic()
-            if count != last:
-                last, last_change = count, now
-            note = ("waiting for the query to read all inputs" if caught_up_at is None else
-                    "waiting for the last windows")
-            self.on_status(Status("drain", now - t0, cfg.drain_timeout_s, 0, 0.0, count,
-                                  len(progress), note=note))
-            if (caught_up_at is not None and len(progress) >= caught_up_at + 1
-                    and now - last_change >= cfg.quiet_seconds):
-                self.timings["drain_timed_out"] = 0.0
-                break
+        monitor = _OutputMonitor(self.cluster.bootstrap)
+        try:
+            targets = monitor.end_offsets((GET_TOPIC, POST_TOPIC))
+            wm_target = closing_ts - cfg.watermark_ms
+            while True:
+                progress = [p for p in self.driver.progress() if p.get("event") == "progress"]
+                caught = _processed_past(progress, targets)
+                wm = max((_watermark_ms(p) for p in progress), default=0)
+                now = time.monotonic()
+                if caught and "caught_up_s" not in self.timings:
+                    self.timings["caught_up_s"] = now - t0
+                if caught and wm >= wm_target:
+                    self.timings["drain_timed_out"] = 0.0
+                    break
+                if now >= deadline:
+                    self.timings["drain_timed_out"] = 1.0
+                    self._reasons.add(
+                        f"the drain timed out after {cfg.drain_timeout_s:.0f} s: "
+                        + ("the query read every input but its watermark stayed at "
+                           f"{wm} < {wm_target}" if caught else
+                           "the query had not read every input"))
+                    break
+                try:
+                    self.driver.check()
+                except RuntimeErrorPlain as exc:
+                    self._reasons.add(f"the driver died during the drain: {exc}")
+                    break
+                note = ("waiting for the query to read all inputs" if not caught else
+                        "waiting for the watermark to close the last windows")
+                self.on_status(Status("drain", now - t0, cfg.drain_timeout_s, 0, 0.0,
+                                      monitor.count(), len(progress), note=note))
+                time.sleep(0.25)
+        finally:
+            monitor.close()
         self.timings["drain_s"] = time.monotonic() - t0
 
-    def _read_back(self) -> tuple[InputEvents, Any]:
-        """What Kafka actually holds: inputs (read_committed) and outputs (read_committed)."""
+    def _read_back(self, generator: dict[str, Any]) -> dict[str, TopicRecords]:
+        """What Kafka holds, read to every partition's end and kept as evidence.
+
+        Inputs and outputs are read read_committed (e1's aborted writes never count). A
+        short read, an error or a time-out is recorded as a reason (the run becomes
+        unknown), never raised: what was read is still stored and evaluated.
+        """
         assert self.cluster is not None
-        resources = ResourceTable(resource_name(r) for r in range(self.config.resources))
-        parts = []
-        for code, topic in enumerate((GET_TOPIC, POST_TOPIC)):
-            recs = read_topic(self.cluster.bootstrap, topic)
-            ev = inputs_from_kafka(recs.values, recs.timestamps, resources,
-                                   recs.partitions, recs.offsets, topic_code=code)
-            parts.append(ev.take(np.flatnonzero(ev.id >= 0)))  # closing events are not inputs
-        events = InputEvents.concat(parts, resources)
-        out = read_topic(self.cluster.bootstrap, OUTPUT_TOPIC)
-        outputs = outputs_from_kafka(out.values, out.timestamps, out.partitions, out.offsets,
-                                     resources)
-        outputs, self.control_outputs = drop_reserved_ids(outputs)
-        return events, outputs
+        expected = int(generator.get("delivered") or 0) + self._own_events
+        timeout_s = max(120.0, expected / 50_000)
+        records: dict[str, TopicRecords] = {}
+        for topic in (GET_TOPIC, POST_TOPIC, OUTPUT_TOPIC):
+            recs = read_topic(self.cluster.bootstrap, topic, timeout_s=timeout_s,
+                              idle_timeout_s=30.0, strict=False)
+            records[topic] = recs
+            save_topic(self.run_dir, recs)
+        save_progress(self.run_dir, self.run_dir / "progress.jsonl")
+        readback = {t: r.describe() for t, r in records.items()}
+        read = sum(len(records[t]) for t in (GET_TOPIC, POST_TOPIC))
+        ends = sum(sum(records[t].end_offsets.values()) for t in (GET_TOPIC, POST_TOPIC))
+        clean = not generator_reasons(generator)
+        info, reasons = reconcile_inputs(read, ends, int(generator.get("delivered") or 0),
+                                         self._own_events, clean)
+        self._reasons.extend(readback_reasons(readback))
+        self._reasons.extend(reasons)
+        self.manifest.readback = {**readback, "inputs": info}
+        self.manifest.phases = [self.phase_bounds["start"], self.phase_bounds["t2"],
+                                self.phase_bounds["t3"]]
+        self.manifest.t4 = self.phase_bounds["t4"]
+        self.manifest.write(self.run_dir)
+        return records
 
     def spark_worker(self, index: int) -> Any:
         """The handle of Spark worker ``index`` (for faults)."""
@@ -584,6 +709,21 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _DriverDied(Exception):
+    """The driver exited on its own during the timeline (outside a driver-crash fault)."""
+
+
+def _watermark_ms(progress: dict[str, Any]) -> int:
+    """The watermark a batch ran with (``eventTime.watermark``, ISO-8601 UTC) in ms."""
+    iso = (progress.get("eventTime") or {}).get("watermark")
+    if not iso:
+        return 0
+    try:
+        return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return 0
+
+
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM behaves like Ctrl-C, so ``finally`` blocks stop everything either way."""
@@ -610,6 +750,12 @@ def default_run_dir(base: Path | None = None) -> Path:
 
 
 def remove_run_data(run_dir: Path) -> None:
-    """Delete broker logs and checkpoints (large) but keep the process logs."""
-    for sub in ("kafka", "checkpoint", "spark"):
-        shutil.rmtree(run_dir / sub, ignore_errors=True)
+    """Delete the machinery of a stored run (broker data, checkpoints, executors' jar
+    copies), keeping its evidence and the process logs: 50-130 MB per run otherwise."""
+    run_dir = Path(run_dir)
+    for data in (run_dir / "kafka").glob("broker-*/data"):
+        shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)
+    for jar in (run_dir / "spark" / "work").rglob("*.jar"):
+        with contextlib.suppress(OSError):
+            jar.unlink()

@@ -2,14 +2,18 @@
 
 Spark drops rows behind the watermark and has no late-data side output, so the
 paper's Algorithm 2 has nothing to read. Instead pgval uses what the driver
-recorded per micro-batch (source offsets and the watermark the batch ran with):
+recorded per micro-batch (source offsets and the watermark each batch ran with):
 
 * ``in-flight at end`` — the event's window ends after the last watermark the
   query reached, or no batch read its offset: the run ended before its window
   could be emitted;
-* ``late`` — the micro-batch that read the event (found by its topic, partition
-  and offset) ran with a watermark already past the event's time, so Spark
-  dropped it;
+* ``late`` — Spark's own rule: batch *k* drops a row whose window ends at or
+  before the watermark of batch *k − 1* (``WatermarkSupport.watermarkExpression``
+  is ``window.end <= watermark``; the late-event watermark of batch *k* is
+  ``PropagateWatermarkSimulator.getInputWatermarkForLateEvents(k)`` =
+  ``getInputWatermark(k - 1)``, and the stream-stream join uses
+  ``inputWatermark(currentBatchId - 1)`` the same way). The batch that read the
+  event is found by its topic, partition and offset;
 * ``lost`` — neither: read, on time, window closed, yet not in any output.
 """
 
@@ -33,7 +37,11 @@ TOPIC_CODES = {GET_TOPIC: 0, POST_TOPIC: 1}
 
 @dataclass
 class BatchRanges:
-    """Per (topic, partition): offset ranges read by each batch and the batch's watermark."""
+    """Per (topic, partition): offset ranges read by each batch and its late-event watermark.
+
+    The late-event watermark of a batch is the highest watermark of the recorded
+    batches before it (Spark filters late rows with batch k − 1's watermark).
+    """
 
     ranges: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
     final_watermark_ms: int
@@ -48,12 +56,17 @@ def _ms(iso: str | None) -> int:
 def batch_ranges(progress: Iterable[Mapping[str, Any]]) -> BatchRanges:
     """Collect [start, end) offsets and the watermark of every recorded micro-batch."""
     acc: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-    final_wm = 0
-    for p in progress:
-        if p.get("event") != "progress":
-            continue
-        wm = _ms((p.get("eventTime") or {}).get("watermark"))
-        final_wm = max(final_wm, wm)
+    batches = [p for p in progress if p.get("event") == "progress"]
+    ids = np.array([int(p.get("batchId", -1)) for p in batches], dtype=np.int64)
+    marks = np.array([_ms((p.get("eventTime") or {}).get("watermark")) for p in batches],
+                     dtype=np.int64)
+    final_wm = int(marks.max()) if len(marks) else 0
+    # Highest watermark among batches with a smaller id (a restarted query re-runs ids).
+    order = np.argsort(ids, kind="stable")
+    running = np.maximum.accumulate(marks[order]) if len(order) else marks
+    for p, batch_id in zip(batches, ids.tolist(), strict=True):
+        k = int(np.searchsorted(ids[order], batch_id, side="left"))
+        wm = int(running[k - 1]) if k > 0 else 0
         for src in p.get("sources") or []:
             start = src.get("startOffset") or {}
             end = src.get("endOffset") or {}
@@ -82,7 +95,6 @@ def explain_unprocessed(events: InputEvents, expected: ExpectedOutputs, validati
     if len(slots) == 0:
         return result
     ids = expected.id_sorted[slots]
-    event_ts = expected.id_event_ts[slots]
     window_end = expected.window_start[expected.id_output[slots]] + expected.window_ms
     br = batch_ranges(progress)
     cause = np.full(len(ids), 2, dtype=np.int8)  # lost unless shown otherwise
@@ -92,7 +104,7 @@ def explain_unprocessed(events: InputEvents, expected: ExpectedOutputs, validati
         pos = np.minimum(np.searchsorted(events.id[order], ids), len(order) - 1)
         src = order[pos]
         topic, part, off = events.topic[src], events.partition[src], events.offset[src]
-        read_wm = np.full(len(ids), -1, dtype=np.int64)  # -1: no batch read it
+        read_wm = np.full(len(ids), -1, dtype=np.int64)  # late-event watermark; -1: unread
         for (t, p), (starts, ends, wms) in br.ranges.items():
             sel = np.flatnonzero((topic == t) & (part == p))
             if len(sel) == 0:
@@ -100,7 +112,7 @@ def explain_unprocessed(events: InputEvents, expected: ExpectedOutputs, validati
             k = np.searchsorted(starts, off[sel], side="right") - 1
             inside = (k >= 0) & (off[sel] < ends[np.maximum(k, 0)])
             read_wm[sel[inside]] = wms[k[inside]]
-        cause[(read_wm >= 0) & (event_ts < read_wm)] = 0
+        cause[(read_wm >= 0) & (window_end <= read_wm)] = 0
         cause[read_wm < 0] = 1
     cause[window_end > br.final_watermark_ms] = 1
     for code, name in enumerate(CAUSES):

@@ -107,5 +107,5 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
         if on_cell:
             v = result.evaluation.validation
             on_cell(cell, "complete", {"reliability": v.reliability, "guarantee": v.guarantee,
-                                       "run_id": result.run_id})
+                                       "run_id": result.run_id, **result.validity.as_dict()})
     return counts

@@ -6,7 +6,8 @@
   same resource whose event time is ≥ the window end (the input that lets the
   window close). Karimov's variant: − ingress of the last input of that resource
   with event time < window end. Both subtract timestamps of one broker, since
-  partition p of every topic is led by the same broker.
+  partition p of every topic is led by the same broker. Both are summarised over
+  the same outputs (those where both are defined), so they can be compared.
 * Failure cost (§3.4.4): max latency in failure+recovery − median control latency.
 """
 
@@ -21,6 +22,10 @@ from pgval.records import InputEvents, OutputRecords
 from pgval.validator import Validation
 
 PERCENTILES = (50, 95, 99)
+#: The 1 s series cover the run, not whatever a stray timestamp claims: at most this
+#: long after the last input (the drain), and never more than MAX_SERIES_S in all.
+SERIES_TAIL_S = 3600
+MAX_SERIES_S = 7 * 86_400
 
 
 @dataclass
@@ -58,6 +63,8 @@ class Metrics:
     inputs_per_s: np.ndarray = field(repr=False)
     latency_per_output_ms: np.ndarray = field(repr=False)
     output_ingress_ms: np.ndarray = field(repr=False)
+    #: Outputs whose ingress falls outside the series span (not drawn, still validated).
+    series_outside: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -65,6 +72,7 @@ class Metrics:
             "latency": {p: s.as_dict() for p, s in self.latency.items()},
             "latency_karimov": {p: s.as_dict() for p, s in self.latency_karimov.items()},
             "failure_cost_s": self.failure_cost_s,
+            "series_outside": self.series_outside,
         }
 
 
@@ -126,10 +134,11 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
     lat_paper = out_ing - paper_ref
     lat_karimov = out_ing - karimov_ref
     out_phase = phases.of(outputs.ingress_ts)
+    both = ~np.isnan(lat_paper) & ~np.isnan(lat_karimov)
 
-    latency = {p: LatencyStats.of(lat_paper[out_phase == c])
+    latency = {p: LatencyStats.of(lat_paper[both & (out_phase == c)])
                for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)}
-    latency_k = {p: LatencyStats.of(lat_karimov[out_phase == c])
+    latency_k = {p: LatencyStats.of(lat_karimov[both & (out_phase == c)])
                  for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)}
 
     # Reliable throughput per phase: first own occurrences / phase length (s).
@@ -156,13 +165,9 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
     if len(ctrl) and len(after):
         failure_cost = float(after.max() - np.median(ctrl)) / 1000.0
 
-    # 1 s series from the first input (or output) to the last output.
-    starts = [int(events.ingress_ts.min())] if len(events) else []
-    if len(outputs):
-        starts.append(first_out)
-    series_start = (min(starts) // 1000) * 1000 if starts else 0
-    series_end = max(last_out, int(events.ingress_ts.max()) if len(events) else 0)
-    n_bins = (series_end - series_start) // 1000 + 1 if starts else 0
+    series_start, n_bins = series_span(events, outputs)
+    out_sec = (outputs.ingress_ts - series_start) // 1000
+    outside = int(((out_sec < 0) | (out_sec >= n_bins)).sum())
     return Metrics(
         throughput=throughput,
         latency=latency,
@@ -174,4 +179,27 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
         inputs_per_s=_per_second(consumed.ingress_ts, series_start, n_bins),
         latency_per_output_ms=lat_paper,
         output_ingress_ms=outputs.ingress_ts,
+        series_outside=outside,
     )
+
+
+def series_span(events: InputEvents, outputs: OutputRecords) -> tuple[int, int]:
+    """(start ms, number of 1 s bins): first input (or output) to the last output.
+
+    Bounded to SERIES_TAIL_S after the last input and MAX_SERIES_S in all, so one
+    output stamped years away cannot allocate years of bins.
+    """
+    if len(events):
+        first_in, last_in = int(events.ingress_ts.min()), int(events.ingress_ts.max())
+    elif len(outputs):
+        first_in = last_in = int(outputs.ingress_ts.min())
+    else:
+        return 0, 0
+    first = min(first_in, int(outputs.ingress_ts.min())) if len(outputs) else first_in
+    if first < first_in - 1000 * SERIES_TAIL_S:
+        first = first_in  # an output stamped long before any input: outside
+    last = max(int(outputs.ingress_ts.max()) if len(outputs) else last_in, last_in)
+    last = min(last, last_in + 1000 * SERIES_TAIL_S)
+    start = (first // 1000) * 1000
+    n_bins = min((last - start) // 1000 + 1, MAX_SERIES_S)
+    return start, int(n_bins)

@@ -67,8 +67,11 @@ def judge(result: ExperimentResult, rate: float, trigger_ms: int,
             first = float(np.median(lat[ts <= a])) / 1000
             last = float(np.median(lat[ts >= b])) / 1000
     reasons = []
-    if v.reliability < 1.0 or v.guarantee != "exactly-once":
-        reasons.append(f"reliability {v.reliability:.4%} ({v.guarantee})")
+    if not result.validity.valid:  # a trial that proved nothing cannot pass
+        reasons.append("run unknown: " + "; ".join(result.validity.reasons))
+    if v.reliability is None or v.reliability < 1.0 or v.guarantee != "exactly-once":
+        rel = "n/a" if v.reliability is None else f"{v.reliability:.4%}"
+        reasons.append(f"reliability {rel} ({v.guarantee})")
     if achieved < 0.95 * rate:
         reasons.append(f"generator reached only {achieved:,.0f} ev/s")
     if first is None or last is None:

@@ -12,6 +12,8 @@ WARMUP = 0
 CONTROL = 1
 FAILURE = 2
 RECOVERY = 3
+#: Year 9999 in epoch ms: larger "times" are typos, and would overflow int64 arithmetic.
+MAX_MS = 253_402_300_799_999
 PHASE_CODES = {"control": CONTROL, "failure": FAILURE, "recovery": RECOVERY}
 
 
@@ -19,13 +21,16 @@ PHASE_CODES = {"control": CONTROL, "failure": FAILURE, "recovery": RECOVERY}
 class Phases:
     """Boundaries in ms: control = [start, t2), failure = [t2, t3), recovery = [t3, ∞).
 
-    Without boundaries everything is control (``Phases.unbounded()``), which is
-    what validating a recorded stream without a fault means.
+    ``t4`` (optional) is when the generators stopped: inputs end there, so recovery
+    metrics judge nothing after it. Without boundaries everything is control
+    (``Phases.unbounded()``), which is what validating a recorded stream without a
+    fault means.
     """
 
     start: int
     t2: int
     t3: int
+    t4: int | None = None
 
     @classmethod
     def unbounded(cls) -> Phases:
@@ -34,17 +39,20 @@ class Phases:
 
     @classmethod
     def parse(cls, text: str) -> Phases:
-        """Parse ``START,T2,T3`` (ms); raises ValueError with a plain message."""
+        """Parse ``START,T2,T3[,T4]`` (ms); raises ValueError with a plain message."""
         parts = [p.strip() for p in text.split(",")]
-        if len(parts) != 3:
-            raise ValueError("--phases takes three comma-separated times in ms: START,T2,T3")
+        if len(parts) not in (3, 4):
+            raise ValueError("--phases takes three or four comma-separated times in ms: "
+                             "START,T2,T3[,T4]")
         try:
-            start, t2, t3 = (int(p) for p in parts)
+            values = [int(p) for p in parts]
         except ValueError as exc:
             raise ValueError("--phases values must be integers (ms)") from exc
-        if not start <= t2 <= t3:
-            raise ValueError("--phases must satisfy START <= T2 <= T3")
-        return cls(start, t2, t3)
+        if any(not 0 <= v <= MAX_MS for v in values):
+            raise ValueError(f"--phases values must be epoch milliseconds between 0 and {MAX_MS}")
+        if values != sorted(values):
+            raise ValueError("--phases must satisfy START <= T2 <= T3 <= T4")
+        return cls(*values)
 
     def of(self, ts: np.ndarray) -> np.ndarray:
         """Phase code (WARMUP..RECOVERY) of every timestamp."""
@@ -56,4 +64,4 @@ class Phases:
         return self.t2 != np.iinfo(np.int64).max
 
 
-__all__ = ["PHASES", "PHASE_CODES", "Phases", "WARMUP", "CONTROL", "FAILURE", "RECOVERY"]
+__all__ = ["MAX_MS", "PHASES", "PHASE_CODES", "Phases", "WARMUP", "CONTROL", "FAILURE", "RECOVERY"]

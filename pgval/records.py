@@ -5,11 +5,20 @@ the readers' job is to turn JSON lines or Kafka values into those columns fast
 (pyarrow's multithreaded JSON reader) without ever failing on a bad record: a
 block that pyarrow rejects is re-read line by line, and unusable records are
 counted as malformed and skipped.
+
+A record is one line: lines are separated by ``\n`` only (a ``\r`` is JSON whitespace,
+never a separator). pyarrow is more permissive than that (several objects on one line,
+one object over several lines, invalid UTF-8 inside strings, and it crashes on a
+top-level ``null``), so a block reaches it only when every non-blank line looks like one
+object, and its result is kept only when it has one row per line. Everything else takes
+the exact per-line path, so a record's fate never depends on its neighbours.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +32,11 @@ import pyarrow.json as pajson
 from pgval.schema import GET, POST
 
 BLOCK_BYTES = 64 << 20  # pyarrow parses a file in blocks of this size
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+JSON_SPACE = b" \t\r"  # JSON whitespace other than the line separator
+_SPACE_CODES = np.frombuffer(JSON_SPACE, dtype=np.uint8)
+_MAX_TRIM = 64  # lines with more leading/trailing blanks go the exact per-line path
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class ResourceTable:
@@ -162,10 +176,14 @@ def _iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
     """Yield chunks of whole lines, each about ``block_bytes`` long."""
     with open(path, "rb") as fh:
         rest = b""
+        first = True
         while True:
             data = fh.read(block_bytes)
+            if first:  # a byte-order mark (Windows tools) is not part of the first record
+                data = data.removeprefix(UTF8_BOM)
+                first = False
             if not data:
-                if rest.strip():
+                if rest.strip(JSON_SPACE):  # same blank rule as every other line
                     yield rest
                 return
             data = rest + data
@@ -177,42 +195,143 @@ def _iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
             rest = data[cut + 1:]
 
 
+def _object_lines(block: bytes) -> int | None:
+    """Number of non-blank lines if each one can only be a single JSON object, else None.
+
+    A line (split on ``\n`` only) qualifies when, without JSON whitespace around it, it
+    starts with ``{`` and ends with ``}``: no top-level ``null`` (which crashes pyarrow 26
+    at the start of its internal chunks) and no object continued on the next line
+    (after a ``}``, a ``{`` cannot continue a value). Several objects on one line are
+    caught afterwards by the row count. Vectorised over the block's newline positions.
+    """
+    data = np.frombuffer(block, dtype=np.uint8)
+    nl = np.flatnonzero(data == 0x0A)
+    starts = np.r_[0, nl + 1]
+    ends = np.r_[nl, len(data)]
+    lines = np.flatnonzero(starts < ends)
+    # Usually every line is exactly {...}; only the others are trimmed and looked at again.
+    odd = lines[(data[starts[lines]] != 0x7B) | (data[ends[lines] - 1] != 0x7D)]
+    if len(odd) == 0:
+        return len(lines)
+    starts, ends = starts[odd], ends[odd]
+    for bound, step, peek in ((starts, 1, 0), (ends, -1, -1)):  # trim blanks, both sides
+        idx = np.arange(len(odd))
+        for _ in range(_MAX_TRIM):
+            idx = idx[starts[idx] < ends[idx]]
+            idx = idx[np.isin(data[bound[idx] + peek], _SPACE_CODES)]
+            if len(idx) == 0:
+                break
+            bound[idx] += step
+        else:
+            return None
+    live = starts < ends
+    if not ((data[starts[live]] == 0x7B).all() and (data[ends[live] - 1] == 0x7D).all()):
+        return None
+    return len(lines) - int((~live).sum())
+
+
+def _is_utf8(block: bytes) -> bool:
+    if block.isascii():  # the common case, at memory speed
+        return True
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _read_exact(block: bytes, schema: pa.Schema, behaviours: Sequence[str]) -> pa.Table | None:
+    """pyarrow's table of ``block`` with one row per non-blank line, or None.
+
+    None means the exact per-line path must decide: a line that is not one object, a
+    block pyarrow rejects, invalid UTF-8 (pyarrow lets it through inside strings), or a
+    row count that differs from the line count (pyarrow reads ``{..} {..}`` as two).
+    """
+    lines = _object_lines(block)
+    if lines is None or not _is_utf8(block):
+        return None
+    if lines == 0:
+        return schema.empty_table()
+    read_opts = pajson.ReadOptions(block_size=16 << 20)
+    for behaviour in behaviours:
+        opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior=behaviour,
+                                   newlines_in_values=False)
+        try:
+            table = pajson.read_json(io.BytesIO(block), parse_options=opts,
+                                     read_options=read_opts)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            continue
+        return table if len(table) == lines else None
+    return None
+
+
+def _split_lines(block: bytes) -> list[bytes]:
+    """Lines of a block, separated by ``\n`` only (``splitlines`` would also cut at ``\r``)."""
+    lines = block.split(b"\n")
+    return lines[:-1] if lines and lines[-1] == b"" else lines
+
+
 def _parse_block(block: bytes, schema: pa.Schema) -> tuple[pa.Table, int, list[str]]:
-    """Parse one block of JSON lines; fall back to per-line parsing if pyarrow rejects it.
+    """Parse one block of JSON lines; fall back to per-line parsing if pyarrow cannot.
 
     The strict attempt (unknown fields are an error) is ~15 % faster than ignoring them;
     a block with extra fields pays for a second, lenient attempt, still in C++.
     """
-    read_opts = pajson.ReadOptions(block_size=16 << 20)
-    for behaviour in ("error", "ignore"):
-        opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior=behaviour,
-                                   newlines_in_values=False)
-        try:
-            return pajson.read_json(io.BytesIO(block), parse_options=opts,
-                                    read_options=read_opts), 0, []
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            continue
-    return _parse_lines_tolerant(block.splitlines(), schema)
+    table = _read_exact(block, schema, ("error", "ignore"))
+    if table is not None:
+        return table, 0, []
+    return _parse_lines_tolerant(_split_lines(block), schema)
+
+
+def _is_int64(value: object) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and INT64_MIN <= value <= INT64_MAX)
 
 
 def _coerce(value: object, typ: pa.DataType) -> object:
-    """Return the value if it fits the column type, else raise ValueError."""
+    """Return the value if it fits the column type, else raise ValueError.
+
+    Integers outside int64 are refused here (pyarrow refuses them too), not left to
+    overflow when the column is built.
+    """
     if value is None:
         return None
     if pa.types.is_int64(typ):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("not an integer")
+        if not _is_int64(value):
+            raise ValueError("not a 64-bit integer")
         return value
     if pa.types.is_string(typ):
         if not isinstance(value, str):
             raise ValueError("not a string")
+        if not value.isascii():
+            value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError (a ValueError)
         return value
     if pa.types.is_list(typ):
-        if not isinstance(value, list) or any(
-                isinstance(v, bool) or not isinstance(v, int) for v in value):
-            raise ValueError("not a list of integers")
+        if not isinstance(value, list) or not all(_is_int64(v) for v in value):
+            raise ValueError("not a list of 64-bit integers")
         return value
     raise ValueError(f"unsupported type {typ}")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _loads(line: bytes) -> object:
+    """orjson, plus the NaN/Infinity literals pyarrow accepts (in fields pgval ignores).
+
+    Without the retry a line carrying ``"x": NaN`` would be fine in a block pyarrow reads
+    and malformed in a block read line by line.
+    """
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        if b"NaN" not in line and b"Infinity" not in line:
+            raise
+    return json.loads(line, parse_float=_finite)
 
 
 def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
@@ -222,14 +341,14 @@ def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
     malformed = 0
     samples: list[str] = []
     for line in lines:
-        if not line.strip():
+        if not line.strip(JSON_SPACE):
             continue
         try:
-            obj = orjson.loads(line)
+            obj = _loads(line)
             if not isinstance(obj, dict):
                 raise ValueError("not an object")
             row = {f.name: _coerce(obj.get(f.name), f.type) for f in schema}
-        except (orjson.JSONDecodeError, ValueError, OverflowError):
+        except (ValueError, OverflowError, RecursionError):  # JSONDecodeError, Unicode*Error
             malformed += 1
             if len(samples) < 5:
                 samples.append(line[:200].decode(errors="replace"))
@@ -267,20 +386,18 @@ def parse_values(values: Sequence[bytes | None], schema: pa.Schema
     Returns (table, kept, malformed, samples): ``kept`` are the indices of the values
     that became rows, so per-record metadata (timestamps, offsets) can be aligned.
     """
-    usable = np.array([v is not None and b"\n" not in v and v.strip() != b"" for v in values],
-                      dtype=bool)
+    usable = np.array([v is not None and b"\n" not in v and v.strip(JSON_SPACE) != b""
+                       for v in values], dtype=bool)
     kept = np.flatnonzero(usable)
     dropped = len(values) - len(kept)
     if len(kept) == 0:
         return schema.empty_table(), kept, dropped, []
-    block = b"\n".join([values[i] for i in kept.tolist()]) + b"\n"
-    opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    try:
-        table = pajson.read_json(io.BytesIO(block), parse_options=opts)
+    lines = [values[i] for i in kept.tolist()]
+    table = _read_exact(b"\n".join(lines) + b"\n", schema, ("ignore",))
+    if table is not None:
         return table, kept, dropped, []
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass
-    table, ok_mask, bad, samples = _parse_lines_with_mask(block.splitlines(), schema)
+    # One value per line: the mask stays aligned with ``kept`` whatever bytes a value holds.
+    table, ok_mask, bad, samples = _parse_lines_with_mask(lines, schema)
     return table, kept[ok_mask], dropped + bad, samples
 
 
@@ -375,14 +492,22 @@ def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int
     ) if n else pa.array([], type=pa.bool_())
     ok = pc.fill_null(ok, False)
     ok_np = ok.to_numpy(zero_copy_only=False).astype(bool) if n else np.zeros(0, dtype=bool)
-    bad = int(n - ok_np.sum())
     good = table.filter(ok)
     ids_col = good.column("ids").combine_chunks() if len(good) else pa.array(
         [], type=pa.list_(pa.int64()))
+    flat = pc.list_flatten(ids_col)
+    if flat.null_count:  # "ids": [1, null] is not a list of integers: the record is malformed
+        hole = np.zeros(len(good), dtype=bool)
+        parent = pc.list_parent_indices(ids_col).to_numpy(zero_copy_only=False)
+        hole[parent[flat.is_null().to_numpy(zero_copy_only=False)]] = True
+        ok_np[np.flatnonzero(ok_np)[hole]] = False
+        good = good.filter(pa.array(~hole))
+        ids_col = good.column("ids").combine_chunks()
+        flat = pc.list_flatten(ids_col)
+    bad = int(n - ok_np.sum())
     lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = pc.list_flatten(ids_col)
     ids = flat.to_numpy(zero_copy_only=False).astype(np.int64) if len(flat) else np.zeros(
         0, dtype=np.int64)
     return OutputRecords(

@@ -5,10 +5,17 @@
   so a gap is only news when it is longer than control's);
 * recovery time (paper 000's detector): seconds from T2 until the 1 s series is
   back within ``tolerance`` (15 %) of its control baseline and stays there for
-  ``hold_s`` — for reliable throughput (rolling mean over one window) and,
-  separately, for latency (p50 of outputs per second, not above baseline + 15 %).
-  A metric that never recovers before the run ends is *censored* and flagged;
+  ``hold_s`` — for reliable throughput (trailing mean over whole windows, at least
+  5 s, so the time includes up to that much detector lag) and, separately, for
+  latency (p50 of outputs per second, not above baseline + 15 % + 1 s). A metric
+  that has not recovered by T4 (the generators stop, nothing after is load) is
+  *censored* and flagged;
 * catch-up (paper 002): latency recovery time minus downtime.
+
+The throughput baseline is the median of the smoothed series over the *steady*
+part of control: seconds whose trailing window lies wholly after the first output.
+Counting the ramp from zero (no output before the first window closes) would put
+the baseline below the steady rate and censor even a fault-free run.
 """
 
 from __future__ import annotations
@@ -17,8 +24,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from pgval.evaluate import Evaluation
-from pgval.phases import CONTROL
+from pgval.metrics import Metrics
+from pgval.phases import CONTROL, Phases
 
 TOLERANCE = 0.15
 HOLD_S = 10.0
@@ -63,47 +70,68 @@ def _first_stable(ok: np.ndarray, hold: int) -> int | None:
     return None
 
 
-def recovery_metrics(ev: Evaluation, tolerance: float = TOLERANCE,
-                     hold_s: float | None = None) -> Recovery:
+def _median_per_second(sec: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Median of ``values`` per second index in [0, n), NaN where a second has none."""
+    out = np.full(n, np.nan)
+    keep = (sec >= 0) & (sec < n)
+    sec, values = sec[keep], values[keep]
+    if len(sec) == 0:
+        return out
+    order = np.lexsort((values, sec))
+    sec, values = sec[order], values[order]
+    bounds = np.flatnonzero(np.r_[True, sec[1:] != sec[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):  # one step per second
+        out[sec[a]] = np.median(values[a:b])
+    return out
+
+
+def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
+                     tolerance: float = TOLERANCE, hold_s: float | None = None) -> Recovery:
     """Downtime, recovery times and catch-up of one run (needs bounded phases).
 
     ``hold_s`` defaults to HOLD_S, shortened to a third of the failure phase for short
     runs (a 10 s hold cannot be met inside a 15 s recovery phase).
     """
-    ph = ev.phases
+    ph = phases
     if not ph.bounded():
         return Recovery()
     if hold_s is None:
         hold_s = min(HOLD_S, max(2.0, (ph.t3 - ph.t2) / 3000))
-    m = ev.metrics
+    m = metrics
     out_ts = np.sort(m.output_ingress_ms)
+    # Nothing after T4 is judged: the generators have stopped, so silence there is the
+    # end of the load (and the drain), not an outage.
+    end_ms = ph.t4 if ph.t4 is not None else (int(out_ts[-1]) if len(out_ts) else ph.t3)
     rec = Recovery()
     if len(out_ts) >= 2:
         gaps = np.diff(out_ts)
         ends = out_ts[1:]
         starts = out_ts[:-1]
         ctrl = (starts >= ph.start) & (ends < ph.t2)
-        after = ends >= ph.t2
+        after = (ends >= ph.t2) & (starts < end_ms)
         rec.control_max_gap_s = float(gaps[ctrl].max()) / 1000 if ctrl.any() else None
         if after.any():
-            # A gap that straddles T2 counts from T2, not from the last control output.
-            g = ends[after] - np.maximum(starts[after], ph.t2)
+            # A gap that straddles T2 counts from T2, one that straddles T4 up to T4.
+            g = np.minimum(ends[after], end_ms) - np.maximum(starts[after], ph.t2)
             rec.downtime_s = float(g.max()) / 1000
     n = len(m.reliable_per_s)
     t = m.series_start_ms + 1000 * np.arange(n)
     # Outputs come once per window and key, so per-second throughput is bursty: smooth
     # over whole windows, at least SMOOTH_S (trailing, so recovery is never seen early).
-    per_window = max(1, -(-ev.window_ms // 1000))
+    per_window = max(1, -(-window_ms // 1000))
     window_s = per_window * max(1, -(-SMOOTH_S // per_window))
     thr = _trailing_mean(m.reliable_per_s, window_s)
     in_ctrl = (t >= ph.start) & (t < ph.t2)
-    after_t2 = t >= ph.t2
+    after_t2 = (t >= ph.t2) & (t <= end_ms)
     hold = max(1, int(round(hold_s)))
-    last_out = out_ts[-1] if len(out_ts) else ph.t3
     if in_ctrl.any() and after_t2.any():
-        base = float(thr[in_ctrl].mean())
-        # Only judge seconds while the generator could still feed the query.
-        judged = after_t2 & (t <= last_out - 1000 * window_s)
+        first_out = int(out_ts[0]) if len(out_ts) else ph.start
+        steady = in_ctrl & (t >= first_out + 1000 * (window_s - 1))
+        base = float(np.median(thr[steady if steady.any() else in_ctrl]))
+        judged = after_t2
+        if ph.t4 is None:
+            # Without T4, stop where the trailing mean starts to see the end of the outputs.
+            judged = judged & (t <= end_ms - 1000 * window_s)
         ok = np.abs(thr - base) <= tolerance * base
         idx = _first_stable(ok[judged], hold)
         if idx is not None:
@@ -111,13 +139,10 @@ def recovery_metrics(ev: Evaluation, tolerance: float = TOLERANCE,
     lat = m.latency_per_output_ms
     sec = (m.output_ingress_ms - m.series_start_ms) // 1000
     valid = ~np.isnan(lat)
-    ctrl_lat = lat[valid & (ev.phases.of(m.output_ingress_ms) == CONTROL)]
+    ctrl_lat = lat[valid & (ph.of(m.output_ingress_ms) == CONTROL)]
     if len(ctrl_lat):
         base_lat = float(np.median(ctrl_lat))
-        p50 = np.full(n, np.nan)
-        for s in np.unique(sec[valid]):
-            if 0 <= s < n:
-                p50[s] = np.median(lat[valid & (sec == s)])
+        p50 = _median_per_second(sec[valid], lat[valid], n)
         # A second without outputs keeps the last output's verdict only while the silence is
         # no longer than control's longest gap; a longer silence is an outage, not recovery.
         allowed_gap = int(np.ceil(rec.control_max_gap_s or 1.0)) + 1

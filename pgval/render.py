@@ -1,4 +1,9 @@
-"""Terminal rendering of an evaluation: a verdict line and a per-phase table (rich)."""
+"""Terminal rendering of an evaluation: a verdict line and a per-phase table (rich).
+
+A phase row has two clocks (docs/semantics.md): ``duplicate`` and ``incorrect`` count
+occurrences by the output's ingress time; ``dup IDs``, ``inc IDs`` and reliability
+count expected IDs by the input's ingress time, so they can be read together.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +14,47 @@ from pgval.evaluate import Evaluation
 from pgval.schema import PHASES
 
 VERDICT_STYLE = {"exactly-once": "bold green", "at-least-once": "bold yellow",
-                 "at-most-once": "bold yellow", "none": "bold red"}
+                 "at-most-once": "bold yellow", "none": "bold red", "unknown": "bold"}
 
 
 def _fmt_s(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
+def _fmt_pct(value: float | None, decimals: int = 2) -> str:
+    """A share as a percentage; "–" when there was nothing to measure (nothing expected)."""
+    return "–" if value is None else f"{value:.{decimals}%}"
+
+
 def render_evaluation(ev: Evaluation, console: Console, title: str | None = None) -> None:
     v = ev.validation
     m = ev.metrics
     style = VERDICT_STYLE.get(v.guarantee, "bold")
-    console.print(f"[{style}]guarantee: {v.guarantee}[/]   reliability {v.reliability:.4%}   "
-                  f"correctness {v.correctness:.2%} ({v.correct_outputs}/{v.outputs} outputs)")
-    table = Table(title=title or f"{ev.topology.upper()} — per phase", title_justify="left")
+    console.print(f"[{style}]guarantee: {v.guarantee}[/]   reliability "
+                  f"{_fmt_pct(v.reliability, 4)}   correctness {v.correctness:.2%} "
+                  f"({v.correct_outputs}/{v.outputs} outputs)")
+    table = Table(title=title or f"{ev.topology.upper()} — per phase", title_justify="left",
+                  caption="duplicate, incorrect: occurrences, by output time; dup IDs, "
+                          "inc IDs, reliability: expected IDs, by input time",
+                  caption_justify="left")
     for col in ("phase", "expected", "processed", "unprocessed", "duplicate", "incorrect",
-                "reliability", "reliable ev/s", "lat p50 s", "lat p99 s", "Karimov p50 s"):
-        table.add_column(col, justify="right" if col != "phase" else "left")
+                "dup IDs", "inc IDs", "reliability", "reliable ev/s", "lat p50 s",
+                "lat p99 s", "Karimov p50 s"):
+        # One-word headers keep their width; the others wrap when the terminal is narrow.
+        table.add_column(col, justify="right" if col != "phase" else "left",
+                         min_width=max(map(len, col.split())))
     for p in PHASES:
         c = v.phases[p]
         lat = m.latency[p]
         table.add_row(p, f"{c.expected:,}", f"{c.processed:,}", f"{c.unprocessed:,}",
-                      f"{c.duplicate:,}", f"{c.incorrect:,}", f"{c.reliability:.2%}",
+                      f"{c.duplicate:,}", f"{c.incorrect:,}", f"{c.duplicated_ids:,}",
+                      f"{c.incorrect_ids:,}", _fmt_pct(c.reliability),
                       f"{m.throughput[p]:,.0f}", _fmt_s(lat.p50), _fmt_s(lat.p99),
                       _fmt_s(m.latency_karimov[p].p50))
     table.add_section()
     table.add_row("total", f"{v.expected:,}", f"{v.processed:,}", f"{v.unprocessed:,}",
-                  f"{v.duplicate:,}", f"{v.incorrect:,}", f"{v.reliability:.2%}", "", "", "", "")
+                  f"{v.duplicate:,}", f"{v.incorrect:,}", f"{v.duplicated_ids:,}",
+                  f"{v.incorrect_ids:,}", _fmt_pct(v.reliability), "", "", "", "")
     console.print(table)
     extras = []
     if v.malformed:

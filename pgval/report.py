@@ -9,7 +9,13 @@ numbers.
 
 The report only reads the database (opened read-only), so it can run while an
 experiment matrix is still writing to it. Columns and tables that older
-databases lack (recovery metrics, unprocessed causes) are shown when present.
+databases lack (recovery metrics, unprocessed causes, per-phase anomalies on the
+input's clock) are shown when present.
+
+Runs whose validity is ``unknown`` (``runs.valid = 0``: the run is no evidence,
+docs/semantics.md) stay out of every aggregate unless ``include_unknown`` is set;
+the header says how many were left out, and the run list shows each with its
+first reason. Databases from before validity existed (``valid`` NULL) count as valid.
 
 CSV layout (one file, long/tidy so pandas can pivot it)::
 
@@ -32,7 +38,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -76,6 +82,12 @@ class Selection:
     kind: str | None = None
     run_ids: tuple[int, ...] | None = None
     status: str | None = "complete"
+    #: Also aggregate runs whose validity is unknown (they are not evidence).
+    include_unknown: bool = False
+
+    def keeps(self, run: RunData) -> bool:
+        """Whether ``run`` enters aggregates: valid runs, all runs if asked or named by id."""
+        return run.valid or self.include_unknown or self.run_ids is not None
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -96,6 +108,8 @@ class Selection:
                  if getattr(self, c) is not None]
         if self.run_ids is not None:
             parts.append(f"runs={','.join(map(str, self.run_ids))}")
+        if self.include_unknown:
+            parts.append("unknown runs included")
         return ", ".join(parts) or "all runs"
 
 
@@ -117,6 +131,30 @@ class RunData:
     @property
     def key(self) -> tuple[str | None, str | None, str | None]:
         return self.row.get("topology"), self.row.get("pg"), self.row.get("fault")
+
+    @property
+    def valid(self) -> bool:
+        """False only for runs stored as unknown; NULL (older databases) counts as valid."""
+        return self.row.get("valid") is None or bool(self.row.get("valid"))
+
+    @property
+    def validity_reasons(self) -> list[str]:
+        try:
+            reasons = json.loads(self.row.get("validity_reasons") or "[]")
+        except ValueError:
+            return [str(self.row.get("validity_reasons"))]
+        return [str(r) for r in reasons] if isinstance(reasons, list) else [str(reasons)]
+
+    @property
+    def validity_text(self) -> str:
+        """"valid", or "unknown: <first reason>" (and how many more)."""
+        if self.valid:
+            return "valid"
+        reasons = self.validity_reasons
+        if not reasons:
+            return "unknown"
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        return f"unknown: {reasons[0]}{more}"
 
     def phase_value(self, phase: str, column: str) -> float | None:
         """A phase metric, or None when the phase saw no expected input (nothing to judge)."""
@@ -185,14 +223,19 @@ def _rows(conn: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> list[
 
 
 def load_runs(db: Path | str | Any, selection: Selection | None = None) -> list[RunData]:
-    """The selected runs with their phase rows, in id order."""
+    """The selected runs with their phase rows, in id order.
+
+    Unknown runs are left out unless the selection includes them (or names runs by id).
+    """
     conn = connect(db)
     tables = _tables(conn)
     if "runs" not in tables:
         raise ReportError("the database has no runs table (is it a pgval results database?)")
-    where, args = (selection or Selection()).where()
-    runs = [RunData(row=r, phases={}) for r in
-            _rows(conn, f"SELECT * FROM runs WHERE {where} ORDER BY id", args)]
+    selection = selection or Selection()
+    where, args = selection.where()
+    runs = [run for run in (RunData(row=r, phases={}) for r in
+                            _rows(conn, f"SELECT * FROM runs WHERE {where} ORDER BY id", args))
+            if selection.keeps(run)]
     if not runs:
         return []
     by_id = {r.id: r for r in runs}
@@ -405,7 +448,7 @@ def _verdicts(group: Group) -> str:
     for r in group.runs:
         v = r.row.get("guarantee") or "?"
         counts[v] = counts.get(v, 0) + 1
-    order = ("exactly-once", "at-least-once", "at-most-once", "none")
+    order = ("exactly-once", "at-least-once", "at-most-once", "none", "unknown")
     keys = sorted(counts, key=lambda v: (order.index(v) if v in order else len(order), v))
     return ", ".join(f"{v} ×{counts[v]}" for v in keys)
 
@@ -422,6 +465,41 @@ def anomalies_table(groups: list[Group]) -> ReportTable:
     return ReportTable("anomalies", "(e) Anomalies (mean per run) and guarantee verdicts",
                        GROUP_KEYS, cols, rows,
                        "A verdict is the strongest guarantee a run is consistent with.")
+
+
+#: Per-phase anomalies on both clocks (docs/semantics.md, "Two clocks in a phase row"):
+#: (phase_results column, header, clock). The input-clock columns are newer.
+PHASE_ANOMALIES = (("duplicate", "duplicate occ.", "output"),
+                   ("duplicated_ids", "duplicated IDs", "input"),
+                   ("incorrect", "incorrect occ.", "output"),
+                   ("incorrect_ids", "incorrect IDs", "input"),
+                   ("reliable", "reliable IDs", "input"),
+                   ("expected", "expected IDs", "input"))
+
+
+def phase_anomalies_table(groups: list[Group]) -> ReportTable:
+    """Anomalies per phase on the output's clock, and the IDs behind them on the input's.
+
+    The input-clock columns are shown only when some run stored them (older databases
+    lack them); a run without them is left out of that column's mean (n=…).
+    """
+    present = {k for g in groups for r in g.runs for ph in r.phases.values() for k in ph
+               if ph.get(k) is not None}
+    specs = [(c, h, clock) for c, h, clock in PHASE_ANOMALIES
+             if clock == "output" or c in present]
+    cols = [Column(f"{h} ({clock} time)", c, "count", None, 1) for c, h, clock in specs]
+    rows = []
+    for g in groups:
+        for p in PHASES:
+            vals: list[Cell] = [_stat(g, lambda r, p=p, c=c: _num((r.phases.get(p) or {})
+                                                                   .get(c)))
+                                for c, _, _ in specs]
+            rows.append(Row({**g.keys, "phase": p}, g.n, vals))
+    return ReportTable("phase_anomalies", "(e2) Anomalies per phase, on both clocks (mean per "
+                       "run)", [*GROUP_KEYS, ("phase", "phase")], cols, rows,
+                       "Output time: occurrences, in the phase the output appeared (when the "
+                       "anomaly happened). Input time: expected IDs, in the phase their input "
+                       "arrived — the IDs the phase's reliability is about.")
 
 
 def _flag_text(group: Group, column: str) -> str | None:
@@ -467,6 +545,7 @@ def causes_table(groups: list[Group]) -> ReportTable | None:
 def runs_table(runs: list[RunData]) -> ReportTable:
     """One line per run, to find a run's plot and the fault's actual timing."""
     cols = [Column("seed", "seed"), Column("repeat", "repeat"), Column("verdict", "guarantee"),
+            Column("validity", "validity"),
             Column("reliability %", "reliability", "%", "total", 2, 100.0),
             Column("failure cost s", "failure_cost", "s", None, 1),
             Column("inject lag s", "inject_lag", "s", None, 2),
@@ -477,13 +556,15 @@ def runs_table(runs: list[RunData]) -> ReportTable:
         rows.append(Row({"run": str(r.id), "topology": r.row.get("topology") or DASH,
                          "pg": r.row.get("pg") or DASH, "fault": r.row.get("fault") or DASH},
                         1, [_str(r.row.get("seed")), _str(r.row.get("repeat")),
-                            r.row.get("guarantee") or DASH,
+                            r.row.get("guarantee") or DASH, r.validity_text,
                             Stat.of_values([_num(r.row.get("reliability"))]),
                             Stat.of_values([_num(r.row.get("failure_cost_s"))]),
                             Stat.of_values([lags.get("inject")]),
                             Stat.of_values([lags.get("remove")])]))
     return ReportTable("runs", "Runs", [("run", "run"), *GROUP_KEYS], cols, rows,
-                       "Lag = actual − intended fault time, from the fault log.")
+                       "Lag = actual − intended fault time, from the fault log. Validity "
+                       "unknown: the run is no evidence (first reason shown); such runs stay "
+                       "out of the tables above unless --include-unknown.")
 
 
 def _str(v: object) -> str | None:
@@ -500,15 +581,20 @@ def fault_lags(run: RunData) -> dict[str, float]:
     return out
 
 
-def build_tables(runs: list[RunData], run_columns: set[str]) -> list[ReportTable]:
-    """Tables (a)–(g) in order, then the run list; optional tables only when stored."""
+def build_tables(runs: list[RunData], run_columns: set[str],
+                 listed: list[RunData] | None = None) -> list[ReportTable]:
+    """Tables (a)–(g) over ``runs``, then the run list of ``listed`` (default: ``runs``).
+
+    Optional tables only when stored.
+    """
     groups = group_runs(runs)
     tables = [reliability_table(groups), throughput_table(groups), latency_table(groups),
-              failure_cost_table(groups), anomalies_table(groups)]
+              failure_cost_table(groups), anomalies_table(groups),
+              phase_anomalies_table(groups)]
     for extra in (recovery_table(groups, run_columns), causes_table(groups)):
         if extra is not None:
             tables.append(extra)
-    tables.append(runs_table(runs))
+    tables.append(runs_table(runs if listed is None else listed))
     return tables
 
 
@@ -694,13 +780,25 @@ def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = N
 def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: str,
            out: Path | None, plots_dir: Path | None, console: Console | None,
            run_plots: bool, width: int) -> str:
-    loaded = load_runs(conn, selection)
-    if not loaded:
+    listed = load_runs(conn, replace(selection, include_unknown=True))
+    loaded = [r for r in listed if selection.keeps(r)]
+    left_out = len(listed) - len(loaded)
+    if not listed:
         raise ReportError(f"no runs in {db_name} match ({selection.describe()})")
-    tables = build_tables(loaded, _columns(conn, "runs"))
+    if not loaded:
+        raise ReportError(f"all {left_out} runs in {db_name} that match "
+                          f"({selection.describe()}) are unknown, not evidence; "
+                          "use --include-unknown to report them anyway")
+    tables = build_tables(loaded, _columns(conn, "runs"), listed)
+    unknown = sum(not r.valid for r in loaded)
     header = (f"{len(loaded)} runs in {len(group_runs(loaded))} groups from {db_name} "
               f"({selection.describe()}); mean ± sample stdev over repetitions, n = runs; "
               f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    if left_out:
+        header += (f"; {left_out} unknown run{'s' if left_out != 1 else ''} left out "
+                   "(use --include-unknown)")
+    elif unknown:
+        header += f"; {unknown} unknown run{'s' if unknown != 1 else ''} included"
 
     images: list[tuple[str, Path]] = []
     run_images: list[tuple[str, Path]] = []

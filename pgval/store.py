@@ -19,6 +19,7 @@ import sqlite_utils
 
 from pgval.evaluate import Evaluation
 from pgval.schema import PHASES
+from pgval.validity import Validity, evaluation_reasons
 
 RUN_COLUMNS = {
     "id": int, "created_at": float, "finished_at": float, "kind": str, "status": str,
@@ -27,6 +28,18 @@ RUN_COLUMNS = {
     "duplicate": int, "incorrect": int, "unprocessed": int, "malformed": int,
     "malformed_inputs": int, "reliability": float, "correctness": float, "outputs": int,
     "failure_cost_s": float, "t_start": int, "t2": int, "t3": int, "summary": str,
+    # 1 = valid evidence, 0 = unknown (reasons in validity_reasons, a JSON list); NULL in
+    # databases written before validity existed (read as valid).
+    "valid": int, "validity_reasons": str, "run_dir": str,
+}
+PHASE_COLUMNS = {
+    "run_id": int, "phase": str, "expected": int, "processed": int,
+    "unprocessed": int, "duplicate": int, "incorrect": int, "reliability": float,
+    # By the input's clock (docs/semantics.md, "Two clocks in a phase row").
+    "reliable": int, "duplicated_ids": int, "incorrect_ids": int,
+    "throughput": float, "latency_n": int, "latency_p50_s": float,
+    "latency_p95_s": float, "latency_p99_s": float, "latency_max_s": float,
+    "karimov_p50_s": float, "karimov_p99_s": float,
 }
 
 
@@ -45,13 +58,14 @@ class ResultsStore:
             db["runs"].create(RUN_COLUMNS, pk="id")
             db["runs"].create_index(["topology", "pg", "fault"])
         if "phase_results" not in db.table_names():
-            db["phase_results"].create({
-                "run_id": int, "phase": str, "expected": int, "processed": int,
-                "unprocessed": int, "duplicate": int, "incorrect": int, "reliability": float,
-                "throughput": float, "latency_n": int, "latency_p50_s": float,
-                "latency_p95_s": float, "latency_p99_s": float, "latency_max_s": float,
-                "karimov_p50_s": float, "karimov_p99_s": float,
-            }, pk=("run_id", "phase"), foreign_keys=[("run_id", "runs", "id")])
+            db["phase_results"].create(PHASE_COLUMNS, pk=("run_id", "phase"),
+                                       foreign_keys=[("run_id", "runs", "id")])
+        # Databases from older versions: add the columns they lack (never drop any).
+        for table, columns in (("runs", RUN_COLUMNS), ("phase_results", PHASE_COLUMNS)):
+            have = set(db[table].columns_dict)
+            for name, typ in columns.items():
+                if name not in have:
+                    db[table].add_column(name, typ)
         if "witnesses" not in db.table_names():
             db["witnesses"].create({"run_id": int, "kind": str, "window_start": int, "id": int},
                                    foreign_keys=[("run_id", "runs", "id")])
@@ -79,11 +93,15 @@ class ResultsStore:
                                         "finished_at": time.time()})
 
     def finish_run(self, run_id: int, evaluation: Evaluation,
-                   extra: Mapping[str, Any] | None = None) -> None:
-        """Store a run's evaluation: totals, phases, witnesses and 1 s series."""
+                   extra: Mapping[str, Any] | None = None,
+                   validity: Validity | None = None) -> None:
+        """Store a run's evaluation: totals, phases, witnesses, 1 s series, validity."""
         v = evaluation.validation
         m = evaluation.metrics
         summary = evaluation.summary()
+        if validity is None:
+            validity = Validity(evaluation_reasons(evaluation))
+        summary.update(validity.as_dict())
         if extra:
             summary.update(extra)
         ph = evaluation.phases
@@ -99,6 +117,8 @@ class ResultsStore:
                 "t_start": ph.start if bounded else None, "t2": ph.t2 if bounded else None,
                 "t3": ph.t3 if bounded else None,
                 "summary": json.dumps(summary, default=_json_default),
+                "valid": int(validity.valid),
+                "validity_reasons": json.dumps(validity.reasons),
             })
             rows = []
             for p in PHASES:
@@ -112,12 +132,14 @@ class ResultsStore:
                     "latency_p99_s": lat.p99, "latency_max_s": lat.max,
                     "karimov_p50_s": kar.p50, "karimov_p99_s": kar.p99,
                 })
-            self.db["phase_results"].upsert_all(rows, pk=("run_id", "phase"))
+            self.db["phase_results"].upsert_all(rows, pk=("run_id", "phase"), alter=True)
             self.db["witnesses"].insert_all(
                 {"run_id": run_id, "kind": kind, "window_start": w, "id": i}
                 for kind, pairs in v.witnesses.items() for w, i in pairs)
             self.db["series"].upsert_all(_series_rows(run_id, evaluation),
                                          pk=("run_id", "t_ms"))
+        self.save_recovery(run_id, evaluation.recovery.as_dict())
+        self.save_unprocessed_causes(run_id, evaluation.unprocessed_causes)
 
     def save_recovery(self, run_id: int, recovery: Mapping[str, Any]) -> None:
         """Downtime, recovery times, catch-up (pgval/recovery.py) as columns of ``runs``."""
@@ -167,11 +189,17 @@ class ResultsStore:
             self.db["fault_log"].insert_all(rows, pk=("run_id", "seq"), replace=True,
                                             foreign_keys=[("run_id", "runs", "id")])
 
-    def save_check(self, evaluation: Evaluation, params: Mapping[str, Any] | None = None) -> int:
-        run_id = self.start_run("check", evaluation.topology, evaluation.window_ms,
+    def save_check(self, evaluation: Evaluation, params: Mapping[str, Any] | None = None,
+                   kind: str = "check") -> int:
+        run_id = self.start_run(kind, evaluation.topology, evaluation.window_ms,
                                 params=params)
         self.finish_run(run_id, evaluation)
         return run_id
+
+    def run(self, run_id: int) -> dict[str, Any] | None:
+        """One run's row, or None."""
+        rows = list(self.db["runs"].rows_where("id = ?", [run_id]))
+        return rows[0] if rows else None
 
     def runs(self, where: str | None = None, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         return list(self.db["runs"].rows_where(where, list(args), order_by="id"))

@@ -29,21 +29,34 @@ ANOMALIES = ("unprocessed", "duplicate", "incorrect")
 
 @dataclass
 class PhaseCounts:
+    """One phase row; it has two clocks (docs/semantics.md, "Two clocks in a phase row").
+
+    By the input's ingress time (the expected ID's phase): ``expected``, ``processed``,
+    ``unprocessed``, ``reliable``, ``duplicated_ids``, ``incorrect_ids``. By the output's
+    ingress time (when the anomaly appeared): ``duplicate`` and ``incorrect`` occurrences.
+    """
+
     expected: int = 0
     processed: int = 0
     unprocessed: int = 0
     duplicate: int = 0
     incorrect: int = 0
     reliable: int = 0
+    #: Expected IDs of this phase with more than one own occurrence.
+    duplicated_ids: int = 0
+    #: Expected IDs of this phase with at least one occurrence in a wrong output.
+    incorrect_ids: int = 0
 
     @property
-    def reliability(self) -> float:
-        return self.reliable / self.expected if self.expected else 1.0
+    def reliability(self) -> float | None:
+        """None when the phase expected nothing: there is nothing to be reliable about."""
+        return self.reliable / self.expected if self.expected else None
 
     def as_dict(self) -> dict[str, int]:
         return {"expected": self.expected, "processed": self.processed,
                 "unprocessed": self.unprocessed, "duplicate": self.duplicate,
-                "incorrect": self.incorrect}
+                "incorrect": self.incorrect, "reliable": self.reliable,
+                "duplicated_ids": self.duplicated_ids, "incorrect_ids": self.incorrect_ids}
 
 
 @dataclass
@@ -72,10 +85,21 @@ class Validation:
     malformed_samples: list[str] = field(default_factory=list)
     malformed_inputs: int = 0
     duplicate_inputs: int = 0
+    #: Expected IDs with more than one own occurrence / with an incorrect occurrence (the
+    #: ID-level totals of the phase rows' ``duplicated_ids`` and ``incorrect_ids``).
+    duplicated_ids: int = 0
+    incorrect_ids: int = 0
+    # For :meth:`ids`: every expected ID (ascending), its own-occurrence count, and the ID
+    # of every incorrect occurrence. Views of arrays the validator builds anyway.
+    expected_ids: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    own_count: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    incorrect_occurrence_ids: np.ndarray = field(
+        repr=False, default_factory=lambda: np.zeros(0, np.int64))
 
     @property
-    def reliability(self) -> float:
-        return self.reliable / self.expected if self.expected else 1.0
+    def reliability(self) -> float | None:
+        """None when nothing was expected: 100 % of nothing is no evidence."""
+        return self.reliable / self.expected if self.expected else None
 
     @property
     def correctness(self) -> float:
@@ -83,7 +107,24 @@ class Validation:
 
     @property
     def guarantee(self) -> str:
+        """The verdict; ``unknown`` when nothing was expected (no input to judge by)."""
+        if self.expected == 0:
+            return "unknown"
         return guarantee_of(self.unprocessed, self.duplicate, self.incorrect, self.malformed)
+
+    def ids(self, kind: str) -> np.ndarray:
+        """All distinct IDs of one anomaly kind, ascending (the witnesses are only a sample).
+
+        ``unprocessed``: expected IDs with no own occurrence; ``duplicate``: expected IDs
+        with more than one; ``incorrect``: IDs of incorrect occurrences, expected or not.
+        """
+        if kind == "unprocessed":
+            return self.expected_ids[self.own_count == 0]
+        if kind == "duplicate":
+            return self.expected_ids[self.own_count > 1]
+        if kind == "incorrect":
+            return np.unique(self.incorrect_occurrence_ids)
+        raise ValueError(f"unknown anomaly kind {kind!r} (expected one of {', '.join(ANOMALIES)})")
 
 
 def guarantee_of(unprocessed: int, duplicate: int, incorrect: int, malformed: int) -> str:
@@ -179,6 +220,8 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
     out_phase = phases.of(outputs.ingress_ts)
     dup_phase = out_phase[own_output[~is_first]]
     inc_phase = out_phase[occ_output[incorrect_occ]]
+    duplicated_mask = own_count > 1
+    misplaced_mask = foreign_count > 0
     phase_counts: dict[str, PhaseCounts] = {}
     for name, code in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True):
         in_p = in_phase == code
@@ -187,7 +230,9 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         phase_counts[name] = PhaseCounts(
             expected=exp_p, processed=proc_p, unprocessed=exp_p - proc_p,
             duplicate=int((dup_phase == code).sum()), incorrect=int((inc_phase == code).sum()),
-            reliable=int((reliable_mask & in_p).sum()))
+            reliable=int((reliable_mask & in_p).sum()),
+            duplicated_ids=int((duplicated_mask & in_p).sum()),
+            incorrect_ids=int((misplaced_mask & in_p).sum()))
 
     # Correctness: does the output's count field equal the oracle's?
     known = out_row >= 0
@@ -236,4 +281,9 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         unprocessed_slots=unproc_slots,
         malformed_samples=outputs.malformed_samples,
         duplicate_inputs=expected.duplicate_inputs,
+        duplicated_ids=int(duplicated_mask.sum()),
+        incorrect_ids=int(misplaced_mask.sum()),
+        expected_ids=expected.id_sorted,
+        own_count=own_count,
+        incorrect_occurrence_ids=occ_id[incorrect_occ],
     )

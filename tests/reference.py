@@ -13,15 +13,23 @@ Event = dict  # {"id","type","resource","event_ts","ingress_ts"}
 Output = dict  # {"window_start","resource","ids","ingress_ts", ...}
 
 
-def ref_oracle(events: list[Event], topology: str, window_ms: int) -> dict[tuple[int, str], dict]:
-    """Expected outputs keyed by (window_start, resource)."""
+def read_by(events: list[Event], topology: str) -> dict[int, Event]:
+    """The events the topology reads (SST: GETs; MST: all), first ingress per ID.
+
+    Duplicates are looked for among those only: a POST never hides a GET from SST.
+    """
     seen: dict[int, Event] = {}
     for e in sorted(events, key=lambda e: e["ingress_ts"]):
-        seen.setdefault(e["id"], e)
-    groups: dict[tuple[int, str], list[Event]] = defaultdict(list)
-    for e in seen.values():
         if topology == "sst" and e["type"] != "GET":
             continue
+        seen.setdefault(e["id"], e)
+    return seen
+
+
+def ref_oracle(events: list[Event], topology: str, window_ms: int) -> dict[tuple[int, str], dict]:
+    """Expected outputs keyed by (window_start, resource)."""
+    groups: dict[tuple[int, str], list[Event]] = defaultdict(list)
+    for e in read_by(events, topology).values():
         ws = (e["event_ts"] // window_ms) * window_ms
         groups[(ws, e["resource"])].append(e)
     result = {}
@@ -49,6 +57,7 @@ class RefResult:
     incorrect: int = 0
     reliable: int = 0
     phases: dict = field(default_factory=dict)
+    ids: dict = field(default_factory=dict)  # kind → sorted distinct IDs
 
 
 def _phase(ts: int, phases: tuple[int, int, int] | None) -> str:
@@ -72,12 +81,11 @@ def ref_validate(events: list[Event], outputs: list[Output], topology: str, wind
     for key, row in expected.items():
         for i in row["ids"]:
             key_of[i] = key
-    first_ingress: dict[int, int] = {}
-    for e in sorted(events, key=lambda e: e["ingress_ts"]):
-        first_ingress.setdefault(e["id"], e["ingress_ts"])
+    first_ingress = {i: e["ingress_ts"] for i, e in read_by(events, topology).items()}
     names = ("control", "failure", "recovery")
     ph = {p: {"expected": 0, "processed": 0, "unprocessed": 0, "duplicate": 0,
-              "incorrect": 0} for p in (*names, "warmup")}
+              "incorrect": 0, "reliable": 0, "duplicated_ids": 0, "incorrect_ids": 0}
+          for p in (*names, "warmup")}
     processed: set[int] = set()
     own_count: dict[int, int] = defaultdict(int)
     foreign: set[int] = set()
@@ -111,5 +119,12 @@ def ref_validate(events: list[Event], outputs: list[Output], topology: str, wind
             ph[p]["unprocessed"] += 1
         if own_count.get(i, 0) == 1 and i not in foreign:
             res.reliable += 1
+            ph[p]["reliable"] += 1
+        # The same ID's anomalies, on the input's clock (the row's reliability clock).
+        ph[p]["duplicated_ids"] += own_count.get(i, 0) > 1
+        ph[p]["incorrect_ids"] += i in foreign
     res.phases = {p: ph[p] for p in names}
+    res.ids = {"unprocessed": sorted(i for i in key_of if i not in processed),
+               "duplicate": sorted(i for i in key_of if own_count.get(i, 0) > 1),
+               "incorrect": sorted(foreign)}
     return res

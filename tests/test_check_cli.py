@@ -180,3 +180,94 @@ def test_bad_flags_end_in_one_line(tmp_path: Path, args: list[str], needle: str)
     assert result.exit_code == 2
     assert needle in result.output
     assert "Traceback" not in result.output
+
+
+def check_files(tmp: Path, in_bytes: bytes, out_bytes: bytes, *extra: str) -> dict:
+    """`pgval check --json` over raw file contents; it must exit 0 without a traceback."""
+    (tmp / "raw-in.jsonl").write_bytes(in_bytes)
+    (tmp / "raw-out.jsonl").write_bytes(out_bytes)
+    result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs",
+                                       str(tmp / "raw-in.jsonl"), "--outputs",
+                                       str(tmp / "raw-out.jsonl"), "--window-ms", str(W),
+                                       "--json", *extra])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    return json.loads(result.output)
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in rows)
+
+
+@pytest.mark.parametrize("neighbour", [b"", b"garbage\n"], ids=["alone", "next-to-garbage"])
+def test_null_in_ids_is_malformed_whatever_the_neighbours(tmp_path: Path, neighbour: bytes
+                                                          ) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    bad = dict(outputs[0], ids=[outputs[0]["ids"][0], None])
+    out = check_files(tmp_path, jsonl(inputs), jsonl([*outputs, bad]) + neighbour)
+    assert out["malformed"] == 1 + bool(neighbour)
+    # Before the fix the null became ID -2**63, counted incorrect, and a duplicate.
+    assert (out["incorrect"], out["duplicate"], out["processed"]) == (0, 0, 18)
+
+
+@pytest.mark.parametrize("ids", [[1, 2.5], [1.0], ["1"], [True], [[1]]],
+                         ids=["float", "integral-float", "string", "bool", "nested"])
+def test_non_integer_ids_are_malformed(tmp_path: Path, ids: list) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    out = check_files(tmp_path, jsonl(inputs), jsonl([*outputs, dict(outputs[0], ids=ids)]))
+    assert (out["malformed"], out["incorrect"], out["duplicate"]) == (1, 0, 0)
+
+
+def test_out_of_range_integers_and_non_utf8_bytes_are_malformed(tmp_path: Path) -> None:
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    o = orjson.dumps(outputs[0])
+    bad_out = [o.replace(b'"ids":[', b'"ids":[9223372036854775808,'),
+               o.replace(b'"window_start":0', b'"window_start":-9223372036854775809'),
+               o.replace(b'"r0000"', b'"r\xff"'), b"\xff"]
+    i = orjson.dumps(inputs[0])
+    bad_in = [i.replace(b'"id":1,', b'"id":9223372036854775808,'),
+              i.replace(b'"event_ts":10', b'"event_ts":-99999999999999999999'),
+              i.replace(b'"GET"', b'"G\xffT"'), b"\xff"]
+    for bad_only in (True, False):  # alone (pyarrow's path) and next to good lines
+        good_in, good_out = (b"", b"") if bad_only else (jsonl(inputs[1:]), jsonl(outputs))
+        out = check_files(tmp_path, good_in + b"\n".join(bad_in) + b"\n",
+                          good_out + b"\n".join(bad_out) + b"\n")
+        assert out["malformed_inputs"] == 4 and out["malformed"] == 4
+
+
+def test_carriage_return_does_not_split_lines(tmp_path: Path) -> None:
+    garbage = b"".join(b"junk\rmore\x0bx\x1cy\x85\n" if k % 5 else b"junk\n"
+                       for k in range(10_000))
+    out = check_files(tmp_path, jsonl(make_inputs()), garbage)
+    assert out["malformed"] == 10_000  # was 18,000: splitlines() also cut at \r, \x0b, \x1c
+    crlf = jsonl(make_inputs()).replace(b"\n", b"\r\n")  # CRLF files are fine
+    out = check_files(tmp_path, crlf, b"")
+    assert out["malformed_inputs"] == 0 and out["expected"] == 18
+
+
+def test_huge_window_is_a_usage_error(tmp_path: Path) -> None:
+    i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
+    for cmd in (["check", "--outputs", str(i)], ["oracle"]):
+        result = CliRunner().invoke(main, [*cmd, "--topology", "sst", "--inputs", str(i),
+                                           "--window-ms", "9223372036854775808"])
+        assert result.exit_code == 2
+        assert "--window-ms" in result.output and result.exception is not None
+        assert isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("inputs", [b"", b"garbage\n{}\n", jsonl([{
+    "id": 1, "type": "POST", "resource": "r0000", "event_ts": 10, "ingress_ts": 20}])],
+    ids=["empty", "all-garbage", "only-posts"])
+def test_nothing_expected_is_unknown(tmp_path: Path, inputs: bytes) -> None:
+    out = check_files(tmp_path, inputs, b"", "--phases", "0,100,200")
+    assert out["expected"] == 0
+    assert out["reliability"] is None and out["guarantee"] == "unknown"
+    assert out["phase_reliability"] == {"control": None, "failure": None, "recovery": None}
+    result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs",
+                                       str(tmp_path / "raw-in.jsonl"), "--outputs",
+                                       str(tmp_path / "raw-out.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "guarantee: unknown" in result.output and "reliability –" in result.output
+    assert "100.0000 %" not in result.output and "exactly-once" not in result.output

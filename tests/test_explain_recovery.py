@@ -77,7 +77,7 @@ def test_recovery_metrics_see_an_outage() -> None:
         outs.append({**row, "ingress_ts": when})
     ev = evaluate(events, to_outputs(outs, rt), "sst", 1000, Phases(T0, T0 + 20_000,
                                                                      T0 + 30_000))
-    rec = recovery_metrics(ev, hold_s=5)
+    rec = recovery_metrics(ev.phases, ev.metrics, ev.window_ms, hold_s=5)
     assert rec.control_max_gap_s == pytest.approx(1.0)
     assert rec.downtime_s == pytest.approx(10.05, abs=0.1)
     assert rec.recovered and not rec.censored
@@ -99,8 +99,107 @@ def test_steady_run_recovers_at_once_and_bursty_windows_do_not_censor() -> None:
     outs = [{**r, "ingress_ts": r["window_end"] + 300} for r in exp]  # one burst per 2 s
     ev = evaluate(events, to_outputs(outs, rt), "sst", 2000,
                   Phases(T0 + 5000, T0 + 20_000, T0 + 35_000))
-    rec = recovery_metrics(ev)
+    rec = ev.recovery
     assert rec.recovered and not rec.censored
     assert rec.recovery_throughput_s is not None and rec.recovery_throughput_s <= 1.0
     assert rec.downtime_s == pytest.approx(2.0, abs=0.1)
     assert rec.control_max_gap_s == pytest.approx(2.0, abs=0.1)
+
+
+def steady_stream(seconds: int, per_s: int = 20, start: int = T0) -> list[dict]:
+    rows, ident = [], 0
+    for sec in range(seconds):
+        for k in range(per_s):
+            ident += 1
+            ts = start + sec * 1000 + k * (1000 // per_s)
+            rows.append({"id": ident, "type": "GET", "resource": "a", "event_ts": ts,
+                         "ingress_ts": ts})
+    return rows
+
+
+def emitted(rows: list[dict], window_ms: int, rt: ResourceTable, delay_ms: int = 300,
+            drop: tuple[int, int] | None = None, extra: list[dict] | None = None) -> tuple:
+    """Events and the outputs a faithful query emits, minus windows ending inside ``drop``."""
+    events = to_inputs(rows, rt)
+    exp = evaluate(events, to_outputs([], rt), "sst", window_ms).expected.to_records()
+    outs = [{**r, "ingress_ts": r["window_end"] + delay_ms} for r in exp
+            if drop is None or not drop[0] <= r["window_end"] < drop[1]]
+    return events, to_outputs(outs + (extra or []), rt)
+
+
+@pytest.mark.parametrize("window_ms", [1000, 2000, 5000])
+def test_steady_stream_with_the_ramp_in_control_is_never_censored(window_ms: int) -> None:
+    """Control starts with the very first input: no output for a window, a ramp from zero."""
+    rt = ResourceTable()
+    events, outs = emitted(steady_stream(90), window_ms, rt)
+    ph = Phases(T0, T0 + 30_000, T0 + 60_000, T0 + 90_000)
+    ev = evaluate(events, outs, "sst", window_ms, ph)
+    assert ev.recovery.recovered and not ev.recovery.censored, ev.recovery
+    assert ev.recovery.recovery_throughput_s == 0.0
+    # No fault: the longest silence after T2 is one window, as in control.
+    assert ev.recovery.downtime_s == pytest.approx(window_ms / 1000, abs=0.1)
+
+
+@pytest.mark.parametrize("drop_s", [6, 10, 15])
+def test_a_planted_outage_is_measured(drop_s: int) -> None:
+    """Windows ending in [T2, T2 + drop) are never emitted: downtime = drop ± 1 s and
+    throughput recovery = drop plus at most the 5 s smoothing of the detector."""
+    rt = ResourceTable()
+    t2 = T0 + 30_000
+    events, outs = emitted(steady_stream(90), 1000, rt, drop=(t2, t2 + drop_s * 1000))
+    ev = evaluate(events, outs, "sst", 1000, Phases(T0, t2, T0 + 60_000, T0 + 90_000))
+    rec = ev.recovery
+    assert rec.downtime_s == pytest.approx(drop_s, abs=1.0)
+    assert rec.recovery_throughput_s is not None
+    assert drop_s - 1 <= rec.recovery_throughput_s <= drop_s + 5
+    assert not rec.censored
+
+
+def test_silence_after_t4_is_not_downtime_and_not_judged() -> None:
+    """The generators stop at T4; the closing output comes 40 s later (the drain)."""
+    rt = ResourceTable()
+    closing = {"window_start": T0 + 100_000, "resource": "a", "count": 0, "ids": [],
+               "ingress_ts": T0 + 100_000}
+    events, outs = emitted(steady_stream(60), 1000, rt, extra=[closing])
+    ev = evaluate(events, outs, "sst", 1000, Phases(T0, T0 + 20_000, T0 + 40_000, T0 + 60_000))
+    assert ev.recovery.downtime_s is not None and ev.recovery.downtime_s <= 1.5
+    assert not ev.recovery.censored
+
+
+def test_a_stream_that_never_comes_back_is_censored() -> None:
+    rt = ResourceTable()
+    t2 = T0 + 30_000
+    events, outs = emitted(steady_stream(90), 1000, rt, drop=(t2, T0 + 200_000))
+    ev = evaluate(events, outs, "sst", 1000, Phases(T0, t2, T0 + 60_000, T0 + 90_000))
+    assert ev.recovery.censored and not ev.recovery.recovered
+    assert ev.recovery.recovery_throughput_s is None
+
+
+def test_late_uses_the_previous_batch_watermark_and_the_window_end() -> None:
+    """Spark drops in batch k rows whose window ends at or before batch k-1's watermark.
+
+    id 1 (window [0,1000)) is read by batch 1 whose own watermark is 5000 but whose
+    predecessor's is 0: Spark keeps it, so it is lost, not late. id 2 (window
+    [1000, 2000)) is read by batch 2, predecessor watermark 5000 ≥ 2000: late.
+    id 3 (window [4000, 5000)): event time before the predecessor watermark 5000 yet
+    window end 5000 <= 5000: late. id 4 window [5000, 6000): end > 5000, on time.
+    """
+    rt = ResourceTable()
+    rows = [
+        {"id": 1, "type": "GET", "resource": "a", "event_ts": T0 + 100, "ingress_ts": T0 + 100},
+        {"id": 2, "type": "GET", "resource": "a", "event_ts": T0 + 1100, "ingress_ts": T0 + 9000},
+        {"id": 3, "type": "GET", "resource": "a", "event_ts": T0 + 4900, "ingress_ts": T0 + 9000},
+        {"id": 4, "type": "GET", "resource": "a", "event_ts": T0 + 5100, "ingress_ts": T0 + 9000},
+    ]
+    events = to_inputs(rows, rt)
+    events.topic = np.zeros(4, dtype=np.int64)
+    events.partition = np.zeros(4, dtype=np.int64)
+    events.offset = np.array([0, 1, 2, 3], dtype=np.int64)
+    prog = [progress(0, None, 0, 0), progress(1, 0, 1, T0 + 5000),
+            progress(2, 1, 4, T0 + 9000)]
+    ev = evaluate(events, to_outputs([], rt), "sst", 1000, progress=prog)
+    causes = ev.unprocessed_causes
+    assert causes["counts"] == {"late": 2, "in-flight at end": 0, "lost": 2}
+    assert causes["examples"]["late"] == [2, 3]
+    assert causes["examples"]["lost"] == [1, 4]
+    assert ev.summary()["unprocessed_causes"] == causes

@@ -22,7 +22,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="packet delay needs ro
 def run(tmp_path: Path, topology: str, pg: str, fault: str) -> ExperimentResult:
     cfg = ExperimentConfig(
         topology=topology, pg=pg, fault=fault, rate=300, resources=4, phase_seconds=16,
-        warmup_seconds=4, window_ms=2000, watermark_ms=1000, trigger_ms=500, quiet_seconds=8,
+        warmup_seconds=4, window_ms=2000, watermark_ms=1000, trigger_ms=500,
         get_share=0.9 if topology == "mst" else 0.995, target=1, drain_timeout_s=150,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db").run()
@@ -30,7 +30,7 @@ def run(tmp_path: Path, topology: str, pg: str, fault: str) -> ExperimentResult:
     check_nothing_left(tmp_path / "run")
     print(fault, topology, pg, {k: result.summary()[k] for k in (
         "expected", "processed", "duplicate", "incorrect", "unprocessed", "guarantee")},
-        result.recovery, result.fault_log)
+        result.evaluation.recovery, result.fault_log, result.validity.reasons)
     return result
 
 

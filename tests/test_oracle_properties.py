@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pgval.oracle import OracleHorizonError, expected_outputs, stream_expected_outputs
 from pgval.records import InputEvents, ResourceTable
-from tests.reference import ref_oracle
+from tests.reference import read_by, ref_oracle
 from tests.strategies import input_events, to_inputs
 
 windows = st.sampled_from([1, 7, 10, 50])
@@ -78,8 +78,46 @@ def test_ids_never_invented_and_index_consistent(events: list[dict], topology: s
 def test_duplicate_input_records_count_once(events: list[dict], topology: str) -> None:
     doubled = events + [{**e, "ingress_ts": e["ingress_ts"] + 1000} for e in events]
     exp = expected_outputs(to_inputs(doubled), topology, 10)
-    assert exp.duplicate_inputs == len(events)
+    # Only duplicates among the inputs the topology reads count (SST: GETs).
+    assert exp.duplicate_inputs == len(read_by(events, topology))
     assert rows_by_key(exp.to_records()) == ref_oracle(events, topology, 10)
+
+
+@st.composite
+def colliding_events(draw: st.DrawFn) -> list[dict]:
+    """Events where some IDs repeat, across types too (a GET and a POST with one ID)."""
+    events = draw(input_events(max_size=40))
+    if len(events) >= 2:
+        for _ in range(draw(st.integers(0, len(events)))):
+            a, b = draw(st.integers(0, len(events) - 1)), draw(st.integers(0, len(events) - 1))
+            events[b] = {**events[b], "id": events[a]["id"]}
+    return events
+
+
+@settings(max_examples=300)
+@given(colliding_events(), topologies, windows)
+def test_duplicates_are_removed_within_the_topologys_inputs(events: list[dict], topology: str,
+                                                            w: int) -> None:
+    exp = expected_outputs(to_inputs(events), topology, w)
+    assert rows_by_key(exp.to_records()) == ref_oracle(events, topology, w)
+    read = [e for e in events if topology == "mst" or e["type"] == "GET"]
+    assert exp.duplicate_inputs == len(read) - len({e["id"] for e in read})
+
+
+def test_sst_get_sharing_its_id_with_a_post_is_expected() -> None:
+    # The POST arrives first; SST never reads it, so it cannot hide the GET.
+    events = [{"id": 7, "type": "POST", "resource": "r0", "event_ts": 1, "ingress_ts": 1},
+              {"id": 7, "type": "GET", "resource": "r0", "event_ts": 2, "ingress_ts": 5},
+              {"id": 8, "type": "GET", "resource": "r0", "event_ts": 3, "ingress_ts": 6}]
+    sst = expected_outputs(to_inputs(events), "sst", 10)
+    assert sst.to_records() == [{"window_start": 0, "window_end": 10, "resource": "r0",
+                                 "count": 2, "ids": [7, 8]}]
+    assert sst.duplicate_inputs == 0
+    assert sst.id_ingress.tolist() == [5, 6]  # the GET's own ingress time, not the POST's
+    mst = expected_outputs(to_inputs(events), "mst", 10)  # MST reads both: first ingress wins
+    assert mst.duplicate_inputs == 1
+    assert mst.to_records() == [{"window_start": 0, "window_end": 10, "resource": "r0",
+                                 "gets": 1, "posts": 1, "ids": [7, 8]}]
 
 
 @settings(max_examples=60)

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
+import sqlite3
 import statistics
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import pytest
+from click.testing import CliRunner
 
+from pgval.cli import main
 from pgval.evaluate import Evaluation, evaluate
 from pgval.oracle import expected_outputs
 from pgval.phases import Phases
@@ -24,6 +28,7 @@ from pgval.records import InputEvents, OutputRecords, ResourceTable
 from pgval.report import ReportError, Selection, build_report, load_runs
 from pgval.store import ResultsStore
 from tests.strategies import to_inputs, to_outputs
+from tests.test_phase_rows import issue_example
 
 T1 = 1_700_000_000_000
 W = 2_000
@@ -37,8 +42,10 @@ def synthetic_streams(fault: str, repeat: int) -> tuple[InputEvents, OutputRecor
     """A run of SST at RATE ev/s; the fault delays, drops or repeats outputs in failure.
 
     * ``none``: every window emitted once, 400 ms after it closes.
-    * ``crash``: windows closing in failure are held until T3 + 1 s, and ``repeat``
-      + 1 of them are emitted twice (at-least-once after a restart).
+    * ``crash``: windows closing in failure after its first window are held until
+      T3 + 1 s, and ``repeat`` + 1 of them are emitted twice (at-least-once after a
+      restart). The first one is out before the crash bites, so every phase has outputs
+      and the run is valid evidence (pgval/validity.py).
     * ``delay-lt-timeout``: windows closing in failure are 3 s late; ``repeat`` of
       them are lost (at-most-once).
     """
@@ -58,7 +65,7 @@ def synthetic_streams(fault: str, repeat: int) -> tuple[InputEvents, OutputRecor
     for row in rows:
         close = int(row["window_end"]) + 400 + 30 * (int(row["window_start"]) // W % 3)
         in_failure = t2 <= close < t3
-        if fault == "crash" and in_failure:
+        if fault == "crash" and in_failure and close >= t2 + W:
             close = t3 + 1_000 + (close - t2) // 20
             if duplicated <= repeat:
                 outputs.append({**row, "ingress_ts": close + 5_000})
@@ -150,8 +157,8 @@ def test_markdown_has_the_aggregated_numbers(db: tuple[Path, dict]) -> None:
     assert "at-least-once ×2" in md and "exactly-once ×2" in md
     assert "exactly-once ×1, at-most-once ×1" in md  # delay-lt drops `repeat` outputs
     assert "p50 s (Karimov)" in md
-    # Optional tables of newer stores are absent here rather than empty.
-    assert "(f) Recovery" not in md and "(g) Why events" not in md
+    # Every stored run has recovery metrics; causes only come with batch progress.
+    assert "(f) Recovery" in md and "(g) Why events" not in md
 
 
 def test_selection_filters(db: tuple[Path, dict]) -> None:
@@ -226,7 +233,7 @@ def test_report_writes_plots_and_links_them(db: tuple[Path, dict], tmp_path: Pat
 
 
 def test_optional_recovery_columns_and_causes(tmp_path: Path) -> None:
-    """A store with the newer columns/table: shown when present, – where a run lacks them."""
+    """Recovery columns and causes: shown when present, – where a run lacks them."""
     store = ResultsStore(tmp_path / "new.db")
     for repeat in (0, 1):
         ev, _ = synthetic_run("crash", repeat)
@@ -235,17 +242,19 @@ def test_optional_recovery_columns_and_causes(tmp_path: Path) -> None:
     ev, _ = synthetic_run("delay-lt-timeout", 1)
     lone = store.start_run("validate", "sst", W, pg="a1", fault="delay-lt-timeout")
     store.finish_run(lone, ev)
-    store.db["runs"].add_column("downtime_s", float)
-    store.db["runs"].add_column("recovered", int)
     store.db["runs"].update(1, {"downtime_s": 4.0, "recovered": 1})
     store.db["runs"].update(2, {"downtime_s": 6.0, "recovered": 0})
+    store.db["runs"].update(lone, dict.fromkeys(
+        ["downtime_s", "control_max_gap_s", "recovery_throughput_s", "recovery_latency_s",
+         "catchup_s", "recovered", "censored"]))
     store.db["unprocessed_causes"].insert_all(
         [{"run_id": lone, "cause": "lost", "count": 3}])
     md = build_report(tmp_path / "new.db", fmt="markdown")
     assert isinstance(md, str)
     rec = md.split("## (f) Recovery")[1].split("##")[0]
-    assert "| sst | a1 | crash | 2 | 5.0 ± 1.4 | 1/2 |" in rec
-    assert "| sst | a1 | delay-lt-timeout | 1 | – | – |" in rec
+    crash = next(line for line in rec.splitlines() if line.startswith("| sst | a1 | crash | 2 |"))
+    assert crash.startswith("| sst | a1 | crash | 2 | 5.0 ± 1.4 |") and "| 1/2 |" in crash
+    assert "| sst | a1 | delay-lt-timeout | 1 | – | – | – | – | – | – | – |" in rec
     causes = md.split("## (g)")[1].split("##")[0]
     # The crash runs lost nothing (no rows, nothing unprocessed): zeros, not unknown.
     assert "| sst | a1 | crash | 2 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 |" in causes
@@ -264,3 +273,114 @@ def test_check_runs_without_phases(tmp_path: Path) -> None:
     png = plot_run(tmp_path / "check.db", run_id, tmp_path / "check.png")
     assert png.stat().st_size > 10_000
 
+
+
+def _unknown_db(path: Path) -> Path:
+    """Two valid crash runs and one unknown one whose numbers would change every mean."""
+    store = ResultsStore(path)
+    for repeat in (0, 1):
+        ev, _ = synthetic_run("crash", repeat)
+        store.finish_run(store.start_run("validate", "sst", W, pg="a1", fault="crash",
+                                         repeat=repeat), ev)
+    ev, _ = synthetic_run("delay-lt-timeout", 3)  # at-most-once, lower reliability
+    bad = store.start_run("validate", "sst", W, pg="a1", fault="crash", repeat=2)
+    store.finish_run(bad, ev)
+    if "valid" not in store.db["runs"].columns_dict:  # stores before validity existed
+        store.db["runs"].add_column("valid", int)
+        store.db["runs"].add_column("validity_reasons", str)
+    store.db["runs"].update(bad, {"valid": 0, "validity_reasons": json.dumps(
+        ["read-back of topic out incomplete: partition 2 not reached", "drain timed out"])})
+    return path
+
+
+def test_unknown_runs_stay_out_of_aggregates(tmp_path: Path) -> None:
+    path = _unknown_db(tmp_path / "u.db")
+    md = build_report(path, fmt="markdown")
+    assert isinstance(md, str)
+    assert "1 unknown run left out (use --include-unknown)" in md
+    aggregates, runs = md.split("## Runs")
+    assert "| sst | a1 | crash | 2 |" in aggregates and "| sst | a1 | crash | 3 |" not in aggregates
+    assert "at-least-once ×2" in aggregates and "at-most-once" not in aggregates
+    # The run list still shows it, with its first reason.
+    assert "unknown: read-back of topic out incomplete: partition 2 not reached (+1 more)" in runs
+    assert runs.count("| valid |") == 2
+    with_unknown = build_report(path, Selection(include_unknown=True), fmt="markdown")
+    assert isinstance(with_unknown, str)
+    assert "| sst | a1 | crash | 3 |" in with_unknown and "at-most-once ×1" in with_unknown
+    assert "1 unknown run included" in with_unknown and "left out" not in with_unknown
+    # The CLI flag reaches the report.
+    for extra, needle in (([], "| sst | a1 | crash | 2 |"),
+                          (["--include-unknown"], "| sst | a1 | crash | 3 |")):
+        result = CliRunner().invoke(main, ["report", "--db", str(path), "--format",
+                                           "markdown", *extra])
+        assert result.exit_code == 0, result.output
+        assert needle in result.output
+    # Matrix plots are aggregates too: they follow the same selection.
+    assert len(load_runs(path)) == 2 and len(load_runs(path, Selection(include_unknown=True))) == 3
+
+
+def test_only_unknown_runs_is_a_plain_error(tmp_path: Path) -> None:
+    path = _unknown_db(tmp_path / "u.db")
+    ResultsStore(path).db.execute("UPDATE runs SET valid = 0")
+    ResultsStore(path).db.conn.commit()
+    with pytest.raises(ReportError, match="all 3 runs .* unknown.*--include-unknown"):
+        build_report(path, fmt="markdown")
+    text = build_report(path, Selection(include_unknown=True), fmt="terminal")
+    assert "3 unknown runs included" in str(text)
+
+
+def test_old_databases_count_as_valid_and_lack_the_input_clock(tmp_path: Path) -> None:
+    path = _unknown_db(tmp_path / "old.db")
+    with sqlite3.connect(path) as conn:  # as written before validity and the input clock
+        for table, column in (("runs", "valid"), ("runs", "validity_reasons"),
+                              ("phase_results", "reliable"),
+                              ("phase_results", "duplicated_ids"),
+                              ("phase_results", "incorrect_ids")):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    md = build_report(path, fmt="markdown")
+    assert isinstance(md, str)
+    assert "| sst | a1 | crash | 3 |" in md and "left out" not in md
+    two_clocks = md.split("## (e2)")[1].split("##")[0]
+    assert "duplicate occ. (output time)" in two_clocks
+    assert "duplicated IDs" not in two_clocks and "reliable IDs" not in two_clocks
+    assert "expected IDs (input time)" in two_clocks  # stored by every version
+
+
+def test_phase_anomalies_on_both_clocks(tmp_path: Path) -> None:
+    """The issue's example stored and reported: control's duplicated ID is visible."""
+    inputs, outputs = issue_example()
+    rt = ResourceTable()
+    ev = evaluate(to_inputs(inputs, rt), to_outputs(outputs, rt), "sst", 100,
+                  Phases(0, 1_000, 2_000))
+    store = ResultsStore(tmp_path / "p.db")
+    run_id = store.start_run("validate", "sst", 100, pg="a1", fault="crash")
+    store.finish_run(run_id, ev)
+    (control,) = [r for r in store.phase_results(run_id) if r["phase"] == "control"]
+    assert (control["duplicate"], control["duplicated_ids"], control["reliable"]) == (0, 1, 0)
+    md = build_report(tmp_path / "p.db", Selection(include_unknown=True), fmt="markdown")
+    assert isinstance(md, str)
+    table = md.split("## (e2)")[1].split("##")[0]
+    header = next(line for line in table.splitlines() if line.startswith("| topology"))
+    assert header == ("| topology | PG | fault | phase | n | duplicate occ. (output time) | "
+                      "duplicated IDs (input time) | incorrect occ. (output time) | "
+                      "incorrect IDs (input time) | reliable IDs (input time) | "
+                      "expected IDs (input time) |")
+    assert "| sst | a1 | crash | control | 1 | 0.0 | 1.0 | 0.0 | 0.0 | 0.0 | 1.0 |" in table
+    assert "| sst | a1 | crash | failure | 1 | 2.0 | 0.0 | 0.0 | 0.0 | 1.0 | 1.0 |" in table
+
+
+def test_run_with_nothing_expected_has_no_reliability(tmp_path: Path) -> None:
+    """Reliability NULL (nothing expected) is left out of means, never shown as 100 %."""
+    store = ResultsStore(tmp_path / "e.db")
+    rt = ResourceTable()
+    empty = evaluate(to_inputs([], rt), to_outputs([], rt), "sst", W)
+    run_id = store.save_check(empty)
+    assert store.runs()[0]["reliability"] is None
+    assert store.runs()[0]["guarantee"] == "unknown"
+    md = build_report(tmp_path / "e.db", Selection(include_unknown=True), fmt="markdown")
+    assert isinstance(md, str)
+    rel = md.split("## (a)")[1].split("##")[0]
+    assert "| sst | – | – | 1 | – | – | – | – | 100.00 |" in rel  # correctness of 0 outputs
+    assert "unknown ×1" in md
+    runs = md.split("## Runs")[1]
+    assert f"| {run_id} | sst | – | – | – | – | unknown | unknown: nothing was expected" in runs

@@ -1,0 +1,169 @@
+"""Is this run evidence at all? ``valid`` or ``unknown``, with every reason.
+
+Jepsen's checkers answer ``:valid? true | false | :unknown``; pgval's verdict (exactly-once,
+…) is only worth something when the run behind it can be trusted. A run is *unknown* when
+any of these holds, and each gives one plain reason:
+
+* the read-back of a topic did not reach every partition's end offset, or hit an error;
+* the records read do not reconcile with what the generator and pgval itself wrote;
+* the drain timed out (the query never showed it had processed everything);
+* the generator had failed or unacknowledged sends;
+* the driver died (outside a driver-crash fault) or the query stopped;
+* the fault has no evidence of taking effect (no process killed, no executor lost, no
+  delay seen by the probe), or its removal failed;
+* nothing was expected, or a phase had no expected inputs or no outputs (so that phase
+  measured nothing: e.g. latency longer than warm-up plus a phase).
+
+What was read is stored either way; ``pgval report`` leaves unknown runs out of its
+aggregates unless asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgval.evaluate import Evaluation
+from pgval.schema import PHASES
+
+
+@dataclass
+class Validity:
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.reasons
+
+    @property
+    def label(self) -> str:
+        return "valid" if self.valid else "unknown"
+
+    def add(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    def extend(self, reasons: Iterable[str]) -> None:
+        for r in reasons:
+            self.add(r)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"valid": self.valid, "validity_reasons": list(self.reasons)}
+
+
+def evaluation_reasons(ev: Evaluation) -> list[str]:
+    """Reasons visible in the data alone (``pgval check`` has nothing else)."""
+    v = ev.validation
+    reasons = []
+    if v.expected == 0:
+        reasons.append("nothing was expected: no usable inputs")
+        return reasons
+    if not ev.phases.bounded():
+        return reasons
+    out_phase = ev.phases.of(v.output_ingress)
+    for code, name in enumerate(PHASES, start=1):
+        if v.phases[name].expected == 0:
+            reasons.append(f"the {name} phase had no expected inputs")
+        if not (out_phase == code).any():
+            reasons.append(f"the {name} phase had no outputs (latency longer than the phase?)")
+    return reasons
+
+
+def readback_reasons(readback: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One reason per topic whose read did not provably reach its end."""
+    reasons = []
+    for topic, info in readback.items():
+        if not info.get("complete"):
+            why = "; ".join(info.get("problems") or []) or "partitions not reached"
+            reasons.append(f"read-back of topic {topic} incomplete: {why}")
+    return reasons
+
+
+def reconcile_inputs(read: int, end_offsets_total: int, delivered: int, control: int,
+                     generator_clean: bool) -> tuple[dict[str, Any], list[str]]:
+    """Compare the input records read with what the producers say they wrote.
+
+    Input topics are written by idempotent, non-transactional producers, so offsets are
+    dense: records read must equal the sum of end offsets. And every delivered event plus
+    pgval's own control events must be there; with a clean generator, nothing else may be.
+    """
+    expected_min = delivered + control
+    info = {"read": read, "end_offsets": end_offsets_total, "delivered": delivered,
+            "control": control, "expected": expected_min}
+    reasons = []
+    if read != end_offsets_total:
+        reasons.append(f"input records read ({read:,}) differ from the topics' end offsets "
+                       f"({end_offsets_total:,})")
+    if read < expected_min:
+        reasons.append(f"input topics hold {read:,} records, fewer than the {delivered:,} "
+                       f"delivered plus {control:,} control events")
+    elif generator_clean and read != expected_min:
+        reasons.append(f"input topics hold {read:,} records, more than the {delivered:,} "
+                       f"delivered plus {control:,} control events")
+    info["ok"] = not reasons
+    return info, reasons
+
+
+def generator_reasons(report: Mapping[str, Any]) -> list[str]:
+    reasons = []
+    failed, undelivered = int(report.get("failed") or 0), int(report.get("undelivered") or 0)
+    if failed:
+        reasons.append(f"the generator had {failed:,} failed sends")
+    if undelivered:
+        reasons.append(f"the generator had {undelivered:,} sends never acknowledged")
+    for err in report.get("errors") or []:
+        reasons.append(f"a generator process failed: {err}")
+    return reasons
+
+
+def fault_reasons(fault: str, log: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Did the fault take effect, and was it removed? Judged from the fault log only."""
+    if fault == "none":
+        return []
+    entries = list(log)
+    inject = next((e for e in entries if e.get("step") == "inject"), None)
+    remove = next((e for e in entries if e.get("step") == "remove"), None)
+    reasons = []
+    if inject is None:
+        return [f"the {fault} fault was never injected"]
+    if inject.get("error"):
+        reasons.append(f"injecting {fault} failed: {inject['error']}")
+    if remove is None:
+        reasons.append(f"the {fault} fault was never removed")
+    elif remove.get("error"):
+        reasons.append(f"removing {fault} failed: {remove['error']}")
+    if fault == "crash":
+        if not inject.get("worker_pid"):
+            reasons.append("crash: no worker process was killed")
+        if inject.get("left_alive"):
+            reasons.append(f"crash: processes survived the kill: {inject['left_alive']}")
+        fired = next((e.get("fired") for e in entries if e.get("step") == "timeouts"), None)
+        if fired is not None and not fired.get("executor lost (driver)"):
+            reasons.append("crash: the driver never reported an executor lost")
+    elif fault == "driver-crash":
+        if not inject.get("driver_pid"):
+            reasons.append("driver-crash: no driver process was killed")
+    elif fault.startswith("delay"):
+        delayed = _probe_saw_delay(inject)
+        if delayed is False:
+            reasons.append(f"{fault}: the probe saw no delay after injection")
+        elif delayed is None:
+            reasons.append(f"{fault}: no probe evidence that the delay took effect")
+        if any(e.get("step") == "holder-died" for e in entries):
+            reasons.append(f"{fault}: the packet holder died during the fault")
+    return reasons
+
+
+def _probe_saw_delay(inject: Mapping[str, Any]) -> bool | None:
+    """Did the TCP handshake to the worker slow down by about the delay? None: no data."""
+    before = inject.get("probe_connect_ms_before")
+    after = inject.get("probe_connect_ms_after")
+    delay = inject.get("delay_ms")
+    if not isinstance(after, (int, float)):
+        return None
+    if isinstance(delay, (int, float)) and delay > 0:
+        return after >= 0.5 * delay
+    if isinstance(before, (int, float)):
+        return after > before + 50
+    return None

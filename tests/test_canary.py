@@ -1,0 +1,82 @@
+"""Canaries on the real cluster: can pgval see an anomaly that really happens in Spark → Kafka?
+
+The e1 sink is sabotaged on purpose (a self-test, docs/semantics.md): it drops, or writes
+twice, one micro-batch's outputs and records exactly which IDs. Late events are planted
+behind the watermark, so Spark itself drops them. The whole real path — Spark, Kafka,
+read-back, oracle, validator, attribution — must flag exactly those IDs, in the phases
+their inputs belong to, with the verdict that follows, and nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pgval.experiment import LATE_ID_BASE, Experiment, ExperimentConfig, ExperimentResult
+from pgval.phases import CONTROL, FAILURE, RECOVERY
+from pgval.runtime.cluster import ClusterConfig
+
+pytestmark = pytest.mark.cluster
+
+
+def config(topology: str, sabotage: str, late_events: int = 0) -> ExperimentConfig:
+    return ExperimentConfig(
+        topology=topology, pg="e1", rate=400, resources=4, phase_seconds=8, warmup_seconds=4,
+        window_ms=2000, watermark_ms=1000, trigger_ms=500, sabotage=sabotage,
+        late_events=late_events, get_share=0.9 if topology == "mst" else 0.995,
+        cluster=ClusterConfig(brokers=1, partitions=3, workers=1))
+
+
+def sabotaged_ids(result: ExperimentResult) -> set[int]:
+    events = [b for b in result.batches if b.get("event") == "sabotage"]
+    assert len(events) == 1, events
+    ids = set(events[0]["ids"])
+    assert ids and len(ids) == len(events[0]["ids"])
+    return ids
+
+
+def per_phase(result: ExperimentResult, ids: set[int]) -> dict[str, int]:
+    """How many of ``ids`` belong to each phase by their input's ingress time."""
+    exp = result.evaluation.expected
+    sel = np.isin(exp.id_sorted, np.fromiter(ids, dtype=np.int64))
+    codes = result.phases.of(exp.id_ingress[sel])
+    return {name: int((codes == c).sum()) for name, c in
+            (("control", CONTROL), ("failure", FAILURE), ("recovery", RECOVERY))}
+
+
+def test_dropped_batch_and_late_events_are_flagged_exactly(tmp_path: Path) -> None:
+    exp = Experiment(config("sst", "drop-batch:3", late_events=6), tmp_path / "run",
+                     db=tmp_path / "r.db")
+    result = exp.run()
+    v = result.evaluation.validation
+    dropped = sabotaged_ids(result)
+    late = set(exp.planted["late_ids"])
+    assert len(late) == 6 and min(late) >= LATE_ID_BASE
+    assert set(v.ids("unprocessed").tolist()) == dropped | late
+    assert (v.duplicate, v.incorrect, v.malformed) == (0, 0, 0)
+    assert v.guarantee == "at-most-once" and v.reliability < 1.0
+    # In the phase their inputs belong to (the input clock of the phase rows).
+    want = per_phase(result, dropped | late)
+    assert {p: v.phases[p].unprocessed for p in want} == want
+    # Why: Spark dropped the planted events as late (window end <= the watermark); the
+    # sabotaged batch was read, on time, and lost.
+    causes = result.evaluation.unprocessed_causes["counts"]
+    assert causes["late"] == len(late), result.evaluation.unprocessed_causes
+    assert causes["lost"] == len(dropped), result.evaluation.unprocessed_causes
+    assert result.validity.valid, result.validity.reasons
+
+
+def test_duplicated_batch_is_flagged_exactly(tmp_path: Path) -> None:
+    result = Experiment(config("mst", "dup-batch:2"), tmp_path / "run",
+                        db=tmp_path / "r.db").run()
+    v = result.evaluation.validation
+    doubled = sabotaged_ids(result)
+    assert set(v.ids("duplicate").tolist()) == doubled
+    assert v.duplicate == len(doubled)  # each written exactly twice
+    assert (v.unprocessed, v.incorrect, v.malformed) == (0, 0, 0)
+    assert v.guarantee == "at-least-once"
+    want = per_phase(result, doubled)
+    assert {p: v.phases[p].duplicated_ids for p in want} == want
+    assert result.validity.valid, result.validity.reasons

@@ -1,0 +1,206 @@
+"""Evidence, recheck and export on constructed runs (no cluster).
+
+The property that matters: a run re-checked from its kept records gives what validate
+gave, and the exported streams give the same counts under `pgval check`, whatever the
+anomalies, malformed records and control events in them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pgval.cli import main
+from pgval.evaluate import evaluate, evaluate_files
+from pgval.evidence import (
+    Manifest,
+    load_streams,
+    save_topic,
+    set_aside_control,
+    streams_from_records,
+)
+from pgval.oracle.expected import expected_outputs
+from pgval.phases import Phases
+from pgval.recheck import export, recheck
+from pgval.runtime.kafka import TopicRecords
+from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
+from tests.strategies import input_events, produced_outputs, to_inputs
+
+W = 100
+CONTROL = [-(2**41) - 50, -(2**41)]  # outside the strategies' ID range
+CONTRACT = ("expected", "processed", "duplicate", "incorrect", "unprocessed", "malformed",
+            "reliability", "guarantee", "phases")
+
+
+def topic(values: list[bytes | None], timestamps: list[int], name: str,
+          partitions: int = 2) -> TopicRecords:
+    """Records spread over partitions round-robin, offsets dense per partition."""
+    parts = np.arange(len(values), dtype=np.int32) % partitions
+    offs = np.zeros(len(values), dtype=np.int64)
+    for p in range(partitions):
+        sel = np.flatnonzero(parts == p)
+        offs[sel] = np.arange(len(sel))
+    ends = {p: int((parts == p).sum()) for p in range(partitions)}
+    return TopicRecords(keys=[None] * len(values), values=values,
+                        timestamps=np.asarray(timestamps, dtype=np.int64), partitions=parts,
+                        offsets=offs, topic=name, end_offsets=ends, reached=dict(ends))
+
+
+def build_run(run_dir: Path, inputs: list[dict], outputs: list[dict], garbage: list[bytes],
+              control: int) -> Manifest:
+    """Write a run's evidence as validate would: raw values, control events, garbage."""
+    control_ids = list(range(CONTROL[1], CONTROL[1] - control, -1))
+    by_topic: dict[str, tuple[list, list]] = {GET_TOPIC: ([], []), POST_TOPIC: ([], [])}
+    for e in inputs:
+        t = GET_TOPIC if e["type"] == "GET" else POST_TOPIC
+        value = {k: v for k, v in e.items() if k != "ingress_ts"}
+        by_topic[t][0].append(orjson.dumps(value))
+        by_topic[t][1].append(e["ingress_ts"])
+    for k, ident in enumerate(control_ids):
+        by_topic[GET_TOPIC][0].append(orjson.dumps(
+            {"id": ident, "type": "GET", "resource": "r0", "event_ts": 10_000 + k}))
+        by_topic[GET_TOPIC][1].append(500)
+    for g in garbage:
+        by_topic[POST_TOPIC][0].append(g)
+        by_topic[POST_TOPIC][1].append(7)
+    out_values, out_ts = [], []
+    for o in outputs:
+        out_values.append(orjson.dumps({k: v for k, v in o.items() if k != "ingress_ts"}))
+        out_ts.append(o["ingress_ts"])
+    if control_ids:  # a control-only output and a mixed one: both lose exactly the control IDs
+        out_values.append(orjson.dumps({"window_start": 10_000, "resource": "r0",
+                                        "count": len(control_ids), "ids": control_ids}))
+        out_ts.append(600)
+    out_values += garbage
+    out_ts += [8] * len(garbage)
+    for name, (values, ts) in by_topic.items():
+        save_topic(run_dir, topic(values, ts, name))
+    save_topic(run_dir, topic(out_values, out_ts, OUTPUT_TOPIC, partitions=3))
+    manifest = Manifest(topology="sst", window_ms=W, phases=[50, 150, 250], t4=350,
+                        resources=3, control_ids=[CONTROL[1] - control + 1, CONTROL[1]]
+                        if control else None, control_events=control)
+    manifest.write(run_dir)
+    return manifest
+
+
+GARBAGE = st.lists(st.sampled_from([b"not json", b"", b'{"id": 1, "ids": [1, "x"]}', b"[1,2]",
+                                    b'{"window_start": 0}', b"{\n}"]), max_size=4)
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[list[dict], list[dict], list[bytes], int]:
+    inputs = draw(input_events(max_size=40))
+    expected = expected_outputs(to_inputs(inputs), "sst", W).to_records()
+    outputs = draw(produced_outputs(expected))
+    return inputs, outputs, draw(GARBAGE), draw(st.integers(0, 5))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(run=runs())
+def test_recheck_and_export_agree_with_validate(tmp_path_factory: pytest.TempPathFactory,
+                                                run: tuple) -> None:
+    inputs, outputs, garbage, control = run
+    run_dir = tmp_path_factory.mktemp("run")
+    manifest = build_run(run_dir, inputs, outputs, garbage, control)
+    # What validate evaluates: the same conversion, from the records in memory.
+    streams = load_streams(run_dir)
+    direct = evaluate(streams.events, streams.outputs, "sst", W, Phases(50, 150, 250, 350))
+    again = recheck(run_dir)
+    assert {k: again.summary()[k] for k in CONTRACT} == {k: direct.summary()[k] for k in CONTRACT}
+    assert streams.control_inputs == control
+    # Export → pgval check gives the same counts, line order standing in for stream order.
+    out = tmp_path_factory.mktemp("export")
+    info = export(run_dir, out)
+    assert info["phases"] == manifest.phases
+    checked = evaluate_files("sst", out / "inputs.jsonl", out / "outputs.jsonl", W,
+                             Phases(*info["phases"]))
+    assert {k: checked.summary()[k] for k in CONTRACT} == {
+        k: again.summary()[k] for k in CONTRACT}
+    assert checked.validation.malformed_inputs == again.evaluation.validation.malformed_inputs
+
+
+def test_only_pgvals_own_control_ids_are_set_aside(tmp_path: Path) -> None:
+    """A negative ID pgval did not write is a foreign ID (incorrect), never erased."""
+    inputs = [{"id": 1, "type": "GET", "resource": "r0", "event_ts": 5, "ingress_ts": 60}]
+    outputs = [{"window_start": 0, "window_end": W, "resource": "r0", "count": 2,
+                "ids": [1, -7], "ingress_ts": 70},
+               {"window_start": 0, "window_end": W, "resource": "r1", "count": 1,
+                "ids": [CONTROL[1]], "ingress_ts": 71}]
+    build_run(tmp_path, inputs, outputs, [], control=3)
+    s = load_streams(tmp_path)
+    assert s.control_outputs == 2 and s.control_occurrences == 1 + 3
+    ev = recheck(tmp_path).evaluation.validation
+    assert (ev.expected, ev.processed, ev.incorrect) == (1, 1, 1)
+    assert ev.ids("incorrect").tolist() == [-7]
+
+
+def test_set_aside_control_keeps_other_ids_of_a_mixed_output() -> None:
+    recs = topic([orjson.dumps({"window_start": 0, "resource": "r0", "ids": [-1, 4, -2, -9]})],
+                 [5], OUTPUT_TOPIC, partitions=1)
+    s = streams_from_records({}, recs, 1, [-2, -1])
+    assert s.outputs.ids.tolist() == [4, -9]
+    kept, dropped, removed = set_aside_control(s.outputs, None)
+    assert (dropped, removed) == (0, 0) and kept is s.outputs
+
+
+def test_manifest_round_trip(tmp_path: Path) -> None:
+    m = Manifest(topology="mst", window_ms=5, phases=[1, 2, 3], t4=4, control_ids=[-9, -1],
+                 readback={"get": {"complete": True}}, valid=False,
+                 validity_reasons=["drain timed out"], config={"rate": 5.0})
+    m.write(tmp_path)
+    assert Manifest.read(tmp_path) == m
+
+
+def test_recheck_and_export_cli(tmp_path: Path) -> None:
+    inputs = [{"id": i, "type": "GET", "resource": "r0", "event_ts": 60 + i, "ingress_ts": 60 + i}
+              for i in range(5)]
+    outputs = [{"window_start": 0, "window_end": W, "resource": "r0", "count": 5,
+                "ids": [0, 1, 2, 3, 4, 4], "ingress_ts": 120}]
+    run_dir = tmp_path / "run"
+    build_run(run_dir, inputs, outputs, [b"garbage"], control=2)
+    res = CliRunner().invoke(main, ["recheck", str(run_dir), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert (out["expected"], out["duplicate"], out["malformed"]) == (5, 1, 1)
+    assert out["guarantee"] == "none" and "valid" in out and "validity_reasons" in out
+    res = CliRunner().invoke(main, ["export", str(run_dir), "--out", str(tmp_path / "x")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "x" / "run.json").exists()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["recheck", "/nonexistent/run"], "neither a run directory nor a run id"),
+    (["recheck", "12"], "needs --db"),
+    (["export", "12", "--out", "x"], "needs --db"),
+])
+def test_recheck_bad_runs_are_one_line(tmp_path: Path, args: list[str], msg: str) -> None:
+    res = CliRunner().invoke(main, args)
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2 and msg in flat and "Traceback" not in res.output
+
+
+def test_recheck_of_a_directory_without_evidence(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["recheck", str(tmp_path)])
+    assert res.exit_code == 2 and "holds no evidence" in " ".join(res.output.split())
+
+
+def test_recheck_by_run_id_finds_the_directory(tmp_path: Path) -> None:
+    from pgval.store import ResultsStore
+
+    run_dir = tmp_path / "run"
+    build_run(run_dir, [{"id": 1, "type": "GET", "resource": "r0", "event_ts": 60,
+                         "ingress_ts": 60}], [], [], control=0)
+    db = tmp_path / "r.db"
+    store = ResultsStore(db)
+    run_id = store.start_run("validate", "sst", W, params={"run_dir": str(run_dir)})
+    res = CliRunner().invoke(main, ["recheck", str(run_id), "--db", str(db), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["unprocessed"] == 1

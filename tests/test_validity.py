@@ -1,0 +1,96 @@
+"""Validity reasons: each way a run can fail to be evidence, constructed."""
+
+from __future__ import annotations
+
+from pgval.evaluate import evaluate
+from pgval.phases import Phases
+from pgval.records import ResourceTable
+from pgval.validity import (
+    Validity,
+    evaluation_reasons,
+    fault_reasons,
+    generator_reasons,
+    readback_reasons,
+    reconcile_inputs,
+)
+from tests.strategies import to_inputs, to_outputs
+
+
+def test_reconcile_inputs_counts_every_mismatch() -> None:
+    info, reasons = reconcile_inputs(read=110, end_offsets_total=110, delivered=100,
+                                     control=10, generator_clean=True)
+    assert info["ok"] and reasons == []
+    _, reasons = reconcile_inputs(105, 110, 100, 10, True)
+    assert len(reasons) == 2  # short of the end offsets, and of delivered + control
+    _, reasons = reconcile_inputs(111, 111, 100, 10, True)
+    assert reasons and "more than" in reasons[0]
+    # Unacknowledged sends may or may not be in Kafka: more is then not a reconciliation error
+    # (the generator reason already makes the run unknown).
+    _, reasons = reconcile_inputs(111, 111, 100, 10, False)
+    assert reasons == []
+
+
+def test_readback_reasons_name_the_topic_and_why() -> None:
+    reasons = readback_reasons({
+        "get": {"complete": True},
+        "output": {"complete": False, "problems": ["read time-out after 120 s",
+                                                  "short partitions: 2 at 5 of 9"]}})
+    assert reasons == ["read-back of topic output incomplete: read time-out after 120 s; "
+                       "short partitions: 2 at 5 of 9"]
+
+
+def test_generator_reasons() -> None:
+    assert generator_reasons({"failed": 0, "undelivered": 0}) == []
+    assert len(generator_reasons({"failed": 2, "undelivered": 3, "errors": ["boom"]})) == 3
+
+
+def test_fault_reasons_need_evidence() -> None:
+    assert fault_reasons("none", []) == []
+    assert fault_reasons("crash", []) == ["the crash fault was never injected"]
+    ok_crash = [{"step": "inject", "worker_pid": 5, "left_alive": []}, {"step": "remove"},
+                {"step": "timeouts", "fired": {"executor lost (driver)": 1}}]
+    assert fault_reasons("crash", ok_crash) == []
+    no_loss = [*ok_crash[:2], {"step": "timeouts", "fired": {}}]
+    assert fault_reasons("crash", no_loss) == ["crash: the driver never reported an executor lost"]
+    survived = [{"step": "inject", "worker_pid": 5, "left_alive": [7]}, {"step": "remove"}]
+    assert "survived" in fault_reasons("crash", survived)[0]
+    failed_removal = [{"step": "inject", "driver_pid": 3}, {"step": "remove", "error": "x"}]
+    assert fault_reasons("driver-crash", failed_removal) == ["removing driver-crash failed: x"]
+    delayed = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_before": 0.2,
+                "probe_connect_ms_after": 1000.8}, {"step": "remove"}]
+    assert fault_reasons("delay-lt-timeout", delayed) == []
+    not_delayed = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_before": 0.2,
+                    "probe_connect_ms_after": 0.3}, {"step": "remove"}]
+    assert fault_reasons("delay-lt-timeout", not_delayed) == [
+        "delay-lt-timeout: the probe saw no delay after injection"]
+    no_probe = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_after": None},
+                {"step": "remove"}]
+    assert "no probe evidence" in fault_reasons("delay-gt-timeout", no_probe)[0]
+
+
+def test_evaluation_reasons_flag_phases_that_measured_nothing() -> None:
+    rt = ResourceTable()
+    events = [{"id": i, "type": "GET", "resource": "a", "event_ts": 10 * i, "ingress_ts": 10 * i}
+              for i in range(30)]
+    # One output per window of 100 ms, all emitted during control.
+    outputs = [{"window_start": w, "resource": "a", "count": 10,
+                "ids": list(range(w // 10, w // 10 + 10)), "ingress_ts": 5 + w // 10}
+               for w in (0, 100, 200)]
+    ev = evaluate(to_inputs(events, rt), to_outputs(outputs, rt), "sst", 100,
+                  Phases(0, 100, 200, 300))
+    reasons = evaluation_reasons(ev)
+    assert reasons == ["the failure phase had no outputs (latency longer than the phase?)",
+                       "the recovery phase had no outputs (latency longer than the phase?)"]
+    empty = evaluate(to_inputs([], rt), to_outputs([], rt), "sst", 100, Phases(0, 100, 200))
+    assert evaluation_reasons(empty) == ["nothing was expected: no usable inputs"]
+    # Without phases (a recorded stream) only "nothing expected" applies.
+    whole = evaluate(to_inputs(events, rt), to_outputs(outputs, rt), "sst", 100)
+    assert evaluation_reasons(whole) == []
+
+
+def test_validity_collects_distinct_reasons() -> None:
+    v = Validity()
+    assert v.valid and v.label == "valid"
+    v.extend(["a", "b", "a"])
+    assert not v.valid and v.reasons == ["a", "b"]
+    assert v.as_dict() == {"valid": False, "validity_reasons": ["a", "b"]}
