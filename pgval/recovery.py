@@ -6,7 +6,8 @@
 * recovery time (paper 000's detector): seconds from T2 until the 1 s series is
   back within ``tolerance`` (15 %) of its control baseline and stays there for
   ``hold_s`` — for reliable throughput (trailing mean over whole windows, at least
-  5 s, so the time includes up to that much detector lag) and, separately, for
+  5 s, dated by the first second with output in the first trailing window that is
+  back, so the smoothing adds no lag) and, separately, for
   latency (p50 of outputs per second, not above baseline + 15 % + 1 s). A metric
   that has not recovered by T4 (the generators stop, nothing after is load) is
   *censored* and flagged;
@@ -135,7 +136,13 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
         ok = np.abs(thr - base) <= tolerance * base
         idx = _first_stable(ok[judged], hold)
         if idx is not None:
-            rec.recovery_throughput_s = float(t[judged][idx] - ph.t2) / 1000
+            at = int(np.flatnonzero(judged)[idx])
+            # Date it by the first second with output inside that trailing window, not by
+            # the window's end: the smoothing alone would add up to window_s of lag.
+            lo = max(at - window_s + 1, 0)
+            fed = np.flatnonzero(m.reliable_per_s[lo:at + 1] > 0)
+            first = lo + int(fed[0]) if len(fed) else at
+            rec.recovery_throughput_s = max(0.0, float(t[first] - ph.t2) / 1000)
     lat = m.latency_per_output_ms
     sec = (m.output_ingress_ms - m.series_start_ms) // 1000
     valid = ~np.isnan(lat)
