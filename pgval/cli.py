@@ -71,9 +71,10 @@ def oracle(topology: str, inputs: Path, window_ms: int) -> None:
 @click.option("--outputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               required=True, help="Produced outputs, JSON lines with ingress_ts.")
 @window_option
-@click.option("--phases", "phases_text", metavar="START,T2,T3",
+@click.option("--phases", "phases_text", metavar="START,T2,T3[,T4]",
               help="Phase boundaries in ms (ingress time): control from START, failure from "
-                   "T2, recovery from T3. Without it everything is control.")
+                   "T2, recovery from T3; T4 (optional) is when inputs stopped, after which "
+                   "recovery metrics judge nothing. Without it everything is control.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
               help="Also store the result in this SQLite database.")

@@ -22,8 +22,10 @@ from pgval.records import InputEvents, OutputRecords
 from pgval.validator import Validation
 
 PERCENTILES = (50, 95, 99)
-#: The 1 s series cover the run, not whatever a stray timestamp claims: at most this
-#: long after the last input (the drain), and never more than MAX_SERIES_S in all.
+#: The 1 s series cover the run, not whatever a stray timestamp claims: inputs more than
+#: SERIES_GAP_S apart are not one run, outputs count up to SERIES_TAIL_S after the last
+#: input (the drain), and never more than MAX_SERIES_S in all.
+SERIES_GAP_S = 3600
 SERIES_TAIL_S = 3600
 MAX_SERIES_S = 7 * 86_400
 
@@ -63,8 +65,9 @@ class Metrics:
     inputs_per_s: np.ndarray = field(repr=False)
     latency_per_output_ms: np.ndarray = field(repr=False)
     output_ingress_ms: np.ndarray = field(repr=False)
-    #: Outputs whose ingress falls outside the series span (not drawn, still validated).
-    series_outside: int = 0
+    #: Inputs and outputs whose ingress falls outside the series span (not in the 1 s
+    #: series and plots, still validated and in every count).
+    series_outside: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -113,6 +116,11 @@ def reference_ingress(events: InputEvents, resource: np.ndarray, window_end: np.
         has_prev = pos > 0
         karimov[outs[has_prev]] = prefix_max[pos[has_prev] - 1]
     return paper, karimov
+
+
+def _outside(ts_ms: np.ndarray, start_ms: int, n_bins: int) -> int:
+    sec = (ts_ms - start_ms) // 1000
+    return int(((sec < 0) | (sec >= n_bins)).sum())
 
 
 def _per_second(ts_ms: np.ndarray, start_ms: int, n_bins: int) -> np.ndarray:
@@ -166,8 +174,8 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
         failure_cost = float(after.max() - np.median(ctrl)) / 1000.0
 
     series_start, n_bins = series_span(events, outputs)
-    out_sec = (outputs.ingress_ts - series_start) // 1000
-    outside = int(((out_sec < 0) | (out_sec >= n_bins)).sum())
+    outside = {"inputs": _outside(events.ingress_ts, series_start, n_bins),
+               "outputs": _outside(outputs.ingress_ts, series_start, n_bins)}
     return Metrics(
         throughput=throughput,
         latency=latency,
@@ -184,22 +192,26 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
 
 
 def series_span(events: InputEvents, outputs: OutputRecords) -> tuple[int, int]:
-    """(start ms, number of 1 s bins): first input (or output) to the last output.
+    """(start ms, number of 1 s bins) of the run: its inputs, then outputs to the drain.
 
-    Bounded to SERIES_TAIL_S after the last input and MAX_SERIES_S in all, so one
-    output stamped years away cannot allocate years of bins.
+    The run is the largest cluster of input ingress times with no gap over
+    SERIES_GAP_S (all inputs, in any real run); the series ends at the last output at
+    most SERIES_TAIL_S after it, and is never longer than MAX_SERIES_S. So one record
+    stamped days away is counted outside the span instead of allocating days of bins.
     """
-    if len(events):
-        first_in, last_in = int(events.ingress_ts.min()), int(events.ingress_ts.max())
-    elif len(outputs):
-        first_in = last_in = int(outputs.ingress_ts.min())
-    else:
+    ing = events.ingress_ts if len(events) else outputs.ingress_ts
+    if len(ing) == 0:
         return 0, 0
-    first = min(first_in, int(outputs.ingress_ts.min())) if len(outputs) else first_in
-    if first < first_in - 1000 * SERIES_TAIL_S:
-        first = first_in  # an output stamped long before any input: outside
-    last = max(int(outputs.ingress_ts.max()) if len(outputs) else last_in, last_in)
-    last = min(last, last_in + 1000 * SERIES_TAIL_S)
+    lo, hi = int(ing.min()), int(ing.max())
+    if hi - lo > 1000 * SERIES_GAP_S:  # rare: find the cluster that holds the most inputs
+        srt = np.sort(ing)
+        cuts = np.flatnonzero(np.diff(srt) > 1000 * SERIES_GAP_S) + 1
+        bounds = np.r_[0, cuts, len(srt)]
+        k = int(np.argmax(np.diff(bounds)))
+        lo, hi = int(srt[bounds[k]]), int(srt[bounds[k + 1] - 1])
+    out = outputs.ingress_ts
+    near = out[(out >= lo - 1000 * SERIES_GAP_S) & (out <= hi + 1000 * SERIES_TAIL_S)]
+    first = min(lo, int(near.min())) if len(near) else lo
+    last = max(hi, int(near.max())) if len(near) else hi
     start = (first // 1000) * 1000
-    n_bins = min((last - start) // 1000 + 1, MAX_SERIES_S)
-    return start, int(n_bins)
+    return start, int(min((last - start) // 1000 + 1, MAX_SERIES_S))

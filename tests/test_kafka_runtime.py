@@ -8,12 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from pgval import schema
 from pgval.runtime import kafka as kafka_mod
 from pgval.runtime.kafka import KafkaCluster, is_reachable, read_topic
+from pgval.runtime.procs import RuntimeErrorPlain
 
 # ---- no broker needed ----------------------------------------------------------------------
 
@@ -29,6 +30,13 @@ def test_cluster_ids_never_look_like_options() -> None:
     ids = {kafka_mod._new_cluster_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_read_from_an_unreachable_broker_is_a_problem_not_a_traceback() -> None:
+    got = read_topic("127.0.0.1:1", schema.GET_TOPIC, timeout_s=3, strict=False)
+    assert not got.complete and got.problems and len(got) == 0
+    with pytest.raises(RuntimeErrorPlain, match="could not read all of topic"):
+        read_topic("127.0.0.1:1", schema.GET_TOPIC, timeout_s=3)
 
 
 # ---- real brokers --------------------------------------------------------------------------
@@ -167,3 +175,32 @@ def test_three_brokers_align_leaders_and_leave_no_jvm(tmp_path: Path) -> None:
     assert not _jvms_mentioning(tmp_path)
     assert not is_reachable(c.bootstrap, timeout_s=1.0)
     assert not list((tmp_path / "pids").glob("*.json"))
+
+
+@pytest.mark.cluster
+def test_read_back_proves_completeness_or_says_why_not(cluster: KafkaCluster) -> None:
+    """A complete read reaches every end offset; deleted records or a time-out are problems."""
+    topic = "completeness"
+    cluster.create_topics([topic])
+    p = _producer(cluster.bootstrap, acks="all")
+    for i in range(9):
+        p.produce(topic, value=f"v{i}".encode(), partition=i % 3)
+    assert p.flush(30) == 0
+    full = read_topic(cluster.bootstrap, topic)
+    assert full.complete and full.problems == [] and len(full) == 9
+    assert full.end_offsets == {0: 3, 1: 3, 2: 3} and full.reached == full.end_offsets
+
+    # Retention (here: delete-records) removed the head of partition 1: the read says so,
+    # keeps what it could read, and strict mode refuses with one sentence.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 1, 2)]).values():
+        fut.result(timeout=30)
+    cut = read_topic(cluster.bootstrap, topic, strict=False)
+    assert not cut.complete and len(cut) == 7
+    assert any("partition 1 starts at offset 2" in why for why in cut.problems)
+    with pytest.raises(RuntimeErrorPlain, match="earlier records were deleted"):
+        read_topic(cluster.bootstrap, topic)
+
+    # No time to read: short, with the reason, never a silent partial result.
+    rushed = read_topic(cluster.bootstrap, topic, timeout_s=0.0, strict=False)
+    assert not rushed.complete and rushed.problems

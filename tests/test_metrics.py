@@ -85,3 +85,34 @@ def test_drop_reserved_ids_removes_control_events_only() -> None:
     assert kept.window_start.tolist() == [10, 20, 30]
     assert kept.ids.tolist() == [5, 6, 7]
     assert kept.offsets.tolist() == [0, 2, 2, 3]
+
+
+def _run(rows: list[dict], window_ms: int = 1000):
+    """A faithful run over ``rows``: every expected output, 300 ms after its window ends."""
+    rt = ResourceTable()
+    events = to_inputs(rows, rt)
+    exp = expected_outputs(events, "sst", window_ms)
+    outs = to_outputs([{**r, "ingress_ts": r["window_end"] + 300} for r in exp.to_records()],
+                      rt)
+    return events, outs, validate(exp, outs)
+
+
+def test_both_latency_definitions_cover_the_same_outputs() -> None:
+    """The last window has no paper latency (no later input): Karimov's must skip it too."""
+    rows = [ev(i, "a", 1000 * i + 10, 1000 * i + 10) for i in range(10)]
+    events, outs, val = _run(rows)
+    m = compute_metrics(events, outs, val, 1000)
+    assert m.latency["control"].n == m.latency_karimov["control"].n == len(outs) - 1
+
+
+def test_series_span_ignores_a_stray_timestamp_and_counts_it() -> None:
+    """One input stamped 10 days early once cost 864,022 series rows; now it is outside."""
+    t0 = 1_700_000_000_000
+    rows = [ev(i, "a", t0 + 100 * i, t0 + 100 * i) for i in range(600)]  # 60 s of inputs
+    rows.append(ev(10_000, "a", t0 - 10 * 86_400_000, t0 - 10 * 86_400_000))
+    events, outs, val = _run(rows)
+    m = compute_metrics(events, outs, val, 1000)
+    assert len(m.reliable_per_s) <= 62
+    assert m.series_outside == {"inputs": 1, "outputs": 1}
+    assert int(m.reliable_per_s.sum()) == val.processed - 1  # all but the stray one
+    assert val.processed == 601  # still validated and counted
