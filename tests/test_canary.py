@@ -23,7 +23,7 @@ pytestmark = pytest.mark.cluster
 
 def config(topology: str, sabotage: str, late_events: int = 0) -> ExperimentConfig:
     return ExperimentConfig(
-        topology=topology, pg="e1", rate=400, resources=4, phase_seconds=8, warmup_seconds=4,
+        topology=topology, pg="e1", rate=400, resources=4, phase_seconds=8, warmup_seconds=8,
         window_ms=2000, watermark_ms=1000, trigger_ms=500, sabotage=sabotage,
         late_events=late_events, get_share=0.9 if topology == "mst" else 0.995,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=1))
