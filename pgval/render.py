@@ -68,6 +68,25 @@ def render_evaluation(ev: Evaluation, console: Console, title: str | None = None
                       "appeared")
     if m.failure_cost_s is not None:
         extras.append(f"failure cost {m.failure_cost_s:.2f} s")
+    rec = ev.recovery
+    if ev.phases.bounded() and rec.recovered is not None:
+        extras.append(
+            f"recovery: downtime {_fmt_s(rec.downtime_s)} s (control's longest gap "
+            f"{_fmt_s(rec.control_max_gap_s)} s), throughput back after "
+            f"{_fmt_s(rec.recovery_throughput_s)} s, latency back after "
+            f"{_fmt_s(rec.recovery_latency_s)} s"
+            + (" — censored: not back by the end of the load" if rec.censored else ""))
+    counts = ev.unprocessed_causes.get("counts") or {}
+    if any(counts.values()):
+        examples = ev.unprocessed_causes.get("examples") or {}
+        extras.append("why unprocessed: " + ", ".join(
+            f"{cause} {n:,}" + (f" (e.g. {', '.join(map(str, examples.get(cause, [])[:3]))})"
+                                if examples.get(cause) else "")
+            for cause, n in counts.items() if n))
+    outside = sum(m.series_outside.values())
+    if outside:
+        extras.append(f"{outside} records stamped outside the run's time span (counted, "
+                      "not in the 1 s series)")
     for line in extras:
         console.print(f"  • {line}")
     for kind, pairs in v.witnesses.items():

@@ -205,3 +205,24 @@ def test_late_uses_the_previous_batch_watermark_and_the_window_end() -> None:
     assert causes["examples"]["late"] == [2, 3]
     assert causes["examples"]["lost"] == [1, 4]
     assert ev.summary()["unprocessed_causes"] == causes
+
+
+def test_terminal_shows_recovery_and_causes() -> None:
+    from rich.console import Console
+
+    from pgval.render import render_evaluation
+
+    rt = ResourceTable()
+    t2 = T0 + 30_000
+    events, outs = emitted(steady_stream(90), 1000, rt, drop=(t2, t2 + 10_000))
+    events.topic = np.zeros(len(events), dtype=np.int64)
+    events.partition = np.zeros(len(events), dtype=np.int64)
+    events.offset = np.arange(len(events), dtype=np.int64)
+    prog = [progress(0, None, len(events), T0 + 95_000)]
+    ev = evaluate(events, outs, "sst", 1000, Phases(T0, t2, T0 + 60_000, T0 + 90_000),
+                  progress=prog)
+    console = Console(record=True, width=200)
+    render_evaluation(ev, console)
+    text = console.export_text()
+    assert "recovery: downtime 10." in text and "throughput back after 10.00 s" in text
+    assert f"why unprocessed: lost {ev.validation.unprocessed:,}" in text
