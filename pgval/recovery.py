@@ -16,7 +16,11 @@
 The throughput baseline is the median of the smoothed series over the *steady*
 part of control: seconds whose trailing window lies wholly after the first output.
 Counting the ramp from zero (no output before the first window closes) would put
-the baseline below the steady rate and censor even a fault-free run.
+the baseline below the steady rate and censor even a fault-free run. The latency
+baseline uses the outputs of the same seconds. When that steady part is shorter
+than the hold and two smoothing widths (a query still starting up through most of
+control), nothing is judged and ``note`` says why: a guess against a start-up
+transient would be worse than no number.
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ class Recovery:
     catchup_s: float | None = None
     recovered: bool | None = None
     censored: bool = False
+    #: Seconds of steady control the baselines came from, and the throughput baseline.
+    steady_control_s: float | None = None
+    baseline_throughput: float | None = None
+    #: Why nothing was judged, when control gave no baseline (then ``recovered`` is None).
+    note: str | None = None
 
     def as_dict(self) -> dict[str, float | bool | None]:
         return asdict(self)
@@ -125,10 +134,20 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
     in_ctrl = (t >= ph.start) & (t < ph.t2)
     after_t2 = (t >= ph.t2) & (t <= end_ms)
     hold = max(1, int(round(hold_s)))
+    first_out = int(out_ts[0]) if len(out_ts) else ph.t2
+    steady = in_ctrl & (t >= first_out + 1000 * (window_s - 1))
+    rec.steady_control_s = float(steady.sum())
+    # A baseline needs the pipeline in its steady state for a while: at least the hold and
+    # two smoothing widths. Otherwise say so instead of judging against a start-up transient.
+    needed = max(hold, 2 * window_s)
+    if ph.t2 > ph.start and rec.steady_control_s < needed:
+        rec.note = (f"no baseline: control had {rec.steady_control_s:.0f} s of steady output "
+                    f"(first output {max(0, first_out - ph.start) / 1000:.0f} s into it), "
+                    f"{needed} s needed; lengthen --warmup-seconds or --phase-seconds")
+        return rec
     if in_ctrl.any() and after_t2.any():
-        first_out = int(out_ts[0]) if len(out_ts) else ph.start
-        steady = in_ctrl & (t >= first_out + 1000 * (window_s - 1))
-        base = float(np.median(thr[steady if steady.any() else in_ctrl]))
+        base = float(np.median(thr[steady]))
+        rec.baseline_throughput = base
         judged = after_t2
         if ph.t4 is None:
             # Without T4, stop where the trailing mean starts to see the end of the outputs.
@@ -146,7 +165,10 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
     lat = m.latency_per_output_ms
     sec = (m.output_ingress_ms - m.series_start_ms) // 1000
     valid = ~np.isnan(lat)
-    ctrl_lat = lat[valid & (ph.of(m.output_ingress_ms) == CONTROL)]
+    # The latency baseline, too, comes from control's steady part only.
+    steady_out = (ph.of(m.output_ingress_ms) == CONTROL) & (
+        m.output_ingress_ms >= first_out + 1000 * (window_s - 1))
+    ctrl_lat = lat[valid & steady_out]
     if len(ctrl_lat):
         base_lat = float(np.median(ctrl_lat))
         p50 = _median_per_second(sec[valid], lat[valid], n)

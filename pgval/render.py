@@ -69,7 +69,9 @@ def render_evaluation(ev: Evaluation, console: Console, title: str | None = None
     if m.failure_cost_s is not None:
         extras.append(f"failure cost {m.failure_cost_s:.2f} s")
     rec = ev.recovery
-    if ev.phases.bounded() and rec.recovered is not None:
+    if ev.phases.bounded() and rec.note:
+        extras.append(f"recovery: {rec.note}")
+    elif ev.phases.bounded() and rec.recovered is not None:
         extras.append(
             f"recovery: downtime {_fmt_s(rec.downtime_s)} s (control's longest gap "
             f"{_fmt_s(rec.control_max_gap_s)} s), throughput back after "

@@ -226,3 +226,13 @@ def test_terminal_shows_recovery_and_causes() -> None:
     text = console.export_text()
     assert "recovery: downtime 10." in text and "throughput back after 10.00 s" in text
     assert f"why unprocessed: lost {ev.validation.unprocessed:,}" in text
+
+
+def test_control_still_starting_up_gives_no_baseline_and_says_why() -> None:
+    """Outputs begin 25 s into a 30 s control: no steady baseline, so nothing is judged."""
+    rt = ResourceTable()
+    events, outs = emitted(steady_stream(90), 1000, rt, drop=(T0, T0 + 25_000))
+    ev = evaluate(events, outs, "sst", 1000, Phases(T0, T0 + 30_000, T0 + 60_000, T0 + 90_000))
+    rec = ev.recovery
+    assert rec.recovered is None and not rec.censored and rec.recovery_throughput_s is None
+    assert rec.note is not None and "lengthen --warmup-seconds" in rec.note
