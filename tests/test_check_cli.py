@@ -172,6 +172,8 @@ def test_human_table_and_db(tmp_path: Path) -> None:
     (["--topology", "xyz"], "xyz"),
     (["--phases", "1,2"], "three"),
     (["--phases", "3,2,1"], "START <= T2 <= T3"),
+    (["--phases", "0,1,99999999999999999999"], "epoch milliseconds between 0 and"),
+    (["--phases", "0,1,2,3,4"], "three or four"),
 ])
 def test_bad_flags_end_in_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
     i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
