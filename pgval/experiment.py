@@ -41,7 +41,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,6 +49,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.evaluate import Evaluation, evaluate
 from pgval.evidence import Manifest, save_progress, save_topic, streams_from_records
+from pgval.explain import watermark_ms
 from pgval.faults import (
     FAULTS,
     default_target,
@@ -274,11 +274,11 @@ class Experiment:
         self.manifest.run_id = run_id
         self.manifest.write(self.run_dir)
         if store and run_id is not None:
-            store.finish_run(run_id, result.evaluation, validity=validity, extra={
-                "timings": self.timings, "generator": result.generator,
-                "readback": result.readback, "fault_log": self.fault_log,
-                "cluster": self._cluster_info(), "run_dir": str(self.run_dir)})
-            store.db["runs"].update(run_id, {"run_dir": str(self.run_dir)})
+            extra = {"timings": self.timings, "generator": result.generator,
+                     "readback": result.readback, "fault_log": self.fault_log,
+                     "cluster": self._cluster_info(), "run_dir": str(self.run_dir)}
+            store.finish_run(run_id, result.evaluation, extra=extra, validity=validity,
+                             run_dir=self.run_dir)
             store.save_batches(run_id, result.batches)
             store.save_fault_log(run_id, self.fault_log)
         if not cfg.keep_data:
@@ -512,7 +512,7 @@ class Experiment:
         """
         assert self.cluster is not None and self.driver is not None
         cfg = self.config
-        marks = [_watermark_ms(p) for p in self.driver.progress() if p.get("event") == "progress"]
+        marks = [watermark_ms(p) for p in self.driver.progress() if p.get("event") == "progress"]
         wm = max(marks, default=0)
         if wm <= 0:
             self.planted = {"late_ids": [], "note": "no watermark reported yet"}
@@ -560,7 +560,7 @@ class Experiment:
             while True:
                 progress = [p for p in self.driver.progress() if p.get("event") == "progress"]
                 caught = _processed_past(progress, targets)
-                wm = max((_watermark_ms(p) for p in progress), default=0)
+                wm = max((watermark_ms(p) for p in progress), default=0)
                 now = time.monotonic()
                 if caught and "caught_up_s" not in self.timings:
                     self.timings["caught_up_s"] = now - t0
@@ -711,17 +711,6 @@ def _now_ms() -> int:
 
 class _DriverDied(Exception):
     """The driver exited on its own during the timeline (outside a driver-crash fault)."""
-
-
-def _watermark_ms(progress: dict[str, Any]) -> int:
-    """The watermark a batch ran with (``eventTime.watermark``, ISO-8601 UTC) in ms."""
-    iso = (progress.get("eventTime") or {}).get("watermark")
-    if not iso:
-        return 0
-    try:
-        return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return 0
 
 
 @contextlib.contextmanager

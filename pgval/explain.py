@@ -47,10 +47,15 @@ class BatchRanges:
     final_watermark_ms: int
 
 
-def _ms(iso: str | None) -> int:
+def watermark_ms(progress: Mapping[str, Any]) -> int:
+    """The watermark a batch ran with (``eventTime.watermark``, ISO-8601 UTC) in ms; 0 if none."""
+    iso = (progress.get("eventTime") or {}).get("watermark")
     if not iso:
         return 0
-    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    try:
+        return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return 0
 
 
 def batch_ranges(progress: Iterable[Mapping[str, Any]]) -> BatchRanges:
@@ -58,8 +63,7 @@ def batch_ranges(progress: Iterable[Mapping[str, Any]]) -> BatchRanges:
     acc: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
     batches = [p for p in progress if p.get("event") == "progress"]
     ids = np.array([int(p.get("batchId", -1)) for p in batches], dtype=np.int64)
-    marks = np.array([_ms((p.get("eventTime") or {}).get("watermark")) for p in batches],
-                     dtype=np.int64)
+    marks = np.array([watermark_ms(p) for p in batches], dtype=np.int64)
     final_wm = int(marks.max()) if len(marks) else 0
     # Highest watermark among batches with a smaller id (a restarted query re-runs ids).
     order = np.argsort(ids, kind="stable")

@@ -94,8 +94,9 @@ class ResultsStore:
 
     def finish_run(self, run_id: int, evaluation: Evaluation,
                    extra: Mapping[str, Any] | None = None,
-                   validity: Validity | None = None) -> None:
-        """Store a run's evaluation: totals, phases, witnesses, 1 s series, validity."""
+                   validity: Validity | None = None, run_dir: Path | None = None) -> None:
+        """Store a run's evaluation: totals, phases, witnesses, 1 s series, validity,
+        recovery and causes, in one transaction (a failure leaves no half-stored run)."""
         v = evaluation.validation
         m = evaluation.metrics
         summary = evaluation.summary()
@@ -119,6 +120,7 @@ class ResultsStore:
                 "summary": json.dumps(summary, default=_json_default),
                 "valid": int(validity.valid),
                 "validity_reasons": json.dumps(validity.reasons),
+                "run_dir": str(run_dir) if run_dir is not None else None,
             })
             rows = []
             for p in PHASES:
@@ -138,8 +140,8 @@ class ResultsStore:
                 for kind, pairs in v.witnesses.items() for w, i in pairs)
             self.db["series"].upsert_all(_series_rows(run_id, evaluation),
                                          pk=("run_id", "t_ms"))
-        self.save_recovery(run_id, evaluation.recovery.as_dict())
-        self.save_unprocessed_causes(run_id, evaluation.unprocessed_causes)
+            self.save_recovery(run_id, evaluation.recovery.as_dict())
+            self.save_unprocessed_causes(run_id, evaluation.unprocessed_causes)
 
     def save_recovery(self, run_id: int, recovery: Mapping[str, Any]) -> None:
         """Downtime, recovery times, catch-up (pgval/recovery.py) as columns of ``runs``."""

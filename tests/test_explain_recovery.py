@@ -27,6 +27,13 @@ def progress(batch: int, start: int | None, end: int, watermark_ms: int) -> dict
                          "endOffset": {"get": {"0": end}}}]}
 
 
+def at_offsets(events, offsets) -> None:
+    """Place the events at these offsets of partition 0 of the GET topic (as Kafka would)."""
+    events.offset = np.array(list(offsets), dtype=np.int64)
+    events.topic = np.zeros(len(events.offset), dtype=np.int64)
+    events.partition = np.zeros(len(events.offset), dtype=np.int64)
+
+
 def test_each_cause_is_found() -> None:
     rt = ResourceTable()
     # Offsets 0..5 in partition 0 of topic get; windows of 1 s.
@@ -41,9 +48,7 @@ def test_each_cause_is_found() -> None:
         {"id": 5, "type": "GET", "resource": "a", "event_ts": T0 + 3500, "ingress_ts": T0 + 3600},
     ]
     events = to_inputs(rows, rt)
-    events.topic = np.zeros(5, dtype=np.int64)
-    events.partition = np.zeros(5, dtype=np.int64)
-    events.offset = np.array([0, 1, 4, 2, 3], dtype=np.int64)
+    at_offsets(events, [0, 1, 4, 2, 3])
     outs = to_outputs([{"window_start": T0, "resource": "a", "count": 2, "ids": [1, 2],
                         "ingress_ts": T0 + 2100},
                        {"window_start": T0 + 1000, "resource": "a", "count": 0, "ids": [],
@@ -194,9 +199,7 @@ def test_late_uses_the_previous_batch_watermark_and_the_window_end() -> None:
         {"id": 4, "type": "GET", "resource": "a", "event_ts": T0 + 5100, "ingress_ts": T0 + 9000},
     ]
     events = to_inputs(rows, rt)
-    events.topic = np.zeros(4, dtype=np.int64)
-    events.partition = np.zeros(4, dtype=np.int64)
-    events.offset = np.array([0, 1, 2, 3], dtype=np.int64)
+    at_offsets(events, [0, 1, 2, 3])
     prog = [progress(0, None, 0, 0), progress(1, 0, 1, T0 + 5000),
             progress(2, 1, 4, T0 + 9000)]
     ev = evaluate(events, to_outputs([], rt), "sst", 1000, progress=prog)
@@ -215,9 +218,7 @@ def test_terminal_shows_recovery_and_causes() -> None:
     rt = ResourceTable()
     t2 = T0 + 30_000
     events, outs = emitted(steady_stream(90), 1000, rt, drop=(t2, t2 + 10_000))
-    events.topic = np.zeros(len(events), dtype=np.int64)
-    events.partition = np.zeros(len(events), dtype=np.int64)
-    events.offset = np.arange(len(events), dtype=np.int64)
+    at_offsets(events, range(len(events)))
     prog = [progress(0, None, len(events), T0 + 95_000)]
     ev = evaluate(events, outs, "sst", 1000, Phases(T0, t2, T0 + 60_000, T0 + 90_000),
                   progress=prog)
