@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.runtime import netns
+from pgval.runtime.owner import Owner, boot_id
 from pgval.runtime.procs import Managed, RuntimeErrorPlain, kill_group, spawn
 
 COMMENT_PREFIX = "pgval-delay-"
@@ -76,6 +77,9 @@ TABLES = ("mangle", "filter")
 QUEUE_BASE = 0x504D
 _CMD_TIMEOUT_S = 15.0
 _READY_TIMEOUT_S = 20.0
+#: Hard cap of a holder's life when the caller gives none (a phase is minutes long).
+DEFAULT_MAX_SECONDS = 3600.0
+_REMOVE_ATTEMPTS = 3
 _NS_IF = "eth0"
 _COMMENT_RE = re.compile(rf"{re.escape(COMMENT_PREFIX)}[0-9a-f]{{8}}-(\S+)")
 
@@ -274,7 +278,9 @@ class PacketDelay:
     """
 
     def __init__(self, ns: str, delay_ms: int, run_dir: Path, jitter_ms: int = 0,
-                 mechanism: str | None = None, queue_num: int | None = None) -> None:
+                 mechanism: str | None = None, queue_num: int | None = None,
+                 max_seconds: float = DEFAULT_MAX_SECONDS,
+                 max_held: int | None = None) -> None:
         if delay_ms < 0 or jitter_ms < 0:
             raise RuntimeErrorPlain("packet delay and jitter must be >= 0 ms")
         if mechanism not in (None, "netem", "nfqueue"):
@@ -287,6 +293,9 @@ class PacketDelay:
         self.run_dir = Path(run_dir)
         self.mechanism = mechanism
         self.queue_num = queue_num
+        #: The holder stops by itself after this long, whatever happens to pgval.
+        self.max_seconds = float(max_seconds)
+        self.max_held = max_held  # kernel queue length (the holder's default if None)
         self.id = secrets.token_hex(4)
         self.comment = f"{COMMENT_PREFIX}{self.id}-{ns}"
         self.holder: Managed | None = None
@@ -304,6 +313,18 @@ class PacketDelay:
     @property
     def active(self) -> bool:
         return self._injected_ms is not None and self._removed is None
+
+    def problem(self) -> str | None:
+        """Why the delay is no longer in force while it should be (None: it is, or netem).
+
+        A dead holder means packets pass undelayed (fail open): the run must not be
+        recorded as delayed from then on.
+        """
+        if not self.active or self.holder is None or self.holder.alive():
+            return None
+        summary = _holder_summary(self.holder.log_path) or {}
+        why = summary.get("why") or f"exit status {self.holder.popen.returncode}"
+        return f"the packet holder for {self.ns} (pid {self.holder.pid}) exited early ({why})"
 
     def _describe(self) -> dict[str, Any]:
         if self.mechanism == "netem":
@@ -453,9 +474,14 @@ class PacketDelay:
         ready = self.run_dir / "pids" / f"{name}.ready"
         ready.parent.mkdir(parents=True, exist_ok=True)
         ready.unlink(missing_ok=True)
+        owner = Owner.me()
         argv = [sys.executable, "-m", HOLDER_MODULE, "--queue", str(self.queue_num),
                 "--delay-ms", str(self.delay_ms), "--jitter-ms", str(self.jitter_ms),
-                "--target", self.ns, "--ready-file", str(ready)]
+                "--target", self.ns, "--ready-file", str(ready), "--comment", self.comment,
+                "--owner-pid", str(owner.pid), "--owner-start", str(owner.start),
+                "--max-seconds", f"{self.max_seconds:g}"]
+        if self.max_held is not None:
+            argv += ["--max-held", str(self.max_held)]
         for where in places:
             argv += ["--netns", "self" if where == HOST else where]
         self.holder = spawn(name, argv, self.run_dir / "logs" / f"{name}.log",
@@ -488,15 +514,20 @@ class PacketDelay:
             # Rules first: from here on no new packet is queued, so stopping the holder
             # (which accepts everything it still holds) ends the delay cleanly.
             places = list(dict.fromkeys([w for w, _ in self._rules]))
-            for where, spec in self._rules:
-                if where in existing and _run(_iptables(where, "-t", "mangle", "-D",
-                                                        *spec)).returncode == 0:
-                    out["rules_removed"].append(f"{where}: {shlex.join(['-A', *spec])}")
-            for where in places:
-                if where in existing:
-                    out["leftovers"] += [f"{where}: {' '.join(args)}"
-                                         for args, c in _pgval_rules(where, "mangle")
-                                         if c == self.comment]
+            for attempt in range(_REMOVE_ATTEMPTS):  # xtables lock time-outs are transient
+                for where, spec in self._rules:
+                    if where in existing and _run(_iptables(where, "-t", "mangle", "-D",
+                                                            *spec)).returncode == 0:
+                        out["rules_removed"].append(f"{where}: {shlex.join(['-A', *spec])}")
+                existing = set(netns.list_namespaces()) | {HOST}
+                out["leftovers"] = [f"{where}: {' '.join(args)}" for where in places
+                                    if where in existing
+                                    for args, c in _pgval_rules(where, "mangle")
+                                    if c == self.comment]
+                if not out["leftovers"]:
+                    break
+                out["attempts"] = attempt + 2
+                time.sleep(0.5)
         if self.holder is not None:
             self.holder.stop(grace_s=3.0)
             out["holder"] = _holder_summary(self.holder.log_path)
@@ -522,6 +553,39 @@ def holder_processes() -> list[tuple[int, str]]:
             target = words[words.index("--target") + 1] if "--target" in words[:-1] else ""
             out.append((int(entry), target))
     return out
+
+
+def _holder_argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _arg(words: list[str], flag: str) -> list[str]:
+    return [words[i + 1] for i, w in enumerate(words[:-1]) if w == flag]
+
+
+def holder_owner(pid: int) -> Owner | None:
+    """The pgval a running holder belongs to (from its command line), None if unrecorded."""
+    words = _holder_argv(pid)
+    pids, starts = _arg(words, "--owner-pid"), _arg(words, "--owner-start")
+    if not pids or not starts:
+        return None
+    return Owner.from_dict({"pid": pids[0], "start": starts[0], "boot": boot_id()})
+
+
+def stop_holder(pid: int) -> list[str]:
+    """Stop one holder (it releases what it holds) and delete the rules feeding it."""
+    from pgval.faults.holder import remove_rules
+
+    words = _holder_argv(pid)
+    comment = (_arg(words, "--comment") or [""])[0]
+    places = _arg(words, "--netns") or ["self"]
+    target = (_arg(words, "--target") or [""])[0]
+    _stop_pid(pid)
+    return [f"holder pid {pid} ({target or 'no target'})",
+            *(f"iptables {r}" for r in remove_rules(comment, places))]
 
 
 def _stop_pid(pid: int) -> None:

@@ -29,10 +29,19 @@ Design points:
   only needs the queue handle and the packet id, both kept in the object.
 * Only metadata is copied to userspace (``COPY_META``): the holder never reads
   payloads, and copying them would cost bandwidth per packet.
-* SIGTERM/SIGINT: accept everything still held (the delay is over), unbind, print a
-  summary line, exit 0. If the holder dies instead, ``--queue-bypass`` makes the
-  kernel accept new packets unqueued (fail open); packets held at that moment are
-  dropped by the kernel and retransmitted by TCP.
+* SIGTERM/SIGINT/SIGHUP: accept everything still held (the delay is over), unbind,
+  delete the rules carrying ``--comment``, print a summary line, exit 0. If the holder
+  dies instead, ``--queue-bypass`` makes the kernel accept new packets unqueued (fail
+  open); packets held at that moment are dropped by the kernel and retransmitted by TCP.
+* Never outlives its owner or its phase: it stops as above when the pgval that started
+  it dies (``PR_SET_PDEATHSIG`` plus a twice-a-second check of ``--owner-pid`` /
+  ``--owner-start``, which also covers an owner that died before the holder started)
+  or when ``--max-seconds`` have passed, whatever pgval does.
+* Fail-open queues (``NFQA_CFG_F_FAIL_OPEN``): a holder that is alive but stalled fills
+  its kernel queue (``--max-held``); the kernel then accepts the overflow unqueued
+  instead of dropping it. NetfilterQueue has no call for this flag, so it is set with a
+  raw ``NFQNL_MSG_CONFIG`` message on the queue's own netlink socket (the kernel only
+  takes a queue's configuration from the socket bound to it).
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ import random
 import select
 import signal
 import socket
+import struct
+import subprocess
 import sys
 import time
 import warnings
@@ -64,6 +75,19 @@ NETLINK_NETFILTER = 12
 #: caps packets in flight (netem's default limit of 1000 is far too small for 500 ms).
 DEFAULT_MAX_HELD = 65536
 DEFAULT_RT_PRIORITY = 10
+#: How often the loop checks that its owner lives and its time is not up.
+OWNER_CHECK_S = 0.5
+HOLDER_RC_OWNER_GONE = 5  # the owner was already dead when the holder started
+PR_SET_PDEATHSIG = 1
+# nfnetlink_queue configuration (linux/netfilter/nfnetlink_queue.h)
+_NFNL_SUBSYS_QUEUE = 3
+_NFQNL_MSG_CONFIG = 2
+_NFQA_CFG_MASK = 4
+_NFQA_CFG_FLAGS = 5
+NFQA_CFG_F_FAIL_OPEN = 1
+_NLM_F_REQUEST = 1
+_NLM_F_ACK = 4
+_NLMSG_ERROR = 2
 #: Netlink receive buffer: absorbs bursts while the loop is busy releasing packets.
 SOCK_RCVBUF = 32 * 1024 * 1024
 _HIST_BIN_S = 0.0001  # lateness histogram: 0.1 ms bins ...
@@ -194,6 +218,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="SCHED_RR priority (1..99); 0 = normal scheduling with --nice")
     p.add_argument("--nice", type=int, default=-10,
                    help="niceness when SCHED_RR is off or not permitted")
+    p.add_argument("--owner-pid", type=int, default=0,
+                   help="stop when this process dies (with --owner-start: its start time in "
+                        "clock ticks, so a reused pid does not count as the owner)")
+    p.add_argument("--owner-start", type=int, default=None)
+    p.add_argument("--max-seconds", type=float, default=0.0,
+                   help="stop after this long whatever happens (0 = no cap)")
+    p.add_argument("--comment", default="",
+                   help="iptables comment of the rules feeding this queue: deleted on exit")
+    p.add_argument("--no-fail-open", dest="fail_open", action="store_false",
+                   help="let the kernel drop packets when a queue is full (default: accept)")
     args = p.parse_args(argv)
     if not 0 <= args.queue <= 65535:
         p.error("--queue must be in 0..65535")
@@ -279,6 +313,84 @@ def _set_priority(nice: int, rt_priority: int) -> str:
     return "default"
 
 
+def _die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the parent (the injecting pgval) exits."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _owner_check(args: argparse.Namespace) -> Any:
+    """A function telling whether the owner still lives (always True without --owner-pid)."""
+    if args.owner_pid <= 0:
+        return lambda: True
+    from pgval.runtime.owner import Owner, boot_id, start_ticks
+
+    start = args.owner_start if args.owner_start is not None else start_ticks(args.owner_pid)
+    if start is None:
+        return lambda: False
+    owner = Owner(args.owner_pid, start, boot_id())
+    return owner.alive
+
+
+def set_fail_open(fd: int, queue: int) -> None:
+    """Make ``queue`` fail open: when full, the kernel accepts packets instead of dropping.
+
+    Sent on the bound socket ``fd`` itself (same netlink port id, which the kernel
+    requires); waits for the kernel's acknowledgement and raises OSError on refusal.
+    """
+    attrs = b"".join(struct.pack("=HH", 8, kind) + struct.pack(">I", NFQA_CFG_F_FAIL_OPEN)
+                     for kind in (_NFQA_CFG_MASK, _NFQA_CFG_FLAGS))
+    body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue)) + attrs
+    seq = int(time.time()) & 0x7FFFFFFF
+    msg = struct.pack("=IHHII", 16 + len(body), (_NFNL_SUBSYS_QUEUE << 8) | _NFQNL_MSG_CONFIG,
+                      _NLM_F_REQUEST | _NLM_F_ACK, seq, 0) + body
+    sock = socket.socket(fileno=os.dup(fd))
+    blocking = sock.getblocking()
+    try:
+        sock.settimeout(5.0)
+        sock.sendto(msg, (0, 0))
+        while True:  # no rule feeds the queue yet, so only our acknowledgement can arrive
+            data = sock.recv(65536)
+            length, kind, _, got_seq, _ = struct.unpack_from("=IHHII", data)
+            if kind == _NLMSG_ERROR and got_seq == seq:
+                err = -struct.unpack_from("=i", data, 16)[0]
+                if err:
+                    raise OSError(err, f"fail-open refused: {os.strerror(err)}")
+                return
+    finally:
+        sock.setblocking(blocking)
+        sock.close()
+
+
+def remove_rules(comment: str, namespaces: list[str]) -> list[str]:
+    """Delete the iptables rules carrying ``comment`` in ``namespaces``; returns them.
+
+    The holder does this itself on every exit, so that a holder stopped by its owner's
+    death or its time cap leaves no rule behind (its owner, alive, removes them first).
+    """
+    if not comment:
+        return []
+    removed = []
+    for name in namespaces:
+        prefix = [] if name == SELF_NS else ["ip", "netns", "exec", name]
+        try:
+            listing = subprocess.run([*prefix, "iptables-legacy", "-w", "10", "-t", "mangle",
+                                      "-S"], capture_output=True, text=True, timeout=15).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        for line in listing.splitlines():
+            words = line.split()
+            if words[:1] != ["-A"] or comment not in words:
+                continue
+            res = subprocess.run([*prefix, "iptables-legacy", "-w", "10", "-t", "mangle",
+                                  "-D", *words[1:]], capture_output=True, timeout=15)
+            if res.returncode == 0:
+                removed.append(f"{name}: {' '.join(words)}")
+    return removed
+
+
 def _log(obj: dict[str, Any], tag: str = "pgval-holder") -> None:
     print(f"{tag} {json.dumps(obj, sort_keys=True)}", flush=True)
 
@@ -324,6 +436,11 @@ def main(argv: list[str] | None = None) -> int:
               f"install it with `{sys.executable} -m pip install NetfilterQueue` "
               "(building needs the Debian package libnetfilter-queue-dev)", file=sys.stderr)
         return 2
+    _die_with_parent()
+    owner_alive = _owner_check(args)
+    if not owner_alive():
+        print(f"pgval-holder: owner pid {args.owner_pid} is gone; not starting", file=sys.stderr)
+        return HOLDER_RC_OWNER_GONE
     policy = _set_priority(args.nice, args.rt_priority)
 
     sched = Schedule(args.delay_ms, args.jitter_ms)
@@ -355,9 +472,20 @@ def main(argv: list[str] | None = None) -> int:
               "(another holder bound to it there? not root?)", file=sys.stderr)
         return 3
     by_fd = {q.get_fd(): q for q in queues}
+    if args.fail_open:
+        try:
+            for fd in by_fd:
+                set_fail_open(fd, args.queue)
+        except OSError as exc:
+            for q in queues:
+                q.unbind()
+            print(f"pgval-holder: cannot make NFQUEUE {args.queue} fail open: {exc}",
+                  file=sys.stderr)
+            return 3
     _log({"event": "ready", "pid": os.getpid(), "queue": args.queue, "netns": args.netns,
           "target": args.target, "delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms,
-          "max_held": args.max_held, "scheduling": policy})
+          "max_held": args.max_held, "scheduling": policy, "fail_open": args.fail_open,
+          "owner_pid": args.owner_pid, "max_seconds": args.max_seconds})
     if args.ready_file is not None:
         tmp = args.ready_file.with_name(args.ready_file.name + ".tmp")
         tmp.write_text(json.dumps({"pid": os.getpid(), "queue": args.queue}))
@@ -365,7 +493,10 @@ def main(argv: list[str] | None = None) -> int:
 
     fds = [*by_fd, wake_r]
     next_stats = clock() + args.stats_every_s if args.stats_every_s > 0 else float("inf")
+    deadline = clock() + args.max_seconds if args.max_seconds > 0 else float("inf")
+    next_owner_check = clock() + OWNER_CHECK_S
     rc = 0
+    why = "signal"
     try:
         while not stop:
             now = clock()
@@ -374,8 +505,17 @@ def main(argv: list[str] | None = None) -> int:
                 _log({"event": "stats", **sched.stats(),
                       **kernel_queue_counters(args.queue, args.netns)})
                 next_stats = now + args.stats_every_s
+            if now >= next_owner_check:
+                next_owner_check = now + OWNER_CHECK_S
+                if not owner_alive():
+                    why = "owner died"
+                    break
+                if now >= deadline:
+                    why = f"max {args.max_seconds:g} s reached"
+                    break
             nxt = sched.next_due()
-            due = next_stats if nxt is None else min(nxt, next_stats)
+            due = min(next_stats, next_owner_check) if nxt is None else min(
+                nxt, next_stats, next_owner_check)
             timeout = None if due == float("inf") else max(0.0, due - now)
             readable, _, _ = select.select(fds, [], [], timeout)
             for fd in readable:
@@ -396,8 +536,11 @@ def main(argv: list[str] | None = None) -> int:
         flushed = sched.release_all()
         for q in queues:
             q.unbind()
-        _log({"event": "exit", "flushed_at_exit": flushed, **sched.stats(), **counters},
-             tag=SUMMARY_TAG)
+        if why == "signal" and not owner_alive():
+            why = "owner died"  # PR_SET_PDEATHSIG's SIGTERM
+        rules = remove_rules(args.comment, args.netns)
+        _log({"event": "exit", "why": why, "flushed_at_exit": flushed,
+              "rules_removed_by_holder": rules, **sched.stats(), **counters}, tag=SUMMARY_TAG)
     return rc
 
 

@@ -48,19 +48,28 @@ class WorkerDelay:
                 "(run as root, without --no-isolate)")
         assert self.profile.delay_ms is not None
         before = probe_connect_ms(worker.host, worker.webui_port)
-        self._delay = PacketDelay(worker.netns, self.profile.delay_ms, run.run_dir)
+        # Hard cap: the holder ends the delay by itself this long after T2 whatever
+        # happens to pgval (the failure phase plus a margin for a late removal).
+        cap_s = 1.5 * run.config.phase_seconds + 60
+        self._delay = PacketDelay(worker.netns, self.profile.delay_ms, run.run_dir,
+                                  max_seconds=cap_s)
         detail = self._delay.inject()
         after = probe_connect_ms(worker.host, worker.webui_port,
                                  timeout_s=max(5.0, 4 * self.profile.delay_ms / 1000))
         return {"target": worker.name, **detail, **self.profile.describe(),
                 "probe_connect_ms_before": before, "probe_connect_ms_after": after}
 
-    def remove(self, run: Experiment) -> dict[str, Any]:
+    def remove(self, run: Experiment, restore: bool = True) -> dict[str, Any]:
+        """End the delay (also at teardown: a delay is never left in place)."""
         if self._delay is None:
             return {}
         detail = self._delay.remove()
         self._delay = None
         return detail
+
+    def problem(self) -> str | None:
+        """Why the delay stopped acting before T3 (its holder died), or None."""
+        return self._delay.problem() if self._delay is not None else None
 
 
 def probe_connect_ms(host: str, port: int, timeout_s: float = 5.0) -> float | None:

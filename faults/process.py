@@ -36,10 +36,13 @@ class WorkerCrash:
                 "worker_pid": worker.pid, "executor_pids": executors,
                 "left_alive": worker.group_pids()}
 
-    def remove(self, run: Experiment) -> dict[str, Any]:
+    def remove(self, run: Experiment, restore: bool = True) -> dict[str, Any]:
+        """Restart the worker at T3; at teardown (``restore=False``) there is nothing to undo."""
         if not self._killed:
             return {}
         self._killed = False
+        if not restore:
+            return {"target": f"worker {self.target}", "restarted": False}
         worker = run.spark_worker(self.target)
         t0 = time.monotonic()
         worker.restart()
@@ -60,10 +63,12 @@ class DriverCrash:
         self._killed = True
         return {"mechanism": "SIGKILL process group", "target": "driver", "driver_pid": pid}
 
-    def remove(self, run: Experiment) -> dict[str, Any]:
+    def remove(self, run: Experiment, restore: bool = True) -> dict[str, Any]:
         if not self._killed:
             return {}
         self._killed = False
+        if not restore:
+            return {"target": "driver", "restarted": False}
         assert run.driver is not None
         start_s = run.driver.start()
         return {"target": "driver", "restarted_pid": run.driver.proc.pid if run.driver.proc

@@ -397,8 +397,10 @@ class PumbaFault:
 
     def _paths(self, run: Any) -> tuple[Path, Path | None]:
         run_dir = getattr(run, "run_dir", None)
-        base = self._log_dir or (Path(run_dir) / "faults" if run_dir else
-                                 Path(tempfile.gettempdir()) / "pgval-faults")
+        if self._log_dir is None and not run_dir:
+            # No predictable shared /tmp path: a private directory per fault.
+            self._log_dir = Path(tempfile.mkdtemp(prefix="pgval-faults-"))
+        base = self._log_dir or Path(run_dir) / "faults"
         pid_dir = Path(run_dir) / "pids" if run_dir else None
         return base / f"pumba-{self.kind}-{self.target}.log", pid_dir
 
@@ -422,13 +424,14 @@ class PumbaFault:
             return self._inject_kill(run, container)
         return self._inject_delay(run, container)
 
-    def remove(self, run: Any = None) -> dict[str, Any]:
-        """Undo the fault; safe to call twice and after a failed inject."""
+    def remove(self, run: Any = None, restore: bool = True) -> dict[str, Any]:
+        """Undo the fault; safe to call twice and after a failed inject. At teardown
+        (``restore=False``) a killed container is not started again just to be stopped."""
         if not self._injected and self._proc is None:
             return {}
         self._injected = False
         if self.kind == "kill":
-            return self._remove_kill()
+            return self._remove_kill() if restore else {**self._base(), "restart": False}
         return self._remove_delay()
 
     # -- kill

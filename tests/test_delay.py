@@ -314,30 +314,61 @@ time.sleep(600)
 
 
 @pytest.mark.cluster
-def test_cleanup_after_injector_sigkill(worker_ns, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_delay_dies_with_its_injector(worker_ns, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL of the injecting pgval: within 5 s no holder, no rule, no delay is left
+    (PR_SET_PDEATHSIG + the owner check), with nobody running `pgval cleanup`."""
     layout, ns = worker_ns
     inj = subprocess.Popen([sys.executable, "-c", INJECTOR, ns.name, str(D_MS), str(tmp_path)],
                            stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert inj.stdout is not None
         info = json.loads(inj.stdout.readline())
+        assert p50(ping(ns.ip, count=10)) >= 2 * D_MS - 1  # in force while its owner lives
     finally:
         os.kill(inj.pid, signal.SIGKILL)
         inj.wait(timeout=10)
-    assert p50(ping(ns.ip, count=10)) >= 2 * D_MS - 1  # the delay outlives its injector
-    holders = [p for p, t in delay.holder_processes() if t == ns.name]
+    killed = time.monotonic()
     if info["mechanism"] == "nfqueue":
-        assert holders == [info["holder_pid"]]
-        assert len(rules_with_comment(*_places(layout))) == 3
-
-    removed = delay.cleanup_delays(prefix=f"{netns.NS_PREFIX}{layout.suffix}-")
-    assert removed, "cleanup found nothing to remove"
-    assert rules_with_comment(*_places(layout)) == []
-    for pid in holders:
-        wait_until(lambda pid=pid: gone(pid), 5, f"holder {pid} to exit")
+        wait_until(lambda: gone(info["holder_pid"]), 5, "the holder to follow its owner")
+        wait_until(lambda: rules_with_comment(*_places(layout)) == [], 5,
+                   "the holder to delete its rules")
+    assert time.monotonic() - killed < 5.5
     assert [p for p, t in delay.holder_processes() if t == ns.name] == []
     assert p50(ping(ns.ip)) < 5.0
     assert delay.cleanup_delays(prefix=f"{netns.NS_PREFIX}{layout.suffix}-") == []
+
+
+@pytest.mark.cluster
+def test_holder_ends_the_delay_at_its_time_cap(worker_ns, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    layout, ns = worker_ns
+    pd = delay.PacketDelay(ns.name, D_MS, tmp_path, mechanism="nfqueue", max_seconds=2)
+    pd.inject()
+    assert pd.problem() is None
+    assert p50(ping(ns.ip, count=10)) >= 2 * D_MS - 1
+    assert pd.holder is not None
+    wait_until(lambda: not pd.holder.alive(), 6, "the holder to stop at its cap")  # type: ignore[union-attr]
+    assert rules_with_comment(*_places(layout)) == []
+    assert p50(ping(ns.ip)) < 5.0
+    assert "max 2 s reached" in (pd.problem() or "")  # the run would be recorded unknown
+    pd.remove()
+
+
+@pytest.mark.cluster
+def test_a_full_queue_fails_open(worker_ns, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A holder alive but stalled (SIGSTOP) with an 8-packet queue: the kernel accepts the
+    overflow unqueued (NFQA_CFG_F_FAIL_OPEN) instead of dropping everything."""
+    layout, ns = worker_ns
+    pd = delay.PacketDelay(ns.name, D_MS, tmp_path, mechanism="nfqueue", max_held=8)
+    pd.inject()
+    assert pd.holder is not None
+    try:
+        os.kill(pd.holder.pid, signal.SIGSTOP)
+        replies = ping(ns.ip, count=40)
+        assert len([r for r in replies if r < D_MS]) >= 10, replies
+    finally:
+        os.kill(pd.holder.pid, signal.SIGCONT)
+        pd.remove()
+    assert rules_with_comment(*_places(layout)) == []
 
 
 @pytest.mark.cluster
@@ -365,6 +396,7 @@ def test_dead_holder_fails_open(worker_ns, tmp_path: Path) -> None:  # type: ign
         assert pd.holder is not None
         os.kill(pd.holder.pid, signal.SIGKILL)
         wait_until(lambda: not pd.holder.alive(), 5, "the holder to die")  # type: ignore[union-attr]
+        assert "exited early" in (pd.problem() or "")  # seen, so the run becomes unknown
         assert len(rules_with_comment(*_places(layout))) == 3  # rules still there ...
         assert p50(ping(ns.ip)) < 5.0  # ... but traffic flows undelayed
         # A new delay on the same namespace clears the stale rules instead of being bypassed.
