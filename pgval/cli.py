@@ -477,7 +477,7 @@ def cluster_up(run_dir: Path, brokers: int, partitions: int, workers: int,
     if (read_state(run_dir) or {}).get("complete"):
         raise UserError(f"a cluster is already up in {run_dir}; run `pgval cluster down` first")
     c = LocalCluster(run_dir, ClusterConfig(brokers=brokers, partitions=partitions,
-                                            workers=workers, isolate=isolate))
+                                            workers=workers, isolate=isolate), held=True)
     with console.status("starting Kafka and Spark…"):
         c.start()
     info = c.describe()
@@ -515,15 +515,25 @@ def cluster_down(run_dir: Path) -> None:
 
 
 @main.command()
-@click.option("--runs", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
-              show_default=True, help="Folder holding run directories.")
-def cleanup(runs: Path) -> None:
-    """Stop everything a killed pgval left behind: processes, namespaces (and faults)."""
-    from pgval.runtime.cluster import cleanup_runs
+@click.option("--runs", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder holding run directories [default: $PGVAL_RUNS or runs].")
+@click.option("--force", is_flag=True,
+              help="Also stop live runs and clusters held by `pgval cluster up`.")
+def cleanup(runs: Path | None, force: bool) -> None:
+    """Remove what killed pgval runs left behind (processes, delays, namespaces); live
+    runs and held clusters are spared unless --force."""
+    import os
 
-    stopped = cleanup_runs(runs)
-    console.print("\n".join(f"removed {s}" for s in stopped) if stopped
-                  else "nothing left behind")
+    from pgval.runtime.cleanup import cleanup as do_cleanup
+
+    root = runs or Path(os.environ.get("PGVAL_RUNS", "runs"))
+    report = do_cleanup(root, force=force)
+    for line in report.removed:
+        console.print(f"removed {line}")
+    for line in report.spared:
+        console.print(f"left alone: {line}")
+    if not report.removed:
+        console.print("nothing left behind by dead runs")
 
 
 @main.command("setup-jars")
@@ -571,11 +581,22 @@ def bench_offline(events: int, workdir: Path) -> None:
 
 
 def run() -> None:
-    """Entry point that turns plain runtime errors into one line and exit code 1."""
+    """Entry point: plain runtime and Kafka errors become one line and exit code 1; INT,
+    TERM and HUP stop the command through its teardown (pgval.runtime.signals)."""
+    from confluent_kafka import KafkaException
+
+    from pgval.runtime import signals
+
     try:
-        main(standalone_mode=True)
+        with signals.handled():
+            main(standalone_mode=True)
     except RuntimeErrorPlain as exc:
         err_console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(1)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else exc
+        why = err.str() if hasattr(err, "str") else str(err)
+        err_console.print(f"[bold red]error:[/] Kafka: {why}")
         sys.exit(1)
 
 

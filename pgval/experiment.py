@@ -36,10 +36,8 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -59,6 +57,7 @@ from pgval.faults import (
     timeouts_fired,
 )
 from pgval.phases import Phases
+from pgval.runtime import signals
 from pgval.runtime.cluster import ClusterConfig, LocalCluster
 from pgval.runtime.driver import DriverProcess, DriverSpec
 from pgval.runtime.kafka import TopicRecords, read_topic
@@ -157,13 +156,16 @@ class Status:
 
 
 class FaultHooks(Protocol):
-    """A fault: injected at T2, removed at T3; ``remove`` must be safe to call twice."""
+    """A fault: injected at T2, removed at T3; ``remove`` must be safe to call twice, and
+    after an interrupted ``inject``. ``restore=False`` (teardown) undoes what would
+    outlive the run (a delay) without restoring what teardown stops anyway (no restart
+    of a crashed worker just to stop it)."""
 
     name: str
 
     def inject(self, run: Experiment) -> dict[str, Any]: ...
 
-    def remove(self, run: Experiment) -> dict[str, Any]: ...
+    def remove(self, run: Experiment, restore: bool = True) -> dict[str, Any]: ...
 
 
 class NoFault:
@@ -172,7 +174,7 @@ class NoFault:
     def inject(self, run: Experiment) -> dict[str, Any]:
         return {}
 
-    def remove(self, run: Experiment) -> dict[str, Any]:
+    def remove(self, run: Experiment, restore: bool = True) -> dict[str, Any]:
         return {}
 
 
@@ -250,16 +252,19 @@ class Experiment:
                                  params={**cfg.to_dict(), **self.extra_params,
                                          "run_dir": str(self.run_dir)}) if store else None
         wall0 = time.monotonic()
-        try:
-            with _terminate_as_interrupt():
+        with signals.handled():
+            try:
+                self._preflight()
                 result = self._run(run_id)
-        except BaseException as exc:
-            if store and run_id is not None:
-                status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                store.fail_run(run_id, str(exc) or type(exc).__name__, status=status)
-            raise
-        finally:
-            self._teardown()
+            except BaseException as exc:
+                with signals.shielded():
+                    self._teardown()
+                    if store and run_id is not None:
+                        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                        store.fail_run(run_id, str(exc) or type(exc).__name__, status=status)
+                raise
+            with signals.shielded():
+                self._teardown()
         if self.fault.name != "none":
             self.fault_log.append({"step": "timeouts", "fault": self.fault.name,
                                    "target": self.target, **self.profile.describe(),
@@ -284,6 +289,17 @@ class Experiment:
         if not cfg.keep_data:
             remove_run_data(self.run_dir)
         return result
+
+    def _preflight(self) -> None:
+        """Refuse, before anything is deployed, a run that could only fail at T2."""
+        cfg = self.config
+        if cfg.fault.startswith("delay") and cfg.deploy != "compose":
+            if os.geteuid() != 0:
+                raise RuntimeErrorPlain(f"--fault {cfg.fault} needs root (it puts the worker "
+                                        "in a network namespace and changes its packet path)")
+            if cfg.cluster.isolate is False:
+                raise RuntimeErrorPlain(f"--fault {cfg.fault} needs the workers in their own "
+                                        "network namespaces; drop --no-isolate")
 
     def _run(self, run_id: int | None) -> ExperimentResult:
         cfg = self.config
@@ -413,22 +429,37 @@ class Experiment:
                     self.driver.check()
                 except RuntimeErrorPlain as exc:
                     raise _DriverDied(str(exc)) from exc
+            if injected and not removed:
+                self._check_fault()
             time.sleep(1.0)
 
-    def _fault_step(self, step: str, intended_ms: int) -> None:
+    def _check_fault(self) -> None:
+        """Record (once) a fault that stopped acting before T3, e.g. a dead packet holder:
+        the run then cannot claim the failure phase was delayed (a validity reason)."""
+        problem = getattr(self.fault, "problem", None)
+        why = problem() if callable(problem) else None
+        if why and not any(e.get("step") == "holder-died" for e in self.fault_log):
+            self.fault_log.append({"step": "holder-died", "fault": self.fault.name,
+                                   "actual_ms": _now_ms(), "error": why})
+
+    def _fault_step(self, step: str, intended_ms: int, restore: bool = True) -> None:
+        """Inject or remove, logged as one step: the entry exists before the fault acts,
+        so an interrupt at any point of ``inject`` still leads teardown to remove it."""
         if self.fault.name == "none":
             return
         entry: dict[str, Any] = {"step": step, "fault": self.fault.name,
                                  "intended_ms": intended_ms, "actual_ms": _now_ms()}
+        if not restore:
+            entry["teardown"] = True
+        self.fault_log.append(entry)
         try:
-            detail = (self.fault.inject(self) if step == "inject" else self.fault.remove(self))
+            detail = (self.fault.inject(self) if step == "inject"
+                      else self.fault.remove(self, restore=restore))
             entry.update(detail or {})
             entry["done_ms"] = _now_ms()
-        except Exception as exc:
-            entry["error"] = str(exc)
-            self.fault_log.append(entry)
+        except BaseException as exc:
+            entry["error"] = str(exc) or type(exc).__name__
             raise
-        self.fault_log.append(entry)
 
     def _write_control_events(self, event_ts: int, first_id: int, per_resource: int = 1,
                               step_ms: int = 0) -> int:
@@ -629,11 +660,16 @@ class Experiment:
 
     # ------------------------------------------------------------------ cleanup
     def _teardown(self) -> None:
-        """Remove the fault, stop generators, driver and cluster — whatever exists."""
-        with contextlib.suppress(Exception):
-            if any(e["step"] == "inject" for e in self.fault_log) and not any(
-                    e["step"] == "remove" for e in self.fault_log):
-                self._fault_step("remove", _now_ms())
+        """Remove the fault, stop generators, driver and cluster — whatever exists.
+
+        Run under :func:`signals.shielded`. A fault whose injection began and that was
+        not removed without error is removed (never restored: a crashed worker is not
+        restarted just to be stopped); a failed removal is logged as such.
+        """
+        removed_ok = any(e["step"] == "remove" and not e.get("error") for e in self.fault_log)
+        if any(e["step"] == "inject" for e in self.fault_log) and not removed_ok:
+            with contextlib.suppress(Exception):
+                self._fault_step("remove", _now_ms(), restore=False)
         if self.generators is not None:
             with contextlib.suppress(Exception):
                 self.generators.close()
@@ -711,23 +747,6 @@ def _now_ms() -> int:
 
 class _DriverDied(Exception):
     """The driver exited on its own during the timeline (outside a driver-crash fault)."""
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C, so ``finally`` blocks stop everything either way."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def default_run_dir(base: Path | None = None) -> Path:

@@ -213,6 +213,11 @@ def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
     for item in args.conf:
         key, value = item.split("=", 1)
         conf[key] = value
+    secret_file = os.environ.get("PGVAL_SPARK_SECRET_FILE")
+    if secret_file:  # the embedded cluster's per-run secret (never on a command line)
+        with open(secret_file) as fh:
+            conf["spark.authenticate"] = "true"
+            conf["spark.authenticate.secret"] = fh.read().strip()
     return conf
 
 
@@ -284,7 +289,8 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
               topology=args.topology, pg=args.pg, pid=os.getpid(),
               session_s=round(session_s, 3), startup_s=round(started_s, 3),
               spark_version=spark.version, conf={k: v for k, v in conf.items()
-                                                 if k != "spark.jars"},
+                                                 if k not in ("spark.jars",
+                                                              "spark.authenticate.secret")},
               **({"sabotage": str(args.sabotage)} if args.sabotage is not None else {}))
     print(json.dumps({"event": "started", "startup_s": round(started_s, 3)}), flush=True)
     return query, spark, sink

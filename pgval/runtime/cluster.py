@@ -2,21 +2,32 @@
 
 Start order matters: Spark first, because with isolation it creates the bridge
 whose address Kafka must listen on (executors in worker namespaces cannot reach
-the root namespace's 127.0.0.1). Stop order is the reverse. A ``state.json`` in
-the run directory lets ``pgval cluster status/down`` work from another process.
+the root namespace's 127.0.0.1). Stop order is the reverse.
+
+``state.json`` in the run directory is written FIRST, before any process or namespace
+exists: its owner (pid + start time), the namespace prefix about to be used and the
+reaper watching the owner (:mod:`pgval.runtime.reaper`). It is updated as parts come up
+and removed only when everything stopped, so a kill at any moment leaves a record that
+``pgval cleanup`` (and the reaper) can act on, and ``pgval cluster status/down`` work
+from another process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.runtime import netns
+from pgval.runtime import netns, ownership
 from pgval.runtime.kafka import KafkaCluster
+from pgval.runtime.owner import Owner
 from pgval.runtime.procs import RuntimeErrorPlain, kill_recorded
 from pgval.runtime.spark import SparkCluster
 from pgval.schema import OUTPUT_TOPIC
@@ -38,14 +49,24 @@ class ClusterConfig:
 
 
 class LocalCluster:
-    """Kafka + Spark on this machine, stopped on error, exit and Ctrl-C (use ``with``)."""
+    """Kafka + Spark on this machine, stopped on error, exit and Ctrl-C (use ``with``).
 
-    def __init__(self, run_dir: Path, config: ClusterConfig | None = None) -> None:
+    ``held=True`` (``pgval cluster up``): the cluster outlives the command that started
+    it, so it gets no reaper and belongs to its record until ``pgval cluster down``.
+    """
+
+    def __init__(self, run_dir: Path, config: ClusterConfig | None = None,
+                 held: bool = False) -> None:
         self.run_dir = Path(run_dir).resolve()
         self.config = config or ClusterConfig()
+        self.held = held
         self.spark: SparkCluster | None = None
         self.kafka: KafkaCluster | None = None
         self.timings: dict[str, float] = {}
+        self.owner = Owner.me()
+        self.netns_suffix = netns.new_suffix()
+        self.reaper: subprocess.Popen[bytes] | None = None
+        self._stage = "new"
 
     def start(self) -> LocalCluster:
         cfg = self.config
@@ -56,13 +77,20 @@ class LocalCluster:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         try:
+            self._stage = "starting"
+            self._write_state()  # first: whatever is created next can be found again
+            if not self.held:
+                self.reaper = start_reaper(self.run_dir, self.owner)
+                self._write_state()
             self.spark = SparkCluster(self.run_dir, workers=cfg.workers,
                                       cores_per_worker=cfg.cores_per_worker,
                                       worker_memory=cfg.worker_memory, isolate=cfg.isolate,
-                                      extra_conf=cfg.spark_daemon_conf)
+                                      extra_conf=cfg.spark_daemon_conf,
+                                      netns_suffix=self.netns_suffix)
             self.spark.start()
             self.timings["spark_start_s"] = time.monotonic() - t0
-            self._write_state(partial=True)  # so `pgval cleanup` finds the namespaces
+            self._stage = "spark up"
+            self._write_state()
             t1 = time.monotonic()
             self.kafka = KafkaCluster(self.run_dir, brokers=cfg.brokers,
                                       partitions=cfg.partitions, host=self.spark.driver_host,
@@ -71,15 +99,26 @@ class LocalCluster:
             self.kafka.ensure_experiment_topics([OUTPUT_TOPIC])
             self.timings["kafka_start_s"] = time.monotonic() - t1
         except BaseException:
-            self.stop()
+            from pgval.runtime.signals import shielded
+
+            with shielded():
+                self.stop()
             raise
         self.timings["cluster_start_s"] = time.monotonic() - t0
+        self._stage = "up"
         self._write_state()
+        if self.held and self.spark.net is not None:
+            ownership.register_netns(self.netns_suffix, self.run_dir, held=True)
         return self
 
     def stop(self) -> None:
-        """Stop everything this cluster started; idempotent."""
+        """Stop everything this cluster started; idempotent.
+
+        ``state.json`` and the reaper stay when a part failed to stop: the record is what
+        lets ``pgval cleanup`` (or the reaper, once this process exits) finish the job.
+        """
         errors = []
+        self._stage = "stopping"
         for part in (self.kafka, self.spark):
             if part is None:
                 continue
@@ -87,9 +126,15 @@ class LocalCluster:
                 part.stop()
             except Exception as exc:  # keep stopping the rest
                 errors.append(str(exc))
-        (self.run_dir / "state.json").unlink(missing_ok=True)
         if errors:
+            self._stage = "stop failed"
+            with contextlib.suppress(OSError):
+                self._write_state()
             raise RuntimeErrorPlain("stopping the cluster failed: " + "; ".join(errors))
+        (self.run_dir / "state.json").unlink(missing_ok=True)
+        self._stage = "stopped"
+        stop_reaper(self.reaper)
+        self.reaper = None
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -117,9 +162,45 @@ class LocalCluster:
             "timings": self.timings,
         }
 
-    def _write_state(self, partial: bool = False) -> None:
-        state = {**self.describe(), "complete": not partial}
-        (self.run_dir / "state.json").write_text(json.dumps(state, indent=1))
+    def _write_state(self) -> None:
+        """Atomically replace ``state.json`` (a reader never sees half a file)."""
+        spark_up = self.spark is not None and self.spark.master is not None
+        state = {**(self.describe() if spark_up else {"config": asdict(self.config)}),
+                 "owner": self.owner.as_dict(), "held": self.held, "stage": self._stage,
+                 "complete": self._stage == "up",
+                 "netns_prefix": f"{netns.NS_PREFIX}{self.netns_suffix}-",
+                 "reaper_pid": self.reaper.pid if self.reaper is not None else None}
+        path = self.run_dir / "state.json"
+        tmp = path.with_name("state.json.tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(path)
+
+
+def start_reaper(run_dir: Path, owner: Owner) -> subprocess.Popen[bytes]:
+    """Start the watcher that cleans ``run_dir`` up if ``owner`` dies (own session)."""
+    from pgval.runtime.reaper import MODULE
+
+    log = run_dir / "logs" / "reaper.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", MODULE, "--run-dir", str(run_dir),
+             "--owner-pid", str(owner.pid), "--owner-start", str(owner.start)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+
+
+def stop_reaper(reaper: subprocess.Popen[bytes] | None) -> None:
+    """The owner is done: end its reaper quietly (and reap it, no zombie)."""
+    if reaper is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        reaper.send_signal(signal.SIGTERM)
+    try:
+        reaper.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait(timeout=5)
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:
@@ -133,7 +214,8 @@ def force_down(run_dir: Path) -> list[str]:
     """Stop whatever a (possibly killed) pgval left in ``run_dir``; remove its namespaces.
 
     Only this run's namespaces are removed (their prefix is in ``state.json``), so other
-    runs on the same host are left alone.
+    runs on the same host are left alone. ``state.json`` goes last, and only when nothing
+    of the run is left, so a failed attempt can be repeated.
     """
     state = read_state(run_dir) or {}
     stopped = kill_recorded(Path(run_dir) / "pids")
@@ -143,7 +225,11 @@ def force_down(run_dir: Path) -> list[str]:
 
         stopped += [f"delay {d}" for d in cleanup_delays(prefix)]
         stopped += [f"netns {n}" for n in netns.cleanup_all(prefix)]
-    (Path(run_dir) / "state.json").unlink(missing_ok=True)
+        suffix = prefix[len(netns.NS_PREFIX):].rstrip("-")
+        if not any(n.startswith(prefix) for n in netns.list_namespaces()):
+            ownership.unregister_netns(suffix)
+    if not [name for name, alive in cluster_processes(run_dir) if alive]:
+        (Path(run_dir) / "state.json").unlink(missing_ok=True)
     return stopped
 
 
@@ -165,14 +251,3 @@ def cluster_processes(run_dir: Path) -> list[tuple[str, bool]]:
             alive = True
         out.append((str(info.get("name", pgid)), alive))
     return out
-
-
-def cleanup_runs(runs_root: Path) -> list[str]:
-    """``pgval cleanup``: force every run directory under ``runs_root`` down."""
-    stopped: list[str] = []
-    root = Path(runs_root)
-    if not root.is_dir():
-        return stopped
-    for pid_dir in sorted(root.glob("**/pids")):
-        stopped += force_down(pid_dir.parent)
-    return stopped

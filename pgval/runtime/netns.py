@@ -48,14 +48,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pgval.runtime.procs import RuntimeErrorPlain, file_lock
+from pgval.runtime import ownership
+from pgval.runtime.procs import RuntimeErrorPlain
 
 NS_PREFIX = "pgval-"
 LINK_PREFIX = "pgv"
 BRIDGE_PREFIX = "pgvbr"
 NET_BASE = "10.213"
 NETNS_ETC = Path("/etc/netns")
-_LOCK_FILE = Path("/tmp/pgval-netns.lock")
 _SUFFIX_RE = re.compile(r"^(?!br)[a-z0-9]{1,8}$")
 _IP_TIMEOUT_S = 15.0
 
@@ -187,7 +187,7 @@ def _no_forwarding(dev: str) -> None:
 
 def _host_lock() -> contextlib.AbstractContextManager[None]:
     """Serialise subnet choice + bridge creation between concurrent pgval runs."""
-    return file_lock(_LOCK_FILE)
+    return ownership.host_lock("netns")
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,8 @@ class NetLayout:
     """A bridge plus per-worker namespaces for one run; create with :meth:`create`."""
 
     suffix: str = field(default_factory=new_suffix)
+    #: Recorded with the owner in /run/pgval/netns, so `pgval cleanup` can tell live runs.
+    run_dir: Path | None = None
     octet: int | None = None
     namespaces: dict[int, WorkerNs] = field(default_factory=dict)
     _bridge_up: bool = False
@@ -240,6 +242,7 @@ class NetLayout:
         with _host_lock():
             if self.bridge in list_links():
                 raise RuntimeErrorPlain(f"bridge {self.bridge} already exists (suffix reused?)")
+            ownership.register_netns(self.suffix, self.run_dir)  # before anything exists
             self.octet = pick_subnet(self.suffix)
             try:
                 _ip("link", "add", self.bridge, "type", "bridge")
@@ -297,6 +300,9 @@ class NetLayout:
         for index in list(self.namespaces):
             self.remove_namespace(index)
         cleanup_all(prefix=f"{NS_PREFIX}{self.suffix}-")
+        if not [n for n in list_namespaces() if n.startswith(f"{NS_PREFIX}{self.suffix}-")] \
+                and self.bridge not in list_links():
+            ownership.unregister_netns(self.suffix)  # kept while anything of it remains
         self._bridge_up = False
 
     def __enter__(self) -> NetLayout:

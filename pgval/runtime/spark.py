@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,10 @@ EXECUTOR_MARKER = b"CoarseGrainedExecutorBackend"
 DAEMON_MEMORY = "256m"
 # Serial GC: 2 cores shared by ~6 JVMs; parallel GC threads only add contention.
 DAEMON_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k"
+#: Spark's SecurityManager.ENV_AUTH_SECRET: daemons and executors read the secret here.
+SECRET_ENV = "_SPARK_AUTH_SECRET"
+#: Tells the pgval driver where the cluster's secret file is (it sets spark.authenticate*).
+SECRET_FILE_ENV = "PGVAL_SPARK_SECRET_FILE"
 NS_WORKER_WEBUI_PORT = 8081  # every namespace has its own port space
 
 
@@ -212,6 +217,17 @@ def _stop_quietly(h: WorkerHandle) -> None:
         h.stop(grace_s=5.0)
 
 
+def write_secret(path: Path) -> str:
+    """A fresh random secret in ``path`` (mode 0600, never following a planted link)."""
+    secret = secrets.token_hex(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret)
+    return secret
+
+
 class SparkCluster:
     """Spark standalone master + workers for one run; use as a context manager."""
 
@@ -224,6 +240,8 @@ class SparkCluster:
         isolate: bool | None = None,
         extra_conf: Mapping[str, str] | None = None,
         start_timeout_s: float = 120.0,
+        netns_suffix: str | None = None,
+        authenticate: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir).resolve()
         self.n_workers = workers
@@ -232,6 +250,12 @@ class SparkCluster:
         self.extra_conf = dict(extra_conf or {})
         self.start_timeout_s = start_timeout_s
         self._isolate_req = isolate
+        self.netns_suffix = netns_suffix or netns.new_suffix()
+        #: spark.authenticate with a fresh secret per cluster: without it any local user
+        #: could submit an application to a master running as root.
+        self.authenticate = authenticate
+        self.secret_file = self.run_dir / "spark" / "auth-secret"
+        self._secret = ""
         self.isolated = False
         self.net: netns.NetLayout | None = None
         self.master: Managed | None = None
@@ -265,12 +289,15 @@ class SparkCluster:
 
         PySpark ships the driver's ``PYSPARK_PYTHON`` (default ``python3``) to executors.
         """
-        return {
+        env = {
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "SPARK_LOCAL_IP": self.driver_host,
             "SPARK_LOCAL_HOSTNAME": self.driver_host,
         }
+        if self._secret:
+            env[SECRET_FILE_ENV] = str(self.secret_file)  # the path; the driver reads it
+        return env
 
     def driver_conf(self) -> dict[str, str]:
         """Spark conf a driver needs to join this cluster (add spark.cores.max etc. yourself)."""
@@ -301,8 +328,10 @@ class SparkCluster:
         self.isolated = self._decide_isolation()
         for d in (self.spark_dir / "conf", self.spark_dir / "logs", self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
+        if self.authenticate:
+            self._secret = write_secret(self.secret_file)
         if self.isolated:
-            self.net = netns.NetLayout().create()
+            self.net = netns.NetLayout(self.netns_suffix, run_dir=self.run_dir).create()
             self.master_host = self.net.bridge_ip
         self.master_port = free_port(self.master_host)
         self.master_webui_port = free_port(self.master_host)
@@ -326,9 +355,33 @@ class SparkCluster:
         # Workers that miss the master back off 5-15 s before retrying: wait for it first.
         wait_for_port(self.master_host, self.master_port, self.start_timeout_s, self.master)
         wait_for_port(self.master_host, self.master_webui_port, 30.0, self.master)
+        self._check_master_port()
         for h, (wargv, wenv) in zip(self.workers, launches, strict=True):
             self._spawn_worker(h, wargv, wenv)
         self._wait_registered(self.workers, self.start_timeout_s)
+
+    def _check_master_port(self, timeout_s: float = 30.0) -> None:
+        """The master really listens on the port we gave it (spark.port.maxRetries=0 makes
+        it fail instead of moving to port+1; the port being open may be someone else's)."""
+        assert self.master is not None
+        deadline = time.monotonic() + timeout_s
+        pattern = re.compile(r"Successfully started service 'sparkMaster' on port (\d+)")
+        while time.monotonic() < deadline:
+            m = pattern.search(self.master.log_tail(200))
+            if m:
+                if int(m.group(1)) != self.master_port:  # only with maxRetries overridden
+                    raise RuntimeErrorPlain(f"the Spark master took port {m.group(1)} instead of "
+                                            f"{self.master_port}")
+                return
+            if not self.master.alive():
+                bound = "BindException" in self.master.log_tail(200)
+                raise RuntimeErrorPlain(
+                    f"port {self.master_port} on {self.master_host} is taken by another "
+                    "process; the Spark master cannot listen there" if bound else
+                    f"the Spark master exited at start; see {self.master.log_path}")
+            time.sleep(0.1)
+        raise RuntimeErrorPlain(f"the Spark master did not confirm its port within "
+                                f"{timeout_s:.0f} s; see {self.master.log_path}")
 
     def _decide_isolation(self) -> bool:
         if self._isolate_req is False:
@@ -340,7 +393,10 @@ class SparkCluster:
 
     def _env(self, local_ip: str, opts_var: str, work_dir: Path | None = None) -> dict[str, str]:
         """Env for a daemon; SPARK_LOCAL_HOSTNAME=IP so nothing ever advertises a hostname."""
-        conf = " ".join(f"-D{k}={v}" for k, v in self.extra_conf.items())
+        daemon_conf = {"spark.port.maxRetries": "0", **self.extra_conf}
+        if self._secret:
+            daemon_conf["spark.authenticate"] = "true"
+        conf = " ".join(f"-D{k}={v}" for k, v in daemon_conf.items())
         env = {
             "SPARK_HOME": str(spark_home()),
             # load-spark-env.sh exports these; the worker's own launcher (building executor
@@ -357,6 +413,10 @@ class SparkCluster:
             opts_var: conf,
             "PYSPARK_PYTHON": sys.executable,
         }
+        if self._secret:
+            # In the environment, not on the command line: /proc/<pid>/environ is readable
+            # by the owner only. The worker hands it on to executors the same way.
+            env[SECRET_ENV] = self._secret
         if work_dir is not None:
             env["SPARK_WORKER_DIR"] = str(work_dir)
         return env
