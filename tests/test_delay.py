@@ -27,6 +27,7 @@ from pgval.faults import delay
 from pgval.faults.holder import Schedule
 from pgval.runtime import netns
 from pgval.runtime.procs import RuntimeErrorPlain
+from tests.conftest import wait_until
 
 D_MS = 100
 
@@ -111,14 +112,6 @@ def gone(pid: int) -> bool:
     except OSError:
         return True
     return state in ("Z", "X")
-
-
-def wait_until(cond, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- the schedule (no root needed) ---------------------------------------------------------

@@ -5,14 +5,13 @@ reported, not prescribed — except where a guarantee is claimed (e1 must not du
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from pgval.experiment import Experiment, ExperimentConfig, ExperimentResult
-from pgval.runtime import netns
-from pgval.runtime.cluster import ClusterConfig, cluster_processes
+from pgval.runtime.cluster import ClusterConfig
+from tests.conftest import processes_mentioning, wait_until
 
 pytestmark = pytest.mark.cluster
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="packet delay needs root "
@@ -46,16 +45,8 @@ def check_consistent(result: ExperimentResult) -> None:
 
 
 def check_nothing_left(run_dir: Path) -> None:
-    assert all(not alive for _, alive in cluster_processes(run_dir))
-    out = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
-    assert out.stdout.strip() == ""
-    if os.geteuid() == 0:
-        for ns in [None, *netns.list_namespaces()]:
-            prefix = [] if ns is None else ["ip", "netns", "exec", ns]
-            for table in ("filter", "mangle"):
-                rules = subprocess.run([*prefix, "iptables-legacy", "-t", table, "-S"],
-                                       capture_output=True, text=True).stdout
-                assert "pgval-delay" not in rules, (ns, table, rules)
+    """No process of the run survives; rules, holders and namespaces: tests/conftest.py."""
+    wait_until(lambda: not processes_mentioning(str(run_dir)), 15, "the run's processes")
 
 
 def steps(result: ExperimentResult) -> dict[str, dict]:

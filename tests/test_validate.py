@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pgval.experiment import Experiment, ExperimentConfig
-from pgval.runtime import netns
-from pgval.runtime.cluster import ClusterConfig, cluster_processes
+from pgval.runtime.cluster import ClusterConfig
 from pgval.store import ResultsStore
+from tests.conftest import processes_mentioning, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -30,23 +30,14 @@ def small_config(topology: str, pg: str) -> ExperimentConfig:
 
 
 def assert_nothing_left(run_dir: Path) -> None:
-    assert all(not alive for _, alive in cluster_processes(run_dir)), cluster_processes(run_dir)
-    out = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
-    assert out.stdout.strip() == "", f"processes still running for {run_dir}: {out.stdout}"
-    if os.geteuid() == 0:
-        state_prefix = f"{netns.NS_PREFIX}"
-        leftovers = [n for n in netns.list_namespaces() if n.startswith(state_prefix)
-                     and n in {w for w in _recorded_namespaces(run_dir)}]
-        assert leftovers == []
-
-
-def _recorded_namespaces(run_dir: Path) -> set[str]:
-    names = set()
-    for pid_file in (run_dir / "pids").glob("*.json"):
-        info = json.loads(pid_file.read_text())
-        if info.get("netns"):
-            names.add(info["netns"])
-    return names
+    """No process of the run survives (command line or working directory under run_dir);
+    namespaces, links, rules and holders are checked for every cluster test by
+    tests/conftest.py."""
+    try:
+        wait_until(lambda: not processes_mentioning(str(run_dir)), 15, "the run's processes")
+    except AssertionError:
+        raise AssertionError(f"still running: {processes_mentioning(str(run_dir))}") from None
+    assert not (run_dir / "state.json").exists()
 
 
 CONTRACT = ("expected", "processed", "duplicate", "incorrect", "unprocessed", "malformed",

@@ -301,11 +301,15 @@ class SparkCluster:
 
     def driver_conf(self) -> dict[str, str]:
         """Spark conf a driver needs to join this cluster (add spark.cores.max etc. yourself)."""
-        return {
+        conf = {
             "spark.master": self.master_url,
             "spark.driver.host": self.driver_host,
             "spark.driver.bindAddress": self.driver_host,
         }
+        if self._secret:  # for a driver in this process (tests); never put on a command line
+            conf["spark.authenticate"] = "true"
+            conf["spark.authenticate.secret"] = self._secret
+        return conf
 
     # ---- lifecycle -------------------------------------------------------------------------
 
