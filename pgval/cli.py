@@ -378,7 +378,7 @@ def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw:
         task = progress.add_task("matrix", total=len(grid))
 
         def on_cell(cell, state, info):  # noqa: ANN001, ANN202
-            if state in ("complete", "skipped", "failed"):
+            if state in ("complete", "skipped", "taken", "failed"):
                 progress.advance(task)
             extra = ""
             if info and "reliability" in info:
@@ -388,11 +388,14 @@ def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw:
                     extra += f" [unknown: {'; '.join(info.get('validity_reasons', []))}]"
             elif info and "error" in info:
                 extra = f" error: {info['error']}"
+            if state == "taken":
+                state, extra = "skipped", " (being run by another pgval on this database)"
             progress.console.print(f"{cell.label():32} {state}{extra}")
 
         counts = run_matrix(base, grid, db, Path(str(kw["runs_dir"])), on_cell=on_cell,
                             rate_for=rate_for)
-    console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete, "
+    taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
+    console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
                   f"{counts['failed']} failed — results in {db}")
     if counts["failed"]:
         sys.exit(1)

@@ -248,17 +248,11 @@ class ResultsStore:
             self.db["runs"].update(run_id, {"status": status, "error": error,
                                             "finished_at": time.time()})
 
-    def make_run_dir(self, run_id: int, run_dir: Path) -> Path:
-        """Create the (new, never existing) directory of run ``run_id`` and record it.
-
-        Never an existing one: a retried cell must not inherit the old attempt's Kafka
-        data, checkpoint or appended logs."""
-        run_dir = Path(run_dir).resolve()
-        run_dir.mkdir(parents=True, exist_ok=False)
+    def set_params(self, run_id: int, params: Mapping[str, Any]) -> None:
+        """Replace a run's recorded parameters (a claimed row learns its run directory and
+        the configuration as the experiment completed it)."""
         with self.transaction():
-            self.db.execute("UPDATE runs SET params = json_set(coalesce(params, '{}'), "
-                            "'$.run_dir', ?) WHERE id = ?", [str(run_dir), run_id])
-        return run_dir
+            self.db["runs"].update(run_id, {"params": json.dumps(dict(params), default=str)})
 
     def finish_run(self, run_id: int, evaluation: Evaluation,
                    extra: Mapping[str, Any] | None = None,
