@@ -13,6 +13,7 @@ import click
 import orjson
 from rich.console import Console
 
+from pgval.dbfile import StoreError
 from pgval.faults import FAULTS
 from pgval.phases import Phases
 from pgval.runtime.procs import RuntimeErrorPlain
@@ -38,7 +39,18 @@ class UserError(click.ClickException):
         err_console.print(f"[bold red]error:[/] {self.format_message()}")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group; a results database that cannot be used is a :class:`UserError`
+    wherever a command meets it (``--db`` of any command)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            raise UserError(str(exc)) from exc
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pgval")
 def main() -> None:
     """Validate processing guarantees of stream-processing jobs, with evidence."""
@@ -87,14 +99,14 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         phases = Phases.parse(phases_text) if phases_text else Phases.unbounded()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    from pgval.store import ResultsStore
     from pgval.validity import Validity, evaluation_reasons
 
+    store = ResultsStore(db) if db is not None else None  # a bad --db: before the work
     ev = evaluate_files(topology, inputs, outputs, window_ms, phases)
     validity = Validity(evaluation_reasons(ev))
-    if db is not None:
-        from pgval.store import ResultsStore
-
-        run_id = ResultsStore(db).save_check(
+    if store is not None:
+        run_id = store.save_check(
             ev, params={"inputs": str(inputs), "outputs": str(outputs), "phases": phases_text})
         if not as_json:
             console.print(f"stored as run {run_id} in {db}")
@@ -182,6 +194,7 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
     from pgval.render import render_evaluation
     from pgval.runtime.cluster import ClusterConfig
 
+    _check_db(db)
     rate_value = _resolve_rate(rate, db, topology, pg)
     cfg = ExperimentConfig(
         topology=topology, pg=pg, fault=fault, target=target, delay_ms=delay_ms,
@@ -218,6 +231,14 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
     gen = result.generator
     console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
                   f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")
+
+
+def _check_db(db: Path) -> None:
+    """Open (create or migrate) the results database first: a bad --db is one line before
+    a run directory exists or a cluster starts."""
+    from pgval.store import ResultsStore
+
+    ResultsStore(db).close()
 
 
 def _sabotage_spec(text: str | None) -> str | None:
@@ -369,6 +390,7 @@ def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw:
     pg_list = _csv_choice(pgs, ("a1", "e1"), "pgs")
     fault_list = _csv_choice(faults, FAULTS, "faults")
     db = Path(str(kw["db"]))
+    _check_db(db)
     use_oir = rate.strip().lower() == "oir"
     base = _base_config(rate=1.0 if use_oir else _resolve_rate(rate, db, "", ""), **kw)
     rate_for = (lambda c: _resolve_rate("oir", db, c.topology, c.pg)) if use_oir else None
@@ -378,7 +400,7 @@ def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw:
         task = progress.add_task("matrix", total=len(grid))
 
         def on_cell(cell, state, info):  # noqa: ANN001, ANN202
-            if state in ("complete", "skipped", "failed"):
+            if state in ("complete", "skipped", "taken", "failed"):
                 progress.advance(task)
             extra = ""
             if info and "reliability" in info:
@@ -388,11 +410,14 @@ def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw:
                     extra += f" [unknown: {'; '.join(info.get('validity_reasons', []))}]"
             elif info and "error" in info:
                 extra = f" error: {info['error']}"
+            if state == "taken":
+                state, extra = "skipped", " (being run by another pgval on this database)"
             progress.console.print(f"{cell.label():32} {state}{extra}")
 
         counts = run_matrix(base, grid, db, Path(str(kw["runs_dir"])), on_cell=on_cell,
                             rate_for=rate_for)
-    console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete, "
+    taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
+    console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
                   f"{counts['failed']} failed — results in {db}")
     if counts["failed"]:
         sys.exit(1)
@@ -408,6 +433,7 @@ def oir(topology: str, pg: str, start_rate: float, max_trials: int, **kw: object
     """Find the optimum ingestion rate by a bounded search over control runs, and store it."""
     from pgval.oir import search_oir
 
+    _check_db(Path(str(kw["db"])))
     base = _base_config(topology=topology, pg=pg, **kw)
 
     def on_trial(t):  # noqa: ANN001, ANN202

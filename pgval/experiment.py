@@ -210,7 +210,10 @@ class Experiment:
     def __init__(self, config: ExperimentConfig, run_dir: Path, db: Path | None = None,
                  fault: FaultHooks | None = None,
                  on_status: Callable[[Status], None] | None = None,
-                 extra_params: dict[str, Any] | None = None, repeat: int | None = None) -> None:
+                 extra_params: dict[str, Any] | None = None, repeat: int | None = None,
+                 run_id: int | None = None) -> None:
+        """``run_id``: a ``running`` row already started for this run (a claimed matrix
+        cell); without it :meth:`run` starts one."""
         config.validate()
         self.config = config
         self.run_dir = Path(run_dir).resolve()
@@ -228,6 +231,7 @@ class Experiment:
         self.on_status = on_status or (lambda s: None)
         self.extra_params = dict(extra_params or {})
         self.repeat = repeat
+        self.run_id = run_id
         self.cluster: LocalCluster | None = None
         self.driver: DriverProcess | None = None
         self.generators: ProducerGroup | None = None
@@ -247,10 +251,12 @@ class Experiment:
     def run(self) -> ExperimentResult:
         cfg = self.config
         store = ResultsStore(self.db) if self.db else None
-        run_id = store.start_run("validate", cfg.topology, cfg.window_ms, pg=cfg.pg,
-                                 fault=cfg.fault, seed=cfg.seed, repeat=self.repeat,
-                                 params={**cfg.to_dict(), **self.extra_params,
-                                         "run_dir": str(self.run_dir)}) if store else None
+        run_id = self.run_id
+        if store and run_id is None:
+            run_id = store.start_run("validate", cfg.topology, cfg.window_ms, pg=cfg.pg,
+                                     fault=cfg.fault, seed=cfg.seed, repeat=self.repeat,
+                                     params={**cfg.to_dict(), **self.extra_params,
+                                             "run_dir": str(self.run_dir)})
         wall0 = time.monotonic()
         with signals.handled():
             try:
@@ -283,9 +289,8 @@ class Experiment:
                      "readback": result.readback, "fault_log": self.fault_log,
                      "cluster": self._cluster_info(), "run_dir": str(self.run_dir)}
             store.finish_run(run_id, result.evaluation, extra=extra, validity=validity,
-                             run_dir=self.run_dir)
-            store.save_batches(run_id, result.batches)
-            store.save_fault_log(run_id, self.fault_log)
+                             run_dir=self.run_dir, batches=result.batches,
+                             fault_log=self.fault_log)
         if not cfg.keep_data:
             remove_run_data(self.run_dir)
         return result

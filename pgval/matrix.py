@@ -5,6 +5,11 @@ by a key hashed from everything that defines its runs except the grid axes, so
 re-running the same command skips cells already ``complete`` in the database
 and redoes cells that failed, were interrupted, or were left ``running`` by a
 pgval that was killed.
+
+Two matrices may share a database: each cell is claimed atomically
+(:func:`claim_cell`, one ``BEGIN IMMEDIATE`` transaction), so a cell that is complete,
+or running in a pgval that is still alive (its :class:`~pgval.runtime.owner.Owner`),
+is never run twice. Every attempt gets a new run directory named after its run id.
 """
 
 from __future__ import annotations
@@ -12,13 +17,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pgval.experiment import Experiment, ExperimentConfig
-from pgval.store import ResultsStore
+from pgval.store import ResultsStore, owner_alive
+
+#: The error of a run whose pgval stopped (was killed) while it ran.
+STOPPED = "pgval stopped during the run"
 
 
 @dataclass(frozen=True)
@@ -53,12 +61,69 @@ def completed(store: ResultsStore, key: str) -> set[Cell]:
 
 
 def mark_stale(store: ResultsStore, key: str) -> int:
-    """Runs of this matrix still 'running' belong to a killed pgval: mark them interrupted."""
-    with store.db.conn:
-        cur = store.db.execute(
-            "update runs set status = 'interrupted', error = 'pgval stopped during the run' "
-            "where status = 'running' and json_extract(params, '$.matrix_key') = ?", [key])
-    return cur.rowcount
+    """Runs of this matrix left 'running' by a pgval that is gone: mark them interrupted.
+
+    A run whose owner still runs (another matrix on the same database) is left alone;
+    rows without an owner (older stores) count as gone."""
+    with store.transaction():
+        rows = list(store.db.query(
+            "select id, owner from runs where status = 'running' and "
+            "json_extract(params, '$.matrix_key') = ?", [key]))
+        stale = [r["id"] for r in rows if not owner_alive(r["owner"])]
+        for run_id in stale:
+            store.db.execute("update runs set status = 'interrupted', error = ? where id = ?",
+                             [STOPPED, run_id])
+    return len(stale)
+
+
+def claim_cell(store: ResultsStore, key: str, cell: Cell, *, window_ms: int, seed: int,
+               params: Mapping[str, Any]) -> int | None:
+    """Atomically take ``cell`` of matrix ``key``: the id of a new 'running' row owned by
+    this process, or None when the cell is complete or running in a live pgval.
+
+    One ``BEGIN IMMEDIATE`` transaction from the look to the insert, so of several
+    processes claiming the same cell exactly one gets it. A 'running' row of a dead
+    owner is marked interrupted on the way."""
+    with store.transaction():
+        rows = list(store.db.query(
+            "select id, status, owner from runs where kind = 'validate' and "
+            "status in ('complete', 'running') and topology = ? and pg = ? and fault = ? "
+            "and repeat = ? and json_extract(params, '$.matrix_key') = ?",
+            [cell.topology, cell.pg, cell.fault, cell.repeat, key]))
+        for r in rows:
+            if r["status"] == "complete" or owner_alive(r["owner"]):
+                return None
+        for r in rows:
+            store.db.execute("update runs set status = 'interrupted', error = ? where id = ?",
+                             [STOPPED, r["id"]])
+        return store.start_run("validate", cell.topology, window_ms, pg=cell.pg,
+                               fault=cell.fault, seed=seed, repeat=cell.repeat,
+                               params={**params, "matrix_key": key})
+
+
+def new_run_dir(path: Path) -> Path:
+    """Create ``path``, which must not exist: a retried cell or a re-run OIR trial must not
+    inherit an earlier attempt's Kafka data, checkpoint or appended logs."""
+    path = Path(path).resolve()
+    path.mkdir(parents=True, exist_ok=False)
+    return path
+
+
+def prepared_experiment(store: ResultsStore, run_id: int, cfg: ExperimentConfig, db: Path,
+                        run_dir: Path, **kwargs: Any) -> Experiment:
+    """The Experiment for the already inserted row ``run_id``, in the new ``run_dir``.
+
+    The row's params become what Experiment.run records when it starts its own row (the
+    configuration as the experiment completed it, and the run directory). On any failure
+    the row is marked failed: a claimed row must not stay 'running'."""
+    try:
+        exp = Experiment(cfg, new_run_dir(run_dir), db=db, run_id=run_id, **kwargs)
+        store.set_params(run_id, {**exp.config.to_dict(), **exp.extra_params,
+                                  "run_dir": str(exp.run_dir)})
+    except Exception as exc:
+        store.fail_run(run_id, str(exc) or type(exc).__name__)
+        raise
+    return exp
 
 
 def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Path,
@@ -66,7 +131,8 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                make_status: Callable[[Cell], Callable[[Any], None]] | None = None,
                keep_going: bool = True,
                rate_for: Callable[[Cell], float] | None = None) -> dict[str, int]:
-    """Run every cell not yet complete; returns counts of done / skipped / failed cells.
+    """Run every cell not yet complete; returns counts of done / skipped / taken / failed
+    cells (taken: claimed by another pgval that is running it now).
 
     The seed of repetition r is ``base.seed + r``, recorded with the run, so a cell
     can be reproduced alone with ``pgval validate --seed``.
@@ -75,7 +141,7 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
     key = matrix_key(base)
     mark_stale(store, key)
     done = completed(store, key)
-    counts = {"done": 0, "skipped": 0, "failed": 0}
+    counts = {"done": 0, "skipped": 0, "taken": 0, "failed": 0}
     for cell in grid:
         if cell in done:
             counts["skipped"] += 1
@@ -86,12 +152,29 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                                   seed=base.seed + cell.repeat,
                                   rate=rate_for(cell) if rate_for else base.rate,
                                   cluster=dataclasses.replace(base.cluster))
-        run_dir = runs_root / f"{key}-{cell.topology}-{cell.pg}-{cell.fault}-{cell.repeat}"
-        status_cb = make_status(cell) if make_status else None
-        exp = Experiment(cfg, run_dir, db=db, on_status=status_cb,
-                         extra_params={"matrix_key": key}, repeat=cell.repeat)
+        run_id = claim_cell(store, key, cell, window_ms=cfg.window_ms, seed=cfg.seed,
+                            params=cfg.to_dict())
+        if run_id is None:  # complete meanwhile, or running in another live pgval
+            counts["taken"] += 1
+            if on_cell:
+                on_cell(cell, "taken", None)
+            continue
         if on_cell:
             on_cell(cell, "running", None)
+        try:
+            exp = prepared_experiment(
+                store, run_id, cfg, db,
+                runs_root / f"{key}-{cell.topology}-{cell.pg}-{cell.fault}-{cell.repeat}"
+                f"-run{run_id}",
+                on_status=make_status(cell) if make_status else None,
+                extra_params={"matrix_key": key}, repeat=cell.repeat)
+        except Exception as exc:
+            counts["failed"] += 1
+            if on_cell:
+                on_cell(cell, "failed", {"error": str(exc)})
+            if not keep_going:
+                raise
+            continue
         try:
             result = exp.run()
         except KeyboardInterrupt:

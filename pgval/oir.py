@@ -16,6 +16,7 @@ control-only runs. A trial passes when
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from pgval.experiment import Experiment, ExperimentConfig, ExperimentResult
+from pgval.experiment import ExperimentConfig, ExperimentResult
+from pgval.matrix import prepared_experiment
 from pgval.store import ResultsStore
 
 GROWTH = 1.5
@@ -88,14 +90,19 @@ def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float =
                on_trial: Callable[[Trial], None] | None = None) -> OirResult:
     """Bounded doubling + bisection over control-only runs; stores the result."""
     res = OirResult(base.topology, base.pg, None)
+    store = ResultsStore(db)
     lo: float | None = None
     hi: float | None = None
     rate = start
     while len(res.trials) < max_trials:
         cfg = dataclasses.replace(base, rate=rate, fault="none",
                                   cluster=dataclasses.replace(base.cluster))
-        run_dir = runs_root / f"oir-{base.topology}-{base.pg}-{int(rate)}"
-        result = Experiment(cfg, run_dir, db=db, extra_params={"oir_trial": True}).run()
+        run_id = store.start_run("validate", cfg.topology, cfg.window_ms, pg=cfg.pg,
+                                 fault=cfg.fault, seed=cfg.seed,
+                                 params={**cfg.to_dict(), "oir_trial": True})
+        run_dir = runs_root / f"oir-{base.topology}-{base.pg}-{int(rate)}-run{run_id}"
+        result = prepared_experiment(store, run_id, cfg, db, run_dir,
+                                     extra_params={"oir_trial": True}).run()
         trial = judge(result, rate, base.trigger_ms)
         res.trials.append(trial)
         if on_trial:
@@ -120,19 +127,18 @@ def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float =
 
 
 def save_oir(db: Path, res: OirResult) -> None:
-    store = ResultsStore(db)
-    store.db["oir"].insert({
-        "topology": res.topology, "pg": res.pg, "rate": res.oir, "measured_at": time.time(),
-        "trials": [dataclasses.asdict(t) for t in res.trials],
-    }, alter=True)
+    with ResultsStore(db) as store, store.transaction():
+        store.db["oir"].insert({
+            "topology": res.topology, "pg": res.pg, "rate": res.oir,
+            "measured_at": time.time(),
+            "trials": json.dumps([dataclasses.asdict(t) for t in res.trials], default=str),
+        })
 
 
 def stored_oir(db: Path, topology: str, pg: str) -> float | None:
     """The latest OIR measured for (topology, pg), or None."""
-    store = ResultsStore(db)
-    if "oir" not in store.db.table_names():
-        return None
-    rows: list[dict[str, Any]] = list(store.db.query(
-        "select rate from oir where topology = ? and pg = ? and rate is not null "
-        "order by measured_at desc limit 1", [topology, pg]))
+    with ResultsStore(db) as store:
+        rows: list[dict[str, Any]] = list(store.db.query(
+            "select rate from oir where topology = ? and pg = ? and rate is not null "
+            "order by measured_at desc limit 1", [topology, pg]))
     return float(rows[0]["rate"]) if rows else None

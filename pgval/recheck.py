@@ -10,6 +10,7 @@ other tool — or ``pgval check`` itself — can reach the same counts.
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from pgval.dbfile import StoreError, connect_readonly
 from pgval.evaluate import Evaluation, evaluate
 from pgval.evidence import EvidenceError, Manifest, Streams, load_progress, load_streams
 from pgval.records import InputEvents, OutputRecords
@@ -49,11 +51,9 @@ def locate_run(run: str, db: Path | None = None) -> Path:
         return path
     if not run.isdigit():
         raise EvidenceError(f"{run!r} is neither a run directory nor a run id")
-    if db is None or not Path(db).exists():
+    if db is None:
         raise EvidenceError(f"run id {run} needs --db with the results database that holds it")
-    from pgval.store import ResultsStore
-
-    row = ResultsStore(db).run(int(run))
+    row = _stored_run(Path(db), int(run))
     if row is None:
         raise EvidenceError(f"{db} has no run {run}")
     found = row.get("run_dir") or json.loads(row.get("params") or "{}").get("run_dir")
@@ -63,6 +63,25 @@ def locate_run(run: str, db: Path | None = None) -> Path:
     if not Path(found).is_dir():
         raise EvidenceError(f"the run directory of run {run}, {found}, no longer exists")
     return Path(found)
+
+
+def _stored_run(db: Path, run_id: int) -> dict[str, Any] | None:
+    """Run ``run_id``'s row, read without writing: a missing or foreign file is one
+    sentence (and a missing one is not created)."""
+    try:
+        conn = connect_readonly(db)
+    except StoreError as exc:
+        raise EvidenceError(str(exc)) from exc
+    try:
+        cur = conn.execute("SELECT * FROM runs WHERE id = ?", [run_id])
+        found = cur.fetchone()
+        names = [d[0] for d in cur.description]
+    except sqlite3.OperationalError as exc:
+        raise EvidenceError(f"{db} has no runs table (is it a pgval results database?)") \
+            from exc
+    finally:
+        conn.close()
+    return dict(zip(names, found, strict=True)) if found is not None else None
 
 
 def recheck(run_dir: Path) -> Recheck:

@@ -45,6 +45,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
+from pgval.dbfile import StoreError, connect_readonly
 from pgval.schema import PHASES
 
 Format = Literal["terminal", "markdown", "csv", "html"]
@@ -182,7 +183,8 @@ class Group:
 def connect(db: Path | str | Any) -> sqlite3.Connection:
     """A read-only connection; also accepts a connection, ResultsStore or sqlite-utils Database.
 
-    Read-only so that a report never creates tables or locks out a running matrix.
+    Read-only so that a report never creates a file or tables, nor locks out a running
+    matrix; the path is taken literally (``a#b.db`` is that file, not a URI).
     """
     if isinstance(db, sqlite3.Connection):
         return db
@@ -190,11 +192,10 @@ def connect(db: Path | str | Any) -> sqlite3.Connection:
     conn = getattr(inner, "conn", None)
     if isinstance(conn, sqlite3.Connection):
         return conn
-    path = Path(db)
-    if not path.is_file():
-        raise ReportError(f"no results database at {path}")
-    conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
-    return conn
+    try:
+        return connect_readonly(Path(db))
+    except StoreError as exc:
+        raise ReportError(str(exc)) from exc
 
 
 @contextlib.contextmanager
@@ -214,6 +215,24 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in conn.execute(f"PRAGMA table_info([{table}])")}
+
+
+def _has_rows(conn: sqlite3.Connection, table: str) -> bool:
+    return conn.execute(f"SELECT EXISTS (SELECT 1 FROM [{table}])").fetchone()[0] == 1
+
+
+def _stored_run_columns(conn: sqlite3.Connection) -> set[str]:
+    """Columns of ``runs`` that hold results. Recovery columns count only once some run
+    has a value in one of them: a store declares them up front (and migrates older files
+    to have them), where older stores added them with the first stored recovery, so an
+    older database reports as it always did."""
+    columns = _columns(conn, "runs")
+    recovery = [c for c, _ in (*RECOVERY_METRICS, *RECOVERY_FLAGS) if c in columns]
+    if recovery and not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE "
+            + " OR ".join(f"[{c}] IS NOT NULL" for c in recovery) + ")").fetchone()[0]:
+        columns -= set(recovery)
+    return columns
 
 
 def _rows(conn: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -244,7 +263,8 @@ def load_runs(db: Path | str | Any, selection: Selection | None = None) -> list[
         for p in _rows(conn, f"SELECT * FROM phase_results WHERE run_id IN ({marks})",
                        list(by_id)):
             by_id[p["run_id"]].phases[p["phase"]] = p
-    if "unprocessed_causes" in tables:
+    # Declared up front by the store: causes are known once any were stored (batch progress).
+    if "unprocessed_causes" in tables and _has_rows(conn, "unprocessed_causes"):
         seen: set[int] = set()
         for c in _rows(conn, "SELECT run_id, cause, count FROM unprocessed_causes "
                              f"WHERE run_id IN ({marks})", list(by_id)):
@@ -789,7 +809,7 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
         raise ReportError(f"all {left_out} runs in {db_name} that match "
                           f"({selection.describe()}) are unknown, not evidence; "
                           "use --include-unknown to report them anyway")
-    tables = build_tables(loaded, _columns(conn, "runs"), listed)
+    tables = build_tables(loaded, _stored_run_columns(conn), listed)
     unknown = sum(not r.valid for r in loaded)
     header = (f"{len(loaded)} runs in {len(group_runs(loaded))} groups from {db_name} "
               f"({selection.describe()}); mean ± sample stdev over repetitions, n = runs; "

@@ -4,20 +4,34 @@ The schema is flat so that ``sqlite3 results.db`` or Datasette answers questions
 directly; ``pgval report`` reads the same tables. Runs are created with status
 ``running`` and finished as ``complete``/``failed``, so an interrupted matrix
 can tell which runs to redo.
+
+Every table is declared here (:data:`TABLES`); nothing is created by a first insert.
+The schema has a version (``PRAGMA user_version``, :data:`SCHEMA_VERSION`) and an
+ordered list of migrations (:data:`MIGRATIONS`); creating or migrating happens once,
+under ``BEGIN IMMEDIATE``, so processes opening a fresh file together never race. Every
+write is one ``BEGIN IMMEDIATE`` transaction: taking the write lock first means a read
+inside never has to upgrade to a write, which SQLite refuses at once ("database is
+locked") when another writer got in between. A run carries its :class:`Owner`, so a
+``running`` row of a live pgval is never taken for a stale one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import sqlite_utils
 
+from pgval.dbfile import StoreError, connect, plain_error
 from pgval.evaluate import Evaluation
+from pgval.runtime.owner import Owner
 from pgval.schema import PHASES
 from pgval.validity import Validity, evaluation_reasons
 
@@ -31,7 +45,17 @@ RUN_COLUMNS = {
     # 1 = valid evidence, 0 = unknown (reasons in validity_reasons, a JSON list); NULL in
     # databases written before validity existed (read as valid).
     "valid": int, "validity_reasons": str, "run_dir": str,
+    # Recovery (pgval/recovery.py, Recovery.as_dict; booleans as 0/1).
+    "downtime_s": float, "control_max_gap_s": float, "recovery_throughput_s": float,
+    "recovery_latency_s": float, "catchup_s": float, "recovered": int, "censored": int,
+    "steady_control_s": float, "baseline_throughput": float, "note": str,
+    # The pgval process the run belongs to (JSON of Owner.as_dict()); NULL in older rows.
+    "owner": str,
 }
+#: The recovery columns of ``runs`` (a test keeps them equal to Recovery's fields).
+RECOVERY_COLUMNS = ("downtime_s", "control_max_gap_s", "recovery_throughput_s",
+                    "recovery_latency_s", "catchup_s", "recovered", "censored",
+                    "steady_control_s", "baseline_throughput", "note")
 PHASE_COLUMNS = {
     "run_id": int, "phase": str, "expected": int, "processed": int,
     "unprocessed": int, "duplicate": int, "incorrect": int, "reliability": float,
@@ -43,60 +67,202 @@ PHASE_COLUMNS = {
 }
 
 
+@dataclass(frozen=True)
+class Table:
+    """One declared table: columns, primary key, indexes; ``per_run`` tables refer to runs."""
+
+    name: str
+    columns: dict[str, type]
+    pk: str | tuple[str, ...] | None = None
+    per_run: bool = True
+    indexes: tuple[tuple[str, ...], ...] = ()
+
+
+TABLES: tuple[Table, ...] = (
+    Table("runs", RUN_COLUMNS, pk="id", per_run=False,
+          indexes=(("topology", "pg", "fault"),)),
+    Table("phase_results", PHASE_COLUMNS, pk=("run_id", "phase")),
+    Table("witnesses", {"run_id": int, "kind": str, "window_start": int, "id": int},
+          indexes=(("run_id", "kind"),)),
+    Table("series", {"run_id": int, "t_ms": int, "inputs": int, "outputs": int,
+                     "reliable": int, "latency_p50_s": float, "latency_max_s": float},
+          pk=("run_id", "t_ms")),
+    Table("batches", {"run_id": int, "seq": int, "batch_id": int, "timestamp": str,
+                      "num_input_rows": int, "input_rows_per_s": float,
+                      "processed_rows_per_s": float, "watermark": str,
+                      "rows_dropped_by_watermark": int, "state_rows": int, "trigger_ms": int,
+                      "raw": str},
+          pk=("run_id", "seq")),
+    Table("fault_log", {"run_id": int, "seq": int, "step": str, "fault": str,
+                        "intended_ms": int, "actual_ms": int, "done_ms": int, "error": str,
+                        "detail": str},
+          pk=("run_id", "seq")),
+    Table("unprocessed_causes", {"run_id": int, "cause": str, "count": int, "examples": str},
+          pk=("run_id", "cause")),
+    # The optimum ingestion rate per (topology, pg), one row per search (pgval/oir.py).
+    Table("oir", {"topology": str, "pg": str, "rate": float, "measured_at": float,
+                  "trials": str}, per_run=False),
+)
+
+
+def _create_table(db: sqlite_utils.Database, table: Table) -> None:
+    db[table.name].create(table.columns, pk=table.pk, if_not_exists=True,
+                          foreign_keys=[("run_id", "runs", "id")] if table.per_run else None)
+
+
+def _ensure_declared(db: sqlite_utils.Database) -> None:
+    """Every declared table, column and index that is missing, added; nothing dropped.
+
+    Idempotent, so it is safe as (part of) any migration."""
+    have = set(db.table_names())
+    for table in TABLES:
+        if table.name not in have:
+            _create_table(db, table)
+        else:
+            present = set(db[table.name].columns_dict)
+            for name, typ in table.columns.items():
+                if name not in present:
+                    db[table.name].add_column(name, typ)
+        for columns in table.indexes:
+            db[table.name].create_index(list(columns), if_not_exists=True)
+
+
+def _v1_declared_schema(db: sqlite_utils.Database) -> None:
+    """Unversioned (0) → 1: databases from before the schema had a version got their
+    tables on first insert and their columns over time; bring them to the declaration."""
+    _ensure_declared(db)
+
+
+#: MIGRATIONS[v] takes a database at version v to v + 1. Append, never edit; keep each
+#: idempotent (a fresh database is created from :data:`TABLES` and then has every
+#: migration's effect already).
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_v1_declared_schema,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def owner_alive(recorded: str | None) -> bool:
+    """Whether the owner recorded in a ``runs.owner`` cell still runs; no owner = dead."""
+    try:
+        owner = Owner.from_dict(json.loads(recorded)) if recorded else None
+    except ValueError:
+        owner = None
+    return owner is not None and owner.alive()
+
+
+def _current_owner() -> str | None:
+    try:
+        return json.dumps(Owner.me().as_dict())
+    except OSError:  # no /proc: the run is stored without an owner (read as dead)
+        return None
+
+
 class ResultsStore:
-    """A results database; safe to open many times, tables are created on first use."""
+    """A results database; safe to open from many processes at once."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite_utils.Database(self.path)
-        self._ensure_schema()
+        conn = connect(self.path)
+        try:
+            self.db = sqlite_utils.Database(conn)
+            self._ensure_schema()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise plain_error(self.path, exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+
+    def close(self) -> None:
+        self.db.conn.close()
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        """One ``BEGIN IMMEDIATE`` transaction (nested calls join the outer one).
+
+        Immediate: the write lock is taken (waiting up to the busy time-out) before any
+        read, so nothing inside can fail for a lock another writer took meanwhile."""
+        conn = self.db.conn
+        if conn.in_transaction:
+            yield self.db
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _ensure_schema(self) -> None:
-        db = self.db
-        if "runs" not in db.table_names():
-            db["runs"].create(RUN_COLUMNS, pk="id")
-            db["runs"].create_index(["topology", "pg", "fault"])
-        if "phase_results" not in db.table_names():
-            db["phase_results"].create(PHASE_COLUMNS, pk=("run_id", "phase"),
-                                       foreign_keys=[("run_id", "runs", "id")])
-        # Databases from older versions: add the columns they lack (never drop any).
-        for table, columns in (("runs", RUN_COLUMNS), ("phase_results", PHASE_COLUMNS)):
-            have = set(db[table].columns_dict)
-            for name, typ in columns.items():
-                if name not in have:
-                    db[table].add_column(name, typ)
-        if "witnesses" not in db.table_names():
-            db["witnesses"].create({"run_id": int, "kind": str, "window_start": int, "id": int},
-                                   foreign_keys=[("run_id", "runs", "id")])
-            db["witnesses"].create_index(["run_id", "kind"])
-        if "series" not in db.table_names():
-            db["series"].create({"run_id": int, "t_ms": int, "inputs": int, "outputs": int,
-                                 "reliable": int, "latency_p50_s": float,
-                                 "latency_max_s": float},
-                                pk=("run_id", "t_ms"), foreign_keys=[("run_id", "runs", "id")])
+        """Create or migrate the schema once; concurrent first opens wait for each other."""
+        conn = self.db.conn
+        version = schema_version(conn)
+        if version == SCHEMA_VERSION:
+            return
+        with self.transaction():
+            version = schema_version(conn)  # again, under the lock: another may have done it
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} was written by a newer pgval (schema version "
+                                 f"{version}; this pgval knows up to {SCHEMA_VERSION})")
+            if version == SCHEMA_VERSION:
+                return
+            if version == 0 and not self.db.table_names():
+                for table in TABLES:
+                    _create_table(self.db, table)
+                    for columns in table.indexes:
+                        self.db[table.name].create_index(list(columns), if_not_exists=True)
+            else:
+                for migrate in MIGRATIONS[version:]:
+                    migrate(self.db)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # ------------------------------------------------------------------ runs
     def start_run(self, kind: str, topology: str, window_ms: int, pg: str | None = None,
                   fault: str | None = None, seed: int | None = None, repeat: int | None = None,
                   params: Mapping[str, Any] | None = None) -> int:
-        table = self.db["runs"]
-        table.insert({
-            "created_at": time.time(), "kind": kind, "status": "running", "topology": topology,
-            "pg": pg, "fault": fault, "window_ms": window_ms, "seed": seed, "repeat": repeat,
-            "params": json.dumps(dict(params or {}), default=str),
-        })
-        return int(table.last_pk)
+        """A new ``running`` row owned by this process."""
+        with self.transaction():
+            table = self.db["runs"]
+            table.insert({
+                "created_at": time.time(), "kind": kind, "status": "running",
+                "topology": topology, "pg": pg, "fault": fault, "window_ms": window_ms,
+                "seed": seed, "repeat": repeat,
+                "params": json.dumps(dict(params or {}), default=str),
+                "owner": _current_owner(),
+            })
+            return int(table.last_pk)
 
     def fail_run(self, run_id: int, error: str, status: str = "failed") -> None:
-        self.db["runs"].update(run_id, {"status": status, "error": error,
-                                        "finished_at": time.time()})
+        with self.transaction():
+            self.db["runs"].update(run_id, {"status": status, "error": error,
+                                            "finished_at": time.time()})
+
+    def set_params(self, run_id: int, params: Mapping[str, Any]) -> None:
+        """Replace a run's recorded parameters (a claimed row learns its run directory and
+        the configuration as the experiment completed it)."""
+        with self.transaction():
+            self.db["runs"].update(run_id, {"params": json.dumps(dict(params), default=str)})
 
     def finish_run(self, run_id: int, evaluation: Evaluation,
                    extra: Mapping[str, Any] | None = None,
-                   validity: Validity | None = None, run_dir: Path | None = None) -> None:
+                   validity: Validity | None = None, run_dir: Path | None = None,
+                   batches: Iterable[Mapping[str, Any]] | None = None,
+                   fault_log: Iterable[Mapping[str, Any]] | None = None) -> None:
         """Store a run's evaluation: totals, phases, witnesses, 1 s series, validity,
-        recovery and causes, in one transaction (a failure leaves no half-stored run)."""
+        recovery, causes, micro-batches and fault log, in one transaction whose last
+        statement marks the run ``complete`` (a failure leaves it ``running``, with nothing
+        of it stored, so a matrix redoes it)."""
         v = evaluation.validation
         m = evaluation.metrics
         summary = evaluation.summary()
@@ -107,9 +273,9 @@ class ResultsStore:
             summary.update(extra)
         ph = evaluation.phases
         bounded = ph.bounded()
-        with self.db.conn:
+        with self.transaction():
             self.db["runs"].update(run_id, {
-                "status": "complete", "finished_at": time.time(), "guarantee": v.guarantee,
+                "guarantee": v.guarantee,
                 "expected": v.expected, "processed": v.processed, "duplicate": v.duplicate,
                 "incorrect": v.incorrect, "unprocessed": v.unprocessed, "malformed": v.malformed,
                 "malformed_inputs": v.malformed_inputs, "reliability": v.reliability,
@@ -134,7 +300,7 @@ class ResultsStore:
                     "latency_p99_s": lat.p99, "latency_max_s": lat.max,
                     "karimov_p50_s": kar.p50, "karimov_p99_s": kar.p99,
                 })
-            self.db["phase_results"].upsert_all(rows, pk=("run_id", "phase"), alter=True)
+            self.db["phase_results"].upsert_all(rows, pk=("run_id", "phase"))
             self.db["witnesses"].insert_all(
                 {"run_id": run_id, "kind": kind, "window_start": w, "id": i}
                 for kind, pairs in v.witnesses.items() for w, i in pairs)
@@ -142,11 +308,19 @@ class ResultsStore:
                                          pk=("run_id", "t_ms"))
             self.save_recovery(run_id, evaluation.recovery.as_dict())
             self.save_unprocessed_causes(run_id, evaluation.unprocessed_causes)
+            if batches is not None:
+                self.save_batches(run_id, batches)
+            if fault_log is not None:
+                self.save_fault_log(run_id, fault_log)
+            # Last: until here a reader (and a matrix) sees the run as not complete.
+            self.db.execute("UPDATE runs SET status = 'complete', finished_at = ? WHERE id = ?",
+                            [time.time(), run_id])
 
     def save_recovery(self, run_id: int, recovery: Mapping[str, Any]) -> None:
         """Downtime, recovery times, catch-up (pgval/recovery.py) as columns of ``runs``."""
         row = {k: (int(v) if isinstance(v, bool) else v) for k, v in recovery.items()}
-        self.db["runs"].update(run_id, row, alter=True)
+        with self.transaction():
+            self.db["runs"].update(run_id, row)
 
     def save_unprocessed_causes(self, run_id: int, explained: Mapping[str, Any]) -> None:
         """Counts per cause (late, in-flight at end, lost) with example IDs."""
@@ -154,9 +328,8 @@ class ResultsStore:
                  "examples": json.dumps(explained.get("examples", {}).get(cause, []))}
                 for cause, count in explained.get("counts", {}).items()]
         if rows:
-            self.db["unprocessed_causes"].insert_all(
-                rows, pk=("run_id", "cause"), replace=True,
-                foreign_keys=[("run_id", "runs", "id")])
+            with self.transaction():
+                self.db["unprocessed_causes"].insert_all(rows, replace=True)
 
     def save_batches(self, run_id: int, progress: Iterable[Mapping[str, Any]]) -> None:
         """Per micro-batch progress from the driver: explains unprocessed events later."""
@@ -178,8 +351,8 @@ class ResultsStore:
                 "raw": json.dumps(p, default=str),
             })
         if rows:
-            self.db["batches"].insert_all(rows, pk=("run_id", "seq"), replace=True,
-                                          foreign_keys=[("run_id", "runs", "id")])
+            with self.transaction():
+                self.db["batches"].insert_all(rows, replace=True)
 
     def save_fault_log(self, run_id: int, entries: Iterable[Mapping[str, Any]]) -> None:
         """The realized fault timeline: intended vs actual times, mechanism, errors."""
@@ -188,8 +361,8 @@ class ResultsStore:
                  "done_ms": e.get("done_ms"), "error": e.get("error"),
                  "detail": json.dumps(dict(e), default=str)} for k, e in enumerate(entries)]
         if rows:
-            self.db["fault_log"].insert_all(rows, pk=("run_id", "seq"), replace=True,
-                                            foreign_keys=[("run_id", "runs", "id")])
+            with self.transaction():
+                self.db["fault_log"].insert_all(rows, replace=True)
 
     def save_check(self, evaluation: Evaluation, params: Mapping[str, Any] | None = None,
                    kind: str = "check") -> int:

@@ -1,11 +1,30 @@
-"""Matrix bookkeeping: completed cells are skipped, stale 'running' rows are redone."""
+"""Matrix bookkeeping: completed cells are skipped, stale 'running' rows are redone, a cell
+is claimed by exactly one process, and every attempt gets a fresh run directory."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import multiprocessing as mp
+import random
+import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pgval.experiment import ExperimentConfig
-from pgval.matrix import cells, completed, mark_stale, matrix_key, run_matrix
+from pgval.matrix import (
+    Cell,
+    cells,
+    claim_cell,
+    completed,
+    mark_stale,
+    matrix_key,
+    new_run_dir,
+    prepared_experiment,
+    run_matrix,
+)
 from pgval.store import ResultsStore
 
 
@@ -21,16 +40,21 @@ def test_resume_skips_complete_cells_and_marks_stale(tmp_path: Path) -> None:
         store.db["runs"].update(rid, {"status": "complete"})
     stale = store.start_run("validate", "mst", 10_000, pg="a1", fault="crash", repeat=0,
                             params={"matrix_key": key})
+    store.db["runs"].update(stale, {"owner": None})  # as older stores wrote: counts as dead
+    live = store.start_run("validate", "mst", 10_000, pg="e1", fault="crash", repeat=0,
+                           params={"matrix_key": key})  # owned by this (live) process
     other = store.start_run("validate", "mst", 10_000, pg="a1", fault="crash", repeat=0,
                             params={"matrix_key": "another"})
+    store.db["runs"].update(other, {"owner": None})
     assert completed(store, key) == set(grid)
     assert mark_stale(store, key) == 1
     assert store.db["runs"].get(stale)["status"] == "interrupted"
+    assert store.db["runs"].get(live)["status"] == "running"
     assert store.db["runs"].get(other)["status"] == "running"
     seen = []
     counts = run_matrix(base, grid, db, tmp_path / "runs",
                         on_cell=lambda c, state, info: seen.append(state))
-    assert counts == {"done": 0, "skipped": 4, "failed": 0}
+    assert counts == {"done": 0, "skipped": 4, "taken": 0, "failed": 0}
     assert seen == ["skipped"] * 4
 
 
@@ -40,3 +64,142 @@ def test_key_ignores_grid_axes_but_not_run_shape() -> None:
     c = ExperimentConfig(rate=5000)
     assert matrix_key(a) == matrix_key(b)
     assert matrix_key(a) != matrix_key(c)
+
+
+# ---------------------------------------------------------------- claims and run directories
+FORK = mp.get_context("fork")
+KEY = "k"
+GRID = cells(["sst", "mst"], ["a1", "e1"], ["none", "crash", "delay-lt-timeout"], 3)
+
+
+def _claim_all(path: str, order: int, barrier: Any, out: Any, done: Any) -> None:
+    """Claim every cell of GRID (in a shuffled order), report the claimed ones, stay alive.
+
+    A few ms between claims, as a cell's run would take: otherwise the first process
+    takes every cell while the others sleep in SQLite's busy handler, and nothing races."""
+    rng = random.Random(order)
+    grid = list(GRID)
+    rng.shuffle(grid)
+    barrier.wait()
+    try:
+        store = ResultsStore(path)
+        claimed = []
+        for c in grid:
+            if claim_cell(store, KEY, c, window_ms=10_000, seed=c.repeat, params={}) is not None:
+                claimed.append(dataclasses.astuple(c))
+            time.sleep(rng.uniform(0, 0.004))
+        out.put(claimed)
+    except Exception as exc:
+        out.put(f"{type(exc).__name__}: {exc}")
+    done.wait(60)  # a claim holds only while its owner lives
+
+
+def test_concurrent_claims_take_every_cell_exactly_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "r.db")
+    n = 4
+    barrier, out, done = FORK.Barrier(n), FORK.Queue(), FORK.Event()
+    procs = [FORK.Process(target=_claim_all, args=(path, k, barrier, out, done))
+             for k in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        claimed = [out.get(timeout=60) for _ in procs]
+        assert all(isinstance(c, list) for c in claimed), claimed
+        flat = [Cell(*c) for per in claimed for c in per]
+        assert sorted(flat, key=dataclasses.astuple) == sorted(GRID, key=dataclasses.astuple)
+        rows = ResultsStore(path).runs()
+        assert len(rows) == len(GRID) and {r["status"] for r in rows} == {"running"}
+        # While the claimers live, nobody else gets a cell, and their runs are not stale.
+        store = ResultsStore(path)
+        assert all(claim_cell(store, KEY, c, window_ms=1, seed=0, params={}) is None
+                   for c in GRID)
+        assert mark_stale(store, KEY) == 0
+    finally:
+        done.set()
+        for p in procs:
+            p.join(timeout=60)
+    # Their owners are gone now: the cells are stale and can be claimed again.
+    assert mark_stale(ResultsStore(path), KEY) == len(GRID)
+    assert claim_cell(ResultsStore(path), KEY, GRID[0], window_ms=1, seed=0,
+                      params={}) == len(GRID) + 1
+
+
+def _claim_and_exit(path: str) -> None:
+    claim_cell(ResultsStore(path), KEY, GRID[0], window_ms=1, seed=0, params={})
+
+
+def test_claim_skips_complete_and_live_and_retakes_dead(tmp_path: Path) -> None:
+    path = str(tmp_path / "r.db")
+    store = ResultsStore(path)
+    child = FORK.Process(target=_claim_and_exit, args=(path,))
+    child.start()
+    child.join(timeout=60)
+    (dead,) = store.runs()
+    again = claim_cell(store, KEY, GRID[0], window_ms=1, seed=0, params={"rate": 5})
+    assert again is not None and again != dead["id"]
+    assert store.run(dead["id"])["status"] == "interrupted"
+    row = store.run(again)
+    assert json.loads(row["params"]) == {"rate": 5, "matrix_key": KEY}
+    assert (row["topology"], row["pg"], row["fault"], row["repeat"]) == ("sst", "a1", "none", 0)
+    assert claim_cell(store, KEY, GRID[0], window_ms=1, seed=0, params={}) is None  # live
+    store.db["runs"].update(again, {"status": "complete"})
+    assert claim_cell(store, KEY, GRID[0], window_ms=1, seed=0, params={}) is None
+    assert claim_cell(store, "other-key", GRID[0], window_ms=1, seed=0, params={}) is not None
+
+
+class FailingExperiment:
+    """Stands in for Experiment: records its directory, leaves a log there, fails."""
+
+    dirs: list[Path] = []
+
+    def __init__(self, config: ExperimentConfig, run_dir: Path, db: Path | None = None,
+                 run_id: int | None = None, extra_params: dict | None = None,
+                 **kwargs: Any) -> None:
+        self.config, self.run_dir, self.db, self.run_id = config, Path(run_dir), db, run_id
+        self.extra_params = dict(extra_params or {})
+
+    def run(self) -> None:
+        assert self.run_dir.is_dir() and not any(self.run_dir.iterdir())  # fresh and empty
+        (self.run_dir / "driver.log").write_text("attempt\n")
+        FailingExperiment.dirs.append(self.run_dir)
+        assert self.db is not None and self.run_id is not None
+        ResultsStore(self.db).fail_run(self.run_id, "boom")
+        raise RuntimeError("boom")
+
+
+def test_a_retry_gets_a_fresh_run_directory(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pgval.matrix.Experiment", FailingExperiment)
+    FailingExperiment.dirs = []
+    db, runs = tmp_path / "r.db", tmp_path / "runs"
+    base = ExperimentConfig(phase_seconds=5)
+    grid = cells(["sst"], ["a1"], ["none"], 1)
+    for _ in range(2):
+        assert run_matrix(base, grid, db, runs) == {"done": 0, "skipped": 0, "taken": 0,
+                                                    "failed": 1}
+    first, second = FailingExperiment.dirs
+    assert first != second and first.name.endswith("-run1") and second.name.endswith("-run2")
+    assert (first / "driver.log").read_text() == "attempt\n"  # the old attempt untouched
+    rows = ResultsStore(db).runs()
+    assert [json.loads(r["params"])["run_dir"] for r in rows] == [str(first), str(second)]
+    with pytest.raises(FileExistsError):
+        new_run_dir(first)
+
+
+def test_prepared_experiment_records_what_experiment_would(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r.db")
+    cfg = ExperimentConfig(phase_seconds=5, fault="delay-gt-timeout")
+    run_id = claim_cell(store, KEY, GRID[0], window_ms=cfg.window_ms, seed=cfg.seed,
+                        params=cfg.to_dict())
+    assert run_id is not None
+    exp = prepared_experiment(store, run_id, cfg, tmp_path / "r.db", tmp_path / "runs" / "x",
+                              extra_params={"matrix_key": KEY}, repeat=0)
+    assert exp.run_id == run_id and exp.run_dir == (tmp_path / "runs" / "x").resolve()
+    params = json.loads(store.run(run_id)["params"])
+    assert params == {**exp.config.to_dict(), "matrix_key": KEY, "run_dir": str(exp.run_dir)}
+    # A directory that exists already: the claimed row is failed, not left running.
+    again = claim_cell(store, KEY, GRID[1], window_ms=1, seed=0, params={})
+    assert again is not None
+    with pytest.raises(FileExistsError):
+        prepared_experiment(store, again, cfg, tmp_path / "r.db", tmp_path / "runs" / "x")
+    assert store.run(again)["status"] == "failed"
