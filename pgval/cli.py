@@ -562,6 +562,39 @@ def cleanup(runs: Path | None, force: bool) -> None:
         console.print("nothing left behind by dead runs")
 
 
+@main.command()
+@click.option("--runs", "n_runs", type=click.IntRange(min=1), default=20, show_default=True,
+              help="How many runs to kill.")
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("runs/soak"), show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def soak(n_runs: int, root: Path, seed: int, as_json: bool) -> None:
+    """Kill short runs at random moments with INT/TERM/HUP/KILL, run `pgval cleanup` beside a
+    live run, and count what was left behind (exit 1 if anything was)."""
+    from pgval.soak import KillResult
+    from pgval.soak import soak as run_soak
+
+    def show(k: KillResult) -> None:
+        if not as_json:
+            console.print(f"#{k.index:<2} {k.stage:7} {k.signal:8} {k.fault:17} "
+                          f"exit {k.exit_code} after {k.exit_s} s, clean after {k.clean_s} s"
+                          f"{'' if k.reached else ' (stage not reached)'}"
+                          f"{'  LEFT: ' + str(k.left) if k.left else ''}")
+
+    report = run_soak(root.resolve(), runs=n_runs, seed=seed, on_kill=show)
+    if as_json:
+        sys.stdout.write(orjson.dumps(report.as_dict()).decode() + "\n")
+    else:
+        console.print(f"live run beside {report.cleanups_during_live_run} cleanups: exit "
+                      f"{report.live_run_exit}, valid={report.live_run_valid}; complete runs "
+                      f"intact {report.intact_runs}/{report.complete_runs}; final cleanup removed "
+                      f"{len(report.cleanup_removed_at_end)}; left at end: "
+                      f"{report.left_at_end or 'nothing'}")
+    if not report.ok():
+        sys.exit(1)
+
+
 @main.command("setup-jars")
 def setup_jars() -> None:
     """Resolve the Kafka broker and Spark's Kafka connector from Maven Central (once)."""
