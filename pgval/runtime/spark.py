@@ -357,9 +357,10 @@ class SparkCluster:
         self.master = spawn("spark-master", argv, self.log_dir / "spark-master.log",
                             env=env, cwd=self.spark_dir, pid_dir=self.pid_dir)
         # Workers that miss the master back off 5-15 s before retrying: wait for it first.
+        # Confirm from the master's own log first: an open port may be someone else's.
+        self._check_master_port(self.start_timeout_s)
         wait_for_port(self.master_host, self.master_port, self.start_timeout_s, self.master)
         wait_for_port(self.master_host, self.master_webui_port, 30.0, self.master)
-        self._check_master_port()
         for h, (wargv, wenv) in zip(self.workers, launches, strict=True):
             self._spawn_worker(h, wargv, wenv)
         self._wait_registered(self.workers, self.start_timeout_s)
