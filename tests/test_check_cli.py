@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pgval.cli import main
+from pgval.phases import MAX_MS
 from pgval.store import ResultsStore
 
 W = 1000
@@ -273,3 +274,36 @@ def test_nothing_expected_is_unknown(tmp_path: Path, inputs: bytes) -> None:
     assert result.exit_code == 0, result.output
     assert "guarantee: unknown" in result.output and "reliability –" in result.output
     assert "100.0000 %" not in result.output and "exactly-once" not in result.output
+
+
+def _event(**fields: object) -> bytes:
+    row = {"id": 1, "type": "GET", "resource": "r", "event_ts": 5, "ingress_ts": 6}
+    row.update(fields)
+    return orjson.dumps(row)
+
+
+def _oracle(inputs: Path, window_ms: int) -> list[tuple[int, int, list[int]]]:
+    result = CliRunner().invoke(main, ["oracle", "--topology", "sst", "--inputs", str(inputs),
+                                       "--window-ms", str(window_ms)])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    return [(r["window_start"], r["window_end"], r["ids"])
+            for r in map(json.loads, result.stdout.splitlines())]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("event_ts", 2**63 - 1), ("event_ts", -2**63), ("event_ts", MAX_MS + 1),
+    ("ingress_ts", -2**63), ("ingress_ts", 2**63 - 1), ("ingress_ts", -MAX_MS - 1)])
+def test_times_beyond_year_9999_are_malformed_not_an_overflow(
+        tmp_path: Path, field: str, value: int) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: event_ts near ±2^63 gave oracle windows ending
+    before they start (int64 wrap-around), and ingress_ts = -2^63 crashed `check` with an
+    OverflowError in the metrics."""
+    out = {"window_start": 0, "resource": "r", "count": 1, "ids": [2], "ingress_ts": 100}
+    bad_out = {**out, "ingress_ts": value if field == "ingress_ts" else 101}
+    out = check_files(tmp_path, _event(id=2) + b"\n" + _event(**{field: value}) + b"\n",
+                      jsonl([out, bad_out]), "--window-ms", str(10**12))
+    assert (out["malformed_inputs"], out["expected"], out["processed"]) == (1, 1, 1)
+    assert (out["malformed"], out["duplicate"]) == ((1, 0) if field == "ingress_ts" else (0, 1))
+    assert _oracle(tmp_path / "raw-in.jsonl", 7) == [(0, 7, [2])]
+    (tmp_path / "edge.jsonl").write_bytes(_event(event_ts=-MAX_MS, ingress_ts=MAX_MS))
+    assert _oracle(tmp_path / "edge.jsonl", 10**12) == [(-254 * 10**12, -253 * 10**12, [1])]
