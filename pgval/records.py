@@ -335,6 +335,33 @@ def _loads(line: bytes) -> object:
     return json.loads(line, parse_float=_finite)
 
 
+#: orjson refuses nesting deeper than 1024 levels, and json (for NaN lines) stops at the
+#: recursion limit; pyarrow reads any depth. Lines with more opening brackets than this
+#: may be too deep for Python, so pyarrow decides them (see _row).
+_DEEP_BRACKETS = 100
+
+
+def _row(line: bytes, schema: pa.Schema) -> dict[str, object]:
+    """One line's values by column; ValueError (or Overflow/RecursionError) if it is bad.
+
+    A line the Python parsers refuse while it may be nested too deep for them gets
+    pyarrow's verdict on that line alone: what it gets in a block of its own, so that a
+    deep but valid record is not lost because a bad neighbour sent its block here.
+    """
+    try:
+        obj = _loads(line)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        if line.count(b"[") + line.count(b"{") <= _DEEP_BRACKETS:
+            raise
+        table = _read_exact(line + b"\n", schema, ("error", "ignore"))
+        if table is None or len(table) != 1:
+            raise
+        return table.to_pylist()[0]
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    return {f.name: _coerce(obj.get(f.name), f.type) for f in schema}
+
+
 def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
                           ) -> tuple[pa.Table, int, list[str]]:
     """Slow path, used only for blocks with bad lines: keep the good ones, count the rest."""
@@ -345,10 +372,7 @@ def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
         if not line.strip(JSON_SPACE):
             continue
         try:
-            obj = _loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError("not an object")
-            row = {f.name: _coerce(obj.get(f.name), f.type) for f in schema}
+            row = _row(line, schema)
         except (ValueError, OverflowError, RecursionError):  # JSONDecodeError, Unicode*Error
             malformed += 1
             if len(samples) < 5:
