@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 import orjson
 from rich.console import Console
+from rich.markup import escape
 
 from pgval.faults import FAULTS
 from pgval.phases import Phases
@@ -29,13 +30,19 @@ window_option = click.option("--window-ms", type=click.IntRange(min=1, max=10**1
                              show_default=True, help="Tumbling event-time window length (ms).")
 
 
+def print_error(message: str) -> None:
+    """``error: MESSAGE`` on one line: never wrapped at the terminal's width, and never read
+    as rich markup (a path or value the user typed may hold ``[...]``)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
 class UserError(click.ClickException):
     """A plain one-sentence error for the user; exit code 2 like click's usage errors."""
 
     exit_code = 2
 
     def show(self, file: object = None) -> None:
-        err_console.print(f"[bold red]error:[/] {self.format_message()}")
+        print_error(self.format_message())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -575,7 +582,7 @@ def run() -> None:
     try:
         main(standalone_mode=True)
     except RuntimeErrorPlain as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
+        print_error(str(exc))
         sys.exit(1)
 
 

@@ -307,3 +307,20 @@ def test_times_beyond_year_9999_are_malformed_not_an_overflow(
     assert _oracle(tmp_path / "raw-in.jsonl", 7) == [(0, 7, [2])]
     (tmp_path / "edge.jsonl").write_bytes(_event(event_ts=-MAX_MS, ingress_ts=MAX_MS))
     assert _oracle(tmp_path / "edge.jsonl", 10**12) == [(-254 * 10**12, -253 * 10**12, [1])]
+
+
+def test_error_line_is_never_wrapped_nor_read_as_markup(tmp_path: Path) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: rich wrapped `error: ...` at the terminal width
+    (80 columns in a pipe), so the --phases arity message took two lines; and text the user
+    typed was read as markup: `pgval recheck '[/x]'` crashed with rich's MarkupError."""
+    i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
+    result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs", str(i),
+                                       "--outputs", str(i), "--phases", "1,2"],
+                                env={"COLUMNS": "30"})
+    assert result.exit_code == 2
+    assert result.stderr == ("error: --phases takes three or four comma-separated times in ms: "
+                             "START,T2,T3[,T4]\n")
+    for run in ("[/x]", "[bold]x"):
+        result = CliRunner().invoke(main, ["recheck", run])
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+        assert result.stderr == f"error: {run!r} is neither a run directory nor a run id\n"
