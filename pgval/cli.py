@@ -91,7 +91,7 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
     from pgval.evaluate import evaluate_files
 
     try:
-        phases = Phases.parse(phases_text) if phases_text else Phases.unbounded()
+        phases = Phases.parse(phases_text) if phases_text is not None else Phases.unbounded()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     from pgval.validity import Validity, evaluation_reasons

@@ -324,3 +324,14 @@ def test_error_line_is_never_wrapped_nor_read_as_markup(tmp_path: Path) -> None:
         result = CliRunner().invoke(main, ["recheck", run])
         assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
         assert result.stderr == f"error: {run!r} is neither a run directory nor a run id\n"
+
+
+@pytest.mark.parametrize("text", ["", " ", ","])
+def test_empty_phases_is_refused_not_unbounded(tmp_path: Path, text: str) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: `--phases ""` (an unset shell variable) was
+    taken as no --phases at all, and the run judged as one control phase without a word."""
+    i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
+    result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs", str(i),
+                                       "--outputs", str(i), "--phases", text])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("error: --phases ")
