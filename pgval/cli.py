@@ -6,6 +6,7 @@ bad environment (:class:`UserError`), never a traceback.
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -101,10 +102,14 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
     if db is not None:
         from pgval.store import ResultsStore
 
-        run_id = ResultsStore(db).save_check(
-            ev, params={"inputs": str(inputs), "outputs": str(outputs), "phases": phases_text})
+        try:
+            run_id = ResultsStore(db).save_check(
+                ev, params={"inputs": str(inputs), "outputs": str(outputs),
+                            "phases": phases_text})
+        except (sqlite3.Error, OSError) as exc:  # not a database, a file in the way, …
+            raise UserError(f"cannot store the result in {db}: {exc}") from exc
         if not as_json:
-            console.print(f"stored as run {run_id} in {db}")
+            console.print(f"stored as run {run_id} in {escape(str(db))}")
     if as_json:
         _print_json({**ev.summary(), **validity.as_dict()})
     else:

@@ -335,3 +335,22 @@ def test_empty_phases_is_refused_not_unbounded(tmp_path: Path, text: str) -> Non
                                        "--outputs", str(i), "--phases", text])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
     assert result.stderr.startswith("error: --phases ")
+
+
+@pytest.mark.parametrize("case", ["not-a-database", "under-a-file", "markup-in-name"])
+def test_bad_db_path_is_one_line_not_a_traceback(tmp_path: Path, case: str) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: `check --db` on a file that is not SQLite
+    raised sqlite3.DatabaseError, a path under a file raised FileExistsError (tracebacks
+    both), and a database named `[/x].db` crashed in rich after the run was stored."""
+    i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
+    db = {"not-a-database": i, "under-a-file": i / "r.db",
+          "markup-in-name": tmp_path / "[/x].db"}[case]
+    result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs", str(i),
+                                       "--outputs", str(i), "--db", str(db)])
+    assert isinstance(result.exception, SystemExit) or result.exception is None
+    if case == "markup-in-name":
+        assert result.exit_code == 0 and f"stored as run 1 in {db}" in result.stdout
+        return
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: cannot store the result in {db}: ")
+    assert len(result.stderr.splitlines()) == 1
