@@ -6,12 +6,14 @@ bad environment (:class:`UserError`), never a traceback.
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 
 import click
 import orjson
 from rich.console import Console
+from rich.markup import escape
 
 from pgval.dbfile import StoreError
 from pgval.faults import FAULTS
@@ -30,13 +32,19 @@ window_option = click.option("--window-ms", type=click.IntRange(min=1, max=10**1
                              show_default=True, help="Tumbling event-time window length (ms).")
 
 
+def print_error(message: str) -> None:
+    """``error: MESSAGE`` on one line: never wrapped at the terminal's width, and never read
+    as rich markup (a path or value the user typed may hold ``[...]``)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+
+
 class UserError(click.ClickException):
     """A plain one-sentence error for the user; exit code 2 like click's usage errors."""
 
     exit_code = 2
 
     def show(self, file: object = None) -> None:
-        err_console.print(f"[bold red]error:[/] {self.format_message()}")
+        print_error(self.format_message())
 
 
 class _Main(click.Group):
@@ -96,7 +104,7 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
     from pgval.evaluate import evaluate_files
 
     try:
-        phases = Phases.parse(phases_text) if phases_text else Phases.unbounded()
+        phases = Phases.parse(phases_text) if phases_text is not None else Phases.unbounded()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     from pgval.store import ResultsStore
@@ -106,10 +114,14 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
     ev = evaluate_files(topology, inputs, outputs, window_ms, phases)
     validity = Validity(evaluation_reasons(ev))
     if store is not None:
-        run_id = store.save_check(
-            ev, params={"inputs": str(inputs), "outputs": str(outputs), "phases": phases_text})
+        try:
+            run_id = store.save_check(
+                ev, params={"inputs": str(inputs), "outputs": str(outputs),
+                            "phases": phases_text})
+        except (sqlite3.Error, OSError) as exc:  # the disk filled, a file in the way, …
+            raise UserError(f"cannot store the result in {db}: {exc}") from exc
         if not as_json:
-            console.print(f"stored as run {run_id} in {db}")
+            console.print(f"stored as run {run_id} in {escape(str(db))}")
     if as_json:
         _print_json({**ev.summary(), **validity.as_dict()})
     else:
@@ -650,7 +662,7 @@ def run() -> None:
         with signals.handled():
             main(standalone_mode=True)
     except RuntimeErrorPlain as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
+        print_error(str(exc))
         sys.exit(1)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else exc

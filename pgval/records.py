@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from pgval.phases import MAX_MS
 from pgval.schema import GET, POST
 
 BLOCK_BYTES = 64 << 20  # pyarrow parses a file in blocks of this size
@@ -334,6 +335,33 @@ def _loads(line: bytes) -> object:
     return json.loads(line, parse_float=_finite)
 
 
+#: orjson refuses nesting deeper than 1024 levels, and json (for NaN lines) stops at the
+#: recursion limit; pyarrow reads any depth. Lines with more opening brackets than this
+#: may be too deep for Python, so pyarrow decides them (see _row).
+_DEEP_BRACKETS = 100
+
+
+def _row(line: bytes, schema: pa.Schema) -> dict[str, object]:
+    """One line's values by column; ValueError (or Overflow/RecursionError) if it is bad.
+
+    A line the Python parsers refuse while it may be nested too deep for them gets
+    pyarrow's verdict on that line alone: what it gets in a block of its own, so that a
+    deep but valid record is not lost because a bad neighbour sent its block here.
+    """
+    try:
+        obj = _loads(line)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        if line.count(b"[") + line.count(b"{") <= _DEEP_BRACKETS:
+            raise
+        table = _read_exact(line + b"\n", schema, ("error", "ignore"))
+        if table is None or len(table) != 1:
+            raise
+        return table.to_pylist()[0]
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    return {f.name: _coerce(obj.get(f.name), f.type) for f in schema}
+
+
 def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
                           ) -> tuple[pa.Table, int, list[str]]:
     """Slow path, used only for blocks with bad lines: keep the good ones, count the rest."""
@@ -344,10 +372,7 @@ def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
         if not line.strip(JSON_SPACE):
             continue
         try:
-            obj = _loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError("not an object")
-            row = {f.name: _coerce(obj.get(f.name), f.type) for f in schema}
+            row = _row(line, schema)
         except (ValueError, OverflowError, RecursionError):  # JSONDecodeError, Unicode*Error
             malformed += 1
             if len(samples) < 5:
@@ -445,18 +470,28 @@ def outputs_from_kafka(values: Sequence[bytes | None], timestamps: np.ndarray,
     return outputs_from_table(table, resources, malformed, samples, position=position[kept])
 
 
+def _is_time(table: pa.Table, name: str) -> pa.ChunkedArray:
+    """True where the column holds a time within ±MAX_MS (year 9999 either side of 1970).
+
+    Farther "times" are typos; near the int64 limits they would overflow the oracle's
+    window arithmetic and the metrics' differences (silently, or with an OverflowError).
+    """
+    col = table.column(name)
+    return pc.and_(pc.greater_equal(col, -MAX_MS), pc.less_equal(col, MAX_MS))
+
+
 def _int_column(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
 
 
 def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0
                       ) -> InputEvents:
-    """Validate and convert an input table; rows missing a field or with a bad type are dropped."""
+    """Validate and convert an input table; rows missing a field, with a bad type or with a
+    time beyond ±MAX_MS are dropped (counted malformed)."""
     t = table.column("type").combine_chunks()
     ok = pc.and_(
         pc.and_(pc.is_valid(table.column("id")), pc.is_valid(table.column("resource"))),
-        pc.and_(pc.and_(pc.is_valid(table.column("event_ts")),
-                        pc.is_valid(table.column("ingress_ts"))),
+        pc.and_(pc.and_(_is_time(table, "event_ts"), _is_time(table, "ingress_ts")),
                 pc.is_in(t, value_set=pa.array([GET, POST]))),
     )
     ok = pc.fill_null(ok, False)
@@ -482,13 +517,14 @@ def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int 
 def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0,
                        samples: list[str] | None = None, position: np.ndarray | None = None
                        ) -> OutputRecords:
-    """Validate and convert an output table; records lacking required fields are malformed."""
+    """Validate and convert an output table; records lacking required fields, or with an
+    ingress time beyond ±MAX_MS, are malformed."""
     n = len(table)
     if position is None:
         position = np.arange(n, dtype=np.int64)
     ok = pc.and_(
         pc.and_(pc.is_valid(table.column("window_start")), pc.is_valid(table.column("resource"))),
-        pc.and_(pc.is_valid(table.column("ids")), pc.is_valid(table.column("ingress_ts"))),
+        pc.and_(pc.is_valid(table.column("ids")), _is_time(table, "ingress_ts")),
     ) if n else pa.array([], type=pa.bool_())
     ok = pc.fill_null(ok, False)
     ok_np = ok.to_numpy(zero_copy_only=False).astype(bool) if n else np.zeros(0, dtype=bool)

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pgval.cli import main
+from pgval.phases import MAX_MS
 from pgval.store import ResultsStore
 
 W = 1000
@@ -273,3 +274,83 @@ def test_nothing_expected_is_unknown(tmp_path: Path, inputs: bytes) -> None:
     assert result.exit_code == 0, result.output
     assert "guarantee: unknown" in result.output and "reliability –" in result.output
     assert "100.0000 %" not in result.output and "exactly-once" not in result.output
+
+
+def _event(**fields: object) -> bytes:
+    row = {"id": 1, "type": "GET", "resource": "r", "event_ts": 5, "ingress_ts": 6}
+    row.update(fields)
+    return orjson.dumps(row)
+
+
+def _oracle(inputs: Path, window_ms: int) -> list[tuple[int, int, list[int]]]:
+    result = CliRunner().invoke(main, ["oracle", "--topology", "sst", "--inputs", str(inputs),
+                                       "--window-ms", str(window_ms)])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    return [(r["window_start"], r["window_end"], r["ids"])
+            for r in map(json.loads, result.stdout.splitlines())]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("event_ts", 2**63 - 1), ("event_ts", -2**63), ("event_ts", MAX_MS + 1),
+    ("ingress_ts", -2**63), ("ingress_ts", 2**63 - 1), ("ingress_ts", -MAX_MS - 1)])
+def test_times_beyond_year_9999_are_malformed_not_an_overflow(
+        tmp_path: Path, field: str, value: int) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: event_ts near ±2^63 gave oracle windows ending
+    before they start (int64 wrap-around), and ingress_ts = -2^63 crashed `check` with an
+    OverflowError in the metrics."""
+    out = {"window_start": 0, "resource": "r", "count": 1, "ids": [2], "ingress_ts": 100}
+    bad_out = {**out, "ingress_ts": value if field == "ingress_ts" else 101}
+    out = check_files(tmp_path, _event(id=2) + b"\n" + _event(**{field: value}) + b"\n",
+                      jsonl([out, bad_out]), "--window-ms", str(10**12))
+    assert (out["malformed_inputs"], out["expected"], out["processed"]) == (1, 1, 1)
+    assert (out["malformed"], out["duplicate"]) == ((1, 0) if field == "ingress_ts" else (0, 1))
+    assert _oracle(tmp_path / "raw-in.jsonl", 7) == [(0, 7, [2])]
+    (tmp_path / "edge.jsonl").write_bytes(_event(event_ts=-MAX_MS, ingress_ts=MAX_MS))
+    assert _oracle(tmp_path / "edge.jsonl", 10**12) == [(-254 * 10**12, -253 * 10**12, [1])]
+
+
+def test_error_line_is_never_wrapped_nor_read_as_markup(tmp_path: Path) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: rich wrapped `error: ...` at the terminal width
+    (80 columns in a pipe), so the --phases arity message took two lines; and text the user
+    typed was read as markup: `pgval recheck '[/x]'` crashed with rich's MarkupError."""
+    i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
+    result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs", str(i),
+                                       "--outputs", str(i), "--phases", "1,2"],
+                                env={"COLUMNS": "30"})
+    assert result.exit_code == 2
+    assert result.stderr == ("error: --phases takes three or four comma-separated times in ms: "
+                             "START,T2,T3[,T4]\n")
+    for run in ("[/x]", "[bold]x"):
+        result = CliRunner().invoke(main, ["recheck", run])
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+        assert result.stderr == f"error: {run!r} is neither a run directory nor a run id\n"
+
+
+@pytest.mark.parametrize("text", ["", " ", ","])
+def test_empty_phases_is_refused_not_unbounded(tmp_path: Path, text: str) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: `--phases ""` (an unset shell variable) was
+    taken as no --phases at all, and the run judged as one control phase without a word."""
+    i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
+    result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs", str(i),
+                                       "--outputs", str(i), "--phases", text])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("error: --phases ")
+
+
+@pytest.mark.parametrize("case", ["not-a-database", "under-a-file", "markup-in-name"])
+def test_bad_db_path_is_one_line_not_a_traceback(tmp_path: Path, case: str) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: `check --db` on a file that is not SQLite
+    raised sqlite3.DatabaseError, a path under a file raised FileExistsError (tracebacks
+    both), and a database named `[/x].db` crashed in rich after the run was stored."""
+    i = write_jsonl(tmp_path / "i.jsonl", make_inputs())
+    db = {"not-a-database": i, "under-a-file": i / "r.db",
+          "markup-in-name": tmp_path / "[/x].db"}[case]
+    result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs", str(i),
+                                       "--outputs", str(i), "--db", str(db)])
+    assert isinstance(result.exception, SystemExit) or result.exception is None
+    if case == "markup-in-name":
+        assert result.exit_code == 0 and f"stored as run 1 in {db}" in result.stdout
+        return
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: cannot store the result in {db}: ")
+    assert len(result.stderr.splitlines()) == 1

@@ -46,6 +46,7 @@ def in_line(**fields: object) -> bytes:
 
 
 GOOD = out_line()
+DEEP = b"[" * 2000 + b"]" * 2000  # deeper than orjson (1024 levels) or json will go
 #: Output lines that must be malformed however they are read.
 BAD_OUTPUTS = {
     "null id": out_line(ids=[1, None]),
@@ -69,6 +70,7 @@ BAD_OUTPUTS = {
     "garbage": b"this is not json",
     "vertical tab": GOOD + b"\x0b",
     "lone surrogate": GOOD.replace(b'"r0"', b'"\\ud800"'),
+    "deep extra field, bad ids": out_line(ids=["1"])[:-1] + b',"x":' + DEEP + b"}",
 }
 #: Lines that are fine (JSON whitespace around them, unknown fields, extreme int64).
 GOOD_OUTPUTS = {
@@ -80,6 +82,8 @@ GOOD_OUTPUTS = {
     "int64 extremes": out_line(ids=[BIG - 1, -BIG]),
     "empty ids": out_line(ids=[]),
     "UTF-8 resource": out_line(resource="résumé"),
+    "deep extra field": GOOD[:-1] + b',"x":' + DEEP + b"}",
+    "deep extra field with NaN": GOOD[:-1] + b',"x":[NaN,' + DEEP + b"]}",
 }
 
 
@@ -128,6 +132,9 @@ BAD_INPUTS = {
     "id too big": in_line(id=BIG),
     "id too small": in_line(id=-BIG - 1),
     "event_ts too big": in_line(event_ts=10 * BIG),
+    "event_ts int64 max": in_line(event_ts=BIG - 1),
+    "event_ts int64 min": in_line(event_ts=-BIG),
+    "event_ts past year 9999": in_line(event_ts=253_402_300_800_000),
     "float id": in_line(id=1.5),
     "non-UTF-8 resource": in_line().replace(b'"r0"', b'"r\xff"'),
     "non-UTF-8 type": in_line().replace(b'"GET"', b'"G\xffT"'),
@@ -149,6 +156,19 @@ def test_bad_input_line_is_malformed_alone_or_not(tmp_path: Path, name: str,
     assert (got.malformed, got.id.tolist()) == (expect_bad, expect_ids)
     kafka = inputs_from_kafka(lines, np.arange(len(lines), dtype=np.int64), ResourceTable())
     assert (kafka.malformed, kafka.id.tolist()) == (expect_bad, expect_ids)
+
+
+def test_deeply_nested_extra_field_is_kept_next_to_garbage(tmp_path: Path) -> None:
+    """Found by tests/test_fuzz_cli.py. Was: pyarrow reads any depth, orjson stops at 1024
+    levels, so a valid record with a deep unknown field was kept when its block was clean
+    and malformed when a garbage neighbour sent the block down the per-line path."""
+    deep = in_line()[:-1] + b',"x":{"y":' + DEEP + b"}}"
+    for lines, bad, ids in (([deep], 0, [1]), ([deep, b"garbage"], 1, [1]),
+                            ([b"garbage", deep, in_line(id=2)], 1, [1, 2])):
+        got = read_inputs(write(tmp_path / "i.jsonl", lines))
+        assert (got.malformed, got.id.tolist()) == (bad, ids)
+    kafka = inputs_from_kafka([deep, b"garbage"], np.arange(2, dtype=np.int64), ResourceTable())
+    assert (kafka.malformed, kafka.id.tolist()) == (1, [1])
 
 
 def test_bare_cr_and_other_line_breaks_do_not_split_records(tmp_path: Path) -> None:

@@ -1,0 +1,715 @@
+"""Fuzzing `pgval check` and `pgval oracle`: whatever the files and flags, never a traceback.
+
+Issue 9, item 10. The product rule (README, docs/semantics.md): a malformed record is
+counted, never fatal; a wrong flag or a bad file ends in one plain sentence and a
+non-zero exit; a valid record is never lost because of a bad neighbour line.
+
+The properties drive the commands in-process through click's CliRunner (a few ms per
+run), and a handful of cases through the installed entry point, where exit status and
+stderr are what a user sees. Each defect the fuzzing found has a regression test named
+for it, next to its kind (tests/test_check_cli.py, tests/test_records_defects.py).
+
+Example counts come from a profile: the default keeps this module to seconds in CI;
+``PGVAL_FUZZ=deep`` multiplies them by 25 for a long hunt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from click.testing import CliRunner, Result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pgval.cli import main
+from pgval.phases import MAX_MS
+from pgval.records import (
+    InputEvents,
+    OutputRecords,
+    ResourceTable,
+    inputs_from_kafka,
+    outputs_from_kafka,
+    read_inputs,
+    read_outputs,
+)
+from tests.reference import ref_oracle
+from tests.strategies import input_events, produced_outputs
+
+settings.register_profile(
+    "pgval-fuzz", deadline=None, max_examples=100,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                           HealthCheck.large_base_example, HealthCheck.filter_too_much])
+PROFILE = settings.get_profile("pgval-fuzz")
+SCALE = 25 if os.environ.get("PGVAL_FUZZ") == "deep" else 1
+
+
+def fuzz(examples: int) -> settings:
+    """This module's settings with ``examples`` examples (times SCALE)."""
+    return settings(PROFILE, max_examples=examples * SCALE)
+
+
+I64 = 1 << 63
+INT_FIELDS_OUT = ("window_start", "window_end", "count", "gets", "posts", "ingress_ts")
+REQUIRED_OUT = ("window_start", "resource", "ids", "ingress_ts")
+
+
+# --------------------------------------------------------------------------- JSON text
+
+@dataclass(frozen=True)
+class Raw:
+    """A token written verbatim: NaN, 1e999, 01 … (json.dumps cannot write most of them)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Obj:
+    """A JSON object as ordered pairs, so a key can appear twice."""
+
+    pairs: tuple[tuple[str, object], ...]
+
+
+def encode(value: object, ascii_only: bool = True) -> str:
+    """JSON text of ``value``; Raw tokens and repeated keys pass through unchanged."""
+    if isinstance(value, Raw):
+        return value.text
+    if isinstance(value, Obj):
+        return "{" + ",".join(f"{encode(k, ascii_only)}:{encode(v, ascii_only)}"
+                              for k, v in value.pairs) + "}"
+    if isinstance(value, dict):
+        return encode(Obj(tuple(value.items())), ascii_only)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(encode(v, ascii_only) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=ascii_only)  # NaN/Infinity for non-finite floats
+
+
+def line_bytes(value: object, ascii_only: bool = True) -> bytes:
+    return encode(value, ascii_only).encode("utf-8", errors="surrogatepass")
+
+
+EXTREME_INTS = [0, -1, 1, I64 - 1, -I64, I64, -I64 - 1, 1 << 64, -(1 << 64), 10**30,
+                MAX_MS, MAX_MS + 1, -MAX_MS, -MAX_MS - 1]
+#: Valid JSON numbers of every awkward kind, and the non-standard NaN/Infinity literals.
+NUMBER_TOKENS = ["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "1E+400", "1e308",
+                 "-1e308", "-0.0", "0.0", "-0", "0e0", "1.0", "2.5", "5e-324", "1e-400",
+                 "9223372036854775808", "-9223372036854775809", "18446744073709551616",
+                 "123456789012345678901234567890"]
+#: A typo away from JSON; never valid anywhere in a line.
+BROKEN_TOKENS = ["nan", "inf", "01", "+1", ".5", "1.", "0x10", "1e", "--1", "tru", "nul",
+                 "'a'", "undefined", "-NaN", "[1,]", "{,}", '"\\x41"', '"\\u12"']
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.sampled_from(EXTREME_INTS),
+                    st.floats(), st.text(max_size=8),
+                    st.sampled_from(NUMBER_TOKENS).map(Raw))
+json_values = st.recursive(scalars, lambda kids: st.one_of(
+    st.lists(kids, max_size=3), st.dictionaries(st.text(max_size=4), kids, max_size=3)),
+    max_leaves=6)
+deep = st.integers(900, 3000).map(lambda d: Raw("[" * d + "]" * d))
+#: Harmless in a field pgval does not read: any JSON value except numbers beyond a double
+#: (which orjson and pyarrow both refuse), including NaN, deep nesting and long strings.
+extra_values = st.one_of(
+    json_values.filter(lambda v: not any(t in encode(v) for t in ("1e999", "E+400"))),
+    deep, st.integers(1000, 100_000).map(lambda n: "x" * n))
+extra_keys = st.text(max_size=6).filter(
+    lambda k: k not in ("id", "type", "resource", "event_ts", "ingress_ts", *INT_FIELDS_OUT,
+                        "ids"))
+
+#: Values that can never be a 64-bit integer field (nor a time).
+not_int = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=5), st.floats(),
+    st.sampled_from(["-0.0", "1.0", "2.5", "1e3", "1E2", "NaN", "Infinity", "-Infinity"]).map(Raw),
+    st.sampled_from([I64, -I64 - 1, 1 << 64, 10**30]),
+    st.lists(st.integers(-3, 3), max_size=2), st.dictionaries(st.text(max_size=2),
+                                                              st.integers(), max_size=2))
+#: Integers that are not a time: beyond year 9999 (either side) or beyond int64.
+not_time = st.one_of(not_int, st.sampled_from([I64 - 1, -I64, MAX_MS + 1, -MAX_MS - 1]),
+                     st.integers(MAX_MS + 1, I64 - 1), st.integers(-I64, -MAX_MS - 1))
+not_string = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                       st.lists(st.text(max_size=2), max_size=2),
+                       st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=2))
+not_type = st.one_of(not_string, st.sampled_from(["get", "post", "PUT", "", " GET", "GET ",
+                                                  "DELETE", "G\u0000T", "ＧＥＴ"]))
+not_ids = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.text(max_size=4),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.lists(st.integers(0, 9), max_size=3).flatmap(lambda ids: st.builds(
+        lambda bad, at: [*ids[:at], bad, *ids[at:]],
+        st.one_of(st.none(), st.booleans(), st.floats(), st.text(max_size=2),
+                  st.sampled_from([I64, -I64 - 1, 10**30]), st.lists(st.integers(), max_size=2),
+                  st.sampled_from(["1.0", "2.5", "-0.0", "NaN"]).map(Raw)),
+        st.integers(0, len(ids)))))
+
+
+# --------------------------------------------------------------------------- records
+
+def as_obj(record: dict) -> Obj:
+    return Obj(tuple(record.items()))
+
+
+@st.composite
+def dressed(draw: st.DrawFn, record: dict) -> bytes:
+    """A valid record written in any of the ways that keep it valid."""
+    pairs = list(record.items())
+    for _ in range(draw(st.integers(0, 2))):
+        pairs.insert(draw(st.integers(0, len(pairs))), (draw(extra_keys), draw(extra_values)))
+    pairs = draw(st.permutations(pairs))
+    text = line_bytes(Obj(tuple(pairs)), ascii_only=draw(st.booleans()))
+    pad = st.sampled_from([b"", b" ", b"\t", b"  \t "])
+    return draw(pad) + text + draw(pad) + draw(st.sampled_from([b"", b"\r"]))
+
+
+@st.composite
+def broken_line(draw: st.DrawFn, record: dict, wrong: dict[str, st.SearchStrategy],
+                required: Sequence[str]) -> bytes:
+    """``record`` made certainly malformed (a valid record never comes out of this)."""
+    obj = as_obj(record)
+    kind = draw(st.sampled_from(["field", "missing", "duplicate", "truncated", "token",
+                                 "not-object", "two", "utf8", "garbage"]))
+    if kind == "field":  # one field of the wrong type or range
+        name = draw(st.sampled_from(sorted(wrong)))
+        return line_bytes(Obj(tuple((k, draw(wrong[k]) if k == name else v)
+                                    for k, v in obj.pairs)))
+    if kind == "missing":
+        name = draw(st.sampled_from(list(required)))
+        return line_bytes(Obj(tuple(p for p in obj.pairs if p[0] != name)))
+    if kind == "duplicate":  # the last occurrence of a key wins, and it is wrong
+        name = draw(st.sampled_from(sorted(wrong)))
+        return line_bytes(Obj((*obj.pairs, (name, draw(wrong[name])))))
+    if kind == "truncated":
+        text = line_bytes(obj)
+        return text[: draw(st.integers(1, len(text) - 1))]
+    if kind == "token":
+        name = draw(st.sampled_from([k for k, _ in obj.pairs]))
+        token = Raw(draw(st.sampled_from(BROKEN_TOKENS)))
+        return line_bytes(Obj(tuple((k, token if k == name else v) for k, v in obj.pairs)))
+    if kind == "not-object":
+        value = draw(st.one_of(scalars, st.lists(json_values, max_size=3), st.just([record]),
+                               st.just(Raw("null"))))
+        return line_bytes(value)
+    if kind == "two":
+        return line_bytes(obj) + draw(st.sampled_from([b"", b" ", b"\r", b"\t"])) + line_bytes(obj)
+    if kind == "utf8":  # a byte that is not UTF-8 inside a string
+        text = line_bytes(obj)
+        at = text.index(b'"', 1) + 1  # inside the first key or string
+        return text[:at] + draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xc0\xaf",
+                                                 b"\xed\xa0\x80", b"\x80"])) + text[at:]
+    junk = draw(st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b))
+    return b"#" + junk  # never starts like an object
+
+
+def in_broken(record: dict) -> st.SearchStrategy[bytes]:
+    wrong = {"id": not_int, "event_ts": not_time, "ingress_ts": not_time, "type": not_type,
+             "resource": not_string}
+    return broken_line(record, wrong, list(record))
+
+
+def out_broken(record: dict) -> st.SearchStrategy[bytes]:
+    """Optional fields (window_end, count, gets, posts) may be null, never another type."""
+    optional = not_int.filter(lambda v: v is not None)
+    wrong = {name: not_time if name == "ingress_ts" else
+             not_int if name == "window_start" else optional
+             for name in INT_FIELDS_OUT if name in record}
+    wrong.update(resource=not_string, ids=not_ids)
+    return broken_line(record, wrong, REQUIRED_OUT)
+
+
+@st.composite
+def mutated(draw: st.DrawFn, record: dict) -> bytes:
+    """``record`` after a few arbitrary edits: it may or may not still be valid."""
+    pairs = list(record.items())
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.sampled_from(["set", "drop", "dup", "extra", "extreme"]))
+        if op == "set" and pairs:
+            k = draw(st.integers(0, len(pairs) - 1))
+            pairs[k] = (pairs[k][0], draw(json_values))
+        elif op == "drop" and pairs:
+            pairs.pop(draw(st.integers(0, len(pairs) - 1)))
+        elif op == "dup" and pairs:
+            pairs.append((draw(st.sampled_from(pairs))[0], draw(json_values)))
+        elif op == "extreme" and pairs:
+            k = draw(st.integers(0, len(pairs) - 1))
+            pairs[k] = (pairs[k][0], draw(st.one_of(st.sampled_from(EXTREME_INTS),
+                                                    st.sampled_from(NUMBER_TOKENS).map(Raw))))
+        else:
+            pairs.append((draw(extra_keys), draw(extra_values)))
+    text = line_bytes(Obj(tuple(pairs)), ascii_only=draw(st.booleans()))
+    if draw(st.booleans()):  # and maybe a few raw bytes spliced in
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.binary(max_size=4).filter(lambda b: b"\n" not in b)) + text[at:]
+    return text
+
+
+#: Lines that are not records of any kind, as a whole file or between records.
+ODD_LINES = [b"", b" ", b"\t\r", b"\x00", b"\x00" * 10, b"\xef\xbb\xbf", b"\xef\xbb\xbf{}",
+             b"\r", b"\r\r\r", b"{", b"}", b"{}", b"[]", b"null", b"true", b"0", b'""',
+             b"\xff\xfe", b"\x1b[31m", b"[/]", b"[bold]x[/bold]", b"{" * 5000,
+             b"[" * 100_000, b'{"a":' * 3000, b"a" * 200_000, b'"' + b"a" * 70_000 + b'"']
+
+
+@st.composite
+def any_lines(draw: st.DrawFn, records: list[dict],
+              broken: Callable[[dict], st.SearchStrategy[bytes]]) -> list[bytes]:
+    """One line per record: good, broken, mutated, an odd line or raw bytes."""
+    kinds = {"good": dressed, "broken": broken, "mutated": mutated,
+             "odd": lambda _: st.sampled_from(ODD_LINES),
+             "bytes": lambda _: st.binary(max_size=30)}
+    return [draw(kinds[draw(st.sampled_from(["good", *kinds]))](r)) for r in records]
+
+
+@st.composite
+def input_file(draw: st.DrawFn) -> bytes:
+    return draw(assembled(draw(any_lines(draw(input_events(max_size=12)), in_broken))))
+
+
+@st.composite
+def output_file(draw: st.DrawFn, events: list[dict], topology: str, window_ms: int) -> bytes:
+    rows = list(ref_oracle(events, topology, window_ms).values())
+    outputs = draw(produced_outputs(rows)) if rows else []
+    if not outputs or draw(st.booleans()):
+        outputs.append({"window_start": 0, "resource": "r0", "count": 1, "ids": [1],
+                        "ingress_ts": 5})
+    return draw(assembled(draw(any_lines(outputs, out_broken))))
+
+
+@st.composite
+def assembled(draw: st.DrawFn, lines: list[bytes]) -> bytes:
+    """Lines joined into a file: LF or CRLF, maybe a BOM, maybe no final newline."""
+    sep = draw(st.sampled_from([b"\n", b"\r\n"]))
+    body = sep.join(lines) + (sep if lines and draw(st.booleans()) else b"")
+    return (b"\xef\xbb\xbf" if draw(st.booleans()) else b"") + body
+
+
+# --------------------------------------------------------------------------- running
+
+def run_cli(args: Sequence[str], env: dict[str, str] | None = None) -> Result:
+    """Invoke `pgval ARGS` in-process and check the rules every outcome must follow.
+
+    Exit 0, 1 or 2; no traceback anywhere; an exception other than SystemExit is a crash
+    (CliRunner catches it, so it is re-raised here with its traceback); a failure ends in
+    one plain line: ``error: ...`` from pgval, or click's usage block ending in one
+    ``Error: ...`` line for a flag it rejects (the convention of tests/test_check_cli.py).
+    """
+    result = CliRunner().invoke(main, list(args), env=env)
+    exc = result.exception
+    if exc is not None and not isinstance(exc, SystemExit):
+        raise AssertionError(f"pgval {' '.join(args)} crashed:\n"
+                             + "".join(traceback.format_exception(exc)))
+    assert result.exit_code in (0, 1, 2), result.output
+    assert "Traceback" not in result.output
+    if result.exit_code:
+        assert_plain_failure(result.stderr)
+    return result
+
+
+def assert_plain_failure(stderr: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines, "a failure must say why"
+    if lines[0].startswith("Usage: "):  # click's usage block, then its one error line
+        errors = [line for line in lines if line.startswith("Error: ")]
+        assert len(errors) == 1 and errors[0] == lines[-1], stderr
+    else:  # pgval's own "error: ...", or click's "Error: ..." alone (a missing value)
+        assert len(lines) == 1 and lines[0].startswith(("error: ", "Error: ")), stderr
+
+
+def check_args(inputs: Path, outputs: Path, topology: str, window_ms: int | str,
+               *extra: str) -> list[str]:
+    return ["check", "--topology", topology, "--inputs", str(inputs), "--outputs",
+            str(outputs), f"--window-ms={window_ms}", *extra]
+
+
+def check_json(*args: object) -> dict:
+    result = run_cli(check_args(*args, "--json"))  # type: ignore[arg-type]
+    assert result.exit_code == 0, result.output
+    return orjson.loads(result.stdout)
+
+
+def oracle_rows(inputs: Path, topology: str, window_ms: int) -> list[dict]:
+    result = run_cli(["oracle", "--topology", topology, "--inputs", str(inputs),
+                      f"--window-ms={window_ms}"])
+    assert result.exit_code == 0, result.output
+    return [orjson.loads(line) for line in result.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fuzz")
+
+
+topologies = st.sampled_from(["sst", "mst"])
+windows = st.sampled_from([1, 7, 50, 1000, 10**12])
+
+
+@st.composite
+def phases_flag(draw: st.DrawFn) -> list[str]:
+    if draw(st.booleans()):
+        return []
+    values = sorted(draw(st.lists(st.integers(0, 400), min_size=3, max_size=4)))
+    return ["--phases", ",".join(map(str, values))]
+
+
+# --------------------------------------------------------------------------- properties
+
+@fuzz(100)
+@given(inputs=input_file(), topology=topologies, window_ms=windows, phases=phases_flag(),
+       as_json=st.booleans(), data=st.data())
+def test_check_never_tracebacks_on_any_file(work: Path, inputs: bytes, topology: str,
+                                            window_ms: int, phases: list[str], as_json: bool,
+                                            data: st.DataObject) -> None:
+    events = data.draw(input_events(max_size=8))
+    outputs = data.draw(output_file(events, topology, window_ms))
+    (work / "in.jsonl").write_bytes(inputs)
+    (work / "out.jsonl").write_bytes(outputs)
+    result = run_cli(check_args(work / "in.jsonl", work / "out.jsonl", topology, window_ms,
+                                *phases, *(["--json"] if as_json else [])))
+    assert result.exit_code == 0, result.output  # a file's content is never fatal
+    if as_json:
+        summary = orjson.loads(result.stdout)
+        assert summary["expected"] == summary["processed"] + summary["unprocessed"]
+        assert min(summary["malformed"], summary["malformed_inputs"]) >= 0
+
+
+@fuzz(60)
+@given(inputs=input_file(), topology=topologies, window_ms=windows)
+def test_oracle_never_tracebacks_on_any_file(work: Path, inputs: bytes, topology: str,
+                                             window_ms: int) -> None:
+    (work / "in.jsonl").write_bytes(inputs)
+    rows = oracle_rows(work / "in.jsonl", topology, window_ms)
+    for row in rows:
+        assert row["window_end"] == row["window_start"] + window_ms
+        assert row["ids"] == sorted(row["ids"])
+        assert -MAX_MS - window_ms <= row["window_start"] <= MAX_MS
+
+
+@fuzz(30)
+@given(data=st.binary(max_size=300), topology=topologies)
+def test_raw_bytes_files_are_never_fatal(work: Path, data: bytes, topology: str) -> None:
+    (work / "raw.jsonl").write_bytes(data)
+    summary = check_json(work / "raw.jsonl", work / "raw.jsonl", topology, 1000)
+    assert summary["expected"] == summary["processed"] + summary["unprocessed"]
+    oracle_rows(work / "raw.jsonl", topology, 1000)
+
+
+@st.composite
+def interleaved(draw: st.DrawFn, good: list[bytes], junk: list[bytes]) -> bytes:
+    """``good`` in its order with ``junk`` lines anywhere between."""
+    tags = draw(st.permutations([True] * len(good) + [False] * len(junk)))
+    g, j = iter(good), iter(junk)
+    return draw(assembled([next(g) if t else next(j) for t in tags]))
+
+
+@fuzz(60)
+@given(events=input_events(max_size=15), topology=topologies, window_ms=windows,
+       phases=phases_flag(), data=st.data())
+def test_valid_records_count_the_same_next_to_bad_ones(
+        work: Path, events: list[dict], topology: str, window_ms: int, phases: list[str],
+        data: st.DataObject) -> None:
+    """Bad lines anywhere change only the malformed counts, never what the valid ones give."""
+    rows = list(ref_oracle(events, topology, window_ms).values())
+    outputs = data.draw(produced_outputs(rows)) if rows else []
+    good_in = [data.draw(dressed(e)) for e in events]
+    good_out = [data.draw(dressed(o)) for o in outputs]
+    junk_in = data.draw(st.lists(st.one_of(
+        *(in_broken(e) for e in events[:3]),
+        in_broken({"id": 1, "type": "GET", "resource": "r0", "event_ts": 0, "ingress_ts": 0})),
+        max_size=6))
+    junk_out = data.draw(st.lists(st.one_of(
+        *(out_broken(o) for o in outputs[:3]),
+        out_broken({"window_start": 0, "resource": "r0", "count": 1, "ids": [1],
+                    "ingress_ts": 5})), max_size=6))
+    (work / "in-good.jsonl").write_bytes(b"".join(line + b"\n" for line in good_in))
+    (work / "out-good.jsonl").write_bytes(b"".join(line + b"\n" for line in good_out))
+    (work / "in-mixed.jsonl").write_bytes(data.draw(interleaved(good_in, junk_in)))
+    (work / "out-mixed.jsonl").write_bytes(data.draw(interleaved(good_out, junk_out)))
+    alone = check_json(work / "in-good.jsonl", work / "out-good.jsonl", topology, window_ms,
+                       *phases)
+    mixed = check_json(work / "in-mixed.jsonl", work / "out-mixed.jsonl", topology, window_ms,
+                       *phases)
+    assert (alone["malformed_inputs"], alone["malformed"]) == (0, 0)
+    assert (mixed["malformed_inputs"], mixed["malformed"]) == (len(junk_in), len(junk_out))
+    ignore = {"malformed", "malformed_inputs", "guarantee"}
+    assert {k: v for k, v in mixed.items() if k not in ignore} == {
+        k: v for k, v in alone.items() if k not in ignore}
+    if not junk_out:
+        assert mixed["guarantee"] == alone["guarantee"]
+    assert oracle_rows(work / "in-mixed.jsonl", topology, window_ms) == oracle_rows(
+        work / "in-good.jsonl", topology, window_ms)
+
+
+def _write(path: Path, lines: Sequence[bytes]) -> Path:
+    """A blank first line, so that a byte-order mark is never at the start of the file."""
+    path.write_bytes(b"\n" + b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def _input_rows(events: InputEvents) -> tuple[int, list[tuple]]:
+    names = events.resources.names
+    return events.malformed, list(zip(events.id.tolist(), events.is_get.tolist(),
+                                      [names[c] for c in events.resource.tolist()],
+                                      events.event_ts.tolist(), events.ingress_ts.tolist(),
+                                      strict=True))
+
+
+def _output_rows(outputs: OutputRecords) -> tuple[int, list[tuple]]:
+    names = outputs.resources.names
+    ids = [outputs.ids[a:b].tolist() for a, b in zip(outputs.offsets[:-1], outputs.offsets[1:],
+                                                     strict=True)]
+    return outputs.malformed, list(zip(
+        outputs.window_start.tolist(), outputs.window_end.tolist(),
+        [names[c] for c in outputs.resource.tolist()], outputs.count.tolist(),
+        outputs.gets.tolist(), outputs.posts.tolist(), outputs.ingress_ts.tolist(), ids,
+        strict=True))
+
+
+def _sum(parts: list[tuple[int, list[tuple]]]) -> tuple[int, list[tuple]]:
+    return sum(p[0] for p in parts), [row for p in parts for row in p[1]]
+
+
+@fuzz(100)
+@given(events=input_events(max_size=6), data=st.data())
+def test_each_input_lines_fate_is_its_own(work: Path, events: list[dict],
+                                          data: st.DataObject) -> None:
+    """A file reads as the sum of its lines read alone (fast path or exact path alike)."""
+    lines = [line.replace(b"\n", b" ") for line in data.draw(any_lines(events, in_broken))]
+    together = _input_rows(read_inputs(_write(work / "all.jsonl", lines)))
+    alone = _sum([_input_rows(read_inputs(_write(work / "one.jsonl", [line])))
+                  for line in lines])
+    assert together == alone
+    records = [line for line in lines if line.strip(b" \t\r")]
+    stamps = np.arange(len(records), dtype=np.int64)
+    kafka = _input_rows(inputs_from_kafka(records, stamps, ResourceTable()))
+    kafka_alone = _sum([_input_rows(inputs_from_kafka([r], stamps[k:k + 1], ResourceTable()))
+                        for k, r in enumerate(records)])
+    assert kafka == kafka_alone
+
+
+@fuzz(100)
+@given(events=input_events(max_size=8), topology=topologies, data=st.data())
+def test_each_output_lines_fate_is_its_own(work: Path, events: list[dict], topology: str,
+                                           data: st.DataObject) -> None:
+    rows = list(ref_oracle(events, topology, 50).values())
+    outputs = data.draw(produced_outputs(rows)) if rows else []
+    lines = [line.replace(b"\n", b" ") for line in data.draw(any_lines(outputs, out_broken))]
+    together = _output_rows(read_outputs(_write(work / "all.jsonl", lines), ResourceTable()))
+    alone = _sum([_output_rows(read_outputs(_write(work / "one.jsonl", [line]),
+                                            ResourceTable())) for line in lines])
+    assert together == alone
+
+    def kafka(values: list[bytes], first: int) -> tuple[int, list[tuple]]:
+        n = len(values)
+        stamps = np.arange(first, first + n, dtype=np.int64)
+        return _output_rows(outputs_from_kafka(values, stamps, np.zeros(n, np.int64), stamps,
+                                               ResourceTable()))
+
+    records = [line for line in lines if line.strip(b" \t\r")]
+    assert kafka(records, 0) == _sum([kafka([r], k) for k, r in enumerate(records)])
+
+
+# --------------------------------------------------------------------------- flags
+
+@pytest.fixture(scope="module")
+def good_files(work: Path) -> tuple[Path, Path]:
+    events = [{"id": k, "type": "GET" if k % 3 else "POST", "resource": f"r{k % 2}",
+               "event_ts": 10 * k, "ingress_ts": 10 * k + 5} for k in range(20)]
+    rows = ref_oracle(events, "sst", 50).values()
+    outs = [{**r, "ingress_ts": r["window_end"] + 7} for r in rows]
+    return (_write(work / "flags-in.jsonl", [orjson.dumps(e) for e in events]),
+            _write(work / "flags-out.jsonl", [orjson.dumps(o) for o in outs]))
+
+
+NOT_A_NUMBER = ["", " ", "abc", "1.5", "1e3", "1,000", "0x10", "NaN", "inf", "-inf", "--1",
+                "1 2", "\x00", "٣x", "10**3", "1e999", "[1]"]
+
+
+@st.composite
+def window_flag(draw: st.DrawFn) -> tuple[str, bool]:
+    """(text of --window-ms, whether it is a valid window: an integer in 1..10^12)."""
+    value = draw(st.one_of(st.integers(1, 10**12), st.integers(-(10**30), 0),
+                           st.integers(10**12 + 1, 10**30),
+                           st.sampled_from([0, -1, 10**12, 10**12 + 1, I64 - 1, I64, -I64])))
+    if draw(st.integers(0, 4)) == 0:
+        return draw(st.one_of(st.sampled_from(NOT_A_NUMBER), st.floats().map(repr))), False
+    return str(value), 1 <= value <= 10**12
+
+
+@fuzz(60)
+@given(flag=window_flag(), topology=topologies, command=st.sampled_from(["check", "oracle"]))
+def test_window_flag_is_used_or_refused_in_one_line(good_files: tuple[Path, Path],
+                                                    flag: tuple[str, bool], topology: str,
+                                                    command: str) -> None:
+    text, valid = flag
+    inputs, outputs = good_files
+    args = (check_args(inputs, outputs, topology, text) if command == "check" else
+            ["oracle", "--topology", topology, "--inputs", str(inputs), f"--window-ms={text}"])
+    result = run_cli(args)
+    assert result.exit_code == (0 if valid else 2), result.output
+    if not valid:
+        assert "--window-ms" in result.stderr
+
+
+@st.composite
+def phases_text(draw: st.DrawFn) -> tuple[str, bool]:
+    """(text of --phases, whether it is valid: 3 or 4 non-decreasing ms in 0..MAX_MS)."""
+    ok_value = st.integers(0, MAX_MS)
+    bad_value = st.one_of(st.integers(-(10**20), -1), st.integers(MAX_MS + 1, 10**30),
+                          st.sampled_from([str(I64), str(-I64 - 1), str(MAX_MS + 1)]),
+                          st.sampled_from([t for t in NOT_A_NUMBER if "," not in t]))
+    items = draw(st.lists(st.one_of(ok_value, ok_value, bad_value), min_size=0, max_size=6))
+    if draw(st.booleans()):
+        items = sorted(items, key=lambda v: v if isinstance(v, int) else -1)
+    valid = (len(items) in (3, 4) and all(isinstance(v, int) and 0 <= v <= MAX_MS
+                                          for v in items) and items == sorted(items))
+    pad = st.sampled_from(["", " ", "\t"])
+    return ",".join(f"{draw(pad)}{v}{draw(pad)}" for v in items), valid
+
+
+@fuzz(80)
+@given(flag=phases_text(), as_json=st.booleans())
+def test_phases_flag_is_used_or_refused_in_one_line(good_files: tuple[Path, Path],
+                                                    flag: tuple[str, bool], as_json: bool
+                                                    ) -> None:
+    text, valid = flag
+    inputs, outputs = good_files
+    result = run_cli(check_args(inputs, outputs, "sst", 50, "--phases", text,
+                                *(["--json"] if as_json else [])))
+    assert result.exit_code == (0 if valid else 2), result.output
+    if valid and as_json:
+        assert set(orjson.loads(result.stdout)["phases"]) == {"control", "failure", "recovery"}
+    if not valid:
+        assert result.stderr.startswith("error: --phases"), result.stderr
+
+
+@pytest.mark.parametrize("flags", [
+    ["--window-ms"], ["--phases"], ["--topology"], ["--bogus"], ["--json=yes"],
+    ["--topology", "SST"], ["--topology", ""], ["--window-ms", "1", "extra-argument"],
+    ["--phases", "1,2,3", "--phases", "1,2"], ["--window-ms=1", "--window-ms=0"],
+], ids=lambda f: " ".join(f) or "none")
+def test_malformed_command_lines_end_in_one_line(good_files: tuple[Path, Path],
+                                                 flags: list[str]) -> None:
+    inputs, outputs = good_files
+    base = ["check", "--inputs", str(inputs), "--outputs", str(outputs)]
+    if "--topology" not in flags:
+        base += ["--topology", "sst"]
+    assert run_cli(base + flags).exit_code == 2
+
+
+# --------------------------------------------------------------------------- paths
+
+def _fifo_with_writer(path: Path, data: bytes) -> threading.Thread:
+    os.mkfifo(path)
+
+    def feed() -> None:
+        with open(path, "wb") as fh:
+            fh.write(data)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    return writer
+
+
+PATH_CASES = ["missing", "directory", "empty", "dev-null", "broken-symlink", "symlink-loop",
+              "unreadable", "fifo"]
+
+
+@pytest.mark.parametrize("case", PATH_CASES)
+@pytest.mark.parametrize("which", ["inputs", "outputs", "oracle"])
+def test_bad_paths_end_in_one_line(tmp_path: Path, good_files: tuple[Path, Path], case: str,
+                                   which: str) -> None:
+    """A path that is missing or not a file is refused in one line; odd files are read."""
+    if case == "unreadable" and os.geteuid() == 0:
+        pytest.skip("root reads a mode-000 file")
+    path = tmp_path / "x.jsonl"
+    writer = None
+    if case == "directory":
+        path.mkdir()
+    elif case == "empty":
+        path.write_bytes(b"")
+    elif case == "dev-null":
+        path = Path(os.devnull)
+    elif case == "broken-symlink":
+        path.symlink_to(tmp_path / "nowhere")
+    elif case == "symlink-loop":
+        path.symlink_to(path)
+    elif case == "unreadable":
+        path.write_bytes(good_files[0].read_bytes())
+        path.chmod(0)
+    elif case == "fifo":  # `--inputs <(zcat in.jsonl.gz)` hands pgval a pipe
+        writer = _fifo_with_writer(path, good_files[0].read_bytes())
+    inputs, outputs = good_files
+    if which == "oracle":
+        args = ["oracle", "--topology", "sst", "--inputs", str(path)]
+    else:
+        args = check_args(path if which == "inputs" else inputs,
+                          path if which == "outputs" else outputs, "sst", 50, "--json")
+    result = run_cli(args)
+    if writer is not None:
+        writer.join(timeout=10)
+    readable = case in ("empty", "dev-null", "fifo")
+    assert result.exit_code == (0 if readable else 2), result.output
+    if not readable:
+        assert f"--{'inputs' if which == 'oracle' else which}" in result.stderr
+    if case == "fifo" and which != "oracle":
+        summary = orjson.loads(result.stdout)
+        assert summary["malformed"] + summary["malformed_inputs"] == (
+            20 if which == "outputs" else 0)  # inputs read as outputs are malformed ones
+
+
+# --------------------------------------------------------------------------- entry point
+
+def _entry_point() -> list[str]:
+    script = Path(sys.executable).with_name("pgval")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pgval.cli"]
+
+
+def run_process(args: Sequence[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """`pgval ARGS` as a real process, held to the same rules as run_cli."""
+    proc = subprocess.run([*_entry_point(), *args], capture_output=True, text=True,
+                          errors="replace", timeout=120, env={**os.environ, **env})
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    if proc.returncode:
+        assert_plain_failure(proc.stderr)
+    return proc
+
+
+def test_entry_point_on_garbage_and_bad_flags(tmp_path: Path, good_files: tuple[Path, Path]
+                                              ) -> None:
+    inputs, outputs = good_files
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"\xef\xbb\xbf\x00\xff\r\n[1]\nnull\n{\"id\":1e999}\n" + b"[" * 5000
+                        + b"\n" + inputs.read_bytes() + b'{"id":-9223372036854775808,'
+                        b'"type":"GET","resource":"r","event_ts":1,"ingress_ts":'
+                        b'-9223372036854775808}\n')
+    proc = run_process(check_args(garbage, garbage, "mst", 50, "--json"))
+    summary = json.loads(proc.stdout)
+    assert proc.returncode == 0 and summary["malformed_inputs"] == 6
+    assert run_process(["oracle", "--topology", "sst", "--inputs", str(garbage)]).returncode == 0
+    for flags in (["--window-ms=0"], ["--phases", "3,2,1"], ["--phases", "1,2"]):
+        proc = run_process(check_args(inputs, outputs, "sst", 50, *flags), COLUMNS="40")
+        assert proc.returncode == 2
+    proc = run_process(check_args(tmp_path, outputs, "sst", 50))
+    assert proc.returncode == 2 and "is a directory" in proc.stderr
+
+
+def test_entry_point_bad_database_is_one_line(tmp_path: Path, good_files: tuple[Path, Path]
+                                              ) -> None:
+    inputs, outputs = good_files
+    proc = run_process(check_args(inputs, outputs, "sst", 50, "--db", str(inputs)))
+    assert proc.returncode == 2 and "error:" in proc.stderr
+
+
+def test_entry_point_version_and_help() -> None:
+    assert run_process(["--version"]).returncode == 0
+    assert "--phases" in run_process(["check", "--help"]).stdout
+
+
