@@ -415,14 +415,17 @@ def test_e1_survives_driver_crash_between_sink_commit_and_checkpoint(
 
 
 @pytest.mark.cluster
-def test_driver_on_standalone_cluster(kafka: KafkaCluster, tmp_path: Path) -> None:
+def test_driver_on_standalone_cluster(kafka: KafkaCluster, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """SST a1 with a 1-worker standalone cluster: executors, not the driver, run the tasks."""
-    from pgval.runtime.spark import SparkCluster
+    from pgval.runtime.spark import SECRET_FILE_ENV, SparkCluster
 
     if shutil.which("java") is None:
         pytest.skip("no java")
     with SparkCluster(tmp_path / "spark", workers=1, cores_per_worker=1,
                       worker_memory="768m", isolate=False) as spark:
+        # The cluster runs with spark.authenticate: the driver reads the secret file.
+        monkeypatch.setenv(SECRET_FILE_ENV, str(spark.secret_file))
         d = _driver(tmp_path, kafka.bootstrap, "sst", "a1", master=spark.master_url,
                     extra=("--driver-host", spark.driver_host, "--cores-max", "1"))
         try:

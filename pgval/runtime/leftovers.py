@@ -32,7 +32,9 @@ def _processes() -> dict[int, str]:
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if cmd and state not in ("Z", "X") and _OURS.search(cmd) and "pytest" not in cmd:
+        # multiprocessing's resource tracker lives as long as the process that made it.
+        if (cmd and state not in ("Z", "X") and _OURS.search(cmd) and "pytest" not in cmd
+                and "resource_tracker" not in cmd):
             out[int(entry)] = cmd
     return out
 
