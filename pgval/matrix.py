@@ -168,18 +168,8 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                 f"-run{run_id}",
                 on_status=make_status(cell) if make_status else None,
                 extra_params={"matrix_key": key}, repeat=cell.repeat)
-        except Exception as exc:
-            counts["failed"] += 1
-            if on_cell:
-                on_cell(cell, "failed", {"error": str(exc)})
-            if not keep_going:
-                raise
-            continue
-        try:
             result = exp.run()
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # a failed cell; Ctrl-C (KeyboardInterrupt) goes through
             counts["failed"] += 1
             if on_cell:
                 on_cell(cell, "failed", {"error": str(exc)})
