@@ -335,24 +335,17 @@ def _loads(line: bytes) -> object:
     return json.loads(line, parse_float=_finite)
 
 
-#: orjson refuses nesting deeper than 1024 levels, and json (for NaN lines) stops at the
-#: recursion limit; pyarrow reads any depth. Lines with more opening brackets than this
-#: may be too deep for Python, so pyarrow decides them (see _row).
-_DEEP_BRACKETS = 100
-
-
 def _row(line: bytes, schema: pa.Schema) -> dict[str, object]:
     """One line's values by column; ValueError (or Overflow/RecursionError) if it is bad.
 
-    A line the Python parsers refuse while it may be nested too deep for them gets
-    pyarrow's verdict on that line alone: what it gets in a block of its own, so that a
-    deep but valid record is not lost because a bad neighbour sent its block here.
+    A line the Python parsers refuse gets pyarrow's verdict on that line alone: what it
+    gets in a block of its own. pyarrow reads things Python does not (nesting deeper than
+    orjson's 1024 levels, ``-NaN`` in an ignored field), and a record must not be lost
+    because a bad neighbour sent its block here. Only refused lines pay for this.
     """
     try:
         obj = _loads(line)
     except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
-        if line.count(b"[") + line.count(b"{") <= _DEEP_BRACKETS:
-            raise
         table = _read_exact(line + b"\n", schema, ("error", "ignore"))
         if table is None or len(table) != 1:
             raise

@@ -231,3 +231,23 @@ def test_each_lines_fate_is_independent_of_its_neighbours(
     records = [line for line in lines if line.strip(b" \t\r")]
     kafka = kafka_outputs(records)
     assert (kafka.malformed, kept_ids(kafka)) == (together.malformed, kept_ids(together))
+
+
+def test_minus_nan_in_an_ignored_field_is_judged_alike_next_to_garbage() -> None:
+    """Found by tests/test_fuzz_cli.py in CI. Was: a Kafka output value carrying
+    ``"ingress_ts": -NaN`` (ignored: Kafka's timestamp is the ingress) was a row alone,
+    read by pyarrow, but malformed next to a ``{`` line, where Python's json decided."""
+    import numpy as np
+
+    good = (b'{"window_start":-50,"window_end":0,"resource":"r2","count":1,"ids":[1],'
+            b'"ingress_ts":-NaN}')
+
+    def rows(values: list[bytes]) -> tuple[int, int]:
+        n = len(values)
+        stamps = np.arange(n, dtype=np.int64)
+        out = outputs_from_kafka(values, stamps, np.zeros(n, np.int64), stamps,
+                                 ResourceTable())
+        return len(out.window_start), out.malformed
+
+    assert rows([good]) == (1, 0)
+    assert rows([b"{", good]) == (1, 1)
