@@ -542,16 +542,8 @@ def holder_processes() -> list[tuple[int, str]]:
     """(pid, target namespace) of every running packet holder on this host."""
     out = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        words = argv.split("\0")
-        if HOLDER_MODULE in words:
-            target = words[words.index("--target") + 1] if "--target" in words[:-1] else ""
-            out.append((int(entry), target))
+        if entry.isdigit() and HOLDER_MODULE in (words := _holder_argv(int(entry))):
+            out.append((int(entry), (_arg(words, "--target") or [""])[0]))
     return out
 
 

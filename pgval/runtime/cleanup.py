@@ -16,6 +16,7 @@ stops runs in progress too).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,8 +73,6 @@ def _suffix_of(name: str) -> str | None:
 
 def sweep_host(force: bool = False) -> list[str]:
     """Remove host-level pgval resources whose owner is dead (all of them with ``force``)."""
-    import os
-
     if os.geteuid() != 0:
         return []
     from pgval.faults.delay import cleanup_delays, holder_owner, holder_processes, stop_holder

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.runtime import netns, ownership
+from pgval.runtime import netns, ownership, signals
 from pgval.runtime.kafka import KafkaCluster
 from pgval.runtime.owner import Owner
 from pgval.runtime.procs import RuntimeErrorPlain, kill_recorded
@@ -99,9 +99,7 @@ class LocalCluster:
             self.kafka.ensure_experiment_topics([OUTPUT_TOPIC])
             self.timings["kafka_start_s"] = time.monotonic() - t1
         except BaseException:
-            from pgval.runtime.signals import shielded
-
-            with shielded():
+            with signals.shielded():
                 self.stop()
             raise
         self.timings["cluster_start_s"] = time.monotonic() - t0

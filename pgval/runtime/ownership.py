@@ -134,5 +134,4 @@ def entry_is_live(entry: dict[str, Any]) -> bool:
 def live_suffixes(include_held: bool = True) -> set[str]:
     """Suffixes whose registered owner is still alive (and held clusters' unless told not)."""
     return {s for s, e in netns_entries().items()
-            if (include_held and e.get("held")) or
-            ((o := Owner.from_dict(e.get("owner"))) is not None and o.alive())}
+            if entry_is_live(e) and (include_held or not e.get("held"))}
