@@ -7,8 +7,7 @@ import random
 from pgval.faults.network import WorkerDelay, timeouts_fired
 from pgval.faults.process import DriverCrash, WorkerCrash
 from pgval.faults.timeouts import TimeoutProfile, profile_for
-
-FAULTS = ("none", "crash", "driver-crash", "delay-lt-timeout", "delay-gt-timeout")
+from pgval.schema import FAULTS
 
 
 def default_target(seed: int, workers: int) -> int:

@@ -201,7 +201,8 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
              keep_data: bool, sabotage: str | None, late_events: int, db: Path,
              as_json: bool) -> None:
     """Run TOPOLOGY on the embedded Kafka + Spark cluster and validate its guarantee."""
-    from pgval.experiment import Experiment, ExperimentConfig, default_run_dir
+    from pgval.config import ExperimentConfig
+    from pgval.experiment import Experiment, default_run_dir
     from pgval.live import LiveStatus
     from pgval.render import render_evaluation
     from pgval.runtime.cluster import ClusterConfig
@@ -363,7 +364,7 @@ def _experiment_options(f):  # noqa: ANN001, ANN202 - click decorator stack
 
 
 def _base_config(**kw: object):  # noqa: ANN202
-    from pgval.experiment import ExperimentConfig
+    from pgval.config import ExperimentConfig
     from pgval.runtime.cluster import ClusterConfig
 
     return ExperimentConfig(

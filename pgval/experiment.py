@@ -38,18 +38,18 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.evaluate import Evaluation, evaluate
 from pgval.evidence import Manifest, save_progress, save_topic, streams_from_records
 from pgval.explain import watermark_ms
 from pgval.faults import (
-    FAULTS,
     default_target,
     make_compose_fault,
     make_fault,
@@ -58,7 +58,7 @@ from pgval.faults import (
 )
 from pgval.phases import Phases
 from pgval.runtime import signals
-from pgval.runtime.cluster import ClusterConfig, LocalCluster
+from pgval.runtime.cluster import LocalCluster
 from pgval.runtime.driver import DriverProcess, DriverSpec
 from pgval.runtime.kafka import TopicRecords, read_topic
 from pgval.runtime.procs import RuntimeErrorPlain
@@ -76,69 +76,6 @@ from pgval.validity import (
 #: IDs of planted late events (a self-test): far above any generator ID, so a test can
 #: tell them apart; they are ordinary inputs for the oracle and the validator.
 LATE_ID_BASE = 1 << 62
-
-
-@dataclass
-class ExperimentConfig:
-    """Everything that defines a run; stored with its results."""
-
-    topology: str = "sst"
-    pg: str = "a1"
-    fault: str = "none"
-    rate: float = 2_000.0
-    producers: int = 1
-    resources: int = 16
-    get_share: float = 0.995
-    phase_seconds: float = 90.0
-    warmup_seconds: float = 5.0
-    window_ms: int = 10_000
-    watermark_ms: int = 2_000
-    trigger_ms: int = 1_000
-    shuffle_partitions: int | None = None  # default: the number of Kafka partitions
-    max_offsets_per_trigger: int | None = None
-    executor_memory: str = "512m"
-    seed: int = 0
-    deploy: str = "local"  # or "compose": the stack of compose/docker-compose.yml
-    target: int | None = None  # worker a fault hits; default chosen by seed
-    delay_ms: int | None = None  # packet delay; default derived from the time-outs
-    drain_timeout_s: float = 300.0
-    prime_events: int = 20_000  # control events that warm the query up before T1
-    keep_data: bool = False  # keep broker data and checkpoints after the run is stored
-    #: SELF-TEST only: the e1 sink drops or re-writes one batch (``drop-batch:N``).
-    sabotage: str | None = None
-    #: SELF-TEST only: plant this many events behind the watermark during control.
-    late_events: int = 0
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-
-    def validate(self) -> None:
-        if self.topology not in ("sst", "mst"):
-            raise RuntimeErrorPlain(f"unknown topology {self.topology!r}; use sst or mst")
-        if self.pg not in ("a1", "e1"):
-            raise RuntimeErrorPlain(f"unknown processing guarantee {self.pg!r}; use a1 or e1")
-        if self.rate <= 0:
-            raise RuntimeErrorPlain("the rate must be a positive number of events per second")
-        if self.phase_seconds <= 0 or self.warmup_seconds < 0:
-            raise RuntimeErrorPlain("phase and warm-up lengths must be positive")
-        if self.window_ms <= 0 or self.watermark_ms < 0 or self.trigger_ms < 0:
-            raise RuntimeErrorPlain("window, watermark and trigger must be non-negative (ms)")
-        if self.fault not in FAULTS:
-            raise RuntimeErrorPlain(f"unknown fault {self.fault!r}; use one of "
-                                    f"{', '.join(FAULTS)}")
-        if self.target is not None and not 0 <= self.target < self.cluster.workers:
-            raise RuntimeErrorPlain(f"--target must be a worker index from 0 to "
-                                    f"{self.cluster.workers - 1}")
-        if self.deploy not in ("local", "compose"):
-            raise RuntimeErrorPlain(f"unknown deployment {self.deploy!r}; use local or compose")
-        if self.sabotage is not None and self.pg != "e1":
-            raise RuntimeErrorPlain("--sabotage is a self-test of the e1 sink; use --pg e1")
-        if self.late_events < 0:
-            raise RuntimeErrorPlain("--late-events must not be negative")
-        if self.fault.startswith("delay") and self.cluster.isolate is False:
-            raise RuntimeErrorPlain("packet delay needs workers in their own network "
-                                    "namespaces; drop --no-isolate")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgval.experiment import Experiment, ExperimentConfig
+from pgval.config import ExperimentConfig
+from pgval.experiment import Experiment
 from pgval.store import ResultsStore, owner_alive
 
 #: The error of a run whose pgval stopped (was killed) while it ran.

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from pgval.experiment import ExperimentConfig, ExperimentResult
+from pgval.config import ExperimentConfig
+from pgval.experiment import ExperimentResult
 from pgval.matrix import prepared_experiment
 from pgval.store import ResultsStore
 

@@ -6,6 +6,7 @@ validator cannot drift apart (docs/semantics.md is the prose version).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final, Literal
 
 #: Input topics, one per request type; record key = resource name (UTF-8).
@@ -15,6 +16,33 @@ POST_TOPIC: Final = "post"
 OUTPUT_TOPIC: Final = "output"
 #: Compacted topic where the exactly-once sink records its committed batches.
 MARKER_TOPIC: Final = "pgval-commits"
+
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topics of one run. A run on a shared cluster (external, or a warm cluster
+    kept across matrix cells) gets its own prefix, so no run ever reads another's records."""
+
+    get: str = GET_TOPIC
+    post: str = POST_TOPIC
+    output: str = OUTPUT_TOPIC
+    marker: str = MARKER_TOPIC
+    prefix: str = ""
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> Topics:
+        """``<prefix>get``, ``<prefix>post``, …; the empty prefix gives the plain names."""
+        return cls(f"{prefix}{GET_TOPIC}", f"{prefix}{POST_TOPIC}", f"{prefix}{OUTPUT_TOPIC}",
+                   f"{prefix}{MARKER_TOPIC}", prefix)
+
+    @property
+    def inputs(self) -> tuple[str, str]:
+        return (self.get, self.post)
+
+    def all(self) -> tuple[str, ...]:
+        return (self.get, self.post, self.output, self.marker)
+
 
 GET: Final = "GET"
 POST: Final = "POST"
@@ -34,6 +62,11 @@ MST_OUTPUT_FIELDS: Final = ("window_start", "window_end", "resource", "gets", "p
 REQUIRED_OUTPUT_FIELDS: Final = ("window_start", "resource", "ids")
 
 PHASES: Final = ("control", "failure", "recovery")
+#: Faults injected at T2 and removed at T3 (``none``: a run without a fault).
+FAULTS: Final = ("none", "crash", "driver-crash", "delay-lt-timeout", "delay-gt-timeout")
+#: Where a run's Kafka and Spark come from: pgval's embedded cluster, the compose stack,
+#: or a cluster the user runs (``--deploy external``).
+DEPLOYMENTS: Final = ("local", "compose", "external")
 
 
 def resource_name(index: int) -> str:

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pgval.experiment import LATE_ID_BASE, Experiment, ExperimentConfig, ExperimentResult
+from pgval.config import ExperimentConfig
+from pgval.experiment import LATE_ID_BASE, Experiment, ExperimentResult
 from pgval.phases import CONTROL, FAILURE, RECOVERY
 from pgval.runtime.cluster import ClusterConfig
 

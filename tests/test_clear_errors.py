@@ -39,7 +39,8 @@ def test_delay_without_root_fails_before_deploying(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Not at T2 after deploy and a whole control phase: before anything starts."""
     from pgval import experiment
-    from pgval.experiment import Experiment, ExperimentConfig
+    from pgval.config import ExperimentConfig
+    from pgval.experiment import Experiment
 
     monkeypatch.setattr(experiment.os, "geteuid", lambda: 1000)
     exp = Experiment(ExperimentConfig(topology="sst", fault="delay-lt-timeout"),

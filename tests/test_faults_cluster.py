@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pgval.experiment import Experiment, ExperimentConfig, ExperimentResult
+from pgval.config import ExperimentConfig
+from pgval.experiment import Experiment, ExperimentResult
 from pgval.runtime.cluster import ClusterConfig
 from tests.conftest import processes_mentioning, wait_until
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pgval.experiment import ExperimentConfig
+from pgval.config import ExperimentConfig
 from pgval.matrix import (
     Cell,
     cells,

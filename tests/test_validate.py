@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pgval.experiment import Experiment, ExperimentConfig
+from pgval.config import ExperimentConfig
+from pgval.experiment import Experiment
 from pgval.runtime.cluster import ClusterConfig
 from pgval.store import ResultsStore
 from tests.conftest import processes_mentioning, wait_until

@@ -1,0 +1,157 @@
+"""What defines a run: :class:`ExperimentConfig`, stored with every result.
+
+Each field carries its command-line help in ``metadata["help"]`` (and, where it has one, a
+fixed list of ``choices`` from :mod:`pgval.schema`), so `validate`, `matrix` and `oir` are
+generated from this one place and cannot disagree on defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pgval.runtime.cluster import ClusterConfig
+from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.schema import DEPLOYMENTS, FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
+
+
+def opt(help: str, **extra: Any) -> dict[str, Any]:  # noqa: A002 - click's own word
+    """Field metadata: the option's help text and anything else the CLI needs."""
+    return {"help": help, **extra}
+
+
+@dataclass
+class ExperimentConfig:
+    """Everything that defines a run; stored with its results."""
+
+    topology: str = field(default="sst", metadata=opt(
+        "SST (windowed GET count) or MST (GET ⋈ POST, then count).", choices=TOPOLOGIES))
+    pg: str = field(default="a1", metadata=opt(
+        "a1: Spark's Kafka sink (at-least-once); e1: transactional sink.",
+        choices=PROCESSING_GUARANTEES))
+    fault: str = field(default="none", metadata=opt(
+        "Injected at T2 into one Spark worker (or the driver), removed at T3.", choices=FAULTS))
+    rate: float = field(default=2_000.0, metadata=opt(
+        "Generator rate, events/s over all producers, or 'oir' for the stored optimum "
+        "ingestion rate of this topology and pg (see `pgval oir`)."))
+    producers: int = field(default=1, metadata=opt("Generator processes sharing the rate."))
+    resources: int = field(default=16, metadata=opt("Distinct resources (keys) in the log."))
+    get_share: float = field(default=0.995, metadata=opt("Share of GET requests."))
+    phase_seconds: float = field(default=90.0, metadata=opt(
+        "Length of each of control, failure and recovery (the paper: 90 s)."))
+    warmup_seconds: float = field(default=5.0, metadata=opt(
+        "ε: generated but not judged, before control starts."))
+    window_ms: int = field(default=10_000, metadata=opt("Tumbling event-time window (ms)."))
+    watermark_ms: int = field(default=2_000, metadata=opt("Allowed lateness (ms)."))
+    trigger_ms: int = field(default=1_000, metadata=opt("Micro-batch trigger interval (ms)."))
+    shuffle_partitions: int | None = field(default=None, metadata=opt(
+        "spark.sql.shuffle.partitions (default: the number of Kafka partitions)."))
+    max_offsets_per_trigger: int | None = field(default=None, metadata=opt(
+        "Cap on records read per micro-batch (default: no cap)."))
+    executor_memory: str = field(default="512m", metadata=opt("Spark executor memory."))
+    seed: int = field(default=0, metadata=opt("Seeds the generator and the fault's target."))
+    deploy: str = field(default="local", metadata=opt(
+        "local: the embedded cluster pgval starts; compose: the running stack of "
+        "compose/docker-compose.yml, faults through pumba; external: your own Kafka and "
+        "Spark (--bootstrap, --master).", choices=DEPLOYMENTS))
+    target: int | None = field(default=None, metadata=opt(
+        "Index of the worker the fault hits (default: chosen by --seed)."))
+    delay_ms: int | None = field(default=None, metadata=opt(
+        "Packet delay for delay faults (default: 500 ms below the time-outs; 1.5 x the "
+        "lowered time-out above them)."))
+    drain_timeout_s: float = field(default=300.0, metadata=opt(
+        "After T4, how long the query may take to process everything (else: unknown)."))
+    prime_events: int = field(default=20_000, metadata=opt(
+        "Control events that warm the query up before T1."))
+    keep_data: bool = field(default=False, metadata=opt(
+        "Keep broker data and checkpoints after the run is stored (evidence and logs are "
+        "always kept)."))
+    #: SELF-TEST only: the e1 sink drops or re-writes one batch (``drop-batch:N``).
+    sabotage: str | None = field(default=None, metadata=opt(
+        "SELF-TEST of pgval, not a guarantee: the e1 sink drops or re-writes its N-th batch "
+        "with real outputs, so the validator must flag those IDs.",
+        metavar="drop-batch:N|dup-batch:N"))
+    #: SELF-TEST only: plant this many events behind the watermark during control.
+    late_events: int = field(default=0, metadata=opt(
+        "SELF-TEST: plant this many events behind the watermark mid-control; Spark drops "
+        "them, and pgval must attribute them as late."))
+    # -- external deployment (--deploy external) and a running `pgval cluster up` cluster
+    bootstrap: str | None = field(default=None, metadata=opt(
+        "external: Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]."))
+    master: str | None = field(default=None, metadata=opt(
+        "external: Spark master URL (spark://, k8s://, yarn, local[N]); the driver runs "
+        "here in client mode."))
+    kafka_config: dict[str, str] = field(default_factory=dict, metadata=opt(
+        "external: a Kafka client setting KEY=VALUE (SASL, SSL, …), given to pgval's own "
+        "clients and to Spark's Kafka source and sink; repeatable.", metavar="KEY=VALUE"))
+    spark_conf: dict[str, str] = field(default_factory=dict, metadata=opt(
+        "A Spark setting KEY=VALUE for the driver (and through it the executors); "
+        "repeatable.", metavar="KEY=VALUE"))
+    nemesis_inject: str | None = field(default=None, metadata=opt(
+        "external: your command that starts a packet delay at T2 (split like a shell "
+        "would, never run by one; {worker} and {delay_ms} are filled in).", metavar="ARGV"))
+    nemesis_remove: str | None = field(default=None, metadata=opt(
+        "external: your command that removes the delay at T3.", metavar="ARGV"))
+    keep_topics: bool = field(default=False, metadata=opt(
+        "external: keep the run's topics afterwards (default: deleted once stored)."))
+    running_cluster: str | None = field(default=None, metadata=opt(
+        "Use the running `pgval cluster up` cluster in this directory instead of starting "
+        "one.", metavar="DIR"))
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    def validate(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise RuntimeErrorPlain(f"unknown topology {self.topology!r}; use sst or mst")
+        if self.pg not in PROCESSING_GUARANTEES:
+            raise RuntimeErrorPlain(f"unknown processing guarantee {self.pg!r}; use a1 or e1")
+        if self.rate <= 0:
+            raise RuntimeErrorPlain("the rate must be a positive number of events per second")
+        if self.phase_seconds <= 0 or self.warmup_seconds < 0:
+            raise RuntimeErrorPlain("phase and warm-up lengths must be positive")
+        if self.window_ms <= 0 or self.watermark_ms < 0 or self.trigger_ms < 0:
+            raise RuntimeErrorPlain("window, watermark and trigger must be non-negative (ms)")
+        if self.fault not in FAULTS:
+            raise RuntimeErrorPlain(f"unknown fault {self.fault!r}; use one of "
+                                    f"{', '.join(FAULTS)}")
+        if (self.target is not None and self.deploy == "local"
+                and not 0 <= self.target < self.cluster.workers):
+            raise RuntimeErrorPlain(f"--target must be a worker index from 0 to "
+                                    f"{self.cluster.workers - 1}")
+        if self.deploy not in DEPLOYMENTS:
+            raise RuntimeErrorPlain(f"unknown deployment {self.deploy!r}; use one of "
+                                    f"{', '.join(DEPLOYMENTS)}")
+        if self.sabotage is not None and self.pg != "e1":
+            raise RuntimeErrorPlain("--sabotage is a self-test of the e1 sink; use --pg e1")
+        if self.late_events < 0:
+            raise RuntimeErrorPlain("--late-events must not be negative")
+        self._validate_deployment()
+
+    def _validate_deployment(self) -> None:
+        external = self.deploy == "external"
+        if external and not (self.bootstrap and self.master):
+            raise RuntimeErrorPlain("--deploy external needs --bootstrap HOST:PORT and "
+                                    "--master URL (see docs/deploy.md)")
+        if not external:
+            given = [name for name, value in (
+                ("--bootstrap", self.bootstrap), ("--master", self.master),
+                ("--kafka-config", self.kafka_config), ("--nemesis-inject", self.nemesis_inject),
+                ("--nemesis-remove", self.nemesis_remove)) if value]
+            if given:
+                raise RuntimeErrorPlain(f"{', '.join(given)} only apply to --deploy external")
+        if self.running_cluster and self.deploy != "local":
+            raise RuntimeErrorPlain("--cluster uses a running embedded cluster; it does not "
+                                    "go with --deploy " + self.deploy)
+        if bool(self.nemesis_inject) != bool(self.nemesis_remove):
+            raise RuntimeErrorPlain("--nemesis-inject and --nemesis-remove go together: pgval "
+                                    "must be able to undo what it started")
+        if (external and self.fault.startswith("delay") and not self.nemesis_inject):
+            raise RuntimeErrorPlain(
+                f"--fault {self.fault} on an external cluster needs your own nemesis: "
+                "--nemesis-inject ARGV and --nemesis-remove ARGV (see docs/deploy.md)")
+        if self.fault.startswith("delay") and self.deploy == "local" \
+                and self.cluster.isolate is False:
+            raise RuntimeErrorPlain("packet delay needs workers in their own network "
+                                    "namespaces; drop --no-isolate")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
