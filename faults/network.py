@@ -1,24 +1,23 @@
 """Packet delay on one Spark worker: every packet to and from its namespace is held PD ms.
 
 The mechanism (netem where the kernel has it, an NFQUEUE packet holder where it
-does not) lives in :mod:`pgval.faults.delay`; this class ties it to a worker and
+does not) lives in :mod:`pgval.runtime.delay`; this class ties it to a worker and
 to the time-out profile, and afterwards reads the logs to say which time-out
 fired (the evidence that PD really was above, or below, the time-outs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pgval.faults.timeouts import TimeoutProfile
 from pgval.runtime.procs import RuntimeErrorPlain
-
-if TYPE_CHECKING:
-    from pgval.experiment import Experiment
 
 #: Log lines that show a time-out fired, by who noticed.
 TIMEOUT_PATTERNS = {
@@ -31,35 +30,50 @@ TIMEOUT_PATTERNS = {
 }
 
 
+@dataclass(frozen=True)
+class NetworkPath:
+    """The link a delay fault slows: a worker's network namespace, and an address on the
+    other side of it to probe (a TCP handshake there must get slower while the delay acts)."""
+
+    name: str
+    netns: str | None
+    host: str
+    probe_port: int
+
+
 class WorkerDelay:
-    def __init__(self, name: str, target: int, profile: TimeoutProfile) -> None:
+    """Every packet to and from one worker's namespace held ``profile.delay_ms``."""
+
+    def __init__(self, name: str, path: NetworkPath, profile: TimeoutProfile, run_dir: Path,
+                 max_seconds: float) -> None:
         self.name = name
-        self.target = target
+        self.path = path
         self.profile = profile
+        self.run_dir = run_dir
+        #: Hard cap: the holder ends the delay by itself this long after T2, whatever
+        #: happens to pgval (the failure phase plus a margin for a late removal).
+        self.max_seconds = max_seconds
         self._delay: Any = None
 
-    def inject(self, run: Experiment) -> dict[str, Any]:
-        from pgval.faults.delay import PacketDelay
+    def inject(self) -> dict[str, Any]:
+        from pgval.runtime.delay import PacketDelay
 
-        worker = run.spark_worker(self.target)
-        if worker.netns is None:
+        path = self.path
+        if path.netns is None:
             raise RuntimeErrorPlain(
                 "packet delay needs the workers in their own network namespaces "
                 "(run as root, without --no-isolate)")
         assert self.profile.delay_ms is not None
-        before = probe_connect_ms(worker.host, worker.webui_port)
-        # Hard cap: the holder ends the delay by itself this long after T2 whatever
-        # happens to pgval (the failure phase plus a margin for a late removal).
-        cap_s = 1.5 * run.config.phase_seconds + 60
-        self._delay = PacketDelay(worker.netns, self.profile.delay_ms, run.run_dir,
-                                  max_seconds=cap_s)
+        before = probe_connect_ms(path.host, path.probe_port)
+        self._delay = PacketDelay(path.netns, self.profile.delay_ms, self.run_dir,
+                                  max_seconds=self.max_seconds)
         detail = self._delay.inject()
-        after = probe_connect_ms(worker.host, worker.webui_port,
+        after = probe_connect_ms(path.host, path.probe_port,
                                  timeout_s=max(5.0, 4 * self.profile.delay_ms / 1000))
-        return {"target": worker.name, **detail, **self.profile.describe(),
+        return {"target": path.name, **detail, **self.profile.describe(),
                 "probe_connect_ms_before": before, "probe_connect_ms_after": after}
 
-    def remove(self, run: Experiment, restore: bool = True) -> dict[str, Any]:
+    def remove(self, restore: bool = True) -> dict[str, Any]:
         """End the delay (also at teardown: a delay is never left in place)."""
         if self._delay is None:
             return {}
@@ -82,12 +96,28 @@ def probe_connect_ms(host: str, port: int, timeout_s: float = 5.0) -> float | No
         return None
 
 
-def timeouts_fired(log_dir: Path, since_ms: int | None = None) -> dict[str, int]:
-    """Count log lines per time-out kind across the run's logs (driver, master, workers)."""
+def log_sizes(log_dirs: list[Path]) -> dict[str, int]:
+    """Current size of every ``*.log`` in ``log_dirs``: where a run's share of a shared
+    cluster's logs begins (a warm cluster's logs hold earlier runs too)."""
+    sizes = {}
+    for d in log_dirs:
+        for path in Path(d).glob("*.log"):
+            with contextlib.suppress(OSError):
+                sizes[str(path)] = path.stat().st_size
+    return sizes
+
+
+def timeouts_fired(log_dirs: Path | list[Path], since: dict[str, int] | None = None
+                   ) -> dict[str, int]:
+    """Count log lines per time-out kind across the logs (driver, master, workers), each
+    file read from its offset in ``since`` (from :func:`log_sizes`) when given."""
+    dirs = [log_dirs] if isinstance(log_dirs, Path) else list(log_dirs)
     counts: dict[str, int] = {}
-    for path in sorted(Path(log_dir).glob("*.log")):
+    for path in sorted(p for d in dirs for p in Path(d).glob("*.log")):
         try:
-            text = path.read_text(errors="replace")
+            with open(path, "rb") as fh:
+                fh.seek((since or {}).get(str(path), 0))
+                text = fh.read().decode(errors="replace")
         except OSError:
             continue
         for kind, pattern in TIMEOUT_PATTERNS.items():

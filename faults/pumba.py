@@ -38,33 +38,33 @@ import signal as _signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import docker
-import requests
-from docker.errors import APIError, ContainerError, DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
 
+from pgval.runtime.docker_stack import (
+    HOST_BOOTSTRAP,
+    NETWORK_BOOTSTRAP,
+    ROLE_LABEL,
+    RUNNER_CONTAINER,
+    SPARK_MASTER_URL,
+    ContainerRef,
+    broker_container,
+    find_containers,
+    get_container,
+    require_engine,
+    spark_daemon_opts,
+    worker_container,
+)
 from pgval.runtime.procs import Managed, RuntimeErrorPlain, spawn
 
 PUMBA = "pumba"
 #: pumba's own default tc sidecar image (iproute2 + iptables on Alpine).
 TC_IMAGE = "ghcr.io/alexei-led/pumba-alpine-nettools:latest"
-#: Labels every container of compose/docker-compose.yml carries.
-ROLE_LABEL = "pgval.role"
-INDEX_LABEL = "pgval.index"
 #: pumba never targets containers with this label (its own sidecars carry it).
 PUMBA_SKIP_LABEL = "com.gaiaadm.pumba.skip"
-ROLES = ("kafka", "spark-master", "spark-worker", "runner")
-
-#: Addresses of the compose deployment, from the host and from inside the compose network.
-HOST_BOOTSTRAP = "127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094"
-NETWORK_BOOTSTRAP = "kafka-0:19092,kafka-1:19092,kafka-2:19092"
-SPARK_MASTER_URL = "spark://spark-master:7077"
-RUNNER_CONTAINER = "pgval-runner"
-
-DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 #: pumba gives its netem teardown 30 s (netem.cleanupTimeout) before it gives up.
 _PUMBA_STOP_GRACE_S = 45.0
 _KILL_TIMEOUT_S = 30.0
@@ -72,22 +72,6 @@ _APPLY_TIMEOUT_S = 30.0
 _IFACE_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 #: A pumba ≥ PR #349 root qdisc uses this owned handle; older versions put netem at the root.
 _PUMBA_HANDLE = "504d:"
-
-
-def worker_container(index: int) -> str:
-    return f"pgval-spark-worker-{index}"
-
-
-def broker_container(index: int) -> str:
-    return f"pgval-kafka-{index}"
-
-
-def spark_daemon_opts(conf: dict[str, str]) -> str:
-    """``PGVAL_SPARK_DAEMON_OPTS`` for a profile's master/worker conf (fixed at container start)."""
-    for key, value in conf.items():
-        if any(c.isspace() for c in f"{key}{value}"):
-            raise ValueError(f"a Spark daemon setting cannot contain spaces: {key}={value}")
-    return " ".join(f"-D{key}={value}" for key, value in sorted(conf.items()))
 
 
 def _now_ms() -> int:
@@ -165,37 +149,6 @@ def netem_lines(qdisc_show: str) -> list[str]:
 # ---- Docker engine and pumba presence ------------------------------------------------------
 
 
-def _engine_reason(exc: BaseException, where: str) -> str:
-    """One short clause for why the engine did not answer (the SDK's text is a nested repr)."""
-    if where.startswith("unix://") and not os.path.exists(where[len("unix://"):]):
-        return "no socket there"
-    chain: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and len(chain) < 10:
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    if any(isinstance(e, PermissionError) for e in chain) or "Permission denied" in str(exc):
-        return "permission denied on the socket; add your user to the docker group"
-    text = " ".join(str(exc).split())
-    return text[:160] or type(exc).__name__
-
-
-def require_engine(base_url: str | None = None, timeout_s: float = 10.0) -> docker.DockerClient:
-    """A Docker SDK client that answered a ping, or a plain error saying what is missing."""
-    where = base_url or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
-    try:
-        if base_url:
-            client = docker.DockerClient(base_url=base_url, timeout=int(timeout_s))
-        else:
-            client = docker.from_env(timeout=int(timeout_s))
-        client.ping()
-    except (DockerException, requests.RequestException, OSError) as exc:
-        raise RuntimeErrorPlain(
-            f"the Docker engine is not reachable at {where} ({_engine_reason(exc, where)}); "
-            "install or start Docker to use --deploy compose") from exc
-    return client
-
-
 def require_pumba(path: str | None = None) -> str:
     """The pumba executable on PATH (or on ``path``), or a plain error saying how to get it."""
     found = shutil.which(PUMBA, path=path)
@@ -217,47 +170,6 @@ def require_tc_image(client: docker.DockerClient, image: str = TC_IMAGE) -> None
 
 
 # ---- finding targets -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ContainerRef:
-    """A pgval container as the Docker engine sees it right now."""
-
-    name: str
-    id: str
-    role: str
-    index: int
-    status: str
-
-    @property
-    def running(self) -> bool:
-        return self.status == "running"
-
-
-def _ref(container: Any) -> ContainerRef:
-    labels = container.labels or {}
-    try:
-        index = int(labels.get(INDEX_LABEL, "0"))
-    except ValueError:
-        index = 0
-    return ContainerRef(name=container.name, id=container.id, role=labels.get(ROLE_LABEL, ""),
-                        index=index, status=container.status)
-
-
-def find_containers(role: str, client: docker.DockerClient | None = None) -> list[ContainerRef]:
-    """Containers labelled ``pgval.role=<role>``, stopped ones too, ordered by ``pgval.index``."""
-    client = client or require_engine()
-    found = client.containers.list(all=True, filters={"label": f"{ROLE_LABEL}={role}"})
-    return sorted((_ref(c) for c in found), key=lambda r: (r.index, r.name))
-
-
-def _get(client: docker.DockerClient, name: str) -> Any:
-    try:
-        return client.containers.get(name)
-    except NotFound as exc:
-        raise RuntimeErrorPlain(
-            f"container {name} does not exist; start the deployment with "
-            "`docker compose -f compose/docker-compose.yml up -d`") from exc
 
 
 # ---- tc inside a target's network namespace ------------------------------------------------
@@ -323,14 +235,14 @@ def netem_qdiscs(container: str, interface: str = "eth0", client: docker.DockerC
                  tc_image: str = TC_IMAGE) -> list[str]:
     """The netem qdisc lines on ``interface`` of a running container (empty: none)."""
     client = client or require_engine()
-    return _Tc(client, tc_image).netem(_get(client, container), interface)
+    return _Tc(client, tc_image).netem(get_container(client, container), interface)
 
 
 def clear_netem(container: str, interface: str = "eth0", client: docker.DockerClient | None = None,
                 tc_image: str = TC_IMAGE) -> bool:
     """Remove a leftover netem qdisc from a running container; True if there was one."""
     client = client or require_engine()
-    return _Tc(client, tc_image).clear(_get(client, container), interface)
+    return _Tc(client, tc_image).clear(get_container(client, container), interface)
 
 
 def cleanup_netem(client: docker.DockerClient | None = None, interface: str = "eth0",
@@ -364,7 +276,7 @@ class PumbaFault:
                  signal: str = "SIGKILL", interface: str = "eth0", tc_image: str = TC_IMAGE,
                  pull_image: bool = False, restart: bool = True,
                  client: docker.DockerClient | None = None, pumba: str | None = None,
-                 log_dir: Path | None = None) -> None:
+                 log_dir: Path | None = None, pid_dir: Path | None = None) -> None:
         self.name = name
         self.kind = kind
         self.target = target
@@ -384,6 +296,7 @@ class PumbaFault:
         self._client = client
         self._pumba = pumba
         self._log_dir = log_dir
+        self._pid_dir = pid_dir
         self._proc: Managed | None = None
         self._injected = False
 
@@ -395,36 +308,32 @@ class PumbaFault:
             self._client = require_engine()
         return self._client
 
-    def _paths(self, run: Any) -> tuple[Path, Path | None]:
-        run_dir = getattr(run, "run_dir", None)
-        if self._log_dir is None and not run_dir:
+    def _log_path(self) -> Path:
+        if self._log_dir is None:
             # No predictable shared /tmp path: a private directory per fault.
             self._log_dir = Path(tempfile.mkdtemp(prefix="pgval-faults-"))
-        base = self._log_dir or Path(run_dir) / "faults"
-        pid_dir = Path(run_dir) / "pids" if run_dir else None
-        return base / f"pumba-{self.kind}-{self.target}.log", pid_dir
+        return self._log_dir / f"pumba-{self.kind}-{self.target}.log"
 
-    def _spawn(self, run: Any) -> Managed:
+    def _spawn(self) -> Managed:
         pumba = self._pumba or require_pumba()
-        log_path, pid_dir = self._paths(run)
-        return spawn(f"pumba-{self.kind}-{self.target}", [pumba, *self.argv[1:]], log_path,
-                     pid_dir=pid_dir)
+        return spawn(f"pumba-{self.kind}-{self.target}", [pumba, *self.argv[1:]],
+                     self._log_path(), pid_dir=self._pid_dir)
 
     def _base(self) -> dict[str, Any]:
         return {"mechanism": "pumba", "target": self.target, "argv": list(self.argv)}
 
     # -- hooks
 
-    def inject(self, run: Any = None) -> dict[str, Any]:
-        container = _get(self.client, self.target)
+    def inject(self) -> dict[str, Any]:
+        container = get_container(self.client, self.target)
         if container.status != "running":
             raise RuntimeErrorPlain(f"container {self.target} is {container.status}, not running; "
                                     "a fault needs a running target")
         if self.kind == "kill":
-            return self._inject_kill(run, container)
-        return self._inject_delay(run, container)
+            return self._inject_kill(container)
+        return self._inject_delay(container)
 
-    def remove(self, run: Any = None, restore: bool = True) -> dict[str, Any]:
+    def remove(self, restore: bool = True) -> dict[str, Any]:
         """Undo the fault; safe to call twice and after a failed inject. At teardown
         (``restore=False``) a killed container is not started again just to be stopped."""
         if not self._injected and self._proc is None:
@@ -436,9 +345,9 @@ class PumbaFault:
 
     # -- kill
 
-    def _inject_kill(self, run: Any, container: Any) -> dict[str, Any]:
+    def _inject_kill(self, container: Any) -> dict[str, Any]:
         started = _now_ms()
-        proc = self._spawn(run)
+        proc = self._spawn()
         try:
             code = proc.popen.wait(timeout=_KILL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -462,7 +371,7 @@ class PumbaFault:
         out = {**self._base(), "restart": self.restart}
         if not self.restart:
             return out
-        container = _get(self.client, self.target)
+        container = get_container(self.client, self.target)
         started = _now_ms()
         container.start()
         status = self._wait_status(container, {"running"}, timeout_s=30.0)
@@ -482,13 +391,13 @@ class PumbaFault:
 
     # -- delay
 
-    def _inject_delay(self, run: Any, container: Any) -> dict[str, Any]:
+    def _inject_delay(self, container: Any) -> dict[str, Any]:
         if not self.pull_image:
             require_tc_image(self.client, self.tc_image)
         tc = _Tc(self.client, self.tc_image)
         stale = tc.clear(container, self.interface)  # pumba #168: `add` fails on a leftover
         started = _now_ms()
-        self._proc = self._spawn(run)
+        self._proc = self._spawn()
         deadline = time.monotonic() + _APPLY_TIMEOUT_S
         lines: list[str] = []
         while time.monotonic() < deadline:
@@ -538,7 +447,7 @@ class PumbaFault:
         out["pumba_exit"] = self._stop_proc()
         out["stopped_ms"] = _now_ms()
         try:
-            container = _get(self.client, self.target)
+            container = get_container(self.client, self.target)
         except RuntimeErrorPlain:
             return {**out, "target_status": "missing", "netem_deleted": False}
         container.reload()

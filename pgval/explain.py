@@ -47,6 +47,14 @@ class BatchRanges:
     final_watermark_ms: int
 
 
+def topic_code(topic: str) -> int | None:
+    """0 for the GET input topic, 1 for POST, whatever the run's prefix (``pgval-…-get``)."""
+    for name, code in TOPIC_CODES.items():
+        if topic == name or topic.endswith(f"-{name}"):
+            return code
+    return None
+
+
 def watermark_ms(progress: Mapping[str, Any]) -> int:
     """The watermark a batch ran with (``eventTime.watermark``, ISO-8601 UTC) in ms; 0 if none."""
     iso = (progress.get("eventTime") or {}).get("watermark")
@@ -77,7 +85,7 @@ def batch_ranges(progress: Iterable[Mapping[str, Any]]) -> BatchRanges:
             if isinstance(start, str) or isinstance(end, str):
                 continue
             for topic, parts in end.items():
-                code = TOPIC_CODES.get(topic)
+                code = topic_code(topic)
                 if code is None:
                     continue
                 for part, end_off in parts.items():

@@ -11,7 +11,7 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pgval.experiment import Status
+from pgval.run.result import Status
 
 
 class LiveStatus:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pgval.config import ExperimentConfig
+from pgval.deploy.warm import WarmDeployments, daemon_key
 from pgval.experiment import Experiment
 from pgval.store import ResultsStore, owner_alive
 
@@ -137,22 +139,44 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
 
     The seed of repetition r is ``base.seed + r``, recorded with the run, so a cell
     can be reproduced alone with ``pgval validate --seed``.
+
+    All cells share one warm cluster (:mod:`pgval.deploy.warm`); cells whose fault needs
+    other daemon settings (``delay-gt-timeout``'s lowered time-outs) run last, on a
+    second cluster, so at most two clusters start per matrix.
     """
     store = ResultsStore(db)
     key = matrix_key(base)
     mark_stale(store, key)
+    runs_root = Path(runs_root)
+    runs_root.mkdir(parents=True, exist_ok=True)
+    with WarmDeployments(runs_root, label=f"{key}-cluster-{os.getpid()}") as warm:
+        return _run_cells(base, grid, db, runs_root, store, key, warm, on_cell, make_status,
+                          keep_going, rate_for)
+
+
+def _cell_config(base: ExperimentConfig, cell: Cell,
+                 rate_for: Callable[[Cell], float] | None) -> ExperimentConfig:
+    return dataclasses.replace(base, topology=cell.topology, pg=cell.pg, fault=cell.fault,
+                               seed=base.seed + cell.repeat,
+                               rate=rate_for(cell) if rate_for else base.rate,
+                               cluster=dataclasses.replace(base.cluster))
+
+
+def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Path,
+               store: ResultsStore, key: str, warm: WarmDeployments,
+               on_cell: Callable[[Cell, str, dict[str, Any] | None], None] | None,
+               make_status: Callable[[Cell], Callable[[Any], None]] | None,
+               keep_going: bool, rate_for: Callable[[Cell], float] | None) -> dict[str, int]:
     done = completed(store, key)
     counts = {"done": 0, "skipped": 0, "taken": 0, "failed": 0}
-    for cell in grid:
+    ordered = sorted(grid, key=lambda c: daemon_key(_cell_config(base, c, None)))
+    for cell in ordered:
         if cell in done:
             counts["skipped"] += 1
             if on_cell:
                 on_cell(cell, "skipped", None)
             continue
-        cfg = dataclasses.replace(base, topology=cell.topology, pg=cell.pg, fault=cell.fault,
-                                  seed=base.seed + cell.repeat,
-                                  rate=rate_for(cell) if rate_for else base.rate,
-                                  cluster=dataclasses.replace(base.cluster))
+        cfg = _cell_config(base, cell, rate_for)
         run_id = claim_cell(store, key, cell, window_ms=cfg.window_ms, seed=cfg.seed,
                             params=cfg.to_dict())
         if run_id is None:  # complete meanwhile, or running in another live pgval
@@ -163,12 +187,22 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
         if on_cell:
             on_cell(cell, "running", None)
         try:
+            deployment = warm.for_run(cfg)
+        except Exception as exc:
+            store.fail_run(run_id, f"the cluster did not start: {exc}")
+            counts["failed"] += 1
+            if on_cell:
+                on_cell(cell, "failed", {"error": str(exc)})
+            if not keep_going:
+                raise
+            continue
+        try:
             exp = prepared_experiment(
                 store, run_id, cfg, db,
                 runs_root / f"{key}-{cell.topology}-{cell.pg}-{cell.fault}-{cell.repeat}"
                 f"-run{run_id}",
                 on_status=make_status(cell) if make_status else None,
-                extra_params={"matrix_key": key}, repeat=cell.repeat)
+                extra_params={"matrix_key": key}, repeat=cell.repeat, deployment=deployment)
             result = exp.run()
         except Exception as exc:  # a failed cell; Ctrl-C (KeyboardInterrupt) goes through
             counts["failed"] += 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pgval.config import ExperimentConfig
+from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import ExperimentResult
 from pgval.matrix import prepared_experiment
 from pgval.store import ResultsStore
@@ -90,6 +92,17 @@ def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float =
                max_rate: float = 200_000.0, max_trials: int = 6, precision: float = 0.1,
                on_trial: Callable[[Trial], None] | None = None) -> OirResult:
     """Bounded doubling + bisection over control-only runs; stores the result."""
+    with WarmDeployments(Path(runs_root), label=f"oir-cluster-{os.getpid()}") as warm:
+        res = _search(base, db, Path(runs_root), start, max_rate, max_trials, precision,
+                      on_trial, warm)
+    save_oir(db, res)
+    return res
+
+
+def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max_rate: float,
+            max_trials: int, precision: float, on_trial: Callable[[Trial], None] | None,
+            warm: WarmDeployments) -> OirResult:
+    """The trials, all on one warm cluster."""
     res = OirResult(base.topology, base.pg, None)
     store = ResultsStore(db)
     lo: float | None = None
@@ -103,7 +116,8 @@ def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float =
                                  params={**cfg.to_dict(), "oir_trial": True})
         run_dir = runs_root / f"oir-{base.topology}-{base.pg}-{int(rate)}-run{run_id}"
         result = prepared_experiment(store, run_id, cfg, db, run_dir,
-                                     extra_params={"oir_trial": True}).run()
+                                     extra_params={"oir_trial": True},
+                                     deployment=warm.for_run(cfg)).run()
         trial = judge(result, rate, base.trigger_ms)
         res.trials.append(trial)
         if on_trial:
@@ -123,7 +137,6 @@ def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float =
                 break
             rate = (lo + hi) / 2
     res.oir = lo
-    save_oir(db, res)
     return res
 
 

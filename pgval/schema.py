@@ -32,7 +32,10 @@ class Topics:
 
     @classmethod
     def with_prefix(cls, prefix: str) -> Topics:
-        """``<prefix>get``, ``<prefix>post``, …; the empty prefix gives the plain names."""
+        """``<prefix>get``, ``<prefix>post``, …; the empty prefix gives the plain names. A
+        prefix ends in ``-``, so a topic's role can be read back from its name."""
+        if prefix and not prefix.endswith("-"):
+            raise ValueError(f"a topic prefix ends in '-', not {prefix!r}")
         return cls(f"{prefix}{GET_TOPIC}", f"{prefix}{POST_TOPIC}", f"{prefix}{OUTPUT_TOPIC}",
                    f"{prefix}{MARKER_TOPIC}", prefix)
 

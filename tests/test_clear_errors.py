@@ -47,7 +47,7 @@ def test_delay_without_root_fails_before_deploying(tmp_path: Path,
                      tmp_path / "run", db=tmp_path / "r.db")
     with pytest.raises(RuntimeErrorPlain, match="needs root"):
         exp.run()
-    assert exp.cluster is None and not (tmp_path / "run" / "logs").exists()
+    assert exp.deployment.cluster is None and not (tmp_path / "run" / "logs").exists()
 
 
 def test_a_kafka_error_is_one_line() -> None:

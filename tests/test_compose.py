@@ -20,6 +20,7 @@ import pytest
 from docker.errors import NotFound
 
 from pgval.faults import pumba
+from pgval.runtime import docker_stack
 from pgval.runtime.procs import RuntimeErrorPlain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,15 +82,16 @@ def test_containers_are_named_labelled_and_bounded(compose: dict[str, Any]) -> N
     by_role: dict[str, list[tuple[int, str]]] = {}
     for name, svc in svcs.items():
         labels = svc["labels"]
-        role, index = labels[pumba.ROLE_LABEL], int(labels[pumba.INDEX_LABEL])
-        assert role in pumba.ROLES, name
+        role, index = labels[docker_stack.ROLE_LABEL], int(labels[docker_stack.INDEX_LABEL])
+        assert role in docker_stack.ROLES, name
         by_role.setdefault(role, []).append((index, svc["container_name"]))
         assert svc["restart"] == "no", f"{name}: a killed container must stay down until T3"
         assert "healthcheck" in svc and "mem_limit" in svc, name
         assert svc["networks"] == ["pgval"], name
-    assert sorted(by_role["kafka"]) == [(i, pumba.broker_container(i)) for i in range(3)]
-    assert sorted(by_role["spark-worker"]) == [(i, pumba.worker_container(i)) for i in range(2)]
-    assert by_role["runner"] == [(0, pumba.RUNNER_CONTAINER)]
+    assert sorted(by_role["kafka"]) == [(i, docker_stack.broker_container(i)) for i in range(3)]
+    assert sorted(by_role["spark-worker"]) == [(i, docker_stack.worker_container(i))
+                                               for i in range(2)]
+    assert by_role["runner"] == [(0, docker_stack.RUNNER_CONTAINER)]
     assert len(by_role["spark-master"]) == 1
 
 
@@ -110,8 +112,9 @@ def test_kafka_is_a_three_voter_kraft_quorum(compose: dict[str, Any]) -> None:
         host, port = advertised["HOST"].rsplit(":", 1)
         assert host == "127.0.0.1" and b["ports"] == [f"127.0.0.1:{port}:{port}"]
         host_ports.append(f"127.0.0.1:{port}")
-    assert ",".join(host_ports) == pumba.HOST_BOOTSTRAP
-    assert compose["services"]["pgval"]["environment"]["PGVAL_BOOTSTRAP"] == pumba.NETWORK_BOOTSTRAP
+    assert ",".join(host_ports) == docker_stack.HOST_BOOTSTRAP
+    environment = compose["services"]["pgval"]["environment"]
+    assert environment["PGVAL_BOOTSTRAP"] == docker_stack.NETWORK_BOOTSTRAP
 
 
 def test_workers_join_the_master(compose: dict[str, Any]) -> None:
@@ -119,7 +122,7 @@ def test_workers_join_the_master(compose: dict[str, Any]) -> None:
     for i in range(2):
         w = svcs[f"spark-worker-{i}"]
         assert w["command"] == ["spark-class", "org.apache.spark.deploy.worker.Worker",
-                                pumba.SPARK_MASTER_URL]
+                                docker_stack.SPARK_MASTER_URL]
         assert w["environment"]["SPARK_LOCAL_HOSTNAME"] == f"spark-worker-{i}" == w["hostname"]
         assert w["build"]["dockerfile"] == "spark.Dockerfile"
 
@@ -190,7 +193,7 @@ def test_spark_daemon_opts_reach_master_and_workers(compose: dict[str, Any]) -> 
     from pgval.faults.timeouts import profile_for
 
     conf = profile_for("delay-gt-timeout", 90).daemon_conf
-    opts = pumba.spark_daemon_opts(conf)
+    opts = docker_stack.spark_daemon_opts(conf)
     assert opts.startswith("-Dspark.") and len(opts.split()) == len(conf)
     for name in ("spark-master", "spark-worker-0", "spark-worker-1"):
         env = _services(compose)[name]["environment"]
@@ -217,14 +220,14 @@ def _one_sentence(text: str) -> None:
 
 def test_require_engine_says_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(RuntimeErrorPlain) as err:
-        pumba.require_engine(base_url=f"unix://{tmp_path}/docker.sock", timeout_s=2)
+        docker_stack.require_engine(base_url=f"unix://{tmp_path}/docker.sock", timeout_s=2)
     _one_sentence(str(err.value))
     assert str(err.value).startswith("the Docker engine is not reachable at unix://")
 
 
 def test_require_engine_default_socket() -> None:
     try:
-        pumba.require_engine(timeout_s=2)
+        docker_stack.require_engine(timeout_s=2)
     except RuntimeErrorPlain as exc:
         _one_sentence(str(exc))
     else:
@@ -329,25 +332,21 @@ def fake(tmp_path: Path) -> tuple[Path, FakeContainer, FakeClient]:
     return exe, container, FakeClient(container)
 
 
-class _Run:
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
-
-
 def test_kill_fault_kills_then_restarts(fake: tuple[Path, FakeContainer, FakeClient],
                                         tmp_path: Path) -> None:
     exe, container, client = fake
-    fault = pumba.PumbaFault("crash", "kill", container.name, client=client, pumba=str(exe))
-    run = _Run(tmp_path / "run")
-    injected = fault.inject(run)
+    run_dir = tmp_path / "run"
+    fault = pumba.PumbaFault("crash", "kill", container.name, client=client, pumba=str(exe),
+                             log_dir=run_dir / "faults", pid_dir=run_dir / "pids")
+    injected = fault.inject()
     assert injected["mechanism"] == "pumba" and injected["status"] == "exited"
     assert injected["argv"] == pumba.kill_args(container.name)
     assert (tmp_path / "argv").read_text().split() == injected["argv"][1:]
     assert container.status == "exited"
-    assert not list((run.run_dir / "pids").glob("*.json"))  # one-shot: no pid file left
-    removed = fault.remove(run)
+    assert not list((run_dir / "pids").glob("*.json"))  # one-shot: no pid file left
+    removed = fault.remove()
     assert container.status == "running" and removed["running_ms"] >= removed["restart_ms"]
-    assert fault.remove(run) == {}
+    assert fault.remove() == {}
 
 
 def test_delay_fault_applies_terminates_and_verifies(
@@ -355,8 +354,9 @@ def test_delay_fault_applies_terminates_and_verifies(
     exe, container, client = fake
     (tmp_path / "qdisc").write_text("qdisc netem 1: root refcnt 2 delay 9ms\n")  # stale (#168)
     fault = pumba.PumbaFault("delay-gt-timeout", "delay", container.name, delay_ms=500,
-                             duration_s=60, client=client, pumba=str(exe))
-    injected = fault.inject(_Run(tmp_path / "run"))
+                             duration_s=60, client=client, pumba=str(exe),
+                             log_dir=tmp_path / "run" / "faults")
+    injected = fault.inject()
     assert injected["stale_netem_deleted"] is True
     assert injected["qdisc"].startswith("qdisc netem 8001:")
     assert injected["applied_ms"] >= injected["started_ms"]
@@ -404,7 +404,7 @@ def test_a_missing_target_is_a_plain_error(fake: tuple[Path, FakeContainer, Fake
 
 def test_find_containers_orders_by_index(fake: tuple[Path, FakeContainer, FakeClient]) -> None:
     _, _, client = fake
-    refs = pumba.find_containers("spark-worker", client=client)  # type: ignore[arg-type]
+    refs = docker_stack.find_containers("spark-worker", client=client)  # type: ignore[arg-type]
     assert [(r.name, r.role, r.index, r.running) for r in refs] == [
         ("pgval-spark-worker-0", "spark-worker", 0, True)]
 
@@ -413,7 +413,7 @@ def test_find_containers_orders_by_index(fake: tuple[Path, FakeContainer, FakeCl
 
 
 def test_compose_driver_runs_inside_the_runner_with_mapped_paths(tmp_path: Path) -> None:
-    from pgval.runtime.compose import ComposeDeployment
+    from pgval.deploy.compose import ComposeDeployment
     from pgval.runtime.driver import DriverSpec
 
     runs = tmp_path / "runs"
@@ -436,17 +436,25 @@ def test_compose_driver_runs_inside_the_runner_with_mapped_paths(tmp_path: Path)
                                               "-KILL", "-f", "pgval.topologies.driver"]
 
 
-def test_compose_faults_go_through_pumba() -> None:
-    from pgval.faults import make_compose_fault, profile_for
+def test_compose_faults_go_through_pumba(tmp_path: Path) -> None:
+    from pgval.config import ExperimentConfig
+    from pgval.deploy.base import FaultContext
+    from pgval.deploy.compose import ComposeDeployment
+    from pgval.faults import profile_for
     from pgval.faults.process import DriverCrash
 
-    crash = make_compose_fault("crash", 1, profile_for("crash", 90), 90)
+    dep = ComposeDeployment(tmp_path / "runs" / "r1", runs_root=tmp_path / "runs")
+    ctx = FaultContext(tmp_path / "runs" / "r1", 90, driver=object())  # type: ignore[arg-type]
+    cfg = ExperimentConfig(deploy="compose", fault="crash", phase_seconds=90)
+    crash = dep.make_fault(cfg, 1, profile_for("crash", 90), ctx)
     assert crash.argv[-1] == "pgval-spark-worker-1" and "kill" in crash.argv
     gt = profile_for("delay-gt-timeout", 90)
-    delay = make_compose_fault("delay-gt-timeout", 0, gt, 90)
+    cfg.fault = "delay-gt-timeout"
+    delay = dep.make_fault(cfg, 0, gt, ctx)
     assert delay.argv[delay.argv.index("--time") + 1] == str(gt.delay_ms)
     assert delay.argv[delay.argv.index("--duration") + 1] == "120s"
-    assert isinstance(make_compose_fault("driver-crash", 0, gt, 90), DriverCrash)
+    cfg.fault = "driver-crash"
+    assert isinstance(dep.make_fault(cfg, 0, gt, ctx), DriverCrash)
 
 
 def test_validate_deploy_compose_without_engine_is_one_line(tmp_path: Path) -> None:

@@ -23,9 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from pgval.faults import delay
-from pgval.faults.holder import Schedule
-from pgval.runtime import netns
+from pgval.runtime import delay, netns
+from pgval.runtime.holder import Schedule
 from pgval.runtime.procs import RuntimeErrorPlain
 from tests.conftest import wait_until
 
@@ -299,7 +298,7 @@ def test_delay_adds_two_d_and_is_removed(worker_ns, tmp_path: Path) -> None:  # 
 INJECTOR = """
 import json, sys, time
 from pathlib import Path
-from pgval.faults.delay import PacketDelay
+from pgval.runtime.delay import PacketDelay
 info = PacketDelay(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])).inject()
 print(json.dumps(info), flush=True)
 time.sleep(600)

@@ -167,9 +167,26 @@ class FailingExperiment:
         raise RuntimeError("boom")
 
 
+class NoCluster:
+    """Stands in for the warm cluster: FailingExperiment needs none."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def for_run(self, cfg: ExperimentConfig) -> None:
+        return None
+
+    def __enter__(self) -> NoCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 def test_a_retry_gets_a_fresh_run_directory(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pgval.matrix.Experiment", FailingExperiment)
+    monkeypatch.setattr("pgval.matrix.WarmDeployments", NoCluster)
     FailingExperiment.dirs = []
     db, runs = tmp_path / "r.db", tmp_path / "runs"
     base = ExperimentConfig(phase_seconds=5)

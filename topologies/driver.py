@@ -152,7 +152,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-offsets-per-trigger", type=int, default=None)
     ap.add_argument("--query-name", default=None,
                     help="default pgval-<topology>-<pg>; e1's transactional.id derives from it")
-    ap.add_argument("--output-topic", default=schema.OUTPUT_TOPIC)
+    ap.add_argument("--topic-prefix", default="",
+                    help="the run's topics are PREFIXget, PREFIXpost, PREFIXoutput (a run on "
+                         "a shared cluster gets its own)")
+    ap.add_argument("--output-topic", default=None, help="default: PREFIXoutput")
+
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="extra Spark conf (repeatable)")
     ap.add_argument("--log-level", default="WARN", help="Spark log level")
@@ -180,7 +184,35 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for item in args.conf:
         if "=" not in item:
             ap.error(f"--conf needs KEY=VALUE, got {item!r}")
+    args.topics = schema.Topics.with_prefix(args.topic_prefix)
+    if args.output_topic is None:
+        args.output_topic = args.topics.output
+    try:
+        args.kafka_options, user_conf = _settings_from_env()
+    except ValueError as exc:
+        ap.error(str(exc))
+    args.conf = [*(f"{k}={v}" for k, v in user_conf.items()), *args.conf]
     return args
+
+
+#: Settings that may hold secrets (SASL passwords, keystore passwords) reach the driver
+#: through its environment, which only its owner can read, never its command line (``ps``).
+KAFKA_OPTIONS_ENV = "PGVAL_KAFKA_OPTIONS"
+SPARK_CONF_ENV = "PGVAL_SPARK_CONF"
+
+
+def _settings_from_env() -> tuple[dict[str, str], dict[str, str]]:
+    """The user's Kafka client settings (for the source, the sinks and the marker reader)
+    and Spark settings, each a JSON object of strings in the environment."""
+    out = []
+    for var in (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV):
+        text = os.environ.get(var, "")
+        value = json.loads(text) if text else {}
+        if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise ValueError(f"{var} must be a JSON object of strings")
+        out.append(value)
+    return out[0], out[1]
 
 
 def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
@@ -213,6 +245,15 @@ def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
     for item in args.conf:
         key, value = item.split("=", 1)
         conf[key] = value
+    secret_path = conf.pop("spark.authenticate.secret.file", None)
+    if secret_path and args.master.startswith("spark://"):
+        # Standalone reads no secret file (only Kubernetes does); hand-off from
+        # `pgval cluster status --json` to --deploy external: read it here, off the argv.
+        with open(secret_path) as fh:
+            conf["spark.authenticate"] = "true"
+            conf["spark.authenticate.secret"] = fh.read().strip()
+    elif secret_path:
+        conf["spark.authenticate.secret.file"] = secret_path
     secret_file = os.environ.get("PGVAL_SPARK_SECRET_FILE")
     if secret_file:  # the embedded cluster's per-run secret (never on a command line)
         with open(secret_file) as fh:
@@ -270,16 +311,20 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
 
     cfg = TopologyConfig(topology=args.topology, bootstrap=args.bootstrap,
                          window_ms=args.window_ms, watermark_ms=args.watermark_ms,
-                         max_offsets_per_trigger=args.max_offsets_per_trigger)
+                         max_offsets_per_trigger=args.max_offsets_per_trigger,
+                         topics=args.topics,
+                         source_options={f"kafka.{k}": v for k, v in args.kafka_options.items()})
     out = build_topology(spark, cfg)
     checkpoint = str(Path(args.checkpoint).resolve())
     sink = None
     if args.pg == "a1":
         writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name, args.trigger_ms,
-                            topic=args.output_topic)
+                            topic=args.output_topic, kafka_options=args.kafka_options)
     else:
         sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
-                                 topic=args.output_topic, on_batch=sink_event_writer(log),
+                                 topic=args.output_topic, marker_topic=args.topics.marker,
+                                 producer_conf=dict(args.kafka_options),
+                                 on_batch=sink_event_writer(log),
                                  crash_after_commits=args.crash_after_commits,
                                  sabotage=args.sabotage)
         writer = transactional_sink(out, sink, checkpoint, args.query_name, args.trigger_ms)

@@ -37,6 +37,8 @@ class TopologyConfig:
     window_ms: int
     watermark_ms: int
     max_offsets_per_trigger: int | None = None
+    #: The run's topics (a prefix per run on a shared cluster).
+    topics: schema.Topics = field(default_factory=schema.Topics)
     #: Extra options for the Kafka source (``kafka.*`` consumer settings, ``minPartitions``...).
     source_options: Mapping[str, str] = field(default_factory=dict)
 
@@ -112,7 +114,7 @@ def sst(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
     ``count`` is ``count(*)`` and ``ids`` is ``collect_list`` (not a set), so an input that
     reached Spark twice is visible in the output as a duplicate rather than hidden.
     """
-    gets = read_events(spark, cfg, schema.GET_TOPIC).where(F.col("type") == schema.GET)
+    gets = read_events(spark, cfg, cfg.topics.get).where(F.col("type") == schema.GET)
     agg = gets.groupBy(_window("ts", cfg.window_ms).alias("window"), "resource").agg(
         F.count(F.lit(1)).alias("count"),
         F.collect_list("id").alias("ids"),
@@ -133,8 +135,8 @@ def mst(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
     ``window_time(window)`` (window end minus 1 µs), the join output's event-time column,
     so it is the same window again and is emitted when the watermark passes its end.
     """
-    gets = read_events(spark, cfg, schema.GET_TOPIC).where(F.col("type") == schema.GET)
-    posts = read_events(spark, cfg, schema.POST_TOPIC).where(F.col("type") == schema.POST)
+    gets = read_events(spark, cfg, cfg.topics.get).where(F.col("type") == schema.GET)
+    posts = read_events(spark, cfg, cfg.topics.post).where(F.col("type") == schema.POST)
     g = gets.select(
         F.col("id").alias("get_id"),
         F.col("resource").alias("g_resource"),

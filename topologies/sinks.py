@@ -120,10 +120,15 @@ def _base_writer(df: DataFrame, checkpoint: str, query_name: str,
 
 
 def kafka_sink(df: DataFrame, bootstrap: str, checkpoint: str, query_name: str,
-               trigger_ms: int, topic: str = schema.OUTPUT_TOPIC) -> DataStreamWriter:
-    """a1: Spark's Kafka sink; at-least-once because a re-run batch is written again."""
+               trigger_ms: int, topic: str = schema.OUTPUT_TOPIC,
+               kafka_options: dict[str, str] | None = None) -> DataStreamWriter:
+    """a1: Spark's Kafka sink; at-least-once because a re-run batch is written again.
+    ``kafka_options``: the user's client settings (SASL, SSL, …), given as ``kafka.KEY``."""
+    writer = _base_writer(df, checkpoint, query_name, trigger_ms)
+    for key, value in (kafka_options or {}).items():
+        writer = writer.option(f"kafka.{key}", value)
     return (
-        _base_writer(df, checkpoint, query_name, trigger_ms)
+        writer
         .format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic)
@@ -159,7 +164,8 @@ def _checkpoint_query_id(checkpoint: str) -> str | None:
 
 def last_committed_batch(bootstrap: str, query_name: str, query_id: str | None,
                          marker_topic: str = schema.MARKER_TOPIC,
-                         timeout_s: float = 60.0) -> int:
+                         timeout_s: float = 60.0,
+                         client_conf: dict[str, Any] | None = None) -> int:
     """Highest batch id a committed marker of this query carries, or -1.
 
     Markers of another query (same name, different checkpoint) are ignored, so a fresh
@@ -168,7 +174,8 @@ def last_committed_batch(bootstrap: str, query_name: str, query_id: str | None,
     from pgval.runtime.kafka import read_topic  # numpy-heavy import, only needed here
 
     records = read_topic(bootstrap, marker_topic, isolation="read_committed",
-                         timeout_s=timeout_s, idle_timeout_s=min(10.0, timeout_s))
+                         timeout_s=timeout_s, idle_timeout_s=min(10.0, timeout_s),
+                         config=client_conf)
     want = query_name.encode()
     best = -1
     for key, value in zip(records.keys, records.values, strict=True):
@@ -254,7 +261,8 @@ class TransactionalSink:
         producer.init_transactions(COMMIT_RETRY_S)
         self.query_id = _checkpoint_query_id(self.checkpoint)
         self.last_committed = last_committed_batch(
-            self.bootstrap, self.query_name, self.query_id, self.marker_topic)
+            self.bootstrap, self.query_name, self.query_id, self.marker_topic,
+            client_conf=self.producer_conf)
         self._producer = producer
         log.info("transactional sink %s ready; last committed batch %s",
                  self.transactional_id, self.last_committed)

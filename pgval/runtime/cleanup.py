@@ -75,7 +75,7 @@ def sweep_host(force: bool = False) -> list[str]:
     """Remove host-level pgval resources whose owner is dead (all of them with ``force``)."""
     if os.geteuid() != 0:
         return []
-    from pgval.faults.delay import cleanup_delays, holder_owner, holder_processes, stop_holder
+    from pgval.runtime.delay import cleanup_delays, holder_owner, holder_processes, stop_holder
 
     live = set() if force else ownership.live_suffixes()
     removed: list[str] = []

@@ -154,7 +154,8 @@ class LocalCluster:
             "isolated": self.spark.isolated,
             "netns_prefix": (f"{netns.NS_PREFIX}{self.spark.net.suffix}-"
                              if self.spark.net is not None else None),
-            "workers": [{"index": w.index, "host": w.host, "netns": w.netns}
+            "workers": [{"index": w.index, "host": w.host, "netns": w.netns,
+                         "webui_port": w.webui_port}
                         for w in self.spark.workers],
             "config": asdict(self.config),
             "timings": self.timings,
@@ -219,7 +220,7 @@ def force_down(run_dir: Path) -> list[str]:
     stopped = kill_recorded(Path(run_dir) / "pids")
     prefix = state.get("netns_prefix")
     if prefix:
-        from pgval.faults.delay import cleanup_delays
+        from pgval.runtime.delay import cleanup_delays
 
         stopped += [f"delay {d}" for d in cleanup_delays(prefix)]
         stopped += [f"netns {n}" for n in netns.cleanup_all(prefix)]

@@ -41,6 +41,12 @@ class DriverSpec:
     query_name: str = "pgval"
     extra_env: dict[str, str] = field(default_factory=dict)
     conf: dict[str, str] = field(default_factory=dict)  # extra Spark conf (time-outs)
+    #: The run's topic prefix (``Topics.with_prefix``); "" for the plain names.
+    topic_prefix: str = ""
+    #: The user's Kafka client settings and Spark settings (external clusters): passed in
+    #: the driver's environment, never on its command line, as they may hold passwords.
+    kafka_options: dict[str, str] = field(default_factory=dict)
+    user_conf: dict[str, str] = field(default_factory=dict)
     #: SELF-TEST of pgval only (e1): ``drop-batch:N`` / ``dup-batch:N`` makes the sink break
     #: one batch on purpose (``--sabotage``; see pgval.topologies.sinks). Never a guarantee.
     sabotage: str | None = None
@@ -68,6 +74,8 @@ class DriverSpec:
                 "--shuffle-partitions", str(self.shuffle_partitions),
                 "--progress-file", self._path(self.progress_file),
                 "--executor-memory", self.executor_memory, "--query-name", self.query_name]
+        if self.topic_prefix:
+            argv += ["--topic-prefix", self.topic_prefix]
         if self.driver_host:
             argv += ["--driver-host", self.driver_host]
         for key, value in self.conf.items():
@@ -77,6 +85,15 @@ class DriverSpec:
         if self.sabotage:
             argv += ["--sabotage", self.sabotage]
         return argv
+
+    def env(self) -> dict[str, str]:
+        """The driver's extra environment: placement's variables plus the user's settings."""
+        env = dict(self.extra_env)
+        if self.kafka_options:
+            env["PGVAL_KAFKA_OPTIONS"] = json.dumps(self.kafka_options)
+        if self.user_conf:
+            env["PGVAL_SPARK_CONF"] = json.dumps(self.user_conf)
+        return env
 
 
 class DriverProcess:
@@ -96,7 +113,7 @@ class DriverProcess:
         seen = self._count_started()
         self.starts += 1
         self.proc = spawn(f"driver-{self.starts}", self.spec.argv(),
-                          self.log_dir / f"driver-{self.starts}.log", env=self.spec.extra_env,
+                          self.log_dir / f"driver-{self.starts}.log", env=self.spec.env(),
                           pid_dir=self.pid_dir)
         deadline = t0 + timeout_s
         while time.monotonic() < deadline:
@@ -113,6 +130,9 @@ class DriverProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.alive()
+
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     def check(self) -> None:
         """Raise a plain error if the driver died on its own (the query failed)."""

@@ -17,7 +17,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -570,6 +570,7 @@ def read_topic(
     timeout_s: float = 120.0,
     idle_timeout_s: float = 10.0,
     strict: bool = True,
+    config: Mapping[str, object] | None = None,
 ) -> TopicRecords:
     """Read all of ``topic`` from the beginning up to its current end, as columns.
 
@@ -579,7 +580,8 @@ def read_topic(
     or on a Kafka error. With ``strict`` (the default) a read that stopped short raises
     :class:`RuntimeErrorPlain`; with ``strict=False`` it returns what it read, with the
     reasons in ``problems`` (``complete`` is then False) — the experiment stores that and
-    marks the run unknown rather than guessing.
+    marks the run unknown rather than guessing. ``config``: more client settings (the
+    user's SASL/SSL for an external cluster).
     """
     if isolation not in ("read_committed", "read_uncommitted"):
         raise ValueError(f"unknown isolation level {isolation!r}")
@@ -595,6 +597,7 @@ def read_topic(
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
         "queued.max.messages.kbytes": 256 * 1024,
         "fetch.wait.max.ms": 50,
+        **(config or {}),
     }
     keys: list[bytes | None] = []
     values: list[bytes | None] = []

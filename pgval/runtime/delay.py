@@ -7,7 +7,7 @@ Two mechanisms, same effect (every IPv4 packet to and from the worker is held D 
   (packets going to the worker: netem only shapes egress, so the peer's egress is the
   worker's ingress). Only qdiscs with handle ``504d:`` are ever deleted.
 * ``nfqueue`` otherwise (this project's VM kernel has no netem): ``iptables-legacy``
-  rules send the worker's packets to NFQUEUE N, and :mod:`pgval.faults.holder`
+  rules send the worker's packets to NFQUEUE N, and :mod:`pgval.runtime.holder`
   accepts each packet D ms after it arrived. ``--queue-bypass`` makes the kernel
   accept packets unqueued when no holder is bound, so a dead holder fails open (no
   delay), never closed.
@@ -39,7 +39,7 @@ Traffic inside the namespace (worker <-> its own executors) is not delayed: the 
 is on the worker's link, not inside the machine it models. Only IPv4 is delayed.
 
 Everything pgval adds is marked — iptables comments ``pgval-delay-<id>-<target ns>``,
-qdisc handle ``504d:``, holders running ``pgval.faults.holder --target <ns>`` — so
+qdisc handle ``504d:``, holders running ``pgval.runtime.holder --target <ns>`` — so
 :func:`cleanup_delays` can undo it after the injecting pgval was SIGKILLed, touching
 nothing else.
 """
@@ -67,7 +67,7 @@ from pgval.runtime.procs import Managed, RuntimeErrorPlain, kill_group, spawn
 
 COMMENT_PREFIX = "pgval-delay-"
 NETEM_HANDLE = "504d:"
-HOLDER_MODULE = "pgval.faults.holder"
+HOLDER_MODULE = "pgval.runtime.holder"
 IPTABLES = "iptables-legacy"
 HOLDER_RC_BIND = 3  # the holder's exit status when a queue number is taken
 HOST = "host"  # the root network namespace, where a `where` names a namespace
@@ -253,7 +253,7 @@ def _comment_target(comment: str) -> str | None:
 
 def _holder_summary(log_path: Path) -> dict[str, Any] | None:
     """The holder's exit summary (packets held, release lateness), if it printed one."""
-    from pgval.faults.holder import SUMMARY_TAG
+    from pgval.runtime.holder import SUMMARY_TAG
 
     try:
         lines = log_path.read_text(errors="replace").splitlines()
@@ -569,7 +569,7 @@ def holder_owner(pid: int) -> Owner | None:
 
 def stop_holder(pid: int) -> list[str]:
     """Stop one holder (it releases what it holds) and delete the rules feeding it."""
-    from pgval.faults.holder import remove_rules
+    from pgval.runtime.holder import remove_rules
 
     words = _holder_argv(pid)
     comment = (_arg(words, "--comment") or [""])[0]

@@ -1,15 +1,15 @@
 """Packet holder: delay every packet of one NFQUEUE by D ms, then accept it.
 
-Why it exists: this kernel has no ``sch_netem``, so :mod:`pgval.faults.delay` sends the
+Why it exists: this kernel has no ``sch_netem``, so :mod:`pgval.runtime.delay` sends the
 delayed worker's packets to an NFQUEUE (``iptables-legacy -t mangle ... PREROUTING -j
 NFQUEUE --queue-bypass``) and this program gives each one its ACCEPT verdict ``D`` ms
 after it arrived::
 
-    python -m pgval.faults.holder --queue N --delay-ms D [--jitter-ms J] \
+    python -m pgval.runtime.holder --queue N --delay-ms D [--jitter-ms J] \
         --netns self --netns pgval-s-w0 --netns pgval-s-w1 ...
 
 NFQUEUE numbers are per network namespace, and the rules live in several (each
-receiving side, see :mod:`pgval.faults.delay`), so one holder binds queue N in every
+receiving side, see :mod:`pgval.runtime.delay`), so one holder binds queue N in every
 ``--netns`` it is given: the netlink socket is created inside that namespace
 (``setns``) and handed to NetfilterQueue, which supports exactly this. One process
 means one thing to stop and one point of failure that fails open everywhere at once.
@@ -198,7 +198,7 @@ class Schedule:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pgval.faults.holder",
+    p = argparse.ArgumentParser(prog="python -m pgval.runtime.holder",
                                 description="Hold NFQUEUE packets D ms, then accept them.")
     p.add_argument("--queue", type=int, required=True, help="NFQUEUE number (0..65535)")
     p.add_argument("--delay-ms", type=float, required=True)

@@ -1,0 +1,83 @@
+"""A user's own nemesis: commands that start and stop a packet delay on their cluster.
+
+pgval cannot reach into a cluster it does not own, so ``--deploy external`` delay faults run
+the user's commands (``--nemesis-inject`` at T2, ``--nemesis-remove`` at T3 and always on the
+way out). Each is split like a shell would (:func:`shlex.split`) but never run by one, and
+``{worker}`` / ``{delay_ms}`` are filled in per argument after the split, so a value can
+never become two arguments or a shell command. Both are logged in the fault log with their
+exit code and the tail of their output, like pgval's own faults.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from typing import Any
+
+from pgval.runtime.procs import RuntimeErrorPlain
+
+TIMEOUT_S = 120.0
+
+
+def nemesis_argv(template: str, worker: int, delay_ms: int) -> list[str]:
+    """The argv of ``template`` with its placeholders filled in (no shell involved)."""
+    try:
+        parts = shlex.split(template)
+    except ValueError as exc:
+        raise RuntimeErrorPlain(f"cannot split the nemesis command {template!r}: {exc}") from exc
+    if not parts:
+        raise RuntimeErrorPlain("the nemesis command is empty")
+    values = {"worker": str(worker), "delay_ms": str(delay_ms)}
+    try:
+        return [part.format_map(values) for part in parts]
+    except (KeyError, ValueError, IndexError) as exc:
+        raise RuntimeErrorPlain(f"the nemesis command {template!r} has a placeholder other "
+                                "than {worker} and {delay_ms}") from exc
+
+
+class NemesisDelay:
+    """The delay fault through the user's commands."""
+
+    def __init__(self, name: str, inject_cmd: str, remove_cmd: str, worker: int,
+                 delay_ms: int) -> None:
+        self.name = name
+        self.inject_argv = nemesis_argv(inject_cmd, worker, delay_ms)
+        self.remove_argv = nemesis_argv(remove_cmd, worker, delay_ms)
+        self.worker = worker
+        self.delay_ms = delay_ms
+        self._injected = False
+
+    def inject(self) -> dict[str, Any]:
+        self._injected = True  # before running: an interrupted inject is still undone
+        detail = _run(self.inject_argv)
+        if detail["exit_code"] != 0:
+            raise RuntimeErrorPlain(f"the nemesis inject command failed (exit "
+                                    f"{detail['exit_code']}): {detail['output_tail']}")
+        return {"mechanism": "user nemesis", "target": f"worker {self.worker}",
+                "delay_ms": self.delay_ms, **detail}
+
+    def remove(self, restore: bool = True) -> dict[str, Any]:
+        if not self._injected:
+            return {}
+        detail = _run(self.remove_argv)
+        if detail["exit_code"] != 0:
+            raise RuntimeErrorPlain(f"the nemesis remove command failed (exit "
+                                    f"{detail['exit_code']}): {detail['output_tail']}")
+        self._injected = False
+        return {"mechanism": "user nemesis", **detail}
+
+
+def _run(argv: list[str]) -> dict[str, Any]:
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, check=False)
+    except FileNotFoundError as exc:
+        raise RuntimeErrorPlain(f"the nemesis command {argv[0]!r} was not found") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeErrorPlain(f"the nemesis command {argv[0]!r} did not finish in "
+                                f"{TIMEOUT_S:.0f} s") from exc
+    tail = " ".join((proc.stdout + proc.stderr).split())[-300:]
+    return {"argv": argv, "exit_code": proc.returncode, "output_tail": tail,
+            "took_s": round(time.monotonic() - t0, 3)}

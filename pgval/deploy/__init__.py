@@ -1,0 +1,32 @@
+"""Where a run's Kafka and Spark come from; see :mod:`pgval.deploy.base`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pgval.config import ExperimentConfig
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+
+
+def make_deployment(cfg: ExperimentConfig, cluster_dir: Path) -> Deployment:
+    """The deployment ``cfg`` asks for (not started). ``cluster_dir``: where an embedded
+    cluster pgval starts keeps its logs and data (the run's directory for one run)."""
+    if cfg.deploy == "external":
+        from pgval.deploy.external import ExternalDeployment
+
+        assert cfg.bootstrap and cfg.master
+        return ExternalDeployment(cfg.bootstrap, cfg.master, cfg.cluster.partitions,
+                                  cfg.kafka_config, cfg.spark_conf, workers=cfg.cluster.workers)
+    if cfg.deploy == "compose":
+        from pgval.deploy.compose import ComposeDeployment
+
+        return ComposeDeployment(cluster_dir, cfg.cluster.partitions,
+                                 workers=cfg.cluster.workers)
+    from pgval.deploy.embedded import AttachedDeployment, EmbeddedDeployment
+
+    if cfg.running_cluster:
+        return AttachedDeployment(Path(cfg.running_cluster))
+    return EmbeddedDeployment(cluster_dir, cfg.cluster)
+
+
+__all__ = ["Deployment", "DriverPlacement", "FaultContext", "make_deployment"]

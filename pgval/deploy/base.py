@@ -1,0 +1,133 @@
+"""What a run needs from where it runs: the :class:`Deployment` interface.
+
+The experiment asks its deployment for Kafka clients' settings, the run's topics, where and
+how the Spark driver runs, and the fault targets it offers; it never asks which kind of
+deployment it has. Three implement it: the embedded cluster pgval starts (or one already
+running from `pgval cluster up`), the Docker Compose stack, and a user's own Kafka + Spark.
+
+A deployment may outlive a run (a warm cluster across matrix cells): :meth:`start` and
+:meth:`stop` bound what *it* owns, :meth:`open_run` / :meth:`close_run` what one run
+creates on it (its topics).
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgval.schema import Topics
+
+if TYPE_CHECKING:
+    from pgval.config import ExperimentConfig
+    from pgval.faults.timeouts import TimeoutProfile
+    from pgval.run.schedule import FaultHooks
+    from pgval.runtime.driver import DriverProcess
+
+
+@dataclass
+class DriverPlacement:
+    """Where the streaming driver runs and how it reaches Kafka and Spark."""
+
+    bootstrap: str  # as the driver and the executors see Kafka
+    master: str
+    driver_host: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    #: Prefix that runs the driver elsewhere (``docker exec pgval-runner``), its Python,
+    #: how host paths look there, and how to signal it there.
+    launcher: list[str] = field(default_factory=list)
+    python: str = sys.executable
+    path_map: Callable[[Path], str] | None = None
+    signal_argv: Callable[[str], list[str]] | None = None
+    #: The user's Spark settings and Kafka client settings (external clusters).
+    user_conf: dict[str, str] = field(default_factory=dict)
+    kafka_options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FaultContext:
+    """What a fault may need besides its target: the run's directory, its phase length (a
+    delay's hard cap), the driver (driver crash, executor kill)."""
+
+    run_dir: Path
+    phase_seconds: float
+    driver: DriverProcess
+    seed: int = 0
+
+
+class Deployment(ABC):
+    """Kafka + Spark for runs; see the module docstring."""
+
+    kind: str = ""
+    #: True when :meth:`stop` stops the cluster itself (pgval started it).
+    owns_cluster: bool = False
+    #: Seconds spent starting what the deployment owns (0 when it was already up).
+    timings: dict[str, float]
+
+    def __init__(self) -> None:
+        self.timings = {}
+
+    # -- lifetime of what the deployment owns
+    @abstractmethod
+    def start(self) -> Deployment:
+        """Bring up (or check) the cluster; idempotent for a cluster already up."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop what this deployment started; never a cluster it does not own."""
+
+    def restore(self) -> list[str]:
+        """Between runs on a warm cluster: bring back what a fault took away (a crashed
+        worker). Returns what was restored."""
+        return []
+
+    # -- one run on it
+    def topics_for(self, run_dir: Path) -> Topics:
+        """The run's topics: a fresh prefix, so no run sees another's records."""
+        return Topics.with_prefix(f"pgval-{secrets.token_hex(4)}-")
+
+    @abstractmethod
+    def open_run(self, topics: Topics) -> None:
+        """Create the run's topics (LogAppendTime, P partitions)."""
+
+    @abstractmethod
+    def close_run(self, topics: Topics, keep: bool) -> list[str]:
+        """After the run is stored: delete its topics unless ``keep``; returns what went."""
+
+    # -- what runs need
+    @abstractmethod
+    def client_config(self) -> dict[str, Any]:
+        """Settings for pgval's own Kafka clients on this machine (bootstrap + the user's)."""
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.client_config()["bootstrap.servers"])
+
+    @abstractmethod
+    def driver_placement(self) -> DriverPlacement: ...
+
+    @property
+    @abstractmethod
+    def workers(self) -> int:
+        """How many fault targets (workers) a `crash` or delay may pick from."""
+
+    @abstractmethod
+    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                   ctx: FaultContext) -> FaultHooks | None:
+        """The fault ``cfg.fault`` on worker ``target`` here (None for ``none``); raises a
+        plain error when this deployment cannot inject it."""
+
+    def daemon_conf(self) -> dict[str, str]:
+        """Spark settings the cluster's daemons run with (time-out profile of delay-gt)."""
+        return {}
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]: ...
+
+    def log_dirs(self) -> list[Path]:
+        """Where the cluster's logs are (read for which time-out fired)."""
+        return []

@@ -1,0 +1,204 @@
+"""The embedded cluster: Kafka + Spark standalone on this machine, started by pgval.
+
+:class:`EmbeddedDeployment` starts (and stops) its own :class:`LocalCluster`; a matrix or an
+OIR search keeps one up across runs (a warm cluster), and :meth:`restore` restarts a worker
+a failed run left crashed. :class:`AttachedDeployment` uses a cluster a `pgval cluster up`
+started (``--cluster DIR``): it never starts or stops it, so its faults go through Spark's
+API (executor kill) and the namespaces the cluster recorded (packet delay).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka.admin import AdminClient
+
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+from pgval.deploy.topics import create_topics, delete_topics
+from pgval.faults.network import NetworkPath, WorkerDelay
+from pgval.faults.process import DriverCrash, WorkerCrash
+from pgval.runtime.cluster import ClusterConfig, LocalCluster, cluster_processes, read_state
+from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.runtime.spark import SECRET_FILE_ENV
+from pgval.schema import Topics
+
+if TYPE_CHECKING:
+    from pgval.config import ExperimentConfig
+    from pgval.faults.timeouts import TimeoutProfile
+    from pgval.run.schedule import FaultHooks
+
+
+def delay_cap_s(phase_seconds: float) -> float:
+    """A delay ends by itself this long after T2 whatever happens to pgval."""
+    return 1.5 * phase_seconds + 60
+
+
+class EmbeddedDeployment(Deployment):
+    """pgval's own cluster in ``cluster_dir`` (a run's directory, or a matrix's)."""
+
+    kind = "local"
+    owns_cluster = True
+
+    def __init__(self, cluster_dir: Path, config: ClusterConfig) -> None:
+        super().__init__()
+        self.cluster_dir = Path(cluster_dir)
+        self.config = config
+        self.cluster: LocalCluster | None = None
+
+    def start(self) -> EmbeddedDeployment:
+        if self.cluster is None:
+            cluster = LocalCluster(self.cluster_dir, self.config)
+            self.cluster = cluster  # before start: a failed start still gets stopped
+            cluster.start()
+            self.timings.update(cluster.timings)
+        return self
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    def restore(self) -> list[str]:
+        """Restart any worker that is not running (a run that failed mid-crash); a cluster
+        whose master or a broker died is started again as a whole."""
+        assert self.cluster is not None
+        spark, kafka = self.cluster.spark, self.cluster.kafka
+        whole = (spark is not None and spark.master is not None and spark.master.alive()
+                 and kafka is not None and all(p.alive() for p in kafka.procs))
+        if not whole:
+            self.stop()
+            self.start()
+            return ["the whole cluster"]
+        restored = []
+        for worker in self._spark().workers:
+            if not worker.alive():
+                worker.restart()
+                restored.append(worker.name)
+        return restored
+
+    def open_run(self, topics: Topics) -> None:
+        create_topics(AdminClient(self.client_config()), topics, self.config.partitions)
+
+    def close_run(self, topics: Topics, keep: bool) -> list[str]:
+        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
+
+    def client_config(self) -> dict[str, Any]:
+        assert self.cluster is not None
+        return {"bootstrap.servers": self.cluster.bootstrap}
+
+    def driver_placement(self) -> DriverPlacement:
+        spark = self._spark()
+        assert self.cluster is not None
+        return DriverPlacement(bootstrap=self.cluster.bootstrap, master=spark.master_url,
+                               driver_host=spark.driver_host, extra_env=spark.driver_env())
+
+    @property
+    def workers(self) -> int:
+        return self.config.workers
+
+    def daemon_conf(self) -> dict[str, str]:
+        return dict(self.config.spark_daemon_conf)
+
+    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                   ctx: FaultContext) -> FaultHooks | None:
+        if cfg.fault == "none":
+            return None
+        if cfg.fault == "driver-crash":
+            return DriverCrash(ctx.driver)
+        worker = self._spark().workers[target]
+        if cfg.fault == "crash":
+            return WorkerCrash(worker)
+        path = NetworkPath(worker.name, worker.netns, worker.host, worker.webui_port)
+        return WorkerDelay(cfg.fault, path, profile, ctx.run_dir, delay_cap_s(ctx.phase_seconds))
+
+    def describe(self) -> dict[str, Any]:
+        try:
+            return self.cluster.describe() if self.cluster else {}
+        except Exception:
+            return {}
+
+    def log_dirs(self) -> list[Path]:
+        return [self.cluster_dir.resolve() / "logs"]
+
+    def _spark(self) -> Any:
+        if self.cluster is None or self.cluster.spark is None:
+            raise RuntimeErrorPlain("the Spark cluster is not running")
+        return self.cluster.spark
+
+
+class AttachedDeployment(Deployment):
+    """A running `pgval cluster up` cluster, used as it is (see the module docstring)."""
+
+    kind = "local"
+
+    def __init__(self, cluster_dir: Path) -> None:
+        super().__init__()
+        self.cluster_dir = Path(cluster_dir).resolve()
+        self.state: dict[str, Any] = {}
+
+    def start(self) -> AttachedDeployment:
+        t0 = time.monotonic()
+        state = read_state(self.cluster_dir)
+        if not state or not state.get("complete"):
+            raise RuntimeErrorPlain(f"no running cluster in {self.cluster_dir}; start one with "
+                                    f"`pgval cluster up --run-dir {self.cluster_dir}`")
+        dead = [name for name, alive in cluster_processes(self.cluster_dir) if not alive]
+        if dead:
+            raise RuntimeErrorPlain(f"the cluster in {self.cluster_dir} is not whole "
+                                    f"({', '.join(dead)} not running); restart it with "
+                                    "`pgval cluster down` and `pgval cluster up`")
+        self.state = state
+        self.timings["cluster_start_s"] = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """The cluster belongs to `pgval cluster up`; it stays up."""
+
+    def open_run(self, topics: Topics) -> None:
+        partitions = int((self.state.get("config") or {}).get("partitions") or 3)
+        create_topics(AdminClient(self.client_config()), topics, partitions)
+
+    def close_run(self, topics: Topics, keep: bool) -> list[str]:
+        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
+
+    def client_config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.state["bootstrap"]}
+
+    def driver_placement(self) -> DriverPlacement:
+        host = self.state["driver_host"]
+        env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARK_LOCAL_IP": host, "SPARK_LOCAL_HOSTNAME": host}
+        secret = self.cluster_dir / "spark" / "auth-secret"
+        if secret.exists():
+            env[SECRET_FILE_ENV] = str(secret)
+        return DriverPlacement(bootstrap=self.state["bootstrap"], master=self.state["master"],
+                               driver_host=host, extra_env=env)
+
+    @property
+    def workers(self) -> int:
+        return len(self.state.get("workers") or [])
+
+    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                   ctx: FaultContext) -> FaultHooks | None:
+        if cfg.fault == "none":
+            return None
+        if cfg.fault == "driver-crash":
+            return DriverCrash(ctx.driver)
+        if cfg.fault == "crash":
+            from pgval.faults.executor import ExecutorKill
+
+            return ExecutorKill(ctx.driver.control(), seed=ctx.seed)
+        worker = self.state["workers"][target]
+        path = NetworkPath(f"spark-worker-{worker['index']}", worker.get("netns"),
+                           worker["host"], int(worker.get("webui_port") or 0))
+        return WorkerDelay(cfg.fault, path, profile, ctx.run_dir, delay_cap_s(ctx.phase_seconds))
+
+    def describe(self) -> dict[str, Any]:
+        return {"deploy": "local", "attached": str(self.cluster_dir),
+                **{k: self.state.get(k) for k in ("bootstrap", "master", "workers")}}
+
+    def log_dirs(self) -> list[Path]:
+        return [self.cluster_dir / "logs"]

@@ -1,0 +1,100 @@
+"""A user's own Kafka and Spark (``--deploy external``).
+
+pgval never starts, stops or reconfigures them: it creates the run's topics (its own
+prefix) and deletes them afterwards unless ``--keep-topics``, and runs the driver on this
+machine in client mode against ``--master`` (spark://, k8s://, yarn, local[N]); the driver
+ships the Kafka connector jars to the executors itself (``spark.jars``). The user's Kafka
+client settings (``--kafka-config``, e.g. SASL/SSL) go to pgval's own clients and to
+Spark's Kafka source and sink; ``--spark-conf`` to the driver.
+
+Faults: ``driver-crash`` kills the local driver; ``crash`` asks the driver to kill one
+executor through Spark's own API (any cluster manager replaces it); delay faults run the
+user's nemesis commands. See docs/deploy.md.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka.admin import AdminClient
+
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+from pgval.deploy.topics import broker_ids, create_topics, delete_topics
+from pgval.faults.nemesis import NemesisDelay
+from pgval.faults.process import DriverCrash
+from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.schema import Topics
+
+if TYPE_CHECKING:
+    from pgval.config import ExperimentConfig
+    from pgval.faults.timeouts import TimeoutProfile
+    from pgval.run.schedule import FaultHooks
+
+
+class ExternalDeployment(Deployment):
+    kind = "external"
+
+    def __init__(self, bootstrap: str, master: str, partitions: int,
+                 kafka_config: dict[str, str] | None = None,
+                 spark_conf: dict[str, str] | None = None, workers: int = 1) -> None:
+        super().__init__()
+        self._bootstrap = bootstrap
+        self.master = master
+        self.partitions = partitions
+        self.kafka_config = dict(kafka_config or {})
+        self.spark_conf = dict(spark_conf or {})
+        self._workers = max(1, workers)
+        self.brokers: list[int] = []
+
+    def start(self) -> ExternalDeployment:
+        """Check that Kafka answers (nothing is started)."""
+        t0 = time.monotonic()
+        self.brokers = broker_ids(AdminClient(self.client_config()))
+        if not self.brokers:
+            raise RuntimeErrorPlain(f"Kafka at {self._bootstrap} reported no brokers")
+        self.timings["cluster_start_s"] = time.monotonic() - t0
+        return self
+
+    def stop(self) -> None:
+        """The cluster is the user's; nothing to stop."""
+
+    def open_run(self, topics: Topics) -> None:
+        create_topics(AdminClient(self.client_config()), topics, self.partitions)
+
+    def close_run(self, topics: Topics, keep: bool) -> list[str]:
+        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
+
+    def client_config(self) -> dict[str, Any]:
+        return {**self.kafka_config, "bootstrap.servers": self._bootstrap}
+
+    def driver_placement(self) -> DriverPlacement:
+        return DriverPlacement(bootstrap=self._bootstrap, master=self.master,
+                               driver_host=self.spark_conf.get("spark.driver.host"),
+                               user_conf=self.spark_conf, kafka_options=self.kafka_config)
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                   ctx: FaultContext) -> FaultHooks | None:
+        if cfg.fault == "none":
+            return None
+        if cfg.fault == "driver-crash":
+            return DriverCrash(ctx.driver)
+        if cfg.fault == "crash":
+            from pgval.faults.executor import ExecutorKill
+
+            return ExecutorKill(ctx.driver.control(), seed=ctx.seed)
+        if not (cfg.nemesis_inject and cfg.nemesis_remove):
+            raise RuntimeErrorPlain(f"--fault {cfg.fault} on an external cluster needs "
+                                    "--nemesis-inject and --nemesis-remove")
+        return NemesisDelay(cfg.fault, cfg.nemesis_inject, cfg.nemesis_remove, target,
+                            profile.delay_ms or 500)
+
+    def describe(self) -> dict[str, Any]:
+        return {"deploy": "external", "bootstrap": self._bootstrap, "master": self.master,
+                "brokers": self.brokers,
+                "kafka_config_keys": sorted(self.kafka_config),  # values may be secrets
+                "spark_conf_keys": sorted(self.spark_conf), "timings": self.timings}

@@ -1,0 +1,71 @@
+"""A warm cluster: one deployment kept up across the runs of a matrix or an OIR search.
+
+Each run still gets fresh topics (its own prefix), its own checkpoint and its own driver;
+only the cluster's JVMs stay. Before each run the deployment restores what an earlier run's
+fault took away (a worker a failed run left crashed). The embedded cluster's daemons read
+some settings only at start (the lowered time-outs of ``delay-gt-timeout``), so a run that
+needs other daemon settings gets a fresh cluster; :func:`daemon_key` orders cells so that
+happens at most once per matrix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+
+from pgval.config import ExperimentConfig
+from pgval.deploy import Deployment, make_deployment
+from pgval.faults.timeouts import profile_for
+from pgval.runtime import signals
+
+
+def daemon_conf(cfg: ExperimentConfig) -> dict[str, str]:
+    """The Spark daemons' settings a run of ``cfg`` needs (its fault's time-out profile)."""
+    return {**profile_for(cfg.fault, cfg.phase_seconds, cfg.delay_ms).daemon_conf,
+            **cfg.cluster.spark_daemon_conf}
+
+
+def daemon_key(cfg: ExperimentConfig) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(daemon_conf(cfg).items()))
+
+
+class WarmDeployments:
+    """Hands out a running deployment per run; stops what it started in :meth:`close`."""
+
+    def __init__(self, root: Path, label: str = "cluster") -> None:
+        self.root = Path(root)
+        self.label = label
+        self.current: Deployment | None = None
+        self._key: str | None = None
+        self.started = 0
+
+    def for_run(self, cfg: ExperimentConfig) -> Deployment:
+        key = f"{cfg.deploy}|{cfg.running_cluster}|{cfg.bootstrap}|{cfg.master}|" + (
+            daemon_key(cfg) if cfg.deploy == "local" and not cfg.running_cluster else "")
+        if self.current is not None and key == self._key:
+            return self.current
+        self.close()
+        cluster_cfg = dataclasses.replace(cfg.cluster, spark_daemon_conf=daemon_conf(cfg))
+        run_cfg = dataclasses.replace(cfg, cluster=cluster_cfg)
+        self.started += 1
+        cluster_dir = self.root / f"{self.label}-{self.started}"
+        cluster_dir.mkdir(parents=True, exist_ok=True)
+        deployment = make_deployment(run_cfg, cluster_dir)
+        self.current, self._key = deployment, key
+        deployment.start()
+        return deployment
+
+    def close(self) -> None:
+        """Stop the current deployment (a cluster pgval started); safe to call twice."""
+        if self.current is None:
+            return
+        deployment, self.current, self._key = self.current, None, None
+        with signals.shielded(), contextlib.suppress(Exception):
+            deployment.stop()
+
+    def __enter__(self) -> WarmDeployments:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

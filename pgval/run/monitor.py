@@ -1,0 +1,152 @@
+"""Watching the query: the output topic's size, the query's progress against the input
+topics' end offsets — when priming is done, and when the drain is."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from pgval.explain import watermark_ms
+from pgval.run.result import Status
+from pgval.runtime.driver import DriverProcess
+from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.schema import Topics
+
+
+class OutputMonitor:
+    """Counts records in the output topic (sum of high watermarks), cheaply, once a second."""
+
+    def __init__(self, client_config: dict[str, Any], topics: Topics) -> None:
+        self.topics = topics
+        self.consumer = Consumer({**client_config, "group.id": "pgval-monitor",
+                                  "enable.auto.commit": False})
+        self._partitions: list[int] | None = None
+
+    def count(self) -> int:
+        out = self.topics.output
+        try:
+            if self._partitions is None:
+                md = self.consumer.list_topics(out, timeout=5)
+                self._partitions = sorted(md.topics[out].partitions)
+            return sum(self.consumer.get_watermark_offsets(
+                TopicPartition(out, p), timeout=5, cached=False)[1]
+                for p in self._partitions)
+        except Exception:
+            return -1
+
+    def input_end_offsets(self) -> dict[str, dict[int, int]]:
+        """Current high watermarks of the input topics, per partition."""
+        out: dict[str, dict[int, int]] = {}
+        for topic in self.topics.inputs:
+            md = self.consumer.list_topics(topic, timeout=10)
+            out[topic] = {p: self.consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in md.topics[topic].partitions}
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.consumer.close()
+
+
+def processed_past(progress: list[dict[str, Any]], targets: dict[str, dict[int, int]]) -> bool:
+    """Has the latest batch's end offset reached ``targets`` for every topic it reads?"""
+    if not progress:
+        return False
+    sources = progress[-1].get("sources") or []
+    seen = False
+    for src in sources:
+        end = src.get("endOffset") or {}
+        if not isinstance(end, dict):
+            continue
+        for topic, parts in end.items():
+            if topic not in targets:
+                continue
+            seen = True
+            for part, target in targets[topic].items():
+                if int(parts.get(str(part), 0)) < target:
+                    return False
+    return seen
+
+
+def batches(driver: DriverProcess) -> list[dict[str, Any]]:
+    return [p for p in driver.progress() if p.get("event") == "progress"]
+
+
+def wait_primed(driver: DriverProcess, monitor: OutputMonitor,
+                on_status: Callable[[Status], None], timeout_s: float, log_hint: str) -> float:
+    """Wait until the query has read everything in the input topics (the priming events);
+    returns the seconds it took.
+
+    One batch is not enough: the first batches over real volume run on cold JVMs
+    (interpreted code, empty caches) and are several times slower than later ones, so
+    priming events make the query do that work before T1.
+    """
+    t0 = time.monotonic()
+    targets = monitor.input_end_offsets()
+    while time.monotonic() - t0 < timeout_s:
+        driver.check()
+        progress = batches(driver)
+        if processed_past(progress, targets):
+            return time.monotonic() - t0
+        on_status(Status("prime", time.monotonic() - t0, timeout_s, 0, 0.0, 0,
+                         len(progress), note="warming up the query"))
+        time.sleep(0.5)
+    raise RuntimeErrorPlain(f"the streaming query did not read its warm-up events within "
+                            f"{timeout_s:.0f} s (see {log_hint})")
+
+
+@dataclass
+class DrainOutcome:
+    seconds: float
+    caught_up_s: float | None
+    timed_out: bool
+    reason: str | None  # why the run cannot count as drained (a validity reason)
+
+
+def drain(driver: DriverProcess, monitor: OutputMonitor, closing_ts: int, watermark_delay_ms: int,
+          timeout_s: float, on_status: Callable[[Status], None]) -> DrainOutcome:
+    """Wait until the query has processed every input and emitted every real window.
+
+    Done = the latest batch's end offsets reach the input topics' end offsets (closing
+    events included) AND a batch has run with the watermark the closing events produce
+    (``closing_ts - watermark``, past every real window's end). Spark evicts — emits, in
+    append mode — a window in the batch whose watermark reaches its end, and reports that
+    batch's watermark in its progress, after the sink wrote it. So no "one more batch" and
+    no quiet period are needed: the drain ends in the batch that finishes the work. A
+    time-out or a dead driver is returned as a reason (the run becomes unknown).
+    """
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    targets = monitor.input_end_offsets()
+    wm_target = closing_ts - watermark_delay_ms
+    caught_up_s: float | None = None
+    while True:
+        progress = batches(driver)
+        caught = processed_past(progress, targets)
+        wm = max((watermark_ms(p) for p in progress), default=0)
+        now = time.monotonic()
+        if caught and caught_up_s is None:
+            caught_up_s = now - t0
+        if caught and wm >= wm_target:
+            return DrainOutcome(now - t0, caught_up_s, False, None)
+        if now >= deadline:
+            why = (f"the query read every input but its watermark stayed at {wm} < "
+                   f"{wm_target}" if caught else "the query had not read every input")
+            return DrainOutcome(now - t0, caught_up_s, True,
+                                f"the drain timed out after {timeout_s:.0f} s: {why}")
+        try:
+            driver.check()
+        except RuntimeErrorPlain as exc:
+            return DrainOutcome(now - t0, caught_up_s, False,
+                                f"the driver died during the drain: {exc}")
+        note = ("waiting for the query to read all inputs" if not caught else
+                "waiting for the watermark to close the last windows")
+        on_status(Status("drain", now - t0, timeout_s, 0, 0.0, monitor.count(), len(progress),
+                         note=note))
+        time.sleep(0.25)

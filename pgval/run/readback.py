@@ -1,0 +1,52 @@
+"""What Kafka holds after the drain, read to every partition's end and kept as evidence.
+
+Inputs and outputs are read read_committed (e1's aborted writes never count). A short read,
+an error or a time-out is a validity reason (the run becomes unknown), never raised: what
+was read is still stored and evaluated. The evidence files carry the topics' roles
+(``get``, ``post``, ``output``), not the run's prefixed names, so a re-check reads every
+run the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgval.evidence import save_progress, save_topic
+from pgval.runtime.kafka import TopicRecords, read_topic
+from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
+from pgval.validity import generator_reasons, readback_reasons, reconcile_inputs
+
+
+@dataclass
+class ReadBack:
+    records: dict[str, TopicRecords]  # by role: get, post, output
+    describe: dict[str, Any]  # per role, plus "inputs": the reconciliation
+    reasons: list[str] = field(default_factory=list)
+
+
+def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
+              progress_file: Path, generator: dict[str, Any], own_events: int) -> ReadBack:
+    """Read the run's three topics, save them and the driver's progress as evidence, and
+    reconcile the input records with the generator's deliveries plus pgval's own events."""
+    delivered = int(generator.get("delivered") or 0)
+    timeout_s = max(120.0, (delivered + own_events) / 50_000)
+    bootstrap = str(client_config["bootstrap.servers"])
+    extra = {k: v for k, v in client_config.items() if k != "bootstrap.servers"}
+    records: dict[str, TopicRecords] = {}
+    for role, topic in ((GET_TOPIC, topics.get), (POST_TOPIC, topics.post),
+                        (OUTPUT_TOPIC, topics.output)):
+        recs = read_topic(bootstrap, topic, timeout_s=timeout_s, idle_timeout_s=30.0,
+                          strict=False, config=extra)
+        records[role] = recs
+        save_topic(run_dir, recs, name=role)
+    save_progress(run_dir, progress_file)
+    described: dict[str, Any] = {role: r.describe() for role, r in records.items()}
+    short = readback_reasons(described)
+    read = len(records[GET_TOPIC]) + len(records[POST_TOPIC])
+    ends = sum(sum(records[t].end_offsets.values()) for t in (GET_TOPIC, POST_TOPIC))
+    info, reasons = reconcile_inputs(read, ends, delivered, own_events,
+                                     not generator_reasons(generator))
+    described["inputs"] = info
+    return ReadBack(records, described, [*short, *reasons])

@@ -1,0 +1,51 @@
+"""What a run returns, and what the live display is sent while it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgval.evaluate import Evaluation
+from pgval.phases import Phases
+from pgval.validity import Validity
+
+
+@dataclass
+class Status:
+    """What the live display shows; sent about once a second."""
+
+    phase: str
+    elapsed_s: float
+    total_s: float
+    generated: int
+    input_rate: float
+    outputs: int
+    batches: int
+    note: str = ""
+
+
+@dataclass
+class ExperimentResult:
+    run_id: int | None
+    evaluation: Evaluation
+    timings: dict[str, float]
+    phases: Phases
+    generator: dict[str, Any]
+    batches: list[dict[str, Any]]
+    fault_log: list[dict[str, Any]]
+    validity: Validity = field(default_factory=Validity)
+    readback: dict[str, Any] = field(default_factory=dict)
+    run_dir: Path | None = None
+
+    def summary(self) -> dict[str, Any]:
+        out = self.evaluation.summary()
+        out.update(self.validity.as_dict())
+        out.update({"run_id": self.run_id, "run_dir": str(self.run_dir), "timings": self.timings,
+                    "readback": self.readback,
+                    "phase_bounds_ms": {"start": self.phases.start, "t2": self.phases.t2,
+                                        "t3": self.phases.t3},
+                    "generator": {k: self.generator.get(k) for k in (
+                        "sent", "delivered", "failed", "undelivered", "achieved_rate")},
+                    "batches": len(self.batches), "fault_log": self.fault_log})
+        return out

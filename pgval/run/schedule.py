@@ -1,0 +1,80 @@
+"""The fault schedule: inject at T2, remove at T3 (and always on the way out), every step
+in the fault log — the evidence :func:`pgval.validity.fault_reasons` reads."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+
+class FaultHooks(Protocol):
+    """A fault: injected at T2, removed at T3; ``remove`` must be safe to call twice, and
+    after an interrupted ``inject``. ``restore=False`` (teardown) undoes what would
+    outlive the run (a delay) without restoring what teardown stops anyway (no restart
+    of a crashed worker just to stop it). Optional: ``problem() -> str | None``, why the
+    fault stopped acting before T3."""
+
+    name: str
+
+    def inject(self) -> dict[str, Any]: ...
+
+    def remove(self, restore: bool = True) -> dict[str, Any]: ...
+
+
+class NoFault:
+    name = "none"
+
+    def inject(self) -> dict[str, Any]:
+        return {}
+
+    def remove(self, restore: bool = True) -> dict[str, Any]:
+        return {}
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class FaultSchedule:
+    """Runs a fault's steps and keeps their log."""
+
+    def __init__(self, fault: FaultHooks) -> None:
+        self.fault = fault
+        self.log: list[dict[str, Any]] = []
+
+    @property
+    def name(self) -> str:
+        return self.fault.name
+
+    def step(self, step: str, intended_ms: int, restore: bool = True) -> None:
+        """Inject or remove, logged as one step: the entry exists before the fault acts,
+        so an interrupt at any point of ``inject`` still leads teardown to remove it."""
+        if self.fault.name == "none":
+            return
+        entry: dict[str, Any] = {"step": step, "fault": self.fault.name,
+                                 "intended_ms": intended_ms, "actual_ms": now_ms()}
+        if not restore:
+            entry["teardown"] = True
+        self.log.append(entry)
+        try:
+            detail = (self.fault.inject() if step == "inject"
+                      else self.fault.remove(restore=restore))
+            entry.update(detail or {})
+            entry["done_ms"] = now_ms()
+        except BaseException as exc:
+            entry["error"] = str(exc) or type(exc).__name__
+            raise
+
+    def check(self) -> None:
+        """Record (once) a fault that stopped acting before T3, e.g. a dead packet holder:
+        the run then cannot claim the failure phase was delayed (a validity reason)."""
+        problem = getattr(self.fault, "problem", None)
+        why = problem() if callable(problem) else None
+        if why and not any(e.get("step") == "holder-died" for e in self.log):
+            self.log.append({"step": "holder-died", "fault": self.fault.name,
+                             "actual_ms": now_ms(), "error": why})
+
+    def needs_removal(self) -> bool:
+        """Injection began and no removal succeeded."""
+        removed_ok = any(e["step"] == "remove" and not e.get("error") for e in self.log)
+        return any(e["step"] == "inject" for e in self.log) and not removed_ok

@@ -1,0 +1,163 @@
+"""Deployments without a cluster: configuration checks, the nemesis commands, topic names."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgval.config import ExperimentConfig
+from pgval.deploy import make_deployment
+from pgval.deploy.external import ExternalDeployment
+from pgval.deploy.topics import aligned_assignment
+from pgval.deploy.warm import daemon_key
+from pgval.explain import topic_code
+from pgval.faults.nemesis import NemesisDelay, nemesis_argv
+from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.schema import Topics
+
+
+def test_external_needs_bootstrap_and_master() -> None:
+    with pytest.raises(RuntimeErrorPlain, match="needs --bootstrap"):
+        ExperimentConfig(deploy="external", bootstrap="h:9092").validate()
+    ExperimentConfig(deploy="external", bootstrap="h:9092", master="local[2]").validate()
+
+
+def test_external_flags_are_refused_elsewhere() -> None:
+    with pytest.raises(RuntimeErrorPlain, match="only apply to --deploy external"):
+        ExperimentConfig(bootstrap="h:9092").validate()
+    with pytest.raises(RuntimeErrorPlain, match="does not go with --deploy external"):
+        ExperimentConfig(deploy="external", bootstrap="h:1", master="local[1]",
+                         running_cluster="runs/cluster").validate()
+
+
+def test_external_delay_without_nemesis_is_refused_before_anything_starts() -> None:
+    cfg = ExperimentConfig(deploy="external", bootstrap="h:1", master="local[1]",
+                           fault="delay-gt-timeout")
+    with pytest.raises(RuntimeErrorPlain, match="needs your own nemesis"):
+        cfg.validate()
+    cfg.nemesis_inject = "inject {worker}"
+    with pytest.raises(RuntimeErrorPlain, match="go together"):
+        cfg.validate()
+    cfg.nemesis_remove = "remove {worker}"
+    cfg.validate()
+
+
+def test_nemesis_placeholders_fill_single_arguments_without_a_shell() -> None:
+    argv = nemesis_argv("tc-tool --host 'worker {worker}' --ms={delay_ms} ';rm -rf /'", 3, 750)
+    assert argv == ["tc-tool", "--host", "worker 3", "--ms=750", ";rm -rf /"]
+    with pytest.raises(RuntimeErrorPlain, match="placeholder"):
+        nemesis_argv("x {host}", 0, 1)
+    with pytest.raises(RuntimeErrorPlain, match="cannot split"):
+        nemesis_argv("x 'unclosed", 0, 1)
+
+
+def test_nemesis_runs_the_users_commands_and_logs_them(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    py = sys.executable
+    cmd = f"{py} -c \"import sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + chr(10))\""
+    fault = NemesisDelay("delay-lt-timeout", f"{cmd} {log} on {{worker}} {{delay_ms}}",
+                         f"{cmd} {log} off {{worker}}", worker=1, delay_ms=500)
+    assert fault.remove() == {}  # nothing injected: nothing to undo
+    injected = fault.inject()
+    assert injected["exit_code"] == 0 and injected["argv"][-3:] == ["on", "1", "500"]
+    removed = fault.remove()
+    assert removed["exit_code"] == 0
+    assert log.read_text().splitlines() == ["on 1 500", "off 1"]
+    assert fault.remove() == {}  # idempotent
+
+
+def test_a_failing_nemesis_is_a_plain_error(tmp_path: Path) -> None:
+    fault = NemesisDelay("delay-lt-timeout", f"{sys.executable} -c 'raise SystemExit(3)'",
+                         "true", worker=0, delay_ms=500)
+    with pytest.raises(RuntimeErrorPlain, match="exit 3"):
+        fault.inject()
+    missing = NemesisDelay("delay-lt-timeout", "/no/such/nemesis", "true", 0, 500)
+    with pytest.raises(RuntimeErrorPlain, match="was not found"):
+        missing.inject()
+
+
+def test_topics_carry_their_role_in_their_name() -> None:
+    t = Topics.with_prefix("pgval-1a2b-")
+    assert t.all() == ("pgval-1a2b-get", "pgval-1a2b-post", "pgval-1a2b-output",
+                       "pgval-1a2b-pgval-commits")
+    assert (topic_code(t.get), topic_code(t.post), topic_code("get"), topic_code(t.output)) == (
+        0, 1, 0, None)
+    assert Topics.with_prefix("") == Topics()
+    with pytest.raises(ValueError):
+        Topics.with_prefix("nodash")
+
+
+def test_aligned_assignment_puts_partition_p_on_one_broker_in_every_topic() -> None:
+    assert aligned_assignment([4, 7, 9], 4, 2) == [[4, 7], [7, 9], [9, 4], [4, 7]]
+
+
+def test_external_deployment_never_puts_secrets_in_its_description() -> None:
+    dep = ExternalDeployment("h:9092", "spark://m:7077", 3,
+                             kafka_config={"sasl.password": "hunter2"},
+                             spark_conf={"spark.authenticate.secret": "s3"})
+    text = repr(dep.describe())
+    assert "hunter2" not in text and "s3'" not in text
+    assert dep.client_config()["sasl.password"] == "hunter2"
+    placement = dep.driver_placement()
+    assert placement.kafka_options == {"sasl.password": "hunter2"}
+
+
+def test_driver_gets_user_settings_in_its_environment_not_its_argv(tmp_path: Path) -> None:
+    from pgval.runtime.driver import DriverSpec
+
+    spec = DriverSpec(topology="sst", pg="a1", bootstrap="h:1", master="local[1]",
+                      checkpoint=tmp_path / "c", progress_file=tmp_path / "p", window_ms=1000,
+                      watermark_ms=0, trigger_ms=0, shuffle_partitions=1,
+                      topic_prefix="pgval-ab-", kafka_options={"sasl.password": "hunter2"},
+                      user_conf={"spark.authenticate.secret": "s3cret"})
+    assert not any("hunter2" in a or "s3cret" in a for a in spec.argv())
+    assert "hunter2" in spec.env()["PGVAL_KAFKA_OPTIONS"]
+    assert spec.argv()[spec.argv().index("--topic-prefix") + 1] == "pgval-ab-"
+
+
+def test_the_driver_reads_the_user_settings_back(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    from pgval.topologies import driver
+
+    secret = tmp_path / "secret"
+    secret.write_text("abc\n")
+    monkeypatch.setenv("PGVAL_KAFKA_OPTIONS", '{"security.protocol": "SASL_SSL"}')
+    monkeypatch.setenv("PGVAL_SPARK_CONF",
+                       '{"spark.authenticate.secret.file": "%s"}' % secret)
+    monkeypatch.delenv("PGVAL_SPARK_SECRET_FILE", raising=False)
+    args = driver.parse_args(["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1",
+                              "--master", "spark://m:7077", "--checkpoint", "c",
+                              "--window-ms", "1000", "--watermark-ms", "0", "--trigger-ms", "0",
+                              "--progress-file", "p", "--topic-prefix", "pgval-x-"])
+    assert args.kafka_options == {"security.protocol": "SASL_SSL"}
+    assert args.topics.get == "pgval-x-get" and args.output_topic == "pgval-x-output"
+    conf = driver.spark_conf(args, "")
+    assert conf["spark.authenticate.secret"] == "abc" and conf["spark.authenticate"] == "true"
+    assert "spark.authenticate.secret.file" not in conf
+    monkeypatch.setenv("PGVAL_KAFKA_OPTIONS", "[1]")
+    with pytest.raises(SystemExit):
+        driver.parse_args(["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1",
+                           "--master", "local[1]", "--checkpoint", "c", "--window-ms", "1",
+                           "--watermark-ms", "0", "--trigger-ms", "0", "--progress-file", "p"])
+
+
+def test_delay_gt_cells_need_their_own_cluster_and_sort_last() -> None:
+    plain = ExperimentConfig(fault="crash", phase_seconds=30)
+    gt = ExperimentConfig(fault="delay-gt-timeout", phase_seconds=30)
+    assert daemon_key(plain) == daemon_key(ExperimentConfig(fault="none", phase_seconds=30))
+    assert daemon_key(plain) == "" < daemon_key(gt)
+
+
+def test_make_deployment_picks_by_config(tmp_path: Path) -> None:
+    from pgval.deploy.embedded import AttachedDeployment, EmbeddedDeployment
+
+    assert isinstance(make_deployment(ExperimentConfig(), tmp_path), EmbeddedDeployment)
+    attached = make_deployment(ExperimentConfig(running_cluster=str(tmp_path)), tmp_path)
+    assert isinstance(attached, AttachedDeployment)
+    with pytest.raises(RuntimeErrorPlain, match="no running cluster"):
+        attached.start()
+    ext = make_deployment(ExperimentConfig(deploy="external", bootstrap="h:1",
+                                           master="local[1]"), tmp_path)
+    assert isinstance(ext, ExternalDeployment)
