@@ -527,11 +527,20 @@ def cluster_up(run_dir: Path, brokers: int, partitions: int, workers: int,
 @cluster.command("status")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("runs/cluster"), show_default=True)
-def cluster_status(run_dir: Path) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print bootstrap, master, the Spark settings a driver on this machine "
+                   "needs and the processes, for `pgval validate --deploy external`.")
+def cluster_status(run_dir: Path, as_json: bool) -> None:
     """Show what the cluster in RUN_DIR is and whether its processes are alive."""
+    from pgval.deploy.embedded import handoff
     from pgval.runtime.cluster import cluster_processes, read_state
 
     state = read_state(run_dir)
+    if as_json:
+        if state is None:
+            raise UserError(f"no cluster in {run_dir}")
+        _print_json(handoff(run_dir, state))
+        return
     if state is None:
         console.print(f"no cluster in {run_dir}")
         return

@@ -31,6 +31,21 @@ if TYPE_CHECKING:
     from pgval.run.schedule import FaultHooks
 
 
+def handoff(cluster_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """What `pgval validate --deploy external` needs to use a `pgval cluster up` cluster:
+    its addresses and the Spark settings of a driver on this machine (the bridge address
+    workers in namespaces reach; the cluster's secret by file, never by value)."""
+    host = state.get("driver_host")
+    conf = {"spark.driver.host": host, "spark.driver.bindAddress": host} if host else {}
+    secret = Path(cluster_dir).resolve() / "spark" / "auth-secret"
+    if secret.exists():
+        conf.update({"spark.authenticate": "true",
+                     "spark.authenticate.secret.file": str(secret)})
+    return {"bootstrap": state.get("bootstrap"), "master": state.get("master"),
+            "spark_conf": conf, "workers": state.get("workers"),
+            "processes": {name: alive for name, alive in cluster_processes(cluster_dir)}}
+
+
 def delay_cap_s(phase_seconds: float) -> float:
     """A delay ends by itself this long after T2 whatever happens to pgval."""
     return 1.5 * phase_seconds + 60

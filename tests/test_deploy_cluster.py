@@ -1,0 +1,116 @@
+"""Deployments on real clusters: a `pgval cluster up` cluster used as an external one and
+attached with --cluster (left untouched, only the runs' topics come and go), and a warm
+matrix whose runs share one cluster without seeing each other's records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from pgval.config import ExperimentConfig
+from pgval.evidence import Manifest
+from pgval.matrix import cells, run_matrix
+from pgval.runtime.cluster import ClusterConfig
+from pgval.store import ResultsStore
+
+pytestmark = pytest.mark.cluster
+
+RUN_SHAPE = ["--topology", "sst", "--rate", "400", "--resources", "4", "--phase-seconds", "8",
+             "--warmup-seconds", "8", "--window-ms", "2000", "--watermark-ms", "1000",
+             "--trigger-ms", "500", "--partitions", "2", "--json"]
+
+
+def pgval(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pgval.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd,
+                          env={**os.environ, "PGVAL_RUNS": str(cwd / "runs")})
+
+
+@pytest.fixture(scope="module")
+def running_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """`pgval cluster up` (1 broker, 2 workers), stopped with `pgval cluster down` always."""
+    base = tmp_path_factory.mktemp("held")
+    cluster_dir = base / "cluster"
+    try:
+        up = pgval("cluster", "up", "--run-dir", str(cluster_dir), "--brokers", "1",
+                   "--partitions", "2", "--workers", "2", cwd=base)
+        assert up.returncode == 0, up.stderr
+        status = pgval("cluster", "status", "--run-dir", str(cluster_dir), "--json", cwd=base)
+        assert status.returncode == 0, status.stderr
+        yield {"dir": cluster_dir, "base": base, **json.loads(status.stdout)}
+    finally:
+        pgval("cluster", "down", "--run-dir", str(cluster_dir), cwd=base)
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+
+
+def test_external_crash_kills_an_executor_through_spark_and_leaves_the_cluster_alone(
+        running_cluster: dict[str, Any]) -> None:
+    info, base = running_cluster, running_cluster["base"]
+    before = topic_names(info["bootstrap"])
+    conf = [a for k, v in info["spark_conf"].items() for a in ("--spark-conf", f"{k}={v}")]
+    proc = pgval("validate", "--deploy", "external", "--bootstrap", info["bootstrap"],
+                 "--master", info["master"], *conf, "--fault", "crash", "--db",
+                 str(base / "r.db"), *RUN_SHAPE, cwd=base)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    inject = next(e for e in out["fault_log"] if e["step"] == "inject")
+    remove = next(e for e in out["fault_log"] if e["step"] == "remove")
+    assert inject["executor"] in inject["executors_before"], inject
+    assert remove["replacement"] not in inject["executors_before"], remove
+    assert out["valid"], out["validity_reasons"]
+    # Untouched: every process of the cluster still up, and only the run's topics came
+    # and went.
+    status = json.loads(pgval("cluster", "status", "--run-dir", str(info["dir"]), "--json",
+                              cwd=base).stdout)
+    assert status["processes"] and all(status["processes"].values()), status
+    assert status["master"] == info["master"] and status["bootstrap"] == info["bootstrap"]
+    assert topic_names(info["bootstrap"]) == before
+
+
+def test_validate_on_a_running_cluster_with_cluster_dir(running_cluster: dict[str, Any]) -> None:
+    info, base = running_cluster, running_cluster["base"]
+    before = topic_names(info["bootstrap"])
+    proc = pgval("validate", "--cluster", str(info["dir"]), "--db", str(base / "r.db"),
+                 *RUN_SHAPE, cwd=base)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["valid"], out["validity_reasons"]
+    assert out["timings"]["cluster_start_s"] < 5  # nothing was started
+    assert topic_names(info["bootstrap"]) == before
+
+
+def test_a_warm_matrix_shares_one_cluster_and_runs_do_not_see_each_other(
+        tmp_path: Path) -> None:
+    db, runs = tmp_path / "r.db", tmp_path / "runs"
+    base = ExperimentConfig(rate=400, resources=4, phase_seconds=6, warmup_seconds=8,
+                            window_ms=2000, watermark_ms=1000, trigger_ms=500,
+                            cluster=ClusterConfig(brokers=1, partitions=2, workers=1))
+    grid = cells(["sst"], ["a1"], ["none", "crash"], 1)
+    counts = run_matrix(base, grid, db, runs)
+    assert counts == {"done": 2, "skipped": 0, "taken": 0, "failed": 0}
+    assert len([p for p in runs.iterdir() if "-cluster-" in p.name]) == 1  # one cluster
+    rows = [r for r in ResultsStore(db).runs() if r["status"] == "complete"]
+    assert len(rows) == 2 and all(r["valid"] for r in rows), [
+        r["validity_reasons"] for r in rows]
+    extras = [json.loads(r["summary"]) for r in rows]
+    # Each run read exactly its own inputs: delivered + its own control events, no more.
+    for extra in extras:
+        inputs = extra["readback"]["inputs"]
+        assert inputs["ok"] and inputs["read"] == inputs["expected"], inputs
+    manifests = [Manifest.read(Path(r["run_dir"])) for r in rows]
+    prefixes = {m.config["topic_prefix"] for m in manifests}
+    assert len(prefixes) == 2 and all(prefixes)
+    second = extras[1]["timings"]
+    assert second["cluster_start_s"] < 5 and second["overhead_s"] < extras[0]["timings"][
+        "overhead_s"], (extras[0]["timings"], second)
