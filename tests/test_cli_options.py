@@ -1,5 +1,5 @@
 """One option set: `validate`, `matrix` and `oir` take their options from the config fields,
-with one default each and help everywhere.
+with one default each, help everywhere, and docs/cli.md rendered from `--help`.
 
 Nothing here starts a cluster: parsing is checked with ``make_context`` and mistakes are
 refused before any run directory or database exists.
@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
+from pgval import cli_docs
 from pgval.cli import main
 from pgval.cli_options import EXCLUDED, NOT_OPTIONS, build_config, option_fields
 from pgval.config import ExperimentConfig
@@ -185,3 +188,15 @@ def test_self_tests_are_validate_only() -> None:
     res = CliRunner().invoke(main, ["oir", "--topology", "sst", "--fault", "crash"])
     assert res.exit_code == 2 and "No such option" in res.output and "--fault" in res.output
 
+
+def test_docs_cli_md_is_up_to_date() -> None:
+    """Rendered by the refresh command itself, in a fresh process (click caches each
+    command's help option, so an earlier parse in this process could change it)."""
+    fresh = subprocess.run([sys.executable, "-m", "pgval.cli_docs"], cwd=ROOT, check=True,
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "37"}).stdout
+    committed = (ROOT / "docs" / "cli.md").read_text()
+    assert committed == fresh, (
+        f"docs/cli.md is out of date with the commands' --help; refresh it with "
+        f"`{cli_docs.REFRESH}` and commit it")
+    assert "(docs/cli.md)" in (ROOT / "README.md").read_text()
