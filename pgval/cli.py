@@ -6,45 +6,40 @@ bad environment (:class:`UserError`), never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import orjson
 from rich.console import Console
 from rich.markup import escape
 
+from pgval.cli_errors import UserError, err_console, print_error
+from pgval.cli_options import (
+    build_config,
+    cluster_options,
+    config_option,
+    config_options,
+    grid_options,
+    validate_config,
+)
 from pgval.dbfile import StoreError
-from pgval.faults import FAULTS
 from pgval.phases import Phases
 from pgval.runtime.procs import RuntimeErrorPlain
-from pgval.schema import TOPOLOGIES
+from pgval.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
+
+__all__ = ["UserError", "main", "print_error", "run"]
 
 console = Console()
 if not console.is_terminal:  # pipes and CI logs: wide enough for the phase table
     console = Console(width=140)
-err_console = Console(stderr=True)
 
-topology_option = click.option("--topology", type=click.Choice(TOPOLOGIES), required=True,
-                               help="SST (windowed GET count) or MST (GET ⋈ POST, then count).")
-window_option = click.option("--window-ms", type=click.IntRange(min=1, max=10**12), default=10_000,
-                             show_default=True, help="Tumbling event-time window length (ms).")
-
-
-def print_error(message: str) -> None:
-    """``error: MESSAGE`` on one line: never wrapped at the terminal's width, and never read
-    as rich markup (a path or value the user typed may hold ``[...]``)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
-
-
-class UserError(click.ClickException):
-    """A plain one-sentence error for the user; exit code 2 like click's usage errors."""
-
-    exit_code = 2
-
-    def show(self, file: object = None) -> None:
-        print_error(self.format_message())
+topology_option = config_option("topology")
+window_option = config_option("window_ms")
 
 
 class _Main(click.Group):
@@ -148,78 +143,26 @@ def _print_validity(validity: object) -> None:
 
 
 @main.command()
-@topology_option
-@click.option("--pg", type=click.Choice(["a1", "e1"]), default="a1", show_default=True,
-              help="a1: Spark's Kafka sink (at-least-once); e1: transactional sink.")
-@click.option("--fault", type=click.Choice(FAULTS), default="none", show_default=True,
-              help="Injected at T2 into one Spark worker (or the driver), removed at T3.")
-@click.option("--target", type=click.IntRange(min=0), default=None,
-              help="Index of the worker the fault hits (default: chosen by --seed).")
-@click.option("--delay-ms", type=click.IntRange(min=1), default=None,
-              help="Packet delay for delay faults (default: 500 ms below the time-outs; "
-                   "1.5 x the lowered time-out above them).")
-@click.option("--rate", default="2000", show_default=True,
-              help="Generator rate, events/s over all producers, or 'oir' for the stored "
-                   "optimum ingestion rate of this topology and pg (see `pgval oir`).")
-@click.option("--producers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--resources", type=click.IntRange(min=1), default=16, show_default=True)
-@click.option("--phase-seconds", type=click.FloatRange(min=1), default=90, show_default=True,
-              help="Length of each of control, failure and recovery.")
-@click.option("--warmup-seconds", type=click.FloatRange(min=0), default=5, show_default=True)
-@window_option
-@click.option("--watermark-ms", type=click.IntRange(min=0), default=2000, show_default=True)
-@click.option("--trigger-ms", type=click.IntRange(min=0), default=1000, show_default=True)
-@click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--isolate/--no-isolate", default=None,
-              help="Workers in their own network namespaces (default: when root).")
-@click.option("--deploy", type=click.Choice(["local", "compose"]), default="local",
-              show_default=True, help="local: the embedded cluster pgval starts; compose: the "
-              "running stack of compose/docker-compose.yml, faults through pumba.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@config_options("validate")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where logs, evidence, checkpoints and broker data go "
                    "(default: runs/<time>-<pid>).")
-@click.option("--keep-data", is_flag=True,
-              help="Keep broker data and checkpoints after the run is stored (the evidence "
-                   "and logs are always kept).")
-@click.option("--sabotage", metavar="drop-batch:N|dup-batch:N", default=None,
-              help="SELF-TEST of pgval, not a guarantee: the e1 sink drops or re-writes its "
-                   "N-th batch with real outputs, so the validator must flag those IDs.")
-@click.option("--late-events", type=click.IntRange(min=0), default=0, show_default=True,
-              help="SELF-TEST: plant this many events behind the watermark mid-control; "
-                   "Spark drops them, and pgval must attribute them as late.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("results.db"), show_default=True, help="SQLite results database.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
-def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: int | None,
-             rate: str, producers: int, resources: int,
-             phase_seconds: float, warmup_seconds: float, window_ms: int, watermark_ms: int,
-             trigger_ms: int, brokers: int, partitions: int, workers: int,
-             isolate: bool | None, deploy: str, seed: int, run_dir: Path | None,
-             keep_data: bool, sabotage: str | None, late_events: int, db: Path,
-             as_json: bool) -> None:
-    """Run TOPOLOGY on the embedded Kafka + Spark cluster and validate its guarantee."""
-    from pgval.config import ExperimentConfig
+def validate(run_dir: Path | None, db: Path, as_json: bool, **values: Any) -> None:
+    """Run one experiment on Kafka + Spark (the embedded cluster unless --deploy) and
+    validate its guarantee."""
     from pgval.experiment import Experiment, default_run_dir
     from pgval.live import LiveStatus
     from pgval.render import render_evaluation
-    from pgval.runtime.cluster import ClusterConfig
 
+    _sabotage_spec(values["sabotage"])
+    rate = _rate(values["rate"])
+    cfg = build_config(values, rate=_OIR_PENDING if rate is None else rate)
     _check_db(db)
-    rate_value = _resolve_rate(rate, db, topology, pg)
-    cfg = ExperimentConfig(
-        topology=topology, pg=pg, fault=fault, target=target, delay_ms=delay_ms,
-        rate=rate_value,
-        producers=producers,
-        resources=resources, phase_seconds=phase_seconds, warmup_seconds=warmup_seconds,
-        window_ms=window_ms, watermark_ms=watermark_ms, trigger_ms=trigger_ms, seed=seed,
-        deploy=deploy, keep_data=keep_data, sabotage=_sabotage_spec(sabotage),
-        late_events=late_events,
-        cluster=ClusterConfig(brokers=brokers, partitions=partitions, workers=workers,
-                              isolate=isolate))
-    cfg.validate()
+    if rate is None:
+        cfg = dataclasses.replace(cfg, rate=_stored_oir(db, cfg.topology, cfg.pg))
     run_dir = run_dir or default_run_dir()
     live = LiveStatus(err_console, enabled=not as_json)
     with live:
@@ -228,7 +171,7 @@ def validate(topology: str, pg: str, fault: str, target: int | None, delay_ms: i
         _print_json(result.summary())
         return
     render_evaluation(result.evaluation, console,
-                      title=f"{topology.upper()} {pg} fault={fault} — per phase")
+                      title=f"{cfg.topology.upper()} {cfg.pg} fault={cfg.fault} — per phase")
     _print_validity(result.validity)
     t = result.timings
     inputs = result.readback.get("inputs", {})
@@ -317,97 +260,67 @@ def export(run: str, db: Path | None, out_dir: Path) -> None:
                   f"--window-ms {info['window_ms']} --phases {start},{t2},{t3} --json")
 
 
-def _resolve_rate(rate: str, db: Path, topology: str, pg: str) -> float:
-    if rate.strip().lower() == "oir":
-        from pgval.oir import stored_oir
+#: The rate a config holds until ``--rate oir`` is looked up (the config is checked, and
+#: a matrix keyed, before the database is opened).
+_OIR_PENDING = 1.0
 
-        value = stored_oir(db, topology, pg)
-        if value is None:
-            raise UserError(f"no optimum ingestion rate is stored for {topology} {pg} in {db}; "
-                            f"run `pgval oir --topology {topology} --pg {pg} --db {db}` first")
-        console.print(f"using the stored OIR of {value:,.0f} events/s")
-        return value
+
+def _rate(text: str) -> float | None:
+    """``--rate`` in events/s, or None for ``oir`` (read from the database later)."""
+    if text.strip().lower() == "oir":
+        return None
     try:
-        value = float(rate)
+        value = float(text)
     except ValueError as exc:
-        raise UserError(f"--rate must be a number of events/s or 'oir', not {rate!r}") from exc
-    if value <= 0:
+        raise UserError(f"--rate must be a number of events/s or 'oir', not {text!r}") from exc
+    if not 0 < value < float("inf"):
         raise UserError("--rate must be positive")
     return value
 
 
-def _experiment_options(f):  # noqa: ANN001, ANN202 - click decorator stack
-    """Options shared by `matrix` and `oir` (one run's shape and the cluster's size)."""
-    opts = [
-        click.option("--phase-seconds", type=click.FloatRange(min=1), default=30,
-                     show_default=True),
-        click.option("--warmup-seconds", type=click.FloatRange(min=0), default=5,
-                     show_default=True),
-        click.option("--window-ms", type=click.IntRange(min=1), default=10_000,
-                     show_default=True),
-        click.option("--watermark-ms", type=click.IntRange(min=0), default=2000,
-                     show_default=True),
-        click.option("--trigger-ms", type=click.IntRange(min=0), default=1000,
-                     show_default=True),
-        click.option("--resources", type=click.IntRange(min=1), default=16, show_default=True),
-        click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True),
-        click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path),
-                     default=Path("runs"), show_default=True),
-        click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
-                     default=Path("results.db"), show_default=True),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+def _stored_oir(db: Path, topology: str, pg: str) -> float:
+    """The optimum ingestion rate stored for ``topology`` and ``pg``, or one line saying how
+    to measure it."""
+    from pgval.oir import stored_oir
+
+    value = stored_oir(db, topology, pg)
+    if value is None:
+        raise UserError(f"no optimum ingestion rate is stored for {topology} {pg} in {db}; "
+                        f"run `pgval oir --topology {topology} --pg {pg} --db {db}` first")
+    console.print(f"using the stored OIR of {value:,.0f} events/s")
+    return value
 
 
-def _base_config(**kw: object):  # noqa: ANN202
-    from pgval.config import ExperimentConfig
-    from pgval.runtime.cluster import ClusterConfig
-
-    return ExperimentConfig(
-        topology=str(kw.get("topology", "sst")), pg=str(kw.get("pg", "a1")),
-        rate=float(kw.get("rate", 2000)), resources=int(kw["resources"]),
-        phase_seconds=float(kw["phase_seconds"]), warmup_seconds=float(kw["warmup_seconds"]),
-        window_ms=int(kw["window_ms"]), watermark_ms=int(kw["watermark_ms"]),
-        trigger_ms=int(kw["trigger_ms"]), seed=int(kw["seed"]),
-        cluster=ClusterConfig(brokers=int(kw["brokers"]), workers=int(kw["workers"])))
-
-
-def _csv_choice(value: str, allowed: tuple[str, ...], name: str) -> list[str]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    bad = [v for v in items if v not in allowed]
-    if bad or not items:
-        raise UserError(f"--{name} takes a comma-separated list of {', '.join(allowed)}; "
-                        f"got {value!r}")
-    return items
+def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
+    """`matrix` and `oir`: where the run directories and the results go."""
+    f = click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+                     default=Path("results.db"), show_default=True,
+                     help="SQLite results database (a matrix resumes from it).")(f)
+    return click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path),
+                        default=Path("runs"), show_default=True,
+                        help="Folder for the run directories, one per run.")(f)
 
 
 @main.command()
-@click.option("--topologies", default="sst,mst", show_default=True)
-@click.option("--pgs", default="a1,e1", show_default=True)
-@click.option("--faults", default="none,crash,delay-lt-timeout,delay-gt-timeout",
-              show_default=True)
-@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--rate", default="2000", show_default=True, help="events/s, or 'oir'")
-@_experiment_options
-def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw: object) -> None:
+@grid_options()
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Runs of each cell; repetition r runs with seed --seed + r.")
+@config_options("matrix")
+@_runs_and_db
+def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int,
+           runs_dir: Path, db: Path, **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from pgval.matrix import cells, run_matrix
 
-    tops = _csv_choice(topologies, TOPOLOGIES, "topologies")
-    pg_list = _csv_choice(pgs, ("a1", "e1"), "pgs")
-    fault_list = _csv_choice(faults, FAULTS, "faults")
-    db = Path(str(kw["db"]))
+    rate = _rate(values["rate"])
+    base = build_config(values, rate=_OIR_PENDING if rate is None else rate)
+    for t, p, f in itertools.product(topologies, pgs, faults):  # every cell, before any runs
+        validate_config(dataclasses.replace(base, topology=t, pg=p, fault=f))
     _check_db(db)
-    use_oir = rate.strip().lower() == "oir"
-    base = _base_config(rate=1.0 if use_oir else _resolve_rate(rate, db, "", ""), **kw)
-    rate_for = (lambda c: _resolve_rate("oir", db, c.topology, c.pg)) if use_oir else None
-    grid = cells(tops, pg_list, fault_list, repeat)
+    rate_for = (lambda c: _stored_oir(db, c.topology, c.pg)) if rate is None else None
+    grid = cells(topologies, pgs, faults, repeat)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=err_console) as progress:
         task = progress.add_task("matrix", total=len(grid))
@@ -427,7 +340,7 @@ def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw:
                 state, extra = "skipped", " (being run by another pgval on this database)"
             progress.console.print(f"{cell.label():32} {state}{extra}")
 
-        counts = run_matrix(base, grid, db, Path(str(kw["runs_dir"])), on_cell=on_cell,
+        counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell,
                             rate_for=rate_for)
     taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
     console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
@@ -437,43 +350,51 @@ def matrix(topologies: str, pgs: str, faults: str, repeat: int, rate: str, **kw:
 
 
 @main.command()
-@topology_option
-@click.option("--pg", type=click.Choice(["a1", "e1"]), default="a1", show_default=True)
-@click.option("--start-rate", type=click.FloatRange(min=1), default=1000, show_default=True)
-@click.option("--max-trials", type=click.IntRange(min=1), default=6, show_default=True)
-@_experiment_options
-def oir(topology: str, pg: str, start_rate: float, max_trials: int, **kw: object) -> None:
+@config_options("oir")
+@click.option("--start-rate", type=click.FloatRange(min=1), default=1000, show_default=True,
+              help="Rate of the first trial (events/s); doubled while trials pass.")
+@click.option("--max-trials", type=click.IntRange(min=1), default=6, show_default=True,
+              help="At most this many control-only trial runs.")
+@_runs_and_db
+def oir(start_rate: float, max_trials: int, runs_dir: Path, db: Path, **values: Any) -> None:
     """Find the optimum ingestion rate by a bounded search over control runs, and store it."""
     from pgval.oir import search_oir
 
-    _check_db(Path(str(kw["db"])))
-    base = _base_config(topology=topology, pg=pg, **kw)
+    base = build_config(values, fault="none")
+    _check_db(db)
 
     def on_trial(t):  # noqa: ANN001, ANN202
         mark = "[green]pass[/]" if t.passed else "[red]fail[/]"
         console.print(f"{t.rate:>10,.0f} ev/s  {mark}  {t.reason}")
 
-    res = search_oir(base, Path(str(kw["db"])), Path(str(kw["runs_dir"])), start=start_rate,
-                     max_trials=max_trials, on_trial=on_trial)
+    res = search_oir(base, db, runs_dir, start=start_rate, max_trials=max_trials,
+                     on_trial=on_trial)
     if res.oir is None:
         raise UserError(f"even {min(t.rate for t in res.trials):,.0f} events/s failed; "
                         "try a lower --start-rate")
-    console.print(f"OIR of {topology} {pg}: {res.oir:,.0f} events/s (stored in {kw['db']})")
+    console.print(f"OIR of {base.topology} {base.pg}: {res.oir:,.0f} events/s (stored in {db})")
 
 
 @main.command()
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("results.db"), show_default=True)
+              default=Path("results.db"), show_default=True,
+              help="SQLite results database to report on.")
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "csv", "html"]),
-              default="terminal", show_default=True)
+              default="terminal", show_default=True,
+              help="Tables in the terminal, Markdown, CSV, or one self-contained HTML page.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here instead of printing it.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also write PNG plots (per run, and per matrix) into this folder.")
-@click.option("--topology", type=click.Choice(TOPOLOGIES), default=None)
-@click.option("--pg", type=click.Choice(["a1", "e1"]), default=None)
-@click.option("--fault", type=click.Choice(FAULTS), default=None)
-@click.option("--kind", type=click.Choice(["validate", "check"]), default=None)
+@click.option("--topology", type=click.Choice(TOPOLOGIES), default=None,
+              help="Only runs of this topology.")
+@click.option("--pg", type=click.Choice(PROCESSING_GUARANTEES), default=None,
+              help="Only runs with this processing guarantee.")
+@click.option("--fault", type=click.Choice(FAULTS), default=None,
+              help="Only runs with this fault.")
+@click.option("--kind", type=click.Choice(["validate", "check"]), default=None,
+              help="Only runs of `pgval validate` (experiments) or `pgval check` (recorded "
+                   "streams).")
 @click.option("--include-unknown", is_flag=True,
               help="Also aggregate runs whose validity is unknown (not evidence); by default "
                    "they are only listed.")
@@ -501,22 +422,22 @@ def cluster() -> None:
     """Start, inspect and stop the embedded Kafka + Spark cluster by hand."""
 
 
+def _cluster_dir(f):  # noqa: ANN001, ANN202 - click decorator
+    return click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+                        default=Path("runs/cluster"), show_default=True,
+                        help="The cluster's directory: state, logs, broker data.")(f)
+
+
 @cluster.command("up")
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("runs/cluster"), show_default=True)
-@click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--isolate/--no-isolate", default=None)
-def cluster_up(run_dir: Path, brokers: int, partitions: int, workers: int,
-               isolate: bool | None) -> None:
+@_cluster_dir
+@cluster_options()
+def cluster_up(run_dir: Path, **values: Any) -> None:
     """Start the cluster and leave it running (stop it with `pgval cluster down`)."""
     from pgval.runtime.cluster import ClusterConfig, LocalCluster, read_state
 
     if (read_state(run_dir) or {}).get("complete"):
         raise UserError(f"a cluster is already up in {run_dir}; run `pgval cluster down` first")
-    c = LocalCluster(run_dir, ClusterConfig(brokers=brokers, partitions=partitions,
-                                            workers=workers, isolate=isolate), held=True)
+    c = LocalCluster(run_dir, ClusterConfig(**values), held=True)
     with console.status("starting Kafka and Spark…"):
         c.start()
     info = c.describe()
@@ -525,8 +446,7 @@ def cluster_up(run_dir: Path, brokers: int, partitions: int, workers: int,
 
 
 @cluster.command("status")
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("runs/cluster"), show_default=True)
+@_cluster_dir
 @click.option("--json", "as_json", is_flag=True,
               help="Print bootstrap, master, the Spark settings a driver on this machine "
                    "needs and the processes, for `pgval validate --deploy external`.")
@@ -551,8 +471,7 @@ def cluster_status(run_dir: Path, as_json: bool) -> None:
 
 
 @cluster.command("down")
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("runs/cluster"), show_default=True)
+@_cluster_dir
 def cluster_down(run_dir: Path) -> None:
     """Stop the cluster in RUN_DIR (safe to run twice)."""
     from pgval.runtime.cluster import force_down
@@ -588,9 +507,11 @@ def cleanup(runs: Path | None, force: bool) -> None:
 @click.option("--runs", "n_runs", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many runs to kill.")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("runs/soak"), show_default=True)
-@click.option("--seed", type=int, default=1, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+              default=Path("runs/soak"), show_default=True,
+              help="Folder for the killed runs' directories.")
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="Seeds the kill moments, signals and faults.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def soak(n_runs: int, root: Path, seed: int, as_json: bool) -> None:
     """Kill short runs at random moments with INT/TERM/HUP/KILL, run `pgval cleanup` beside a
     live run, and count what was left behind (exit 1 if anything was)."""
@@ -634,7 +555,8 @@ def bench() -> None:
 
 
 @bench.command("offline")
-@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True)
+@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True,
+              help="Input events in the synthetic files.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".cache/bench"), show_default=True,
               help="Where the synthetic files are written (reused when the size matches).")

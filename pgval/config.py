@@ -1,8 +1,9 @@
 """What defines a run: :class:`ExperimentConfig`, stored with every result.
 
 Each field carries its command-line help in ``metadata["help"]`` (and, where it has one, a
-fixed list of ``choices`` from :mod:`pgval.schema`), so `validate`, `matrix` and `oir` are
-generated from this one place and cannot disagree on defaults.
+fixed list of ``choices`` from :mod:`pgval.schema`, bounds, a metavar), so the options of
+`validate`, `matrix` and `oir` are generated from this one place (:mod:`pgval.cli_options`)
+and cannot disagree on defaults.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pgval.schema import DEPLOYMENTS, FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 
 def opt(help: str, **extra: Any) -> dict[str, Any]:  # noqa: A002 - click's own word
-    """Field metadata: the option's help text and anything else the CLI needs."""
+    """Field metadata: the option's help text and anything else the CLI needs: ``choices``,
+    ``metavar``, ``min``/``max`` (inclusive bounds), ``required`` (the command line must name
+    it), ``name`` (the option's name when not the field's, e.g. ``--cluster``)."""
     return {"help": help, **extra}
 
 
@@ -25,7 +28,8 @@ class ExperimentConfig:
     """Everything that defines a run; stored with its results."""
 
     topology: str = field(default="sst", metadata=opt(
-        "SST (windowed GET count) or MST (GET ⋈ POST, then count).", choices=TOPOLOGIES))
+        "SST (windowed GET count) or MST (GET ⋈ POST, then count).", choices=TOPOLOGIES,
+        required=True))
     pg: str = field(default="a1", metadata=opt(
         "a1: Spark's Kafka sink (at-least-once); e1: transactional sink.",
         choices=PROCESSING_GUARANTEES))
@@ -34,20 +38,25 @@ class ExperimentConfig:
     rate: float = field(default=2_000.0, metadata=opt(
         "Generator rate, events/s over all producers, or 'oir' for the stored optimum "
         "ingestion rate of this topology and pg (see `pgval oir`)."))
-    producers: int = field(default=1, metadata=opt("Generator processes sharing the rate."))
-    resources: int = field(default=16, metadata=opt("Distinct resources (keys) in the log."))
-    get_share: float = field(default=0.995, metadata=opt("Share of GET requests."))
+    producers: int = field(default=1, metadata=opt("Generator processes sharing the rate.",
+                                                             min=1))
+    resources: int = field(default=16, metadata=opt("Distinct resources (keys) in the log.",
+                                                               min=1))
+    get_share: float = field(default=0.995, metadata=opt("Share of GET requests.", min=0.0,
+                                                                   max=1.0))
     phase_seconds: float = field(default=90.0, metadata=opt(
-        "Length of each of control, failure and recovery (the paper: 90 s)."))
+        "Length of each of control, failure and recovery (the paper: 90 s).", min=1))
     warmup_seconds: float = field(default=5.0, metadata=opt(
-        "ε: generated but not judged, before control starts."))
-    window_ms: int = field(default=10_000, metadata=opt("Tumbling event-time window (ms)."))
-    watermark_ms: int = field(default=2_000, metadata=opt("Allowed lateness (ms)."))
-    trigger_ms: int = field(default=1_000, metadata=opt("Micro-batch trigger interval (ms)."))
+        "ε: generated but not judged, before control starts.", min=0))
+    window_ms: int = field(default=10_000, metadata=opt("Tumbling event-time window (ms).",
+                                                               min=1, max=10**12))
+    watermark_ms: int = field(default=2_000, metadata=opt("Allowed lateness (ms).", min=0))
+    trigger_ms: int = field(default=1_000, metadata=opt("Micro-batch trigger interval (ms).",
+                                                                 min=0))
     shuffle_partitions: int | None = field(default=None, metadata=opt(
-        "spark.sql.shuffle.partitions (default: the number of Kafka partitions)."))
+        "spark.sql.shuffle.partitions (default: the number of Kafka partitions).", min=1))
     max_offsets_per_trigger: int | None = field(default=None, metadata=opt(
-        "Cap on records read per micro-batch (default: no cap)."))
+        "Cap on records read per micro-batch (default: no cap).", min=1))
     executor_memory: str = field(default="512m", metadata=opt("Spark executor memory."))
     seed: int = field(default=0, metadata=opt("Seeds the generator and the fault's target."))
     deploy: str = field(default="local", metadata=opt(
@@ -55,14 +64,15 @@ class ExperimentConfig:
         "compose/docker-compose.yml, faults through pumba; external: your own Kafka and "
         "Spark (--bootstrap, --master).", choices=DEPLOYMENTS))
     target: int | None = field(default=None, metadata=opt(
-        "Index of the worker the fault hits (default: chosen by --seed)."))
+        "Index of the worker the fault hits (default: chosen by --seed).", min=0))
     delay_ms: int | None = field(default=None, metadata=opt(
         "Packet delay for delay faults (default: 500 ms below the time-outs; 1.5 x the "
-        "lowered time-out above them)."))
+        "lowered time-out above them).", min=1))
     drain_timeout_s: float = field(default=300.0, metadata=opt(
-        "After T4, how long the query may take to process everything (else: unknown)."))
+        "After T4, how long the query may take to process everything (else: unknown).",
+        min=1))
     prime_events: int = field(default=20_000, metadata=opt(
-        "Control events that warm the query up before T1."))
+        "Control events that warm the query up before T1.", min=0))
     keep_data: bool = field(default=False, metadata=opt(
         "Keep broker data and checkpoints after the run is stored (evidence and logs are "
         "always kept)."))
@@ -74,7 +84,7 @@ class ExperimentConfig:
     #: SELF-TEST only: plant this many events behind the watermark during control.
     late_events: int = field(default=0, metadata=opt(
         "SELF-TEST: plant this many events behind the watermark mid-control; Spark drops "
-        "them, and pgval must attribute them as late."))
+        "them, and pgval must attribute them as late.", min=0))
     # -- external deployment (--deploy external) and a running `pgval cluster up` cluster
     bootstrap: str | None = field(default=None, metadata=opt(
         "external: Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]."))
@@ -96,7 +106,7 @@ class ExperimentConfig:
         "external: keep the run's topics afterwards (default: deleted once stored)."))
     running_cluster: str | None = field(default=None, metadata=opt(
         "Use the running `pgval cluster up` cluster in this directory instead of starting "
-        "one.", metavar="DIR"))
+        "one.", metavar="DIR", name="--cluster"))
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def validate(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -125,7 +126,7 @@ def test_the_driver_reads_the_user_settings_back(monkeypatch: pytest.MonkeyPatch
     secret.write_text("abc\n")
     monkeypatch.setenv("PGVAL_KAFKA_OPTIONS", '{"security.protocol": "SASL_SSL"}')
     monkeypatch.setenv("PGVAL_SPARK_CONF",
-                       '{"spark.authenticate.secret.file": "%s"}' % secret)
+                       json.dumps({"spark.authenticate.secret.file": str(secret)}))
     monkeypatch.delenv("PGVAL_SPARK_SECRET_FILE", raising=False)
     args = driver.parse_args(["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1",
                               "--master", "spark://m:7077", "--checkpoint", "c",

@@ -35,17 +35,27 @@ from pgval.schema import OUTPUT_TOPIC
 
 @dataclass
 class ClusterConfig:
-    """Sizes that fit a 2-core, 24 GiB machine by default; scale up with flags."""
+    """Sizes that fit a 2-core, 24 GiB machine by default; scale up with flags.
 
-    brokers: int = 3
-    partitions: int = 3
-    workers: int = 2
-    cores_per_worker: int = 1
-    worker_memory: str = "1g"
-    broker_heap: str = "384m"
-    #: Spark settings for master and workers (``-D``), e.g. spark.worker.timeout.
+    ``metadata`` is the command-line help, as in :class:`pgval.config.ExperimentConfig`
+    (:mod:`pgval.cli_options` turns each field into an option)."""
+
+    brokers: int = field(default=3, metadata={"help": "Kafka brokers (KRaft).", "min": 1})
+    partitions: int = field(default=3, metadata={
+        "help": "Partitions of each input and output topic.", "min": 1})
+    workers: int = field(default=2, metadata={"help": "Spark standalone workers.", "min": 1})
+    cores_per_worker: int = field(default=1, metadata={
+        "help": "Cores each Spark worker offers to executors.", "min": 1})
+    worker_memory: str = field(default="1g", metadata={
+        "help": "Memory each Spark worker offers to executors (e.g. 1g)."})
+    broker_heap: str = field(default="384m", metadata={
+        "help": "JVM heap (-Xmx) of each Kafka broker (e.g. 384m)."})
+    #: Spark settings for master and workers (``-D``), e.g. spark.worker.timeout; set by
+    #: the faults (lowered time-outs), not an option.
     spark_daemon_conf: dict[str, str] = field(default_factory=dict)
-    isolate: bool | None = None  # None: namespaces when root and supported
+    isolate: bool | None = field(default=None, metadata={
+        "help": "Workers in their own network namespaces (default: when root and "
+                "supported)."})
 
 
 class LocalCluster:

@@ -1,0 +1,202 @@
+"""One option set: `validate`, `matrix` and `oir` take their options from the config fields,
+with one default each, help everywhere, and docs/cli.md rendered from `--help`.
+
+Nothing here starts a cluster: parsing is checked with ``make_context`` and mistakes are
+refused before any run directory or database exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from pgval import cli_docs
+from pgval.cli import main
+from pgval.cli_options import EXCLUDED, NOT_OPTIONS, build_config, option_fields
+from pgval.config import ExperimentConfig
+from pgval.runtime.cluster import ClusterConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_COMMANDS = ("validate", "matrix", "oir")
+
+
+def _all_commands() -> list[tuple[str, click.Command]]:
+    out = []
+
+    def walk(cmd: click.Command, path: str) -> None:
+        out.append((path, cmd))
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(main, "pgval")
+    return out
+
+
+def _options(command: str) -> dict[str, click.Option]:
+    """Parameter name → option of ``pgval COMMAND``."""
+    cmd = main.commands[command]
+    return {p.name: p for p in cmd.params if isinstance(p, click.Option)}
+
+
+def _parse(command: str, args: list[str]) -> dict[str, object]:
+    """What ``pgval COMMAND ARGS`` would be called with (callbacks run, command does not)."""
+    cmd = main.commands[command]
+    root = click.Context(main, info_name="pgval", **main.context_settings)  # -h, as in pgval
+    with cmd.make_context(command, args, parent=root) as ctx:
+        return dict(ctx.params)
+
+
+def _config_values(params: dict[str, object]) -> dict[str, object]:
+    names = {f.name for f, _ in option_fields()}
+    return {k: v for k, v in params.items() if k in names}
+
+
+@pytest.fixture
+def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _one_line_error(res: click.testing.Result, needle: str) -> None:
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and isinstance(res.exception, SystemExit | None)
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert needle in lines[0], res.output
+
+
+def test_every_option_and_command_has_help() -> None:
+    missing = [f"{path} {p.opts[0]}" for path, cmd in _all_commands() for p in cmd.params
+               if isinstance(p, click.Option) and not (p.help or "").strip()]
+    assert not missing, f"options without help: {missing}"
+    bare = [path for path, cmd in _all_commands() if not (cmd.help or "").strip()]
+    assert not bare, f"commands without help: {bare}"
+
+
+@pytest.mark.parametrize("command", RUN_COMMANDS)
+def test_every_config_field_is_an_option_or_excluded_with_a_reason(command: str) -> None:
+    options = _options(command)
+    excluded = EXCLUDED[command]
+    for cls in (ExperimentConfig, ClusterConfig):
+        for f in dataclasses.fields(cls):
+            if f.name in NOT_OPTIONS:
+                assert f.name not in options
+            elif f.name in excluded:
+                assert f.name not in options and excluded[f.name].strip()
+            else:
+                assert f.name in options, f"{command} lost --{f.name.replace('_', '-')}"
+
+
+def test_one_default_per_option_and_it_is_the_config_default() -> None:
+    per_command = {c: _options(c) for c in RUN_COMMANDS}
+    exp, clu = ExperimentConfig(), ClusterConfig()
+    for f, _ in option_fields():
+        defaults = {c: opts[f.name].default for c, opts in per_command.items()
+                    if f.name in opts}
+        assert len(set(map(repr, defaults.values()))) <= 1, (f.name, defaults)
+        want = getattr(exp if hasattr(exp, f.name) else clu, f.name)
+        for c, default in defaults.items():
+            opt = per_command[c][f.name]
+            if opt.required:
+                assert default is None
+            elif f.name == "rate":
+                assert float(default) == want
+            elif opt.multiple:
+                assert want == {}
+            else:
+                assert default == want, (c, f.name, default, want)
+    for c in RUN_COMMANDS:  # the paper's phase length everywhere (matrix and oir had 30 s)
+        assert per_command[c]["phase_seconds"].default == 90.0
+
+
+@pytest.mark.parametrize("command", ["matrix", "oir"])
+def test_matrix_and_oir_take_the_options_validate_has(command: str) -> None:
+    opts = _options(command)
+    for name in ("partitions", "producers", "isolate", "target", "deploy", "bootstrap",
+                 "master", "kafka_config", "spark_conf", "nemesis_inject", "nemesis_remove",
+                 "keep_topics", "running_cluster", "prime_events", "drain_timeout_s"):
+        assert name in opts, name
+    assert "--cluster" in opts["running_cluster"].opts
+    assert opts["isolate"].secondary_opts == ["--no-isolate"]
+    assert not {"sabotage", "late_events"} & set(opts)
+
+
+def test_matrix_options_reach_the_config() -> None:
+    params = _parse("matrix", ["--partitions", "5", "--producers", "2", "--no-isolate",
+                               "--target", "1", "--deploy", "compose", "--topologies", "mst",
+                               "--pgs", "e1", "--faults", "none,crash"])
+    assert (params["topologies"], params["pgs"], params["faults"]) == (["mst"], ["e1"],
+                                                                       ["none", "crash"])
+    cfg = build_config(_config_values(params), rate=100.0)
+    assert (cfg.cluster.partitions, cfg.producers, cfg.cluster.isolate, cfg.target,
+            cfg.deploy) == (5, 2, False, 1, "compose")
+    assert (cfg.phase_seconds, cfg.cluster.spark_daemon_conf) == (90.0, {})
+
+
+def test_repeated_key_values_become_a_dict() -> None:
+    params = _parse("validate", ["--topology", "sst", "--deploy", "external",
+                                 "--bootstrap", "k:9092", "--master", "spark://m:7077",
+                                 "--kafka-config", "a=b", "--kafka-config", "c=d=e",
+                                 "--spark-conf", "spark.x=1"])
+    assert params["kafka_config"] == {"a": "b", "c": "d=e"}
+    assert params["spark_conf"] == {"spark.x": "1"}
+    cfg = build_config(_config_values(params), rate=100.0)
+    assert cfg.kafka_config == {"a": "b", "c": "d=e"} and cfg.master == "spark://m:7077"
+    assert _parse("oir", ["--topology", "sst"])["kafka_config"] == {}
+
+
+@pytest.mark.parametrize("command", [["validate", "--topology", "sst"], ["matrix"],
+                                     ["oir", "--topology", "mst"]])
+def test_a_malformed_key_value_is_one_line(cwd: Path, command: list[str]) -> None:
+    res = CliRunner().invoke(main, [*command, "--spark-conf", "x"])
+    _one_line_error(res, "--spark-conf takes KEY=VALUE, not 'x'")
+    res = CliRunner().invoke(main, [*command, "--kafka-config", "=v"])
+    _one_line_error(res, "--kafka-config takes KEY=VALUE")
+    assert os.listdir(cwd) == []
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["validate", "--topology", "sst", "--kafka-config", "a=b"],
+     "--kafka-config only apply to --deploy external"),
+    (["validate", "--topology", "sst", "--deploy", "external"], "needs --bootstrap"),
+    (["oir", "--topology", "sst", "--nemesis-inject", "x"], "only apply to --deploy external"),
+    (["validate", "--topology", "sst", "--target", "2"], "--target must be a worker index"),
+    (["matrix", "--faults", "none,delay-lt-timeout", "--no-isolate"],
+     "packet delay needs workers in their own network namespaces"),
+    (["matrix", "--pgs", "a1,x1"], "--pgs takes a comma-separated list of a1, e1"),
+    (["validate", "--topology", "sst", "--rate", "fast"], "--rate must be a number"),
+])
+def test_a_refused_combination_is_one_line_before_anything_exists(
+        cwd: Path, args: list[str], needle: str) -> None:
+    _one_line_error(CliRunner().invoke(main, args), needle)
+    assert os.listdir(cwd) == []  # not even the results database
+
+
+def test_self_tests_are_validate_only() -> None:
+    for command in ("matrix", "oir"):
+        res = CliRunner().invoke(main, [command, "--sabotage", "drop-batch:1"])
+        assert res.exit_code == 2 and "No such option" in res.output, res.output
+        assert "--sabotage" in res.output
+    res = CliRunner().invoke(main, ["oir", "--topology", "sst", "--fault", "crash"])
+    assert res.exit_code == 2 and "No such option" in res.output and "--fault" in res.output
+
+
+def test_docs_cli_md_is_up_to_date() -> None:
+    """Rendered by the refresh command itself, in a fresh process (click caches each
+    command's help option, so an earlier parse in this process could change it)."""
+    fresh = subprocess.run([sys.executable, "-m", "pgval.cli_docs"], cwd=ROOT, check=True,
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "37"}).stdout
+    committed = (ROOT / "docs" / "cli.md").read_text()
+    assert committed == fresh, (
+        f"docs/cli.md is out of date with the commands' --help; refresh it with "
+        f"`{cli_docs.REFRESH}` and commit it")
+    assert "(docs/cli.md)" in (ROOT / "README.md").read_text()
