@@ -180,10 +180,11 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, **values: Any) -> No
                   f"{result.readback.get('output', {}).get('records', 0):,} outputs")
     console.print(f"  • run {result.run_id} stored in {db}; evidence and logs in {run_dir} "
                   f"(re-check: pgval recheck {result.run_id} --db {db})")
-    console.print(f"  • cluster start {t.get('cluster_start_s', 0):.1f} s, driver start "
-                  f"{t.get('driver_start_s', 0):.1f} s, drain {t.get('drain_s', 0):.1f} s, "
-                  f"read-back {t.get('read_back_s', 0):.1f} s, overhead beyond the phases "
-                  f"{t.get('overhead_s', 0):.1f} s")
+    console.print(f"  • overhead beyond the phases {t.get('overhead_s', 0):.1f} s: cluster "
+                  f"{t.get('cluster_start_s', 0):.1f} s, driver {t.get('driver_start_s', 0):.1f}"
+                  f" s, priming {t.get('prime_s', 0):.1f} s, drain {t.get('drain_s', 0):.1f} s, "
+                  f"read-back {t.get('read_back_s', 0):.1f} s, validation "
+                  f"{t.get('validate_s', 0):.1f} s, teardown {t.get('teardown_s', 0):.1f} s")
     gen = result.generator
     console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
                   f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")

@@ -129,8 +129,10 @@ class Experiment:
                         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
                         store.fail_run(run_id, str(exc) or type(exc).__name__, status=status)
                 raise
+            t_down = time.monotonic()
             with signals.shielded():
                 self._teardown()
+            self.timings["teardown_s"] = time.monotonic() - t_down
         if self.schedule.name != "none":
             dirs = [self.run_dir / "logs", *self.deployment.log_dirs()]
             self.fault_log.append({"step": "timeouts", "fault": self.schedule.name,
