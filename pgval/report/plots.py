@@ -1,5 +1,8 @@
 """Matplotlib figures of stored runs (PNG, 150 dpi, Agg backend, no display needed).
 
+Reads runs through :mod:`pgval.report.data` only, so the report's entry point can draw
+them without an import cycle; importing this module selects the Agg backend.
+
 * :func:`plot_run` — one run over time, like the paper's Figures 9/12/15: input
   rate, reliable throughput and output rate (top), latency p50/max (bottom),
   phases shaded, the fault's *actual* injection and removal marked (they lag the
@@ -30,7 +33,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from pgval.report import (  # noqa: E402
+from pgval.report.data import (  # noqa: E402
     DASH,
     Group,
     ReportError,
