@@ -10,7 +10,8 @@ The package, one job per module, each importing only the ones before it:
 * :mod:`.data` — open the database read-only, load runs, group them, mean ± stdev;
 * :mod:`.tables` — tables (a)–(g) and the run list, as a model independent of format;
 * :mod:`.formats` — that model as terminal, Markdown, CSV or HTML text;
-* :mod:`.plots` — matplotlib figures of one run or a matrix (reads :mod:`.data` only);
+* :mod:`.plots` — matplotlib figures (reads :mod:`.data` only): one run over time
+  (``plots/timeline.py``), the matrix (``plots/matrix.py``), shared PNG writing;
 * :mod:`.build` — :func:`build_report`, the entry point that ties them together.
 
 Runs whose validity is ``unknown`` stay out of every aggregate unless ``include_unknown``
