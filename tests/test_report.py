@@ -23,9 +23,9 @@ from pgval.cli import main
 from pgval.evaluate import Evaluation, evaluate
 from pgval.oracle import expected_outputs
 from pgval.phases import Phases
-from pgval.plots import plot_matrix, plot_run
 from pgval.records import InputEvents, OutputRecords, ResourceTable
 from pgval.report import ReportError, Selection, build_report, load_runs
+from pgval.report.plots import plot_matrix, plot_run
 from pgval.store import ResultsStore
 from tests.strategies import to_inputs, to_outputs
 from tests.test_phase_rows import issue_example

@@ -1,0 +1,134 @@
+"""``pgval report``'s entry point: load the runs, build the tables, draw the plots, render.
+
+This is the one module that ties the others together (data → tables → formats, plus
+plots); none of them imports it, so the package has no import cycle. The plots are
+imported only when a report draws them: matplotlib takes a second to import and the
+terminal, Markdown and CSV formats without ``plots_dir`` do not need it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sqlite3
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from pgval.report.data import (
+    ReportError,
+    Selection,
+    group_runs,
+    load_runs,
+    opened,
+    stored_run_columns,
+)
+from pgval.report.formats import (
+    FORMATS,
+    Format,
+    render_csv,
+    render_html,
+    render_markdown,
+    render_terminal,
+)
+from pgval.report.tables import build_tables
+
+
+def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = None,
+                 fmt: Format = "terminal", out: Path | None = None,
+                 plots_dir: Path | None = None, *, console: Console | None = None,
+                 run_plots: bool = True, width: int = 160) -> str | Path:
+    """Render the report; returns the text, or ``out`` once the text is written there.
+
+    ``runs``: a :class:`Selection` (default: all complete runs) or explicit run ids.
+    ``plots_dir``: also write PNGs there (matrix + one per run unless ``run_plots`` is
+    False) and reference them (Markdown links; HTML always inlines its plots, rendering
+    them in a temporary directory when ``plots_dir`` is None). ``console``: for
+    ``terminal``, also print the tables there with colours.
+    """
+    if fmt not in FORMATS:
+        raise ReportError(f"unknown report format {fmt!r}; choose from {', '.join(FORMATS)}")
+    selection = (runs if isinstance(runs, Selection) else
+                 Selection() if runs is None else Selection(run_ids=tuple(runs)))
+    with opened(db_path) as conn:
+        text = _build(conn, str(db_path), selection, fmt, out, plots_dir, console, run_plots,
+                      width)
+    if out is None:
+        return text
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: str,
+           out: Path | None, plots_dir: Path | None, console: Console | None,
+           run_plots: bool, width: int) -> str:
+    listed = load_runs(conn, replace(selection, include_unknown=True))
+    loaded = [r for r in listed if selection.keeps(r)]
+    left_out = len(listed) - len(loaded)
+    if not listed:
+        raise ReportError(f"no runs in {db_name} match ({selection.describe()})")
+    if not loaded:
+        raise ReportError(f"all {left_out} runs in {db_name} that match "
+                          f"({selection.describe()}) are unknown, not evidence; "
+                          "use --include-unknown to report them anyway")
+    tables = build_tables(loaded, stored_run_columns(conn), listed)
+    unknown = sum(not r.valid for r in loaded)
+    header = (f"{len(loaded)} runs in {len(group_runs(loaded))} groups from {db_name} "
+              f"({selection.describe()}); mean ± sample stdev over repetitions, n = runs; "
+              f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    if left_out:
+        header += (f"; {left_out} unknown run{'s' if left_out != 1 else ''} left out "
+                   "(use --include-unknown)")
+    elif unknown:
+        header += f"; {unknown} unknown run{'s' if unknown != 1 else ''} included"
+
+    images: list[tuple[str, Path]] = []
+    run_images: list[tuple[str, Path]] = []
+    with contextlib.ExitStack() as stack:
+        if plots_dir is not None or fmt == "html":
+            from pgval.report.plots import plot_matrix, plot_run, run_caption
+
+            target = (Path(plots_dir) if plots_dir is not None else
+                      Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pgval-"))))
+            target.mkdir(parents=True, exist_ok=True)
+            for path in plot_matrix(conn, target / "matrix-", selection):
+                images.append((f"matrix: {path.stem.removeprefix('matrix-')}", path))
+            if run_plots:
+                for run in loaded:
+                    path = plot_run(conn, run.id, target / f"run-{run.id}.png")
+                    run_images.append((run_caption(run), path))
+        if fmt == "terminal":
+            rec = Console(record=True, width=width, file=io.StringIO(), color_system=None)
+            render_terminal(tables, rec, header)
+            if console is not None:
+                render_terminal(tables, console, header)
+            if plots_dir is not None:
+                note = f"plots: {len(images) + len(run_images)} PNGs in {plots_dir}"
+                rec.print(note)
+                if console is not None:
+                    console.print(note)
+            text = rec.export_text()
+        elif fmt == "markdown":
+            base = Path(out).parent if out is not None else None
+            refs = [(c, _relative(p, base)) for c, p in [*images, *run_images]]
+            text = render_markdown(tables, header, refs)
+        elif fmt == "csv":
+            text = render_csv(tables)
+        else:  # inline the PNGs before the temporary directory goes away
+            text = render_html(tables, header, images, run_images)
+    return text
+
+
+def _relative(path: Path, base: Path | None) -> str:
+    if base is None:
+        return path.as_posix()
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()

@@ -1,0 +1,323 @@
+"""What a report reads: runs from a results database (read-only), grouped and averaged.
+
+Everything else in :mod:`pgval.report` starts from here — the tables, the plots and the
+entry point — so this module imports none of them. The database is opened read-only,
+so a report can run while an experiment matrix is still writing to it; columns and
+tables that older databases lack (recovery metrics, unprocessed causes, per-phase
+anomalies on the input's clock) are read when present.
+
+Runs whose validity is ``unknown`` (``runs.valid = 0``: the run is no evidence,
+docs/semantics.md) stay out unless the :class:`Selection` includes them or names runs by
+id. Databases from before validity existed (``valid`` NULL) count as valid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sqlite3
+import statistics
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgval.dbfile import StoreError, connect_readonly
+
+#: Display order of the matrix axes; unknown values sort after these, alphabetically.
+TOPOLOGY_ORDER = ("sst", "mst")
+PG_ORDER = ("a1", "e1")
+FAULT_ORDER = ("none", "delay-lt-timeout", "delay-gt-timeout", "crash", "driver-crash")
+#: Optional per-run recovery metrics (``runs`` columns added by newer stores).
+RECOVERY_METRICS = (("downtime_s", "downtime"), ("control_max_gap_s", "control max gap"),
+                    ("recovery_throughput_s", "throughput back"),
+                    ("recovery_latency_s", "latency back"), ("catchup_s", "catch-up"))
+RECOVERY_FLAGS = (("recovered", "recovered"), ("censored", "censored"))
+DASH = "–"
+
+
+class ReportError(ValueError):
+    """A plain one-sentence problem with the report's input (the CLI shows it as is)."""
+
+
+# ---------------------------------------------------------------------------- selection
+@dataclass(frozen=True)
+class Selection:
+    """Which runs a report or matrix plot covers; ``None`` means no filter."""
+
+    topology: str | None = None
+    pg: str | None = None
+    fault: str | None = None
+    kind: str | None = None
+    run_ids: tuple[int, ...] | None = None
+    status: str | None = "complete"
+    #: Also aggregate runs whose validity is unknown (they are not evidence).
+    include_unknown: bool = False
+
+    def keeps(self, run: RunData) -> bool:
+        """Whether ``run`` enters aggregates: valid runs, all runs if asked or named by id."""
+        return run.valid or self.include_unknown or self.run_ids is not None
+
+    def where(self) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        args: list[Any] = []
+        for col in ("topology", "pg", "fault", "kind", "status"):
+            value = getattr(self, col)
+            if value is not None:
+                clauses.append(f"{col} = ?")
+                args.append(value)
+        if self.run_ids is not None:
+            ids = [int(i) for i in self.run_ids]
+            clauses.append(f"id IN ({', '.join('?' * len(ids)) or 'NULL'})")
+            args.extend(ids)
+        return (" AND ".join(clauses) or "1 = 1"), args
+
+    def describe(self) -> str:
+        parts = [f"{c}={getattr(self, c)}" for c in ("topology", "pg", "fault", "kind", "status")
+                 if getattr(self, c) is not None]
+        if self.run_ids is not None:
+            parts.append(f"runs={','.join(map(str, self.run_ids))}")
+        if self.include_unknown:
+            parts.append("unknown runs included")
+        return ", ".join(parts) or "all runs"
+
+
+# ---------------------------------------------------------------------------- loading
+@dataclass
+class RunData:
+    """One stored run: its ``runs`` row, per-phase rows and unprocessed causes (if stored)."""
+
+    row: dict[str, Any]
+    phases: dict[str, dict[str, Any]]
+    causes: dict[str, int] | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    fault_log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def id(self) -> int:
+        return int(self.row["id"])
+
+    @property
+    def key(self) -> tuple[str | None, str | None, str | None]:
+        return self.row.get("topology"), self.row.get("pg"), self.row.get("fault")
+
+    @property
+    def valid(self) -> bool:
+        """False only for runs stored as unknown; NULL (older databases) counts as valid."""
+        return self.row.get("valid") is None or bool(self.row.get("valid"))
+
+    @property
+    def validity_reasons(self) -> list[str]:
+        try:
+            reasons = json.loads(self.row.get("validity_reasons") or "[]")
+        except ValueError:
+            return [str(self.row.get("validity_reasons"))]
+        return [str(r) for r in reasons] if isinstance(reasons, list) else [str(reasons)]
+
+    @property
+    def validity_text(self) -> str:
+        """"valid", or "unknown: <first reason>" (and how many more)."""
+        if self.valid:
+            return "valid"
+        reasons = self.validity_reasons
+        if not reasons:
+            return "unknown"
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        return f"unknown: {reasons[0]}{more}"
+
+    def phase_value(self, phase: str, column: str) -> float | None:
+        """A phase metric, or None when the phase saw no expected input (nothing to judge)."""
+        p = self.phases.get(phase)
+        if not p or not p.get("expected"):
+            return None
+        return number(p.get(column))
+
+
+@dataclass
+class Group:
+    key: tuple[str | None, str | None, str | None]
+    runs: list[RunData]
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    @property
+    def keys(self) -> dict[str, str]:
+        topo, pg, fault = self.key
+        return {"topology": topo or DASH, "pg": pg or DASH, "fault": fault or DASH}
+
+
+def connect(db: Path | str | Any) -> sqlite3.Connection:
+    """A read-only connection; also accepts a connection, ResultsStore or sqlite-utils Database.
+
+    Read-only so that a report never creates a file or tables, nor locks out a running
+    matrix; the path is taken literally (``a#b.db`` is that file, not a URI).
+    """
+    if isinstance(db, sqlite3.Connection):
+        return db
+    inner = getattr(db, "db", db)  # ResultsStore → sqlite_utils.Database
+    conn = getattr(inner, "conn", None)
+    if isinstance(conn, sqlite3.Connection):
+        return conn
+    try:
+        return connect_readonly(Path(db))
+    except StoreError as exc:
+        raise ReportError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def opened(db: Path | str | Any) -> Iterator[sqlite3.Connection]:
+    """:func:`connect`, closing the connection afterwards only if it was opened here."""
+    conn = connect(db)
+    try:
+        yield conn
+    finally:
+        if conn is not db and conn is not getattr(getattr(db, "db", db), "conn", None):
+            conn.close()
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in conn.execute(f"PRAGMA table_info([{table}])")}
+
+
+def _has_rows(conn: sqlite3.Connection, table: str) -> bool:
+    return conn.execute(f"SELECT EXISTS (SELECT 1 FROM [{table}])").fetchone()[0] == 1
+
+
+def stored_run_columns(conn: sqlite3.Connection) -> set[str]:
+    """Columns of ``runs`` that hold results. Recovery columns count only once some run
+    has a value in one of them: a store declares them up front (and migrates older files
+    to have them), where older stores added them with the first stored recovery, so an
+    older database reports as it always did."""
+    columns = _columns(conn, "runs")
+    recovery = [c for c, _ in (*RECOVERY_METRICS, *RECOVERY_FLAGS) if c in columns]
+    if recovery and not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE "
+            + " OR ".join(f"[{c}] IS NOT NULL" for c in recovery) + ")").fetchone()[0]:
+        columns -= set(recovery)
+    return columns
+
+
+def _rows(conn: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    cur = conn.execute(sql, list(args))
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def load_runs(db: Path | str | Any, selection: Selection | None = None) -> list[RunData]:
+    """The selected runs with their phase rows, in id order.
+
+    Unknown runs are left out unless the selection includes them (or names runs by id).
+    """
+    conn = connect(db)
+    tables = _tables(conn)
+    if "runs" not in tables:
+        raise ReportError("the database has no runs table (is it a pgval results database?)")
+    selection = selection or Selection()
+    where, args = selection.where()
+    runs = [run for run in (RunData(row=r, phases={}) for r in
+                            _rows(conn, f"SELECT * FROM runs WHERE {where} ORDER BY id", args))
+            if selection.keeps(run)]
+    if not runs:
+        return []
+    by_id = {r.id: r for r in runs}
+    marks = ", ".join("?" * len(by_id))
+    if "phase_results" in tables:
+        for p in _rows(conn, f"SELECT * FROM phase_results WHERE run_id IN ({marks})",
+                       list(by_id)):
+            by_id[p["run_id"]].phases[p["phase"]] = p
+    # Declared up front by the store: causes are known once any were stored (batch progress).
+    if "unprocessed_causes" in tables and _has_rows(conn, "unprocessed_causes"):
+        seen: set[int] = set()
+        for c in _rows(conn, "SELECT run_id, cause, count FROM unprocessed_causes "
+                             f"WHERE run_id IN ({marks})", list(by_id)):
+            run = by_id[c["run_id"]]
+            if run.causes is None:
+                run.causes = {}
+            run.causes[c["cause"]] = run.causes.get(c["cause"], 0) + int(c["count"] or 0)
+            seen.add(run.id)
+        for run in runs:  # a run with nothing unprocessed has no cause rows: all zero
+            if run.id not in seen and (run.row.get("unprocessed") or 0) == 0:
+                run.causes = {}
+    if "fault_log" in tables:
+        for e in _rows(conn, f"SELECT * FROM fault_log WHERE run_id IN ({marks}) "
+                             "ORDER BY run_id, seq", list(by_id)):
+            by_id[e["run_id"]].fault_log.append(e)
+    for run in runs:
+        try:
+            run.summary = json.loads(run.row.get("summary") or "{}")
+        except ValueError:
+            run.summary = {}
+        if not run.fault_log:  # older stores kept the fault log only in the summary
+            run.fault_log = [e for e in run.summary.get("fault_log") or []
+                             if isinstance(e, dict)]
+    return runs
+
+
+def _order(value: str | None, order: Sequence[str]) -> tuple[int, str]:
+    if value is None:
+        return (len(order) + 1, "")
+    return (order.index(value), "") if value in order else (len(order), value)
+
+
+def group_key_order(key: tuple[str | None, str | None, str | None]) -> tuple:
+    return (_order(key[0], TOPOLOGY_ORDER), _order(key[1], PG_ORDER),
+            _order(key[2], FAULT_ORDER))
+
+
+def group_runs(runs: Iterable[RunData]) -> list[Group]:
+    """Repetitions of one topology × PG × fault together, in the paper's order."""
+    groups: dict[tuple, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.key, []).append(run)
+    return [Group(k, groups[k]) for k in sorted(groups, key=group_key_order)]
+
+
+# ---------------------------------------------------------------------------- aggregation
+@dataclass(frozen=True)
+class Stat:
+    """Mean ± sample stdev over the runs that have a value; ``of`` = runs in the group."""
+
+    mean: float | None
+    sd: float | None
+    n: int
+    of: int
+
+    @classmethod
+    def of_values(cls, values: Iterable[float | None], of: int | None = None) -> Stat:
+        vals = [float(v) for v in values if v is not None and not _isnan(v)]
+        total = len(vals) if of is None else of
+        if not vals:
+            return cls(None, None, 0, total)
+        sd = statistics.stdev(vals) if len(vals) >= 2 else None
+        return cls(statistics.fmean(vals), sd, len(vals), total)
+
+    def text(self, decimals: int = 2, scale: float = 1.0) -> str:
+        if self.mean is None:
+            return DASH
+        out = f"{self.mean * scale:,.{decimals}f}"
+        if self.sd is not None:
+            out += f" ± {self.sd * scale:,.{decimals}f}"
+        if self.n < self.of:
+            out += f" (n={self.n})"
+        return out
+
+
+def _isnan(v: object) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def number(v: object) -> float | None:
+    """A stored value as a float; None for NULL, NaN and anything not a number."""
+    if v is None or _isnan(v):
+        return None
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None

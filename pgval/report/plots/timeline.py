@@ -1,0 +1,224 @@
+"""One run over time, like the paper's Figures 9/12/15 (:func:`plot_run`).
+
+Input rate, reliable throughput and output rate (top), latency p50/max (bottom), phases
+shaded, the fault's *actual* injection and removal marked (they lag the intended T2/T3
+by however long the fault mechanism took).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from pgval.report.data import DASH, ReportError, RunData, Selection, load_runs, opened
+from pgval.report.plots.png import DPI, save_png, style
+
+#: Light shading of each phase on the timeline.
+SHADE = {"warm-up": "#ececec", "control": "#e3f4dc", "failure": "#fde0d4",
+         "recovery": "#dbe9f6"}
+C_INPUT = "#333333"
+C_RELIABLE = "#1f77b4"
+C_RELIABLE_BIN = "#a9cce8"  # opaque, so bins look the same over every phase's shading
+C_OUTPUT = "#9467bd"
+C_P50 = "#2ca02c"
+C_MAX = "#d62728"
+
+
+def run_caption(run: RunData) -> str:
+    """"run 7: SST A1, fault crash (seed 1, repeat 0) — at-least-once, reliability 98.08 %"."""
+    r = run.row
+    text = f"run {run.id}: {(r.get('topology') or DASH).upper()}"
+    if r.get("pg"):
+        text += f" {r['pg'].upper()}"
+    if r.get("fault"):
+        text += f", fault {r['fault']}"
+    elif r.get("kind"):
+        text += f" ({r['kind']})"
+    extra = [f"{k} {r[k]}" for k in ("seed", "repeat") if r.get(k) is not None]
+    if extra:
+        text += f" ({', '.join(extra)})"
+    if r.get("guarantee"):
+        text += f" — {r['guarantee']}"
+    if r.get("reliability") is not None:
+        text += f", reliability {100 * r['reliability']:.2f} %"
+    if r.get("status") not in (None, "complete"):
+        text += f" [{r['status']}]"
+    return text
+
+
+def _series(conn: sqlite3.Connection, run_id: int) -> dict[str, np.ndarray]:
+    cols = ("t_ms", "inputs", "outputs", "reliable", "latency_p50_s", "latency_max_s")
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    rows = [] if "series" not in names else conn.execute(
+        f"SELECT {', '.join(cols)} FROM series WHERE run_id = ? ORDER BY t_ms",
+        [run_id]).fetchall()
+    arr = np.array(rows, dtype=float).reshape(-1, len(cols)) if rows else np.zeros((0, 6))
+    return {c: arr[:, k] for k, c in enumerate(cols)}
+
+
+def _origin(run: RunData, series: dict[str, np.ndarray]) -> tuple[float, str]:
+    """T1 (generators start) in ms and how the x axis is labelled."""
+    started = (run.summary.get("generator") or {}).get("started_ms")
+    if started:
+        return float(started), "time since T1, generators start (s)"
+    try:
+        params = json.loads(run.row.get("params") or "{}")
+    except ValueError:
+        params = {}
+    if run.row.get("t_start") is not None and params.get("warmup_seconds") is not None:
+        return (float(run.row["t_start"]) - 1000.0 * float(params["warmup_seconds"]),
+                "time since T1, generators start (s)")
+    busy = np.flatnonzero(series["inputs"] > 0)
+    if len(busy):
+        return float(series["t_ms"][busy[0]]), "time since first input (s)"
+    if run.row.get("t_start") is not None:
+        return float(run.row["t_start"]), "time since control start (s)"
+    return (float(series["t_ms"][0]) if len(series["t_ms"]) else 0.0), "time (s)"
+
+
+def _trailing_mean(values: np.ndarray, k: int) -> np.ndarray:
+    """Mean of the last ``k`` bins: causal, so recovery never shows before it happened."""
+    if k <= 1 or len(values) == 0:
+        return values.astype(float)
+    csum = np.cumsum(np.r_[0.0, values.astype(float)])
+    idx = np.arange(1, len(values) + 1)
+    lo = np.maximum(idx - k, 0)
+    return (csum[idx] - csum[lo]) / (idx - lo)
+
+
+def _gapped(x: np.ndarray, y: np.ndarray, max_gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Points with a value, with a NaN inserted where they are more than ``max_gap`` apart.
+
+    Outputs come in micro-batch bursts, so a few empty seconds are normal and are
+    bridged; a longer silence (an outage) breaks the line instead of hiding it.
+    """
+    ok = ~np.isnan(y)
+    xs, ys = x[ok], y[ok]
+    if len(xs) < 2:
+        return xs, ys
+    breaks = np.flatnonzero(np.diff(xs) > max_gap) + 1
+    return (np.insert(xs, breaks, np.nan), np.insert(ys, breaks, np.nan))
+
+
+def _fault_times(run: RunData) -> dict[str, float]:
+    """Actual inject/remove times; none for fault-free runs (their log only marks T2/T3)."""
+    out: dict[str, float] = {}
+    if (run.row.get("fault") or "none") == "none":
+        return out
+    for e in run.fault_log:
+        if e.get("step") in ("inject", "remove") and e.get("actual_ms") is not None:
+            out.setdefault(e["step"], float(e["actual_ms"]))
+    return out
+
+
+def _shade(ax: Axes, spans: list[tuple[str, float, float]]) -> None:
+    for name, a, b in spans:
+        if b > a:
+            ax.axvspan(a, b, color=SHADE[name], zorder=0, lw=0)
+
+
+def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
+    """Write the timeline figure of one run to ``path`` (PNG) and return the path."""
+    with opened(db) as conn:
+        runs = load_runs(conn, Selection(run_ids=(int(run_id),), status=None))
+        if not runs:
+            raise ReportError(f"no run {run_id} in the database")
+        run = runs[0]
+        s = _series(conn, run.id)
+    t0, xlabel = _origin(run, s)
+    x = (s["t_ms"] - t0) / 1000.0 + 0.5  # bin centres
+    end = float(x[-1] + 0.5) if len(x) else 1.0
+    begin = min(0.0, float(x[0] - 0.5)) if len(x) else 0.0
+
+    spans: list[tuple[str, float, float]] = []
+    r = run.row
+    if r.get("t_start") is not None and r.get("t2") is not None and r.get("t3") is not None:
+        start, t2, t3 = ((float(r[k]) - t0) / 1000.0 for k in ("t_start", "t2", "t3"))
+        spans = [("warm-up", begin, start), ("control", start, t2), ("failure", t2, t3),
+                 ("recovery", t3, max(end, t3))]
+    faults = {k: (v - t0) / 1000.0 for k, v in _fault_times(run).items()}
+
+    window_s = max(1, int(round((r.get("window_ms") or 1000) / 1000)))
+    k = max(5, window_s)
+    reliable_mean = _trailing_mean(s["reliable"], k)
+
+    with plt.rc_context(style()):
+        fig: Figure = plt.figure(figsize=(12, 7.5), dpi=DPI, layout="constrained")
+        top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+        for ax in (top, bottom):
+            _shade(ax, spans)
+            ax.grid(True, axis="y", color="#dddddd", lw=0.6)
+            ax.set_axisbelow(True)
+
+        handles: list[Any] = []
+        if len(x):
+            width = 1.0
+            bars = top.bar(x, s["reliable"], width=width, color=C_RELIABLE_BIN, lw=0,
+                           zorder=2, label="reliable IDs per 1 s bin")
+            handles.append(bars)
+            (line,) = top.plot(x, reliable_mean, color=C_RELIABLE, lw=2, zorder=4,
+                               label=f"reliable throughput (trailing {k} s mean)")
+            handles.append(line)
+            (line,) = top.plot(x, s["inputs"], color=C_INPUT, lw=1.3, zorder=5,
+                               label="input rate")
+            handles.append(line)
+            # Bursts of a micro-batch dwarf the rates; clip them so the rates stay readable.
+            scale = max(float(np.nanmax(s["inputs"], initial=0)),
+                        float(np.nanmax(reliable_mean, initial=0)), 1.0)
+            if float(np.nanmax(s["reliable"], initial=0)) > 2.5 * scale:
+                top.set_ylim(0, 1.6 * scale)
+                bars.set_label("reliable IDs per 1 s bin (bursts clipped)")
+            else:
+                top.set_ylim(bottom=0)
+            right = top.twinx()
+            right.spines["top"].set_visible(False)
+            (line,) = right.plot(x, s["outputs"], color=C_OUTPUT, lw=0.9, ls="-", alpha=0.8,
+                                 zorder=3, label="output rate (records/s, right axis)")
+            handles.append(line)
+            right.set_ylabel("output records/s", color=C_OUTPUT)
+            right.tick_params(axis="y", colors=C_OUTPUT)
+            right.set_ylim(0, max(1.0, float(np.nanmax(s["outputs"], initial=0))) * 1.15)
+        else:
+            top.text(0.5, 0.5, "no per-second series stored", transform=top.transAxes,
+                     ha="center", va="center", color="#777777")
+        top.set_ylabel("events/s  ·  reliable IDs/s")
+        for name, a, b in spans:  # phase names above the plot, centred on their span
+            if b - a >= 0.04 * (end - begin):
+                top.text((a + b) / 2, 1.01, name, transform=top.get_xaxis_transform(),
+                         ha="center", va="bottom", fontsize=8, color="#555555")
+
+        for key, colour, label in (("latency_p50_s", C_P50, "latency p50 of the second"),
+                                   ("latency_max_s", C_MAX, "latency max of the second")):
+            xs, ys = _gapped(x, s[key], max_gap=k)
+            if len(xs):
+                (line,) = bottom.plot(xs, ys, color=colour, lw=1.1, marker="o", ms=2.5,
+                                      label=label)
+                handles.append(line)
+        bottom.set_ylim(bottom=0)
+        bottom.set_ylabel("latency (s), paper's definition")
+        bottom.set_xlabel(xlabel)
+        bottom.set_xlim(begin, end)
+
+        styles = {"inject": ("#b2182b", "fault injected (actual)"),
+                  "remove": ("#2166ac", "fault removed (actual)")}
+        for step, when in faults.items():
+            colour, label = styles[step]
+            for ax in (top, bottom):
+                ax.axvline(when, color=colour, ls="--", lw=1.4, zorder=6)
+            handles.append(Line2D([], [], color=colour, ls="--", lw=1.4, label=label))
+        handles += [Patch(color=SHADE[name], label=name) for name, a, b in spans if b > a]
+
+        fig.suptitle(run_caption(run), fontsize=11)
+        fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
+        out = save_png(fig, path)
+        plt.close(fig)
+    return out

@@ -1,0 +1,296 @@
+"""The paper's tables (a)–(g) and the run list, as one model every output format renders.
+
+A table is rows of :class:`~pgval.report.data.Stat` cells (mean ± sample stdev over a
+group's repetitions; the stdev is omitted when a group has one run, since one run says
+nothing about spread) or text cells (verdicts, k/n flags). Building the model once, apart
+from rendering it, is what makes the terminal, Markdown, CSV and HTML show the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgval.report.data import (
+    DASH,
+    RECOVERY_FLAGS,
+    RECOVERY_METRICS,
+    Group,
+    RunData,
+    Stat,
+    group_runs,
+    number,
+)
+from pgval.schema import PHASES
+
+#: The paper's names for the faults (Table 4).
+FAULT_LABELS = {"none": "No fault", "delay-lt-timeout": "PD < TO",
+                "delay-gt-timeout": "PD > TO", "crash": "Process crash",
+                "driver-crash": "Driver crash"}
+CAUSES = ("late", "in-flight at end", "lost")
+
+
+# ---------------------------------------------------------------------------- table model
+@dataclass(frozen=True)
+class Column:
+    """A value column: display header plus what the CSV needs (metric, phase, unit)."""
+
+    header: str
+    metric: str
+    unit: str = ""
+    phase: str | None = None
+    decimals: int = 2
+    scale: float = 1.0
+
+
+Cell = Stat | str | None
+
+
+@dataclass
+class Row:
+    keys: dict[str, str]
+    n: int
+    values: list[Cell]
+
+
+@dataclass
+class ReportTable:
+    name: str
+    title: str
+    key_headers: list[tuple[str, str]]  # (key in Row.keys, display header)
+    columns: list[Column]
+    rows: list[Row]
+    note: str = ""
+    #: Display form of key values (CSV keeps the raw ones), e.g. "crash" → "Process crash".
+    key_format: dict[str, Callable[[str], str]] = field(default_factory=dict)
+
+    def key_text(self, row: Row, key: str) -> str:
+        value = row.keys.get(key, DASH)
+        fmt = self.key_format.get(key)
+        return fmt(value) if fmt is not None and value != DASH else value
+
+    def cell_text(self, column: Column, cell: Cell) -> str:
+        if cell is None:
+            return DASH
+        if isinstance(cell, Stat):
+            return cell.text(column.decimals, column.scale)
+        return cell
+
+
+GROUP_KEYS = [("topology", "topology"), ("pg", "PG"), ("fault", "fault")]
+
+
+def _stat(group: Group, fn: Any) -> Stat:
+    return Stat.of_values((fn(r) for r in group.runs), of=group.n)
+
+
+def reliability_table(groups: list[Group]) -> ReportTable:
+    cols = [Column(f"{p} reliability %", "reliability", "%", p, 2, 100.0) for p in PHASES]
+    cols += [Column("run reliability %", "reliability", "%", "total", 2, 100.0),
+             Column("correctness %", "correctness", "%", "total", 2, 100.0)]
+    rows = []
+    for g in groups:
+        vals: list[Cell] = [_stat(g, lambda r, p=p: r.phase_value(p, "reliability"))
+                            for p in PHASES]
+        vals.append(_stat(g, lambda r: number(r.row.get("reliability"))))
+        vals.append(_stat(g, lambda r: number(r.row.get("correctness"))))
+        rows.append(Row(g.keys, g.n, vals))
+    return ReportTable("reliability", "(a) Reliability and correctness per phase", GROUP_KEYS,
+                       cols, rows, "Reliability: expected IDs with exactly one own occurrence "
+                       "and no incorrect one. Correctness (share of outputs whose counts match "
+                       "the oracle) is stored per run only. – = no expected input in that phase.")
+
+
+def throughput_table(groups: list[Group]) -> ReportTable:
+    cols = [Column(f"{p} ev/s", "reliable_throughput", "events/s", p, 0) for p in PHASES]
+    rows = [Row(g.keys, g.n, [_stat(g, lambda r, p=p: r.phase_value(p, "throughput"))
+                              for p in PHASES]) for g in groups]
+    return ReportTable("throughput", "(b) Reliable throughput per phase (events/s)", GROUP_KEYS,
+                       cols, rows, "Each expected ID counts once, when it first appears "
+                       "correctly placed; duplicates and incorrect occurrences never count.")
+
+
+def latency_table(groups: list[Group]) -> ReportTable:
+    cols = [Column("p50 s", "latency_p50", "s"), Column("p50 s (Karimov)", "karimov_p50", "s"),
+            Column("p99 s", "latency_p99", "s"), Column("p99 s (Karimov)", "karimov_p99", "s"),
+            Column("max s", "latency_max", "s")]
+    sources = ("latency_p50_s", "karimov_p50_s", "latency_p99_s", "karimov_p99_s",
+               "latency_max_s")
+    rows = []
+    for g in groups:
+        for p in PHASES:
+            vals: list[Cell] = [
+                _stat(g, lambda r, p=p, s=s: number((r.phases.get(p) or {}).get(s)))
+                for s in sources]
+            rows.append(Row({**g.keys, "phase": p}, g.n, vals))
+    return ReportTable("latency", "(c) Latency per phase (s): paper's definition, Karimov's "
+                       "beside it", [*GROUP_KEYS, ("phase", "phase")], cols, rows,
+                       "Paper: output ingress − ingress of the first input that closes the "
+                       "window. Karimov: − ingress of the window's last input.")
+
+
+def failure_cost_table(groups: list[Group]) -> ReportTable:
+    rows = [Row(g.keys, g.n, [_stat(g, lambda r: number(r.row.get("failure_cost_s")))])
+            for g in groups]
+    return ReportTable("failure_cost", "(d) Failure cost (s), the paper's Table 4 layout",
+                       [("topology", "Topology"), ("pg", "PG"), ("fault", "Fault")],
+                       [Column("Spark", "failure_cost", "s", None, 1)], rows,
+                       "Max paper latency in failure + recovery − median control latency.",
+                       key_format={"topology": str.upper, "pg": str.upper,
+                                   "fault": lambda f: FAULT_LABELS.get(f, f)})
+
+
+def _verdicts(group: Group) -> str:
+    counts: dict[str, int] = {}
+    for r in group.runs:
+        v = r.row.get("guarantee") or "?"
+        counts[v] = counts.get(v, 0) + 1
+    order = ("exactly-once", "at-least-once", "at-most-once", "none", "unknown")
+    keys = sorted(counts, key=lambda v: (order.index(v) if v in order else len(order), v))
+    return ", ".join(f"{v} ×{counts[v]}" for v in keys)
+
+
+def anomalies_table(groups: list[Group]) -> ReportTable:
+    names = ("duplicate", "incorrect", "unprocessed", "malformed")
+    cols = [Column(n, n, "count", None, 1) for n in names]
+    cols.append(Column("guarantee verdicts", "guarantee"))
+    rows = []
+    for g in groups:
+        vals: list[Cell] = [_stat(g, lambda r, n=n: number(r.row.get(n))) for n in names]
+        vals.append(_verdicts(g))
+        rows.append(Row(g.keys, g.n, vals))
+    return ReportTable("anomalies", "(e) Anomalies (mean per run) and guarantee verdicts",
+                       GROUP_KEYS, cols, rows,
+                       "A verdict is the strongest guarantee a run is consistent with.")
+
+
+#: Per-phase anomalies on both clocks (docs/semantics.md, "Two clocks in a phase row"):
+#: (phase_results column, header, clock). The input-clock columns are newer.
+PHASE_ANOMALIES = (("duplicate", "duplicate occ.", "output"),
+                   ("duplicated_ids", "duplicated IDs", "input"),
+                   ("incorrect", "incorrect occ.", "output"),
+                   ("incorrect_ids", "incorrect IDs", "input"),
+                   ("reliable", "reliable IDs", "input"),
+                   ("expected", "expected IDs", "input"))
+
+
+def phase_anomalies_table(groups: list[Group]) -> ReportTable:
+    """Anomalies per phase on the output's clock, and the IDs behind them on the input's.
+
+    The input-clock columns are shown only when some run stored them (older databases
+    lack them); a run without them is left out of that column's mean (n=…).
+    """
+    present = {k for g in groups for r in g.runs for ph in r.phases.values() for k in ph
+               if ph.get(k) is not None}
+    specs = [(c, h, clock) for c, h, clock in PHASE_ANOMALIES
+             if clock == "output" or c in present]
+    cols = [Column(f"{h} ({clock} time)", c, "count", None, 1) for c, h, clock in specs]
+    rows = []
+    for g in groups:
+        for p in PHASES:
+            vals: list[Cell] = [_stat(g, lambda r, p=p, c=c: number((r.phases.get(p) or {})
+                                                                   .get(c)))
+                                for c, _, _ in specs]
+            rows.append(Row({**g.keys, "phase": p}, g.n, vals))
+    return ReportTable("phase_anomalies", "(e2) Anomalies per phase, on both clocks (mean per "
+                       "run)", [*GROUP_KEYS, ("phase", "phase")], cols, rows,
+                       "Output time: occurrences, in the phase the output appeared (when the "
+                       "anomaly happened). Input time: expected IDs, in the phase their input "
+                       "arrived — the IDs the phase's reliability is about.")
+
+
+def _flag_text(group: Group, column: str) -> str | None:
+    vals = [r.row.get(column) for r in group.runs if r.row.get(column) is not None]
+    return f"{sum(1 for v in vals if v)}/{len(vals)}" if vals else None
+
+
+def recovery_table(groups: list[Group], present: set[str]) -> ReportTable | None:
+    metrics = [(c, h) for c, h in RECOVERY_METRICS if c in present]
+    flags = [(c, h) for c, h in RECOVERY_FLAGS if c in present]
+    if not metrics and not flags:
+        return None
+    cols = [Column(f"{h} s", c.removesuffix("_s"), "s", None, 1) for c, h in metrics]
+    cols += [Column(h, c) for c, h in flags]
+    rows = []
+    for g in groups:
+        vals: list[Cell] = [_stat(g, lambda r, c=c: number(r.row.get(c))) for c, _ in metrics]
+        vals += [_flag_text(g, c) for c, _ in flags]
+        rows.append(Row(g.keys, g.n, vals))
+    return ReportTable("recovery", "(f) Recovery", GROUP_KEYS, cols, rows,
+                       "Seconds. Downtime: longest output gap ending after T2 (beside "
+                       "control's longest). Throughput/latency back: from T2 until back near the "
+                       "control baseline. Catch-up: latency back − downtime. recovered/censored: "
+                       "runs flagged / runs with the flag.")
+
+
+def causes_table(groups: list[Group]) -> ReportTable | None:
+    if not any(r.causes is not None for g in groups for r in g.runs):
+        return None
+    cols = [Column(c, "unprocessed_" + c.replace(" ", "_").replace("-", "_"), "count", None, 1)
+            for c in CAUSES]
+    rows = []
+    for g in groups:
+        vals: list[Cell] = [_stat(g, lambda r, c=c: None if r.causes is None
+                                  else float(r.causes.get(c, 0))) for c in CAUSES]
+        rows.append(Row(g.keys, g.n, vals))
+    return ReportTable("unprocessed_causes", "(g) Why events were unprocessed (mean per run)",
+                       GROUP_KEYS, cols, rows,
+                       "late = behind the watermark; in-flight at end = still in the pipeline "
+                       "when the run stopped; lost = neither.")
+
+
+def runs_table(runs: list[RunData]) -> ReportTable:
+    """One line per run, to find a run's plot and the fault's actual timing."""
+    cols = [Column("seed", "seed"), Column("repeat", "repeat"), Column("verdict", "guarantee"),
+            Column("validity", "validity"),
+            Column("reliability %", "reliability", "%", "total", 2, 100.0),
+            Column("failure cost s", "failure_cost", "s", None, 1),
+            Column("inject lag s", "inject_lag", "s", None, 2),
+            Column("remove lag s", "remove_lag", "s", None, 2)]
+    rows = []
+    for r in runs:
+        lags = fault_lags(r)
+        rows.append(Row({"run": str(r.id), "topology": r.row.get("topology") or DASH,
+                         "pg": r.row.get("pg") or DASH, "fault": r.row.get("fault") or DASH},
+                        1, [_str(r.row.get("seed")), _str(r.row.get("repeat")),
+                            r.row.get("guarantee") or DASH, r.validity_text,
+                            Stat.of_values([number(r.row.get("reliability"))]),
+                            Stat.of_values([number(r.row.get("failure_cost_s"))]),
+                            Stat.of_values([lags.get("inject")]),
+                            Stat.of_values([lags.get("remove")])]))
+    return ReportTable("runs", "Runs", [("run", "run"), *GROUP_KEYS], cols, rows,
+                       "Lag = actual − intended fault time, from the fault log. Validity "
+                       "unknown: the run is no evidence (first reason shown); such runs stay "
+                       "out of the tables above unless --include-unknown.")
+
+
+def _str(v: object) -> str | None:
+    return None if v is None else str(v)
+
+
+def fault_lags(run: RunData) -> dict[str, float]:
+    """Actual − intended time (s) of the first inject and remove step."""
+    out: dict[str, float] = {}
+    for e in run.fault_log:
+        if (e.get("step") in ("inject", "remove")
+                and e.get("actual_ms") is not None and e.get("intended_ms") is not None):
+            out.setdefault(e["step"], (e["actual_ms"] - e["intended_ms"]) / 1000.0)
+    return out
+
+
+def build_tables(runs: list[RunData], run_columns: set[str],
+                 listed: list[RunData] | None = None) -> list[ReportTable]:
+    """Tables (a)–(g) over ``runs``, then the run list of ``listed`` (default: ``runs``).
+
+    Optional tables only when stored.
+    """
+    groups = group_runs(runs)
+    tables = [reliability_table(groups), throughput_table(groups), latency_table(groups),
+              failure_cost_table(groups), anomalies_table(groups),
+              phase_anomalies_table(groups)]
+    for extra in (recovery_table(groups, run_columns), causes_table(groups)):
+        if extra is not None:
+            tables.append(extra)
+    tables.append(runs_table(runs if listed is None else listed))
+    return tables
