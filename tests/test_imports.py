@@ -33,18 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Cycles that exist today and are being removed on another branch (issue 10, runtime ↔
 #: faults). Every cycle found, between modules or between units, must lie inside one of
-#: these sets; a new cycle, or one that grows, fails. EMPTY THIS when that branch is
-#: merged: from then on no cycle at all is allowed. (experiment ↔ faults is only an
+#: these sets; a new cycle, or one that grows, fails. Empty since the deployments work
+#: (runtime no longer imports faults; cluster names the reaper's module instead of
+#: importing it): no cycle at all is allowed. (experiment ↔ faults is only an
 #: ``if TYPE_CHECKING:`` import in faults/network.py and faults/process.py: no cycle.)
-KNOWN_CYCLES_BEING_REMOVED: tuple[frozenset[str], ...] = (
-    # Units: faults.delay/holder/network/pumba import runtime.netns/owner/procs, while
-    # runtime.cleanup/cluster/compose import faults.delay/pumba.
-    frozenset({"pgval.faults", "pgval.runtime"}),
-    # Modules, both imports lazy: runtime/reaper.py imports cluster.force_down in a
-    # function, runtime/cluster.py imports reaper.MODULE in one. Not named in issue 10:
-    # check it is gone too before emptying this.
-    frozenset({"pgval.runtime.cluster", "pgval.runtime.reaper"}),
-)
+KNOWN_CYCLES_BEING_REMOVED: tuple[frozenset[str], ...] = ()
 
 #: Packages that must be in no import cycle at all, whatever the allow-list says.
 NO_CYCLE_EVER = ("pgval.report",)

@@ -32,6 +32,10 @@ from pgval.runtime.procs import RuntimeErrorPlain, kill_recorded
 from pgval.runtime.spark import SparkCluster
 from pgval.schema import OUTPUT_TOPIC
 
+#: The reaper's module (:mod:`pgval.runtime.reaper`), started as ``python -m``; named, not
+#: imported: the reaper imports this module.
+REAPER_MODULE = "pgval.runtime.reaper"
+
 
 @dataclass
 class ClusterConfig:
@@ -187,13 +191,11 @@ class LocalCluster:
 
 def start_reaper(run_dir: Path, owner: Owner) -> subprocess.Popen[bytes]:
     """Start the watcher that cleans ``run_dir`` up if ``owner`` dies (own session)."""
-    from pgval.runtime.reaper import MODULE
-
     log = run_dir / "logs" / "reaper.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", MODULE, "--run-dir", str(run_dir),
+            [sys.executable, "-m", REAPER_MODULE, "--run-dir", str(run_dir),
              "--owner-pid", str(owner.pid), "--owner-start", str(owner.start)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)

@@ -23,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+from pgval.runtime.cluster import REAPER_MODULE as MODULE
+from pgval.runtime.cluster import force_down
 from pgval.runtime.owner import Owner, boot_id
 
 POLL_S = 0.5
-MODULE = "pgval.runtime.reaper"
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -58,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(POLL_S)
     if stop:
         return 0
-    from pgval.runtime.cluster import force_down
 
     t0 = time.monotonic()
     removed = force_down(args.run_dir)
