@@ -23,8 +23,8 @@ from pgval.store import ResultsStore
 
 pytestmark = pytest.mark.cluster
 
-RUN_SHAPE = ["--topology", "sst", "--rate", "400", "--resources", "4", "--phase-seconds", "8",
-             "--warmup-seconds", "8", "--window-ms", "2000", "--watermark-ms", "1000",
+RUN_SHAPE = ["--topology", "sst", "--rate", "400", "--resources", "4", "--phase-seconds", "10",
+             "--warmup-seconds", "10", "--window-ms", "2000", "--watermark-ms", "1000",
              "--trigger-ms", "500", "--partitions", "2", "--json"]
 
 
@@ -93,7 +93,7 @@ def test_validate_on_a_running_cluster_with_cluster_dir(running_cluster: dict[st
 def test_a_warm_matrix_shares_one_cluster_and_runs_do_not_see_each_other(
         tmp_path: Path) -> None:
     db, runs = tmp_path / "r.db", tmp_path / "runs"
-    base = ExperimentConfig(rate=400, resources=4, phase_seconds=6, warmup_seconds=8,
+    base = ExperimentConfig(rate=400, resources=4, phase_seconds=10, warmup_seconds=10,
                             window_ms=2000, watermark_ms=1000, trigger_ms=500,
                             cluster=ClusterConfig(brokers=1, partitions=2, workers=1))
     grid = cells(["sst"], ["a1"], ["none", "crash"], 1)
