@@ -1,9 +1,11 @@
-"""Faults injected at T2 and removed at T3: worker crash, driver crash, packet delay."""
+"""Faults injected at T2 and removed at T3: worker crash (or, on a cluster pgval does not own,
+an executor kill through the driver), driver crash, packet delay."""
 
 from __future__ import annotations
 
 import random
 
+from pgval.faults.executor import ExecutorKill
 from pgval.faults.network import WorkerDelay, timeouts_fired
 from pgval.faults.process import DriverCrash, WorkerCrash
 from pgval.faults.timeouts import TimeoutProfile, profile_for
@@ -48,6 +50,6 @@ def make_compose_fault(name: str, target: int, profile: TimeoutProfile,  # noqa:
     raise ValueError(f"unknown fault {name!r}; choose from {', '.join(FAULTS)}")
 
 
-__all__ = ["FAULTS", "DriverCrash", "TimeoutProfile", "WorkerCrash", "WorkerDelay",
+__all__ = ["FAULTS", "DriverCrash", "ExecutorKill", "TimeoutProfile", "WorkerCrash", "WorkerDelay",
            "default_target", "make_compose_fault", "make_fault", "profile_for",
            "timeouts_fired"]
