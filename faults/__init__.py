@@ -1,4 +1,5 @@
-"""Faults injected at T2 and removed at T3: worker crash, driver crash, packet delay.
+"""Faults injected at T2 and removed at T3: worker crash (or, on a cluster pgval does not own,
+an executor kill through the driver), driver crash, packet delay, a user's nemesis.
 
 Each fault class gets a narrow target (a worker handle, the driver, a network path, a
 container name, the driver's control channel); which class a deployment uses for which
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+from pgval.faults.executor import ExecutorKill
 from pgval.faults.network import NetworkPath, WorkerDelay, timeouts_fired
 from pgval.faults.process import DriverCrash, WorkerCrash
 from pgval.faults.timeouts import TimeoutProfile, profile_for
@@ -20,5 +22,5 @@ def default_target(seed: int, workers: int) -> int:
     return random.Random(seed).randrange(workers)
 
 
-__all__ = ["FAULTS", "DriverCrash", "NetworkPath", "TimeoutProfile", "WorkerCrash",
-           "WorkerDelay", "default_target", "profile_for", "timeouts_fired"]
+__all__ = ["FAULTS", "DriverCrash", "ExecutorKill", "NetworkPath", "TimeoutProfile",
+           "WorkerCrash", "WorkerDelay", "default_target", "profile_for", "timeouts_fired"]

@@ -246,6 +246,7 @@ class Experiment:
             master=where.master, driver_host=where.driver_host, extra_env=where.extra_env,
             launcher=where.launcher, python=where.python, path_map=where.path_map,
             signal_argv=where.signal_argv, topic_prefix=self.topics.prefix,
+            control_dir=self.run_dir / "control",
             kafka_options=where.kafka_options, user_conf=where.user_conf)
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         self.target = (cfg.target if cfg.target is not None

@@ -9,8 +9,9 @@ any of these holds, and each gives one plain reason:
 * the drain timed out (the query never showed it had processed everything);
 * the generator had failed or unacknowledged sends;
 * the driver died (outside a driver-crash fault) or the query stopped;
-* the fault has no evidence of taking effect (no process killed, no executor lost, no
-  delay seen by the probe), or its removal failed;
+* the fault has no evidence of taking effect (no process killed, no executor lost or
+  killed executor still listed by the driver, no delay seen by the probe), or its removal
+  failed;
 * nothing was expected, or a phase had no expected inputs or no outputs (so that phase
   measured nothing: e.g. latency longer than warm-up plus a phase).
 
@@ -133,7 +134,9 @@ def fault_reasons(fault: str, log: Iterable[Mapping[str, Any]]) -> list[str]:
         reasons.append(f"the {fault} fault was never removed")
     elif remove.get("error"):
         reasons.append(f"removing {fault} failed: {remove['error']}")
-    if fault == "crash":
+    if fault == "crash" and str(inject.get("mechanism", "")).startswith("executor kill"):
+        reasons.extend(_executor_kill_reasons(inject, remove))
+    elif fault == "crash":
         if not inject.get("worker_pid"):
             reasons.append("crash: no worker process was killed")
         if inject.get("left_alive"):
@@ -152,6 +155,24 @@ def fault_reasons(fault: str, log: Iterable[Mapping[str, Any]]) -> list[str]:
             reasons.append(f"{fault}: no probe evidence that the delay took effect")
         if any(e.get("step") == "holder-died" for e in entries):
             reasons.append(f"{fault}: the packet holder died during the fault")
+    return reasons
+
+
+def _executor_kill_reasons(inject: Mapping[str, Any],
+                           remove: Mapping[str, Any] | None) -> list[str]:
+    """``crash`` as an executor kill through the driver (pgval.faults.executor): the
+    evidence is the driver's own executor list, not a log line (on Kubernetes Spark logs
+    such a kill at INFO as "killed by driver", which the WARN-level driver log omits)."""
+    executor = inject.get("executor")
+    if not executor:
+        return ["crash: no executor was killed"]
+    reasons = []
+    removed = [e.get("removed_after_s") for e in (inject, remove) if e is not None]
+    if all(r is None for r in removed):
+        reasons.append(f"crash: executor {executor} never left the driver's executor list")
+    if (remove is not None and not remove.get("teardown") and not remove.get("error")
+            and not remove.get("replacement")):
+        reasons.append(f"crash: no replacement for executor {executor} was seen")
     return reasons
 
 

@@ -68,6 +68,39 @@ def test_fault_reasons_need_evidence() -> None:
     assert "no probe evidence" in fault_reasons("delay-gt-timeout", no_probe)[0]
 
 
+def test_crash_as_executor_kill_needs_the_drivers_evidence() -> None:
+    """``crash`` on a cluster pgval does not own (pgval.faults.executor): no worker pid and
+    no log pattern; the driver's executor list must lose the executor and gain another."""
+    from pgval.topologies.control import MECHANISM
+
+    inject = {"step": "inject", "mechanism": MECHANISM, "executor": "1",
+              "executors_before": ["0", "1"], "removed_after_s": 0.6}
+    remove = {"step": "remove", "target": "executor 1", "removed_after_s": 0.6,
+              "replacement": "2", "replaced_after_s": 3.1}
+    # The log scan may find no "Lost executor" line (Kubernetes logs "killed by driver" at
+    # INFO): the driver's own list is the evidence, so this is no reason.
+    timeouts = {"step": "timeouts", "fired": {}}
+    assert fault_reasons("crash", [inject, remove, timeouts]) == []
+    late = [{**inject, "removed_after_s": None}, remove]
+    assert fault_reasons("crash", late) == []  # left the list after inject stopped waiting
+    never_left = [{**inject, "removed_after_s": None}, {**remove, "removed_after_s": None}]
+    assert fault_reasons("crash", never_left) == [
+        "crash: executor 1 never left the driver's executor list"]
+    no_replacement = [inject, {**remove, "replacement": None,
+                               "error": "no replacement for executor 1 registered within 60 s"}]
+    assert fault_reasons("crash", no_replacement) == [
+        "removing crash failed: no replacement for executor 1 registered within 60 s"]
+    unseen = [inject, {**remove, "replacement": None}]
+    assert fault_reasons("crash", unseen) == ["crash: no replacement for executor 1 was seen"]
+    teardown = [inject, {**remove, "replacement": None, "teardown": True}]
+    assert fault_reasons("crash", teardown) == []
+    assert fault_reasons("crash", [{**inject, "executor": None}, remove]) == [
+        "crash: no executor was killed"]
+    # A SIGKILL crash is still judged as before.
+    assert fault_reasons("crash", [{"step": "inject", "mechanism": "SIGKILL process group"},
+                                   {"step": "remove"}]) == ["crash: no worker process was killed"]
+
+
 def test_evaluation_reasons_flag_phases_that_measured_nothing() -> None:
     rt = ResourceTable()
     events = [{"id": i, "type": "GET", "resource": "a", "event_ts": 10 * i, "ingress_ts": 10 * i}

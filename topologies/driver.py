@@ -10,7 +10,10 @@ Its record of what happened is the progress file (JSON lines, appended and flush
 * ``{"event": "sink_batch", ...}`` per batch the e1 sink committed or skipped,
 * ``{"event": "sabotage", ...}`` once, only with ``--sabotage`` (a SELF-TEST of pgval:
   the e1 sink drops or duplicates one batch on purpose; see pgval.topologies.sinks),
-* ``{"event": "terminated", ...}`` when the query ends (with ``error`` when it failed).
+* ``{"event": "terminated", ...}`` when the query ends (with ``error`` when it failed),
+* with ``--control-dir`` only: ``{"event": "control", ...}`` answers to pgval's requests and
+  ``{"event": "executors", ...}`` whenever the registered executors change (see
+  pgval.topologies.control; without the flag no control thread runs).
 
 Exit status: 0 after SIGTERM/SIGINT (query stopped gracefully), 1 when the query failed
 (first line of the exception on stderr), 2 when it could not be started. Re-running the
@@ -160,6 +163,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="extra Spark conf (repeatable)")
     ap.add_argument("--log-level", default="WARN", help="Spark log level")
+    ap.add_argument("--control-dir", default=None, metavar="DIR",
+                    help="answer pgval's requests written to DIR (req-<n>.json) and record "
+                         "executor changes, both in the progress file")
     ap.add_argument("--crash-after-commits", type=int, default=None, metavar="N",
                     help="fault hook (e1): SIGKILL the driver's process group right after "
                          "the N-th sink transaction commits, before Spark checkpoints it")
@@ -290,7 +296,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.write("terminated", error=_first_line(exc), phase="start")
         print(f"pgval-driver: could not start the query: {_first_line(exc)}", file=sys.stderr)
         return 2
-    return _wait(query, spark, log, stop_requested, sink)
+    control = _start_control(args, spark, log)
+    try:
+        return _wait(query, spark, log, stop_requested, sink, control)
+    finally:
+        if control is not None:
+            control.stop()
+
+
+def _start_control(args: argparse.Namespace, spark: Any, log: ProgressLog) -> Any:
+    """The control thread (``--control-dir``), or None. A failure to start it is recorded
+    and the query runs on: pgval's request then times out with a plain message."""
+    if not args.control_dir:
+        return None
+    from pgval.topologies.control import ControlLoop, SparkExecutors
+
+    try:
+        executors = None if spark.sparkContext._jsc.sc().isLocal() else SparkExecutors(
+            spark.sparkContext)
+        return ControlLoop(Path(args.control_dir), log, executors).start()
+    except Exception as exc:
+        log.write("control_error", where="start", error=_first_line(exc))
+        return None
 
 
 def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
@@ -342,7 +369,7 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
 
 
 def _wait(query: Any, spark: Any, log: ProgressLog, stop_requested: threading.Event,
-          sink: Any = None) -> int:
+          sink: Any = None, control: Any = None) -> int:
     from pyspark.errors import StreamingQueryException
 
     try:
@@ -368,6 +395,8 @@ def _wait(query: Any, spark: Any, log: ProgressLog, stop_requested: threading.Ev
         print(f"pgval-driver: lost the Spark JVM: {_first_line(exc)}", file=sys.stderr)
         return 1
     if stop_requested.is_set():
+        if control is not None:  # no more calls into the JVM while it stops
+            control.stop()
         try:
             query.stop()
             if sink is not None:

@@ -3,7 +3,9 @@
 It runs ``python -m pgval.topologies.driver`` (see topologies/driver.py) and
 learns about the query through the progress file the driver writes: one JSON
 line per event, ``{"event": "started", ...}`` once the query runs, then one
-line per micro-batch progress.
+line per micro-batch progress. With a control directory (``DriverSpec.control_dir``)
+pgval can also ask the running driver to act (:class:`DriverControl`; the driver's end
+is pgval.topologies.control).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -57,6 +60,9 @@ class DriverSpec:
     python: str = sys.executable
     path_map: Callable[[Path], str] | None = None
     signal_argv: Callable[[str], list[str]] | None = None
+    #: Where pgval writes requests to the running driver (``--control-dir``); None: the
+    #: driver runs no control thread. See :class:`DriverControl`.
+    control_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.sabotage and self.pg != "e1":
@@ -84,6 +90,8 @@ class DriverSpec:
             argv += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
         if self.sabotage:
             argv += ["--sabotage", self.sabotage]
+        if self.control_dir is not None:
+            argv += ["--control-dir", self._path(self.control_dir)]
         return argv
 
     def env(self) -> dict[str, str]:
@@ -179,6 +187,13 @@ class DriverProcess:
         """The ``sabotage`` lines of the progress file (SELF-TEST runs only), oldest first."""
         return sabotage_events(self.spec.progress_file)
 
+    def control(self) -> DriverControl:
+        """A client of this driver's control channel (needs ``spec.control_dir``); it fails
+        fast when the driver process is gone. Every restart keeps the same channel."""
+        if self.spec.control_dir is None:
+            raise RuntimeErrorPlain("this driver was started without a control directory")
+        return DriverControl(self.spec.control_dir, self.spec.progress_file, alive=self.alive)
+
     def _count_started(self) -> int:
         return sum(1 for r in self.progress() if r.get("event") == "started")
 
@@ -205,3 +220,125 @@ def sabotage_events(progress_file: Path) -> list[dict[str, Any]]:
                 if isinstance(row, dict) and row.get("event") == "sabotage":
                     rows.append(row)
     return rows
+
+
+class _ProgressTail:
+    """Reads the progress lines appended since the last call (a run's file grows to
+    thousands of lines; the control client polls it several times a second)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # an unfinished last line waits for its newline
+        rows = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict):
+                    rows.append(row)
+        return rows
+
+
+class DriverControl:
+    """pgval's end of the driver's control channel (protocol: pgval.topologies.control).
+
+    ``request`` writes ``req-<n>.json`` atomically and waits for the driver's
+    ``{"event": "control", "request": n, "nonce": ...}`` line in the progress file; the
+    nonce tells two askers that picked the same ``n`` apart. A request not answered in
+    time is withdrawn (deleted) and carries a deadline, so a driver that reads it late
+    answers "expired" instead of acting. ``executor_events`` are the driver's
+    ``{"event": "executors", ...}`` lines, oldest first.
+    """
+
+    def __init__(self, control_dir: Path, progress_file: Path,
+                 alive: Callable[[], bool] | None = None, poll_s: float = 0.1) -> None:
+        self.control_dir = Path(control_dir)
+        self.progress_file = Path(progress_file)
+        self.alive = alive
+        self.poll_s = poll_s
+        self._tail = _ProgressTail(self.progress_file)
+        self._answers: list[dict[str, Any]] = []
+        self._executors: list[dict[str, Any]] = []
+        self._last_n = 0
+
+    def _refresh(self) -> None:
+        for row in self._tail.read_new():
+            event = row.get("event")
+            if event == "control":
+                self._answers.append(row)
+                if isinstance(row.get("request"), int):
+                    self._last_n = max(self._last_n, row["request"])
+            elif event == "executors":
+                self._executors.append(row)
+
+    def executor_events(self) -> list[dict[str, Any]]:
+        self._refresh()
+        return list(self._executors)
+
+    def answers(self) -> list[dict[str, Any]]:
+        """Every ``control`` line so far (any asker's), oldest first."""
+        self._refresh()
+        return list(self._answers)
+
+    def request(self, action: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
+        """Ask the driver to do ``action`` (``{"action": ..., ...}``); its answer line.
+
+        Raises :class:`RuntimeErrorPlain` when the driver does not answer in time or exits
+        first. An answer with ``ok: false`` is returned, not raised: the caller decides.
+        """
+        if not isinstance(action.get("action"), str):
+            raise ValueError("a control request needs an \"action\" string")
+        self.control_dir.mkdir(parents=True, exist_ok=True)
+        nonce = secrets.token_hex(8)
+        deadline = time.monotonic() + timeout_s
+        n, path = self._write(dict(action), nonce, timeout_s)
+        while True:
+            self._refresh()
+            for row in self._answers:
+                if row.get("request") == n and row.get("nonce") == nonce:
+                    return row
+            if time.monotonic() > deadline or (self.alive is not None and not self.alive()):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                why = ("exited before answering" if self.alive is not None and not self.alive()
+                       else f"did not answer within {timeout_s:g} s")
+                raise RuntimeErrorPlain(
+                    f"the Spark driver {why} control request {n} ({action['action']}); "
+                    f"requests are read from {self.control_dir}")
+            time.sleep(self.poll_s)
+
+    def _write(self, action: dict[str, Any], nonce: str,
+               timeout_s: float) -> tuple[int, Path]:
+        """Write the request under the next free number; the rename makes it appear whole,
+        ``os.link`` refuses a number another asker took meanwhile."""
+        self._refresh()
+        pending = [int(p.name[4:-5]) for p in self.control_dir.glob("req-*.json")
+                   if p.name[4:-5].isdigit()]
+        n = max([self._last_n, *pending]) + 1
+        tmp = self.control_dir / f".req-{os.getpid()}-{nonce}.tmp"
+        while True:
+            body = {**action, "request": n, "nonce": nonce,
+                    "deadline_ms": time.time_ns() // 1_000_000 + int(timeout_s * 1000)}
+            tmp.write_text(json.dumps(body))
+            path = self.control_dir / f"req-{n}.json"
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                n += 1
+                continue
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._last_n = n
+            return n, path
