@@ -51,7 +51,10 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
 
 
 def topic_names(bootstrap: str) -> set[str]:
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+    """The cluster's topics, without Kafka's internal ones (``__consumer_offsets`` appears
+    with the first consumer group anyone uses; it is Kafka's, not a run's)."""
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    return {t for t in topics if not t.startswith("__")}
 
 
 def test_external_crash_kills_an_executor_through_spark_and_leaves_the_cluster_alone(
@@ -111,6 +114,6 @@ def test_a_warm_matrix_shares_one_cluster_and_runs_do_not_see_each_other(
     manifests = [Manifest.read(Path(r["run_dir"])) for r in rows]
     prefixes = {m.config["topic_prefix"] for m in manifests}
     assert len(prefixes) == 2 and all(prefixes)
-    second = extras[1]["timings"]
-    assert second["cluster_start_s"] < 5 and second["overhead_s"] < extras[0]["timings"][
-        "overhead_s"], (extras[0]["timings"], second)
+    # Neither run started the cluster (the matrix did, once, before the first).
+    assert all(e["timings"]["cluster_start_s"] < 5 for e in extras), [e["timings"]
+                                                                      for e in extras]
