@@ -96,9 +96,11 @@ def test_validate_on_a_running_cluster_with_cluster_dir(running_cluster: dict[st
 def test_a_warm_matrix_shares_one_cluster_and_runs_do_not_see_each_other(
         tmp_path: Path) -> None:
     db, runs = tmp_path / "r.db", tmp_path / "runs"
+    # Two workers, as in test_faults_cluster: with one, a crash leaves the failure phase
+    # without outputs (correctly) and the run is unknown.
     base = ExperimentConfig(rate=400, resources=4, phase_seconds=10, warmup_seconds=10,
                             window_ms=2000, watermark_ms=1000, trigger_ms=500,
-                            cluster=ClusterConfig(brokers=1, partitions=2, workers=1))
+                            cluster=ClusterConfig(brokers=1, partitions=2, workers=2))
     grid = cells(["sst"], ["a1"], ["none", "crash"], 1)
     counts = run_matrix(base, grid, db, runs)
     assert counts == {"done": 2, "skipped": 0, "taken": 0, "failed": 0}
