@@ -246,7 +246,10 @@ class Experiment:
             master=where.master, driver_host=where.driver_host, extra_env=where.extra_env,
             launcher=where.launcher, python=where.python, path_map=where.path_map,
             signal_argv=where.signal_argv, topic_prefix=self.topics.prefix,
-            control_dir=self.run_dir / "control",
+            # The control channel (a thread polling the JVM twice a second) only where a
+            # fault needs it: the executor kill on a cluster pgval does not own.
+            control_dir=(self.run_dir / "control"
+                         if cfg.fault == "crash" and not dep.owns_cluster else None),
             kafka_options=where.kafka_options, user_conf=where.user_conf)
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         self.target = (cfg.target if cfg.target is not None
