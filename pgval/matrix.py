@@ -187,16 +187,11 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
         if on_cell:
             on_cell(cell, "running", None)
         try:
-            deployment = warm.for_run(cfg)
-        except Exception as exc:
-            store.fail_run(run_id, f"the cluster did not start: {exc}")
-            counts["failed"] += 1
-            if on_cell:
-                on_cell(cell, "failed", {"error": str(exc)})
-            if not keep_going:
+            try:
+                deployment = warm.for_run(cfg)
+            except Exception as exc:  # the claimed row must not stay 'running'
+                store.fail_run(run_id, f"the cluster did not start: {exc}")
                 raise
-            continue
-        try:
             exp = prepared_experiment(
                 store, run_id, cfg, db,
                 runs_root / f"{key}-{cell.topology}-{cell.pg}-{cell.fault}-{cell.repeat}"

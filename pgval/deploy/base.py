@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka.admin import AdminClient
+
+from pgval.deploy.topics import create_topics, delete_topics
+from pgval.faults.executor import ExecutorKill
+from pgval.faults.process import DriverCrash
 from pgval.schema import Topics
 
 if TYPE_CHECKING:
@@ -90,13 +95,18 @@ class Deployment(ABC):
         """The run's topics: a fresh prefix, so no run sees another's records."""
         return Topics.with_prefix(f"pgval-{secrets.token_hex(4)}-")
 
+    @property
     @abstractmethod
-    def open_run(self, topics: Topics) -> None:
-        """Create the run's topics (LogAppendTime, P partitions)."""
+    def partitions(self) -> int:
+        """Partitions of each of a run's topics."""
 
-    @abstractmethod
+    def open_run(self, topics: Topics) -> None:
+        """Create the run's topics (LogAppendTime, P partitions, aligned leaders)."""
+        create_topics(AdminClient(self.client_config()), topics, self.partitions)
+
     def close_run(self, topics: Topics, keep: bool) -> list[str]:
         """After the run is stored: delete its topics unless ``keep``; returns what went."""
+        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
 
     # -- what runs need
     @abstractmethod
@@ -115,11 +125,21 @@ class Deployment(ABC):
     def workers(self) -> int:
         """How many fault targets (workers) a `crash` or delay may pick from."""
 
-    @abstractmethod
     def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                    ctx: FaultContext) -> FaultHooks | None:
         """The fault ``cfg.fault`` on worker ``target`` here (None for ``none``); raises a
-        plain error when this deployment cannot inject it."""
+        plain error when this deployment cannot inject it. The driver is local everywhere,
+        so ``driver-crash`` is the same for all; the worker faults are each deployment's."""
+        if cfg.fault == "none":
+            return None
+        if cfg.fault == "driver-crash":
+            return DriverCrash(ctx.driver)
+        return self.worker_fault(cfg, target, profile, ctx)
+
+    @abstractmethod
+    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> FaultHooks:
+        """``crash`` or a delay fault on worker ``target``."""
 
     def daemon_conf(self) -> dict[str, str]:
         """Spark settings the cluster's daemons run with (time-out profile of delay-gt)."""
@@ -127,6 +147,11 @@ class Deployment(ABC):
 
     @abstractmethod
     def describe(self) -> dict[str, Any]: ...
+
+    def executor_kill(self, ctx: FaultContext) -> ExecutorKill:
+        """``crash`` on a cluster pgval does not own: the driver kills one executor through
+        Spark's API (any cluster manager replaces it)."""
+        return ExecutorKill(ctx.driver.control(), seed=ctx.seed)
 
     def log_dirs(self) -> list[Path]:
         """Where the cluster's logs are (read for which time-out fired)."""

@@ -15,11 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka.admin import AdminClient
-
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
-from pgval.deploy.topics import create_topics, delete_topics
-from pgval.faults.process import DriverCrash
 from pgval.faults.pumba import PumbaFault
 from pgval.runtime.docker_stack import (
     HOST_BOOTSTRAP,
@@ -31,7 +27,6 @@ from pgval.runtime.docker_stack import (
     worker_container,
 )
 from pgval.runtime.procs import RuntimeErrorPlain
-from pgval.schema import Topics
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -56,7 +51,7 @@ class ComposeDeployment(Deployment):
         super().__init__()
         self.run_dir = Path(run_dir).resolve()
         self.runs_root = (runs_root or Path("runs")).resolve()
-        self.partitions = partitions
+        self._partitions = partitions
         self._workers = workers
         self.containers: list[Any] = []
 
@@ -84,11 +79,9 @@ class ComposeDeployment(Deployment):
     def stop(self) -> None:
         """The stack is the user's; pgval leaves it running."""
 
-    def open_run(self, topics: Topics) -> None:
-        create_topics(AdminClient(self.client_config()), topics, self.partitions)
-
-    def close_run(self, topics: Topics, keep: bool) -> list[str]:
-        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
+    @property
+    def partitions(self) -> int:
+        return self._partitions
 
     def client_config(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap_host}
@@ -103,17 +96,13 @@ class ComposeDeployment(Deployment):
     def workers(self) -> int:
         return self._workers
 
-    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                   ctx: FaultContext) -> FaultHooks | None:
+    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> FaultHooks:
         """pumba on the target worker's container. The delay's ``--duration`` is the failure
         phase plus a margin, so pumba removes the delay by itself even if pgval dies;
         ``remove`` at T3 stops it earlier and verifies."""
         logs = {"log_dir": ctx.run_dir / "faults", "pid_dir": ctx.run_dir / "pids"}
         container = worker_container(target)
-        if cfg.fault == "none":
-            return None
-        if cfg.fault == "driver-crash":
-            return DriverCrash(ctx.driver)
         if cfg.fault == "crash":
             return PumbaFault(cfg.fault, "kill", container, **logs)
         return PumbaFault(cfg.fault, "delay", container, delay_ms=profile.delay_ms or 500,

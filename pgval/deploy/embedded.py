@@ -14,16 +14,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka.admin import AdminClient
-
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
-from pgval.deploy.topics import create_topics, delete_topics
 from pgval.faults.network import NetworkPath, WorkerDelay
-from pgval.faults.process import DriverCrash, WorkerCrash
+from pgval.faults.process import WorkerCrash
 from pgval.runtime.cluster import ClusterConfig, LocalCluster, cluster_processes, read_state
 from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.runtime.spark import SECRET_FILE_ENV
-from pgval.schema import Topics
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -94,11 +90,9 @@ class EmbeddedDeployment(Deployment):
                 restored.append(worker.name)
         return restored
 
-    def open_run(self, topics: Topics) -> None:
-        create_topics(AdminClient(self.client_config()), topics, self.config.partitions)
-
-    def close_run(self, topics: Topics, keep: bool) -> list[str]:
-        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
+    @property
+    def partitions(self) -> int:
+        return self.config.partitions
 
     def client_config(self) -> dict[str, Any]:
         assert self.cluster is not None
@@ -117,12 +111,8 @@ class EmbeddedDeployment(Deployment):
     def daemon_conf(self) -> dict[str, str]:
         return dict(self.config.spark_daemon_conf)
 
-    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                   ctx: FaultContext) -> FaultHooks | None:
-        if cfg.fault == "none":
-            return None
-        if cfg.fault == "driver-crash":
-            return DriverCrash(ctx.driver)
+    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> FaultHooks:
         worker = self._spark().workers[target]
         if cfg.fault == "crash":
             return WorkerCrash(worker)
@@ -172,12 +162,9 @@ class AttachedDeployment(Deployment):
     def stop(self) -> None:
         """The cluster belongs to `pgval cluster up`; it stays up."""
 
-    def open_run(self, topics: Topics) -> None:
-        partitions = int((self.state.get("config") or {}).get("partitions") or 3)
-        create_topics(AdminClient(self.client_config()), topics, partitions)
-
-    def close_run(self, topics: Topics, keep: bool) -> list[str]:
-        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
+    @property
+    def partitions(self) -> int:
+        return int((self.state.get("config") or {}).get("partitions") or 3)
 
     def client_config(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.state["bootstrap"]}
@@ -196,16 +183,10 @@ class AttachedDeployment(Deployment):
     def workers(self) -> int:
         return len(self.state.get("workers") or [])
 
-    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                   ctx: FaultContext) -> FaultHooks | None:
-        if cfg.fault == "none":
-            return None
-        if cfg.fault == "driver-crash":
-            return DriverCrash(ctx.driver)
+    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> FaultHooks:
         if cfg.fault == "crash":
-            from pgval.faults.executor import ExecutorKill
-
-            return ExecutorKill(ctx.driver.control(), seed=ctx.seed)
+            return self.executor_kill(ctx)
         worker = self.state["workers"][target]
         path = NetworkPath(f"spark-worker-{worker['index']}", worker.get("netns"),
                            worker["host"], int(worker.get("webui_port") or 0))

@@ -20,11 +20,9 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka.admin import AdminClient
 
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
-from pgval.deploy.topics import broker_ids, create_topics, delete_topics
+from pgval.deploy.topics import broker_ids
 from pgval.faults.nemesis import NemesisDelay
-from pgval.faults.process import DriverCrash
 from pgval.runtime.procs import RuntimeErrorPlain
-from pgval.schema import Topics
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -41,7 +39,7 @@ class ExternalDeployment(Deployment):
         super().__init__()
         self._bootstrap = bootstrap
         self.master = master
-        self.partitions = partitions
+        self._partitions = partitions
         self.kafka_config = dict(kafka_config or {})
         self.spark_conf = dict(spark_conf or {})
         self._workers = max(1, workers)
@@ -59,11 +57,9 @@ class ExternalDeployment(Deployment):
     def stop(self) -> None:
         """The cluster is the user's; nothing to stop."""
 
-    def open_run(self, topics: Topics) -> None:
-        create_topics(AdminClient(self.client_config()), topics, self.partitions)
-
-    def close_run(self, topics: Topics, keep: bool) -> list[str]:
-        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
+    @property
+    def partitions(self) -> int:
+        return self._partitions
 
     def client_config(self) -> dict[str, Any]:
         return {**self.kafka_config, "bootstrap.servers": self._bootstrap}
@@ -77,16 +73,10 @@ class ExternalDeployment(Deployment):
     def workers(self) -> int:
         return self._workers
 
-    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                   ctx: FaultContext) -> FaultHooks | None:
-        if cfg.fault == "none":
-            return None
-        if cfg.fault == "driver-crash":
-            return DriverCrash(ctx.driver)
+    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> FaultHooks:
         if cfg.fault == "crash":
-            from pgval.faults.executor import ExecutorKill
-
-            return ExecutorKill(ctx.driver.control(), seed=ctx.seed)
+            return self.executor_kill(ctx)
         if not (cfg.nemesis_inject and cfg.nemesis_remove):
             raise RuntimeErrorPlain(f"--fault {cfg.fault} on an external cluster needs "
                                     "--nemesis-inject and --nemesis-remove")
