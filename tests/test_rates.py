@@ -1,0 +1,308 @@
+"""The fast paths of issue 10 item 7 give exactly what the slow ones gave.
+
+Correctness only, never timing: the vectorised Kafka values equal orjson's bytes, a read
+batch turned into columns equals a record-by-record read (same columns, same proof of
+completeness), Arrow and list inputs parse alike, and on a real broker the generator's
+delivered count equals what ``read_topic`` gets back, in the run's own topics.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pgval.datasets import (
+    GeneratorConfig,
+    KafkaSink,
+    encode_json_lines,
+    encode_values,
+    generate_range,
+)
+from pgval.records import KAFKA_INPUT_SCHEMA, parse_values
+from pgval.runtime.kafka import KafkaCluster, TopicRecords, _Columns, read_topic
+from pgval.schema import Topics
+
+FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+@pytest.mark.parametrize("start, resources", [(9_990, 16), (99_995, 7), (0, 10_001),
+                                              (10**17 - 5, 3)])
+def test_values_equal_orjson_across_layouts(start: int, resources: int) -> None:
+    """Ids crossing a power of ten, GET and POST, and resource names of two widths give
+    several layout groups in one chunk; each value still equals orjson's bytes, in order."""
+    cfg = GeneratorConfig(resources=resources, get_share=0.5, seed=3)
+    batch = generate_range(cfg, 0, start, 40)
+    if resources == 10_001:  # names r9999 and r10000 side by side
+        batch.resource[::2] = 10_000
+        batch.resource[1::2] = 9_999
+    for ts in (1_763_000_000_123, np.arange(40, dtype=np.int64) * 997 + 5):
+        expected = [orjson.dumps(r) for r in batch.records(ts)]
+        assert encode_values(batch, ts) == expected
+        lines = encode_json_lines(batch, ts, 7)
+        assert lines == b"".join(orjson.dumps({**r, "ingress_ts": 7}) + b"\n"
+                                 for r in batch.records(ts))
+
+
+def test_negative_numbers_are_refused() -> None:
+    batch = generate_range(GeneratorConfig(), 0, 0, 3)
+    with pytest.raises(ValueError):
+        encode_values(batch, -1)
+    with pytest.raises(ValueError):
+        encode_values(batch, np.array([1, -2, 3]))
+
+
+def test_kafka_sink_topics_default_and_prefixed() -> None:
+    assert KafkaSink("b:1").topics == Topics()
+    sink = KafkaSink("b:1", topics=Topics.with_prefix("run7-"))
+    assert "run7-get/run7-post" in sink.describe()
+
+
+# --------------------------------------------------------------------------- read columns
+
+
+def _reference(batches: list[list[Message]], end: dict[int, int]
+               ) -> tuple[list[tuple], dict[int, int], set[int]]:
+    """What the record-by-record loop of the old read_topic made of the same batches."""
+    rows: list[tuple] = []
+    reached = dict.fromkeys(end, 0)
+    todo = {p for p, e in end.items() if e > 0}
+    for batch in batches:
+        for msg in batch:
+            p, off = msg.partition(), msg.offset()
+            if off >= end[p]:
+                reached[p] = max(reached[p], end[p])
+                todo.discard(p)
+                continue
+            rows.append((msg.key(), msg.value(), msg.timestamp()[1], p, off))
+            reached[p] = max(reached[p], off + 1)
+            if off + 1 >= end[p]:
+                todo.discard(p)
+    return rows, reached, todo
+
+
+@st.composite
+def fetched(draw: st.DrawFn) -> tuple[list[list[Message]], dict[int, int]]:
+    """Per-partition increasing offsets (gaps like transaction markers), cut into batches."""
+    parts = draw(st.integers(1, 4))
+    end: dict[int, int] = {}
+    stream: list[Message] = []
+    for p in range(parts):
+        offsets = sorted(draw(st.sets(st.integers(0, 40), max_size=12)))
+        end[p] = draw(st.integers(0, 45))
+        for off in offsets:
+            key = draw(st.one_of(st.none(), st.binary(max_size=3)))
+            value = draw(st.one_of(st.none(), st.binary(max_size=5)))
+            stream.append(Message(topic="t", partition=p, offset=off, key=key, value=value,
+                                  timestamp=(1, draw(st.integers(0, 2**40)))))
+    # Interleave partitions as a fetch would (each partition's order kept).
+    order = draw(st.permutations(range(len(stream))))
+    by_part: dict[int, list[Message]] = {}
+    for msg in stream:
+        by_part.setdefault(msg.partition(), []).append(msg)
+    interleaved = []
+    heads = {p: 0 for p in by_part}
+    for k in order:
+        p = stream[k].partition()
+        interleaved.append(by_part[p][heads[p]])
+        heads[p] += 1
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(interleaved))), max_size=4)))
+    batches, prev = [], 0
+    for c in [*cuts, len(interleaved)]:
+        if c > prev:
+            batches.append(interleaved[prev:c])
+            prev = c
+    return batches, end
+
+
+@FAST
+@given(fetched())
+def test_batch_columns_equal_a_record_by_record_read(case: tuple) -> None:
+    batches, end = case
+    rows, reached_ref, todo_ref = _reference(batches, end)
+    columns = _Columns()
+    reached = dict.fromkeys(end, 0)
+    todo = {p for p, e in end.items() if e > 0}
+    end_arr = np.array([end[p] for p in range(len(end))], dtype=np.int64)
+    for batch in batches:
+        columns.add(batch, end_arr, reached, todo)
+    records = columns.records()
+    assert records.rows() == rows
+    assert reached == reached_ref and todo == todo_ref
+    assert columns.count == len(rows)
+
+
+def test_topic_records_take_lists_or_arrow() -> None:
+    from_lists = TopicRecords(keys=[b"k", None], values=[None, b"v"], timestamps=[5, 6],
+                              partitions=[0, 1], offsets=[3, 4])
+    from_arrow = TopicRecords(keys=pa.array([b"k", None]), values=pa.chunked_array(
+        [pa.array([None], pa.binary()), pa.array([b"v"])]), timestamps=np.array([5, 6]),
+        partitions=np.array([0, 1]), offsets=np.array([3, 4]))
+    assert from_lists.rows() == from_arrow.rows() == [(b"k", None, 5, 0, 3),
+                                                      (None, b"v", 6, 1, 4)]
+    assert from_lists.values.type == pa.binary() and len(from_arrow) == 2
+    with pytest.raises(ValueError):
+        TopicRecords(keys=[b"k"], values=[], timestamps=[], partitions=[], offsets=[])
+
+
+VALUES = st.lists(st.one_of(
+    st.none(),
+    st.sampled_from([b"", b"   ", b"\t{}", b"garbage", b'{"id":1}\n{"id":2}',
+                     b' {"id":3,"type":"GET","resource":"r1","event_ts":5} ']),
+    st.builds(lambda i, t, r, e: orjson.dumps({"id": i, "type": t, "resource": r,
+                                               "event_ts": e}),
+              st.integers(-2**63, 2**63 - 1), st.sampled_from(["GET", "POST", "PUT"]),
+              st.sampled_from(["r0000", "r0001", "é"]), st.integers(-10**15, 10**15)),
+), max_size=30)
+
+
+@FAST
+@given(values=VALUES, cuts=st.lists(st.integers(0, 30), max_size=4))
+def test_arrow_chunks_parse_like_a_list_and_like_each_value_alone(values: list, cuts: list
+                                                                  ) -> None:
+    bounds = sorted({0, len(values), *[min(c, len(values)) for c in cuts]})
+    chunked = pa.chunked_array([pa.array(values[a:b], pa.binary())
+                                for a, b in zip(bounds, bounds[1:], strict=False)] or
+                               [pa.array([], pa.binary())], type=pa.binary())
+    table, kept, malformed, _ = parse_values(chunked, KAFKA_INPUT_SCHEMA)
+    listed, kept2, malformed2, _ = parse_values(values, KAFKA_INPUT_SCHEMA)
+    assert table.to_pylist() == listed.to_pylist()
+    assert kept.tolist() == kept2.tolist() and malformed == malformed2
+    alone_rows, alone_kept, alone_bad = [], [], 0
+    for k, v in enumerate(values):
+        t, kk, bad, _ = parse_values([v], KAFKA_INPUT_SCHEMA)
+        alone_rows += t.to_pylist()
+        alone_kept += [k] * len(kk)
+        alone_bad += bad
+    assert table.to_pylist() == alone_rows and kept.tolist() == alone_kept
+    assert malformed == alone_bad
+
+
+# --------------------------------------------------------------------------- real broker
+
+
+def _slow_read(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple]:
+    """A plain per-message read to the end offsets: the reference for read_topic."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "isolation.level": isolation, "enable.partition.eof": True,
+                         "enable.auto.commit": False})
+    try:
+        parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30,
+                                                  cached=False)[1] for p in parts}
+        todo = {p for p, e in ends.items() if e > 0}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+        rows = []
+        while todo:
+            msg = consumer.poll(10)
+            assert msg is not None, "the reference read stalled"
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF
+                if msg.offset() >= ends[msg.partition()]:
+                    todo.discard(msg.partition())
+                continue
+            if msg.offset() < ends[msg.partition()]:
+                rows.append((msg.key(), msg.value(), msg.timestamp()[1], msg.partition(),
+                             msg.offset()))
+        return sorted(rows, key=lambda r: (r[3], r[4]))
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    c = KafkaCluster(tmp_path_factory.mktemp("rates"), brokers=1, partitions=3, heap="256m")
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.mark.cluster
+def test_sink_counts_equal_what_read_topic_returns_in_the_runs_topics(broker: KafkaCluster
+                                                                      ) -> None:
+    from pgval.datasets import run_producers
+
+    topics = Topics.with_prefix("run-a-")
+    broker.create_topics([*topics.inputs, *Topics().inputs])
+    cfg = GeneratorConfig(rate=None, events=30_000, producers=2, get_share=0.9, seed=11)
+    report = run_producers(cfg, KafkaSink(broker.bootstrap, topics=topics,
+                                          config={"log_level": 3}))
+    assert report.ok and report.sent == report.delivered == 30_000
+    gets = read_topic(broker.bootstrap, topics.get)
+    posts = read_topic(broker.bootstrap, topics.post)
+    assert len(gets) + len(posts) == report.delivered
+    assert gets.complete and posts.complete
+    ids = []
+    for recs, kind in ((gets, "GET"), (posts, "POST")):
+        for value in recs.values.to_pylist():
+            event = orjson.loads(value)
+            assert event["type"] == kind
+            ids.append(event["id"])
+    assert sorted(ids) == list(range(30_000))
+    # The plain topics of a shared cluster got nothing from this run.
+    assert len(read_topic(broker.bootstrap, "get")) == len(read_topic(broker.bootstrap,
+                                                                        "post")) == 0
+
+
+@pytest.mark.cluster
+def test_read_topic_columns_equal_a_slow_reference_read(broker: KafkaCluster) -> None:
+    topic = "mixed"
+    broker.create_topics([topic])
+    plain = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "log_level": 3})
+    for i in range(500):
+        key = None if i % 7 == 0 else b"r%04d" % (i % 5)
+        value = None if i % 11 == 0 else b'{"n":%d}' % i
+        plain.produce(topic, key=key, value=value, partition=i % 3)
+    assert plain.flush(30) == 0
+    tx = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "rates-tx",
+                   "log_level": 3})
+    tx.init_transactions(30)
+    for commit in (True, False, True):
+        tx.begin_transaction()
+        for i in range(40):
+            tx.produce(topic, value=b"tx-%d-%s" % (i, b"c" if commit else b"a"), partition=i % 3)
+        tx.commit_transaction(30) if commit else tx.abort_transaction(30)
+    for isolation in ("read_committed", "read_uncommitted"):
+        reference = _slow_read(broker.bootstrap, topic, isolation)
+        for batch_size in (7, 100_000):  # many batches with ends in between, and one
+            got = read_topic(broker.bootstrap, topic, isolation=isolation,
+                             batch_size=batch_size)
+            assert sorted(got.rows(), key=lambda r: (r[3], r[4])) == reference
+            assert got.complete and got.reached == got.end_offsets
+    committed = read_topic(broker.bootstrap, topic)
+    values = committed.values.to_pylist()
+    assert not any(v and v.endswith(b"-a") for v in values)
+    assert sum(1 for v in values if v and v.endswith(b"-c")) == 80
+
+
+@pytest.mark.cluster
+def test_bench_readback_command_runs_and_finds_the_planted_anomalies(tmp_path: Path) -> None:
+    """The CLI end to end on a tiny run: its own broker, stopped, data deleted."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgval.cli", "bench", "readback", "--events", "20000",
+         "--runs", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "read-back + validation" in proc.stdout and "'duplicate'" in proc.stdout
+    assert not list(tmp_path.glob("*/state.json"))
+    assert not list(tmp_path.glob("*/kafka"))
