@@ -593,7 +593,9 @@ class TopicRecords:
 
 
 #: Records asked of librdkafka per consume() call; each batch becomes one Arrow chunk.
-READ_BATCH = 100_000
+#: Measured: 10k batches consume ~2x faster than 100k (the message objects of a batch stay
+#: in cache), and smaller ones gain nothing.
+READ_BATCH = 10_000
 _timestamp_ms = operator.itemgetter(1)
 
 
