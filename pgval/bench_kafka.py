@@ -31,9 +31,10 @@ from pgval.oracle import expected_outputs
 from pgval.records import InputEvents, ResourceTable
 from pgval.runtime import signals
 from pgval.runtime.cluster import start_reaper, stop_reaper
-from pgval.runtime.kafka import KafkaCluster, TopicRecords, read_topic
+from pgval.runtime.kafka import KafkaCluster, TopicRecords
 from pgval.runtime.owner import Owner
 from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.runtime.readback import read_topics
 from pgval.schema import Topics, resource_name
 
 #: Progress lines go here (the CLI prints them); None: silent.
@@ -231,12 +232,13 @@ def _write_outputs(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 
 def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
-                   synthetic_rate: float = 100_000.0, partitions: int = 3,
+                   synthetic_rate: float = 100_000.0, partitions: int = 3, workers: int = 2,
                    say: Say | None = None) -> ReadbackRate:
     """Write ``events`` inputs (generator, one producer) and their SST outputs (oracle, a few
     planted anomalies) into a local broker, then time what ``pgval validate`` does after the
-    drain: read every topic back (read_committed, to the end offsets), turn the records into
-    columns (``streams_from_records``) and evaluate (oracle, validator, metrics)."""
+    drain: read every topic back (read_committed, to the end offsets, ``workers`` reader
+    processes), turn the records into columns (``streams_from_records``) and evaluate
+    (oracle, validator, metrics)."""
     cfg = GeneratorConfig(rate=None, events=events, producers=1, event_time="synthetic",
                           synthetic_rate=synthetic_rate, start_ts_ms=_wall_ms() - 3_600_000)
     topics = Topics.with_prefix("bench-")
@@ -266,17 +268,17 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
             return out
 
         def read_all() -> None:
-            for topic in (topics.get, topics.post, topics.output):
-                last = [time.monotonic()]
+            last = [time.monotonic()]
 
-                def progress(n: int, topic: str = topic, last: list[float] = last) -> None:
-                    if say is not None and time.monotonic() - last[0] >= 2.0:
-                        last[0] = time.monotonic()
-                        say(f"  {topic}: {n:,} records read")
+            def progress(n: int) -> None:
+                if say is not None and time.monotonic() - last[0] >= 2.0:
+                    last[0] = time.monotonic()
+                    say(f"  {n:,} records read")
 
-                records[topic] = read_topic(cluster.bootstrap, topic,
-                                            timeout_s=max(120.0, events / 50_000),
-                                            on_progress=progress)
+            records.update(read_topics(cluster.bootstrap,
+                                       (topics.get, topics.post, topics.output),
+                                       timeout_s=max(120.0, events / 50_000), workers=workers,
+                                       on_progress=progress))
 
         timed("read back", read_all)
         read = len(records[topics.get]) + len(records[topics.post])

@@ -715,9 +715,13 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
 @bench.command("readback")
 @click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
-@window_option
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Reader processes (partitions are split between them).")
+@click.option("--window-ms", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="SST window of the outputs (event time runs at 100k ev/s).")
 @bench_runs_option
-def bench_readback(events: int, partitions: int, window_ms: int, runs: Path | None) -> None:
+def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
+                   runs: Path | None) -> None:
     """Write EVENTS inputs with the generator and their SST outputs into a Kafka broker the
     bench starts, then time read-back (read_committed), records → columns and validation."""
     from rich.table import Table
@@ -725,12 +729,13 @@ def bench_readback(events: int, partitions: int, window_ms: int, runs: Path | No
     from pgval.bench_kafka import bench_readback as run_bench
 
     result = run_bench(_bench_run_dir(runs, "readback"), events, window_ms=window_ms,
-                       partitions=partitions, say=_say)
+                       partitions=partitions, workers=workers, say=_say)
     gen = result.generator
     console.print(f"generator: {gen.delivered:,} events acknowledged at "
                   f"{gen.acked_per_s:,.0f} ev/s (one producer process)")
     table = Table(title=f"read-back and validation, {result.events:,} inputs, "
-                        f"{result.outputs:,} outputs, {partitions} partitions")
+                        f"{result.outputs:,} outputs, {partitions} partitions, "
+                        f"{workers} reader process(es)")
     for col in ("stage", "seconds", "events/s", "CPU s (all threads)"):
         table.add_column(col, justify="right" if col != "stage" else "left")
     for stage, secs in result.stages_s.items():

@@ -60,8 +60,9 @@ from pgval.phases import Phases
 from pgval.runtime import signals
 from pgval.runtime.cluster import LocalCluster
 from pgval.runtime.driver import DriverProcess, DriverSpec
-from pgval.runtime.kafka import TopicRecords, read_topic
+from pgval.runtime.kafka import TopicRecords
 from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.runtime.readback import read_topics
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, resource_name
 from pgval.store import ResultsStore
 from pgval.validity import (
@@ -572,11 +573,9 @@ class Experiment:
         assert self.cluster is not None
         expected = int(generator.get("delivered") or 0) + self._own_events
         timeout_s = max(120.0, expected / 50_000)
-        records: dict[str, TopicRecords] = {}
-        for topic in (GET_TOPIC, POST_TOPIC, OUTPUT_TOPIC):
-            recs = read_topic(self.cluster.bootstrap, topic, timeout_s=timeout_s,
-                              idle_timeout_s=30.0, strict=False)
-            records[topic] = recs
+        records = read_topics(self.cluster.bootstrap, (GET_TOPIC, POST_TOPIC, OUTPUT_TOPIC),
+                              timeout_s=timeout_s, idle_timeout_s=30.0, strict=False)
+        for recs in records.values():
             save_topic(self.run_dir, recs)
         save_progress(self.run_dir, self.run_dir / "progress.jsonl")
         readback = {t: r.describe() for t, r in records.items()}

@@ -37,6 +37,8 @@ from pgval.datasets import (
 )
 from pgval.records import KAFKA_INPUT_SCHEMA, parse_values
 from pgval.runtime.kafka import KafkaCluster, TopicRecords, _Columns, read_topic
+from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.runtime.readback import read_topics, split_tasks
 from pgval.schema import Topics
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -306,3 +308,43 @@ def test_bench_readback_command_runs_and_finds_the_planted_anomalies(tmp_path: P
     assert "read-back + validation" in proc.stdout and "'duplicate'" in proc.stdout
     assert not list(tmp_path.glob("*/state.json"))
     assert not list(tmp_path.glob("*/kafka"))
+
+
+def test_partitions_are_split_evenly_between_readers() -> None:
+    tasks = [("a", p, 0, 100) for p in range(3)] + [("b", p, 0, 1) for p in range(3)]
+    groups = split_tasks(tasks, 2)
+    assert sorted(t for g in groups for t in g) == sorted(tasks)
+    loads = [sum(e - s for _, _, s, e in g) for g in groups]
+    assert max(loads) - min(loads) <= 100
+    assert split_tasks(tasks, 1) == [sorted(tasks, key=lambda t: t[3] - t[2], reverse=True)]
+    assert split_tasks([], 4) == []
+
+
+def test_read_topics_from_an_unreachable_broker_is_a_problem() -> None:
+    got = read_topics("127.0.0.1:1", ["get", "post"], timeout_s=3, strict=False)
+    assert all(not r.complete and r.problems and len(r) == 0 for r in got.values())
+    with pytest.raises(RuntimeErrorPlain, match="could not read all of topic get"):
+        read_topics("127.0.0.1:1", ["get"], timeout_s=3)
+
+
+@pytest.mark.cluster
+def test_parallel_readers_give_what_read_topic_gives(broker: KafkaCluster) -> None:
+    """Two reader processes (forced even for small topics) against one in-process read per
+    topic: same records, same proof of completeness."""
+    topics = ["par-a", "par-b"]
+    broker.create_topics(topics)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "log_level": 3})
+    for i in range(3000):
+        producer.produce(topics[i % 2], key=b"k%d" % (i % 7), value=b"v%d" % i,
+                         partition=i % 3)
+    assert producer.flush(30) == 0
+    together = read_topics(broker.bootstrap, topics, workers=2, parallel_min_records=0)
+    for topic in topics:
+        alone = read_topic(broker.bootstrap, topic)
+        got = together[topic]
+        key = lambda r: (r[3], r[4])  # noqa: E731
+        assert sorted(got.rows(), key=key) == sorted(alone.rows(), key=key)
+        assert got.complete and got.end_offsets == alone.end_offsets
+        assert got.reached == alone.reached and got.topic == topic
+    ends = read_topics(broker.bootstrap, topics, workers=1)
+    assert {t: len(r) for t, r in ends.items()} == {t: len(together[t]) for t in topics}

@@ -656,6 +656,115 @@ class _Columns:
                             offsets=cat(self.offs, np.int64))
 
 
+def reader_conf(bootstrap: str, isolation: str) -> dict[str, object]:
+    """Consumer settings of every read-back (no group offsets, partition ends reported)."""
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise ValueError(f"unknown isolation level {isolation!r}")
+    return {
+        **_quiet_client_conf(bootstrap),
+        "group.id": f"pgval-read-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": isolation,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        "queued.min.messages": 1_000_000,
+        "queued.max.messages.kbytes": 256 * 1024,
+        "fetch.wait.max.ms": 50,
+    }
+
+
+def end_snapshot(consumer: Consumer, bootstrap: str, topic: str, timeout_s: float
+                 ) -> tuple[dict[int, int], dict[int, int], list[str]]:
+    """(end, start, problems) per partition of ``topic``: what a read must reach.
+
+    With isolation.level=read_committed the "high" offset librdkafka queries is the last
+    stable offset. A log that no longer starts at 0 lost records: a problem.
+    """
+    md = consumer.list_topics(topic=topic, timeout=min(timeout_s, 30.0))
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None:
+        why = tmd.error.str() if tmd is not None and tmd.error is not None else "no metadata"
+        raise RuntimeErrorPlain(f"cannot read topic {topic} at {bootstrap}: {why}")
+    end: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    problems: list[str] = []
+    for p in sorted(tmd.partitions):
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=min(timeout_s, 30.0), cached=False
+        )
+        end[p], starts[p] = high, low
+        if low > 0:
+            problems.append(f"partition {p} starts at offset {low}: earlier records "
+                            f"were deleted")
+    return end, starts, problems
+
+
+def read_partitions(consumer: Consumer, topic: str, end: dict[int, int], reached: dict[int, int],
+                    problems: list[str], timeout_s: float, idle_timeout_s: float,
+                    batch_size: int = READ_BATCH,
+                    on_progress: Callable[[int], None] | None = None) -> _Columns:
+    """Read the partitions of ``topic`` in ``end`` from ``reached`` (their log starts) up to
+    ``end``, updating ``reached`` as it goes and adding to ``problems`` why it stopped short
+    (a time-out, nothing arriving); a Kafka error is raised (``reached`` shows how far it got).
+    """
+    columns = _Columns()
+    end_by_partition = np.zeros(max(end, default=-1) + 1, dtype=np.int64)
+    for p, e in end.items():
+        end_by_partition[p] = e
+    todo = {p for p, e in end.items() if e > reached[p]}
+    if todo:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(todo)])
+    deadline = time.monotonic() + timeout_s
+    last_data = time.monotonic()
+    while todo:
+        now = time.monotonic()
+        if now > deadline:
+            problems.append(f"read time-out after {timeout_s:.0f} s")
+            break
+        if now - last_data > idle_timeout_s:
+            problems.append(f"nothing arrived for {idle_timeout_s:.0f} s")
+            break
+        batch = consumer.consume(num_messages=batch_size, timeout=0.1)
+        if not batch:
+            continue
+        last_data = time.monotonic()
+        errors = list(map(Message.error, batch))
+        # any(), not errors.count(None): KafkaError's == against None leaves a TypeError
+        # pending in confluent-kafka 2.x; an error object is always true, None false.
+        if any(errors):
+            # Partition ends (and errors) are rare: a few per read, looked at one by one.
+            for msg, err in zip(batch, errors, strict=True):
+                if err is None:
+                    continue
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeErrorPlain(f"reading {topic}: {err.str()}")
+                p = msg.partition()
+                if p in todo:
+                    reached[p] = max(reached[p], msg.offset())
+                    if msg.offset() >= end[p]:
+                        todo.discard(p)
+            batch = [m for m, err in zip(batch, errors, strict=True) if err is None]
+        if batch:
+            columns.add(batch, end_by_partition, reached, todo)
+            if on_progress is not None:
+                on_progress(columns.count)
+    return columns
+
+
+def short_read_problems(end: dict[int, int], reached: dict[int, int], problems: list[str]
+                        ) -> list[str]:
+    """``problems`` plus a line naming every partition that did not reach its end."""
+    short = {p: (reached.get(p, 0), e) for p, e in end.items() if reached.get(p, 0) < e}
+    if not short:
+        return problems
+    head = [] if problems else ["stopped early"]
+    return [*problems, *head, "short partitions: " + ", ".join(
+        f"{p} at {r} of {e}" for p, (r, e) in sorted(short.items()))]
+
+
 def read_topic(
     bootstrap: str,
     topic: str,
@@ -679,24 +788,10 @@ def read_topic(
     Speed: librdkafka fetches and decompresses in its own thread; here each batch of up to
     ``batch_size`` records is turned into columns with one C-driven pass per field (the
     only per-record cost is the client's message object). ``on_progress`` gets the number
-    of records read so far after each batch.
+    of records read so far after each batch. :func:`pgval.runtime.readback.read_topics`
+    reads several topics with parallel reader processes.
     """
-    if isolation not in ("read_committed", "read_uncommitted"):
-        raise ValueError(f"unknown isolation level {isolation!r}")
-    conf = {
-        **_quiet_client_conf(bootstrap),
-        "group.id": f"pgval-read-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "isolation.level": isolation,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",
-        "fetch.max.bytes": 64 * 1024 * 1024,
-        "max.partition.fetch.bytes": 16 * 1024 * 1024,
-        "queued.min.messages": 1_000_000,
-        "queued.max.messages.kbytes": 256 * 1024,
-        "fetch.wait.max.ms": 50,
-    }
+    conf = reader_conf(bootstrap, isolation)
     columns = _Columns()
     end: dict[int, int] = {}
     reached: dict[int, int] = {}
@@ -704,69 +799,10 @@ def read_topic(
     consumer = None
     try:
         consumer = Consumer(conf)
-        md = consumer.list_topics(topic=topic, timeout=min(timeout_s, 30.0))
-        tmd = md.topics.get(topic)
-        if tmd is None or tmd.error is not None:
-            why = tmd.error.str() if tmd is not None and tmd.error is not None else "no metadata"
-            raise RuntimeErrorPlain(f"cannot read topic {topic} at {bootstrap}: {why}")
-        # With isolation.level=read_committed the "high" offset librdkafka queries is the LSO.
-        starts: dict[int, int] = {}
-        for p in sorted(tmd.partitions):
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=min(timeout_s, 30.0), cached=False
-            )
-            end[p] = high
-            starts[p] = low
-            reached[p] = low  # nothing before the log start exists any more
-            if low > 0:
-                problems.append(f"partition {p} starts at offset {low}: earlier records "
-                                f"were deleted")
-        end_by_partition = np.zeros(max(end, default=-1) + 1, dtype=np.int64)
-        for p, e in end.items():
-            end_by_partition[p] = e
-        todo = {p for p, e in end.items() if e > starts[p]}
-        if todo:
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(todo)])
-        deadline = time.monotonic() + timeout_s
-        last_data = time.monotonic()
-        while todo:
-            now = time.monotonic()
-            if now > deadline:
-                problems.append(f"read time-out after {timeout_s:.0f} s")
-                break
-            if now - last_data > idle_timeout_s:
-                problems.append(f"nothing arrived for {idle_timeout_s:.0f} s")
-                break
-            batch = consumer.consume(num_messages=batch_size, timeout=0.1)
-            if not batch:
-                continue
-            last_data = time.monotonic()
-            errors = list(map(Message.error, batch))
-            # any(), not errors.count(None): KafkaError's == against None leaves a TypeError
-            # pending in confluent-kafka 2.x; an error object is always true, None false.
-            if any(errors):
-                # Partition ends (and errors) are rare: a few per read, looked at one by one.
-                for msg, err in zip(batch, errors, strict=True):
-                    if err is None:
-                        continue
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeErrorPlain(f"reading {topic}: {err.str()}")
-                    p = msg.partition()
-                    if p in todo:
-                        reached[p] = max(reached[p], msg.offset())
-                        if msg.offset() >= end[p]:
-                            todo.discard(p)
-                batch = [m for m, err in zip(batch, errors, strict=True) if err is None]
-            if batch:
-                columns.add(batch, end_by_partition, reached, todo)
-                if on_progress is not None:
-                    on_progress(columns.count)
-        short = {p: (reached[p], end[p]) for p in end if reached[p] < end[p]}
-        if short and not problems:
-            problems.append("stopped early")
-        if short:
-            problems.append("short partitions: " + ", ".join(
-                f"{p} at {r} of {e}" for p, (r, e) in sorted(short.items())))
+        end, starts, problems = end_snapshot(consumer, bootstrap, topic, timeout_s)
+        reached.update(starts)  # nothing before the log start exists any more
+        columns = read_partitions(consumer, topic, end, reached, problems, timeout_s,
+                                  idle_timeout_s, batch_size, on_progress)
     except (KafkaException, RuntimeErrorPlain) as exc:
         text = str(exc.args[0].str() if isinstance(exc, KafkaException) else exc)
         problems.append(f"Kafka error: {text}")
@@ -776,8 +812,8 @@ def read_topic(
                 consumer.close()
     records = columns.records()
     records.topic, records.end_offsets, records.reached = topic, end, reached
-    records.problems = problems
+    records.problems = short_read_problems(end, reached, problems)
     if strict and not records.complete:
         raise RuntimeErrorPlain(f"could not read all of topic {topic} at {bootstrap}: "
-                                + "; ".join(problems or ["partitions missing"]))
+                                + "; ".join(records.problems or ["partitions missing"]))
     return records

@@ -1,0 +1,265 @@
+"""Read several topics back with parallel reader processes, same proof as ``read_topic``.
+
+Why processes: reading is bound by the Kafka client's cost per message (librdkafka's and
+confluent-kafka's message objects, ~1.5-2 µs of CPU on the development machine), not by the
+broker. One Python process cannot spread that over cores; two reader processes, each with
+its own consumer on half of the partitions, read about twice as fast on 2 cores (measured:
+docs/performance.md, "Rates"). The evidence still comes through a Kafka client with the
+requested isolation level, to one end-offset snapshot taken before any reader starts.
+
+Each reader sends its columns back as an Arrow IPC stream over a pipe (no pickling of
+records); the parent merges them per topic with the per-partition proof (end offsets, how
+far each partition got, what went wrong). A reader that dies or says nothing leaves its
+partitions short, which the proof shows: never a silent partial read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import signal
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException
+
+from pgval.runtime.kafka import (
+    READ_BATCH,
+    TopicRecords,
+    end_snapshot,
+    read_partitions,
+    reader_conf,
+    short_read_problems,
+)
+from pgval.runtime.procs import RuntimeErrorPlain
+
+#: Below this many records in all, reading in this process is faster than starting readers.
+PARALLEL_MIN_RECORDS = 500_000
+_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()),
+                     ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
+# (topic, partition, start, end)
+Task = tuple[str, int, int, int]
+
+
+def split_tasks(tasks: Sequence[Task], workers: int) -> list[list[Task]]:
+    """Partitions to readers, largest first onto the least loaded, so readers end together."""
+    groups: list[list[Task]] = [[] for _ in range(max(1, workers))]
+    load = [0] * len(groups)
+    for task in sorted(tasks, key=lambda t: t[3] - t[2], reverse=True):
+        k = load.index(min(load))
+        groups[k].append(task)
+        load[k] += task[3] - task[2]
+    return [g for g in groups if g]
+
+
+def _read_tasks(bootstrap: str, isolation: str, tasks: Sequence[Task], timeout_s: float,
+                idle_timeout_s: float, batch_size: int,
+                on_topic: Callable[[str, pa.Table, dict[int, int], list[str]], None],
+                on_progress: Callable[[int], None] | None = None) -> None:
+    """Read each topic's partitions of ``tasks``; hand every topic's result to ``on_topic``."""
+    by_topic: dict[str, dict[int, tuple[int, int]]] = {}
+    for topic, p, start, end in tasks:
+        by_topic.setdefault(topic, {})[p] = (start, end)
+    done = 0
+    for topic, parts in by_topic.items():
+        end = {p: e for p, (_, e) in parts.items()}
+        reached = {p: s for p, (s, _) in parts.items()}
+        problems: list[str] = []
+        table = _SCHEMA.empty_table()
+        consumer = None
+
+        def progress(n: int, base: int = done) -> None:
+            if on_progress is not None:
+                on_progress(base + n)
+
+        try:
+            consumer = Consumer(reader_conf(bootstrap, isolation))
+            columns = read_partitions(consumer, topic, end, reached, problems, timeout_s,
+                                      idle_timeout_s, batch_size, progress)
+            recs = columns.records()
+            table = pa.table({"partition": recs.partitions, "offset": recs.offsets,
+                              "timestamp": recs.timestamps, "key": recs.keys,
+                              "value": recs.values}, schema=_SCHEMA)
+        except (KafkaException, RuntimeErrorPlain) as exc:
+            text = str(exc.args[0].str() if isinstance(exc, KafkaException) else exc)
+            problems.append(f"Kafka error: {text}")
+        finally:
+            if consumer is not None:
+                with contextlib.suppress(Exception):
+                    consumer.close()
+        done += len(table)
+        on_topic(topic, table, reached, problems)
+
+
+def _reader_main(conn: mpc.Connection, bootstrap: str, isolation: str, tasks: list[Task],
+                 timeout_s: float, idle_timeout_s: float, batch_size: int) -> None:
+    """A reader process: its partitions, topic by topic, each sent back as Arrow IPC."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us; Ctrl-C is its
+    last = [0.0]
+
+    def progress(n: int) -> None:
+        if time.monotonic() - last[0] >= 1.0:
+            last[0] = time.monotonic()
+            conn.send(("progress", n))
+
+    def send(topic: str, table: pa.Table, reached: dict[int, int], problems: list[str]) -> None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, _SCHEMA) as writer:
+            writer.write_table(table)
+        conn.send(("topic", topic, reached, problems))
+        conn.send_bytes(sink.getvalue())
+
+    try:
+        _read_tasks(bootstrap, isolation, tasks, timeout_s, idle_timeout_s, batch_size, send,
+                    progress)
+        conn.send(("done",))
+    except (BrokenPipeError, EOFError):
+        pass  # the parent is gone or stopped listening
+    finally:
+        conn.close()
+
+
+def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_committed",
+                timeout_s: float = 120.0, idle_timeout_s: float = 10.0, strict: bool = True,
+                workers: int = 2, batch_size: int = READ_BATCH,
+                on_progress: Callable[[int], None] | None = None,
+                parallel_min_records: int = PARALLEL_MIN_RECORDS) -> dict[str, TopicRecords]:
+    """Every record of ``topics`` up to one end-offset snapshot, as :func:`read_topic`
+    gives each (same columns, same proof: ``end_offsets``, ``reached``, ``problems``).
+
+    With ``workers`` > 1 and at least ``parallel_min_records`` records to read, the
+    partitions are split between that many reader processes; else they are read here.
+    ``on_progress`` gets the number of records read so far (about once a second).
+    """
+    conf = reader_conf(bootstrap, isolation)
+    ends: dict[str, dict[int, int]] = {t: {} for t in topics}
+    reached: dict[str, dict[int, int]] = {t: {} for t in topics}
+    problems: dict[str, list[str]] = {t: [] for t in topics}
+    tables: dict[str, list[pa.Table]] = {t: [] for t in topics}
+    consumer = None
+    try:
+        consumer = Consumer(conf)
+        for topic in topics:
+            try:
+                ends[topic], starts, problems[topic] = end_snapshot(consumer, bootstrap, topic,
+                                                                    timeout_s)
+                reached[topic] = dict(starts)
+            except (KafkaException, RuntimeErrorPlain) as exc:
+                text = str(exc.args[0].str() if isinstance(exc, KafkaException) else exc)
+                problems[topic].append(f"Kafka error: {text}")
+    except KafkaException as exc:  # a client that cannot even start
+        for topic in topics:
+            problems[topic].append(f"Kafka error: {exc.args[0].str()}")
+    finally:
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+    tasks = [(t, p, reached[t][p], e) for t in topics for p, e in sorted(ends[t].items())
+             if e > reached[t][p]]
+
+    def take(topic: str, table: pa.Table, got: dict[int, int], why: list[str]) -> None:
+        tables[topic].append(table)
+        for p, r in got.items():
+            reached[topic][p] = max(reached[topic][p], r)
+        problems[topic].extend(why)
+
+    total = sum(e - s for _, _, s, e in tasks)
+    groups = split_tasks(tasks, workers)
+    if len(groups) <= 1 or total < parallel_min_records:
+        _read_tasks(bootstrap, isolation, tasks, timeout_s, idle_timeout_s, batch_size, take,
+                    on_progress)
+    else:
+        _run_readers(bootstrap, isolation, groups, timeout_s, idle_timeout_s, batch_size, take,
+                     problems, on_progress)
+
+    out: dict[str, TopicRecords] = {}
+    for topic in topics:
+        table = (pa.concat_tables(tables[topic]) if tables[topic]
+                 else _SCHEMA.empty_table())
+        recs = TopicRecords(keys=table.column("key"), values=table.column("value"),
+                            timestamps=_numpy(table, "timestamp", np.int64),
+                            partitions=_numpy(table, "partition", np.int32),
+                            offsets=_numpy(table, "offset", np.int64), topic=topic,
+                            end_offsets=ends[topic], reached=reached[topic])
+        recs.problems = short_read_problems(ends[topic], reached[topic], problems[topic])
+        if strict and not recs.complete:
+            raise RuntimeErrorPlain(f"could not read all of topic {topic} at {bootstrap}: "
+                                    + "; ".join(recs.problems or ["partitions missing"]))
+        out[topic] = recs
+    return out
+
+
+def _numpy(table: pa.Table, name: str, dtype: type) -> np.ndarray:
+    col = table.column(name)
+    if len(col) == 0:
+        return np.zeros(0, dtype=dtype)
+    return col.to_numpy().astype(dtype, copy=False)
+
+
+def _run_readers(bootstrap: str, isolation: str, groups: list[list[Task]], timeout_s: float,
+                 idle_timeout_s: float, batch_size: int,
+                 take: Callable[[str, pa.Table, dict[int, int], list[str]], None],
+                 problems: dict[str, list[str]],
+                 on_progress: Callable[[int], None] | None) -> None:
+    """Start one reader process per group, collect their topics, always stop them."""
+    ctx = mp.get_context("spawn")
+    procs: list[Any] = []
+    conns: dict[int, mpc.Connection] = {}
+    progress = [0] * len(groups)
+    finished: set[int] = set()
+    received: dict[int, set[str]] = {k: set() for k in range(len(groups))}
+    try:
+        for k, group in enumerate(groups):
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_reader_main, name=f"pgval-reader-{k}", daemon=True,
+                               args=(send, bootstrap, isolation, group, timeout_s,
+                                     idle_timeout_s, batch_size))
+            proc.start()
+            send.close()
+            procs.append(proc)
+            conns[k] = recv
+        # Readers stop themselves at the time-out; the margin covers start-up and sending.
+        deadline = time.monotonic() + timeout_s + 60.0
+        while conns and time.monotonic() < deadline:
+            for conn in mpc.wait(list(conns.values()), timeout=1.0):
+                assert isinstance(conn, mpc.Connection)
+                k = next(i for i, c in conns.items() if c is conn)
+                try:
+                    msg = conn.recv()
+                    if msg[0] == "topic":
+                        _, topic, got, why = msg
+                        data = conn.recv_bytes()
+                        take(topic, pa.ipc.open_stream(data).read_all(), got, why)
+                        received[k].add(topic)
+                        continue
+                    if msg[0] == "progress":
+                        progress[k] = msg[1]
+                        if on_progress is not None:
+                            on_progress(sum(progress))
+                        continue
+                    finished.add(k)
+                except (EOFError, OSError):
+                    pass
+                conn.close()
+                del conns[k]
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5.0)
+        for conn in conns.values():
+            conn.close()
+    for k, group in enumerate(groups):
+        if k not in finished:
+            code = procs[k].exitcode if k < len(procs) else None
+            for topic in sorted({t for t, *_ in group} - received[k]):
+                problems[topic].append(f"reader process {k} ended without finishing "
+                                       f"(exit code {code})")
