@@ -38,7 +38,7 @@ from pgval.datasets import (
 from pgval.records import KAFKA_INPUT_SCHEMA, parse_values
 from pgval.runtime.kafka import KafkaCluster, TopicRecords, _Columns, read_topic
 from pgval.runtime.procs import RuntimeErrorPlain
-from pgval.runtime.readback import read_topics, split_tasks
+from pgval.runtime.readback import merge_ranges, read_topics, split_tasks
 from pgval.schema import Topics
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -310,14 +310,31 @@ def test_bench_readback_command_runs_and_finds_the_planted_anomalies(tmp_path: P
     assert not list(tmp_path.glob("*/kafka"))
 
 
-def test_partitions_are_split_evenly_between_readers() -> None:
-    tasks = [("a", p, 0, 100) for p in range(3)] + [("b", p, 0, 1) for p in range(3)]
-    groups = split_tasks(tasks, 2)
-    assert sorted(t for g in groups for t in g) == sorted(tasks)
+@FAST
+@given(sizes=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 400)), max_size=8),
+       workers=st.integers(1, 5))
+def test_readers_get_equal_ranges_covering_every_partition_once(sizes: list, workers: int
+                                                                 ) -> None:
+    tasks = [("t", p, start, start + n) for p, (start, n) in enumerate(sizes) if n]
+    groups = split_tasks(tasks, workers)
+    total = sum(n for _, n in sizes)
+    assert len(groups) <= workers and all(groups) and (groups or total == 0)
     loads = [sum(e - s for _, _, s, e in g) for g in groups]
-    assert max(loads) - min(loads) <= 100
-    assert split_tasks(tasks, 1) == [sorted(tasks, key=lambda t: t[3] - t[2], reverse=True)]
-    assert split_tasks([], 4) == []
+    assert sum(loads) == total and all(load <= -(-total // workers) for load in loads)
+    for g in groups:  # one consumer cannot hold two ranges of one partition
+        assert len({p for _, p, _, _ in g}) == len(g)
+    for _, p, start, end in tasks:
+        pieces = sorted((s, e) for g in groups for _, q, s, e in g if q == p)
+        assert pieces[0][0] == start and pieces[-1][1] == end
+        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:], strict=False))
+
+
+def test_a_split_partition_is_complete_only_when_every_range_is() -> None:
+    assert merge_ranges([(0, 50, 50), (50, 100, 100)], 0) == 100
+    assert merge_ranges([(50, 100, 120), (0, 50, 50)], 0) == 100  # EOF past the range end
+    assert merge_ranges([(0, 50, 30), (50, 100, 100)], 0) == 30  # the first range is short
+    assert merge_ranges([(0, 50, 50), (50, 100, 70)], 0) == 70
+    assert merge_ranges([], 7) == 7
 
 
 def test_read_topics_from_an_unreachable_broker_is_a_problem() -> None:
@@ -329,22 +346,34 @@ def test_read_topics_from_an_unreachable_broker_is_a_problem() -> None:
 
 @pytest.mark.cluster
 def test_parallel_readers_give_what_read_topic_gives(broker: KafkaCluster) -> None:
-    """Two reader processes (forced even for small topics) against one in-process read per
-    topic: same records, same proof of completeness."""
+    """Two reader processes (forced even for small topics; a partition split between them,
+    an aborted transaction inside it) against one in-process read per topic: same records
+    in offset order per partition, same proof of completeness."""
     topics = ["par-a", "par-b"]
     broker.create_topics(topics)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "log_level": 3})
+    tx = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "par-tx",
+                   "log_level": 3})
+    tx.init_transactions(30)
     for i in range(3000):
-        producer.produce(topics[i % 2], key=b"k%d" % (i % 7), value=b"v%d" % i,
-                         partition=i % 3)
+        producer.produce("par-a", key=b"k%d" % (i % 7), value=b"v%d" % i, partition=i % 3)
+        if i == 1500:
+            assert producer.flush(30) == 0
+            tx.begin_transaction()
+            for j in range(50):
+                tx.produce("par-a", value=b"aborted-%d" % j, partition=1)
+            tx.abort_transaction(30)
+    for i in range(101):
+        producer.produce("par-b", value=b"b%d" % i, partition=i % 3)
     assert producer.flush(30) == 0
     together = read_topics(broker.bootstrap, topics, workers=2, parallel_min_records=0)
+    assert split_tasks([("par-a", p, 0, e) for p, e in together["par-a"].end_offsets.items()],
+                       2)[0][-1][1] == 1  # partition 1 is split between the readers
     for topic in topics:
         alone = read_topic(broker.bootstrap, topic)
         got = together[topic]
-        key = lambda r: (r[3], r[4])  # noqa: E731
-        assert sorted(got.rows(), key=key) == sorted(alone.rows(), key=key)
+        assert sorted(got.rows(), key=lambda r: r[3]) == sorted(alone.rows(), key=lambda r: r[3])
         assert got.complete and got.end_offsets == alone.end_offsets
         assert got.reached == alone.reached and got.topic == topic
-    ends = read_topics(broker.bootstrap, topics, workers=1)
-    assert {t: len(r) for t, r in ends.items()} == {t: len(together[t]) for t in topics}
+    assert not any(v.startswith(b"aborted") for v in together["par-a"].values.to_pylist())
+    assert len(together["par-a"]) == 3000 and len(together["par-b"]) == 101

@@ -27,7 +27,6 @@ from types import TracebackType
 import numpy as np
 import pyarrow as pa
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -706,9 +705,10 @@ def read_partitions(consumer: Consumer, topic: str, end: dict[int, int], reached
                     problems: list[str], timeout_s: float, idle_timeout_s: float,
                     batch_size: int = READ_BATCH,
                     on_progress: Callable[[int], None] | None = None) -> _Columns:
-    """Read the partitions of ``topic`` in ``end`` from ``reached`` (their log starts) up to
-    ``end``, updating ``reached`` as it goes and adding to ``problems`` why it stopped short
-    (a time-out, nothing arriving); a Kafka error is raised (``reached`` shows how far it got).
+    """Read the partitions of ``topic`` in ``end`` from ``reached`` (their log starts, or
+    any offset: parallel readers split a partition) up to ``end``, updating ``reached`` as
+    it goes and adding to ``problems`` why it stopped short (a time-out, nothing
+    arriving); a Kafka error is raised (``reached`` shows how far it got).
     """
     columns = _Columns()
     end_by_partition = np.zeros(max(end, default=-1) + 1, dtype=np.int64)
@@ -716,7 +716,7 @@ def read_partitions(consumer: Consumer, topic: str, end: dict[int, int], reached
         end_by_partition[p] = e
     todo = {p for p, e in end.items() if e > reached[p]}
     if todo:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(todo)])
+        consumer.assign([TopicPartition(topic, p, reached[p]) for p in sorted(todo)])
     deadline = time.monotonic() + timeout_s
     last_data = time.monotonic()
     while todo:

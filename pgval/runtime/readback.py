@@ -41,26 +41,53 @@ from pgval.runtime.procs import RuntimeErrorPlain
 PARALLEL_MIN_RECORDS = 500_000
 _SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()),
                      ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
-# (topic, partition, start, end)
+# (topic, partition, start, end): an offset range a reader reads.
 Task = tuple[str, int, int, int]
+# Takes one topic's records, how far each partition got and the problems.
+Taker = Callable[[str, pa.Table, dict[int, int], list[str]], None]
 
 
 def split_tasks(tasks: Sequence[Task], workers: int) -> list[list[Task]]:
-    """Partitions to readers, largest first onto the least loaded, so readers end together."""
-    groups: list[list[Task]] = [[] for _ in range(max(1, workers))]
-    load = [0] * len(groups)
-    for task in sorted(tasks, key=lambda t: t[3] - t[2], reverse=True):
-        k = load.index(min(load))
-        groups[k].append(task)
-        load[k] += task[3] - task[2]
-    return [g for g in groups if g]
+    """Offset ranges for ``workers`` readers, equal in records: the partitions are laid end
+    to end and cut into equal contiguous shares, so a big partition may be split between
+    two readers, and no reader gets two ranges of one partition."""
+    total = sum(e - s for _, _, s, e in tasks)
+    if total == 0:
+        return []
+    workers = max(1, workers)
+    share = -(-total // workers)
+    groups: list[list[Task]] = [[]]
+    room = share
+    for topic, p, start, end in tasks:
+        while start < end:
+            if room == 0:
+                groups.append([])
+                room = share
+            take = min(end - start, room)
+            groups[-1].append((topic, p, start, start + take))
+            start += take
+            room -= take
+    return groups
+
+
+def merge_ranges(ranges: Sequence[tuple[int, int, int]], start: int) -> int:
+    """How far a partition read in ranges (start, stop, reached) got: to the end of the
+    contiguous prefix of complete ranges, or into the first short one."""
+    at = start
+    for lo, stop, reached in sorted(ranges):
+        if lo > at:
+            break
+        at = max(at, min(reached, stop))
+        if reached < stop:
+            break
+    return at
 
 
 def _read_tasks(bootstrap: str, isolation: str, tasks: Sequence[Task], timeout_s: float,
                 idle_timeout_s: float, batch_size: int,
-                on_topic: Callable[[str, pa.Table, dict[int, int], list[str]], None],
-                on_progress: Callable[[int], None] | None = None) -> None:
-    """Read each topic's partitions of ``tasks``; hand every topic's result to ``on_topic``."""
+                on_topic: Taker, on_progress: Callable[[int], None] | None = None) -> None:
+    """Read each topic's offset ranges of ``tasks`` (at most one per partition); hand every
+    topic's records, how far each partition got and the problems to ``on_topic``."""
     by_topic: dict[str, dict[int, tuple[int, int]]] = {}
     for topic, p, start, end in tasks:
         by_topic.setdefault(topic, {})[p] = (start, end)
@@ -139,7 +166,6 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     ends: dict[str, dict[int, int]] = {t: {} for t in topics}
     reached: dict[str, dict[int, int]] = {t: {} for t in topics}
     problems: dict[str, list[str]] = {t: [] for t in topics}
-    tables: dict[str, list[pa.Table]] = {t: [] for t in topics}
     consumer = None
     try:
         consumer = Consumer(conf)
@@ -160,26 +186,39 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
                 consumer.close()
     tasks = [(t, p, reached[t][p], e) for t in topics for p, e in sorted(ends[t].items())
              if e > reached[t][p]]
-
-    def take(topic: str, table: pa.Table, got: dict[int, int], why: list[str]) -> None:
-        tables[topic].append(table)
-        for p, r in got.items():
-            reached[topic][p] = max(reached[topic][p], r)
-        problems[topic].extend(why)
-
     total = sum(e - s for _, _, s, e in tasks)
-    groups = split_tasks(tasks, workers)
-    if len(groups) <= 1 or total < parallel_min_records:
-        _read_tasks(bootstrap, isolation, tasks, timeout_s, idle_timeout_s, batch_size, take,
-                    on_progress)
-    else:
-        _run_readers(bootstrap, isolation, groups, timeout_s, idle_timeout_s, batch_size, take,
+    groups = (split_tasks(tasks, workers) if total >= parallel_min_records
+              else [tasks] if tasks else [])
+    # How far each reader's range of a partition got: (topic, partition) -> reader -> range.
+    ranges: dict[tuple[str, int], dict[int, list[int]]] = {}
+    for k, group in enumerate(groups):
+        for t, p, s, e in group:
+            ranges.setdefault((t, p), {})[k] = [s, e, s]
+    tables: dict[str, dict[int, pa.Table]] = {t: {} for t in topics}
+
+    def taker(k: int) -> Taker:
+        def take(topic: str, table: pa.Table, got: dict[int, int], why: list[str]) -> None:
+            tables[topic][k] = table
+            for p, r in got.items():
+                ranges[(topic, p)][k][2] = max(ranges[(topic, p)][k][2], r)
+            problems[topic].extend(why)
+        return take
+
+    if len(groups) == 1:
+        _read_tasks(bootstrap, isolation, groups[0], timeout_s, idle_timeout_s, batch_size,
+                    taker(0), on_progress)
+    elif groups:
+        _run_readers(bootstrap, isolation, groups, timeout_s, idle_timeout_s, batch_size, taker,
                      problems, on_progress)
+    for (t, p), by_reader in ranges.items():
+        reached[t][p] = merge_ranges([(s, e, r) for s, e, r in by_reader.values()],
+                                     reached[t][p])
 
     out: dict[str, TopicRecords] = {}
     for topic in topics:
-        table = (pa.concat_tables(tables[topic]) if tables[topic]
-                 else _SCHEMA.empty_table())
+        # Reader k's ranges precede reader k+1's within a partition: offset order is kept.
+        parts = [tables[topic][k] for k in sorted(tables[topic])]
+        table = pa.concat_tables(parts) if parts else _SCHEMA.empty_table()
         recs = TopicRecords(keys=table.column("key"), values=table.column("value"),
                             timestamps=_numpy(table, "timestamp", np.int64),
                             partitions=_numpy(table, "partition", np.int32),
@@ -201,8 +240,7 @@ def _numpy(table: pa.Table, name: str, dtype: type) -> np.ndarray:
 
 
 def _run_readers(bootstrap: str, isolation: str, groups: list[list[Task]], timeout_s: float,
-                 idle_timeout_s: float, batch_size: int,
-                 take: Callable[[str, pa.Table, dict[int, int], list[str]], None],
+                 idle_timeout_s: float, batch_size: int, taker: Callable[[int], Taker],
                  problems: dict[str, list[str]],
                  on_progress: Callable[[int], None] | None) -> None:
     """Start one reader process per group, collect their topics, always stop them."""
@@ -233,7 +271,7 @@ def _run_readers(bootstrap: str, isolation: str, groups: list[list[Task]], timeo
                     if msg[0] == "topic":
                         _, topic, got, why = msg
                         data = conn.recv_bytes()
-                        take(topic, pa.ipc.open_stream(data).read_all(), got, why)
+                        taker(k)(topic, pa.ipc.open_stream(data).read_all(), got, why)
                         received[k].add(topic)
                         continue
                     if msg[0] == "progress":
