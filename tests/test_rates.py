@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from pgval.runtime.kafka import KafkaCluster, TopicRecords, _Columns, read_topic
 from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.runtime.readback import merge_ranges, read_topics, split_tasks
 from pgval.schema import Topics
+from tests.conftest import wait_until
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -377,3 +379,37 @@ def test_parallel_readers_give_what_read_topic_gives(broker: KafkaCluster) -> No
         assert got.reached == alone.reached and got.topic == topic
     assert not any(v.startswith(b"aborted") for v in together["par-a"].values.to_pylist())
     assert len(together["par-a"]) == 3000 and len(together["par-b"]) == 101
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_reader_process_dies_with_its_parent(tmp_path: Path) -> None:
+    """A SIGKILLed pgval must not leave a reader behind (it would read on for minutes)."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import multiprocessing as mp, os, time\n"
+        "from pgval.runtime import readback\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = mp.get_context('spawn')\n"
+        "    recv, send = ctx.Pipe(duplex=False)\n"
+        "    p = ctx.Process(target=readback._reader_main, args=(send, os.getpid(),\n"
+        "        '127.0.0.1:1', 'read_committed', [('t', 0, 0, 10)], 120.0, 120.0, 100))\n"
+        "    p.start()\n"
+        "    print(p.pid, flush=True)\n"
+        "    time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        reader = int(parent.stdout.readline())
+        time.sleep(3)  # the reader is up and waiting for records that never come
+        assert _alive(reader)
+    finally:
+        parent.kill()
+        parent.wait()
+    wait_until(lambda: not _alive(reader), 15, "the reader to die with its parent")

@@ -16,8 +16,10 @@ partitions short, which the proof shows: never a silent partial read.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing as mp
 import multiprocessing.connection as mpc
+import os
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +41,7 @@ from pgval.runtime.procs import RuntimeErrorPlain
 
 #: Below this many records in all, reading in this process is faster than starting readers.
 PARALLEL_MIN_RECORDS = 500_000
+_PR_SET_PDEATHSIG = 1
 _SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()),
                      ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
 # (topic, partition, start, end): an offset range a reader reads.
@@ -122,10 +125,21 @@ def _read_tasks(bootstrap: str, isolation: str, tasks: Sequence[Task], timeout_s
         on_topic(topic, table, reached, problems)
 
 
-def _reader_main(conn: mpc.Connection, bootstrap: str, isolation: str, tasks: list[Task],
-                 timeout_s: float, idle_timeout_s: float, batch_size: int) -> None:
+def _die_with_parent(parent: int) -> bool:
+    """SIGKILL from the kernel when the parent dies (a reader holds nothing to clean up, and
+    a SIGKILLed pgval must not leave readers behind); False if it is already gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getppid() == parent
+
+
+def _reader_main(conn: mpc.Connection, parent: int, bootstrap: str, isolation: str,
+                 tasks: list[Task], timeout_s: float, idle_timeout_s: float,
+                 batch_size: int) -> None:
     """A reader process: its partitions, topic by topic, each sent back as Arrow IPC."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us; Ctrl-C is its
+    if not _die_with_parent(parent):
+        return
     last = [0.0]
 
     def progress(n: int) -> None:
@@ -254,8 +268,8 @@ def _run_readers(bootstrap: str, isolation: str, groups: list[list[Task]], timeo
         for k, group in enumerate(groups):
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_reader_main, name=f"pgval-reader-{k}", daemon=True,
-                               args=(send, bootstrap, isolation, group, timeout_s,
-                                     idle_timeout_s, batch_size))
+                               args=(send, os.getpid(), bootstrap, isolation, group,
+                                     timeout_s, idle_timeout_s, batch_size))
             proc.start()
             send.close()
             procs.append(proc)
