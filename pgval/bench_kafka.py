@@ -232,13 +232,14 @@ def _write_outputs(bootstrap: str, topic: str, values: list[bytes]) -> None:
 
 
 def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
-                   synthetic_rate: float = 100_000.0, partitions: int = 3, workers: int = 2,
+                   synthetic_rate: float = 100_000.0, partitions: int = 3,
+                   workers: int | None = None,
                    say: Say | None = None) -> ReadbackRate:
     """Write ``events`` inputs (generator, one producer) and their SST outputs (oracle, a few
     planted anomalies) into a local broker, then time what ``pgval validate`` does after the
     drain: read every topic back (read_committed, to the end offsets, ``workers`` reader
-    processes), turn the records into columns (``streams_from_records``) and evaluate
-    (oracle, validator, metrics)."""
+    processes, default as ``read_topics``), turn the records into columns
+    (``streams_from_records``) and evaluate (oracle, validator, metrics)."""
     cfg = GeneratorConfig(rate=None, events=events, producers=1, event_time="synthetic",
                           synthetic_rate=synthetic_rate, start_ts_ms=_wall_ms() - 3_600_000)
     topics = Topics.with_prefix("bench-")

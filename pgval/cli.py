@@ -715,8 +715,9 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
 @bench.command("readback")
 @click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True)
 @click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Reader processes (partitions are split between them).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Reader processes, partitions split between them [default: half the "
+                   "cores, as pgval validate].")
 @click.option("--window-ms", type=click.IntRange(min=1), default=1000, show_default=True,
               help="SST window of the outputs (event time runs at 100k ev/s).")
 @bench_runs_option
@@ -727,7 +728,9 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
     from rich.table import Table
 
     from pgval.bench_kafka import bench_readback as run_bench
+    from pgval.runtime.readback import default_workers
 
+    workers = workers or default_workers()
     result = run_bench(_bench_run_dir(runs, "readback"), events, window_ms=window_ms,
                        partitions=partitions, workers=workers, say=_say)
     gen = result.generator

@@ -1,11 +1,12 @@
 """Read several topics back with parallel reader processes, same proof as ``read_topic``.
 
 Why processes: reading is bound by the Kafka client's cost per message (librdkafka's and
-confluent-kafka's message objects, ~1.5-2 µs of CPU on the development machine), not by the
-broker. One Python process cannot spread that over cores; two reader processes, each with
-its own consumer on half of the partitions, read about twice as fast on 2 cores (measured:
-docs/performance.md, "Rates"). The evidence still comes through a Kafka client with the
-requested isolation level, to one end-offset snapshot taken before any reader starts.
+confluent-kafka's message objects, ~1.3 µs of CPU on the development machine), and one
+Python process cannot spread that over cores. By default half the cores read (the other
+half is left to a local broker): on the 2-core development machine that is one reader, as
+two were no faster there with the broker on the same cores (docs/performance.md, "Rates").
+The evidence still comes through a Kafka client with the requested isolation level, to one
+end-offset snapshot taken before any reader starts.
 
 Each reader sends its columns back as an Arrow IPC stream over a pipe (no pickling of
 records); the parent merges them per topic with the per-partition proof (end offsets, how
@@ -48,6 +49,11 @@ _SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()),
 Task = tuple[str, int, int, int]
 # Takes one topic's records, how far each partition got and the problems.
 Taker = Callable[[str, pa.Table, dict[int, int], list[str]], None]
+
+
+def default_workers() -> int:
+    """Half the cores, at least one: the other half is for a broker on the same machine."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 def split_tasks(tasks: Sequence[Task], workers: int) -> list[list[Task]]:
@@ -166,14 +172,15 @@ def _reader_main(conn: mpc.Connection, parent: int, bootstrap: str, isolation: s
 
 def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_committed",
                 timeout_s: float = 120.0, idle_timeout_s: float = 10.0, strict: bool = True,
-                workers: int = 2, batch_size: int = READ_BATCH,
+                workers: int | None = None, batch_size: int = READ_BATCH,
                 on_progress: Callable[[int], None] | None = None,
                 parallel_min_records: int = PARALLEL_MIN_RECORDS) -> dict[str, TopicRecords]:
     """Every record of ``topics`` up to one end-offset snapshot, as :func:`read_topic`
     gives each (same columns, same proof: ``end_offsets``, ``reached``, ``problems``).
 
-    With ``workers`` > 1 and at least ``parallel_min_records`` records to read, the
-    partitions are split between that many reader processes; else they are read here.
+    With ``workers`` > 1 (default: half the cores) and at least ``parallel_min_records``
+    records to read, the partitions are split between that many reader processes; else
+    they are read here.
     ``on_progress`` gets the number of records read so far (about once a second).
     """
     conf = reader_conf(bootstrap, isolation)
@@ -201,6 +208,8 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     tasks = [(t, p, reached[t][p], e) for t in topics for p, e in sorted(ends[t].items())
              if e > reached[t][p]]
     total = sum(e - s for _, _, s, e in tasks)
+    if workers is None:
+        workers = default_workers()
     groups = (split_tasks(tasks, workers) if total >= parallel_min_records
               else [tasks] if tasks else [])
     # How far each reader's range of a partition got: (topic, partition) -> reader -> range.
