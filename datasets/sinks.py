@@ -6,9 +6,10 @@ the report trusts: an event counts as delivered only once the file write returne
 acknowledged it (acks=all); a failed delivery is recorded (count, sample ids, error text) and
 never counted as delivered.
 
-JSON is built for whole chunks at once with numpy (a fixed-width byte matrix with NUL padding,
-compacted by dropping the NULs): about twice as fast as per-record formatting, see
-``bench_generator``.
+JSON is built for whole chunks at once with numpy: events whose fields have the same widths
+share one byte matrix, filled column by column; Kafka values come out of it as one bytes
+object per event with no per-record Python step (``bench_generator`` compares it with
+per-record formatting).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import os
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from pgval.schema import GET_TOPIC, POST_TOPIC, resource_name
+from pgval.schema import GET, POST, Topics, resource_name
 
 if TYPE_CHECKING:
     from pgval.datasets.generator import EventBatch, GeneratorConfig, ProducerReport
@@ -56,8 +59,15 @@ class SinkResult:
 class SinkWriter(Protocol):
     """Per-producer writer; lives in the producer process."""
 
-    delivered: int
-    failed: int
+    @property
+    def delivered(self) -> int:
+        """Events known to be in the sink (exact once closed, never more than the truth)."""
+        ...
+
+    @property
+    def failed(self) -> int:
+        """Events the sink refused (never also counted as delivered)."""
+        ...
 
     def write(
         self,
@@ -94,27 +104,24 @@ class Sink(Protocol):
 # Vectorised JSON encoding
 # --------------------------------------------------------------------------------------------
 
-_PREFIX = np.frombuffer(b'{"id":', np.uint8)
-_TYPE_KEY = np.frombuffer(b',"type":"', np.uint8)
-_RESOURCE_KEY = np.frombuffer(b'","resource":"', np.uint8)
-_EVENT_TS_KEY = np.frombuffer(b'","event_ts":', np.uint8)
-_INGRESS_KEY = np.frombuffer(b',"ingress_ts":', np.uint8)
-_END = np.frombuffer(b"}\n", np.uint8)
-#: "GET" / "POST", NUL padded to one width; row index = is_post.
-_TYPES = np.array([list(b"GET\0"), list(b"POST")], dtype=np.uint8)
-_TEN = np.uint64(10)
-_ZERO_CHAR = np.uint8(ord("0"))
+_PREFIX = b'{"id":'
+_INGRESS_KEY = b',"ingress_ts":'
+#: 1, 10, ..., 10**18: a non-negative int64 has searchsorted(_POW10, v, "right") digits.
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=16)
-def _name_table(resources: int) -> np.ndarray:
-    """Resource names as a (resources, width) NUL-padded byte matrix."""
-    names = [resource_name(i).encode() for i in range(resources)]
-    width = max(len(n) for n in names)
-    table = np.zeros((resources, width), dtype=np.uint8)
-    for i, name in enumerate(names):
-        table[i, : len(name)] = np.frombuffer(name, np.uint8)
-    return table
+def _middles(resources: int) -> tuple[np.ndarray, np.ndarray]:
+    """``,"type":"T","resource":"NAME","event_ts":`` for code ``is_post * resources + r``:
+    a NUL-padded byte matrix and each entry's length (the part between id and event time)."""
+    entries = [b',"type":"%s","resource":"%s","event_ts":' % (kind.encode(),
+                                                               resource_name(r).encode())
+               for kind in (GET, POST) for r in range(resources)]
+    width = max(len(e) for e in entries)
+    table = np.zeros((len(entries), width), dtype=np.uint8)
+    for i, entry in enumerate(entries):
+        table[i, : len(entry)] = np.frombuffer(entry, np.uint8)
+    return table, np.array([len(e) for e in entries], dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=16)
@@ -123,38 +130,105 @@ def resource_keys(resources: int) -> list[bytes]:
     return [resource_name(i).encode() for i in range(resources)]
 
 
-def _digit_count(value: int) -> int:
-    return len(str(value))
+def _digits(values: np.ndarray) -> np.ndarray:
+    """Decimal digits of each non-negative int64."""
+    return np.maximum(np.searchsorted(_POW10, values, side="right"), 1)
 
 
-def _put(out: np.ndarray, pos: int, part: np.ndarray) -> int:
-    out[:, pos : pos + part.shape[-1]] = part
-    return pos + part.shape[-1]
-
-
-def _put_int(out: np.ndarray, pos: int, value: int | np.ndarray) -> int:
-    """Decimal digits of a scalar (one constant) or per-row non-negative ints, NUL left-padded."""
+def _ints(value: int | np.ndarray, n: int) -> bytes | tuple[np.ndarray, np.ndarray]:
+    """One integer for the whole chunk (its digits, constant) or one per event."""
     if not isinstance(value, np.ndarray):
-        return _put(out, pos, np.frombuffer(b"%d" % value, np.uint8))
-    if value.shape[0] and int(value.min()) < 0:
+        if value < 0:
+            raise ValueError("only non-negative integers are encoded")
+        return b"%d" % value
+    if value.shape != (n,):
+        raise ValueError("a per-event array does not match the chunk")
+    value = value.astype(np.int64, copy=False)
+    if n and int(value.min()) < 0:
         raise ValueError("only non-negative integers are encoded")
-    width = _digit_count(int(value.max())) if value.shape[0] else 1
-    v = value.astype(np.uint64)
-    for k in range(width):
-        q = v // _TEN
-        digit = (v - q * _TEN).astype(np.uint8)
-        digit += _ZERO_CHAR
-        if k:
-            digit[v == 0] = 0  # leading zero -> NUL, dropped when compacting
-        out[:, pos + width - 1 - k] = digit
-        v = q
-    return pos + width
+    return value, _digits(value)
 
 
-def _int_width(value: int | np.ndarray) -> int:
-    if isinstance(value, np.ndarray):
-        return _digit_count(int(value.max())) if value.shape[0] else 1
-    return _digit_count(value)
+# A segment of every row: constant bytes, per-event integers (values, digit counts) or
+# per-event table rows (table, lengths, row codes).
+_Segment = bytes | tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _groups(widths: list[np.ndarray], n: int) -> list[np.ndarray | None]:
+    """Row indices of each combination of segment widths (None: all rows, in order)."""
+    groups: list[np.ndarray | None] = [None]
+    for w in widths:
+        present = np.flatnonzero(np.bincount(w))
+        if len(present) == 1:
+            continue
+        split: list[np.ndarray | None] = []
+        for g in groups:
+            wg = w if g is None else w[g]
+            for width in present:
+                sel = np.flatnonzero(wg == width)
+                if len(sel):
+                    split.append(sel if g is None else g[sel])
+        groups = split
+    return groups
+
+
+def _encode_rows(chunk: EventBatch, event_ts: int | np.ndarray,
+                 ingress_ts: int | np.ndarray | None, end: bytes) -> np.ndarray:
+    """Each event's compact JSON as one item of a fixed-width bytes array (``S<width>``),
+    left-aligned and NUL-padded, so ``tolist()`` gives every record's exact bytes.
+
+    Rows whose variable parts (id digits, type and resource, time digits) have the same
+    widths have every field at the same column, so each such group is filled column by
+    column with no per-record step; a chunk has only a handful of groups.
+    """
+    n = len(chunk)
+    table, lengths = _middles(chunk.resources)
+    code = chunk.resource + chunk.resources * chunk.is_post.astype(np.intp)
+    segments: list[_Segment] = [_PREFIX, _ints(chunk.ids, n), (table, lengths[code], code),
+                                _ints(event_ts, n)]
+    if ingress_ts is not None:
+        segments += [_INGRESS_KEY, _ints(ingress_ts, n)]
+    segments.append(end)
+    merged: list[_Segment] = []  # adjacent constants joined
+    for seg in segments:
+        if isinstance(seg, bytes) and merged and isinstance(merged[-1], bytes):
+            merged[-1] = merged[-1] + seg
+        else:
+            merged.append(seg)
+    variable = [seg[1] for seg in merged if not isinstance(seg, bytes)]
+    groups = _groups(variable, n)
+    rows: list[tuple[np.ndarray | None, np.ndarray]] = []
+    for g in groups:
+        first = 0 if g is None else int(g[0])
+        m = n if g is None else len(g)
+        width = sum(len(s) if isinstance(s, bytes) else int(s[1][first]) for s in merged)
+        out = np.empty((m, width), dtype=np.uint8)
+        col = 0
+        for seg in merged:
+            if isinstance(seg, bytes):
+                out[:, col : col + len(seg)] = np.frombuffer(seg, np.uint8)
+                col += len(seg)
+            elif len(seg) == 2:
+                values, digits = seg
+                w = int(digits[first])
+                v = values if g is None else values[g]
+                for k in range(w - 1, -1, -1):
+                    q = v // 10
+                    out[:, col + k] = v - q * 10 + 48
+                    v = q
+                col += w
+            else:
+                tab, tab_len, codes = seg
+                w = int(tab_len[first])
+                out[:, col : col + w] = tab[codes if g is None else codes[g], :w]
+                col += w
+        rows.append((g, out.view(f"S{width}").ravel()))
+    if len(rows) == 1:
+        return rows[0][1]
+    result = np.empty(n, dtype=f"S{max(r.dtype.itemsize for _, r in rows)}")
+    for g, r in rows:
+        result[g] = r
+    return result
 
 
 def encode_json_lines(
@@ -167,41 +241,18 @@ def encode_json_lines(
     ``event_ts``/``ingress_ts`` are one value for the whole chunk or one per event. The output
     equals ``orjson.dumps(record) + b"\\n"`` per event, in order (tests check that).
     """
-    n = len(chunk)
-    if n == 0:
+    if len(chunk) == 0:
         return b""
-    if isinstance(event_ts, np.ndarray) and event_ts.shape[0] == 0:
-        raise ValueError("event_ts array does not match the chunk")
-    names = _name_table(chunk.resources)
-    width = (
-        len(_PREFIX) + _int_width(chunk.ids) + len(_TYPE_KEY) + _TYPES.shape[1]
-        + len(_RESOURCE_KEY) + names.shape[1] + len(_EVENT_TS_KEY) + _int_width(event_ts)
-        + (len(_INGRESS_KEY) + _int_width(ingress_ts) if ingress_ts is not None else 0)
-        + len(_END)
-    )
-    out = np.empty((n, width), dtype=np.uint8)
-    pos = _put(out, 0, _PREFIX)
-    pos = _put_int(out, pos, chunk.ids)
-    pos = _put(out, pos, _TYPE_KEY)
-    pos = _put(out, pos, _TYPES[chunk.is_post.astype(np.intp)])
-    pos = _put(out, pos, _RESOURCE_KEY)
-    pos = _put(out, pos, names[chunk.resource])
-    pos = _put(out, pos, _EVENT_TS_KEY)
-    pos = _put_int(out, pos, event_ts)
-    if ingress_ts is not None:
-        pos = _put(out, pos, _INGRESS_KEY)
-        pos = _put_int(out, pos, ingress_ts)
-    pos = _put(out, pos, _END)
-    assert pos == width
-    flat = out.reshape(-1)
-    return flat[flat != 0].tobytes()
+    rows = _encode_rows(chunk, event_ts, ingress_ts, b"}\n")
+    flat = rows.view(np.uint8)
+    return flat[flat != 0].tobytes()  # drop the padding (JSON text holds no NUL)
 
 
 def encode_values(chunk: EventBatch, event_ts: int | np.ndarray) -> list[bytes]:
     """Kafka record values (compact JSON without ingress time), one per event."""
     if len(chunk) == 0:
         return []
-    return encode_json_lines(chunk, event_ts).split(b"\n")[:-1]
+    return _encode_rows(chunk, event_ts, None, b"}").tolist()
 
 
 def _count_error(errors: dict[str, int], key: str) -> None:
@@ -356,18 +407,18 @@ class _FileWriter:
 
 @dataclass(frozen=True)
 class KafkaSink:
-    """Kafka topics ``get``/``post``; key = resource name, value = compact JSON event.
+    """Kafka topics ``topics.get``/``topics.post``; key = resource name, value = compact JSON.
 
-    Idempotent producer with ``acks=all``: an event counts as delivered only when its delivery
-    report says so. Failed reports are counted with a sample of ids and the error texts. After
-    the flush timeout, whatever is still outstanding is reported as undelivered (it may or may
-    not have reached the broker: read the topics to know). The ingress time is the broker's
-    LogAppendTime, so no timestamp is set here. ``config`` overrides any librdkafka setting.
+    Idempotent producer with ``acks=all``: an event counts as delivered only when Kafka
+    acknowledged it. Failed deliveries are counted with a sample of ids and the error texts.
+    After the flush timeout, whatever is still outstanding is reported as undelivered (it may
+    or may not have reached the broker: read the topics to know). The ingress time is the
+    broker's LogAppendTime, so no timestamp is set here. ``topics`` names the run's topics (a
+    run on a shared cluster has its own prefix); ``config`` overrides any librdkafka setting.
     """
 
     bootstrap_servers: str
-    get_topic: str = GET_TOPIC
-    post_topic: str = POST_TOPIC
+    topics: Topics = field(default_factory=Topics)
     linger_ms: int = 10
     compression: str = "lz4"
     batch_bytes: int = 1_000_000
@@ -377,7 +428,7 @@ class KafkaSink:
     config: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
-        return f"kafka {self.bootstrap_servers} ({self.get_topic}/{self.post_topic})"
+        return f"kafka {self.bootstrap_servers} ({self.topics.get}/{self.topics.post})"
 
     def producer_config(self, producer_index: int) -> dict[str, Any]:
         """librdkafka settings of producer ``producer_index`` (before callbacks are added)."""
@@ -409,32 +460,62 @@ class KafkaFatalError(RuntimeError):
     """The producer hit a fatal error (e.g. idempotence broken) and cannot go on."""
 
 
+#: After a flush time-out, how long the purged messages' reports are waited for.
+_PURGE_WAIT_S = 5.0
+
+
 class _KafkaWriter:
+    """One producer's Kafka client and its exact delivery accounting.
+
+    Why there is no Python call per acknowledged message: librdkafka reports every produced
+    message exactly once, acknowledged or failed, and a message stays in the client's queue
+    (``len(producer)``) until its report has been served by ``poll``/``flush``. With
+    ``delivery.report.only.error`` the client skips the Python callback for acknowledged
+    messages (it still serves their reports in C), so the callback sees failures only. Hence:
+
+    * while running, ``delivered = sent - failed - len(producer)`` is a lower bound (the queue
+      length also counts reports and events not yet served);
+    * once the queue is empty every sent message that did not fail was acknowledged, so
+      ``delivered = sent - failed - undelivered`` is exact, where ``undelivered`` counts the
+      messages purged after the flush time-out (their reports say so) plus any message whose
+      report never came.
+    """
+
     def __init__(self, sink: KafkaSink, cfg: GeneratorConfig, producer_index: int) -> None:
-        from confluent_kafka import Producer  # imported here: file sinks need no librdkafka
+        from confluent_kafka import KafkaError, Producer  # file sinks need no librdkafka
 
         self.sink = sink
-        self.delivered = 0
+        self.sent = 0
         self.failed = 0
+        self.undelivered = 0
         self.failed_ids: list[int] = []
         self.errors: dict[str, int] = {}
         self._client_error_keys: dict[str, str] = {}
         self._fatal: str | None = None
-        self._closed = False
-        self._keys = resource_keys(cfg.resources)
-        self._topics = (sink.get_topic, sink.post_topic)
+        self._closing = False
+        self._final_delivered: int | None = None
+        self._purged_codes = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
+        # Per-event keys and topics come from these tables by numpy indexing (no Python loop).
+        self._keys = np.array(resource_keys(cfg.resources), dtype=object)
+        self._topics = np.array([sink.topics.get, sink.topics.post], dtype=object)
         conf = sink.producer_config(producer_index)
-        conf["on_delivery"] = self._on_delivery
+        conf["delivery.report.only.error"] = True
+        conf["on_delivery"] = self._on_failure
         conf["error_cb"] = self._on_error
         conf.setdefault("logger", log)
         self._producer = Producer(conf)
 
-    def _on_delivery(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self.delivered += 1
+    @property
+    def delivered(self) -> int:
+        """Acknowledged events: exact after :meth:`close`, a lower bound before."""
+        if self._final_delivered is not None:
+            return self._final_delivered
+        return max(0, self.sent - self.failed - len(self._producer))
+
+    def _on_failure(self, err: Any, msg: Any) -> None:
+        if self._closing and err.code() in self._purged_codes:
+            self.undelivered += 1  # purged after the flush time-out: no answer, not failed
             return
-        if self._closed:
-            return  # purged after the flush timeout: reported as undelivered, not failed
         self.failed += 1
         _count_error(self.errors, f"delivery {err.name()}: {err.str()}")
         if len(self.failed_ids) < self.sink.max_failed_ids:
@@ -457,26 +538,35 @@ class _KafkaWriter:
         if self._fatal is not None:
             raise KafkaFatalError(f"Kafka producer failed fatally: {self._fatal}")
         values = encode_values(chunk, event_ts)
-        resources = chunk.resource.tolist()
-        posts = chunk.is_post.tolist()
-        keys = self._keys
-        topics = self._topics
-        producer = self._producer
-        produce = producer.produce
+        topics = self._topics[chunk.is_post.astype(np.intp)].tolist()
+        keys = self._keys[chunk.resource].tolist()
+        produce = self._producer.produce
         n = len(values)
-        i = 0
-        while i < n:
-            try:
-                while i < n:
-                    produce(topics[posts[i]], values[i], keys[resources[i]])
-                    i += 1
-            except BufferError:
-                # Local queue full: serve delivery reports until there is room; never drop.
-                producer.poll(0.05)
-                if should_stop() or self._fatal is not None:
-                    break
-        producer.poll(0)
-        return i
+        done = 0
+        try:
+            while done < n:
+                rest = iter(values[done:] if done else values)
+                try:
+                    # The one unavoidable call per event, driven from C by map(), not by a
+                    # Python loop.
+                    deque(map(produce, topics[done:] if done else topics, rest,
+                              keys[done:] if done else keys), maxlen=0)
+                    done = n
+                except BufferError:
+                    # Local queue full. map() had taken the refused event from ``rest`` too,
+                    # so it is the one before what is left. Serve reports until there is
+                    # room; never drop.
+                    done = n - operator.length_hint(rest) - 1
+                    self._producer.poll(0.05)
+                    if should_stop() or self._fatal is not None:
+                        break
+                except BaseException:
+                    done = n - operator.length_hint(rest) - 1  # what was produced counts
+                    raise
+        finally:
+            self.sent += done
+        self._producer.poll(0)
+        return done
 
     def wait(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -488,16 +578,23 @@ class _KafkaWriter:
 
     def close(self, timeout_s: float | None) -> SinkResult:
         timeout = self.sink.flush_timeout_s if timeout_s is None else timeout_s
-        if not self._closed:
-            outstanding = self._producer.flush(timeout)
-            self._closed = True
+        if self._final_delivered is None:
+            producer = self._producer
+            outstanding = producer.flush(timeout)
             if outstanding:
                 log.warning("%d Kafka messages still undelivered after %.1f s flush",
                             outstanding, timeout)
-                self._producer.purge(in_queue=True, in_flight=True, blocking=False)
-                self._producer.poll(0)
+                self._closing = True
+                producer.purge(in_queue=True, in_flight=True, blocking=False)
+                deadline = time.monotonic() + _PURGE_WAIT_S
+                while len(producer) and time.monotonic() < deadline:
+                    producer.poll(0.1)
+                # A message whose report never came is undelivered too (the queue length
+                # may also count client events: then delivered is a lower bound).
+                self.undelivered += len(producer)
+            self._final_delivered = max(0, self.sent - self.failed - self.undelivered)
         return SinkResult(
-            delivered=self.delivered,
+            delivered=self._final_delivered,
             failed=self.failed,
             failed_ids=list(self.failed_ids),
             errors=dict(self.errors),

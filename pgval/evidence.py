@@ -118,8 +118,8 @@ def save_topic(run_dir: Path, records: TopicRecords, name: str | None = None) ->
         "partition": pa.array(records.partitions, type=pa.int32()),
         "offset": pa.array(records.offsets, type=pa.int64()),
         "timestamp": pa.array(records.timestamps, type=pa.int64()),
-        "key": pa.array(records.keys, type=pa.binary()),
-        "value": pa.array(records.values, type=pa.binary()),
+        "key": records.keys,
+        "value": records.values,
     }, schema=_RECORD_SCHEMA)
     tmp = path.with_suffix(".tmp")
     pq.write_table(table, tmp, compression="zstd")
@@ -137,8 +137,8 @@ def load_topic(run_dir: Path, topic: str) -> TopicRecords:
     except (OSError, pa.ArrowException) as exc:
         raise EvidenceError(f"cannot read {path}: {exc}") from exc
     return TopicRecords(
-        keys=table.column("key").to_pylist(),
-        values=table.column("value").to_pylist(),
+        keys=table.column("key"),
+        values=table.column("value"),
         timestamps=table.column("timestamp").to_numpy().astype(np.int64),
         partitions=table.column("partition").to_numpy().astype(np.int32),
         offsets=table.column("offset").to_numpy().astype(np.int64),

@@ -280,8 +280,7 @@ class Experiment:
         client = self.deployment.client_config()
         topics = self._topics()
         # log_level 3: keep librdkafka's transient retry warnings off the live display.
-        sink = KafkaSink(str(client["bootstrap.servers"]), get_topic=topics.get,
-                         post_topic=topics.post,
+        sink = KafkaSink(str(client["bootstrap.servers"]), topics=topics,
                          config={**{k: v for k, v in client.items()
                                     if k != "bootstrap.servers"}, "log_level": 3})
         self.generators = ProducerGroup(gen_cfg, sink, pid_dir=self.run_dir / "pids")

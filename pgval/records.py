@@ -241,19 +241,23 @@ def _is_utf8(block: bytes) -> bool:
     return True
 
 
-def _read_exact(block: bytes, schema: pa.Schema, behaviours: Sequence[str]) -> pa.Table | None:
+def _read_exact(block: bytes, schema: pa.Schema, behaviours: Sequence[str],
+                lines: int | None = None, block_size: int = 16 << 20) -> pa.Table | None:
     """pyarrow's table of ``block`` with one row per non-blank line, or None.
 
     None means the exact per-line path must decide: a line that is not one object, a
     block pyarrow rejects, invalid UTF-8 (pyarrow lets it through inside strings), or a
     row count that differs from the line count (pyarrow reads ``{..} {..}`` as two).
+    ``lines``: the caller already knows that every line can only be one object and how
+    many there are (what :func:`_object_lines` would say).
     """
-    lines = _object_lines(block)
+    if lines is None:
+        lines = _object_lines(block)
     if lines is None or not _is_utf8(block):
         return None
     if lines == 0:
         return schema.empty_table()
-    read_opts = pajson.ReadOptions(block_size=16 << 20)
+    read_opts = pajson.ReadOptions(block_size=block_size)
     for behaviour in behaviours:
         opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior=behaviour,
                                    newlines_in_values=False)
@@ -397,26 +401,123 @@ KAFKA_INPUT_SCHEMA = pa.schema([f for f in INPUT_SCHEMA if f.name != "ingress_ts
 KAFKA_OUTPUT_SCHEMA = pa.schema([f for f in OUTPUT_SCHEMA if f.name != "ingress_ts"])
 
 
-def parse_values(values: Sequence[bytes | None], schema: pa.Schema
+#: Kafka values are parsed in blocks of about this many bytes, each cut by pyarrow into
+#: pieces of VALUE_PIECE_BYTES that its threads parse in parallel.
+VALUE_BLOCK_BYTES = 32 << 20
+VALUE_PIECE_BYTES = 4 << 20
+_EMPTY = pa.scalar(b"", type=pa.binary())
+_NEWLINE = pa.scalar(b"\n", type=pa.binary())
+Values = Sequence[bytes | None] | pa.Array | pa.ChunkedArray
+
+
+def binary_chunks(values: Values) -> list[pa.BinaryArray]:
+    """Kafka keys or values as Arrow binary arrays (a list of bytes is converted once)."""
+    if isinstance(values, pa.ChunkedArray):
+        chunks = list(values.chunks)
+    elif isinstance(values, pa.Array):
+        chunks = [values]
+    else:
+        chunks = [pa.array(list(values), type=pa.binary())]
+    return [c if c.type == pa.binary() else c.cast(pa.binary()) for c in chunks]
+
+
+def _value_bytes(arr: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray]:
+    """(data bytes, offsets as int64, n + 1 of them) of a binary array, without copying data."""
+    _, offsets, data = arr.buffers()
+    offs = (np.frombuffer(offsets, dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+            .astype(np.int64) if offsets is not None else np.zeros(len(arr) + 1, np.int64))
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return raw, offs
+
+
+def _usable(arr: pa.BinaryArray) -> np.ndarray:
+    """Values that can be one line of a block: present, without a newline, not blank.
+
+    Vectorised; only values that start with JSON whitespace (never pgval's own) are looked
+    at one by one.
+    """
+    ok = arr.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+    if not len(arr):
+        return ok
+    data, offs = _value_bytes(arr)
+    starts, ends = offs[:-1], offs[1:]
+    ok &= ends > starts
+    newlines = np.flatnonzero(data[offs[0]:offs[-1]] == 0x0A) + offs[0]
+    if len(newlines):
+        ok[np.searchsorted(offs, newlines, side="right") - 1] = False
+    spaced = np.flatnonzero(ok)
+    spaced = spaced[np.isin(data[starts[spaced]], _SPACE_CODES)]
+    for i in spaced.tolist():
+        if not arr[i].as_py().strip(JSON_SPACE):
+            ok[i] = False
+    return ok
+
+
+def _parse_value_block(good: pa.BinaryArray, schema: pa.Schema
+                       ) -> tuple[pa.Table, np.ndarray, int, list[str]]:
+    """Usable values, one JSON object each: pyarrow reads them as one newline-joined block;
+    if it refuses, every value is judged alone (so a value's fate never depends on its
+    neighbours). Returns (table, parsed mask, malformed, samples)."""
+    joined = pc.binary_join_element_wise(good, _EMPTY, _NEWLINE)  # value + "\n", in C++
+    data, offs = _value_bytes(joined)
+    block = data[offs[0]:offs[-1]].tobytes()
+    # Each usable value is exactly one non-blank line; it can only be one object when it
+    # starts with { and ends with } (else _object_lines trims blanks and decides).
+    first, last = data[offs[:-1]], data[offs[1:] - 2]
+    lines = len(good) if ((first == 0x7B) & (last == 0x7D)).all() else None
+    table = _read_exact(block, schema, ("ignore",), lines=lines, block_size=VALUE_PIECE_BYTES)
+    if table is not None:
+        return table, np.ones(len(good), dtype=bool), 0, []
+    return _parse_lines_with_mask(good.to_pylist(), schema)
+
+
+def parse_values(values: Values, schema: pa.Schema
                  ) -> tuple[pa.Table, np.ndarray, int, list[str]]:
-    """Parse Kafka record values (one JSON object each) in one pyarrow call.
+    """Parse Kafka record values (one JSON object each), in blocks, with pyarrow.
 
     Returns (table, kept, malformed, samples): ``kept`` are the indices of the values
     that became rows, so per-record metadata (timestamps, offsets) can be aligned.
+    ``values`` is an Arrow binary column (as :func:`pgval.runtime.kafka.read_topic`
+    returns it) or a sequence of bytes.
     """
-    usable = np.array([v is not None and b"\n" not in v and v.strip(JSON_SPACE) != b""
-                       for v in values], dtype=bool)
-    kept = np.flatnonzero(usable)
-    dropped = len(values) - len(kept)
-    if len(kept) == 0:
-        return schema.empty_table(), kept, dropped, []
-    lines = [values[i] for i in kept.tolist()]
-    table = _read_exact(b"\n".join(lines) + b"\n", schema, ("ignore",))
-    if table is not None:
-        return table, kept, dropped, []
-    # One value per line: the mask stays aligned with ``kept`` whatever bytes a value holds.
-    table, ok_mask, bad, samples = _parse_lines_with_mask(lines, schema)
-    return table, kept[ok_mask], dropped + bad, samples
+    tables: list[pa.Table] = []
+    kept: list[np.ndarray] = []
+    malformed = 0
+    samples: list[str] = []
+    pending: list[tuple[pa.BinaryArray, np.ndarray]] = []
+    pending_bytes = 0
+
+    def parse_pending() -> None:
+        nonlocal malformed, pending_bytes
+        if not pending:
+            return
+        good = pa.concat_arrays([g for g, _ in pending]) if len(pending) > 1 else pending[0][0]
+        index = np.concatenate([i for _, i in pending])
+        table, ok, bad, bad_samples = _parse_value_block(good, schema)
+        tables.append(table)
+        kept.append(index[ok])
+        malformed += bad
+        samples.extend(bad_samples[: 5 - len(samples)])
+        pending.clear()
+        pending_bytes = 0
+
+    base = 0
+    for chunk in binary_chunks(values):
+        ok = _usable(chunk)
+        index = base + np.flatnonzero(ok)
+        base += len(chunk)
+        malformed += len(chunk) - len(index)
+        if len(index):
+            good = chunk if len(index) == len(chunk) else chunk.filter(pa.array(ok))
+            pending.append((good, index))
+            pending_bytes += good.nbytes
+            if pending_bytes >= VALUE_BLOCK_BYTES:
+                parse_pending()
+    parse_pending()
+    if not tables:
+        return schema.empty_table(), np.zeros(0, dtype=np.int64), malformed, samples
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return table, np.concatenate(kept), malformed, samples
 
 
 def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
@@ -433,7 +534,7 @@ def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
     return table, ok, int((~ok).sum()), samples
 
 
-def inputs_from_kafka(values: Sequence[bytes | None], timestamps: np.ndarray,
+def inputs_from_kafka(values: Values, timestamps: np.ndarray,
                       resources: ResourceTable, partitions: np.ndarray | None = None,
                       offsets: np.ndarray | None = None, topic_code: int = 0) -> InputEvents:
     """Input events from Kafka values; ingress time = the record timestamp (LogAppendTime)."""
@@ -450,7 +551,7 @@ def inputs_from_kafka(values: Sequence[bytes | None], timestamps: np.ndarray,
     return inputs_from_table(table, resources, malformed)
 
 
-def outputs_from_kafka(values: Sequence[bytes | None], timestamps: np.ndarray,
+def outputs_from_kafka(values: Values, timestamps: np.ndarray,
                        partitions: np.ndarray, offsets: np.ndarray, resources: ResourceTable
                        ) -> OutputRecords:
     """Output records from Kafka; stream position = order of (timestamp, partition, offset)."""

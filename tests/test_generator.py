@@ -200,6 +200,7 @@ def test_encoding_equals_orjson_per_record(
         expected.append(orjson.dumps(rec) + b"\n")
     assert encode_json_lines(batch, event_ts, ingress) == b"".join(expected)
     values = encode_values(batch, event_ts)
+    assert values == [orjson.dumps(rec) for rec in batch.records(event_ts)]
     assert [json.loads(v) for v in values] == batch.records(event_ts)
 
 

@@ -226,7 +226,7 @@ def _judge(bootstrap: str, d: Driver) -> Evaluation:
     # Field for field: the produced outputs are the oracle's (ID order aside).
     fields = schema.SST_OUTPUT_FIELDS if d.topology == "sst" else schema.MST_OUTPUT_FIELDS
     got = []
-    for rec in read_topic(bootstrap, d.output_topic).values:
+    for rec in read_topic(bootstrap, d.output_topic).values.to_pylist():
         obj = json.loads(rec)
         assert tuple(obj) == fields
         got.append({**obj, "ids": sorted(obj["ids"])})

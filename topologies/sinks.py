@@ -178,7 +178,7 @@ def last_committed_batch(bootstrap: str, query_name: str, query_id: str | None,
                          config=client_conf)
     want = query_name.encode()
     best = -1
-    for key, value in zip(records.keys, records.values, strict=True):
+    for key, value in zip(records.keys.to_pylist(), records.values.to_pylist(), strict=True):
         if key != want or value is None:
             continue
         try:

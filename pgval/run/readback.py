@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pgval.evidence import save_progress, save_topic
-from pgval.runtime.kafka import TopicRecords, read_topic
+from pgval.runtime.kafka import TopicRecords
+from pgval.runtime.readback import read_topics
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
 from pgval.validity import generator_reasons, readback_reasons, reconcile_inputs
 
@@ -34,13 +35,13 @@ def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
     timeout_s = max(120.0, (delivered + own_events) / 50_000)
     bootstrap = str(client_config["bootstrap.servers"])
     extra = {k: v for k, v in client_config.items() if k != "bootstrap.servers"}
-    records: dict[str, TopicRecords] = {}
-    for role, topic in ((GET_TOPIC, topics.get), (POST_TOPIC, topics.post),
-                        (OUTPUT_TOPIC, topics.output)):
-        recs = read_topic(bootstrap, topic, timeout_s=timeout_s, idle_timeout_s=30.0,
+    roles = {topics.get: GET_TOPIC, topics.post: POST_TOPIC, topics.output: OUTPUT_TOPIC}
+    by_name = read_topics(bootstrap, tuple(roles), timeout_s=timeout_s, idle_timeout_s=30.0,
                           strict=False, config=extra)
-        records[role] = recs
-        save_topic(run_dir, recs, name=role)
+    records: dict[str, TopicRecords] = {}
+    for name, recs in by_name.items():
+        records[roles[name]] = recs
+        save_topic(run_dir, recs, name=roles[name])
     save_progress(run_dir, progress_file)
     described: dict[str, Any] = {role: r.describe() for role, r in records.items()}
     short = readback_reasons(described)

@@ -1,0 +1,301 @@
+"""Rates on a real broker: the generator into Kafka, and read-back + validation of a run.
+
+``pgval bench generator`` and ``pgval bench readback`` start one KRaft broker of their own
+(small heap), owned like a run: ``state.json`` and a reaper first, so even a SIGKILL of
+pgval leaves nothing behind, and the broker is stopped (teardown shielded from a second
+Ctrl-C) however the bench ends. Broker data is deleted afterwards.
+
+Every rate counts acknowledged or read events over wall-clock seconds of the stage alone;
+the setup (broker start, topic creation, writing the outputs) is not timed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from pgval.datasets import GeneratorConfig, KafkaSink, ProducerProgress, generate_range
+from pgval.evaluate import evaluate
+from pgval.evidence import streams_from_records
+from pgval.oracle import expected_outputs
+from pgval.records import InputEvents, ResourceTable
+from pgval.runtime import signals
+from pgval.runtime.cluster import start_reaper, stop_reaper
+from pgval.runtime.kafka import KafkaCluster, TopicRecords
+from pgval.runtime.owner import Owner
+from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.runtime.readback import read_topics
+from pgval.schema import Topics, resource_name
+
+#: Progress lines go here (the CLI prints them); None: silent.
+Say = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def bench_broker(run_dir: Path, partitions: int = 3, heap: str = "256m") -> Iterator[KafkaCluster]:
+    """One broker owned by this process, stopped always; its data is deleted at the end."""
+    run_dir = Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    owner = Owner.me()
+    state = run_dir / "state.json"
+    # First, before any process exists: whoever finds this directory knows whose it is.
+    state.write_text(json.dumps({"owner": owner.as_dict(), "held": False, "stage": "bench",
+                                 "complete": False}))
+    reaper = start_reaper(run_dir, owner)
+    cluster = KafkaCluster(run_dir, brokers=1, partitions=partitions, heap=heap)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        with signals.shielded():
+            try:
+                cluster.stop()
+            finally:
+                if not cluster.procs:
+                    state.unlink(missing_ok=True)
+                    stop_reaper(reaper)
+                    shutil.rmtree(run_dir / "kafka", ignore_errors=True)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _end_offsets(bootstrap: str, topics: Sequence[str]) -> int:
+    """Sum of the topics' high watermarks: records Kafka holds (no transactions here)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pgval-bench-count",
+                         "enable.auto.commit": False})
+    try:
+        total = 0
+        for topic in topics:
+            md = consumer.list_topics(topic=topic, timeout=30)
+            for p in md.topics[topic].partitions:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30,
+                                                         cached=False)
+                total += high
+        return total
+    finally:
+        consumer.close()
+
+
+# --------------------------------------------------------------------------- generator
+
+
+@dataclass
+class GeneratorRate:
+    """One generator run into the bench broker."""
+
+    events: int
+    producers: int
+    sent: int
+    delivered: int
+    failed: int
+    undelivered: int
+    #: Records the broker holds afterwards (sum of end offsets); must equal ``delivered``.
+    in_kafka: int
+    #: From the producers' common start to the last hand-over to the client.
+    handover_s: float
+    #: From the common start until every producer had flushed (all acknowledged).
+    acked_s: float
+    sink: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def acked_per_s(self) -> float:
+        return self.delivered / self.acked_s if self.acked_s > 0 else 0.0
+
+    @property
+    def handover_per_s(self) -> float:
+        return self.sent / self.handover_s if self.handover_s > 0 else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (self.failed == 0 and self.undelivered == 0 and self.sent == self.events
+                and self.in_kafka == self.delivered)
+
+
+def run_generator(bootstrap: str, topics: Topics, cfg: GeneratorConfig, sink: KafkaSink,
+                  say: Say | None = None) -> GeneratorRate:
+    """Run the generator's producer processes into ``topics`` and time until all acked."""
+    from pgval.datasets import run_producers
+
+    started: list[int] = []
+    last = [0.0]
+
+    def progress(counters: Sequence[ProducerProgress]) -> None:
+        if say is None or time.monotonic() - last[0] < 2.0:
+            return
+        last[0] = time.monotonic()
+        sent = sum(c.sent for c in counters)
+        delivered = sum(c.delivered for c in counters)
+        say(f"  generator: {sent:,} of {cfg.total_events():,} sent, "
+            f"at least {delivered:,} acknowledged")
+
+    report = run_producers(cfg, sink, on_progress=progress, progress_interval_s=0.5,
+                           on_start=lambda g: started.append(g.started_ms or _wall_ms()))
+    acked_s = (_wall_ms() - started[0]) / 1000.0 if started else 0.0
+    if report.errors:
+        raise RuntimeErrorPlain("the generator failed: " + "; ".join(report.errors))
+    return GeneratorRate(
+        events=cfg.total_events() or 0, producers=cfg.producers, sent=report.sent,
+        delivered=report.delivered, failed=report.failed, undelivered=report.undelivered,
+        in_kafka=_end_offsets(bootstrap, topics.inputs), handover_s=report.elapsed_s,
+        acked_s=acked_s,
+        sink={"linger_ms": sink.linger_ms, "compression": sink.compression,
+              "batch_bytes": sink.batch_bytes, **sink.config})
+
+
+def bench_generator(run_dir: Path, events: int, producers: int = 1, partitions: int = 3,
+                    sink_options: dict[str, Any] | None = None, repeat: int = 1,
+                    say: Say | None = None) -> list[GeneratorRate]:
+    """Generator → one local broker at unlimited rate, ``repeat`` times (fresh topics each)."""
+    results = []
+    with bench_broker(run_dir, partitions) as cluster:
+        for k in range(repeat):
+            topics = Topics.with_prefix(f"bench{k}-")
+            cluster.create_topics(topics.inputs)
+            cfg = GeneratorConfig(rate=None, events=events, producers=producers)
+            sink = KafkaSink(cluster.bootstrap, topics=topics, config={"log_level": 3},
+                             **(sink_options or {}))
+            if say:
+                say(f"run {k + 1} of {repeat}: {events:,} events, {producers} producer(s)")
+            results.append(run_generator(cluster.bootstrap, topics, cfg, sink, say))
+    return results
+
+
+# --------------------------------------------------------------------------- read-back
+
+
+@dataclass
+class ReadbackRate:
+    """Read-back and validation of one synthetic run, stage by stage."""
+
+    events: int
+    outputs: int
+    generator: GeneratorRate
+    stages_s: dict[str, float] = field(default_factory=dict)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    #: What validation found (a sanity check: the planted anomalies must show).
+    verdict: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.stages_s.values())
+
+    def per_s(self, stage: str | None = None) -> float:
+        secs = self.total_s if stage is None else self.stages_s[stage]
+        return self.events / secs if secs > 0 else 0.0
+
+
+def _expected_rows(cfg: GeneratorConfig, window_ms: int) -> list[bytes]:
+    """The SST outputs of the generated events (oracle), as the topology's JSON values,
+    with planted anomalies: every 997th output lost, every 991st written twice."""
+    n = cfg.total_events() or 0
+    batch = generate_range(cfg, 0, 0, n)
+    assert batch.event_ts is not None
+    table = ResourceTable(resource_name(r) for r in range(cfg.resources))
+    events = InputEvents(batch.ids, ~batch.is_post, batch.resource.astype(np.int32),
+                         batch.event_ts, batch.event_ts, table)
+    values = []
+    for k, row in enumerate(expected_outputs(events, "sst", window_ms).to_records()):
+        if k % 997 == 5:
+            continue
+        value = orjson.dumps(row)
+        values.append(value)
+        if k % 991 == 3:
+            values.append(value)
+    return values
+
+
+def _write_outputs(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True, "compression.type": "lz4",
+                         "message.max.bytes": 16 << 20, "log_level": 3})
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(120):
+        raise RuntimeErrorPlain(f"could not write the bench outputs to {topic}")
+
+
+def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
+                   synthetic_rate: float = 100_000.0, partitions: int = 3,
+                   workers: int | None = None,
+                   say: Say | None = None) -> ReadbackRate:
+    """Write ``events`` inputs (generator, one producer) and their SST outputs (oracle, a few
+    planted anomalies) into a local broker, then time what ``pgval validate`` does after the
+    drain: read every topic back (read_committed, to the end offsets, ``workers`` reader
+    processes, default as ``read_topics``), turn the records into columns
+    (``streams_from_records``) and evaluate (oracle, validator, metrics)."""
+    cfg = GeneratorConfig(rate=None, events=events, producers=1, event_time="synthetic",
+                          synthetic_rate=synthetic_rate, start_ts_ms=_wall_ms() - 3_600_000)
+    topics = Topics.with_prefix("bench-")
+    with bench_broker(run_dir, partitions) as cluster:
+        cluster.create_topics([*topics.inputs, topics.output])
+        if say:
+            say(f"writing {events:,} events with the generator…")
+        sink = KafkaSink(cluster.bootstrap, topics=topics, config={"log_level": 3})
+        gen = run_generator(cluster.bootstrap, topics, cfg, sink, say)
+        if not gen.ok:
+            raise RuntimeErrorPlain(f"the generator did not deliver every event: {gen}")
+        values = _expected_rows(cfg, window_ms)
+        if say:
+            say(f"writing {len(values):,} outputs…")
+        _write_outputs(cluster.bootstrap, topics.output, values)
+
+        result = ReadbackRate(events=events, outputs=len(values), generator=gen)
+        records: dict[str, TopicRecords] = {}
+
+        def timed(stage: str, fn: Callable[[], Any]) -> Any:
+            if say:
+                say(f"{stage}…")
+            t, c = time.perf_counter(), time.process_time()
+            out = fn()
+            result.stages_s[stage] = time.perf_counter() - t
+            result.cpu_s[stage] = time.process_time() - c
+            return out
+
+        def read_all() -> None:
+            last = [time.monotonic()]
+
+            def progress(n: int) -> None:
+                if say is not None and time.monotonic() - last[0] >= 2.0:
+                    last[0] = time.monotonic()
+                    say(f"  {n:,} records read")
+
+            records.update(read_topics(cluster.bootstrap,
+                                       (topics.get, topics.post, topics.output),
+                                       timeout_s=max(120.0, events / 50_000), workers=workers,
+                                       on_progress=progress))
+
+        timed("read back", read_all)
+        read = len(records[topics.get]) + len(records[topics.post])
+        if read != gen.delivered:
+            raise RuntimeErrorPlain(f"read {read:,} inputs back, but {gen.delivered:,} were "
+                                    "delivered")
+        inputs = {"get": records[topics.get], "post": records[topics.post]}
+        streams = timed("records to columns", lambda: streams_from_records(
+            inputs, records[topics.output], cfg.resources, None))
+        evaluation = timed("validation", lambda: evaluate(streams.events, streams.outputs,
+                                                          "sst", window_ms))
+    v = evaluation.validation
+    result.verdict = {"expected": int(v.expected), "processed": int(v.processed),
+                      "duplicate": int(v.duplicate), "unprocessed": int(v.unprocessed),
+                      "malformed": int(streams.events.malformed + streams.outputs.malformed)}
+    if not (v.duplicate and v.unprocessed) or result.verdict["malformed"]:
+        raise RuntimeErrorPlain(f"the bench's planted anomalies were not found exactly: "
+                                f"{result.verdict}")
+    return result
