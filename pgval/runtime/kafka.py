@@ -655,6 +655,12 @@ class _Columns:
                             offsets=cat(self.offs, np.int64))
 
 
+def kafka_problem(exc: Exception) -> str:
+    """A read's problem line for a Kafka client error or a plain runtime error."""
+    text = exc.args[0].str() if isinstance(exc, KafkaException) else exc
+    return f"Kafka error: {text}"
+
+
 def reader_conf(bootstrap: str, isolation: str,
                 config: Mapping[str, object] | None = None) -> dict[str, object]:
     """Consumer settings of every read-back (no group offsets, partition ends reported);
@@ -809,8 +815,7 @@ def read_topic(
         columns = read_partitions(consumer, topic, end, reached, problems, timeout_s,
                                   idle_timeout_s, batch_size, on_progress)
     except (KafkaException, RuntimeErrorPlain) as exc:
-        text = str(exc.args[0].str() if isinstance(exc, KafkaException) else exc)
-        problems.append(f"Kafka error: {text}")
+        problems.append(kafka_problem(exc))
     finally:
         if consumer is not None:
             with contextlib.suppress(Exception):

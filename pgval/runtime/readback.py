@@ -34,6 +34,7 @@ from pgval.runtime.kafka import (
     READ_BATCH,
     TopicRecords,
     end_snapshot,
+    kafka_problem,
     read_partitions,
     reader_conf,
     short_read_problems,
@@ -121,8 +122,7 @@ def _read_tasks(conf: dict[str, object], tasks: Sequence[Task], timeout_s: float
                               "timestamp": recs.timestamps, "key": recs.keys,
                               "value": recs.values}, schema=_SCHEMA)
         except (KafkaException, RuntimeErrorPlain) as exc:
-            text = str(exc.args[0].str() if isinstance(exc, KafkaException) else exc)
-            problems.append(f"Kafka error: {text}")
+            problems.append(kafka_problem(exc))
         finally:
             if consumer is not None:
                 with contextlib.suppress(Exception):
@@ -197,11 +197,10 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
                                                                     timeout_s)
                 reached[topic] = dict(starts)
             except (KafkaException, RuntimeErrorPlain) as exc:
-                text = str(exc.args[0].str() if isinstance(exc, KafkaException) else exc)
-                problems[topic].append(f"Kafka error: {text}")
+                problems[topic].append(kafka_problem(exc))
     except KafkaException as exc:  # a client that cannot even start
         for topic in topics:
-            problems[topic].append(f"Kafka error: {exc.args[0].str()}")
+            problems[topic].append(kafka_problem(exc))
     finally:
         if consumer is not None:
             with contextlib.suppress(Exception):
