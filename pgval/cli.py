@@ -604,11 +604,14 @@ def _say(line: str) -> None:
 
 
 @bench.command("generator")
-@click.option("--events", type=click.IntRange(min=1000), default=5_000_000, show_default=True)
+@click.option("--events", type=click.IntRange(min=1000), default=5_000_000, show_default=True,
+              help="Events to produce per run.")
 @click.option("--producers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Producer processes (the target is set for one).")
-@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Partitions of the bench's topics.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Runs, each timed on its own.")
 @click.option("--linger-ms", type=click.IntRange(min=0), default=None,
               help="librdkafka linger.ms [default: the sink's].")
 @click.option("--compression", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
@@ -645,8 +648,10 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
 
 
 @bench.command("readback")
-@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True)
-@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True,
+              help="Input events written, read back and validated.")
+@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Partitions of the bench's topics.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Reader processes, partitions split between them [default: half the "
                    "cores, as pgval validate].")
