@@ -36,14 +36,16 @@ class ExecutorKill:
     name = "crash"
 
     def __init__(self, control: ControlChannel, executor: str | None = None, seed: int = 0,
+                 index: int | None = None,
                  request_timeout_s: float = 30.0, gone_timeout_s: float = 20.0,
                  replace_timeout_s: float = 60.0, poll_s: float = 0.25,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        """``executor``: the id to kill; None lets the driver choose by ``seed`` among the
-        executors registered at T2 (sorted numerically)."""
+        """``executor``: the id to kill; None lets the driver choose among the executors
+        registered at T2 (sorted numerically): the ``index``-th, else one drawn by ``seed``."""
         self.control = control
         self.executor = executor
         self.seed = seed
+        self.index = index
         self.request_timeout_s = request_timeout_s
         self.gone_timeout_s = gone_timeout_s
         self.replace_timeout_s = replace_timeout_s
@@ -54,7 +56,8 @@ class ExecutorKill:
     def inject(self) -> dict[str, Any]:
         """Ask the driver to kill."""
         answer = self.control.request({"action": "kill-executor", "executor": self.executor,
-                                       "seed": self.seed}, self.request_timeout_s)
+                                       "seed": self.seed, "index": self.index},
+                                      self.request_timeout_s)
         if not answer.get("ok"):
             raise RuntimeErrorPlain("the Spark driver did not kill an executor: "
                                     f"{answer.get('error') or 'no reason given'}")

@@ -64,7 +64,9 @@ class ExperimentConfig:
         "compose/docker-compose.yml, faults through pumba; external: your own Kafka and "
         "Spark (--bootstrap, --master).", choices=DEPLOYMENTS))
     target: int | None = field(default=None, metadata=opt(
-        "Index of the worker the fault hits (default: chosen by --seed).", min=0))
+        "Index of the worker the fault hits (default: chosen by --seed); on a cluster "
+        "pgval does not own, of the executor a crash kills, among the sorted executor ids "
+        "registered at T2.", min=0))
     delay_ms: int | None = field(default=None, metadata=opt(
         "Packet delay for delay faults (default: 500 ms below the time-outs; 1.5 x the "
         "lowered time-out above them).", min=1))

@@ -160,6 +160,12 @@ def test_kill_request_answers(channel: tuple) -> None:
     assert chosen["executor"] == choose_executor(["1", "0"], 7) == source.killed[0]
     assert chosen["executors_before"] == ["0", "1"]
     assert chosen["host"] == f"10.0.0.{chosen['executor']}:4000"
+    indexed = control.request({"action": "kill-executor", "executor": None, "index": 1},
+                              timeout_s=10)
+    assert indexed["ok"] and indexed["executor"] == "1" == source.killed[1]
+    beyond = control.request({"action": "kill-executor", "executor": None, "index": 5},
+                             timeout_s=10)
+    assert not beyond["ok"] and "out of range" in beyond["error"] and len(source.killed) == 2
     source.acknowledge = False
     refused = control.request({"action": "kill-executor", "executor": "0"}, timeout_s=10)
     assert not refused["ok"] and "did not acknowledge" in refused["error"]
@@ -171,6 +177,13 @@ def test_choose_executor_is_deterministic() -> None:
     assert len({choose_executor(ids, s) for s in range(50)}) > 1
     with pytest.raises(ValueError, match="no executor"):
         choose_executor([], 0)
+
+
+def test_choose_executor_by_index_is_the_sorted_position() -> None:
+    ids = ["10", "2", "0"]
+    assert [choose_executor(ids, 5, k) for k in range(3)] == ["0", "2", "10"]
+    with pytest.raises(ValueError, match="index 3 is out of range: 3 executor"):
+        choose_executor(ids, 0, 3)
 
 
 def test_local_driver_has_no_executor_source(tmp_path: Path) -> None:

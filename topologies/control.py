@@ -64,11 +64,17 @@ def executor_sort_key(executor_id: str) -> tuple[int, int, str]:
     return (0, int(executor_id), "") if executor_id.isdigit() else (1, 0, executor_id)
 
 
-def choose_executor(ids: Iterable[str], seed: int) -> str:
-    """The executor a kill with ``executor: null`` hits: the same ids and seed, the same one."""
+def choose_executor(ids: Iterable[str], seed: int, index: int | None = None) -> str:
+    """The executor a kill with ``executor: null`` hits: the ``index``-th of the sorted ids
+    (``--target``), else one drawn by ``seed``: the same ids and seed, the same one."""
     ordered = sorted(ids, key=executor_sort_key)
     if not ordered:
         raise ValueError("no executor is registered with the driver")
+    if index is not None:
+        if not 0 <= index < len(ordered):
+            raise ValueError(f"executor index {index} is out of range: {len(ordered)} "
+                             f"executor(s) are registered ({', '.join(ordered)})")
+        return ordered[index]
     return random.Random(seed).choice(ordered)
 
 
@@ -213,8 +219,12 @@ class ControlLoop:
         before = self._current_ids()
         target = req.get("executor")
         if target is None:
-            seed = req.get("seed", 0)
-            target = choose_executor(before, seed if isinstance(seed, int) else 0)
+            seed, index = req.get("seed", 0), req.get("index")
+            try:
+                target = choose_executor(before, seed if isinstance(seed, int) else 0,
+                                         index if isinstance(index, int) else None)
+            except ValueError as exc:
+                return {"ok": False, "executors_before": before, "error": str(exc)}
         else:
             target = str(target)
             if target not in before:

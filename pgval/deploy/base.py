@@ -148,10 +148,11 @@ class Deployment(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]: ...
 
-    def executor_kill(self, ctx: FaultContext) -> ExecutorKill:
+    def executor_kill(self, ctx: FaultContext, index: int | None = None) -> ExecutorKill:
         """``crash`` on a cluster pgval does not own: the driver kills one executor through
-        Spark's API (any cluster manager replaces it)."""
-        return ExecutorKill(ctx.driver.control(), seed=ctx.seed)
+        Spark's API (any cluster manager replaces it); ``index`` (``--target``) picks it
+        among the sorted executor ids, else ``--seed`` does."""
+        return ExecutorKill(ctx.driver.control(), seed=ctx.seed, index=index)
 
     def log_dirs(self) -> list[Path]:
         """Where the cluster's logs are (read for which time-out fired)."""

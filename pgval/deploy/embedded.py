@@ -186,7 +186,7 @@ class AttachedDeployment(Deployment):
     def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> FaultHooks:
         if cfg.fault == "crash":
-            return self.executor_kill(ctx)
+            return self.executor_kill(ctx, index=cfg.target)
         worker = self.state["workers"][target]
         path = NetworkPath(f"spark-worker-{worker['index']}", worker.get("netns"),
                            worker["host"], int(worker.get("webui_port") or 0))

@@ -76,7 +76,7 @@ class ExternalDeployment(Deployment):
     def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> FaultHooks:
         if cfg.fault == "crash":
-            return self.executor_kill(ctx)
+            return self.executor_kill(ctx, index=cfg.target)
         if not (cfg.nemesis_inject and cfg.nemesis_remove):
             raise RuntimeErrorPlain(f"--fault {cfg.fault} on an external cluster needs "
                                     "--nemesis-inject and --nemesis-remove")
