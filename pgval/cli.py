@@ -402,7 +402,8 @@ def oir(start_rate: float, max_trials: int, runs_dir: Path, db: Path, **values: 
 def report(db: Path, fmt: str, out: Path | None, plots_dir: Path | None,
            topology: str | None, pg: str | None, fault: str | None, kind: str | None,
            include_unknown: bool) -> None:
-    """Tables (and plots) of the runs in a results database, grouped by topology × pg × fault."""
+    """Tables (and plots) of the runs in a results database, grouped by topology × pg × fault
+    and run shape (rate, phases, window, crash point, deployment); OIR trials apart."""
     from pgval.report import ReportError, Selection, build_report
 
     try:

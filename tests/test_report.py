@@ -384,3 +384,60 @@ def test_run_with_nothing_expected_has_no_reliability(tmp_path: Path) -> None:
     assert "unknown ×1" in md
     runs = md.split("## Runs")[1]
     assert f"| {run_id} | sst | – | – | – | – | unknown | unknown: nothing was expected" in runs
+
+
+def _shaped_db(path: Path) -> Path:
+    """SST a1 none at two rates (2 runs each), one run with 45 s phases, two OIR trials."""
+    store = ResultsStore(path)
+    ev, _ = synthetic_run("none", 0)
+    for rate, phase_s, repeats in ((2000, 20, 2), (20000, 20, 2), (2000, 45, 1)):
+        for repeat in range(repeats):
+            run_id = store.start_run("validate", "sst", W, pg="a1", fault="none", repeat=repeat,
+                                     params={"rate": rate, "phase_seconds": phase_s})
+            store.finish_run(run_id, ev)
+    for rate in (8000, 16000):
+        run_id = store.start_run("validate", "sst", W, pg="a1", fault="none",
+                                 params={"rate": rate, "phase_seconds": 20, "oir_trial": True})
+        store.finish_run(run_id, ev)
+    return path
+
+
+def test_runs_of_different_shapes_are_never_averaged(tmp_path: Path) -> None:
+    path = _shaped_db(tmp_path / "shapes.db")
+    md = build_report(path, fmt="markdown")
+    assert isinstance(md, str)
+    assert "5 runs in 3 groups and 2 OIR trials" in md
+    faults, runs = md.split("## Runs")
+    aggregates, trials = faults.split("## OIR trials")
+    # One row per shape, named by what differs (rate, phases), never a mean over both rates.
+    table_a = aggregates.split("## (b)")[0]
+    rows = [line for line in table_a.splitlines() if line.startswith("| sst | a1 | none |")]
+    assert [line.split(" | ")[3:5] for line in rows] == [
+        ["2,000 ev/s, 20 s phases", "2"], ["2,000 ev/s, 45 s phases", "1"],
+        ["20,000 ev/s, 20 s phases", "2"]]
+    assert "| topology | PG | fault | run shape | n |" in table_a
+    # The OIR trials have a table of their own, in rate order, and stay out of the others.
+    assert "8,000" not in aggregates and "16,000" not in aggregates
+    assert trials.index("| 8,000 |") < trials.index("| 16,000 |")
+    assert runs.count("(OIR trial)") == 2
+    # The matrix plots keep the shapes apart too (one bar cluster per shape).
+    assert len(plot_matrix(path, tmp_path / "m-")) == 3
+
+
+def test_one_shape_adds_no_column(db: tuple[Path, dict]) -> None:
+    path, _ = db
+    md = build_report(path, fmt="markdown")
+    assert isinstance(md, str) and "run shape" not in md and "OIR" not in md
+
+
+def test_only_oir_trials_report_their_table_and_no_matrix(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "oir.db")
+    ev, _ = synthetic_run("none", 0)
+    run_id = store.start_run("validate", "sst", W, pg="a1", fault="none",
+                             params={"rate": 4000, "oir_trial": True})
+    store.finish_run(run_id, ev)
+    md = build_report(tmp_path / "oir.db", fmt="markdown")
+    assert isinstance(md, str)
+    assert "0 runs in 0 groups and 1 OIR trial" in md and "## OIR trials" in md
+    assert "(a) Reliability" not in md
+    assert plot_matrix(tmp_path / "oir.db", tmp_path / "m-") == []

@@ -1,9 +1,12 @@
 """``pgval report``: aggregate stored runs over repetitions into the paper's tables.
 
-Runs are grouped by topology × PG × fault; every number is the mean over the group's
-repetitions with the sample standard deviation beside it. The same table model renders
-to a terminal (rich), GitHub Markdown, one tidy CSV, or one self-contained HTML page with
-the plots inlined, so every format shows the same numbers.
+Runs are grouped by topology × PG × fault and run shape (rate, phase length, window,
+crash point, deployment: runs of different shapes are different experiments, never
+averaged together; a "run shape" column names what differs). Every number is the mean
+over the group's repetitions with the sample standard deviation beside it. OIR trials
+(rate probes) have a table of their own and stay out of the fault tables. The same table
+model renders to a terminal (rich), GitHub Markdown, one tidy CSV, or one self-contained
+HTML page with the plots inlined, so every format shows the same numbers.
 
 The package, one job per module, each importing only the ones before it:
 

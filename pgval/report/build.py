@@ -79,9 +79,12 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
                           "use --include-unknown to report them anyway")
     tables = build_tables(loaded, stored_run_columns(conn), listed)
     unknown = sum(not r.valid for r in loaded)
-    header = (f"{len(loaded)} runs in {len(group_runs(loaded))} groups from {db_name} "
-              f"({selection.describe()}); mean ± sample stdev over repetitions, n = runs; "
-              f"generated {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    trials = sum(r.oir_trial for r in loaded)
+    cells = group_runs([r for r in loaded if not r.oir_trial])
+    header = (f"{len(loaded) - trials} runs in {len(cells)} groups"
+              + (f" and {trials} OIR trial{'s' if trials != 1 else ''}" if trials else "")
+              + f" from {db_name} ({selection.describe()}); mean ± sample stdev over "
+              f"repetitions, n = runs; generated {time.strftime('%Y-%m-%d %H:%M:%S')}")
     if left_out:
         header += (f"; {left_out} unknown run{'s' if left_out != 1 else ''} left out "
                    "(use --include-unknown)")

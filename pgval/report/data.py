@@ -14,6 +14,7 @@ id. Databases from before validity existed (``valid`` NULL) count as valid.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import sqlite3
@@ -34,6 +35,11 @@ RECOVERY_METRICS = (("downtime_s", "downtime"), ("control_max_gap_s", "control m
                     ("recovery_throughput_s", "throughput back"),
                     ("recovery_latency_s", "latency back"), ("catchup_s", "catch-up"))
 RECOVERY_FLAGS = (("recovered", "recovered"), ("censored", "censored"))
+#: Run parameters that make runs of one topology × PG × fault different experiments, so a
+#: report never averages across them (a run at 2k ev/s is no repetition of one at 60k).
+SHAPE_PARAMS = ("rate", "phase_seconds", "window_ms", "crash_point", "deploy")
+#: What a parameter missing from an older run's params meant then.
+SHAPE_DEFAULTS = {"deploy": "local", "crash_point": "timed"}
 DASH = "–"
 
 
@@ -98,6 +104,31 @@ class RunData:
     def id(self) -> int:
         return int(self.row["id"])
 
+    @functools.cached_property
+    def params(self) -> dict[str, Any]:
+        try:
+            params = json.loads(self.row.get("params") or "{}")
+        except ValueError:
+            return {}
+        return params if isinstance(params, dict) else {}
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        """The run's :data:`SHAPE_PARAMS` values (numbers as floats, defaults filled in)."""
+        values: list[Any] = []
+        for name in SHAPE_PARAMS:
+            v = self.row.get(name) if self.row.get(name) is not None else self.params.get(name)
+            if v is None:
+                v = SHAPE_DEFAULTS.get(name)
+            values.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool)
+                          else v)
+        return tuple(values)
+
+    @property
+    def oir_trial(self) -> bool:
+        """A trial of an OIR search: a rate probe, not a cell of the fault tables."""
+        return bool(self.params.get("oir_trial"))
+
     @property
     def key(self) -> tuple[str | None, str | None, str | None]:
         return self.row.get("topology"), self.row.get("pg"), self.row.get("fault")
@@ -138,6 +169,9 @@ class RunData:
 class Group:
     key: tuple[str | None, str | None, str | None]
     runs: list[RunData]
+    shape: tuple[Any, ...] = ()
+    #: What sets this group's shape apart from the others' (empty when all share one).
+    shape_label: str = ""
 
     @property
     def n(self) -> int:
@@ -146,7 +180,10 @@ class Group:
     @property
     def keys(self) -> dict[str, str]:
         topo, pg, fault = self.key
-        return {"topology": topo or DASH, "pg": pg or DASH, "fault": fault or DASH}
+        out = {"topology": topo or DASH, "pg": pg or DASH, "fault": fault or DASH}
+        if self.shape_label:
+            out["shape"] = self.shape_label
+        return out
 
 
 def connect(db: Path | str | Any) -> sqlite3.Connection:
@@ -271,12 +308,42 @@ def group_key_order(key: tuple[str | None, str | None, str | None]) -> tuple:
             _order(key[2], FAULT_ORDER))
 
 
+def _shape_order(shape: tuple[Any, ...]) -> tuple:
+    return tuple((v is not None, isinstance(v, str), v if v is not None else 0) for v in shape)
+
+
 def group_runs(runs: Iterable[RunData]) -> list[Group]:
-    """Repetitions of one topology × PG × fault together, in the paper's order."""
+    """Repetitions of one topology × PG × fault and one run shape together, in the paper's
+    order; each group's ``shape_label`` names the shape parameters that differ."""
     groups: dict[tuple, list[RunData]] = {}
     for run in runs:
-        groups.setdefault(run.key, []).append(run)
-    return [Group(k, groups[k]) for k in sorted(groups, key=group_key_order)]
+        groups.setdefault((run.key, run.shape), []).append(run)
+    order = sorted(groups, key=lambda ks: (group_key_order(ks[0]), _shape_order(ks[1])))
+    out = [Group(key, groups[(key, shape)], shape) for key, shape in order]
+    for g, label in zip(out, shape_labels([g.shape for g in out]), strict=True):
+        g.shape_label = label
+    return out
+
+
+def shape_labels(shapes: Sequence[tuple[Any, ...]]) -> list[str]:
+    """Each shape said by the parameters that differ among ``shapes`` (all "" if none do)."""
+    varying = [i for i in range(len(SHAPE_PARAMS)) if len({s[i] for s in shapes}) > 1]
+    return [", ".join(shape_part(SHAPE_PARAMS[i], s[i]) for i in varying) for s in shapes]
+
+
+def shape_part(name: str, value: Any) -> str:
+    """One shape parameter as a reader says it: "2,000 ev/s", "45 s phases", "W 1,000 ms"."""
+    if value is None:
+        return f"{name} {DASH}"
+    if name == "rate":
+        return f"{value:,.0f} ev/s"
+    if name == "phase_seconds":
+        return f"{value:g} s phases"
+    if name == "window_ms":
+        return f"W {value:,.0f} ms"
+    if name == "crash_point":
+        return f"@{value}"
+    return str(value)
 
 
 # ---------------------------------------------------------------------------- aggregation

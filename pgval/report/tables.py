@@ -21,6 +21,7 @@ from pgval.report.data import (
     Stat,
     group_runs,
     number,
+    shape_labels,
 )
 from pgval.schema import PHASES
 
@@ -79,6 +80,13 @@ class ReportTable:
 
 
 GROUP_KEYS = [("topology", "topology"), ("pg", "PG"), ("fault", "fault")]
+SHAPE_KEY = ("shape", "run shape")
+
+
+def group_keys(groups: list[Group], headers: list[tuple[str, str]] = GROUP_KEYS
+               ) -> list[tuple[str, str]]:
+    """The key columns of a table over ``groups``: the run shape only where shapes differ."""
+    return [*headers, SHAPE_KEY] if any(g.shape_label for g in groups) else headers
 
 
 def _stat(group: Group, fn: Any) -> Stat:
@@ -96,7 +104,8 @@ def reliability_table(groups: list[Group]) -> ReportTable:
         vals.append(_stat(g, lambda r: number(r.row.get("reliability"))))
         vals.append(_stat(g, lambda r: number(r.row.get("correctness"))))
         rows.append(Row(g.keys, g.n, vals))
-    return ReportTable("reliability", "(a) Reliability and correctness per phase", GROUP_KEYS,
+    return ReportTable("reliability", "(a) Reliability and correctness per phase",
+                       group_keys(groups),
                        cols, rows, "Reliability: expected IDs with exactly one own occurrence "
                        "and no incorrect one. Correctness (share of outputs whose counts match "
                        "the oracle) is stored per run only. – = no expected input in that phase.")
@@ -106,7 +115,8 @@ def throughput_table(groups: list[Group]) -> ReportTable:
     cols = [Column(f"{p} ev/s", "reliable_throughput", "events/s", p, 0) for p in PHASES]
     rows = [Row(g.keys, g.n, [_stat(g, lambda r, p=p: r.phase_value(p, "throughput"))
                               for p in PHASES]) for g in groups]
-    return ReportTable("throughput", "(b) Reliable throughput per phase (events/s)", GROUP_KEYS,
+    return ReportTable("throughput", "(b) Reliable throughput per phase (events/s)",
+                       group_keys(groups),
                        cols, rows, "Each expected ID counts once, when it first appears "
                        "correctly placed; duplicates and incorrect occurrences never count.")
 
@@ -125,7 +135,7 @@ def latency_table(groups: list[Group]) -> ReportTable:
                 for s in sources]
             rows.append(Row({**g.keys, "phase": p}, g.n, vals))
     return ReportTable("latency", "(c) Latency per phase (s): paper's definition, Karimov's "
-                       "beside it", [*GROUP_KEYS, ("phase", "phase")], cols, rows,
+                       "beside it", [*group_keys(groups), ("phase", "phase")], cols, rows,
                        "Paper: output ingress − ingress of the first input that closes the "
                        "window. Karimov: − ingress of the window's last input.")
 
@@ -134,7 +144,8 @@ def failure_cost_table(groups: list[Group]) -> ReportTable:
     rows = [Row(g.keys, g.n, [_stat(g, lambda r: number(r.row.get("failure_cost_s")))])
             for g in groups]
     return ReportTable("failure_cost", "(d) Failure cost (s), the paper's Table 4 layout",
-                       [("topology", "Topology"), ("pg", "PG"), ("fault", "Fault")],
+                       group_keys(groups, [("topology", "Topology"), ("pg", "PG"),
+                                           ("fault", "Fault")]),
                        [Column("Spark", "failure_cost", "s", None, 1)], rows,
                        "Max paper latency in failure + recovery − median control latency.",
                        key_format={"topology": str.upper, "pg": str.upper,
@@ -161,7 +172,7 @@ def anomalies_table(groups: list[Group]) -> ReportTable:
         vals.append(_verdicts(g))
         rows.append(Row(g.keys, g.n, vals))
     return ReportTable("anomalies", "(e) Anomalies (mean per run) and guarantee verdicts",
-                       GROUP_KEYS, cols, rows,
+                       group_keys(groups), cols, rows,
                        "A verdict is the strongest guarantee a run is consistent with.")
 
 
@@ -194,7 +205,7 @@ def phase_anomalies_table(groups: list[Group]) -> ReportTable:
                                 for c, _, _ in specs]
             rows.append(Row({**g.keys, "phase": p}, g.n, vals))
     return ReportTable("phase_anomalies", "(e2) Anomalies per phase, on both clocks (mean per "
-                       "run)", [*GROUP_KEYS, ("phase", "phase")], cols, rows,
+                       "run)", [*group_keys(groups), ("phase", "phase")], cols, rows,
                        "Output time: occurrences, in the phase the output appeared (when the "
                        "anomaly happened). Input time: expected IDs, in the phase their input "
                        "arrived — the IDs the phase's reliability is about.")
@@ -217,7 +228,7 @@ def recovery_table(groups: list[Group], present: set[str]) -> ReportTable | None
         vals: list[Cell] = [_stat(g, lambda r, c=c: number(r.row.get(c))) for c, _ in metrics]
         vals += [_flag_text(g, c) for c, _ in flags]
         rows.append(Row(g.keys, g.n, vals))
-    return ReportTable("recovery", "(f) Recovery", GROUP_KEYS, cols, rows,
+    return ReportTable("recovery", "(f) Recovery", group_keys(groups), cols, rows,
                        "Seconds. Downtime: longest output gap ending after T2 (beside "
                        "control's longest). Throughput/latency back: from T2 until back near the "
                        "control baseline. Catch-up: latency back − downtime. recovered/censored: "
@@ -235,7 +246,7 @@ def causes_table(groups: list[Group]) -> ReportTable | None:
                                   else float(r.causes.get(c, 0))) for c in CAUSES]
         rows.append(Row(g.keys, g.n, vals))
     return ReportTable("unprocessed_causes", "(g) Why events were unprocessed (mean per run)",
-                       GROUP_KEYS, cols, rows,
+                       group_keys(groups), cols, rows,
                        "late = behind the watermark; in-flight at end = still in the pipeline "
                        "when the run stopped; lost = neither.")
 
@@ -249,17 +260,23 @@ def runs_table(runs: list[RunData]) -> ReportTable:
             Column("inject lag s", "inject_lag", "s", None, 2),
             Column("remove lag s", "remove_lag", "s", None, 2)]
     rows = []
-    for r in runs:
+    labels = shape_labels([r.shape for r in runs])
+    show_shape = any(labels) or any(r.oir_trial for r in runs)
+    for r, label in zip(runs, labels, strict=True):
         lags = fault_lags(r)
-        rows.append(Row({"run": str(r.id), "topology": r.row.get("topology") or DASH,
-                         "pg": r.row.get("pg") or DASH, "fault": r.row.get("fault") or DASH},
+        keys = {"run": str(r.id), "topology": r.row.get("topology") or DASH,
+                "pg": r.row.get("pg") or DASH, "fault": r.row.get("fault") or DASH}
+        if show_shape:
+            keys["shape"] = (label or DASH) + (" (OIR trial)" if r.oir_trial else "")
+        rows.append(Row(keys,
                         1, [_str(r.row.get("seed")), _str(r.row.get("repeat")),
                             r.row.get("guarantee") or DASH, r.validity_text,
                             Stat.of_values([number(r.row.get("reliability"))]),
                             Stat.of_values([number(r.row.get("failure_cost_s"))]),
                             Stat.of_values([lags.get("inject")]),
                             Stat.of_values([lags.get("remove")])]))
-    return ReportTable("runs", "Runs", [("run", "run"), *GROUP_KEYS], cols, rows,
+    keys = [("run", "run"), *GROUP_KEYS, *([SHAPE_KEY] if show_shape else [])]
+    return ReportTable("runs", "Runs", keys, cols, rows,
                        "Lag = actual − intended fault time, from the fault log. Validity "
                        "unknown: the run is no evidence (first reason shown); such runs stay "
                        "out of the tables above unless --include-unknown.")
@@ -285,12 +302,39 @@ def build_tables(runs: list[RunData], run_columns: set[str],
 
     Optional tables only when stored.
     """
-    groups = group_runs(runs)
-    tables = [reliability_table(groups), throughput_table(groups), latency_table(groups),
-              failure_cost_table(groups), anomalies_table(groups),
-              phase_anomalies_table(groups)]
-    for extra in (recovery_table(groups, run_columns), causes_table(groups)):
-        if extra is not None:
-            tables.append(extra)
+    groups = group_runs([r for r in runs if not r.oir_trial])
+    tables: list[ReportTable] = []
+    if groups:
+        tables += [reliability_table(groups), throughput_table(groups), latency_table(groups),
+                   failure_cost_table(groups), anomalies_table(groups),
+                   phase_anomalies_table(groups)]
+        for extra in (recovery_table(groups, run_columns), causes_table(groups)):
+            if extra is not None:
+                tables.append(extra)
+    trials = [r for r in runs if r.oir_trial]
+    if trials:
+        tables.append(oir_trials_table(trials))
     tables.append(runs_table(runs if listed is None else listed))
     return tables
+
+
+def oir_trials_table(trials: list[RunData]) -> ReportTable:
+    """OIR trials apart from the fault tables: each is a probe of one rate, no fault."""
+    cols = [Column("rate ev/s", "rate", "events/s", None, 0),
+            Column("reliability %", "reliability", "%", "total", 2, 100.0),
+            *[Column(f"{p} p50 s", "latency_p50", "s", p) for p in PHASES],
+            Column("verdict", "guarantee"), Column("validity", "validity")]
+    rows = []
+    for r in sorted(trials, key=lambda r: (r.key, number(r.params.get("rate")) or 0.0, r.id)):
+        keys = {"run": str(r.id), "topology": r.row.get("topology") or DASH,
+                "pg": r.row.get("pg") or DASH}
+        rows.append(Row(keys, 1, [
+            Stat.of_values([number(r.params.get("rate"))]),
+            Stat.of_values([number(r.row.get("reliability"))]),
+            *[Stat.of_values([number((r.phases.get(p) or {}).get("latency_p50_s"))])
+              for p in PHASES],
+            r.row.get("guarantee") or DASH, r.validity_text]))
+    return ReportTable("oir_trials", "OIR trials (rate probes, no fault; not in the tables "
+                       "above)", [("run", "run"), ("topology", "topology"), ("pg", "PG")],
+                       cols, rows, "pgval oir: the highest rate that stays 100 % reliable "
+                       "with stable latency is the OIR (docs/performance.md).")

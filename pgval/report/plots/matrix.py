@@ -48,11 +48,19 @@ class BarSeries:
     marker: Callable[[RunData], float | None] | None = None
 
 
-def _faults_in(groups: list[Group]) -> list[str | None]:
-    seen: list[str | None] = []
+#: A bar cluster: a fault, and the run shape when shapes differ (never averaged together).
+Cluster = tuple[str | None, str]
+
+
+def _cluster(g: Group) -> Cluster:
+    return g.key[2], g.shape_label
+
+
+def _faults_in(groups: list[Group]) -> list[Cluster]:
+    seen: list[Cluster] = []
     for g in groups:
-        if g.key[2] not in seen:
-            seen.append(g.key[2])
+        if _cluster(g) not in seen:
+            seen.append(_cluster(g))
     return seen
 
 
@@ -64,12 +72,12 @@ def _panels(groups: list[Group]) -> list[tuple[str | None, str | None]]:
     return out
 
 
-def _bar_panel(ax: Axes, groups: list[Group], faults: list[str | None],
+def _bar_panel(ax: Axes, groups: list[Group], faults: list[Cluster],
                series: Sequence[BarSeries], scale: float, annotate: bool,
                fmt: str, cap: float | None = None) -> list[float]:
     """Grouped bars (one cluster per fault); returns every plotted mean ± sd for the y range."""
     width = 0.8 / len(series)
-    by_fault = {g.key[2]: g for g in groups}
+    by_fault = {_cluster(g): g for g in groups}
     extent: list[float] = []
     for j, bs in enumerate(series):
         xs, means, sds, tops, texts = [], [], [], [], []
@@ -117,9 +125,9 @@ def _bar_panel(ax: Axes, groups: list[Group], faults: list[str | None],
                             textcoords="offset points", ha="center", va="bottom",
                             fontsize=6.5, rotation=90, color="#333333")
     labels = []
-    for fault in faults:
-        g = by_fault.get(fault)
-        name = SHORT_FAULT.get(fault or "", fault or DASH)
+    for fault, shape in faults:
+        g = by_fault.get((fault, shape))
+        name = SHORT_FAULT.get(fault or "", fault or DASH) + (f"\n{shape}" if shape else "")
         labels.append(f"{name}\nn={g.n}" if g else f"{name}\n(no runs)")
     ax.set_xticks(range(len(faults)), labels)
     ax.set_xlim(-0.6, len(faults) - 0.4)
@@ -195,7 +203,9 @@ def plot_matrix(db: Path | str | Any, path_prefix: Path | str,
         runs = load_runs(conn, selection or Selection())
     if not runs:
         raise ReportError("no runs match the selection; nothing to plot")
-    groups = group_runs(runs)
+    groups = group_runs([r for r in runs if not r.oir_trial])
+    if not groups:  # OIR trials only: their own table, no fault matrix
+        return []
     prefix = Path(path_prefix)
     base = str(prefix / "matrix-") if prefix.is_dir() else str(prefix)
     Path(base).parent.mkdir(parents=True, exist_ok=True)
