@@ -31,7 +31,9 @@ class ExperimentConfig:
         "SST (windowed GET count) or MST (GET ⋈ POST, then count).", choices=TOPOLOGIES,
         required=True))
     pg: str = field(default="a1", metadata=opt(
-        "a1: Spark's Kafka sink (at-least-once); e1: transactional sink.",
+        "a1: Spark's Kafka sink (at-least-once); e1: transactional sink; m1: the Kafka "
+        "sink reading from the latest offsets with a checkpoint a restart does not find "
+        "(at-most-once).",
         choices=PROCESSING_GUARANTEES))
     fault: str = field(default="none", metadata=opt(
         "Injected at T2 into one Spark worker (or the driver), removed at T3.", choices=FAULTS))

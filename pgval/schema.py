@@ -52,9 +52,11 @@ POST: Final = "POST"
 
 Topology = Literal["sst", "mst"]
 TOPOLOGIES: Final = ("sst", "mst")
-#: a1 = Spark's Kafka sink (at-least-once), e1 = transactional foreachBatch sink.
-Guarantee = Literal["a1", "e1"]
-PROCESSING_GUARANTEES: Final = ("a1", "e1")
+#: a1 = Spark's Kafka sink (at-least-once), e1 = transactional foreachBatch sink, m1 = the
+#: Kafka sink with Spark's default ``startingOffsets=latest`` and a checkpoint a restart
+#: does not find (at-most-once; docs/semantics.md, "m1").
+Guarantee = Literal["a1", "e1", "m1"]
+PROCESSING_GUARANTEES: Final = ("a1", "e1", "m1")
 
 #: Fields of an input event as written to Kafka (value, JSON).
 INPUT_FIELDS: Final = ("id", "type", "resource", "event_ts")

@@ -171,7 +171,7 @@ def test_a_malformed_key_value_is_one_line(cwd: Path, command: list[str]) -> Non
     (["validate", "--topology", "sst", "--target", "2"], "--target must be a worker index"),
     (["matrix", "--faults", "none,delay-lt-timeout", "--no-isolate"],
      "packet delay needs workers in their own network namespaces"),
-    (["matrix", "--pgs", "a1,x1"], "--pgs takes a comma-separated list of a1, e1"),
+    (["matrix", "--pgs", "a1,x1"], "--pgs takes a comma-separated list of a1, e1, m1"),
     (["validate", "--topology", "sst", "--rate", "fast"], "--rate must be a number"),
 ])
 def test_a_refused_combination_is_one_line_before_anything_exists(

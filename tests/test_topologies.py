@@ -292,6 +292,16 @@ def test_cli_defaults_and_spark_conf() -> None:
                     "--trigger-ms", "0", "--progress-file", "p", "--crash-after-commits", "1"])
 
 
+def test_m1_starts_a_new_query_each_time_from_the_latest_offsets(tmp_path: Path) -> None:
+    from pgval.topologies.driver import m1_start
+
+    first, offsets = m1_start(str(tmp_path / "checkpoint"))
+    second, _ = m1_start(str(tmp_path / "checkpoint"))
+    assert offsets == "latest"  # Spark's default for a streaming query's first start
+    assert first != second  # a restart never finds the last start's offsets or state
+    assert Path(first).parent == Path(second).parent == tmp_path / "checkpoint"
+
+
 def test_progress_record_keeps_offsets_watermark_and_state() -> None:
     from pgval.topologies.driver import progress_record
 
@@ -324,7 +334,7 @@ def test_checkpoint_query_id(tmp_path: Path) -> None:
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("pg", schema.PROCESSING_GUARANTEES)
+@pytest.mark.parametrize("pg", ("a1", "e1"))  # m1: test_m1_restart_skips_…
 def test_topologies_exactly_once_without_faults(kafka: KafkaCluster, tmp_path: Path,
                                                 pg: str) -> None:
     """SST and MST side by side on one live input stream; both must be exact."""
@@ -357,6 +367,64 @@ def test_topologies_exactly_once_without_faults(kafka: KafkaCluster, tmp_path: P
         for d in drivers:
             if d.proc is not None:
                 d.proc.stop(grace_s=10)
+
+
+def _wait_first_trigger(d: Driver, after: int = 0) -> None:
+    """Until the query has run a trigger (more than ``after`` progress events): m1's
+    "latest" offsets are fixed then, and what was written before it is skipped."""
+    _wait(lambda: len(d.events("progress")) > after, 60, f"{d.name}'s first trigger", (d,))
+
+
+@pytest.mark.cluster
+def test_m1_restart_skips_what_arrived_while_no_driver_ran(kafka: KafkaCluster,
+                                                           tmp_path: Path) -> None:
+    """m1 (docs/semantics.md): a restarted driver is a new query from the latest offsets.
+
+    What arrived while no driver ran is never processed, and nothing is re-sent: the
+    validator must say at-most-once, with exactly the gap's GETs unprocessed beside the
+    windows the crash cut (their state died with the driver).
+    """
+    bs = kafka.bootstrap
+    d = _driver(tmp_path, bs, "sst", "m1")
+    try:
+        d.start()
+        _wait_started((d,))
+        _wait_first_trigger(d)
+        gap_first = _produce_live(bs, seconds=5.0, rate=30.0, first_id=1)
+        sizes = _topic_sizes(bs)
+        _wait(lambda: _consumed(d).get(schema.GET_TOPIC) == sizes[schema.GET_TOPIC], 60,
+              "the first query to read its inputs", (d,))
+        assert d.proc is not None
+        d.proc.kill()
+        gap_end = _produce_live(bs, seconds=4.0, rate=30.0, first_id=gap_first, seed=8)
+        seen = len(d.events("progress"))
+        d.start()
+        _wait_started((d,))
+        _wait_first_trigger(d, after=seen)
+        _produce_live(bs, seconds=5.0, rate=30.0, first_id=gap_end, seed=9)
+        _produce_closing(bs)
+        sizes = _topic_sizes(bs)
+        _wait(lambda: _consumed(d).get(schema.GET_TOPIC) == sizes[schema.GET_TOPIC], 60,
+              "the second query to read its inputs", (d,))
+        seen = len(d.events("progress"))
+        _wait(lambda: len(d.events("progress")) >= seen + 2, 30, "two more triggers", (d,))
+        assert _stop_gracefully(d) == 0
+        starts = d.events("started")
+        assert [s["starting_offsets"] for s in starts] == ["latest", "latest"]
+        assert len({s["checkpoint"] for s in starts}) == 2  # a new query each time
+
+        events, outputs, _ = _read_back(bs, d.output_topic)
+        v = evaluate(events, outputs, "sst", W).validation
+        assert v.duplicate == 0 and v.incorrect == 0 and outputs.malformed == 0
+        assert v.guarantee == "at-most-once" and v.unprocessed > 0
+        lost = set(v.ids("unprocessed").tolist())
+        gap_gets = set(events.id[(events.id >= gap_first) & (events.id < gap_end)
+                                 & events.is_get].tolist())
+        assert gap_gets and gap_gets <= lost  # every GET of the gap is lost …
+        assert max(lost) < gap_end  # … and nothing written after the restart
+    finally:
+        if d.proc is not None:
+            d.proc.stop(grace_s=10)
 
 
 @pytest.mark.cluster

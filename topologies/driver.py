@@ -4,7 +4,8 @@ It runs as its own process (the runner spawns it, and a driver-crash fault SIGKI
 process group), builds the SparkSession, starts one streaming query and then only waits.
 Its record of what happened is the progress file (JSON lines, appended and flushed):
 
-* ``{"event": "started", ...}`` once the query runs (the runner's "driver is up" signal),
+* ``{"event": "started", ...}`` once the query runs (the runner's "driver is up" signal;
+  with ``checkpoint``, the directory this start used: m1 gets a new one per start),
 * ``{"event": "progress", ...}`` one line per StreamingQueryProgress (offsets, watermark,
   state rows, rows dropped by the watermark) — the evidence that explains losses,
 * ``{"event": "sink_batch", ...}`` per batch the e1 sink committed or skipped,
@@ -268,6 +269,15 @@ def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
     return conf
 
 
+def m1_start(checkpoint: str) -> tuple[str, str]:
+    """m1's checkpoint and starting offsets: a fresh checkpoint directory per driver start
+    (as when the checkpoint lives on a driver's local disk that a restart does not get
+    back) and Spark's own default for streaming queries, ``latest``. So every start is a
+    new query: no offsets, window state or commits carried over, nothing re-read, and what
+    arrived while no driver ran is skipped — at-most-once (docs/semantics.md, "m1")."""
+    return str(Path(checkpoint) / f"m1-start-{time.time_ns()}"), "latest"
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
@@ -336,15 +346,17 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     session_s = time.monotonic() - _T0
     spark.streams.addListener(_make_listener(log))
 
+    source_options = {f"kafka.{k}": v for k, v in args.kafka_options.items()}
+    checkpoint = str(Path(args.checkpoint).resolve())
+    if args.pg == "m1":
+        checkpoint, source_options["startingOffsets"] = m1_start(checkpoint)
     cfg = TopologyConfig(topology=args.topology, bootstrap=args.bootstrap,
                          window_ms=args.window_ms, watermark_ms=args.watermark_ms,
                          max_offsets_per_trigger=args.max_offsets_per_trigger,
-                         topics=args.topics,
-                         source_options={f"kafka.{k}": v for k, v in args.kafka_options.items()})
+                         topics=args.topics, source_options=source_options)
     out = build_topology(spark, cfg)
-    checkpoint = str(Path(args.checkpoint).resolve())
     sink = None
-    if args.pg == "a1":
+    if args.pg in ("a1", "m1"):
         writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name, args.trigger_ms,
                             topic=args.output_topic, kafka_options=args.kafka_options)
     else:
@@ -358,7 +370,8 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     query = writer.start()
     started_s = time.monotonic() - _T0
     log.write("started", id=str(query.id), runId=str(query.runId), name=args.query_name,
-              topology=args.topology, pg=args.pg, pid=os.getpid(),
+              topology=args.topology, pg=args.pg, pid=os.getpid(), checkpoint=checkpoint,
+              starting_offsets=source_options.get("startingOffsets", "earliest"),
               session_s=round(session_s, 3), startup_s=round(started_s, 3),
               spark_version=spark.version, conf={k: v for k, v in conf.items()
                                                  if k not in ("spark.jars",

@@ -28,7 +28,7 @@ from pgval.dbfile import StoreError, connect_readonly
 
 #: Display order of the matrix axes; unknown values sort after these, alphabetically.
 TOPOLOGY_ORDER = ("sst", "mst")
-PG_ORDER = ("a1", "e1")
+PG_ORDER = ("a1", "e1", "m1")
 FAULT_ORDER = ("none", "delay-lt-timeout", "delay-gt-timeout", "crash", "driver-crash")
 #: Optional per-run recovery metrics (``runs`` columns added by newer stores).
 RECOVERY_METRICS = (("downtime_s", "downtime"), ("control_max_gap_s", "control max gap"),
