@@ -36,7 +36,7 @@ from pgval.faults import default_target, profile_for
 from pgval.faults.network import log_sizes, timeouts_fired
 from pgval.phases import Phases
 from pgval.run.control import LATE_ID_BASE, ControlEvents
-from pgval.run.monitor import OutputMonitor, batches, drain, wait_primed
+from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger, wait_primed
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
@@ -264,6 +264,10 @@ class Experiment:
         """Warm the query up on old-window control events (:mod:`pgval.run.control`)."""
         assert self.control is not None and self.driver is not None
         t0 = time.monotonic()
+        if self.config.pg == "m1":
+            # m1 reads from the latest offsets, fixed by the query's first trigger: what is
+            # written before that trigger is never read (docs/semantics.md, "m1").
+            wait_first_trigger(self.driver, PRIME_TIMEOUT_S, str(self.run_dir / "logs"))
         self.control.priming(now_ms(), self.config.window_ms, self.config.prime_events)
         wait_primed(self.driver, monitor, self.on_status, PRIME_TIMEOUT_S,
                     str(self.run_dir / "logs"))

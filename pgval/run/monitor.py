@@ -78,6 +78,17 @@ def batches(driver: DriverProcess) -> list[dict[str, Any]]:
     return [p for p in driver.progress() if p.get("event") == "progress"]
 
 
+def wait_first_trigger(driver: DriverProcess, timeout_s: float, log_hint: str) -> None:
+    """Wait until the query reported its first trigger (a progress event)."""
+    deadline = time.monotonic() + timeout_s
+    while not batches(driver):
+        driver.check()
+        if time.monotonic() > deadline:
+            raise RuntimeErrorPlain(f"the streaming query ran no trigger within {timeout_s:.0f} "
+                                    f"s (see {log_hint})")
+        time.sleep(0.2)
+
+
 def wait_primed(driver: DriverProcess, monitor: OutputMonitor,
                 on_status: Callable[[Status], None], timeout_s: float, log_hint: str) -> float:
     """Wait until the query has read everything in the input topics (the priming events);
