@@ -282,13 +282,14 @@ def _rate(text: str) -> float | None:
 def _stored_oir(db: Path, topology: str, pg: str) -> float:
     """The optimum ingestion rate stored for ``topology`` and ``pg``, or one line saying how
     to measure it."""
-    from pgval.oir import stored_oir
+    from pgval.oir import machine_id, stored_oir
 
     value = stored_oir(db, topology, pg)
     if value is None:
-        raise UserError(f"no optimum ingestion rate is stored for {topology} {pg} in {db}; "
-                        f"run `pgval oir --topology {topology} --pg {pg} --db {db}` first")
-    console.print(f"using the stored OIR of {value:,.0f} events/s")
+        raise UserError(f"no optimum ingestion rate is stored for {topology} {pg} on this "
+                        f"machine ({machine_id()}) in {db}; run `pgval oir --topology "
+                        f"{topology} --pg {pg} --db {db}` first")
+    console.print(f"{topology} {pg}: using the stored OIR of {value:,.0f} events/s")
     return value
 
 
@@ -306,21 +307,30 @@ def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
 @grid_options()
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Runs of each cell; repetition r runs with seed --seed + r.")
+@click.option("--rate-fraction", type=click.FloatRange(min=0.01, max=10.0), default=None,
+              help="With --rate oir: run at this fraction of the stored OIR (the paper ran "
+                   "at the OIR, 1.0) [default: 1.0].")
 @config_options("matrix")
 @_runs_and_db
 def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int,
-           runs_dir: Path, db: Path, **values: Any) -> None:
+           rate_fraction: float | None, runs_dir: Path, db: Path, **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from pgval.matrix import cells, run_matrix
 
     rate = _rate(values["rate"])
+    if rate is not None and rate_fraction is not None:
+        raise UserError("--rate-fraction applies to --rate oir only")
     base = build_config(values, rate=_OIR_PENDING if rate is None else rate)
     for t, p, f in itertools.product(topologies, pgs, faults):  # every cell, before any runs
         validate_config(dataclasses.replace(base, topology=t, pg=p, fault=f))
+    rate_for = None
+    if rate is None:  # every cell's rate known before anything runs or is created
+        fraction = 1.0 if rate_fraction is None else rate_fraction
+        rates = {(t, p): fraction * _stored_oir(db, t, p) for t in topologies for p in pgs}
+        rate_for = (lambda c: rates[(c.topology, c.pg)])  # noqa: E731
     _check_db(db)
-    rate_for = (lambda c: _stored_oir(db, c.topology, c.pg)) if rate is None else None
     grid = cells(topologies, pgs, faults, repeat)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=err_console) as progress:
@@ -354,11 +364,19 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
 @config_options("oir")
 @click.option("--start-rate", type=click.FloatRange(min=1), default=1000, show_default=True,
               help="Rate of the first trial (events/s); doubled while trials pass.")
-@click.option("--max-trials", type=click.IntRange(min=1), default=6, show_default=True,
+@click.option("--max-trials", type=click.IntRange(min=1), default=10, show_default=True,
               help="At most this many control-only trial runs.")
+@click.option("--precision", type=click.FloatRange(min=0.01, max=0.5), default=0.1,
+              show_default=True,
+              help="Stop when the highest pass and the lowest failure are this close (their "
+                   "gap over the failing rate).")
+@click.option("--max-rate", type=click.FloatRange(min=1), default=200_000, show_default=True,
+              help="Stop doubling here if nothing failed (the OIR is then a lower bound).")
 @_runs_and_db
-def oir(start_rate: float, max_trials: int, runs_dir: Path, db: Path, **values: Any) -> None:
-    """Find the optimum ingestion rate by a bounded search over control runs, and store it."""
+def oir(start_rate: float, max_trials: int, precision: float, max_rate: float, runs_dir: Path,
+        db: Path, **values: Any) -> None:
+    """Find the optimum ingestion rate by doubling, then bisecting between the highest
+    passing and the lowest failing control run, and store it for this machine."""
     from pgval.oir import search_oir
 
     base = build_config(values, fault="none")
@@ -368,12 +386,13 @@ def oir(start_rate: float, max_trials: int, runs_dir: Path, db: Path, **values: 
         mark = "[green]pass[/]" if t.passed else "[red]fail[/]"
         console.print(f"{t.rate:>10,.0f} ev/s  {mark}  {t.reason}")
 
-    res = search_oir(base, db, runs_dir, start=start_rate, max_trials=max_trials,
-                     on_trial=on_trial)
+    res = search_oir(base, db, runs_dir, start=start_rate, max_rate=max_rate,
+                     max_trials=max_trials, precision=precision, on_trial=on_trial)
     if res.oir is None:
-        raise UserError(f"even {min(t.rate for t in res.trials):,.0f} events/s failed; "
-                        "try a lower --start-rate")
-    console.print(f"OIR of {base.topology} {base.pg}: {res.oir:,.0f} events/s (stored in {db})")
+        raise UserError(f"the OIR of {base.topology} {base.pg} is {res.describe()}; try a "
+                        "lower --start-rate")
+    console.print(f"OIR of {base.topology} {base.pg} on {res.machine}: {res.describe()} "
+                  f"(stored in {db})")
 
 
 @main.command()

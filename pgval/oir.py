@@ -1,9 +1,13 @@
 """Optimum ingestion rate (Karimov et al., used by the paper): the highest generator
 rate at which a control run keeps 100 % reliability and stable latency.
 
-The search is bounded: it doubles the rate from ``start`` while trials pass, then
-bisects between the last pass and the first failure, at most ``max_trials``
-control-only runs. A trial passes when
+The search doubles the rate from ``start`` while trials pass, halves it while they fail,
+then bisects between the highest pass and the lowest failure until the two bracket the
+OIR within ``precision`` (the bracket's width over its top), at most ``max_trials``
+control-only runs (:func:`next_rate`, a pure function of the trials so far). The result
+says whether it bracketed, or only found a lower bound (no failure up to ``max_rate`` or
+the budget ran out) or an upper one; it is stored per machine, since an OIR is a
+property of the machine as much as of the job. A trial passes when
 
 * reliability is 100 % (no unprocessed, duplicate or incorrect ID),
 * the generator achieved ≥ 95 % of the asked rate (else the generator, not
@@ -18,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +38,13 @@ from pgval.matrix import prepared_experiment
 from pgval.store import ResultsStore
 
 GROWTH = 1.5
+#: Below this rate a search that keeps failing stops (the job, not the rate, is broken).
+MIN_RATE = 10.0
+
+
+def machine_id() -> str:
+    """What an OIR was measured on: host name and core count."""
+    return f"{socket.gethostname()} ({os.cpu_count() or 0} cores)"
 
 
 @dataclass
@@ -51,8 +63,56 @@ class Trial:
 class OirResult:
     topology: str
     pg: str
+    #: The highest passing rate below the lowest failure (the OIR's lower bound), if any.
     oir: float | None
     trials: list[Trial] = field(default_factory=list)
+    #: The lowest failing rate (the OIR's upper bound), if any.
+    upper: float | None = None
+    precision: float = 0.1
+    machine: str = field(default_factory=machine_id)
+
+    @property
+    def bracketed(self) -> bool:
+        return (self.oir is not None and self.upper is not None
+                and (self.upper - self.oir) / self.upper <= self.precision)
+
+    def describe(self) -> str:
+        if self.oir is None:
+            low = min((t.rate for t in self.trials), default=0.0)
+            return f"below {low:,.0f} events/s (every rate tried failed)"
+        if self.upper is None:
+            return (f"at least {self.oir:,.0f} events/s (no rate tried failed; the highest "
+                    "passed)")
+        width = (self.upper - self.oir) / self.upper
+        within = ("within" if self.bracketed else "not yet within")
+        return (f"{self.oir:,.0f} events/s: {self.oir:,.0f} passed, {self.upper:,.0f} failed "
+                f"({width:.0%} apart, {within} the {self.precision:.0%} asked)")
+
+
+def bracket(trials: list[Trial]) -> tuple[float | None, float | None]:
+    """(highest pass below the lowest failure, lowest failure). A pass above a failure
+    (noise) does not move the bracket up: the lowest failure bounds the OIR."""
+    fails = [t.rate for t in trials if not t.passed]
+    hi = min(fails) if fails else None
+    passes = [t.rate for t in trials if t.passed and (hi is None or t.rate < hi)]
+    return (max(passes) if passes else None), hi
+
+
+def next_rate(trials: list[Trial], start: float, max_rate: float,
+              precision: float) -> float | None:
+    """The next trial's rate, or None when the search is done: bracketed within
+    ``precision``, no failure up to ``max_rate``, or failing below :data:`MIN_RATE`."""
+    if not trials:
+        return start
+    lo, hi = bracket(trials)
+    if hi is None:  # double, and try max_rate itself before stopping there
+        assert lo is not None
+        return min(lo * 2, max_rate) if lo < max_rate else None
+    if lo is None:
+        return hi / 2 if hi / 2 >= MIN_RATE else None
+    if (hi - lo) / hi <= precision:
+        return None
+    return (lo + hi) / 2
 
 
 def judge(result: ExperimentResult, rate: float, trigger_ms: int,
@@ -91,7 +151,7 @@ def judge(result: ExperimentResult, rate: float, trigger_ms: int,
 def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float = 1000.0,
                max_rate: float = 200_000.0, max_trials: int = 6, precision: float = 0.1,
                on_trial: Callable[[Trial], None] | None = None) -> OirResult:
-    """Bounded doubling + bisection over control-only runs; stores the result."""
+    """Doubling, halving, then bisection over control-only runs; stores the result."""
     with WarmDeployments(Path(runs_root), label=f"oir-cluster-{os.getpid()}") as warm:
         res = _search(base, db, Path(runs_root), start, max_rate, max_trials, precision,
                       on_trial, warm)
@@ -103,12 +163,12 @@ def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max
             max_trials: int, precision: float, on_trial: Callable[[Trial], None] | None,
             warm: WarmDeployments) -> OirResult:
     """The trials, all on one warm cluster."""
-    res = OirResult(base.topology, base.pg, None)
+    res = OirResult(base.topology, base.pg, None, precision=precision)
     store = ResultsStore(db)
-    lo: float | None = None
-    hi: float | None = None
-    rate = start
     while len(res.trials) < max_trials:
+        rate = next_rate(res.trials, start, max_rate, precision)
+        if rate is None:
+            break
         cfg = dataclasses.replace(base, rate=rate, fault="none",
                                   cluster=dataclasses.replace(base.cluster))
         run_id = store.start_run("validate", cfg.topology, cfg.window_ms, pg=cfg.pg,
@@ -122,21 +182,7 @@ def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max
         res.trials.append(trial)
         if on_trial:
             on_trial(trial)
-        if trial.passed:
-            lo = rate
-        else:
-            hi = rate
-        if hi is None:
-            if rate * 2 > max_rate:
-                break
-            rate *= 2
-        elif lo is None:
-            rate /= 2
-        else:
-            if (hi - lo) / hi <= precision:
-                break
-            rate = (lo + hi) / 2
-    res.oir = lo
+    res.oir, res.upper = bracket(res.trials)
     return res
 
 
@@ -146,13 +192,19 @@ def save_oir(db: Path, res: OirResult) -> None:
             "topology": res.topology, "pg": res.pg, "rate": res.oir,
             "measured_at": time.time(),
             "trials": json.dumps([dataclasses.asdict(t) for t in res.trials], default=str),
+            "upper": res.upper, "precision": res.precision, "bracketed": int(res.bracketed),
+            "machine": res.machine,
         })
 
 
-def stored_oir(db: Path, topology: str, pg: str) -> float | None:
-    """The latest OIR measured for (topology, pg), or None."""
+def stored_oir(db: Path, topology: str, pg: str, machine: str | None = None) -> float | None:
+    """The latest OIR (lower bound) measured for (topology, pg) on ``machine`` (default:
+    this one; rows from before machines were recorded count for any), or None."""
+    if not Path(db).exists():
+        return None
     with ResultsStore(db) as store:
         rows: list[dict[str, Any]] = list(store.db.query(
             "select rate from oir where topology = ? and pg = ? and rate is not null "
-            "order by measured_at desc limit 1", [topology, pg]))
+            "and (machine = ? or machine is null) order by measured_at desc limit 1",
+            [topology, pg, machine or machine_id()]))
     return float(rows[0]["rate"]) if rows else None

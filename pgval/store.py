@@ -100,8 +100,11 @@ TABLES: tuple[Table, ...] = (
     Table("unprocessed_causes", {"run_id": int, "cause": str, "count": int, "examples": str},
           pk=("run_id", "cause")),
     # The optimum ingestion rate per (topology, pg), one row per search (pgval/oir.py).
+    # rate: the highest passing rate below upper, the lowest failing one; bracketed: the
+    # two within precision; machine: host name and cores (an OIR is the machine's too).
     Table("oir", {"topology": str, "pg": str, "rate": float, "measured_at": float,
-                  "trials": str}, per_run=False),
+                  "trials": str, "upper": float, "precision": float, "bracketed": int,
+                  "machine": str}, per_run=False),
 )
 
 
@@ -136,7 +139,14 @@ def _v1_declared_schema(db: sqlite_utils.Database) -> None:
 #: MIGRATIONS[v] takes a database at version v to v + 1. Append, never edit; keep each
 #: idempotent (a fresh database is created from :data:`TABLES` and then has every
 #: migration's effect already).
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_v1_declared_schema,)
+def _v2_oir_bracket(db: sqlite_utils.Database) -> None:
+    """1 → 2: the oir table records the bracket (upper, precision, bracketed) and the
+    machine it was measured on."""
+    _ensure_declared(db)
+
+
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_v1_declared_schema,
+                                                                    _v2_oir_bracket)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

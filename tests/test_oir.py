@@ -1,0 +1,122 @@
+"""The OIR search's policy (doubling, halving, bisection to a stated precision), its
+stored result per machine, and `matrix --rate oir --rate-fraction` (no cluster)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgval.cli import main
+from pgval.oir import (
+    MIN_RATE,
+    OirResult,
+    Trial,
+    bracket,
+    machine_id,
+    next_rate,
+    save_oir,
+    stored_oir,
+)
+
+
+def _trial(rate: float, passed: bool) -> Trial:
+    return Trial(rate=rate, passed=passed, reason="", reliability=1.0 if passed else 0.9,
+                 achieved_rate=rate, latency_first_s=1.0, latency_last_s=1.0, run_id=None)
+
+
+def _search(threshold: float, start: float, precision: float, max_rate: float = 200_000.0,
+            max_trials: int = 60) -> list[Trial]:
+    """The policy against a job that keeps up below ``threshold`` and not from it on."""
+    trials: list[Trial] = []
+    while len(trials) < max_trials:
+        rate = next_rate(trials, start, max_rate, precision)
+        if rate is None:
+            break
+        trials.append(_trial(rate, rate < threshold))
+    return trials
+
+
+@settings(max_examples=300, deadline=None)
+@given(threshold=st.floats(MIN_RATE * 2, 150_000.0), start=st.sampled_from([500.0, 1000.0,
+                                                                              4000.0]),
+       precision=st.sampled_from([0.02, 0.05, 0.1, 0.25]))
+def test_the_search_brackets_the_threshold_within_the_precision(
+        threshold: float, start: float, precision: float) -> None:
+    trials = _search(threshold, start, precision)
+    lo, hi = bracket(trials)
+    assert lo is not None and hi is not None
+    assert lo < threshold <= hi
+    assert (hi - lo) / hi <= precision
+    # Doubling or halving to the bracket, then one bisection step per halving of its width.
+    bound = abs(math.log2(threshold / start)) + 2 + math.log2(1 / precision) + 2
+    assert len(trials) <= bound
+    res = OirResult("sst", "a1", lo, trials, upper=hi, precision=precision)
+    assert res.bracketed and f"{lo:,.0f} passed" in res.describe()
+
+
+def test_no_failure_up_to_the_maximum_is_a_lower_bound() -> None:
+    trials = _search(threshold=math.inf, start=1000.0, precision=0.1, max_rate=12_000.0)
+    assert [t.rate for t in trials] == [1000.0, 2000.0, 4000.0, 8000.0, 12_000.0]
+    lo, hi = bracket(trials)
+    res = OirResult("sst", "a1", lo, trials, upper=hi)
+    assert (lo, hi) == (12_000.0, None) and not res.bracketed
+    assert res.describe().startswith("at least 12,000 events/s")
+
+
+def test_a_job_that_always_fails_stops_below_the_minimum_rate() -> None:
+    trials = _search(threshold=0.0, start=1000.0, precision=0.1)
+    assert all(not t.passed for t in trials) and min(t.rate for t in trials) >= MIN_RATE
+    assert next_rate(trials, 1000.0, 1e6, 0.1) is None
+    res = OirResult("sst", "a1", None, trials)
+    assert res.describe().startswith("below ")
+
+
+def test_a_noisy_pass_above_a_failure_does_not_raise_the_bracket() -> None:
+    trials = [_trial(1000, True), _trial(2000, False), _trial(1500, True), _trial(3000, True)]
+    assert bracket(trials) == (1500, 2000)
+    assert next_rate(trials, 1000, 1e6, 0.1) == 1750
+
+
+def test_the_oir_is_stored_per_machine(tmp_path: Path) -> None:
+    db = tmp_path / "oir.db"
+    assert stored_oir(db, "sst", "a1") is None and not db.exists()  # reading creates nothing
+    here = OirResult("sst", "a1", 8000.0, [_trial(8000, True), _trial(9000, False)],
+                     upper=9000.0, precision=0.2)
+    save_oir(db, here)
+    save_oir(db, OirResult("sst", "a1", 99_000.0, [], upper=100_000.0,
+                           machine="elsewhere (64 cores)"))
+    assert here.machine == machine_id()
+    assert stored_oir(db, "sst", "a1") == 8000.0  # not the other machine's, though newer
+    assert stored_oir(db, "sst", "a1", machine="elsewhere (64 cores)") == 99_000.0
+    assert stored_oir(db, "mst", "a1") is None
+    from pgval.store import ResultsStore
+
+    row = next(iter(ResultsStore(db).db.query("select * from oir order by rowid limit 1")))
+    assert (row["rate"], row["upper"], row["precision"], row["bracketed"]) == (8000, 9000,
+                                                                             0.2, 1)
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Path:
+    old = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        os.chdir(old)
+
+
+def test_matrix_at_a_fraction_of_the_oir_is_refused_without_one(cwd: Path) -> None:
+    res = CliRunner().invoke(main, ["matrix", "--topologies", "sst", "--pgs", "a1",
+                                    "--faults", "none", "--rate", "oir", "--db", "r.db"])
+    assert res.exit_code == 2 and "no optimum ingestion rate is stored for sst a1 on this " \
+        f"machine ({machine_id()})" in res.output, res.output
+    res = CliRunner().invoke(main, ["matrix", "--rate", "2000", "--rate-fraction", "0.5"])
+    assert res.exit_code == 2 and "--rate-fraction applies to --rate oir only" in res.output
+    assert os.listdir(cwd) == []  # neither created a database
