@@ -9,8 +9,12 @@ which PGVal did not measure). Each gets only its target: a worker handle, the dr
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlparse
 
 
 class CrashableWorker(Protocol):
@@ -33,26 +37,73 @@ class RestartableDriver(Protocol):
 
     def pid(self) -> int | None: ...
 
+    def alive(self) -> bool: ...
+
     def kill(self) -> None: ...
 
     def start(self) -> float: ...
 
 
 class WorkerCrash:
+    """SIGKILL a worker and its executors at T2 (``timed``), or, with ``checkpoint`` and
+    ``output_count`` (crash point ``during-sink-write``), at the first moment after T2 when
+    a batch that is planned but not committed has added records to the output topic: its
+    tasks are writing."""
+
     name = "crash"
 
-    def __init__(self, worker: CrashableWorker) -> None:
+    def __init__(self, worker: CrashableWorker, checkpoint: Path | None = None,
+                 output_count: Callable[[], int] | None = None,
+                 reach_timeout_s: float = 60.0, poll_s: float = 0.02) -> None:
         self.worker = worker
+        self.checkpoint = checkpoint
+        self.output_count = output_count
+        self.reach_timeout_s = reach_timeout_s
+        self.poll_s = poll_s
         self._killed = False
 
     def inject(self) -> dict[str, Any]:
         worker = self.worker
+        point: dict[str, Any] = {"crash_point": "timed"}
+        if self.checkpoint is not None and self.output_count is not None:
+            point = self._wait_for_sink_write(self.checkpoint, self.output_count)
         executors = worker.executor_pids()
         worker.kill()
         self._killed = True
+        if "batch" in point and self.checkpoint is not None:
+            found = open_batch(self.checkpoint)
+            point["commit_logged"] = found is None or found[1] != point["batch"]
+            if point["commit_logged"]:
+                point["error"] = (f"batch {point['batch']} committed before the worker died: "
+                                  "the crash point during-sink-write was missed")
         return {"mechanism": "SIGKILL process group", "target": worker.name,
                 "worker_pid": worker.pid, "executor_pids": executors,
-                "left_alive": worker.group_pids()}
+                "left_alive": worker.group_pids(), **point}
+
+    def _wait_for_sink_write(self, checkpoint: Path,
+                             output_count: Callable[[], int]) -> dict[str, Any]:
+        """Until a planned, uncommitted batch has grown the output topic (or the time-out).
+        The output topic's size when a batch is first seen open is its baseline."""
+        armed_ms = int(time.time() * 1000)
+        deadline = time.monotonic() + self.reach_timeout_s
+        baseline: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            found = open_batch(checkpoint)
+            if found is not None:
+                batch = found[1]
+                now = output_count()
+                if batch not in baseline:
+                    baseline[batch] = now
+                elif 0 <= baseline[batch] < now and open_batch(checkpoint) == found:
+                    return {"crash_point": "during-sink-write", "armed_ms": armed_ms,
+                            "batch": batch, "outputs_in_kafka": now - baseline[batch],
+                            "batches_watched": len(baseline)}
+            time.sleep(self.poll_s)
+        return {"crash_point": "during-sink-write", "armed_ms": armed_ms,
+                "batches_watched": len(baseline),
+                "error": f"the crash point during-sink-write was not reached: no batch was "
+                         f"writing within {self.reach_timeout_s:.0f} s (the worker was "
+                         "killed then)"}
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
         """Restart the worker at T3; at teardown (``restore=False``) there is nothing to undo."""
@@ -68,17 +119,100 @@ class WorkerCrash:
 
 
 class DriverCrash:
+    """SIGKILL the driver at T2 (``timed``), or, with ``trigger`` (crash point
+    ``after-sink-write``), halt it in the window that matters: the first batch after T2
+    whose outputs are in Kafka while its commit is not yet in the checkpoint. Once armed,
+    the driver's hook (:mod:`pgval.runtime.hooks`) stops before writing each batch's
+    offsets ("planned": pgval notes the output topic's size) and before its commit
+    ("commit": "halt" if the output topic grew since, else "go"). Restart from the
+    checkpoint at T3."""
+
     name = "driver-crash"
 
-    def __init__(self, driver: RestartableDriver) -> None:
+    def __init__(self, driver: RestartableDriver, trigger: Path | None = None,
+                 output_count: Callable[[], int] | None = None,
+                 reach_timeout_s: float = 60.0, poll_s: float = 0.01) -> None:
         self.driver = driver
+        self.trigger = trigger
+        self.output_count = output_count
+        self.reach_timeout_s = reach_timeout_s
+        self.poll_s = poll_s
         self._killed = False
 
     def inject(self) -> dict[str, Any]:
         pid = self.driver.pid()
+        if self.trigger is not None:
+            return self._crash_before_commit(pid, self.trigger)
         self.driver.kill()
         self._killed = True
-        return {"mechanism": "SIGKILL process group", "target": "driver", "driver_pid": pid}
+        return {"mechanism": "SIGKILL process group", "target": "driver", "driver_pid": pid,
+                "crash_point": "timed"}
+
+    def _crash_before_commit(self, pid: int | None, trigger: Path) -> dict[str, Any]:
+        files = {k: trigger.with_name(f"{trigger.name}.{k}") for k in ("at", "answer", "hit")}
+        for f in files.values():
+            f.unlink(missing_ok=True)
+        count = self.output_count or (lambda: -1)
+        armed_ms = int(time.time() * 1000)
+        baseline: dict[int, int] = {}
+        answered: set[tuple[str, int]] = set()
+        passed: list[dict[str, Any]] = []  # committed batches: nothing of theirs in Kafka
+        halted: dict[str, Any] | None = None
+        self._killed = True  # from here on, remove() must restart whatever happens
+        try:
+            trigger.write_text(f"{armed_ms}\n")
+            deadline = time.monotonic() + self.reach_timeout_s
+            while halted is None and self.driver.alive() and time.monotonic() < deadline:
+                at = _read_json(files["at"])
+                key = (str(at.get("stage")), int(at.get("batch", -1))) if at else None
+                if key is None or key in answered:
+                    time.sleep(self.poll_s)
+                    continue
+                answered.add(key)
+                stage, batch = key
+                now = count()
+                verdict = "go"
+                if stage == "planned":
+                    baseline[batch] = now
+                elif 0 <= baseline.get(batch, -1) < now:
+                    verdict = "halt"
+                    halted = {"batch": batch, "outputs_in_kafka": now - baseline[batch],
+                              "checkpoint": str(_local_path(at["file"]).parent.parent)}
+                else:
+                    passed.append({"batch": batch,
+                                   "outputs": now - baseline[batch] if batch in baseline
+                                   and min(now, baseline[batch]) >= 0 else None})
+                _write_atomically(files["answer"], f"{stage} {batch} {verdict}\n")
+            if halted is not None:
+                stop = time.monotonic() + 10.0
+                while self.driver.alive() and not files["hit"].exists() and \
+                        time.monotonic() < stop:
+                    time.sleep(self.poll_s)
+        finally:
+            trigger.unlink(missing_ok=True)  # the restarted driver must not stop again
+            self.driver.kill()  # the halted JVM's Python parent, or a driver never hit
+            hit = _read_json(files["hit"])
+            for f in files.values():
+                f.unlink(missing_ok=True)
+        entry: dict[str, Any] = {
+            "mechanism": "JVM halt before the batch's commit (pgval.hooks.CrashBeforeCommit)",
+            "target": "driver", "driver_pid": pid, "crash_point": "after-sink-write",
+            "armed_ms": armed_ms, "batches_passed": passed}
+        if halted is None:
+            entry["error"] = (f"the crash point after-sink-write was not reached: no batch "
+                              f"with outputs came to its commit within "
+                              f"{self.reach_timeout_s:.0f} s (the driver was killed then)")
+            return entry
+        batch = halted["batch"]
+        checkpoint = Path(halted.pop("checkpoint"))
+        entry.update(halted, offsets_logged=(checkpoint / "offsets" / str(batch)).exists(),
+                     commit_logged=(checkpoint / "commits" / str(batch)).exists())
+        if hit is None or int(hit.get("batch", -1)) != batch:
+            entry["error"] = (f"the driver did not confirm halting before batch {batch}'s "
+                              f"commit (hook record: {hit})")
+        elif entry["commit_logged"]:
+            entry["error"] = f"batch {batch} was committed although the crash came before it"
+        return entry
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
         if not self._killed:
@@ -89,3 +223,40 @@ class DriverCrash:
         start_s = self.driver.start()
         return {"target": "driver", "restarted_pid": self.driver.pid(),
                 "query_restarted_s": round(start_s, 3)}
+
+
+def open_batch(checkpoint: Path) -> tuple[Path, int] | None:
+    """The newest batch that is planned (``offsets/N``) but not committed (``commits/N``),
+    with its checkpoint (m1 keeps one per driver start: the newest)."""
+    roots = [checkpoint] if (checkpoint / "offsets").is_dir() else sorted(
+        (d for d in checkpoint.glob("*/") if (d / "offsets").is_dir()),
+        key=lambda d: d.stat().st_mtime)[-1:]
+    for root in roots:
+        planned = [int(p.name) for p in (root / "offsets").iterdir() if p.name.isdigit()]
+        if not planned:
+            return None
+        batch = max(planned)
+        if (root / "commits" / str(batch)).exists():
+            return None
+        return root, batch
+    return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _local_path(hadoop_path: object) -> Path:
+    """A Hadoop path on the local disk (``file:/x``) as a path."""
+    raw = str(hadoop_path)
+    return Path(urlparse(raw).path if raw.startswith("file:") else raw)

@@ -284,13 +284,13 @@ def _stored_oir(db: Path, topology: str, pg: str) -> float:
     to measure it."""
     from pgval.oir import machine_id, stored_oir
 
-    value = stored_oir(db, topology, pg)
-    if value is None:
+    stored = stored_oir(db, topology, pg)
+    if stored is None:
         raise UserError(f"no optimum ingestion rate is stored for {topology} {pg} on this "
                         f"machine ({machine_id()}) in {db}; run `pgval oir --topology "
                         f"{topology} --pg {pg} --db {db}` first")
-    console.print(f"{topology} {pg}: using the stored OIR of {value:,.0f} events/s")
-    return value
+    console.print(f"{topology} {pg}: using the stored OIR, {stored.describe()}")
+    return stored.rate
 
 
 def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
@@ -379,6 +379,8 @@ def oir(start_rate: float, max_trials: int, precision: float, max_rate: float, r
     passing and the lowest failing control run, and store it for this machine."""
     from pgval.oir import search_oir
 
+    if start_rate > max_rate:
+        raise UserError(f"--start-rate {start_rate:,.0f} is above --max-rate {max_rate:,.0f}")
     base = build_config(values, fault="none")
     _check_db(db)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pgval.runtime.cluster import ClusterConfig
 from pgval.runtime.procs import RuntimeErrorPlain
-from pgval.schema import DEPLOYMENTS, FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
+from pgval.schema import CRASH_POINTS, DEPLOYMENTS, FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 
 def opt(help: str, **extra: Any) -> dict[str, Any]:  # noqa: A002 - click's own word
@@ -37,6 +37,11 @@ class ExperimentConfig:
         choices=PROCESSING_GUARANTEES))
     fault: str = field(default="none", metadata=opt(
         "Injected at T2 into one Spark worker (or the driver), removed at T3.", choices=FAULTS))
+    crash_point: str = field(default="timed", metadata=opt(
+        "Where a crash lands: timed (at T2); for driver-crash after-sink-write (the first "
+        "batch after T2 whose outputs are in Kafka, before its commit is in the checkpoint); "
+        "for crash during-sink-write (while a batch not yet committed writes its outputs).",
+        choices=CRASH_POINTS))
     rate: float = field(default=2_000.0, metadata=opt(
         "Generator rate, events/s over all producers, or 'oir' for the stored optimum "
         "ingestion rate of this topology and pg (see `pgval oir`)."))
@@ -131,6 +136,19 @@ class ExperimentConfig:
                 and not 0 <= self.target < self.cluster.workers):
             raise RuntimeErrorPlain(f"--target must be a worker index from 0 to "
                                     f"{self.cluster.workers - 1}")
+        if self.crash_point not in CRASH_POINTS:
+            raise RuntimeErrorPlain(f"unknown crash point {self.crash_point!r}; use one of "
+                                    f"{', '.join(CRASH_POINTS)}")
+        if self.crash_point == "after-sink-write" and self.fault != "driver-crash":
+            raise RuntimeErrorPlain("--crash-point after-sink-write applies to --fault "
+                                    "driver-crash")
+        if self.crash_point == "during-sink-write" and (self.fault != "crash"
+                                                        or self.deploy != "local"):
+            raise RuntimeErrorPlain("--crash-point during-sink-write applies to --fault crash "
+                                    "on the embedded cluster (--deploy local)")
+        if self.crash_point != "timed" and self.deploy == "compose":
+            raise RuntimeErrorPlain("crash points other than timed need the driver on this "
+                                    "machine (--deploy local or external)")
         if self.deploy not in DEPLOYMENTS:
             raise RuntimeErrorPlain(f"unknown deployment {self.deploy!r}; use one of "
                                     f"{', '.join(DEPLOYMENTS)}")

@@ -42,6 +42,7 @@ from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
 from pgval.runtime import signals
 from pgval.runtime.driver import DriverProcess, DriverSpec
+from pgval.runtime.hooks import crash_trigger, ensure_hooks_jar
 from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import OUTPUT_TOPIC, Topics
 from pgval.store import ResultsStore
@@ -98,6 +99,7 @@ class Experiment:
         self._reasons = Validity()
         self._log_offsets: dict[str, int] = {}
         self.control: ControlEvents | None = None
+        self.monitor: OutputMonitor | None = None
         self.planted: dict[str, Any] = {}
         self.manifest = Manifest(topology=config.topology, window_ms=config.window_ms,
                                  phases=[0, 0, 0], resources=config.resources,
@@ -162,6 +164,13 @@ class Experiment:
     def _preflight(self) -> None:
         """Refuse, before anything is deployed, a run that could only fail at T2."""
         cfg = self.config
+        if cfg.crash_point == "during-sink-write" and not self.deployment.owns_cluster:
+            raise RuntimeErrorPlain("--crash-point during-sink-write needs a cluster pgval "
+                                    "starts itself (drop --cluster): here a crash is an "
+                                    "executor kill through the driver")
+        if cfg.crash_point == "after-sink-write":
+            ensure_hooks_jar()  # built once (javac); a missing JDK is one sentence, now
+            crash_trigger(self.run_dir).parent.mkdir(parents=True, exist_ok=True)
         if cfg.fault.startswith("delay") and cfg.deploy == "local":
             if os.geteuid() != 0:
                 raise RuntimeErrorPlain(f"--fault {cfg.fault} needs root (it puts the worker "
@@ -176,11 +185,13 @@ class Experiment:
         self._reasons = Validity()
         self._deploy()
         monitor = OutputMonitor(self.deployment.client_config(), self._topics())
+        self.monitor = monitor
         try:
             self.timings["prime_s"] = self._prime(monitor)
             self.timings["deploy_s"] = time.monotonic() - t0
             report, driver_died = self._phases(monitor)
         finally:
+            self.monitor = None
             monitor.close()
         assert self.driver is not None
         if not driver_died:
@@ -250,15 +261,22 @@ class Experiment:
             # fault needs it: the executor kill on a cluster pgval does not own.
             control_dir=(self.run_dir / "control"
                          if cfg.fault == "crash" and not dep.owns_cluster else None),
-            kafka_options=where.kafka_options, user_conf=where.user_conf)
+            kafka_options=where.kafka_options, user_conf=where.user_conf,
+            crash_trigger=(crash_trigger(self.run_dir) if cfg.crash_point == "after-sink-write"
+                           else None))
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         self.target = (cfg.target if cfg.target is not None
                        else default_target(cfg.seed, max(1, dep.workers)))
         fault = dep.make_fault(cfg, self.target, self.profile,
                                FaultContext(self.run_dir, cfg.phase_seconds, self.driver,
-                                            cfg.seed))
+                                            cfg.seed, self._output_count, spec.checkpoint,
+                                            spec.crash_trigger))
         self.schedule = FaultSchedule(fault or NoFault())
         self.timings["driver_start_s"] = self.driver.start()
+
+    def _output_count(self) -> int:
+        """Records in the run's output topic now, -1 before the monitor exists (crash points)."""
+        return self.monitor.count() if self.monitor is not None else -1
 
     def _prime(self, monitor: OutputMonitor) -> float:
         """Warm the query up on old-window control events (:mod:`pgval.run.control`)."""

@@ -197,14 +197,32 @@ def save_oir(db: Path, res: OirResult) -> None:
         })
 
 
-def stored_oir(db: Path, topology: str, pg: str, machine: str | None = None) -> float | None:
-    """The latest OIR (lower bound) measured for (topology, pg) on ``machine`` (default:
-    this one; rows from before machines were recorded count for any), or None."""
+@dataclass(frozen=True)
+class StoredOir:
+    rate: float  # the highest passing rate: what runs "at the OIR" use
+    upper: float | None  # the lowest failing rate, if the search found one
+    bracketed: bool  # the two within the search's precision
+
+    def describe(self) -> str:
+        if self.bracketed and self.upper is not None:
+            return f"{self.rate:,.0f} events/s (passed; {self.upper:,.0f} failed)"
+        return (f"{self.rate:,.0f} events/s, a lower bound only (the search stopped before "
+                "bracketing the OIR)")
+
+
+def stored_oir(db: Path, topology: str, pg: str,
+               machine: str | None = None) -> StoredOir | None:
+    """The latest OIR measured for (topology, pg) on ``machine`` (default: this one; rows
+    from before machines were recorded count for any), or None."""
     if not Path(db).exists():
         return None
     with ResultsStore(db) as store:
         rows: list[dict[str, Any]] = list(store.db.query(
-            "select rate from oir where topology = ? and pg = ? and rate is not null "
-            "and (machine = ? or machine is null) order by measured_at desc limit 1",
+            "select rate, upper, bracketed from oir where topology = ? and pg = ? and rate is "
+            "not null and (machine = ? or machine is null) order by measured_at desc limit 1",
             [topology, pg, machine or machine_id()]))
-    return float(rows[0]["rate"]) if rows else None
+    if not rows:
+        return None
+    row = rows[0]
+    return StoredOir(float(row["rate"]), None if row["upper"] is None else float(row["upper"]),
+                     bool(row["bracketed"]))

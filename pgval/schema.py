@@ -72,6 +72,10 @@ FAULTS: Final = ("none", "crash", "driver-crash", "delay-lt-timeout", "delay-gt-
 #: Where a run's Kafka and Spark come from: pgval's embedded cluster, the compose stack,
 #: or a cluster the user runs (``--deploy external``).
 DEPLOYMENTS: Final = ("local", "compose", "external")
+#: Where a crash lands: ``timed`` (at T2); ``after-sink-write`` (driver-crash: the first
+#: batch after T2 whose outputs are in Kafka, before its commit is checkpointed);
+#: ``during-sink-write`` (crash: while a batch not yet committed is writing outputs).
+CRASH_POINTS: Final = ("timed", "after-sink-write", "during-sink-write")
 
 
 def resource_name(index: int) -> str:

@@ -89,11 +89,15 @@ def test_the_oir_is_stored_per_machine(tmp_path: Path) -> None:
     here = OirResult("sst", "a1", 8000.0, [_trial(8000, True), _trial(9000, False)],
                      upper=9000.0, precision=0.2)
     save_oir(db, here)
-    save_oir(db, OirResult("sst", "a1", 99_000.0, [], upper=100_000.0,
+    save_oir(db, OirResult("sst", "a1", 99_000.0, [], upper=None,
                            machine="elsewhere (64 cores)"))
     assert here.machine == machine_id()
-    assert stored_oir(db, "sst", "a1") == 8000.0  # not the other machine's, though newer
-    assert stored_oir(db, "sst", "a1", machine="elsewhere (64 cores)") == 99_000.0
+    mine = stored_oir(db, "sst", "a1")  # not the other machine's, though newer
+    assert mine is not None and (mine.rate, mine.upper, mine.bracketed) == (8000, 9000, True)
+    assert "9,000 failed" in mine.describe()
+    other = stored_oir(db, "sst", "a1", machine="elsewhere (64 cores)")
+    assert other is not None and other.rate == 99_000.0 and not other.bracketed
+    assert "a lower bound only" in other.describe()
     assert stored_oir(db, "mst", "a1") is None
     from pgval.store import ResultsStore
 

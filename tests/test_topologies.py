@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pgval import schema
 from pgval.evaluate import Evaluation, evaluate
@@ -286,10 +286,23 @@ def test_cli_defaults_and_spark_conf() -> None:
     assert conf["spark.jars"] == "x.jar,y.jar" and conf["spark.foo"] == "a=b"
     assert conf["spark.sql.shuffle.partitions"] == "3" and conf["spark.ui.enabled"] == "false"
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
-    with pytest.raises(SystemExit):
-        parse_args(["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1", "--master", "m",
-                    "--checkpoint", "c", "--window-ms", "1", "--watermark-ms", "0",
-                    "--trigger-ms", "0", "--progress-file", "p", "--crash-after-commits", "1"])
+
+
+def test_the_crash_trigger_installs_the_hook_after_the_users_settings(tmp_path: Path) -> None:
+    from pgval.runtime.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
+    from pgval.topologies.driver import parse_args, spark_conf
+
+    base = ["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1", "--master", "local[2]",
+            "--checkpoint", "ck", "--window-ms", "2000", "--watermark-ms", "500",
+            "--trigger-ms", "0", "--progress-file", "p",
+            "--crash-trigger", str(tmp_path / "trigger")]
+    conf = spark_conf(parse_args([*base, "--conf", "spark.jars=user.jar"]), "x.jar")
+    manager = "spark.sql.streaming.checkpointFileManagerClass"
+    assert conf[manager] == CRASH_BEFORE_COMMIT
+    assert conf[f"spark.hadoop.{TRIGGER_KEY}"] == str(tmp_path / "trigger")
+    assert conf["spark.jars"] == f"user.jar,{ensure_hooks_jar()}"  # the user's, plus the hook
+    with pytest.raises(ValueError, match="replaces spark.sql.streaming.checkpointFile"):
+        spark_conf(parse_args([*base, "--conf", f"{manager}=my.Manager"]), "x.jar")
 
 
 def test_m1_starts_a_new_query_each_time_from_the_latest_offsets(tmp_path: Path) -> None:
@@ -427,57 +440,104 @@ def test_m1_restart_skips_what_arrived_while_no_driver_ran(kafka: KafkaCluster,
             d.proc.stop(grace_s=10)
 
 
+class _Restartable:
+    """A test Driver as the fault's :class:`RestartableDriver`."""
+
+    def __init__(self, d: Driver) -> None:
+        self.d = d
+
+    def pid(self) -> int | None:
+        return self.d.proc.pid if self.d.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.d.proc is not None and self.d.proc.alive()
+
+    def kill(self) -> None:
+        if self.d.proc is not None:
+            self.d.proc.kill()
+
+    def start(self) -> float:
+        self.d.start()
+        _wait_started((self.d,))
+        return 0.0
+
+
 @pytest.mark.cluster
-def test_e1_survives_driver_crash_between_sink_commit_and_checkpoint(
-        kafka: KafkaCluster, tmp_path: Path) -> None:
-    """The driver dies right after the sink committed batch B, before Spark checkpointed B.
+@pytest.mark.parametrize("pg", ("a1", "e1"))
+def test_crash_after_sink_write_duplicates_a1_and_not_e1(kafka: KafkaCluster, tmp_path: Path,
+                                                         pg: str) -> None:
+    """The crash point after-sink-write, as `pgval validate --crash-point` uses it.
 
-    That is the one moment at which an at-least-once sink duplicates: Kafka holds B's outputs,
-    the checkpoint does not know it, and a restart re-runs B. The e1 sink must skip it. The
-    crash comes from the driver's own fault hook, so it lands exactly there every time.
+    The driver's commit hook stops before each commit; the fault lets batches without
+    outputs commit and halts the driver at the first one whose outputs are in Kafka. The
+    restart re-runs that batch from the checkpoint: Spark's Kafka sink (a1) writes its
+    outputs again — duplicates, every time — and the transactional sink (e1) skips it.
     """
-    bs = kafka.bootstrap
-    d = _driver(tmp_path, bs, "mst", "e1", extra=("--crash-after-commits", "1"))
-    producer_done = threading.Event()
+    from pgval.faults.process import DriverCrash
 
-    def produce() -> None:
+    bs = kafka.bootstrap
+    trigger = tmp_path / "control" / "crash-before-commit"
+    trigger.parent.mkdir()
+    d = _driver(tmp_path, bs, "sst", pg, extra=("--crash-trigger", str(trigger)))
+    producer_done, crashed = threading.Event(), threading.Event()
+
+    def produce() -> None:  # live input until the crash is done and 4 s more after it
         try:
-            _produce_live(bs, seconds=12.0, rate=30.0, first_id=1, seed=11)
+            next_id = 1
+            while not crashed.is_set():
+                next_id = _produce_live(bs, seconds=2.0, rate=30.0, first_id=next_id,
+                                        seed=next_id)
+            _produce_live(bs, seconds=4.0, rate=30.0, first_id=next_id, seed=next_id)
         finally:
             producer_done.set()
 
+    ends = Consumer({"bootstrap.servers": bs, "group.id": "pgval-test-ends", "log_level": 3})
+
+    def output_count() -> int:  # as pgval's OutputMonitor: the sum of high watermarks
+        parts = ends.list_topics(d.output_topic, timeout=10).topics[d.output_topic].partitions
+        return sum(ends.get_watermark_offsets(TopicPartition(d.output_topic, p), timeout=10,
+                                              cached=False)[1] for p in parts)
+
     thread = threading.Thread(target=produce, daemon=True)
+    crash = DriverCrash(_Restartable(d), trigger=trigger, reach_timeout_s=60.0,
+                        output_count=output_count)
     try:
         d.start()
         _wait_started((d,))
         thread.start()
-        assert d.proc is not None
-        assert d.proc.popen.wait(timeout=120) == -signal.SIGKILL, d.proc.log_tail(30)
-        commits = [b for b in d.events("sink_batch") if not b["skipped"]]
-        assert len(commits) == 1
-        batch = commits[-1]["batch_id"]
-        assert (d.checkpoint / "offsets" / str(batch)).exists()
-        assert not (d.checkpoint / "commits" / str(batch)).exists()
-
-        d.argv = d.argv[: d.argv.index("--crash-after-commits")]
-        d.start()
-        _wait_started((d,))
-        _wait(lambda: any(b["batch_id"] == batch and b["skipped"]
-                          for b in d.events("sink_batch")), 90, f"batch {batch} to be skipped",
-              (d,))
+        _wait(lambda: len(read_topic(bs, d.output_topic, idle_timeout_s=3)) > 0, 60,
+              "the first outputs", (d,))
+        try:
+            entry = crash.inject()
+        finally:
+            crashed.set()
+        assert "error" not in entry, entry
+        assert entry["crash_point"] == "after-sink-write" and entry["outputs_in_kafka"] > 0
+        assert entry["offsets_logged"] and not entry["commit_logged"], entry
+        batch = entry["batch"]
+        assert not trigger.exists()  # the restart runs without the hook armed
+        crash.remove()
         _wait(producer_done.is_set, 60, "the producer", (d,))
         sizes = _topic_sizes(bs)
-        _wait(lambda: _consumed(d) == sizes, 60, "the driver to read all inputs", (d,))
+        _wait(lambda: _consumed(d).get(schema.GET_TOPIC) == sizes[schema.GET_TOPIC], 60,
+              "the driver to read all inputs", (d,))
         _produce_closing(bs)
-        _wait_outputs(bs, d, _expected_outputs(bs, "mst"))
+        _wait_outputs(bs, d, _expected_outputs(bs, "sst"))
         assert _stop_gracefully(d) == 0
-        _judge(bs, d)
-        # Not even the uncommitted view holds a second copy: the skipped batch was never re-sent.
-        raw = read_topic(bs, d.output_topic, isolation="read_uncommitted")
-        assert len(raw) == len(read_topic(bs, d.output_topic))
-        print(d.name, json.dumps(_batch_stats(d)))
+        if pg == "e1":
+            _judge(bs, d)  # exactly-once: the re-run batch was skipped …
+            assert any(b["batch_id"] == batch and b["skipped"] for b in d.events("sink_batch"))
+            raw = read_topic(bs, d.output_topic, isolation="read_uncommitted")
+            assert len(raw) == len(read_topic(bs, d.output_topic))  # … and never re-sent
+            return
+        events, outputs, _ = _read_back(bs, d.output_topic)
+        v = evaluate(events, outputs, "sst", W).validation
+        assert v.unprocessed == 0 and v.incorrect == 0 and v.duplicate > 0, v
+        assert v.guarantee == "at-least-once"
     finally:
+        crashed.set()
         thread.join(timeout=30)
+        ends.close()
         if d.proc is not None:
             d.proc.stop(grace_s=10)
 

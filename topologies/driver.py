@@ -167,9 +167,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--control-dir", default=None, metavar="DIR",
                     help="answer pgval's requests written to DIR (req-<n>.json) and record "
                          "executor changes, both in the progress file")
-    ap.add_argument("--crash-after-commits", type=int, default=None, metavar="N",
-                    help="fault hook (e1): SIGKILL the driver's process group right after "
-                         "the N-th sink transaction commits, before Spark checkpoints it")
+    ap.add_argument("--crash-trigger", default=None, metavar="FILE",
+                    help="crash point after-sink-write: once FILE exists, halt the driver's "
+                         "JVM before it writes the next batch's commit (FILE.hit records "
+                         "which; see pgval.runtime.hooks)")
     ap.add_argument("--sabotage", default=None, metavar="SPEC",
                     help="SELF-TEST of pgval only (e1): drop-batch:N / dup-batch:N drops / "
                          "writes twice the real output rows of the N-th committed batch "
@@ -177,8 +178,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.query_name is None:
         args.query_name = f"pgval-{args.topology}-{args.pg}"
-    if args.crash_after_commits is not None and args.pg != "e1":
-        ap.error("--crash-after-commits only applies to --pg e1")
     if args.sabotage is not None:
         if args.pg != "e1":
             ap.error("--sabotage only applies to --pg e1")
@@ -252,6 +251,17 @@ def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
     for item in args.conf:
         key, value = item.split("=", 1)
         conf[key] = value
+    if getattr(args, "crash_trigger", None):  # after the user's settings: they cannot undo it
+        from pgval.runtime.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
+
+        manager = "spark.sql.streaming.checkpointFileManagerClass"
+        if conf.get(manager, CRASH_BEFORE_COMMIT) != CRASH_BEFORE_COMMIT:
+            raise ValueError(f"the crash point after-sink-write replaces {manager}; drop "
+                             f"{manager}={conf[manager]} from the Spark settings")
+        conf["spark.jars"] = ",".join(filter(None, (conf.get("spark.jars"),
+                                                    str(ensure_hooks_jar()))))
+        conf[manager] = CRASH_BEFORE_COMMIT
+        conf[f"spark.hadoop.{TRIGGER_KEY}"] = str(Path(args.crash_trigger).resolve())
     secret_path = conf.pop("spark.authenticate.secret.file", None)
     if secret_path and args.master.startswith("spark://"):
         # Standalone reads no secret file (only Kubernetes does); hand-off from
@@ -364,7 +374,6 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
                                  topic=args.output_topic, marker_topic=args.topics.marker,
                                  producer_conf=dict(args.kafka_options),
                                  on_batch=sink_event_writer(log),
-                                 crash_after_commits=args.crash_after_commits,
                                  sabotage=args.sabotage)
         writer = transactional_sink(out, sink, checkpoint, args.query_name, args.trigger_ms)
     query = writer.start()

@@ -42,9 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -192,15 +190,6 @@ def last_committed_batch(bootstrap: str, query_name: str, query_id: str | None,
     return best
 
 
-def _crash_now() -> None:
-    """Fault hook: SIGKILL this driver and its JVM (its process group) on the spot.
-
-    Called right after a transaction commit and before Spark writes the batch to its commit
-    log: the one moment at which a non-transactional sink would duplicate on restart.
-    """
-    os.killpg(os.getpgrp(), signal.SIGKILL)
-
-
 class TransactionalSink:
     """e1: the ``foreachBatch`` function; one Kafka transaction per non-empty batch.
 
@@ -216,7 +205,6 @@ class TransactionalSink:
                  marker_topic: str = schema.MARKER_TOPIC,
                  producer_conf: dict[str, Any] | None = None,
                  on_batch: Callable[[dict[str, Any]], None] | None = None,
-                 crash_after_commits: int | None = None,
                  sabotage: Sabotage | None = None) -> None:
         self.bootstrap = bootstrap
         self.query_name = query_name
@@ -228,7 +216,6 @@ class TransactionalSink:
                                  else f"pgval-{query_name}")
         self.producer_conf = dict(producer_conf or {})
         self.on_batch = on_batch
-        self.crash_after_commits = crash_after_commits
         #: SELF-TEST only (module docstring): break one batch on purpose.
         self.sabotage = sabotage
         self.real_batches = 0  # committed batches with a real row (counted while armed)
@@ -321,8 +308,6 @@ class TransactionalSink:
             self.sabotaged_batch = batch_id
             report.update(sabotage=sabotage_event["kind"], written=len(to_write))
         self._report(report)
-        if self.crash_after_commits is not None and self.commits >= self.crash_after_commits:
-            _crash_now()
 
     def _sabotage_plan(self, batch_id: int, pairs: list[tuple[str | None, str]]
                        ) -> tuple[list[tuple[str | None, str]], bool, dict[str, Any] | None]:

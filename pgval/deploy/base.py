@@ -62,6 +62,19 @@ class FaultContext:
     phase_seconds: float
     driver: DriverProcess
     seed: int = 0
+    #: Records in the run's output topic now (-1 if unknown): did a batch write? (crash
+    #: points compare it at a batch's start and end; no clocks).
+    output_count: Callable[[], int] | None = None
+    #: The query's checkpoint directory (which batch is planned, which committed).
+    checkpoint: Path | None = None
+    #: The file that arms the driver's commit hook (crash point after-sink-write), or None.
+    crash_trigger: Path | None = None
+
+    @property
+    def reach_timeout_s(self) -> float:
+        """How long a crash point may take after T2 (else the run is unknown): half the
+        failure phase, at most a minute, so the failure phase keeps its crash."""
+        return max(2.0, min(60.0, 0.5 * self.phase_seconds))
 
 
 class Deployment(ABC):
@@ -133,7 +146,9 @@ class Deployment(ABC):
         if cfg.fault == "none":
             return None
         if cfg.fault == "driver-crash":
-            return DriverCrash(ctx.driver)
+            return DriverCrash(ctx.driver, trigger=ctx.crash_trigger,
+                               output_count=ctx.output_count,
+                               reach_timeout_s=ctx.reach_timeout_s)
         return self.worker_fault(cfg, target, profile, ctx)
 
     @abstractmethod

@@ -314,14 +314,20 @@ def _shape_order(shape: tuple[Any, ...]) -> tuple:
 
 def group_runs(runs: Iterable[RunData]) -> list[Group]:
     """Repetitions of one topology × PG × fault and one run shape together, in the paper's
-    order; each group's ``shape_label`` names the shape parameters that differ."""
+    order. A group's ``shape_label`` names the shape parameters that differ from the other
+    groups of its topology × PG × fault (so a matrix at each cell's own OIR is not labelled
+    with rates, while two rates of one cell are)."""
     groups: dict[tuple, list[RunData]] = {}
     for run in runs:
         groups.setdefault((run.key, run.shape), []).append(run)
     order = sorted(groups, key=lambda ks: (group_key_order(ks[0]), _shape_order(ks[1])))
     out = [Group(key, groups[(key, shape)], shape) for key, shape in order]
-    for g, label in zip(out, shape_labels([g.shape for g in out]), strict=True):
-        g.shape_label = label
+    by_key: dict[tuple, list[Group]] = {}
+    for g in out:
+        by_key.setdefault(g.key, []).append(g)
+    for same in by_key.values():
+        for g, label in zip(same, shape_labels([g.shape for g in same]), strict=True):
+            g.shape_label = label
     return out
 
 

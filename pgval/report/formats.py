@@ -88,7 +88,7 @@ def render_markdown(tables: list[ReportTable], header: str,
 
 
 CSV_FIELDS = ("table", "topology", "pg", "fault", "phase", "metric", "unit", "mean", "sd", "n",
-              "text")
+              "text", "shape")
 
 
 def render_csv(tables: list[ReportTable]) -> str:
@@ -99,9 +99,9 @@ def render_csv(tables: list[ReportTable]) -> str:
         for row in t.rows:
             base = {"table": t.name, "topology": row.keys.get("topology", ""),
                     "pg": row.keys.get("pg", ""), "fault": row.keys.get("fault", ""),
-                    "n": row.n}
-            if t.name == "runs":
-                base["table"] = f"runs:{row.keys['run']}"
+                    "n": row.n, "shape": row.keys.get("shape", "")}
+            if "run" in row.keys:  # one row per run (the run list, OIR trials)
+                base["table"] = f"{t.name}:{row.keys['run']}"
             for c, v in zip(t.columns, row.values, strict=True):
                 rec = {**base, "phase": c.phase or row.keys.get("phase", ""),
                        "metric": c.metric, "unit": c.unit}

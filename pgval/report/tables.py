@@ -325,7 +325,10 @@ def oir_trials_table(trials: list[RunData]) -> ReportTable:
             *[Column(f"{p} p50 s", "latency_p50", "s", p) for p in PHASES],
             Column("verdict", "guarantee"), Column("validity", "validity")]
     rows = []
-    for r in sorted(trials, key=lambda r: (r.key, number(r.params.get("rate")) or 0.0, r.id)):
+    def order(r: RunData) -> tuple:
+        return (*(k or "" for k in r.key), number(r.params.get("rate")) or 0.0, r.id)
+
+    for r in sorted(trials, key=order):
         keys = {"run": str(r.id), "topology": r.row.get("topology") or DASH,
                 "pg": r.row.get("pg") or DASH}
         rows.append(Row(keys, 1, [

@@ -63,6 +63,9 @@ class DriverSpec:
     #: Where pgval writes requests to the running driver (``--control-dir``); None: the
     #: driver runs no control thread. See :class:`DriverControl`.
     control_dir: Path | None = None
+    #: Crash point after-sink-write: the file that arms the driver's commit hook
+    #: (``--crash-trigger``, :mod:`pgval.runtime.hooks`); None: no hook.
+    crash_trigger: Path | None = None
 
     def __post_init__(self) -> None:
         if self.sabotage and self.pg != "e1":
@@ -92,6 +95,8 @@ class DriverSpec:
             argv += ["--sabotage", self.sabotage]
         if self.control_dir is not None:
             argv += ["--control-dir", self._path(self.control_dir)]
+        if self.crash_trigger is not None:
+            argv += ["--crash-trigger", self._path(self.crash_trigger)]
         return argv
 
     def env(self) -> dict[str, str]:

@@ -1,0 +1,228 @@
+"""The crash point after-sink-write, pgval's side: the conversation with the driver's commit
+hook (a thread plays the hook here; tests/test_topologies.py runs the real one in Spark),
+and the options that may ask for it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pgval.config import ExperimentConfig
+from pgval.faults.process import DriverCrash
+from pgval.runtime.procs import RuntimeErrorPlain
+
+
+class FakeDriver:
+    """The driver's process: alive until the hook halts it or pgval kills it."""
+
+    def __init__(self) -> None:
+        self.dead = threading.Event()
+        self.kills = 0
+        self.starts = 0
+
+    def pid(self) -> int:
+        return 4242
+
+    def alive(self) -> bool:
+        return not self.dead.is_set()
+
+    def kill(self) -> None:
+        self.kills += 1
+        self.dead.set()
+
+    def start(self) -> float:
+        self.starts += 1
+        self.dead.clear()
+        return 0.0
+
+
+def _ask(trigger: Path, stage: str, batch: int, path: Path) -> str:
+    """What CrashBeforeCommit.ask does: say (stage, batch), wait for the matching answer."""
+    at = trigger.with_name(trigger.name + ".at")
+    answer = trigger.with_name(trigger.name + ".answer")
+    at.write_text(json.dumps({"stage": stage, "batch": batch, "file": f"file:{path}"}))
+    while trigger.exists():
+        if answer.exists():
+            line = answer.read_text().strip()
+            answer.unlink()
+            if line.startswith(f"{stage} {batch} "):
+                at.unlink()
+                return line.rsplit(" ", 1)[1]
+        time.sleep(0.002)
+    return "go"
+
+
+def _query(trigger: Path, checkpoint: Path, outputs: dict[int, int], driver: FakeDriver,
+           verdicts: list[tuple[int, str]], topic: list[int]) -> None:
+    """A query whose batch N appends outputs[N] records to the output topic between its
+    offsets and its commit, with the hook in the way once armed."""
+    while not trigger.exists():
+        time.sleep(0.002)
+    for batch, n in outputs.items():
+        offsets = checkpoint / "offsets" / str(batch)
+        offsets.parent.mkdir(parents=True, exist_ok=True)
+        _ask(trigger, "planned", batch, offsets)
+        offsets.write_text("{}")
+        topic[0] += n  # the sink writes
+        commit = checkpoint / "commits" / str(batch)
+        verdict = _ask(trigger, "commit", batch, commit)
+        verdicts.append((batch, verdict))
+        if verdict == "halt":
+            trigger.with_name(trigger.name + ".hit").write_text(json.dumps({"batch": batch}))
+            driver.dead.set()
+            return
+        commit.parent.mkdir(exist_ok=True)
+        commit.write_text("{}")
+
+
+def test_batches_without_outputs_commit_and_the_first_with_outputs_is_hit(
+        tmp_path: Path) -> None:
+    trigger = tmp_path / "control" / "crash-before-commit"
+    trigger.parent.mkdir()
+    checkpoint = tmp_path / "checkpoint"
+    driver = FakeDriver()
+    topic = [40]  # records in the output topic before T2
+    verdicts: list[tuple[int, str]] = []
+    query = threading.Thread(target=_query, args=(
+        trigger, checkpoint, {5: 0, 6: 0, 7: 3, 8: 2}, driver, verdicts, topic))
+    query.start()
+    fault = DriverCrash(driver, trigger=trigger, output_count=lambda: topic[0],
+                        reach_timeout_s=10.0)
+    entry = fault.inject()
+    query.join(timeout=10)
+    assert verdicts == [(5, "go"), (6, "go"), (7, "halt")]
+    assert entry["batch"] == 7 and entry["outputs_in_kafka"] == 3
+    assert entry["batches_passed"] == [{"batch": 5, "outputs": 0}, {"batch": 6, "outputs": 0}]
+    assert entry["offsets_logged"] and not entry["commit_logged"] and "error" not in entry
+    assert not list(trigger.parent.iterdir())  # disarmed: no trigger, no answer left
+    assert driver.kills == 1
+    assert fault.remove()["target"] == "driver" and driver.starts == 1
+
+
+def test_a_halt_the_driver_does_not_confirm_is_an_error(tmp_path: Path) -> None:
+    """The hook answered for batch 7 but never recorded a hit (it timed out, say)."""
+    trigger = tmp_path / "crash-before-commit"
+    checkpoint = tmp_path / "checkpoint"
+    driver = FakeDriver()
+    topic = [0]
+
+    def query() -> None:
+        while not trigger.exists():
+            time.sleep(0.002)
+        offsets = checkpoint / "offsets" / "7"
+        offsets.parent.mkdir(parents=True)
+        _ask(trigger, "planned", 7, offsets)
+        offsets.write_text("{}")
+        topic[0] += 1
+        _ask(trigger, "commit", 7, checkpoint / "commits" / "7")  # halts, but no .hit
+
+    thread = threading.Thread(target=query)
+    thread.start()
+    entry = DriverCrash(driver, trigger=trigger, output_count=lambda: topic[0],
+                        reach_timeout_s=5.0).inject()
+    thread.join(timeout=10)
+    assert entry["batch"] == 7 and "did not confirm" in entry["error"]
+
+
+def test_a_crash_point_never_reached_is_an_error_in_the_fault_log(tmp_path: Path) -> None:
+    trigger = tmp_path / "crash-before-commit"
+    driver = FakeDriver()
+    entry = DriverCrash(driver, trigger=trigger, output_count=lambda: 1,
+                        reach_timeout_s=0.3).inject()
+    assert "was not reached" in entry["error"] and "batch" not in entry
+    assert driver.kills == 1 and not trigger.exists()  # killed anyway: the run goes on
+
+
+def test_timed_is_a_plain_kill() -> None:
+    driver = FakeDriver()
+    entry = DriverCrash(driver).inject()
+    assert entry["crash_point"] == "timed" and driver.kills == 1
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"fault": "crash", "crash_point": "after-sink-write"}, "applies to --fault driver-crash"),
+    ({"fault": "driver-crash", "crash_point": "after-sink-write", "deploy": "compose"},
+     "need the driver on this machine"),
+    ({"fault": "driver-crash", "crash_point": "sometime"}, "unknown crash point"),
+    ({"fault": "driver-crash", "crash_point": "during-sink-write"},
+     "applies to --fault crash on the embedded cluster"),
+    ({"fault": "crash", "crash_point": "during-sink-write", "deploy": "external",
+      "bootstrap": "b:1", "master": "spark://m:7077"}, "on the embedded cluster"),
+])
+def test_crash_points_are_refused_where_they_cannot_work(changes: dict, needle: str) -> None:
+    with pytest.raises(RuntimeErrorPlain, match=needle):
+        ExperimentConfig(topology="sst", **changes).validate()
+
+
+class FakeWorker:
+    name = "spark-worker-0"
+    pid = 77
+
+    def __init__(self) -> None:
+        self.killed_at: float | None = None
+
+    def executor_pids(self) -> list[int]:
+        return [78]
+
+    def kill(self) -> None:
+        self.killed_at = time.monotonic()
+
+    def group_pids(self) -> list[int]:
+        return []
+
+    def restart(self) -> None:
+        self.killed_at = None
+
+
+def _batch(checkpoint: Path, n: int, committed: bool) -> None:
+    for d in ("offsets", *(("commits",) if committed else ())):
+        (checkpoint / d).mkdir(parents=True, exist_ok=True)
+        (checkpoint / d / str(n)).write_text("{}")
+
+
+def test_the_open_batch_is_the_newest_planned_and_uncommitted(tmp_path: Path) -> None:
+    from pgval.faults.process import open_batch
+
+    ck = tmp_path / "checkpoint"
+    assert open_batch(ck) is None
+    for n in (0, 1):
+        _batch(ck, n, committed=True)
+    assert open_batch(ck) is None  # everything planned is committed
+    _batch(ck, 2, committed=False)
+    assert open_batch(ck) == (ck, 2)
+    m1 = tmp_path / "m1"  # m1: a checkpoint per driver start; the newest one counts
+    _batch(m1 / "m1-start-1", 9, committed=False)
+    time.sleep(0.02)
+    _batch(m1 / "m1-start-2", 0, committed=True)
+    assert open_batch(m1) is None
+
+
+def test_the_worker_dies_while_an_uncommitted_batch_writes(tmp_path: Path) -> None:
+    from pgval.faults.process import WorkerCrash
+
+    ck = tmp_path / "checkpoint"
+    _batch(ck, 0, committed=True)
+    counts = iter([10, 10, 12])  # batch 1 is first seen at 10 records, then writes two
+    worker = FakeWorker()
+    timer = threading.Timer(0.2, _batch, args=(ck, 1, False))
+    timer.start()
+    entry = WorkerCrash(worker, checkpoint=ck, output_count=lambda: next(counts),
+                        reach_timeout_s=10.0).inject()
+    timer.join()
+    assert worker.killed_at is not None
+    assert entry["crash_point"] == "during-sink-write" and entry["batch"] == 1
+    assert entry["outputs_in_kafka"] == 2 and entry["worker_pid"] == 77
+    assert "error" not in entry and entry["commit_logged"] is False
+
+
+def test_a_sink_write_never_seen_is_an_error_and_the_worker_still_dies(tmp_path: Path) -> None:
+    from pgval.faults.process import WorkerCrash
+
+    worker = FakeWorker()
+    entry = WorkerCrash(worker, checkpoint=tmp_path / "checkpoint", output_count=lambda: 5,
+                        reach_timeout_s=0.3).inject()
+    assert "was not reached" in entry["error"] and worker.killed_at is not None
