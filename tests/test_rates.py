@@ -395,11 +395,13 @@ def test_a_reader_process_dies_with_its_parent(tmp_path: Path) -> None:
     script.write_text(
         "import multiprocessing as mp, os, time\n"
         "from pgval.runtime import readback\n"
+        "from pgval.runtime.kafka import reader_conf\n"
         "if __name__ == '__main__':\n"
         "    ctx = mp.get_context('spawn')\n"
         "    recv, send = ctx.Pipe(duplex=False)\n"
+        "    conf = reader_conf('127.0.0.1:1', 'read_committed')\n"
         "    p = ctx.Process(target=readback._reader_main, args=(send, os.getpid(),\n"
-        "        '127.0.0.1:1', 'read_committed', [('t', 0, 0, 10)], 120.0, 120.0, 100))\n"
+        "        conf, [('t', 0, 0, 10)], 120.0, 120.0, 100))\n"
         "    p.start()\n"
         "    print(p.pid, flush=True)\n"
         "    time.sleep(120)\n")
