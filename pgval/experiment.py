@@ -142,7 +142,7 @@ class Experiment:
                                    "fired": timeouts_fired(list(dict.fromkeys(dirs)),
                                                            self._log_offsets)})
         validity = result.validity
-        validity.extend(evaluation_reasons(result.evaluation))
+        validity.extend(evaluation_reasons(result.evaluation, cfg.fault))
         validity.extend(fault_reasons(cfg.fault, self.fault_log))
         self.timings["total_s"] = time.monotonic() - wall0
         phase_total = cfg.warmup_seconds + 3 * cfg.phase_seconds

@@ -91,10 +91,12 @@ def recheck(run_dir: Path) -> Recheck:
     evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
                           manifest.window_ms, manifest.phase_bounds,
                           progress=load_progress(run_dir))
-    data_reasons = set(evaluation_reasons(evaluation))
+    fault = manifest.config.get("fault")
+    data_reasons = set(evaluation_reasons(evaluation)) | set(evaluation_reasons(evaluation,
+                                                                                fault))
     validity = Validity()
     validity.extend(r for r in manifest.validity_reasons if r not in data_reasons)
-    validity.extend(evaluation_reasons(evaluation))
+    validity.extend(evaluation_reasons(evaluation, fault))
     return Recheck(manifest, streams, evaluation, validity)
 
 

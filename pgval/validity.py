@@ -53,8 +53,15 @@ class Validity:
         return {"valid": self.valid, "validity_reasons": list(self.reasons)}
 
 
-def evaluation_reasons(ev: Evaluation) -> list[str]:
-    """Reasons visible in the data alone (``pgval check`` has nothing else)."""
+#: Faults that stop every output for the failure phase by design (the driver is down from
+#: T2 until its restart at T3): a failure phase without outputs is then the fault's effect
+#: (at-most-once shows it as lost input), not a latency longer than the phase.
+SILENCING_FAULTS = ("driver-crash",)
+
+
+def evaluation_reasons(ev: Evaluation, fault: str | None = None) -> list[str]:
+    """Reasons visible in the data alone (``pgval check`` has nothing else), given the
+    run's fault when there was one."""
     v = ev.validation
     reasons = []
     if v.expected == 0:
@@ -66,7 +73,8 @@ def evaluation_reasons(ev: Evaluation) -> list[str]:
     for code, name in enumerate(PHASES, start=1):
         if v.phases[name].expected == 0:
             reasons.append(f"the {name} phase had no expected inputs")
-        if not (out_phase == code).any():
+        if not (out_phase == code).any() and not (name == "failure"
+                                                   and fault in SILENCING_FAULTS):
             reasons.append(f"the {name} phase had no outputs (latency longer than the phase?)")
     return reasons
 

@@ -114,6 +114,11 @@ def test_evaluation_reasons_flag_phases_that_measured_nothing() -> None:
     reasons = evaluation_reasons(ev)
     assert reasons == ["the failure phase had no outputs (latency longer than the phase?)",
                        "the recovery phase had no outputs (latency longer than the phase?)"]
+    # A driver crash silences the failure phase by design (driver down from T2 to T3):
+    # that is the fault's effect, not a measurement that failed; other faults keep it.
+    assert evaluation_reasons(ev, "driver-crash") == [
+        "the recovery phase had no outputs (latency longer than the phase?)"]
+    assert evaluation_reasons(ev, "crash") == reasons
     empty = evaluate(to_inputs([], rt), to_outputs([], rt), "sst", 100, Phases(0, 100, 200))
     assert evaluation_reasons(empty) == ["nothing was expected: no usable inputs"]
     # Without phases (a recorded stream) only "nothing expected" applies.
