@@ -76,13 +76,14 @@ class ExecutorKill:
         target = f"executor {kill['executor']}"
         wait_s = self.replace_timeout_s if restore else 0.0
         t0 = time.monotonic()
-        found = self._wait_for(lambda: self._replacement(kill), wait_s)
+        found = (self._wait_for(lambda: self._replacement(kill), wait_s)
+                 or self._replacement(kill, killed_gone=False))
         detail: dict[str, Any] = {"target": target, "removed_after_s": self._removed_after_s(kill)}
         if found is not None:
-            event, new_id = found
+            event, new_id, after = found
             detail.update(replacement=new_id, replacement_host=(event.get("hosts") or {})
                           .get(new_id), replaced_after_s=_seconds(event, kill),
-                          executors_after=event.get("ids"))
+                          executors_after=after)
         else:
             detail["replacement"] = None
             if restore:
@@ -108,13 +109,27 @@ class ExecutorKill:
                 return _seconds(event, kill)
         return None
 
-    def _replacement(self, kill: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    def _replacement(self, kill: dict[str, Any], killed_gone: bool = True
+                     ) -> tuple[dict[str, Any], str, list[str]] | None:
+        """(the event the replacement first appears in, its id, the executor list after).
+
+        Spark may register the replacement before it drops the killed executor from its
+        list (killAndReplaceExecutor asks for the new one at once; measured under load: the
+        new one 1.3 s before the old one left), so "after" is the first list holding the
+        new id without the killed one; with ``killed_gone=False`` (a last look), the list
+        the new id first appeared in."""
         before = set(kill.get("executors_before") or [])
         before.add(kill["executor"])
-        for event in self._events_after(kill):
+        events = self._events_after(kill)
+        for k, event in enumerate(events):
             new = [i for i in event["ids"] if i not in before]
-            if new:
-                return event, new[0]
+            if not new:
+                continue
+            after = next((e["ids"] for e in events[k:]
+                          if new[0] in e["ids"] and kill["executor"] not in e["ids"]), None)
+            if after is None and killed_gone:
+                return None
+            return event, new[0], after if after is not None else event["ids"]
         return None
 
     def _wait_for(self, probe: Callable[[], Any], timeout_s: float) -> Any:

@@ -259,6 +259,32 @@ def test_executor_kill_records_a_missing_replacement_as_an_error(channel: tuple)
     assert fault.remove() == {}  # twice is safe
 
 
+def test_a_replacement_registered_before_the_kill_left_is_found(channel: tuple) -> None:
+    """Under load Spark listed the replacement before it dropped the killed executor (CI):
+    the replacement still counts from when it appeared, the list after is without the
+    killed one."""
+    control, _loop, source = channel
+    fault = ExecutorKill(control, executor="0", gone_timeout_s=10.0, replace_timeout_s=10.0,
+                         poll_s=0.05)
+
+    def cluster_manager() -> None:
+        time.sleep(0.6)
+        with source.lock:
+            source.current = ["0", "1", "2"]  # the replacement first …
+        time.sleep(1.2)
+        with source.lock:
+            source.current = ["1", "2"]  # … then the killed one leaves
+
+    thread = threading.Thread(target=cluster_manager)
+    thread.start()
+    inj = fault.inject()
+    thread.join()
+    rem = fault.remove(restore=True)
+    assert "error" not in rem and rem["replacement"] == "2"
+    assert rem["executors_after"] == ["1", "2"]
+    assert 0 < rem["replaced_after_s"] < inj["removed_after_s"]
+
+
 def test_executor_kill_refused_is_a_plain_error(channel: tuple) -> None:
     control, _loop, source = channel
     source.acknowledge = False
