@@ -126,6 +126,32 @@ def test_two_askers_never_share_an_answer(channel: tuple) -> None:
     assert len({(r["request"], r["nonce"]) for r in results}) == 6
 
 
+def test_one_asker_shared_by_threads_sees_every_answer_once(tmp_path: Path) -> None:
+    """Threads sharing one DriverControl (a fault and a watcher) read the progress file
+    through one tail: every line is seen exactly once. (CI lost two answers this way.)"""
+    progress = tmp_path / "p.jsonl"
+    control = DriverControl(tmp_path / "c", progress)
+    log = ProgressLog(progress)
+    total, stop = 3000, threading.Event()
+
+    def write() -> None:
+        for i in range(total):
+            log.write("control", request=i + 1, ok=True)
+        stop.set()
+
+    def read() -> None:
+        while not stop.is_set():
+            control.answers()
+
+    readers = [threading.Thread(target=read) for _ in range(6)]
+    writer = threading.Thread(target=write)
+    for t in (*readers, writer):
+        t.start()
+    for t in (*readers, writer):
+        t.join()
+    assert [a["request"] for a in control.answers()] == list(range(1, total + 1))
+
+
 def test_executor_events_record_membership_changes(channel: tuple) -> None:
     control, _loop, source = channel
 

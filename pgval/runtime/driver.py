@@ -17,6 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -277,8 +278,15 @@ class DriverControl:
         self._answers: list[dict[str, Any]] = []
         self._executors: list[dict[str, Any]] = []
         self._last_n = 0
+        # One asker object may be shared by threads (a fault and a watcher): the tail's
+        # offset and the number choice must not interleave, or answer lines are skipped.
+        self._lock = threading.RLock()
 
     def _refresh(self) -> None:
+        with self._lock:
+            self._refresh_locked()
+
+    def _refresh_locked(self) -> None:
         for row in self._tail.read_new():
             event = row.get("event")
             if event == "control":
@@ -289,13 +297,15 @@ class DriverControl:
                 self._executors.append(row)
 
     def executor_events(self) -> list[dict[str, Any]]:
-        self._refresh()
-        return list(self._executors)
+        with self._lock:
+            self._refresh_locked()
+            return list(self._executors)
 
     def answers(self) -> list[dict[str, Any]]:
         """Every ``control`` line so far (any asker's), oldest first."""
-        self._refresh()
-        return list(self._answers)
+        with self._lock:
+            self._refresh_locked()
+            return list(self._answers)
 
     def request(self, action: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
         """Ask the driver to do ``action`` (``{"action": ..., ...}``); its answer line.
@@ -310,8 +320,7 @@ class DriverControl:
         deadline = time.monotonic() + timeout_s
         n, path = self._write(dict(action), nonce, timeout_s)
         while True:
-            self._refresh()
-            for row in self._answers:
+            for row in self.answers():
                 if row.get("request") == n and row.get("nonce") == nonce:
                     return row
             if time.monotonic() > deadline or (self.alive is not None and not self.alive()):
@@ -328,7 +337,12 @@ class DriverControl:
                timeout_s: float) -> tuple[int, Path]:
         """Write the request under the next free number; the rename makes it appear whole,
         ``os.link`` refuses a number another asker took meanwhile."""
-        self._refresh()
+        with self._lock:
+            return self._write_locked(action, nonce, timeout_s)
+
+    def _write_locked(self, action: dict[str, Any], nonce: str,
+                      timeout_s: float) -> tuple[int, Path]:
+        self._refresh_locked()
         pending = [int(p.name[4:-5]) for p in self.control_dir.glob("req-*.json")
                    if p.name[4:-5].isdigit()]
         n = max([self._last_n, *pending]) + 1
