@@ -317,14 +317,16 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from pgval.matrix import cells, run_matrix
+    from pgval.matrix import cells, parse_fault_spec, run_matrix
 
     rate = _rate(values["rate"])
     if rate is not None and rate_fraction is not None:
         raise UserError("--rate-fraction applies to --rate oir only")
     base = build_config(values, rate=_OIR_PENDING if rate is None else rate)
     for t, p, f in itertools.product(topologies, pgs, faults):  # every cell, before any runs
-        validate_config(dataclasses.replace(base, topology=t, pg=p, fault=f))
+        fault, point = parse_fault_spec(f)
+        validate_config(dataclasses.replace(base, topology=t, pg=p, fault=fault,
+                                            crash_point=point))
     rate_for = None
     if rate is None:  # every cell's rate known before anything runs or is created
         fraction = 1.0 if rate_fraction is None else rate_fraction

@@ -23,7 +23,7 @@ from pgval.cli_errors import UserError
 from pgval.config import ExperimentConfig
 from pgval.runtime.cluster import ClusterConfig
 from pgval.runtime.procs import RuntimeErrorPlain
-from pgval.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
+from pgval.schema import FAULTS, FAULTS_AT_POINTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -41,7 +41,8 @@ SELF_TESTS: Mapping[str, str] = {
 EXCLUDED: Mapping[str, Mapping[str, str]] = {
     "validate": {},
     "matrix": {"topology": "a grid axis (--topologies)", "pg": "a grid axis (--pgs)",
-               "fault": "a grid axis (--faults)", **SELF_TESTS},
+               "fault": "a grid axis (--faults)",
+               "crash_point": "part of the fault axis (--faults FAULT@POINT)", **SELF_TESTS},
     "oir": {"fault": "OIR trials run without a fault",
             "rate": "the rate is what the search finds (--start-rate)", **SELF_TESTS},
 }
@@ -166,7 +167,8 @@ def grid_options() -> Decorator:
         list_option("--topologies", TOPOLOGIES, TOPOLOGIES, "Topologies of the grid."),
         list_option("--pgs", PROCESSING_GUARANTEES, PROCESSING_GUARANTEES,
                     "Processing guarantees (sinks) of the grid."),
-        list_option("--faults", FAULTS, MATRIX_FAULTS, "Faults of the grid."),
+        list_option("--faults", (*FAULTS, *FAULTS_AT_POINTS), MATRIX_FAULTS,
+                    "Faults of the grid; FAULT@POINT runs a crash at that crash point."),
     ])
 
 

@@ -4,9 +4,12 @@ Spark drops rows behind the watermark and has no late-data side output, so the
 paper's Algorithm 2 has nothing to read. Instead pgval uses what the driver
 recorded per micro-batch (source offsets and the watermark each batch ran with):
 
+* ``skipped`` — no recorded batch read its offset, yet batches read past it in
+  its partition: the query jumped over it (a restart from the latest offsets,
+  ``--pg m1``), so it was never read at all;
 * ``in-flight at end`` — the event's window ends after the last watermark the
-  query reached, or no batch read its offset: the run ended before its window
-  could be emitted;
+  query reached, or no batch read its offset and none read past it: the run
+  ended before its window could be emitted;
 * ``late`` — Spark's own rule: batch *k* drops a row whose window ends at or
   before the watermark of batch *k − 1* (``WatermarkSupport.watermarkExpression``
   is ``window.end <= watermark``; the late-event watermark of batch *k* is
@@ -31,7 +34,8 @@ from pgval.records import InputEvents
 from pgval.schema import GET_TOPIC, POST_TOPIC
 from pgval.validator import Validation
 
-CAUSES = ("late", "in-flight at end", "lost")
+CAUSES = ("late", "skipped", "in-flight at end", "lost")
+_LATE, _SKIPPED, _IN_FLIGHT, _LOST = range(len(CAUSES))
 TOPIC_CODES = {GET_TOPIC: 0, POST_TOPIC: 1}
 
 
@@ -109,7 +113,8 @@ def explain_unprocessed(events: InputEvents, expected: ExpectedOutputs, validati
     ids = expected.id_sorted[slots]
     window_end = expected.window_start[expected.id_output[slots]] + expected.window_ms
     br = batch_ranges(progress)
-    cause = np.full(len(ids), 2, dtype=np.int8)  # lost unless shown otherwise
+    cause = np.full(len(ids), _LOST, dtype=np.int8)  # lost unless shown otherwise
+    skipped = np.zeros(len(ids), dtype=bool)
 
     if events.offset is not None and events.topic is not None and events.partition is not None:
         order = np.argsort(events.id)
@@ -117,6 +122,7 @@ def explain_unprocessed(events: InputEvents, expected: ExpectedOutputs, validati
         src = order[pos]
         topic, part, off = events.topic[src], events.partition[src], events.offset[src]
         read_wm = np.full(len(ids), -1, dtype=np.int64)  # late-event watermark; -1: unread
+        read_past = np.zeros(len(ids), dtype=bool)  # a batch read beyond its offset
         for (t, p), (starts, ends, wms) in br.ranges.items():
             sel = np.flatnonzero((topic == t) & (part == p))
             if len(sel) == 0:
@@ -124,9 +130,12 @@ def explain_unprocessed(events: InputEvents, expected: ExpectedOutputs, validati
             k = np.searchsorted(starts, off[sel], side="right") - 1
             inside = (k >= 0) & (off[sel] < ends[np.maximum(k, 0)])
             read_wm[sel[inside]] = wms[k[inside]]
-        cause[(read_wm >= 0) & (window_end <= read_wm)] = 0
-        cause[read_wm < 0] = 1
-    cause[window_end > br.final_watermark_ms] = 1
+            read_past[sel] = off[sel] < ends.max()
+        cause[(read_wm >= 0) & (window_end <= read_wm)] = _LATE
+        cause[read_wm < 0] = _IN_FLIGHT
+        skipped = (read_wm < 0) & read_past
+    cause[window_end > br.final_watermark_ms] = _IN_FLIGHT
+    cause[skipped] = _SKIPPED  # never read whatever its window: the query went past it
     for code, name in enumerate(CAUSES):
         mask = cause == code
         result["counts"][name] = int(mask.sum())

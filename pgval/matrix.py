@@ -38,29 +38,49 @@ class Cell:
     pg: str
     fault: str
     repeat: int
+    crash_point: str = "timed"
+
+    @property
+    def fault_spec(self) -> str:
+        """The fault as ``--faults`` names it: ``crash``, ``crash@during-sink-write``."""
+        return self.fault if self.crash_point == "timed" else f"{self.fault}@{self.crash_point}"
 
     def label(self) -> str:
-        return f"{self.topology} {self.pg} {self.fault} #{self.repeat}"
+        return f"{self.topology} {self.pg} {self.fault_spec} #{self.repeat}"
+
+
+def parse_fault_spec(spec: str) -> tuple[str, str]:
+    """``FAULT[@CRASH_POINT]`` into (fault, crash point); a bare fault is ``timed``."""
+    fault, _, point = spec.partition("@")
+    return fault, point or "timed"
 
 
 def matrix_key(base: ExperimentConfig) -> str:
     """Hash of the run parameters that are not grid axes (so a changed rate is a new matrix)."""
     fixed = {k: v for k, v in dataclasses.asdict(base).items()
-             if k not in ("topology", "pg", "fault", "seed")}
+             if k not in ("topology", "pg", "fault", "crash_point", "seed")}
     return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def cells(topologies: Sequence[str], pgs: Sequence[str], faults: Sequence[str],
           repeat: int) -> list[Cell]:
-    return [Cell(t, p, f, r) for t in topologies for p in pgs for f in faults
-            for r in range(repeat)]
+    """The grid; a fault may name its crash point (``driver-crash@after-sink-write``)."""
+    specs = [parse_fault_spec(f) for f in faults]
+    return [Cell(t, p, fault, r, point) for t in topologies for p in pgs
+            for fault, point in specs for r in range(repeat)]
+
+
+#: A run's crash point in SQL (rows stored before crash points existed are ``timed``).
+_POINT = "coalesce(json_extract(params, '$.crash_point'), 'timed')"
 
 
 def completed(store: ResultsStore, key: str) -> set[Cell]:
     rows = store.db.query(
-        "select topology, pg, fault, repeat from runs where kind = 'validate' and "
-        "status = 'complete' and json_extract(params, '$.matrix_key') = ?", [key])
-    return {Cell(r["topology"], r["pg"], r["fault"], r["repeat"]) for r in rows}
+        f"select topology, pg, fault, repeat, {_POINT} as crash_point from runs where "
+        "kind = 'validate' and status = 'complete' and "
+        "json_extract(params, '$.matrix_key') = ?", [key])
+    return {Cell(r["topology"], r["pg"], r["fault"], r["repeat"], r["crash_point"])
+            for r in rows}
 
 
 def mark_stale(store: ResultsStore, key: str) -> int:
@@ -91,8 +111,8 @@ def claim_cell(store: ResultsStore, key: str, cell: Cell, *, window_ms: int, see
         rows = list(store.db.query(
             "select id, status, owner from runs where kind = 'validate' and "
             "status in ('complete', 'running') and topology = ? and pg = ? and fault = ? "
-            "and repeat = ? and json_extract(params, '$.matrix_key') = ?",
-            [cell.topology, cell.pg, cell.fault, cell.repeat, key]))
+            f"and repeat = ? and {_POINT} = ? and json_extract(params, '$.matrix_key') = ?",
+            [cell.topology, cell.pg, cell.fault, cell.repeat, cell.crash_point, key]))
         for r in rows:
             if r["status"] == "complete" or owner_alive(r["owner"]):
                 return None
@@ -101,7 +121,8 @@ def claim_cell(store: ResultsStore, key: str, cell: Cell, *, window_ms: int, see
                              [STOPPED, r["id"]])
         return store.start_run("validate", cell.topology, window_ms, pg=cell.pg,
                                fault=cell.fault, seed=seed, repeat=cell.repeat,
-                               params={**params, "matrix_key": key})
+                               params={**params, "crash_point": cell.crash_point,
+                                       "matrix_key": key})
 
 
 def new_run_dir(path: Path) -> Path:
@@ -194,8 +215,8 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                 raise
             exp = prepared_experiment(
                 store, run_id, cfg, db,
-                runs_root / f"{key}-{cell.topology}-{cell.pg}-{cell.fault}-{cell.repeat}"
-                f"-run{run_id}",
+                runs_root / f"{key}-{cell.topology}-{cell.pg}-"
+                f"{cell.fault_spec.replace('@', '-at-')}-{cell.repeat}-run{run_id}",
                 on_status=make_status(cell) if make_status else None,
                 extra_params={"matrix_key": key}, repeat=cell.repeat, deployment=deployment)
             result = exp.run()

@@ -76,6 +76,8 @@ DEPLOYMENTS: Final = ("local", "compose", "external")
 #: batch after T2 whose outputs are in Kafka, before its commit is checkpointed);
 #: ``during-sink-write`` (crash: while a batch not yet committed is writing outputs).
 CRASH_POINTS: Final = ("timed", "after-sink-write", "during-sink-write")
+#: The grid's names for a fault at a crash point other than ``timed`` (``matrix --faults``).
+FAULTS_AT_POINTS: Final = ("crash@during-sink-write", "driver-crash@after-sink-write")
 
 
 def resource_name(index: int) -> str:

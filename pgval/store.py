@@ -333,7 +333,7 @@ class ResultsStore:
             self.db["runs"].update(run_id, row)
 
     def save_unprocessed_causes(self, run_id: int, explained: Mapping[str, Any]) -> None:
-        """Counts per cause (late, in-flight at end, lost) with example IDs."""
+        """Counts per cause (late, skipped, in-flight at end, lost) with example IDs."""
         rows = [{"run_id": run_id, "cause": cause, "count": int(count),
                  "examples": json.dumps(explained.get("examples", {}).get(cause, []))}
                 for cause, count in explained.get("counts", {}).items()]

@@ -46,20 +46,29 @@ def test_each_cause_is_found() -> None:
         {"id": 4, "type": "GET", "resource": "a", "event_ts": T0 + 1500, "ingress_ts": T0 + 1500},
         # id 5: its window [3000, 4000) ends after the final watermark → in flight.
         {"id": 5, "type": "GET", "resource": "a", "event_ts": T0 + 3500, "ingress_ts": T0 + 3600},
+        # id 6: at offset 5, which no batch read, though batch 3 read 6..8 → skipped
+        # (m1's restart from the latest offsets), whatever its window.
+        {"id": 6, "type": "GET", "resource": "a", "event_ts": T0 + 600, "ingress_ts": T0 + 600},
     ]
     events = to_inputs(rows, rt)
-    at_offsets(events, [0, 1, 4, 2, 3])
+    at_offsets(events, [0, 1, 4, 2, 3, 5])
     outs = to_outputs([{"window_start": T0, "resource": "a", "count": 2, "ids": [1, 2],
                         "ingress_ts": T0 + 2100},
                        {"window_start": T0 + 1000, "resource": "a", "count": 0, "ids": [],
                         "ingress_ts": T0 + 3100}], rt)
     ev = evaluate(events, outs, "sst", 1000)
-    assert sorted(ev.expected.id_sorted[ev.validation.unprocessed_slots].tolist()) == [3, 4, 5]
+    assert sorted(ev.expected.id_sorted[ev.validation.unprocessed_slots].tolist()) == [
+        3, 4, 5, 6]
     prog = [progress(0, None, 2, 0), progress(1, 2, 4, T0 + 1000),
             progress(2, 4, 5, T0 + 2600)]
     out = explain_unprocessed(events, ev.expected, ev.validation, prog)
-    assert out["counts"] == {"late": 1, "in-flight at end": 1, "lost": 1}
-    assert out["examples"] == {"late": [3], "in-flight at end": [5], "lost": [4]}
+    # Without batch 3 nothing read past offset 5: id 6 may still be coming.
+    assert out["counts"] == {"late": 1, "skipped": 0, "in-flight at end": 2, "lost": 1}
+    out = explain_unprocessed(events, ev.expected, ev.validation,
+                              [*prog, progress(3, 6, 9, T0 + 2600)])
+    assert out["counts"] == {"late": 1, "skipped": 1, "in-flight at end": 1, "lost": 1}
+    assert out["examples"] == {"late": [3], "skipped": [6], "in-flight at end": [5],
+                               "lost": [4]}
 
 
 def test_recovery_metrics_see_an_outage() -> None:
@@ -204,7 +213,7 @@ def test_late_uses_the_previous_batch_watermark_and_the_window_end() -> None:
             progress(2, 1, 4, T0 + 9000)]
     ev = evaluate(events, to_outputs([], rt), "sst", 1000, progress=prog)
     causes = ev.unprocessed_causes
-    assert causes["counts"] == {"late": 2, "in-flight at end": 0, "lost": 2}
+    assert causes["counts"] == {"late": 2, "skipped": 0, "in-flight at end": 0, "lost": 2}
     assert causes["examples"]["late"] == [2, 3]
     assert causes["examples"]["lost"] == [1, 4]
     assert ev.summary()["unprocessed_causes"] == causes

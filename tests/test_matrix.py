@@ -66,6 +66,31 @@ def test_key_ignores_grid_axes_but_not_run_shape() -> None:
     assert matrix_key(a) != matrix_key(c)
 
 
+def test_a_crash_point_is_its_own_cell_of_the_same_matrix(tmp_path: Path) -> None:
+    """``crash`` and ``crash@during-sink-write`` are different cells of one matrix: one
+    complete does not skip the other. Rows stored before crash points count as timed."""
+    grid = cells(["sst"], ["a1"], ["crash", "crash@during-sink-write",
+                                  "driver-crash@after-sink-write"], 1)
+    assert [c.label() for c in grid] == ["sst a1 crash #0", "sst a1 crash@during-sink-write #0",
+                                         "sst a1 driver-crash@after-sink-write #0"]
+    assert [(c.fault, c.crash_point) for c in grid] == [
+        ("crash", "timed"), ("crash", "during-sink-write"),
+        ("driver-crash", "after-sink-write")]
+    assert matrix_key(ExperimentConfig(crash_point="during-sink-write", fault="crash")) == \
+        matrix_key(ExperimentConfig())
+    store = ResultsStore(tmp_path / "r.db")
+    old = store.start_run("validate", "sst", 10_000, pg="a1", fault="crash", repeat=0,
+                          params={"matrix_key": KEY})  # no crash_point: an older store
+    store.db["runs"].update(old, {"status": "complete"})
+    assert completed(store, KEY) == {grid[0]}
+    assert claim_cell(store, KEY, grid[0], window_ms=1, seed=0, params={}) is None
+    point = claim_cell(store, KEY, grid[1], window_ms=1, seed=0, params={})
+    assert point is not None
+    assert json.loads(store.run(point)["params"])["crash_point"] == "during-sink-write"
+    store.db["runs"].update(point, {"status": "complete"})
+    assert completed(store, KEY) == {grid[0], grid[1]}
+
+
 # ---------------------------------------------------------------- claims and run directories
 FORK = mp.get_context("fork")
 KEY = "k"
@@ -139,7 +164,7 @@ def test_claim_skips_complete_and_live_and_retakes_dead(tmp_path: Path) -> None:
     assert again is not None and again != dead["id"]
     assert store.run(dead["id"])["status"] == "interrupted"
     row = store.run(again)
-    assert json.loads(row["params"]) == {"rate": 5, "matrix_key": KEY}
+    assert json.loads(row["params"]) == {"rate": 5, "crash_point": "timed", "matrix_key": KEY}
     assert (row["topology"], row["pg"], row["fault"], row["repeat"]) == ("sst", "a1", "none", 0)
     assert claim_cell(store, KEY, GRID[0], window_ms=1, seed=0, params={}) is None  # live
     store.db["runs"].update(again, {"status": "complete"})

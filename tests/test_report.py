@@ -248,7 +248,8 @@ def test_optional_recovery_columns_and_causes(tmp_path: Path) -> None:
         ["downtime_s", "control_max_gap_s", "recovery_throughput_s", "recovery_latency_s",
          "catchup_s", "recovered", "censored"]))
     store.db["unprocessed_causes"].insert_all(
-        [{"run_id": lone, "cause": "lost", "count": 3}])
+        [{"run_id": lone, "cause": "lost", "count": 3},
+         {"run_id": lone, "cause": "skipped", "count": 2}])
     md = build_report(tmp_path / "new.db", fmt="markdown")
     assert isinstance(md, str)
     rec = md.split("## (f) Recovery")[1].split("##")[0]
@@ -257,8 +258,8 @@ def test_optional_recovery_columns_and_causes(tmp_path: Path) -> None:
     assert "| sst | a1 | delay-lt-timeout | 1 | – | – | – | – | – | – | – |" in rec
     causes = md.split("## (g)")[1].split("##")[0]
     # The crash runs lost nothing (no rows, nothing unprocessed): zeros, not unknown.
-    assert "| sst | a1 | crash | 2 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 |" in causes
-    assert "| sst | a1 | delay-lt-timeout | 1 | 0.0 | 0.0 | 3.0 |" in causes
+    assert "| sst | a1 | crash | 2 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 | 0.0 ± 0.0 |" in causes
+    assert "| sst | a1 | delay-lt-timeout | 1 | 0.0 | 2.0 | 0.0 | 3.0 |" in causes
 
 
 def test_check_runs_without_phases(tmp_path: Path) -> None:

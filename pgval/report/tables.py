@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pgval.explain import CAUSES
 from pgval.report.data import (
     DASH,
     RECOVERY_FLAGS,
@@ -29,7 +30,6 @@ from pgval.schema import PHASES
 FAULT_LABELS = {"none": "No fault", "delay-lt-timeout": "PD < TO",
                 "delay-gt-timeout": "PD > TO", "crash": "Process crash",
                 "driver-crash": "Driver crash"}
-CAUSES = ("late", "in-flight at end", "lost")
 
 
 # ---------------------------------------------------------------------------- table model
@@ -247,8 +247,9 @@ def causes_table(groups: list[Group]) -> ReportTable | None:
         rows.append(Row(g.keys, g.n, vals))
     return ReportTable("unprocessed_causes", "(g) Why events were unprocessed (mean per run)",
                        group_keys(groups), cols, rows,
-                       "late = behind the watermark; in-flight at end = still in the pipeline "
-                       "when the run stopped; lost = neither.")
+                       "late = behind the watermark; skipped = never read, the query's offsets "
+                       "went past it; in-flight at end = still in the pipeline when the run "
+                       "stopped; lost = read, on time, still missing.")
 
 
 def runs_table(runs: list[RunData]) -> ReportTable:
