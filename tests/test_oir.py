@@ -106,6 +106,18 @@ def test_the_oir_is_stored_per_machine(tmp_path: Path) -> None:
                                                                              0.2, 1)
 
 
+def test_m1_uses_a1s_oir_unless_its_own_was_measured(tmp_path: Path) -> None:
+    db = tmp_path / "oir.db"
+    save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0, precision=0.2))
+    stand_in = stored_oir(db, "sst", "m1")
+    assert stand_in is not None and stand_in.rate == 8000 and stand_in.measured_as
+    assert "measured as a1" in stand_in.describe()
+    assert stored_oir(db, "sst", "e1") is None  # e1 has its own sink: no stand-in
+    save_oir(db, OirResult("sst", "m1", 7000.0, [], upper=8000.0, precision=0.2))
+    own = stored_oir(db, "sst", "m1")
+    assert own is not None and own.rate == 7000 and own.measured_as is None
+
+
 @pytest.fixture
 def cwd(tmp_path: Path) -> Path:
     old = Path.cwd()
