@@ -178,7 +178,7 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
 def _cell_config(base: ExperimentConfig, cell: Cell,
                  rate_for: Callable[[Cell], float] | None) -> ExperimentConfig:
     return dataclasses.replace(base, topology=cell.topology, pg=cell.pg, fault=cell.fault,
-                               seed=base.seed + cell.repeat,
+                               crash_point=cell.crash_point, seed=base.seed + cell.repeat,
                                rate=rate_for(cell) if rate_for else base.rate,
                                cluster=dataclasses.replace(base.cluster))
 

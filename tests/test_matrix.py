@@ -176,6 +176,7 @@ class FailingExperiment:
     """Stands in for Experiment: records its directory, leaves a log there, fails."""
 
     dirs: list[Path] = []
+    configs: list[ExperimentConfig] = []
 
     def __init__(self, config: ExperimentConfig, run_dir: Path, db: Path | None = None,
                  run_id: int | None = None, extra_params: dict | None = None,
@@ -187,6 +188,7 @@ class FailingExperiment:
         assert self.run_dir.is_dir() and not any(self.run_dir.iterdir())  # fresh and empty
         (self.run_dir / "driver.log").write_text("attempt\n")
         FailingExperiment.dirs.append(self.run_dir)
+        FailingExperiment.configs.append(self.config)
         assert self.db is not None and self.run_id is not None
         ResultsStore(self.db).fail_run(self.run_id, "boom")
         raise RuntimeError("boom")
@@ -206,6 +208,24 @@ class NoCluster:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+def test_a_crash_point_cell_runs_at_its_crash_point(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config a cell's experiment gets, and the row it leaves, carry the cell's crash
+    point (a matrix once ran 'driver-crash@after-sink-write' cells as timed crashes)."""
+    monkeypatch.setattr("pgval.matrix.Experiment", FailingExperiment)
+    monkeypatch.setattr("pgval.matrix.WarmDeployments", NoCluster)
+    FailingExperiment.dirs, FailingExperiment.configs = [], []
+    db = tmp_path / "r.db"
+    grid = cells(["sst"], ["a1"], ["driver-crash@after-sink-write", "crash"], 1)
+    run_matrix(ExperimentConfig(phase_seconds=5), grid, db, tmp_path / "runs")
+    assert [(c.fault, c.crash_point) for c in FailingExperiment.configs] == [
+        ("driver-crash", "after-sink-write"), ("crash", "timed")]
+    assert FailingExperiment.dirs[0].name.split("-run")[0].endswith(
+        "driver-crash-at-after-sink-write-0")
+    points = [json.loads(r["params"])["crash_point"] for r in ResultsStore(db).runs()]
+    assert points == ["after-sink-write", "timed"]
 
 
 def test_a_retry_gets_a_fresh_run_directory(tmp_path: Path,
