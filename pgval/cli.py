@@ -217,14 +217,24 @@ def _sabotage_spec(text: str | None) -> str | None:
               help="Results database, when RUN is a run id.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the `pgval check --json` object (plus validity).")
-def recheck(run: str, db: Path | None, as_json: bool) -> None:
+@click.option("--store", "store_derived", is_flag=True,
+              help="With a run id and --db: store the recomputed recovery metrics and "
+                   "unprocessed causes (after a definition improved), only if the verdict "
+                   "and counts equal the stored ones.")
+def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> None:
     """Recompute a stored run's results from its kept evidence (RUN: directory or run id)."""
     from pgval.evidence import EvidenceError
     from pgval.recheck import locate_run
     from pgval.recheck import recheck as do_recheck
+    from pgval.recheck import store_derived as do_store
 
+    if store_derived and (db is None or not run.isdigit()):
+        raise UserError("--store needs a run id and --db (the row it updates)")
     try:
         result = do_recheck(locate_run(run, db))
+        if store_derived:
+            assert db is not None
+            do_store(db, int(run), result)
     except EvidenceError as exc:
         raise UserError(str(exc)) from exc
     if as_json:

@@ -100,6 +100,33 @@ def recheck(run_dir: Path) -> Recheck:
     return Recheck(manifest, streams, evaluation, validity)
 
 
+#: The stored counts a re-check must reproduce before its derived measures may be stored.
+VERDICT_FIELDS = ("guarantee", "expected", "processed", "duplicate", "incorrect",
+                  "unprocessed")
+
+
+def store_derived(db: Path, run_id: int, result: Recheck) -> None:
+    """Write a re-check's recovery metrics and unprocessed causes over the stored ones.
+
+    These are derived measures whose definitions improve (a detector fix); the verdict and
+    counts are the evidence and must not move: when they differ from the stored row the
+    run is left untouched and the difference is the error."""
+    from pgval.store import ResultsStore
+
+    stored = _stored_run(Path(db), run_id)
+    if stored is None:
+        raise EvidenceError(f"{db} has no run {run_id}")
+    now = result.evaluation.summary()
+    moved = [f"{k} {stored.get(k)!r} → {now.get(k)!r}" for k in VERDICT_FIELDS
+             if stored.get(k) != now.get(k)]
+    if moved:
+        raise EvidenceError(f"run {run_id}'s re-check does not reproduce its stored counts "
+                            f"({'; '.join(moved)}); nothing was stored")
+    with ResultsStore(db) as store, store.transaction():
+        store.save_recovery(run_id, result.evaluation.recovery.as_dict())
+        store.save_unprocessed_causes(run_id, result.evaluation.unprocessed_causes)
+
+
 def export(run_dir: Path, out_dir: Path) -> dict[str, Any]:
     """Write ``inputs.jsonl``, ``outputs.jsonl`` and ``run.json`` for ``pgval check``."""
     manifest = Manifest.read(run_dir)

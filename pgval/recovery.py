@@ -5,7 +5,9 @@
   so a gap is only news when it is longer than control's);
 * recovery time (paper 000's detector): seconds from T2 until the 1 s series is
   back within ``tolerance`` (15 %) of its control baseline and stays there for
-  ``hold_s`` — for reliable throughput (trailing mean over whole windows, at least
+  ``hold_s``, looked for only after the outage (the downtime gap, when longer than
+  control's): a crash point lands seconds after T2, and the calm before it is no
+  recovery — for reliable throughput (trailing mean over whole windows, at least
   5 s, dated by the first second with output in the first trailing window that is
   back, so the smoothing adds no lag) and, separately, for
   latency (p50 of outputs per second, not above baseline + 15 % + 1 s). A metric
@@ -113,6 +115,9 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
     # end of the load (and the drain), not an outage.
     end_ms = ph.t4 if ph.t4 is not None else (int(out_ts[-1]) if len(out_ts) else ph.t3)
     rec = Recovery()
+    # Recovery is looked for only once the outage (a gap longer than control's) is over:
+    # a crash point lands after T2, and the calm seconds before it are not a recovery.
+    outage_end_ms = ph.t2
     if len(out_ts) >= 2:
         gaps = np.diff(out_ts)
         ends = out_ts[1:]
@@ -124,6 +129,8 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
             # A gap that straddles T2 counts from T2, one that straddles T4 up to T4.
             g = np.minimum(ends[after], end_ms) - np.maximum(starts[after], ph.t2)
             rec.downtime_s = float(g.max()) / 1000
+            if rec.control_max_gap_s is None or rec.downtime_s > rec.control_max_gap_s:
+                outage_end_ms = int(np.minimum(ends[after], end_ms)[int(np.argmax(g))])
     n = len(m.reliable_per_s)
     t = m.series_start_ms + 1000 * np.arange(n)
     # Outputs come once per window and key, so per-second throughput is bursty: smooth
@@ -133,6 +140,7 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
     thr = _trailing_mean(m.reliable_per_s, window_s)
     in_ctrl = (t >= ph.start) & (t < ph.t2)
     after_t2 = (t >= ph.t2) & (t <= end_ms)
+    after_outage = t >= outage_end_ms - 999  # from the second holding the outage's end
     hold = max(1, int(round(hold_s)))
     first_out = int(out_ts[0]) if len(out_ts) else ph.t2
     steady = in_ctrl & (t >= first_out + 1000 * (window_s - 1))
@@ -148,7 +156,7 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
     if in_ctrl.any() and after_t2.any():
         base = float(np.median(thr[steady]))
         rec.baseline_throughput = base
-        judged = after_t2
+        judged = after_t2 & after_outage
         if ph.t4 is None:
             # Without T4, stop where the trailing mean starts to see the end of the outputs.
             judged = judged & (t <= end_ms - 1000 * window_s)
@@ -183,7 +191,7 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
                 since[i] = since[i - 1] + 1
         limit = base_lat * (1 + tolerance) + 1000 * LATENCY_SLACK_S
         ok = (filled <= limit) & (since <= allowed_gap)
-        judged = after_t2 & ~np.isnan(filled)
+        judged = after_t2 & after_outage & ~np.isnan(filled)
         idx = _first_stable(ok[judged], hold)
         if idx is not None:
             rec.recovery_latency_s = float(t[judged][idx] - ph.t2) / 1000

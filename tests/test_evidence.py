@@ -204,3 +204,34 @@ def test_recheck_by_run_id_finds_the_directory(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["recheck", str(run_id), "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["unprocessed"] == 1
+
+
+def test_recheck_store_rewrites_derived_measures_only_when_counts_agree(
+        tmp_path: Path) -> None:
+    """--store replaces recovery metrics and causes (a definition improved) of a run whose
+    re-check reproduces its stored verdict and counts; a run that does not is untouched."""
+    from pgval.store import ResultsStore
+
+    run_dir = tmp_path / "run"
+    build_run(run_dir, [{"id": 1, "type": "GET", "resource": "r0", "event_ts": 60,
+                         "ingress_ts": 60}], [], [], control=0)
+    db = tmp_path / "r.db"
+    store = ResultsStore(db)
+    run_id = store.start_run("validate", "sst", W, params={"run_dir": str(run_dir)})
+    res = CliRunner().invoke(main, ["recheck", str(run_dir), "--store"])
+    assert res.exit_code == 2 and "needs a run id and --db" in " ".join(res.output.split())
+    args = ["recheck", str(run_id), "--db", str(db), "--store", "--json"]
+    res = CliRunner().invoke(main, args)  # the row has no counts yet: they differ
+    assert res.exit_code == 2 and "does not reproduce its stored counts" in \
+        " ".join(res.output.split())
+    assert store.run(run_id)["downtime_s"] is None
+    store.db["runs"].update(run_id, {"guarantee": "at-most-once", "expected": 1,
+                                     "processed": 0, "duplicate": 0, "incorrect": 0,
+                                     "unprocessed": 1, "downtime_s": 999.0, "censored": 1})
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    row = store.run(run_id)
+    assert row["downtime_s"] != 999.0 and row["censored"] in (0, 1)
+    causes = {r["cause"]: r["count"] for r in store.db.query(
+        "select cause, count from unprocessed_causes where run_id = ?", [run_id])}
+    assert sum(causes.values()) == 1

@@ -99,6 +99,27 @@ def test_recovery_metrics_see_an_outage() -> None:
     assert rec.catchup_s is not None and rec.catchup_s < 3
 
 
+def test_an_outage_that_starts_after_t2_is_not_recovered_from_before_it() -> None:
+    """A crash point lands after T2 (pgval arms at T2, the crash waits for its batch):
+    the calm seconds before the outage are not a recovery. (A matrix run reported
+    'recovered 0.0 s after T2' for a crash 11.7 s after T2 and a 66 s outage.)"""
+    rt = ResourceTable()
+    rows = steady_stream(120)
+    events = to_inputs(rows, rt)
+    exp_rows = evaluate(events, to_outputs([], rt), "sst", 1000).expected.to_records()
+    # T2 at 30 s; all well until 45 s; windows ending in [45 s, 70 s) come out at 70 s.
+    outs = [{**r, "ingress_ts": (T0 + 70_050 if T0 + 45_000 <= r["window_end"] < T0 + 70_000
+                                 else r["window_end"] + 50)} for r in exp_rows]
+    ev = evaluate(events, to_outputs(outs, rt), "sst", 1000,
+                  Phases(T0, T0 + 30_000, T0 + 60_000, t4=T0 + 110_000))
+    rec = ev.recovery
+    assert rec.downtime_s == pytest.approx(26.0, abs=0.1)
+    assert rec.recovered
+    assert rec.recovery_latency_s is not None and rec.recovery_latency_s >= 40
+    assert rec.recovery_throughput_s is not None and rec.recovery_throughput_s >= 40
+    assert rec.catchup_s is not None and rec.catchup_s >= 15  # includes the 15 s before
+
+
 def test_steady_run_recovers_at_once_and_bursty_windows_do_not_censor() -> None:
     rt = ResourceTable()
     rows, ident = [], 0
