@@ -55,10 +55,16 @@ def parse_fault_spec(spec: str) -> tuple[str, str]:
     return fault, point or "timed"
 
 
-def matrix_key(base: ExperimentConfig) -> str:
-    """Hash of the run parameters that are not grid axes (so a changed rate is a new matrix)."""
+def matrix_key(base: ExperimentConfig,
+               rates: Mapping[tuple[str, str], float] | None = None) -> str:
+    """Hash of the run parameters that are not grid axes (so a changed rate is a new matrix).
+
+    ``rates`` are the per-(topology, pg) rates of ``--rate oir`` (then ``base.rate`` is only
+    a placeholder): another fraction or a new stored OIR is another matrix."""
     fixed = {k: v for k, v in dataclasses.asdict(base).items()
              if k not in ("topology", "pg", "fault", "crash_point", "seed")}
+    if rates is not None:
+        fixed["rate"] = sorted([f"{t}/{p}", r] for (t, p), r in rates.items())
     return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -166,7 +172,8 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
     second cluster, so at most two clusters start per matrix.
     """
     store = ResultsStore(db)
-    key = matrix_key(base)
+    key = matrix_key(base, None if rate_for is None
+                     else {(c.topology, c.pg): rate_for(c) for c in grid})
     mark_stale(store, key)
     runs_root = Path(runs_root)
     runs_root.mkdir(parents=True, exist_ok=True)

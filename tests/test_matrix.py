@@ -64,6 +64,12 @@ def test_key_ignores_grid_axes_but_not_run_shape() -> None:
     c = ExperimentConfig(rate=5000)
     assert matrix_key(a) == matrix_key(b)
     assert matrix_key(a) != matrix_key(c)
+    # --rate oir: the rates looked up per (topology, pg) key the matrix, not the placeholder
+    # (a matrix at 0.25 × OIR once skipped cells complete at 0.5 × OIR).
+    half = {("sst", "a1"): 48_000.0, ("sst", "e1"): 44_000.0}
+    quarter = {("sst", "a1"): 24_000.0, ("sst", "e1"): 22_000.0}
+    assert matrix_key(a, half) != matrix_key(a, quarter)
+    assert matrix_key(a, quarter) == matrix_key(c, dict(reversed(quarter.items())))
 
 
 def test_a_crash_point_is_its_own_cell_of_the_same_matrix(tmp_path: Path) -> None:
