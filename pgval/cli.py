@@ -363,8 +363,8 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
                 state, extra = "skipped", " (being run by another pgval on this database)"
             progress.console.print(f"{cell.label():32} {state}{extra}")
 
-        counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell,
-                            rate_for=rate_for)
+        counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell, rate_for=rate_for,
+                            oir_fraction=None if rate is not None else (rate_fraction or 1.0))
     taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
     console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
                   f"{counts['failed']} failed — results in {db}")

@@ -55,16 +55,16 @@ def parse_fault_spec(spec: str) -> tuple[str, str]:
     return fault, point or "timed"
 
 
-def matrix_key(base: ExperimentConfig,
-               rates: Mapping[tuple[str, str], float] | None = None) -> str:
+def matrix_key(base: ExperimentConfig, oir_fraction: float | None = None) -> str:
     """Hash of the run parameters that are not grid axes (so a changed rate is a new matrix).
 
-    ``rates`` are the per-(topology, pg) rates of ``--rate oir`` (then ``base.rate`` is only
-    a placeholder): another fraction or a new stored OIR is another matrix."""
+    With ``--rate oir`` (``oir_fraction`` given) ``base.rate`` is only a placeholder: the
+    fraction keys the matrix, and each cell's looked-up rate must also match for a stored
+    run to count (:func:`completed`, :func:`claim_cell`), so a new stored OIR reruns it."""
     fixed = {k: v for k, v in dataclasses.asdict(base).items()
              if k not in ("topology", "pg", "fault", "crash_point", "seed")}
-    if rates is not None:
-        fixed["rate"] = sorted([f"{t}/{p}", r] for (t, p), r in rates.items())
+    if oir_fraction is not None:
+        fixed["rate"] = f"oir x {oir_fraction:g}"
     return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -80,13 +80,18 @@ def cells(topologies: Sequence[str], pgs: Sequence[str], faults: Sequence[str],
 _POINT = "coalesce(json_extract(params, '$.crash_point'), 'timed')"
 
 
-def completed(store: ResultsStore, key: str) -> set[Cell]:
+def completed(store: ResultsStore, key: str) -> dict[Cell, set[float]]:
+    """The complete cells of matrix ``key``, each with the rates it was run at."""
     rows = store.db.query(
-        f"select topology, pg, fault, repeat, {_POINT} as crash_point from runs where "
+        f"select topology, pg, fault, repeat, {_POINT} as crash_point, "
+        "json_extract(params, '$.rate') as rate from runs where "
         "kind = 'validate' and status = 'complete' and "
         "json_extract(params, '$.matrix_key') = ?", [key])
-    return {Cell(r["topology"], r["pg"], r["fault"], r["repeat"], r["crash_point"])
-            for r in rows}
+    done: dict[Cell, set[float]] = {}
+    for r in rows:
+        cell = Cell(r["topology"], r["pg"], r["fault"], r["repeat"], r["crash_point"])
+        done.setdefault(cell, set()).add(r["rate"])
+    return done
 
 
 def mark_stale(store: ResultsStore, key: str) -> int:
@@ -106,7 +111,7 @@ def mark_stale(store: ResultsStore, key: str) -> int:
 
 
 def claim_cell(store: ResultsStore, key: str, cell: Cell, *, window_ms: int, seed: int,
-               params: Mapping[str, Any]) -> int | None:
+               params: Mapping[str, Any], rate: float | None = None) -> int | None:
     """Atomically take ``cell`` of matrix ``key``: the id of a new 'running' row owned by
     this process, or None when the cell is complete or running in a live pgval.
 
@@ -115,14 +120,18 @@ def claim_cell(store: ResultsStore, key: str, cell: Cell, *, window_ms: int, see
     owner is marked interrupted on the way."""
     with store.transaction():
         rows = list(store.db.query(
-            "select id, status, owner from runs where kind = 'validate' and "
+            "select id, status, owner, params from runs where kind = 'validate' and "
             "status in ('complete', 'running') and topology = ? and pg = ? and fault = ? "
             f"and repeat = ? and {_POINT} = ? and json_extract(params, '$.matrix_key') = ?",
             [cell.topology, cell.pg, cell.fault, cell.repeat, cell.crash_point, key]))
+        running = [r for r in rows if r["status"] == "running"]
         for r in rows:
-            if r["status"] == "complete" or owner_alive(r["owner"]):
-                return None
-        for r in rows:
+            if r["status"] == "complete" and (
+                    rate is None or json.loads(r["params"] or "{}").get("rate") == rate):
+                return None  # a complete run at another looked-up rate does not count
+        if any(owner_alive(r["owner"]) for r in running):
+            return None
+        for r in running:
             store.db.execute("update runs set status = 'interrupted', error = ? where id = ?",
                              [STOPPED, r["id"]])
         return store.start_run("validate", cell.topology, window_ms, pg=cell.pg,
@@ -160,20 +169,21 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                on_cell: Callable[[Cell, str, dict[str, Any] | None], None] | None = None,
                make_status: Callable[[Cell], Callable[[Any], None]] | None = None,
                keep_going: bool = True,
-               rate_for: Callable[[Cell], float] | None = None) -> dict[str, int]:
+               rate_for: Callable[[Cell], float] | None = None,
+               oir_fraction: float | None = None) -> dict[str, int]:
     """Run every cell not yet complete; returns counts of done / skipped / taken / failed
     cells (taken: claimed by another pgval that is running it now).
 
     The seed of repetition r is ``base.seed + r``, recorded with the run, so a cell
-    can be reproduced alone with ``pgval validate --seed``.
+    can be reproduced alone with ``pgval validate --seed``. With ``--rate oir``,
+    ``rate_for`` gives each cell's rate and ``oir_fraction`` keys the matrix.
 
     All cells share one warm cluster (:mod:`pgval.deploy.warm`); cells whose fault needs
     other daemon settings (``delay-gt-timeout``'s lowered time-outs) run last, on a
     second cluster, so at most two clusters start per matrix.
     """
     store = ResultsStore(db)
-    key = matrix_key(base, None if rate_for is None
-                     else {(c.topology, c.pg): rate_for(c) for c in grid})
+    key = matrix_key(base, oir_fraction)
     mark_stale(store, key)
     runs_root = Path(runs_root)
     runs_root.mkdir(parents=True, exist_ok=True)
@@ -199,14 +209,15 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
     counts = {"done": 0, "skipped": 0, "taken": 0, "failed": 0}
     ordered = sorted(grid, key=lambda c: daemon_key(_cell_config(base, c, None)))
     for cell in ordered:
-        if cell in done:
+        cfg = _cell_config(base, cell, rate_for)
+        if cell in done and (rate_for is None or cfg.rate in done[cell]):
             counts["skipped"] += 1
             if on_cell:
                 on_cell(cell, "skipped", None)
             continue
-        cfg = _cell_config(base, cell, rate_for)
         run_id = claim_cell(store, key, cell, window_ms=cfg.window_ms, seed=cfg.seed,
-                            params=cfg.to_dict())
+                            params=cfg.to_dict(),
+                            rate=cfg.rate if rate_for is not None else None)
         if run_id is None:  # complete meanwhile, or running in another live pgval
             counts["taken"] += 1
             if on_cell:

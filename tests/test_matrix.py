@@ -46,7 +46,7 @@ def test_resume_skips_complete_cells_and_marks_stale(tmp_path: Path) -> None:
     other = store.start_run("validate", "mst", 10_000, pg="a1", fault="crash", repeat=0,
                             params={"matrix_key": "another"})
     store.db["runs"].update(other, {"owner": None})
-    assert completed(store, key) == set(grid)
+    assert set(completed(store, key)) == set(grid)
     assert mark_stale(store, key) == 1
     assert store.db["runs"].get(stale)["status"] == "interrupted"
     assert store.db["runs"].get(live)["status"] == "running"
@@ -64,12 +64,10 @@ def test_key_ignores_grid_axes_but_not_run_shape() -> None:
     c = ExperimentConfig(rate=5000)
     assert matrix_key(a) == matrix_key(b)
     assert matrix_key(a) != matrix_key(c)
-    # --rate oir: the rates looked up per (topology, pg) key the matrix, not the placeholder
-    # (a matrix at 0.25 × OIR once skipped cells complete at 0.5 × OIR).
-    half = {("sst", "a1"): 48_000.0, ("sst", "e1"): 44_000.0}
-    quarter = {("sst", "a1"): 24_000.0, ("sst", "e1"): 22_000.0}
-    assert matrix_key(a, half) != matrix_key(a, quarter)
-    assert matrix_key(a, quarter) == matrix_key(c, dict(reversed(quarter.items())))
+    # --rate oir: the fraction keys the matrix, not the placeholder rate (a matrix at
+    # 0.25 × OIR once skipped cells complete at 0.5 × OIR).
+    assert matrix_key(a, 0.5) != matrix_key(a, 0.25)
+    assert matrix_key(a, 0.25) == matrix_key(c, 0.25) != matrix_key(a)
 
 
 def test_a_crash_point_is_its_own_cell_of_the_same_matrix(tmp_path: Path) -> None:
@@ -88,13 +86,21 @@ def test_a_crash_point_is_its_own_cell_of_the_same_matrix(tmp_path: Path) -> Non
     old = store.start_run("validate", "sst", 10_000, pg="a1", fault="crash", repeat=0,
                           params={"matrix_key": KEY})  # no crash_point: an older store
     store.db["runs"].update(old, {"status": "complete"})
-    assert completed(store, KEY) == {grid[0]}
+    assert set(completed(store, KEY)) == {grid[0]}
     assert claim_cell(store, KEY, grid[0], window_ms=1, seed=0, params={}) is None
     point = claim_cell(store, KEY, grid[1], window_ms=1, seed=0, params={})
     assert point is not None
     assert json.loads(store.run(point)["params"])["crash_point"] == "during-sink-write"
     store.db["runs"].update(point, {"status": "complete"})
-    assert completed(store, KEY) == {grid[0], grid[1]}
+    assert set(completed(store, KEY)) == {grid[0], grid[1]}
+    # A new stored OIR gives the cell another rate: the run at the old rate does not count.
+    store.db["runs"].update(point, {"params": json.dumps({"matrix_key": KEY, "rate": 24_000.0,
+                                                          "crash_point": "during-sink-write"})})
+    assert completed(store, KEY)[grid[1]] == {24_000.0}
+    assert claim_cell(store, KEY, grid[1], window_ms=1, seed=0, params={}, rate=24_000.0) \
+        is None
+    assert claim_cell(store, KEY, grid[1], window_ms=1, seed=0, params={},
+                      rate=30_000.0) is not None
 
 
 # ---------------------------------------------------------------- claims and run directories
