@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -192,7 +193,8 @@ def test_recheck_of_a_directory_without_evidence(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "holds no evidence" in " ".join(res.output.split())
 
 
-def test_recheck_by_run_id_finds_the_directory(tmp_path: Path) -> None:
+def stored_one_event_run(tmp_path: Path) -> tuple[Path, Path, Any, int]:
+    """A run directory with one unprocessed GET, and its row in a new results database."""
     from pgval.store import ResultsStore
 
     run_dir = tmp_path / "run"
@@ -201,6 +203,11 @@ def test_recheck_by_run_id_finds_the_directory(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     store = ResultsStore(db)
     run_id = store.start_run("validate", "sst", W, params={"run_dir": str(run_dir)})
+    return run_dir, db, store, run_id
+
+
+def test_recheck_by_run_id_finds_the_directory(tmp_path: Path) -> None:
+    run_dir, db, store, run_id = stored_one_event_run(tmp_path)
     res = CliRunner().invoke(main, ["recheck", str(run_id), "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["unprocessed"] == 1
@@ -210,14 +217,7 @@ def test_recheck_store_rewrites_derived_measures_only_when_counts_agree(
         tmp_path: Path) -> None:
     """--store replaces recovery metrics and causes (a definition improved) of a run whose
     re-check reproduces its stored verdict and counts; a run that does not is untouched."""
-    from pgval.store import ResultsStore
-
-    run_dir = tmp_path / "run"
-    build_run(run_dir, [{"id": 1, "type": "GET", "resource": "r0", "event_ts": 60,
-                         "ingress_ts": 60}], [], [], control=0)
-    db = tmp_path / "r.db"
-    store = ResultsStore(db)
-    run_id = store.start_run("validate", "sst", W, params={"run_dir": str(run_dir)})
+    run_dir, db, store, run_id = stored_one_event_run(tmp_path)
     res = CliRunner().invoke(main, ["recheck", str(run_dir), "--store"])
     assert res.exit_code == 2 and "needs a run id and --db" in " ".join(res.output.split())
     args = ["recheck", str(run_id), "--db", str(db), "--store", "--json"]
