@@ -16,7 +16,8 @@ recorded per micro-batch (source offsets and the watermark each batch ran with):
   ``PropagateWatermarkSimulator.getInputWatermarkForLateEvents(k)`` =
   ``getInputWatermark(k - 1)``, and the stream-stream join uses
   ``inputWatermark(currentBatchId - 1)`` the same way). The batch that read the
-  event is found by its topic, partition and offset;
+  event is found by its topic, partition and offset; batch ids are per query (the
+  ``started`` event before them: m1's restart on a new checkpoint is a new query);
 * ``lost`` — neither: read, on time, window closed, yet not in any output.
 """
 
@@ -73,16 +74,28 @@ def watermark_ms(progress: Mapping[str, Any]) -> int:
 def batch_ranges(progress: Iterable[Mapping[str, Any]]) -> BatchRanges:
     """Collect [start, end) offsets and the watermark of every recorded micro-batch."""
     acc: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-    batches = [p for p in progress if p.get("event") == "progress"]
+    batches, queries = [], []
+    query = ""
+    for p in progress:  # a batch belongs to the query of the driver start before it
+        if p.get("event") == "started":
+            query = str(p.get("id", ""))
+        elif p.get("event") == "progress":
+            batches.append(p)
+            queries.append(query)
     ids = np.array([int(p.get("batchId", -1)) for p in batches], dtype=np.int64)
     marks = np.array([watermark_ms(p) for p in batches], dtype=np.int64)
     final_wm = int(marks.max()) if len(marks) else 0
-    # Highest watermark among batches with a smaller id (a restarted query re-runs ids).
-    order = np.argsort(ids, kind="stable")
-    running = np.maximum.accumulate(marks[order]) if len(order) else marks
-    for p, batch_id in zip(batches, ids.tolist(), strict=True):
-        k = int(np.searchsorted(ids[order], batch_id, side="left"))
-        wm = int(running[k - 1]) if k > 0 else 0
+    # Highest watermark among batches of the same query with a smaller id. A query
+    # restarted from its checkpoint keeps its id and re-runs batch ids; one started on a
+    # new checkpoint (m1) is another query, numbered from 0 with no watermark.
+    late_wm = np.zeros(len(batches), dtype=np.int64)
+    for one in set(queries):
+        mine = np.flatnonzero(np.array(queries) == one)
+        order = mine[np.argsort(ids[mine], kind="stable")]
+        running = np.maximum.accumulate(marks[order])
+        k = np.searchsorted(ids[order], ids[mine], side="left")
+        late_wm[mine] = np.where(k > 0, running[np.maximum(k - 1, 0)], 0)
+    for p, wm in zip(batches, late_wm.tolist(), strict=True):
         for src in p.get("sources") or []:
             start = src.get("startOffset") or {}
             end = src.get("endOffset") or {}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pgval.evaluate import evaluate
-from pgval.explain import explain_unprocessed
+from pgval.explain import batch_ranges, explain_unprocessed
 from pgval.phases import Phases
 from pgval.records import ResourceTable
 from pgval.recovery import recovery_metrics
@@ -69,6 +69,24 @@ def test_each_cause_is_found() -> None:
     assert out["counts"] == {"late": 1, "skipped": 1, "in-flight at end": 1, "lost": 1}
     assert out["examples"] == {"late": [3], "skipped": [6], "in-flight at end": [5],
                                "lost": [4]}
+
+
+def test_a_query_on_a_new_checkpoint_starts_without_a_watermark() -> None:
+    """m1's restart is a new query (new checkpoint, batch ids from 0, no watermark): its
+    batches must not inherit the crashed query's watermark, or the IDs whose window state
+    died with the driver are called late. An a1 restart (same query id) re-runs ids and
+    keeps the watermark."""
+    first = [{"event": "started", "id": "q1"}, progress(0, None, 2, 0),
+             progress(1, 2, 4, T0 + 5000), progress(2, 4, 6, T0 + 9000)]
+    m1 = [*first, {"event": "started", "id": "q2"}, progress(0, 6, 8, 0),
+          progress(1, 8, 10, T0 + 20_000)]
+    starts, _ends, wms = batch_ranges(m1).ranges[(0, 0)]
+    assert dict(zip(starts.tolist(), wms.tolist(), strict=True)) == {
+        0: 0, 2: 0, 4: T0 + 5000, 6: 0, 8: 0}  # q2's batch 0 read 6..8 at watermark 0
+    a1 = [*first, {"event": "started", "id": "q1"}, progress(2, 4, 6, T0 + 9000),
+          progress(3, 6, 8, T0 + 12_000)]
+    starts, _ends, wms = batch_ranges(a1).ranges[(0, 0)]
+    assert dict(zip(starts.tolist(), wms.tolist(), strict=True))[6] == T0 + 9000
 
 
 def test_recovery_metrics_see_an_outage() -> None:
