@@ -89,8 +89,9 @@ def batch_ranges(progress: Iterable[Mapping[str, Any]]) -> BatchRanges:
     # restarted from its checkpoint keeps its id and re-runs batch ids; one started on a
     # new checkpoint (m1) is another query, numbered from 0 with no watermark.
     late_wm = np.zeros(len(batches), dtype=np.int64)
+    query_of = np.array(queries)
     for one in set(queries):
-        mine = np.flatnonzero(np.array(queries) == one)
+        mine = np.flatnonzero(query_of == one)
         order = mine[np.argsort(ids[mine], kind="stable")]
         running = np.maximum.accumulate(marks[order])
         k = np.searchsorted(ids[order], ids[mine], side="left")

@@ -284,27 +284,24 @@ class DriverControl:
 
     def _refresh(self) -> None:
         with self._lock:
-            self._refresh_locked()
-
-    def _refresh_locked(self) -> None:
-        for row in self._tail.read_new():
-            event = row.get("event")
-            if event == "control":
-                self._answers.append(row)
-                if isinstance(row.get("request"), int):
-                    self._last_n = max(self._last_n, row["request"])
-            elif event == "executors":
-                self._executors.append(row)
+            for row in self._tail.read_new():
+                event = row.get("event")
+                if event == "control":
+                    self._answers.append(row)
+                    if isinstance(row.get("request"), int):
+                        self._last_n = max(self._last_n, row["request"])
+                elif event == "executors":
+                    self._executors.append(row)
 
     def executor_events(self) -> list[dict[str, Any]]:
-        with self._lock:
-            self._refresh_locked()
+        with self._lock:  # reentrant: the refresh and the copy see the same rows
+            self._refresh()
             return list(self._executors)
 
     def answers(self) -> list[dict[str, Any]]:
         """Every ``control`` line so far (any asker's), oldest first."""
         with self._lock:
-            self._refresh_locked()
+            self._refresh()
             return list(self._answers)
 
     def request(self, action: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
@@ -338,11 +335,11 @@ class DriverControl:
         """Write the request under the next free number; the rename makes it appear whole,
         ``os.link`` refuses a number another asker took meanwhile."""
         with self._lock:
-            return self._write_locked(action, nonce, timeout_s)
+            return self._write_next(action, nonce, timeout_s)
 
-    def _write_locked(self, action: dict[str, Any], nonce: str,
-                      timeout_s: float) -> tuple[int, Path]:
-        self._refresh_locked()
+    def _write_next(self, action: dict[str, Any], nonce: str,
+                    timeout_s: float) -> tuple[int, Path]:
+        self._refresh()
         pending = [int(p.name[4:-5]) for p in self.control_dir.glob("req-*.json")
                    if p.name[4:-5].isdigit()]
         n = max([self._last_n, *pending]) + 1
