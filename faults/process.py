@@ -45,19 +45,23 @@ class RestartableDriver(Protocol):
 
 
 class WorkerCrash:
-    """SIGKILL a worker and its executors at T2 (``timed``), or, with ``checkpoint`` and
-    ``output_count`` (crash point ``during-sink-write``), at the first moment after T2 when
-    a batch that is planned but not committed has added records to the output topic: its
-    tasks are writing."""
+    """SIGKILL a worker and its executors at T2 (``timed``), or, with ``during_sink_write``
+    (needs ``checkpoint`` and ``output_count``), at the first moment after T2 when a batch
+    that is planned but not committed has added records to the output topic: its tasks are
+    writing. A timed crash notes which batch, if any, was in flight just before the kill."""
 
     name = "crash"
 
     def __init__(self, worker: CrashableWorker, checkpoint: Path | None = None,
                  output_count: Callable[[], int] | None = None,
+                 during_sink_write: bool = False,
                  reach_timeout_s: float = 60.0, poll_s: float = 0.02) -> None:
+        if during_sink_write and (checkpoint is None or output_count is None):
+            raise ValueError("during-sink-write needs the checkpoint and the output count")
         self.worker = worker
         self.checkpoint = checkpoint
         self.output_count = output_count
+        self.during_sink_write = during_sink_write
         self.reach_timeout_s = reach_timeout_s
         self.poll_s = poll_s
         self._killed = False
@@ -65,8 +69,10 @@ class WorkerCrash:
     def inject(self) -> dict[str, Any]:
         worker = self.worker
         point: dict[str, Any] = {"crash_point": "timed"}
-        if self.checkpoint is not None and self.output_count is not None:
+        if self.during_sink_write and self.checkpoint and self.output_count:
             point = self._wait_for_sink_write(self.checkpoint, self.output_count)
+        elif self.checkpoint is not None:  # the driver goes on: read just before the kill
+            point.update(in_flight(self.checkpoint))
         executors = worker.executor_pids()
         worker.kill()
         self._killed = True
@@ -131,8 +137,10 @@ class DriverCrash:
 
     def __init__(self, driver: RestartableDriver, trigger: Path | None = None,
                  output_count: Callable[[], int] | None = None,
+                 checkpoint: Path | None = None,
                  reach_timeout_s: float = 60.0, poll_s: float = 0.01) -> None:
         self.driver = driver
+        self.checkpoint = checkpoint
         self.trigger = trigger
         self.output_count = output_count
         self.reach_timeout_s = reach_timeout_s
@@ -145,8 +153,11 @@ class DriverCrash:
             return self._crash_before_commit(pid, self.trigger)
         self.driver.kill()
         self._killed = True
-        return {"mechanism": "SIGKILL process group", "target": "driver", "driver_pid": pid,
-                "crash_point": "timed"}
+        entry = {"mechanism": "SIGKILL process group", "target": "driver", "driver_pid": pid,
+                 "crash_point": "timed"}
+        if self.checkpoint is not None:  # the checkpoint's only writer is dead: exact
+            entry.update(in_flight(self.checkpoint))
+        return entry
 
     def _crash_before_commit(self, pid: int | None, trigger: Path) -> dict[str, Any]:
         files = {k: trigger.with_name(f"{trigger.name}.{k}") for k in ("at", "answer", "hit")}
@@ -240,6 +251,16 @@ def open_batch(checkpoint: Path) -> tuple[Path, int] | None:
             return None
         return root, batch
     return None
+
+
+def in_flight(checkpoint: Path) -> dict[str, Any]:
+    """Which batch a timed crash caught between its offsets and its commit (None: between
+    batches; nothing when the checkpoint is not on this machine). Whether that batch had
+    written outputs shows in the verdict (a1 duplicates)."""
+    if not checkpoint.is_dir():
+        return {}
+    found = open_batch(checkpoint)
+    return {"in_flight_batch": None if found is None else found[1]}
 
 
 def _write_atomically(path: Path, text: str) -> None:

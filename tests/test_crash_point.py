@@ -141,6 +141,20 @@ def test_timed_is_a_plain_kill() -> None:
     driver = FakeDriver()
     entry = DriverCrash(driver).inject()
     assert entry["crash_point"] == "timed" and driver.kills == 1
+    assert "in_flight_batch" not in entry  # no checkpoint given: nothing claimed
+
+
+def test_a_timed_driver_crash_notes_the_batch_it_caught_in_flight(tmp_path: Path) -> None:
+    ck = tmp_path / "checkpoint"
+    for n in (0, 1):
+        _batch(ck, n, committed=True)
+    entry = DriverCrash(FakeDriver(), checkpoint=ck).inject()
+    assert entry["in_flight_batch"] is None  # between batches
+    _batch(ck, 2, committed=False)
+    entry = DriverCrash(FakeDriver(), checkpoint=ck).inject()
+    assert entry["in_flight_batch"] == 2 and entry["crash_point"] == "timed"
+    elsewhere = DriverCrash(FakeDriver(), checkpoint=tmp_path / "not-here").inject()
+    assert "in_flight_batch" not in elsewhere  # a checkpoint not on this machine: unknown
 
 
 @pytest.mark.parametrize(("changes", "needle"), [
@@ -150,6 +164,8 @@ def test_timed_is_a_plain_kill() -> None:
     ({"fault": "driver-crash", "crash_point": "sometime"}, "unknown crash point"),
     ({"fault": "driver-crash", "crash_point": "during-sink-write"},
      "applies to --fault crash on the embedded cluster"),
+    ({"fault": "crash", "crash_point": "during-sink-write", "pg": "e1"},
+     "cannot be hit for e1"),
     ({"fault": "crash", "crash_point": "during-sink-write", "deploy": "external",
       "bootstrap": "b:1", "master": "spark://m:7077"}, "on the embedded cluster"),
 ])
@@ -211,7 +227,7 @@ def test_the_worker_dies_while_an_uncommitted_batch_writes(tmp_path: Path) -> No
     timer = threading.Timer(0.2, _batch, args=(ck, 1, False))
     timer.start()
     entry = WorkerCrash(worker, checkpoint=ck, output_count=lambda: next(counts),
-                        reach_timeout_s=10.0).inject()
+                        during_sink_write=True, reach_timeout_s=10.0).inject()
     timer.join()
     assert worker.killed_at is not None
     assert entry["crash_point"] == "during-sink-write" and entry["batch"] == 1
@@ -219,10 +235,29 @@ def test_the_worker_dies_while_an_uncommitted_batch_writes(tmp_path: Path) -> No
     assert "error" not in entry and entry["commit_logged"] is False
 
 
+def test_a_timed_worker_crash_notes_the_batch_in_flight_without_waiting(tmp_path: Path) -> None:
+    from pgval.faults.process import WorkerCrash
+
+    ck = tmp_path / "checkpoint"
+    _batch(ck, 0, committed=True)
+    _batch(ck, 1, committed=False)
+    worker = FakeWorker()
+    entry = WorkerCrash(worker, checkpoint=ck, output_count=lambda: 5).inject()
+    assert entry["crash_point"] == "timed" and entry["in_flight_batch"] == 1
+    assert worker.killed_at is not None and "batch" not in entry and "error" not in entry
+
+
+def test_during_sink_write_needs_the_checkpoint_and_the_output_count() -> None:
+    from pgval.faults.process import WorkerCrash
+
+    with pytest.raises(ValueError, match="needs the checkpoint"):
+        WorkerCrash(FakeWorker(), output_count=lambda: 5, during_sink_write=True)
+
+
 def test_a_sink_write_never_seen_is_an_error_and_the_worker_still_dies(tmp_path: Path) -> None:
     from pgval.faults.process import WorkerCrash
 
     worker = FakeWorker()
     entry = WorkerCrash(worker, checkpoint=tmp_path / "checkpoint", output_count=lambda: 5,
-                        reach_timeout_s=0.3).inject()
+                        during_sink_write=True, reach_timeout_s=0.3).inject()
     assert "was not reached" in entry["error"] and worker.killed_at is not None

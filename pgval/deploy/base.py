@@ -147,7 +147,7 @@ class Deployment(ABC):
             return None
         if cfg.fault == "driver-crash":
             return DriverCrash(ctx.driver, trigger=ctx.crash_trigger,
-                               output_count=ctx.output_count,
+                               output_count=ctx.output_count, checkpoint=ctx.checkpoint,
                                reach_timeout_s=ctx.reach_timeout_s)
         return self.worker_fault(cfg, target, profile, ctx)
 
