@@ -6,8 +6,9 @@ then bisects between the highest pass and the lowest failure until the two brack
 OIR within ``precision`` (the bracket's width over its top), at most ``max_trials``
 control-only runs (:func:`next_rate`, a pure function of the trials so far). The result
 says whether it bracketed, or only found a lower bound (no failure up to ``max_rate`` or
-the budget ran out) or an upper one; it is stored per machine, since an OIR is a
-property of the machine as much as of the job. A trial passes when
+the budget ran out) or an upper one; it is stored per machine and run shape (the
+cluster's size and the query's knobs, :func:`oir_shape`), since an OIR is a property of
+the machine and the cluster as much as of the job. A trial passes when
 
 * reliability is 100 % (no unprocessed, duplicate or incorrect ID),
 * the generator achieved ≥ 95 % of the asked rate (else the generator, not
@@ -42,6 +43,28 @@ GROWTH = 1.5
 MIN_RATE = 10.0
 
 
+#: What an OIR depends on besides machine, topology and pg: the query's knobs and where it
+#: runs (ExperimentConfig fields) and the cluster's size (ClusterConfig fields). The
+#: phase length is not among them: it changes how long a trial is judged, not the rate.
+OIR_SHAPE_FIELDS = ("deploy", "window_ms", "watermark_ms", "trigger_ms", "shuffle_partitions",
+                    "max_offsets_per_trigger", "executor_memory", "resources", "get_share",
+                    "producers")
+OIR_CLUSTER_FIELDS = ("brokers", "partitions", "workers", "cores_per_worker", "worker_memory",
+                      "broker_heap")
+
+
+def oir_shape(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The run shape an OIR holds for (see :data:`OIR_SHAPE_FIELDS`)."""
+    return {**{f: getattr(cfg, f) for f in OIR_SHAPE_FIELDS},
+            **{f: getattr(cfg.cluster, f) for f in OIR_CLUSTER_FIELDS}}
+
+
+def shape_difference(stored: dict[str, Any], wanted: dict[str, Any]) -> str:
+    """``"workers 2 (this run: 3), …"``: how a stored OIR's shape differs from a run's."""
+    return ", ".join(f"{k} {stored.get(k)} (this run: {wanted.get(k)})"
+                     for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k))
+
+
 def machine_id() -> str:
     """What an OIR was measured on: host name and core count."""
     return f"{socket.gethostname()} ({os.cpu_count() or 0} cores)"
@@ -70,6 +93,8 @@ class OirResult:
     upper: float | None = None
     precision: float = 0.1
     machine: str = field(default_factory=machine_id)
+    #: :func:`oir_shape` of the search's base config (None: any shape, as before 2026-11).
+    shape: dict[str, Any] | None = None
 
     @property
     def bracketed(self) -> bool:
@@ -163,7 +188,7 @@ def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max
             max_trials: int, precision: float, on_trial: Callable[[Trial], None] | None,
             warm: WarmDeployments) -> OirResult:
     """The trials, all on one warm cluster."""
-    res = OirResult(base.topology, base.pg, None, precision=precision)
+    res = OirResult(base.topology, base.pg, None, precision=precision, shape=oir_shape(base))
     store = ResultsStore(db)
     while len(res.trials) < max_trials:
         rate = next_rate(res.trials, start, max_rate, precision)
@@ -194,6 +219,7 @@ def save_oir(db: Path, res: OirResult) -> None:
             "trials": json.dumps([dataclasses.asdict(t) for t in res.trials], default=str),
             "upper": res.upper, "precision": res.precision, "bracketed": int(res.bracketed),
             "machine": res.machine,
+            "shape": None if res.shape is None else json.dumps(res.shape, sort_keys=True),
         })
 
 
@@ -203,6 +229,7 @@ class StoredOir:
     upper: float | None  # the lowest failing rate, if the search found one
     bracketed: bool  # the two within the search's precision
     measured_as: str | None = None  # the pg whose OIR stands in (OIR_STAND_INS)
+    shape: dict[str, Any] | None = None  # what it was measured with (None: not recorded)
 
     def describe(self) -> str:
         if self.bracketed and self.upper is not None:
@@ -223,30 +250,46 @@ OIR_STAND_INS: dict[str, tuple[str, str]] = {
 }
 
 
-def stored_oir(db: Path, topology: str, pg: str,
-               machine: str | None = None) -> StoredOir | None:
+def stored_oir(db: Path, topology: str, pg: str, machine: str | None = None,
+               shape: dict[str, Any] | None = None) -> StoredOir | None:
     """The latest OIR measured for (topology, pg) on ``machine`` (default: this one; rows
-    from before machines were recorded count for any), or its stand-in's
+    from before machines were recorded count for any) with run shape ``shape`` (default:
+    any; rows from before shapes were recorded count for any), or its stand-in's
     (:data:`OIR_STAND_INS`), or None."""
-    own = _stored(db, topology, pg, machine)
+    own = _newest(_stored(db, topology, pg, machine), shape)
     if own is None and pg in OIR_STAND_INS:
         stand_in, why = OIR_STAND_INS[pg]
-        other = _stored(db, topology, stand_in, machine)
+        other = _newest(_stored(db, topology, stand_in, machine), shape)
         if other is not None:
             return dataclasses.replace(other, measured_as=f"{stand_in}: {why}")
     return own
 
 
-def _stored(db: Path, topology: str, pg: str, machine: str | None) -> StoredOir | None:
+def stored_elsewhere(db: Path, topology: str, pg: str, shape: dict[str, Any],
+                     machine: str | None = None) -> str | None:
+    """When no OIR of ``shape`` is stored but one of another shape is: how the newest such
+    differs (for the error that asks for a search with the run's own options)."""
+    pgs = (pg, *(OIR_STAND_INS[pg][:1] if pg in OIR_STAND_INS else ()))
+    for p in pgs:
+        for row in _stored(db, topology, p, machine):
+            if row.shape is not None and row.shape != shape:
+                return shape_difference(row.shape, shape)
+    return None
+
+
+def _newest(rows: list[StoredOir], shape: dict[str, Any] | None) -> StoredOir | None:
+    return next((r for r in rows if shape is None or r.shape is None or r.shape == shape), None)
+
+
+def _stored(db: Path, topology: str, pg: str, machine: str | None) -> list[StoredOir]:
+    """Every OIR stored for (topology, pg) on ``machine``, newest first."""
     if not Path(db).exists():
-        return None
+        return []
     with ResultsStore(db) as store:
         rows: list[dict[str, Any]] = list(store.db.query(
-            "select rate, upper, bracketed from oir where topology = ? and pg = ? and rate is "
-            "not null and (machine = ? or machine is null) order by measured_at desc limit 1",
+            "select rate, upper, bracketed, shape from oir where topology = ? and pg = ? and "
+            "rate is not null and (machine = ? or machine is null) order by measured_at desc",
             [topology, pg, machine or machine_id()]))
-    if not rows:
-        return None
-    row = rows[0]
-    return StoredOir(float(row["rate"]), None if row["upper"] is None else float(row["upper"]),
-                     bool(row["bracketed"]))
+    return [StoredOir(float(r["rate"]), None if r["upper"] is None else float(r["upper"]),
+                      bool(r["bracketed"]), shape=json.loads(r["shape"]) if r["shape"] else None)
+            for r in rows]

@@ -101,10 +101,11 @@ TABLES: tuple[Table, ...] = (
           pk=("run_id", "cause")),
     # The optimum ingestion rate per (topology, pg), one row per search (pgval/oir.py).
     # rate: the highest passing rate below upper, the lowest failing one; bracketed: the
-    # two within precision; machine: host name and cores (an OIR is the machine's too).
+    # two within precision; machine: host name and cores (an OIR is the machine's too);
+    # shape: the cluster's size and the query's knobs it was measured with (JSON).
     Table("oir", {"topology": str, "pg": str, "rate": float, "measured_at": float,
                   "trials": str, "upper": float, "precision": float, "bracketed": int,
-                  "machine": str}, per_run=False),
+                  "machine": str, "shape": str}, per_run=False),
 )
 
 
@@ -145,8 +146,15 @@ def _v2_oir_bracket(db: sqlite_utils.Database) -> None:
     _ensure_declared(db)
 
 
+def _v3_oir_shape(db: sqlite_utils.Database) -> None:
+    """2 → 3: the oir table records the run shape it was measured with (older rows: null,
+    which counts for any shape)."""
+    _ensure_declared(db)
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_v1_declared_schema,
-                                                                    _v2_oir_bracket)
+                                                                    _v2_oir_bracket,
+                                                                    _v3_oir_shape)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -20,7 +20,9 @@ from pgval.oir import (
     bracket,
     machine_id,
     next_rate,
+    oir_shape,
     save_oir,
+    stored_elsewhere,
     stored_oir,
 )
 
@@ -118,6 +120,27 @@ def test_m1_uses_a1s_oir_unless_its_own_was_measured(tmp_path: Path) -> None:
     assert own is not None and own.rate == 7000 and own.measured_as is None
 
 
+def test_an_oir_holds_for_the_run_shape_it_was_measured_with(tmp_path: Path) -> None:
+    from pgval.config import ExperimentConfig
+    from pgval.runtime.cluster import ClusterConfig
+
+    db = tmp_path / "oir.db"
+    two = oir_shape(ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)))
+    three = oir_shape(ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=3)))
+    longer = oir_shape(ExperimentConfig(phase_seconds=300, cluster=ClusterConfig(brokers=1,
+                                                                                 workers=2)))
+    assert two == longer  # the phase length judges a trial; it is not part of the shape
+    save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=two))
+    assert stored_oir(db, "sst", "a1", shape=two).rate == 8000
+    assert stored_oir(db, "sst", "a1", shape=three) is None
+    assert stored_oir(db, "sst", "m1", shape=three) is None  # the stand-in's shape counts too
+    assert stored_elsewhere(db, "sst", "m1", three) == "workers 2 (this run: 3)"
+    assert stored_elsewhere(db, "sst", "a1", two) is None
+    assert stored_oir(db, "sst", "a1").shape == two  # no shape asked: the newest of any
+    save_oir(db, OirResult("sst", "a1", 5000.0, [], upper=6000.0))  # shape not recorded
+    assert stored_oir(db, "sst", "a1", shape=three).rate == 5000  # counts for any shape
+
+
 @pytest.fixture
 def cwd(tmp_path: Path) -> Path:
     old = Path.cwd()
@@ -136,3 +159,17 @@ def test_matrix_at_a_fraction_of_the_oir_is_refused_without_one(cwd: Path) -> No
     res = CliRunner().invoke(main, ["matrix", "--rate", "2000", "--rate-fraction", "0.5"])
     assert res.exit_code == 2 and "--rate-fraction applies to --rate oir only" in res.output
     assert os.listdir(cwd) == []  # neither created a database
+
+
+def test_matrix_refuses_an_oir_measured_on_another_cluster_shape(cwd: Path) -> None:
+    from pgval.config import ExperimentConfig
+    from pgval.runtime.cluster import ClusterConfig
+
+    shape = oir_shape(ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)))
+    save_oir(cwd / "r.db", OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=shape))
+    args = ["matrix", "--topologies", "sst", "--pgs", "a1", "--faults", "none", "--rate", "oir",
+            "--db", "r.db", "--brokers", "1", "--workers", "3", "--runs-dir", "runs"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert "measured with another run shape: workers 2 (this run: 3)" in res.output
+    assert not (cwd / "runs").exists()  # refused before anything ran
