@@ -1,8 +1,10 @@
 """Recovery metrics from the other fault studies, on top of the paper's phases.
 
 * downtime (paper 002): the longest gap between consecutive outputs that ends
-  after T2, beside the longest gap seen in control (windows make outputs bursty,
-  so a gap is only news when it is longer than control's);
+  after T2 and begins before T3 — the fault's; a gap that begins after T3 is the
+  removal's, e.g. a restarted worker's cold first batch — beside the longest gap seen
+  in control (windows make outputs bursty, so a gap is only news when it is longer
+  than control's);
 * recovery time (paper 000's detector): seconds from T2 until the 1 s series is
   back within ``tolerance`` (15 %) of its control baseline and stays there for
   ``hold_s``, looked for only after the outage (the downtime gap, when longer than
@@ -123,7 +125,9 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
         ends = out_ts[1:]
         starts = out_ts[:-1]
         ctrl = (starts >= ph.start) & (ends < ph.t2)
-        after = (ends >= ph.t2) & (starts < end_ms)
+        # The fault's gaps begin in the failure phase. One that begins after T3 is the
+        # removal's (a restarted worker's cold executor), not an outage of the fault.
+        after = (ends >= ph.t2) & (starts < min(end_ms, ph.t3))
         rec.control_max_gap_s = float(gaps[ctrl].max()) / 1000 if ctrl.any() else None
         if after.any():
             # A gap that straddles T2 counts from T2, one that straddles T4 up to T4.

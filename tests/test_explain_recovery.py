@@ -138,6 +138,25 @@ def test_an_outage_that_starts_after_t2_is_not_recovered_from_before_it() -> Non
     assert rec.catchup_s is not None and rec.catchup_s >= 15  # includes the 15 s before
 
 
+def test_a_gap_that_starts_after_t3_is_the_removal_s_not_the_fault_s_outage() -> None:
+    """A crashed worker that comes back at T3 costs a cold executor's first batch: a gap
+    after T3 that is longer than anything the crash itself caused. (Matrix run 39: the
+    crash at T2 raised latency for 20 s without a gap, the worker's return at T3 left a
+    16 s gap, and recovery was measured from that gap: 112.6 s, catch-up 96.6 s.)"""
+    rt = ResourceTable()
+    events = to_inputs(steady_stream(120), rt)
+    exp_rows = evaluate(events, to_outputs([], rt), "sst", 1000).expected.to_records()
+    # T2 at 30 s, T3 at 60 s: all well until 65 s; windows ending in [65 s, 81 s) at 81 s.
+    outs = [{**r, "ingress_ts": (T0 + 81_050 if T0 + 65_000 <= r["window_end"] < T0 + 81_000
+                                 else r["window_end"] + 50)} for r in exp_rows]
+    ev = evaluate(events, to_outputs(outs, rt), "sst", 1000,
+                  Phases(T0, T0 + 30_000, T0 + 60_000, t4=T0 + 110_000))
+    rec = ev.recovery
+    assert rec.downtime_s is not None and rec.downtime_s < 2  # the fault's: none
+    assert rec.recovered
+    assert rec.recovery_latency_s is not None and rec.recovery_latency_s < 15
+
+
 def test_steady_run_recovers_at_once_and_bursty_windows_do_not_censor() -> None:
     rt = ResourceTable()
     rows, ident = [], 0
