@@ -11,7 +11,7 @@ import itertools
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -31,6 +31,9 @@ from pgval.dbfile import StoreError
 from pgval.phases import Phases
 from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
+
+if TYPE_CHECKING:
+    from pgval.config import ExperimentConfig
 
 __all__ = ["UserError", "main", "print_error", "run"]
 
@@ -162,7 +165,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, **values: Any) -> No
     cfg = build_config(values, rate=_OIR_PENDING if rate is None else rate)
     _check_db(db)
     if rate is None:
-        cfg = dataclasses.replace(cfg, rate=_stored_oir(db, cfg.topology, cfg.pg))
+        cfg = dataclasses.replace(cfg, rate=_stored_oir(db, cfg))
     run_dir = run_dir or default_run_dir()
     live = LiveStatus(err_console, enabled=not as_json)
     with live:
@@ -289,16 +292,21 @@ def _rate(text: str) -> float | None:
     return value
 
 
-def _stored_oir(db: Path, topology: str, pg: str) -> float:
-    """The optimum ingestion rate stored for ``topology`` and ``pg``, or one line saying how
-    to measure it."""
-    from pgval.oir import machine_id, stored_oir
+def _stored_oir(db: Path, cfg: ExperimentConfig) -> float:
+    """The optimum ingestion rate stored for the config's topology, pg and run shape, or one
+    line saying how to measure it."""
+    from pgval.oir import machine_id, oir_shape, stored_elsewhere, stored_oir
 
-    stored = stored_oir(db, topology, pg)
+    topology, pg, shape = cfg.topology, cfg.pg, oir_shape(cfg)
+    stored = stored_oir(db, topology, pg, shape=shape)
     if stored is None:
+        how = (f"run `pgval oir --topology {topology} --pg {pg} --db {db}` with this run's "
+               "cluster and query options first")
+        if differs := stored_elsewhere(db, topology, pg, shape):
+            raise UserError(f"the optimum ingestion rate stored for {topology} {pg} in {db} "
+                            f"was measured with another run shape: {differs}; {how}")
         raise UserError(f"no optimum ingestion rate is stored for {topology} {pg} on this "
-                        f"machine ({machine_id()}) in {db}; run `pgval oir --topology "
-                        f"{topology} --pg {pg} --db {db}` first")
+                        f"machine ({machine_id()}) in {db}; {how}")
     console.print(f"{topology} {pg}: using the stored OIR, {stored.describe()}")
     return stored.rate
 
@@ -327,23 +335,31 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from pgval.config import not_applicable
     from pgval.matrix import cells, parse_fault_spec, run_matrix
 
     rate = _rate(values["rate"])
     if rate is not None and rate_fraction is not None:
         raise UserError("--rate-fraction applies to --rate oir only")
     base = build_config(values, rate=_OIR_PENDING if rate is None else rate)
+    left_out: set[tuple[str, str, str, str]] = set()
     for t, p, f in itertools.product(topologies, pgs, faults):  # every cell, before any runs
         fault, point = parse_fault_spec(f)
-        validate_config(dataclasses.replace(base, topology=t, pg=p, fault=fault,
-                                            crash_point=point))
+        cell_cfg = dataclasses.replace(base, topology=t, pg=p, fault=fault, crash_point=point)
+        if reason := not_applicable(cell_cfg):
+            left_out.add((t, p, fault, point))
+            err_console.print(f"{t} {p} {f}: left out — {reason}")
+            continue
+        validate_config(cell_cfg)
     rate_for = None
     if rate is None:  # every cell's rate known before anything runs or is created
         fraction = 1.0 if rate_fraction is None else rate_fraction
-        rates = {(t, p): fraction * _stored_oir(db, t, p) for t in topologies for p in pgs}
+        rates = {(t, p): fraction * _stored_oir(db, dataclasses.replace(base, topology=t, pg=p))
+                 for t in topologies for p in pgs}
         rate_for = (lambda c: rates[(c.topology, c.pg)])  # noqa: E731
     _check_db(db)
-    grid = cells(topologies, pgs, faults, repeat)
+    grid = [c for c in cells(topologies, pgs, faults, repeat)
+            if (c.topology, c.pg, c.fault, c.crash_point) not in left_out]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=err_console) as progress:
         task = progress.add_task("matrix", total=len(grid))

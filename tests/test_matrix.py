@@ -277,3 +277,21 @@ def test_prepared_experiment_records_what_experiment_would(tmp_path: Path) -> No
     with pytest.raises(FileExistsError):
         prepared_experiment(store, again, cfg, tmp_path / "r.db", tmp_path / "runs" / "x")
     assert store.run(again)["status"] == "failed"
+
+
+def test_a_cell_that_cannot_be_hit_is_left_out_and_says_why(tmp_path: Path) -> None:
+    """e1 writes from the driver: crash@during-sink-write is left out of a matrix (a run of
+    it would only ever be unknown), the other cells stay."""
+    from click.testing import CliRunner
+
+    from pgval.cli import main
+
+    res = CliRunner().invoke(main, [
+        "matrix", "--topologies", "sst", "--pgs", "e1", "--faults", "crash@during-sink-write",
+        "--rate", "1000", "--repeat", "2", "--db", str(tmp_path / "r.db"),
+        "--runs-dir", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output
+    assert "sst e1 crash@during-sink-write: left out — crash@during-sink-write cannot be hit " \
+           "for e1" in " ".join(res.output.split())
+    assert "matrix: 0 run" in res.output
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
