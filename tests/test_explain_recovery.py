@@ -9,7 +9,7 @@ from pgval.evaluate import evaluate
 from pgval.explain import batch_ranges, explain_unprocessed
 from pgval.phases import Phases
 from pgval.records import ResourceTable
-from pgval.recovery import recovery_metrics
+from pgval.recovery import Recovery, recovery_metrics
 from tests.strategies import to_inputs, to_outputs
 
 T0 = 1_700_000_000_000
@@ -117,20 +117,25 @@ def test_recovery_metrics_see_an_outage() -> None:
     assert rec.catchup_s is not None and rec.catchup_s < 3
 
 
+def _recovery_with_held_windows(from_ms: int, until_ms: int) -> Recovery:
+    """A steady 120 s stream (T2 at 30 s, T3 at 60 s) whose windows ending in
+    [from_ms, until_ms) after T0 all come out together at until_ms: one gap in the output."""
+    rt = ResourceTable()
+    events = to_inputs(steady_stream(120), rt)
+    exp_rows = evaluate(events, to_outputs([], rt), "sst", 1000).expected.to_records()
+    outs = [{**r, "ingress_ts": (T0 + until_ms + 50
+                                 if T0 + from_ms <= r["window_end"] < T0 + until_ms
+                                 else r["window_end"] + 50)} for r in exp_rows]
+    return evaluate(events, to_outputs(outs, rt), "sst", 1000,
+                    Phases(T0, T0 + 30_000, T0 + 60_000, t4=T0 + 110_000)).recovery
+
+
 def test_an_outage_that_starts_after_t2_is_not_recovered_from_before_it() -> None:
     """A crash point lands after T2 (pgval arms at T2, the crash waits for its batch):
     the calm seconds before the outage are not a recovery. (A matrix run reported
     'recovered 0.0 s after T2' for a crash 11.7 s after T2 and a 66 s outage.)"""
-    rt = ResourceTable()
-    rows = steady_stream(120)
-    events = to_inputs(rows, rt)
-    exp_rows = evaluate(events, to_outputs([], rt), "sst", 1000).expected.to_records()
     # T2 at 30 s; all well until 45 s; windows ending in [45 s, 70 s) come out at 70 s.
-    outs = [{**r, "ingress_ts": (T0 + 70_050 if T0 + 45_000 <= r["window_end"] < T0 + 70_000
-                                 else r["window_end"] + 50)} for r in exp_rows]
-    ev = evaluate(events, to_outputs(outs, rt), "sst", 1000,
-                  Phases(T0, T0 + 30_000, T0 + 60_000, t4=T0 + 110_000))
-    rec = ev.recovery
+    rec = _recovery_with_held_windows(45_000, 70_000)
     assert rec.downtime_s == pytest.approx(26.0, abs=0.1)
     assert rec.recovered
     assert rec.recovery_latency_s is not None and rec.recovery_latency_s >= 40
@@ -143,15 +148,8 @@ def test_a_gap_that_starts_after_t3_is_the_removal_s_not_the_fault_s_outage() ->
     after T3 that is longer than anything the crash itself caused. (Matrix run 39: the
     crash at T2 raised latency for 20 s without a gap, the worker's return at T3 left a
     16 s gap, and recovery was measured from that gap: 112.6 s, catch-up 96.6 s.)"""
-    rt = ResourceTable()
-    events = to_inputs(steady_stream(120), rt)
-    exp_rows = evaluate(events, to_outputs([], rt), "sst", 1000).expected.to_records()
     # T2 at 30 s, T3 at 60 s: all well until 65 s; windows ending in [65 s, 81 s) at 81 s.
-    outs = [{**r, "ingress_ts": (T0 + 81_050 if T0 + 65_000 <= r["window_end"] < T0 + 81_000
-                                 else r["window_end"] + 50)} for r in exp_rows]
-    ev = evaluate(events, to_outputs(outs, rt), "sst", 1000,
-                  Phases(T0, T0 + 30_000, T0 + 60_000, t4=T0 + 110_000))
-    rec = ev.recovery
+    rec = _recovery_with_held_windows(65_000, 81_000)
     assert rec.downtime_s is not None and rec.downtime_s < 2  # the fault's: none
     assert rec.recovered
     assert rec.recovery_latency_s is not None and rec.recovery_latency_s < 15
