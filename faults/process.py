@@ -71,9 +71,11 @@ class WorkerCrash:
         point: dict[str, Any] = {"crash_point": "timed"}
         if self.during_sink_write and self.checkpoint and self.output_count:
             point = self._wait_for_sink_write(self.checkpoint, self.output_count)
-        elif self.checkpoint is not None:  # the driver goes on: read just before the kill
-            point.update(in_flight(self.checkpoint))
-        executors = worker.executor_pids()
+            executors = worker.executor_pids()
+        else:
+            executors = worker.executor_pids()
+            if self.checkpoint is not None:  # the driver goes on: read just before the kill
+                point.update(in_flight(self.checkpoint))
         worker.kill()
         self._killed = True
         if "batch" in point and self.checkpoint is not None:
@@ -155,7 +157,9 @@ class DriverCrash:
         self._killed = True
         entry = {"mechanism": "SIGKILL process group", "target": "driver", "driver_pid": pid,
                  "crash_point": "timed"}
-        if self.checkpoint is not None:  # the checkpoint's only writer is dead: exact
+        # The checkpoint's only writer is dead, so the read is exact (the deployment passes
+        # the checkpoint only when its driver's JVM dies with the kill).
+        if self.checkpoint is not None:
             entry.update(in_flight(self.checkpoint))
         return entry
 

@@ -444,7 +444,8 @@ def test_compose_faults_go_through_pumba(tmp_path: Path) -> None:
     from pgval.faults.process import DriverCrash
 
     dep = ComposeDeployment(tmp_path / "runs" / "r1", runs_root=tmp_path / "runs")
-    ctx = FaultContext(tmp_path / "runs" / "r1", 90, driver=object())  # type: ignore[arg-type]
+    ctx = FaultContext(tmp_path / "runs" / "r1", 90, driver=object(),  # type: ignore[arg-type]
+                       checkpoint=tmp_path / "runs" / "r1" / "checkpoint")
     cfg = ExperimentConfig(deploy="compose", fault="crash", phase_seconds=90)
     crash = dep.make_fault(cfg, 1, profile_for("crash", 90), ctx)
     assert crash.argv[-1] == "pgval-spark-worker-1" and "kill" in crash.argv
@@ -454,7 +455,10 @@ def test_compose_faults_go_through_pumba(tmp_path: Path) -> None:
     assert delay.argv[delay.argv.index("--time") + 1] == str(gt.delay_ms)
     assert delay.argv[delay.argv.index("--duration") + 1] == "120s"
     cfg.fault = "driver-crash"
-    assert isinstance(dep.make_fault(cfg, 0, gt, ctx), DriverCrash)
+    driver_crash = dep.make_fault(cfg, 0, gt, ctx)
+    assert isinstance(driver_crash, DriverCrash)
+    # The driver's JVM in the container outlives the signal: no in-flight read after it.
+    assert driver_crash.checkpoint is None
 
 
 def test_validate_deploy_compose_without_engine_is_one_line(tmp_path: Path) -> None:
