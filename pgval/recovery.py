@@ -2,9 +2,10 @@
 
 * downtime (paper 002): the longest gap between consecutive outputs that ends
   after T2 and begins before T3 — the fault's; a gap that begins after T3 is the
-  removal's, e.g. a restarted worker's cold first batch — beside the longest gap seen
-  in control (windows make outputs bursty, so a gap is only news when it is longer
-  than control's);
+  removal's, e.g. a restarted worker's cold first batch, and one that straddles T3
+  counts past T3 only if it was already longer than control's gaps at T3 — beside the
+  longest gap seen in control (windows make outputs bursty, so a gap is only news when
+  it is longer than control's);
 * recovery time (paper 000's detector): seconds from T2 until the 1 s series is
   back within ``tolerance`` (15 %) of its control baseline and stays there for
   ``hold_s``, looked for only after the outage (the downtime gap, when longer than
@@ -131,10 +132,19 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
         rec.control_max_gap_s = float(gaps[ctrl].max()) / 1000 if ctrl.any() else None
         if after.any():
             # A gap that straddles T2 counts from T2, one that straddles T4 up to T4.
-            g = np.minimum(ends[after], end_ms) - np.maximum(starts[after], ph.t2)
+            begin = np.maximum(starts[after], ph.t2)
+            end = np.minimum(ends[after], end_ms)
+            # One that straddles T3 is the fault's in full only if it was already an outage
+            # at T3 (longer than control's gaps); otherwise only its part before T3 is: with
+            # 10 s windows the last output before T3 comes seconds before a returning
+            # worker's cold batch starts its silence.
+            ctrl_gap_ms = 1000 * (rec.control_max_gap_s or 0.0)
+            before_t3 = np.minimum(end, ph.t3) - begin
+            end = np.where(before_t3 > ctrl_gap_ms, end, np.minimum(end, ph.t3))
+            g = end - begin
             rec.downtime_s = float(g.max()) / 1000
             if rec.control_max_gap_s is None or rec.downtime_s > rec.control_max_gap_s:
-                outage_end_ms = int(np.minimum(ends[after], end_ms)[int(np.argmax(g))])
+                outage_end_ms = int(end[int(np.argmax(g))])
     n = len(m.reliable_per_s)
     t = m.series_start_ms + 1000 * np.arange(n)
     # Outputs come once per window and key, so per-second throughput is bursty: smooth

@@ -117,17 +117,18 @@ def test_recovery_metrics_see_an_outage() -> None:
     assert rec.catchup_s is not None and rec.catchup_s < 3
 
 
-def _recovery_with_held_windows(from_ms: int, until_ms: int) -> Recovery:
-    """A steady 120 s stream (T2 at 30 s, T3 at 60 s) whose windows ending in
-    [from_ms, until_ms) after T0 all come out together at until_ms: one gap in the output."""
+def _recovery_with_held_windows(from_ms: int, until_ms: int, window_ms: int = 1000,
+                                t2_s: int = 30, t3_s: int = 60) -> Recovery:
+    """A steady stream (T4 50 s after T3) whose windows ending in [from_ms, until_ms)
+    after T0 all come out together at until_ms: one gap in the output."""
     rt = ResourceTable()
-    events = to_inputs(steady_stream(120), rt)
-    exp_rows = evaluate(events, to_outputs([], rt), "sst", 1000).expected.to_records()
+    events = to_inputs(steady_stream(t3_s + 60), rt)
+    exp_rows = evaluate(events, to_outputs([], rt), "sst", window_ms).expected.to_records()
     outs = [{**r, "ingress_ts": (T0 + until_ms + 50
                                  if T0 + from_ms <= r["window_end"] < T0 + until_ms
                                  else r["window_end"] + 50)} for r in exp_rows]
-    return evaluate(events, to_outputs(outs, rt), "sst", 1000,
-                    Phases(T0, T0 + 30_000, T0 + 60_000, t4=T0 + 110_000)).recovery
+    phases = Phases(T0, T0 + 1000 * t2_s, T0 + 1000 * t3_s, t4=T0 + 1000 * (t3_s + 50))
+    return evaluate(events, to_outputs(outs, rt), "sst", window_ms, phases).recovery
 
 
 def test_an_outage_that_starts_after_t2_is_not_recovered_from_before_it() -> None:
@@ -153,6 +154,27 @@ def test_a_gap_that_starts_after_t3_is_the_removal_s_not_the_fault_s_outage() ->
     assert rec.downtime_s is not None and rec.downtime_s < 2  # the fault's: none
     assert rec.recovered
     assert rec.recovery_latency_s is not None and rec.recovery_latency_s < 15
+
+
+def test_a_cold_restart_gap_that_straddles_t3_counts_only_up_to_t3() -> None:
+    """With 10 s windows the last output before T3 comes seconds before it, so the
+    returning worker's cold gap begins before T3. The silence before T3 is no longer than
+    control's gaps: the part after T3 is the removal's, not the fault's outage."""
+    # T2 at 60 s, T3 at 123 s: outputs at 120 s, then windows ending at 130 and 140 s
+    # held until 146 s (a 26 s gap, of which 3 s before T3).
+    rec = _recovery_with_held_windows(130_000, 146_000, window_ms=10_000, t2_s=60, t3_s=123)
+    assert rec.control_max_gap_s == pytest.approx(10.0, abs=0.1)
+    assert rec.downtime_s is not None and rec.downtime_s <= rec.control_max_gap_s
+    assert rec.recovered
+    assert rec.recovery_latency_s is not None and rec.recovery_latency_s < 15
+
+
+def test_an_outage_already_long_at_t3_counts_in_full() -> None:
+    """A driver crash silences the output from T2 and the restart takes seconds past T3:
+    that whole gap is the fault's, T3 or not."""
+    rec = _recovery_with_held_windows(70_000, 140_000, window_ms=10_000, t2_s=60, t3_s=123)
+    assert rec.downtime_s == pytest.approx(80.0, abs=0.2)  # from the output at 60 s to 140 s
+    assert rec.recovery_latency_s is not None and rec.recovery_latency_s >= 80
 
 
 def test_steady_run_recovers_at_once_and_bursty_windows_do_not_censor() -> None:
