@@ -351,15 +351,16 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
             err_console.print(f"{t} {p} {f}: left out — {reason}")
             continue
         validate_config(cell_cfg)
+    grid = [c for c in cells(topologies, pgs, faults, repeat)
+            if (c.topology, c.pg, c.fault, c.crash_point) not in left_out]
     rate_for = None
     if rate is None:  # every cell's rate known before anything runs or is created
         fraction = 1.0 if rate_fraction is None else rate_fraction
+        pairs = dict.fromkeys((c.topology, c.pg) for c in grid)  # only pairs that will run
         rates = {(t, p): fraction * _stored_oir(db, dataclasses.replace(base, topology=t, pg=p))
-                 for t in topologies for p in pgs}
+                 for t, p in pairs}
         rate_for = (lambda c: rates[(c.topology, c.pg)])  # noqa: E731
     _check_db(db)
-    grid = [c for c in cells(topologies, pgs, faults, repeat)
-            if (c.topology, c.pg, c.fault, c.crash_point) not in left_out]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=err_console) as progress:
         task = progress.add_task("matrix", total=len(grid))

@@ -44,25 +44,41 @@ MIN_RATE = 10.0
 
 
 #: What an OIR depends on besides machine, topology and pg: the query's knobs and where it
-#: runs (ExperimentConfig fields) and the cluster's size (ClusterConfig fields). The
-#: phase length is not among them: it changes how long a trial is judged, not the rate.
-OIR_SHAPE_FIELDS = ("deploy", "window_ms", "watermark_ms", "trigger_ms", "shuffle_partitions",
-                    "max_offsets_per_trigger", "executor_memory", "resources", "get_share",
-                    "producers")
+#: runs (ExperimentConfig fields: an external or attached cluster is named by its
+#: addresses or directory, as its size is not pgval's to know) and the embedded cluster's
+#: size (ClusterConfig fields). The phase length is not among them: it changes how long a
+#: trial is judged, not the rate.
+OIR_SHAPE_FIELDS = ("deploy", "bootstrap", "master", "running_cluster", "window_ms",
+                    "watermark_ms", "trigger_ms", "shuffle_partitions",
+                    "max_offsets_per_trigger", "executor_memory", "spark_conf", "resources",
+                    "get_share", "producers")
 OIR_CLUSTER_FIELDS = ("brokers", "partitions", "workers", "cores_per_worker", "worker_memory",
                       "broker_heap")
 
 
 def oir_shape(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The run shape an OIR holds for (see :data:`OIR_SHAPE_FIELDS`)."""
-    return {**{f: getattr(cfg, f) for f in OIR_SHAPE_FIELDS},
-            **{f: getattr(cfg.cluster, f) for f in OIR_CLUSTER_FIELDS}}
+    """The run shape an OIR holds for (see :data:`OIR_SHAPE_FIELDS`), with effective
+    values: no --shuffle-partitions means one per Kafka partition."""
+    shape = {**{f: getattr(cfg, f) for f in OIR_SHAPE_FIELDS},
+             **{f: getattr(cfg.cluster, f) for f in OIR_CLUSTER_FIELDS}}
+    shape["shuffle_partitions"] = cfg.shuffle_partitions or cfg.cluster.partitions
+    return shape
+
+
+def shape_matches(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether an OIR stored with ``stored`` holds for ``wanted``. A field the stored shape
+    lacks was not recorded then (a field added later) and is not held against it."""
+    return not _differing(stored, wanted)
 
 
 def shape_difference(stored: dict[str, Any], wanted: dict[str, Any]) -> str:
     """``"workers 2 (this run: 3), …"``: how a stored OIR's shape differs from a run's."""
-    return ", ".join(f"{k} {stored.get(k)} (this run: {wanted.get(k)})"
-                     for k in sorted(set(stored) | set(wanted)) if stored.get(k) != wanted.get(k))
+    return ", ".join(f"{k} {stored[k]} (this run: {wanted.get(k)})"
+                     for k in _differing(stored, wanted))
+
+
+def _differing(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(stored) & set(wanted) if stored[k] != wanted[k])
 
 
 def machine_id() -> str:
@@ -272,13 +288,14 @@ def stored_elsewhere(db: Path, topology: str, pg: str, shape: dict[str, Any],
     pgs = (pg, *(OIR_STAND_INS[pg][:1] if pg in OIR_STAND_INS else ()))
     for p in pgs:
         for row in _stored(db, topology, p, machine):
-            if row.shape is not None and row.shape != shape:
+            if row.shape is not None and not shape_matches(row.shape, shape):
                 return shape_difference(row.shape, shape)
     return None
 
 
 def _newest(rows: list[StoredOir], shape: dict[str, Any] | None) -> StoredOir | None:
-    return next((r for r in rows if shape is None or r.shape is None or r.shape == shape), None)
+    return next((r for r in rows
+                 if shape is None or r.shape is None or shape_matches(r.shape, shape)), None)
 
 
 def _stored(db: Path, topology: str, pg: str, machine: str | None) -> list[StoredOir]:

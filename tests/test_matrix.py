@@ -295,3 +295,34 @@ def test_a_cell_that_cannot_be_hit_is_left_out_and_says_why(tmp_path: Path) -> N
            "for e1" in " ".join(res.output.split())
     assert "matrix: 0 run" in res.output
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_left_out_cells_need_no_oir_and_wrong_options_are_still_refused(tmp_path: Path) -> None:
+    """With --rate oir only the pairs that will run need a stored OIR (e1 has none here and
+    all its cells are left out); a crash point on the wrong fault is an error, not a cell
+    left out for e1's reason (during-sink-write is for the embedded cluster)."""
+    from click.testing import CliRunner
+
+    from pgval.cli import main
+    from pgval.config import ExperimentConfig
+    from pgval.oir import OirResult, oir_shape, save_oir
+    from pgval.runtime.cluster import ClusterConfig
+
+    db = tmp_path / "r.db"
+    save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0,
+                           shape=oir_shape(ExperimentConfig(cluster=ClusterConfig(workers=3)))))
+    res = CliRunner().invoke(main, [
+        "matrix", "--topologies", "sst", "--pgs", "e1,a1", "--faults", "crash@during-sink-write",
+        "--rate", "oir", "--workers", "2", "--repeat", "1", "--db", str(db),
+        "--runs-dir", str(tmp_path / "runs")])
+    out = " ".join(res.output.split())
+    assert "sst e1 crash@during-sink-write: left out" in out
+    # The a1 cell still needs its OIR, and the one stored is of another shape.
+    assert res.exit_code == 2 and "measured with another run shape: workers 3" in out
+    assert "for sst e1" not in out
+    res = CliRunner().invoke(main, [
+        "matrix", "--topologies", "sst", "--pgs", "e1", "--faults", "crash@during-sink-write",
+        "--deploy", "compose", "--rate", "1000", "--db", str(db),
+        "--runs-dir", str(tmp_path / "runs")])
+    assert res.exit_code == 2
+    assert "applies to --fault crash" in " ".join(res.output.split())

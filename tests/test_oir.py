@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgval.cli import main
+from pgval.config import ExperimentConfig
 from pgval.oir import (
     MIN_RATE,
     OirResult,
@@ -25,6 +26,7 @@ from pgval.oir import (
     stored_elsewhere,
     stored_oir,
 )
+from pgval.runtime.cluster import ClusterConfig
 
 
 def _trial(rate: float, passed: bool) -> Trial:
@@ -121,8 +123,6 @@ def test_m1_uses_a1s_oir_unless_its_own_was_measured(tmp_path: Path) -> None:
 
 
 def test_an_oir_holds_for_the_run_shape_it_was_measured_with(tmp_path: Path) -> None:
-    from pgval.config import ExperimentConfig
-    from pgval.runtime.cluster import ClusterConfig
 
     db = tmp_path / "oir.db"
     two = oir_shape(ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)))
@@ -140,6 +140,25 @@ def test_an_oir_holds_for_the_run_shape_it_was_measured_with(tmp_path: Path) -> 
     save_oir(db, OirResult("sst", "a1", 5000.0, [], upper=6000.0))  # shape not recorded
     assert stored_oir(db, "sst", "a1", shape=three).rate == 5000  # counts for any shape
 
+
+
+def test_a_shape_compares_effective_values_and_only_what_was_recorded(tmp_path: Path) -> None:
+    """No --shuffle-partitions is one per Kafka partition, so an explicit equal value is the
+    same shape; a field added to the shape later is not held against an older row; an
+    external cluster is told apart by its addresses."""
+    cluster = ClusterConfig(brokers=1, workers=2, partitions=3)
+    default = oir_shape(ExperimentConfig(cluster=cluster))
+    assert default == oir_shape(ExperimentConfig(shuffle_partitions=3, cluster=cluster))
+    assert default != oir_shape(ExperimentConfig(shuffle_partitions=6, cluster=cluster))
+    db = tmp_path / "r.db"
+    older = {k: v for k, v in default.items() if k not in ("spark_conf", "master")}
+    save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=older))
+    assert stored_oir(db, "sst", "a1", shape=default).rate == 8000
+    theirs = oir_shape(ExperimentConfig(deploy="external", bootstrap="kafka:9092",
+                                        master="spark://m:7077", cluster=cluster))
+    assert stored_oir(db, "sst", "a1", shape=theirs) is None
+    assert stored_elsewhere(db, "sst", "a1", theirs) == (
+        "bootstrap None (this run: kafka:9092), deploy local (this run: external)")
 
 @pytest.fixture
 def cwd(tmp_path: Path) -> Path:
@@ -162,8 +181,6 @@ def test_matrix_at_a_fraction_of_the_oir_is_refused_without_one(cwd: Path) -> No
 
 
 def test_matrix_refuses_an_oir_measured_on_another_cluster_shape(cwd: Path) -> None:
-    from pgval.config import ExperimentConfig
-    from pgval.runtime.cluster import ClusterConfig
 
     shape = oir_shape(ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)))
     save_oir(cwd / "r.db", OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=shape))
