@@ -71,11 +71,9 @@ class WorkerCrash:
         point: dict[str, Any] = {"crash_point": "timed"}
         if self.during_sink_write and self.checkpoint and self.output_count:
             point = self._wait_for_sink_write(self.checkpoint, self.output_count)
-            executors = worker.executor_pids()
-        else:
-            executors = worker.executor_pids()
-            if self.checkpoint is not None:  # the driver goes on: read just before the kill
-                point.update(in_flight(self.checkpoint))
+        executors = worker.executor_pids()
+        if not self.during_sink_write and self.checkpoint is not None:
+            point.update(in_flight(self.checkpoint))  # the driver goes on: just before the kill
         worker.kill()
         self._killed = True
         if "batch" in point and self.checkpoint is not None:

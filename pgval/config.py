@@ -201,4 +201,3 @@ def not_applicable(cfg: ExperimentConfig) -> str | None:
                 "ever writing (measured: both tries found the batch committed at the kill); "
                 "use crash (timed) or driver-crash@after-sink-write")
     return None
-

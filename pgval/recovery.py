@@ -139,8 +139,8 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
             # 10 s windows the last output before T3 comes seconds before a returning
             # worker's cold batch starts its silence.
             ctrl_gap_ms = 1000 * (rec.control_max_gap_s or 0.0)
-            before_t3 = np.minimum(end, ph.t3) - begin
-            end = np.where(before_t3 > ctrl_gap_ms, end, np.minimum(end, ph.t3))
+            at_t3 = np.minimum(end, ph.t3)
+            end = np.where(at_t3 - begin > ctrl_gap_ms, end, at_t3)
             g = end - begin
             rec.downtime_s = float(g.max()) / 1000
             if rec.control_max_gap_s is None or rec.downtime_s > rec.control_max_gap_s:
