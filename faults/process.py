@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -45,71 +45,91 @@ class RestartableDriver(Protocol):
 
 
 class WorkerCrash:
-    """SIGKILL a worker and its executors at T2 (``timed``), or, with ``during_sink_write``
-    (needs ``checkpoint`` and ``output_count``), at the first moment after T2 when a batch
-    that is planned but not committed has added records to the output topic: its tasks are
-    writing. A timed crash notes which batch, if any, was in flight just before the kill."""
+    """SIGKILL a worker and its executors at T2 (``timed``), or, with ``sink_trigger``
+    (crash point ``during-sink-write``), the worker of the first executor that halts in the
+    Kafka sink's producer hook after T2: one of its sink task's records is in Kafka and the
+    task has not finished (:mod:`pgval.runtime.hooks`). ``workers`` are the candidates (the
+    target is whichever worker's executor writes first; ``worker`` is the fallback). A timed
+    crash notes which batch, if any, was in flight just before the kill."""
 
     name = "crash"
 
     def __init__(self, worker: CrashableWorker, checkpoint: Path | None = None,
-                 output_count: Callable[[], int] | None = None,
-                 during_sink_write: bool = False,
-                 reach_timeout_s: float = 60.0, poll_s: float = 0.02) -> None:
-        if during_sink_write and (checkpoint is None or output_count is None):
-            raise ValueError("during-sink-write needs the checkpoint and the output count")
+                 sink_trigger: Path | None = None,
+                 workers: Sequence[CrashableWorker] = (),
+                 reach_timeout_s: float = 60.0, poll_s: float = 0.01) -> None:
         self.worker = worker
         self.checkpoint = checkpoint
-        self.output_count = output_count
-        self.during_sink_write = during_sink_write
+        self.sink_trigger = sink_trigger
+        self.workers = list(workers) or [worker]
         self.reach_timeout_s = reach_timeout_s
         self.poll_s = poll_s
         self._killed = False
 
     def inject(self) -> dict[str, Any]:
-        worker = self.worker
         point: dict[str, Any] = {"crash_point": "timed"}
-        if self.during_sink_write and self.checkpoint and self.output_count:
-            point = self._wait_for_sink_write(self.checkpoint, self.output_count)
+        if self.sink_trigger is not None:
+            point = self._wait_for_sink_write(self.sink_trigger)
+        worker = self.worker
         executors = worker.executor_pids()
-        if not self.during_sink_write and self.checkpoint is not None:
+        if self.sink_trigger is None and self.checkpoint is not None:
             point.update(in_flight(self.checkpoint))  # the driver goes on: just before the kill
         worker.kill()
         self._killed = True
-        if "batch" in point and self.checkpoint is not None:
-            found = open_batch(self.checkpoint)
-            point["commit_logged"] = found is None or found[1] != point["batch"]
-            if point["commit_logged"]:
-                point["error"] = (f"batch {point['batch']} committed before the worker died: "
-                                  "the crash point during-sink-write was missed")
+        if "hit_ms" in point:
+            point["worker_killed_ms"] = int(time.time() * 1000)
         return {"mechanism": "SIGKILL process group", "target": worker.name,
                 "worker_pid": worker.pid, "executor_pids": executors,
                 "left_alive": worker.group_pids(), **point}
 
-    def _wait_for_sink_write(self, checkpoint: Path,
-                             output_count: Callable[[], int]) -> dict[str, Any]:
-        """Until a planned, uncommitted batch has grown the output topic (or the time-out).
-        The output topic's size when a batch is first seen open is its baseline."""
+    def _wait_for_sink_write(self, trigger: Path) -> dict[str, Any]:
+        """Arm the sink hook and wait until an executor halts in it (or the time-out); the
+        target becomes that executor's worker. The batch open then is the one written."""
+        files = {k: trigger.with_name(f"{trigger.name}.{k}") for k in ("claim", "hit")}
+        for f in files.values():
+            f.unlink(missing_ok=True)
         armed_ms = int(time.time() * 1000)
-        deadline = time.monotonic() + self.reach_timeout_s
-        baseline: dict[int, int] = {}
-        while time.monotonic() < deadline:
-            found = open_batch(checkpoint)
-            if found is not None:
-                batch = found[1]
-                now = output_count()
-                if batch not in baseline:
-                    baseline[batch] = now
-                elif 0 <= baseline[batch] < now and open_batch(checkpoint) == found:
-                    return {"crash_point": "during-sink-write", "armed_ms": armed_ms,
-                            "batch": batch, "outputs_in_kafka": now - baseline[batch],
-                            "batches_watched": len(baseline)}
-            time.sleep(self.poll_s)
-        return {"crash_point": "during-sink-write", "armed_ms": armed_ms,
-                "batches_watched": len(baseline),
-                "error": f"the crash point during-sink-write was not reached: no batch was "
-                         f"writing within {self.reach_timeout_s:.0f} s (the worker was "
-                         "killed then)"}
+        owner = self._executor_owners()
+        hit: dict[str, Any] | None = None
+        try:
+            trigger.write_text(f"{armed_ms}\n")
+            deadline = time.monotonic() + self.reach_timeout_s
+            next_scan = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                hit = _read_json(files["hit"])
+                if hit is not None:
+                    break
+                if time.monotonic() >= next_scan:  # executors a worker started since
+                    owner.update(self._executor_owners())
+                    next_scan = time.monotonic() + 1.0
+                time.sleep(self.poll_s)
+        finally:
+            trigger.unlink(missing_ok=True)  # the workers' new executors must not halt
+        found = open_batch(self.checkpoint) if self.checkpoint is not None else None
+        for f in files.values():
+            f.unlink(missing_ok=True)
+        point: dict[str, Any] = {"crash_point": "during-sink-write", "armed_ms": armed_ms}
+        if hit is None:
+            point["error"] = (f"the crash point during-sink-write was not reached: no sink "
+                              f"record was written within {self.reach_timeout_s:.0f} s (the "
+                              f"worker was killed then)")
+            return point
+        point.update(hit_ms=hit.get("ts_ms"), record=_record_of(hit),
+                     executor_id=hit.get("executor"),
+                     batch=None if found is None else found[1])
+        victim = owner.get(int(hit.get("pid", -1)))
+        if victim is None:
+            point["error"] = (f"the executor that halted (pid {hit.get('pid')}) belongs to "
+                              f"no worker pgval knows; killed {self.worker.name} instead")
+        else:
+            self.worker = victim
+        if found is None:
+            point["error"] = ("no batch was open when the sink hook halted: the crash "
+                              "point during-sink-write cannot be tied to a batch")
+        return point
+
+    def _executor_owners(self) -> dict[int, CrashableWorker]:
+        return {pid: w for w in self.workers for pid in w.executor_pids()}
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
         """Restart the worker at T3; at teardown (``restore=False``) there is nothing to undo."""
@@ -263,6 +283,11 @@ def in_flight(checkpoint: Path) -> dict[str, Any]:
         return {}
     found = open_batch(checkpoint)
     return {"in_flight_batch": None if found is None else found[1]}
+
+
+def _record_of(hit: dict[str, Any]) -> str:
+    """``topic-partition@offset`` of the record the halted executor had written."""
+    return f"{hit.get('topic')}-{hit.get('partition')}@{hit.get('offset')}"
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -40,7 +40,8 @@ class ExperimentConfig:
     crash_point: str = field(default="timed", metadata=opt(
         "Where a crash lands: timed (at T2); for driver-crash after-sink-write (the first "
         "batch after T2 whose outputs are in Kafka, before its commit is in the checkpoint); "
-        "for crash during-sink-write (while a batch not yet committed writes its outputs).",
+        "for crash during-sink-write (the worker of the first executor whose sink task has "
+        "a record in Kafka and has not finished).",
         choices=CRASH_POINTS))
     rate: float = field(default=2_000.0, metadata=opt(
         "Generator rate, events/s over all producers, or 'oir' for the optimum ingestion "

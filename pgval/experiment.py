@@ -42,7 +42,7 @@ from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
 from pgval.runtime import signals
 from pgval.runtime.driver import DriverProcess, DriverSpec
-from pgval.runtime.hooks import crash_trigger, ensure_hooks_jar
+from pgval.runtime.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import OUTPUT_TOPIC, Topics
 from pgval.store import ResultsStore
@@ -168,7 +168,7 @@ class Experiment:
             raise RuntimeErrorPlain("--crash-point during-sink-write needs a cluster pgval "
                                     "starts itself (drop --cluster): here a crash is an "
                                     "executor kill through the driver")
-        if cfg.crash_point == "after-sink-write":
+        if cfg.crash_point in ("after-sink-write", "during-sink-write"):
             ensure_hooks_jar()  # built once (javac); a missing JDK is one sentence, now
             crash_trigger(self.run_dir).parent.mkdir(parents=True, exist_ok=True)
         if cfg.fault.startswith("delay") and cfg.deploy == "local":
@@ -263,14 +263,16 @@ class Experiment:
                          if cfg.fault == "crash" and not dep.owns_cluster else None),
             kafka_options=where.kafka_options, user_conf=where.user_conf,
             crash_trigger=(crash_trigger(self.run_dir) if cfg.crash_point == "after-sink-write"
-                           else None))
+                           else None),
+            sink_trigger=(sink_trigger(self.run_dir)
+                          if cfg.crash_point == "during-sink-write" else None))
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         self.target = (cfg.target if cfg.target is not None
                        else default_target(cfg.seed, max(1, dep.workers)))
         fault = dep.make_fault(cfg, self.target, self.profile,
                                FaultContext(self.run_dir, cfg.phase_seconds, self.driver,
                                             cfg.seed, self._output_count, spec.checkpoint,
-                                            spec.crash_trigger))
+                                            spec.crash_trigger, spec.sink_trigger))
         self.schedule = FaultSchedule(fault or NoFault())
         self.timings["driver_start_s"] = self.driver.start()
 

@@ -175,14 +175,12 @@ def test_crash_points_are_refused_where_they_cannot_work(changes: dict, needle: 
 
 
 class FakeWorker:
-    name = "spark-worker-0"
-    pid = 77
-
-    def __init__(self) -> None:
+    def __init__(self, name: str = "spark-worker-0", pid: int = 77, executor: int = 78) -> None:
+        self.name, self.pid, self.executor = name, pid, executor
         self.killed_at: float | None = None
 
     def executor_pids(self) -> list[int]:
-        return [78]
+        return [self.executor]
 
     def kill(self) -> None:
         self.killed_at = time.monotonic()
@@ -217,22 +215,42 @@ def test_the_open_batch_is_the_newest_planned_and_uncommitted(tmp_path: Path) ->
     assert open_batch(m1) is None
 
 
-def test_the_worker_dies_while_an_uncommitted_batch_writes(tmp_path: Path) -> None:
+def _executor_halts_on_write(trigger: Path, pid: int, after_s: float) -> threading.Thread:
+    """What HaltOnSinkWrite does in the executor: once armed, claim, record, halt."""
+    def run() -> None:
+        time.sleep(after_s)
+        while not trigger.exists():
+            time.sleep(0.002)
+        trigger.with_name(trigger.name + ".claim").touch(exist_ok=False)
+        trigger.with_name(trigger.name + ".hit").write_text(json.dumps(
+            {"pid": pid, "executor": "1", "topic": "out", "partition": 0, "offset": 41,
+             "ts_ms": int(time.time() * 1000)}))
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_worker_whose_executor_wrote_dies_not_the_seeded_target(tmp_path: Path) -> None:
     from pgval.faults.process import WorkerCrash
 
     ck = tmp_path / "checkpoint"
     _batch(ck, 0, committed=True)
-    counts = iter([10, 10, 12])  # batch 1 is first seen at 10 records, then writes two
-    worker = FakeWorker()
-    timer = threading.Timer(0.2, _batch, args=(ck, 1, False))
-    timer.start()
-    entry = WorkerCrash(worker, checkpoint=ck, output_count=lambda: next(counts),
-                        during_sink_write=True, reach_timeout_s=10.0).inject()
-    timer.join()
-    assert worker.killed_at is not None
+    _batch(ck, 1, committed=False)
+    trigger = tmp_path / "control" / "halt-on-sink-write"
+    trigger.parent.mkdir()
+    seeded, writer = FakeWorker(), FakeWorker(name="spark-worker-1", pid=88, executor=89)
+    thread = _executor_halts_on_write(trigger, pid=89, after_s=0.1)
+    crash = WorkerCrash(seeded, checkpoint=ck, sink_trigger=trigger, workers=[seeded, writer],
+                        reach_timeout_s=10.0)
+    entry = crash.inject()
+    thread.join()
+    assert writer.killed_at is not None and seeded.killed_at is None
     assert entry["crash_point"] == "during-sink-write" and entry["batch"] == 1
-    assert entry["outputs_in_kafka"] == 2 and entry["worker_pid"] == 77
-    assert "error" not in entry and entry["commit_logged"] is False
+    assert entry["target"] == "spark-worker-1" and entry["executor_id"] == "1"
+    assert entry["record"] == "out-0@41" and "error" not in entry
+    assert not trigger.exists() and not list(trigger.parent.iterdir())  # disarmed, tidy
+    crash.remove()
+    assert writer.killed_at is None  # T3 restarts the worker that died
 
 
 def test_a_timed_worker_crash_notes_the_batch_in_flight_without_waiting(tmp_path: Path) -> None:
@@ -242,22 +260,30 @@ def test_a_timed_worker_crash_notes_the_batch_in_flight_without_waiting(tmp_path
     _batch(ck, 0, committed=True)
     _batch(ck, 1, committed=False)
     worker = FakeWorker()
-    entry = WorkerCrash(worker, checkpoint=ck, output_count=lambda: 5).inject()
+    entry = WorkerCrash(worker, checkpoint=ck).inject()
     assert entry["crash_point"] == "timed" and entry["in_flight_batch"] == 1
     assert worker.killed_at is not None and "batch" not in entry and "error" not in entry
-
-
-def test_during_sink_write_needs_the_checkpoint_and_the_output_count() -> None:
-    from pgval.faults.process import WorkerCrash
-
-    with pytest.raises(ValueError, match="needs the checkpoint"):
-        WorkerCrash(FakeWorker(), output_count=lambda: 5, during_sink_write=True)
 
 
 def test_a_sink_write_never_seen_is_an_error_and_the_worker_still_dies(tmp_path: Path) -> None:
     from pgval.faults.process import WorkerCrash
 
     worker = FakeWorker()
-    entry = WorkerCrash(worker, checkpoint=tmp_path / "checkpoint", output_count=lambda: 5,
-                        during_sink_write=True, reach_timeout_s=0.3).inject()
+    trigger = tmp_path / "halt-on-sink-write"
+    entry = WorkerCrash(worker, checkpoint=tmp_path / "checkpoint", sink_trigger=trigger,
+                        reach_timeout_s=0.3).inject()
     assert "was not reached" in entry["error"] and worker.killed_at is not None
+    assert not trigger.exists()
+
+
+def test_a_halt_by_an_unknown_executor_is_an_error(tmp_path: Path) -> None:
+    from pgval.faults.process import WorkerCrash
+
+    _batch(tmp_path / "checkpoint", 3, committed=False)
+    trigger = tmp_path / "halt-on-sink-write"
+    worker = FakeWorker()
+    thread = _executor_halts_on_write(trigger, pid=12345, after_s=0.0)
+    entry = WorkerCrash(worker, checkpoint=tmp_path / "checkpoint", sink_trigger=trigger,
+                        reach_timeout_s=5.0).inject()
+    thread.join()
+    assert "belongs to no worker" in entry["error"] and worker.killed_at is not None

@@ -19,10 +19,12 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="packet delay needs ro
                                 "(network namespaces and iptables)")
 
 
-def run(tmp_path: Path, topology: str, pg: str, fault: str) -> ExperimentResult:
+def run(tmp_path: Path, topology: str, pg: str, fault: str,
+        crash_point: str = "timed") -> ExperimentResult:
     cfg = ExperimentConfig(
-        topology=topology, pg=pg, fault=fault, rate=300, resources=4, phase_seconds=16,
-        warmup_seconds=4, window_ms=2000, watermark_ms=1000, trigger_ms=500,
+        topology=topology, pg=pg, fault=fault, crash_point=crash_point, rate=300,
+        resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
+        trigger_ms=500,
         get_share=0.9 if topology == "mst" else 0.995, target=1, drain_timeout_s=150,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db").run()
@@ -64,6 +66,22 @@ def test_worker_crash(tmp_path: Path, topology: str, pg: str) -> None:
     assert s["timeouts"]["fired"].get("executor lost (driver)", 0) >= 1
     if pg == "e1":
         assert r.evaluation.validation.duplicate == 0
+
+
+def test_a_worker_crash_while_its_executor_writes_duplicates_a1(tmp_path: Path) -> None:
+    """crash@during-sink-write, aimed: the executor halts in the sink's producer hook with one
+    of its records in Kafka and its task unfinished; Spark re-runs that task
+    (TaskSetManager.executorLost), so a1 writes the record again — every time, whichever
+    worker the seed named (the writer's worker dies)."""
+    r = run(tmp_path, "sst", "a1", "crash", crash_point="during-sink-write")
+    inject = steps(r)["inject"]
+    assert "error" not in inject, inject
+    assert inject["crash_point"] == "during-sink-write" and inject["batch"] is not None
+    assert inject["record"] and inject["executor_id"] not in (None, "?")
+    assert inject["left_alive"] == [] and "error" not in steps(r)["remove"]
+    assert r.validity.valid, r.validity.reasons
+    assert r.evaluation.validation.duplicate > 0
+    assert r.summary()["guarantee"] == "at-least-once"
 
 
 @pytest.mark.parametrize("pg", ["a1", "e1"])

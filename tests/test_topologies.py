@@ -306,6 +306,26 @@ def test_the_crash_trigger_installs_the_hook_after_the_users_settings(tmp_path: 
         spark_conf(parse_args([*base, "--conf", f"{manager}=my.Manager"]), "x.jar")
 
 
+def test_the_sink_trigger_adds_the_producer_hook_to_the_kafka_sink_only(tmp_path: Path) -> None:
+    from pgval.runtime.hooks import HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY, ensure_hooks_jar
+    from pgval.topologies.driver import parse_args, sink_hook_options, spark_conf
+
+    trigger = str(tmp_path / "trigger")
+    args = parse_args(["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1", "--master",
+                       "local[2]", "--checkpoint", "ck", "--window-ms", "2000",
+                       "--watermark-ms", "500", "--trigger-ms", "0", "--progress-file", "p",
+                       "--sink-trigger", trigger])
+    conf = spark_conf(args, "x.jar")
+    assert conf["spark.jars"] == f"x.jar,{ensure_hooks_jar()}"  # executors load the hook
+    assert "spark.sql.streaming.checkpointFileManagerClass" not in conf  # no commit hook
+    user = {"security.protocol": "SSL"}
+    assert sink_hook_options(user, None) == user
+    assert sink_hook_options(user, trigger) == {
+        **user, "interceptor.classes": HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY: trigger}
+    with pytest.raises(ValueError, match="interceptor.classes"):
+        sink_hook_options({"interceptor.classes": "my.Interceptor"}, trigger)
+
+
 def test_m1_starts_a_new_query_each_time_from_the_latest_offsets(tmp_path: Path) -> None:
     from pgval.topologies.driver import m1_start
 

@@ -171,6 +171,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="crash point after-sink-write: once FILE exists, halt the driver's "
                          "JVM before it writes the next batch's commit (FILE.hit records "
                          "which; see pgval.runtime.hooks)")
+    ap.add_argument("--sink-trigger", default=None, metavar="FILE",
+                    help="crash point during-sink-write (a1, m1): once FILE exists, the first "
+                         "executor whose sink record Kafka acknowledges halts (FILE.hit "
+                         "records which; see pgval.runtime.hooks)")
     ap.add_argument("--sabotage", default=None, metavar="SPEC",
                     help="SELF-TEST of pgval only (e1): drop-batch:N / dup-batch:N drops / "
                          "writes twice the real output rows of the N-th committed batch "
@@ -221,6 +225,38 @@ def _settings_from_env() -> tuple[dict[str, str], dict[str, str]]:
     return out[0], out[1]
 
 
+def _add_hooks(conf: dict[str, str], crash_trigger: str | None) -> None:
+    """pgval's JVM hooks jar for the crash points and, for after-sink-write, the commit
+    hook; set after the user's settings (they cannot undo them). The sink-write hook is a
+    producer setting of the sink (:func:`sink_hook_options`). See pgval.runtime.hooks."""
+    from pgval.runtime.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
+
+    manager = "spark.sql.streaming.checkpointFileManagerClass"
+    if crash_trigger and conf.get(manager, CRASH_BEFORE_COMMIT) != CRASH_BEFORE_COMMIT:
+        raise ValueError(f"the crash point after-sink-write replaces {manager}; drop "
+                         f"{manager}={conf[manager]} from the Spark settings")
+    conf["spark.jars"] = ",".join(filter(None, (conf.get("spark.jars"),
+                                                str(ensure_hooks_jar()))))
+    if crash_trigger:
+        conf[manager] = CRASH_BEFORE_COMMIT
+        conf[f"spark.hadoop.{TRIGGER_KEY}"] = str(Path(crash_trigger).resolve())
+
+
+def sink_hook_options(kafka_options: dict[str, str], sink_trigger: str | None
+                      ) -> dict[str, str]:
+    """The Kafka sink's producer settings: the user's, plus (crash point during-sink-write)
+    the interceptor that halts an executor once one of its records is written."""
+    if not sink_trigger:
+        return dict(kafka_options)
+    from pgval.runtime.hooks import HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY
+
+    if kafka_options.get("interceptor.classes"):
+        raise ValueError("the crash point during-sink-write sets the sink's "
+                         "interceptor.classes; drop it from the Kafka settings")
+    return {**kafka_options, "interceptor.classes": HALT_ON_SINK_WRITE,
+            SINK_TRIGGER_KEY: str(Path(sink_trigger).resolve())}
+
+
 def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
     """Every Spark setting the driver sets (reported by the runner as the run's config)."""
     conf = {
@@ -251,17 +287,9 @@ def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
     for item in args.conf:
         key, value = item.split("=", 1)
         conf[key] = value
-    if getattr(args, "crash_trigger", None):  # after the user's settings: they cannot undo it
-        from pgval.runtime.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
-
-        manager = "spark.sql.streaming.checkpointFileManagerClass"
-        if conf.get(manager, CRASH_BEFORE_COMMIT) != CRASH_BEFORE_COMMIT:
-            raise ValueError(f"the crash point after-sink-write replaces {manager}; drop "
-                             f"{manager}={conf[manager]} from the Spark settings")
-        conf["spark.jars"] = ",".join(filter(None, (conf.get("spark.jars"),
-                                                    str(ensure_hooks_jar()))))
-        conf[manager] = CRASH_BEFORE_COMMIT
-        conf[f"spark.hadoop.{TRIGGER_KEY}"] = str(Path(args.crash_trigger).resolve())
+    trigger = getattr(args, "crash_trigger", None)
+    if trigger or getattr(args, "sink_trigger", None):
+        _add_hooks(conf, trigger)
     secret_path = conf.pop("spark.authenticate.secret.file", None)
     if secret_path and args.master.startswith("spark://"):
         # Standalone reads no secret file (only Kubernetes does); hand-off from
@@ -368,7 +396,9 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     sink = None
     if args.pg in ("a1", "m1"):
         writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name, args.trigger_ms,
-                            topic=args.output_topic, kafka_options=args.kafka_options)
+                            topic=args.output_topic,
+                            kafka_options=sink_hook_options(args.kafka_options,
+                                                            getattr(args, "sink_trigger", None)))
     else:
         sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
                                  topic=args.output_topic, marker_topic=args.topics.marker,

@@ -69,6 +69,8 @@ class FaultContext:
     checkpoint: Path | None = None
     #: The file that arms the driver's commit hook (crash point after-sink-write), or None.
     crash_trigger: Path | None = None
+    #: The file that arms the sink's producer hook (crash point during-sink-write), or None.
+    sink_trigger: Path | None = None
 
     @property
     def reach_timeout_s(self) -> float:

@@ -115,8 +115,8 @@ class EmbeddedDeployment(Deployment):
                      ctx: FaultContext) -> FaultHooks:
         worker = self._spark().workers[target]
         if cfg.fault == "crash":
-            return WorkerCrash(worker, checkpoint=ctx.checkpoint, output_count=ctx.output_count,
-                               during_sink_write=cfg.crash_point == "during-sink-write",
+            return WorkerCrash(worker, checkpoint=ctx.checkpoint, sink_trigger=ctx.sink_trigger,
+                               workers=list(self._spark().workers),
                                reach_timeout_s=ctx.reach_timeout_s)
         path = NetworkPath(worker.name, worker.netns, worker.host, worker.webui_port)
         return WorkerDelay(cfg.fault, path, profile, ctx.run_dir, delay_cap_s(ctx.phase_seconds))

@@ -67,6 +67,9 @@ class DriverSpec:
     #: Crash point after-sink-write: the file that arms the driver's commit hook
     #: (``--crash-trigger``, :mod:`pgval.runtime.hooks`); None: no hook.
     crash_trigger: Path | None = None
+    #: Crash point during-sink-write: the file that arms the sink's producer hook
+    #: (``--sink-trigger``, :mod:`pgval.runtime.hooks`); None: no hook.
+    sink_trigger: Path | None = None
 
     def __post_init__(self) -> None:
         if self.sabotage and self.pg != "e1":
@@ -98,6 +101,8 @@ class DriverSpec:
             argv += ["--control-dir", self._path(self.control_dir)]
         if self.crash_trigger is not None:
             argv += ["--crash-trigger", self._path(self.crash_trigger)]
+        if self.sink_trigger is not None:
+            argv += ["--sink-trigger", self._path(self.sink_trigger)]
         return argv
 
     def env(self) -> dict[str, str]:

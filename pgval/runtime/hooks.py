@@ -1,12 +1,15 @@
 """pgval's JVM hooks (``pgval/runtime/hooks/*.java``), compiled once into a jar in the jar cache.
 
-Why Java: a crash point that matters lies inside Spark's driver — after a batch's sink
-wrote and before the batch is in the checkpoint's commit log — where no Python code runs.
-Spark chooses its checkpoint file manager by class name
+Why Java: the crash points that matter lie inside Spark's JVMs, where no Python code runs.
+After a batch's sink wrote and before the batch is in the checkpoint's commit log: Spark
+chooses its checkpoint file manager by class name
 (``spark.sql.streaming.checkpointFileManagerClass``, the way Spark's own tests inject
-failures), so a small subclass can stop the driver exactly there. It is compiled here with
-the JDK's ``javac`` against pyspark's own jars (so it always matches the Spark that runs
-it), keyed by the sources' and Spark's versions, and shipped like the connector jars.
+failures), so a small subclass can stop the driver exactly there. While a sink task
+writes: only the executor knows that one of the task's records is in Kafka and the task
+has not finished, so a producer interceptor in the Kafka sink halts the executor there.
+They are compiled here with the JDK's ``javac`` against pyspark's own jars and the
+connector's kafka-clients (so they always match what runs them), keyed by the sources' and
+Spark's versions, and shipped like the connector jars.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ HOOKS_DIR = Path(__file__).with_name("hooks")
 CRASH_BEFORE_COMMIT = "pgval.hooks.CrashBeforeCommit"
 #: Hadoop setting naming the file whose existence arms it (``spark.hadoop.`` + this).
 TRIGGER_KEY = "pgval.crash.trigger"
+#: The Kafka sink's producer interceptor that halts its executor after a written record.
+HALT_ON_SINK_WRITE = "pgval.hooks.HaltOnSinkWrite"
+#: Producer setting naming the file whose existence arms it (``kafka.`` + this on the sink).
+SINK_TRIGGER_KEY = "pgval.sink.trigger"
 
 
 def crash_trigger(run_dir: Path) -> Path:
@@ -34,10 +41,23 @@ def crash_trigger(run_dir: Path) -> Path:
     return run_dir / "control" / "crash-before-commit"
 
 
+def sink_trigger(run_dir: Path) -> Path:
+    """The file that arms a run's sink-write hook (pgval writes it at T2, removes it after)."""
+    return run_dir / "control" / "halt-on-sink-write"
+
+
 def _spark_jars() -> Path:
     from pgval.runtime.spark import spark_home
 
     return spark_home() / "jars"
+
+
+def _compile_classpath() -> str:
+    """pyspark's jars and kafka-clients (the sink hook is a Kafka producer interceptor)."""
+    from pgval.runtime.jars import ensure_jars
+
+    kafka = [str(p) for p in ensure_jars().spark_kafka_jars if "kafka-clients" in p.name]
+    return os.pathsep.join([f"{_spark_jars()}/*", *kafka])
 
 
 def ensure_hooks_jar(cache_dir: Path | None = None) -> Path:
@@ -67,7 +87,7 @@ def ensure_hooks_jar(cache_dir: Path | None = None) -> Path:
             classes = Path(tmp) / "classes"
             try:
                 proc = subprocess.run(
-                    [javac, "--release", "17", "-nowarn", "-cp", f"{_spark_jars()}/*", "-d",
+                    [javac, "--release", "17", "-nowarn", "-cp", _compile_classpath(), "-d",
                      str(classes), *map(str, sources)], capture_output=True, text=True,
                     timeout=300)
             except (OSError, subprocess.TimeoutExpired) as exc:
