@@ -84,52 +84,53 @@ class WorkerCrash:
 
     def _wait_for_sink_write(self, trigger: Path) -> dict[str, Any]:
         """Arm the sink hook and wait until an executor halts in it (or the time-out); the
-        target becomes that executor's worker. The batch open then is the one written."""
-        files = {k: trigger.with_name(f"{trigger.name}.{k}") for k in ("claim", "hit")}
-        for f in files.values():
+        target becomes that executor's worker. The hook names the batch it was writing."""
+        claim, hit_file = (trigger.with_name(f"{trigger.name}.{k}") for k in ("claim", "hit"))
+        for f in (claim, hit_file):
             f.unlink(missing_ok=True)
         armed_ms = int(time.time() * 1000)
-        owner = self._executor_owners()
         hit: dict[str, Any] | None = None
         try:
             trigger.write_text(f"{armed_ms}\n")
             deadline = time.monotonic() + self.reach_timeout_s
-            next_scan = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
-                hit = _read_json(files["hit"])
-                if hit is not None:
-                    break
-                if time.monotonic() >= next_scan:  # executors a worker started since
-                    owner.update(self._executor_owners())
-                    next_scan = time.monotonic() + 1.0
+            while hit is None and time.monotonic() < deadline:
                 time.sleep(self.poll_s)
+                hit = _read_json(hit_file)
         finally:
-            trigger.unlink(missing_ok=True)  # the workers' new executors must not halt
-        found = open_batch(self.checkpoint) if self.checkpoint is not None else None
-        for f in files.values():
-            f.unlink(missing_ok=True)
+            trigger.unlink(missing_ok=True)  # the workers' next executors must not halt
+        # An executor that claimed just before the unlink is halting now: wait for its record.
+        # The claim stays until the next arm, so no other executor can halt meanwhile.
+        stop = time.monotonic() + 5.0
+        while hit is None and claim.exists() and time.monotonic() < stop:
+            time.sleep(self.poll_s)
+            hit = _read_json(hit_file)
         point: dict[str, Any] = {"crash_point": "during-sink-write", "armed_ms": armed_ms}
         if hit is None:
             point["error"] = (f"the crash point during-sink-write was not reached: no sink "
                               f"record was written within {self.reach_timeout_s:.0f} s (the "
                               f"worker was killed then)")
             return point
-        point.update(hit_ms=hit.get("ts_ms"), record=_record_of(hit),
-                     executor_id=hit.get("executor"),
-                     batch=None if found is None else found[1])
-        victim = owner.get(int(hit.get("pid", -1)))
+        batch = hit.get("batch")
+        point.update(hit_ms=hit.get("ts_ms"), record=_record_of(hit), batch=batch,
+                     task=hit.get("task"), executor_id=hit.get("executor"),
+                     halted_pid=hit.get("pid"))
+        errors = []
+        victim = next((w for w in self.workers if w.pid == hit.get("parent_pid")), None)
         if victim is None:
-            point["error"] = (f"the executor that halted (pid {hit.get('pid')}) belongs to "
-                              f"no worker pgval knows; killed {self.worker.name} instead")
+            errors.append(f"the executor that halted (pid {hit.get('pid')}, parent "
+                          f"{hit.get('parent_pid')}) belongs to no worker pgval knows; "
+                          f"killed {self.worker.name} instead")
         else:
             self.worker = victim
-        if found is None:
-            point["error"] = ("no batch was open when the sink hook halted: the crash "
-                              "point during-sink-write cannot be tied to a batch")
+        if not isinstance(batch, int):
+            errors.append("the sink hook could not name the micro-batch it was writing")
+        elif self.checkpoint is not None:
+            # Not a test of the hit (the halted task was unfinished, so its batch could not
+            # be committed then): Spark may have re-run the task and committed since.
+            point["commit_logged"] = _committed(self.checkpoint, batch)
+        if errors:
+            point["error"] = "; ".join(errors)
         return point
-
-    def _executor_owners(self) -> dict[int, CrashableWorker]:
-        return {pid: w for w in self.workers for pid in w.executor_pids()}
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
         """Restart the worker at T3; at teardown (``restore=False``) there is nothing to undo."""
@@ -273,6 +274,15 @@ def open_batch(checkpoint: Path) -> tuple[Path, int] | None:
             return None
         return root, batch
     return None
+
+
+def _committed(checkpoint: Path, batch: int) -> bool:
+    """Is ``commits/<batch>`` in the checkpoint (m1: in its newest)?"""
+    found = open_batch(checkpoint)
+    roots = [found[0]] if found else [checkpoint] if (checkpoint / "commits").is_dir() else \
+        sorted((d for d in checkpoint.glob("*/") if (d / "commits").is_dir()),
+               key=lambda d: d.stat().st_mtime)[-1:]
+    return any((root / "commits" / str(batch)).exists() for root in roots)
 
 
 def in_flight(checkpoint: Path) -> dict[str, Any]:

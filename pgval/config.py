@@ -72,7 +72,8 @@ class ExperimentConfig:
         "compose/docker-compose.yml, faults through pumba; external: your own Kafka and "
         "Spark (--bootstrap, --master).", choices=DEPLOYMENTS))
     target: int | None = field(default=None, metadata=opt(
-        "Index of the worker the fault hits (default: chosen by --seed); on a cluster "
+        "Index of the worker the fault hits (default: chosen by --seed; not with "
+        "crash@during-sink-write, which hits the writer's worker); on a cluster "
         "pgval does not own, of the executor a crash kills, among the sorted executor ids "
         "registered at T2.", min=0))
     delay_ms: int | None = field(default=None, metadata=opt(
@@ -147,6 +148,10 @@ class ExperimentConfig:
                                                         or self.deploy != "local"):
             raise RuntimeErrorPlain("--crash-point during-sink-write applies to --fault crash "
                                     "on the embedded cluster (--deploy local)")
+        if self.crash_point == "during-sink-write" and self.target is not None:
+            raise RuntimeErrorPlain("--target does not apply to --crash-point "
+                                    "during-sink-write: the worker whose executor writes is "
+                                    "the one that dies")
         if reason := not_applicable(self):
             raise RuntimeErrorPlain(reason)
         if self.crash_point != "timed" and self.deploy == "compose":

@@ -74,7 +74,8 @@ FAULTS: Final = ("none", "crash", "driver-crash", "delay-lt-timeout", "delay-gt-
 DEPLOYMENTS: Final = ("local", "compose", "external")
 #: Where a crash lands: ``timed`` (at T2); ``after-sink-write`` (driver-crash: the first
 #: batch after T2 whose outputs are in Kafka, before its commit is checkpointed);
-#: ``during-sink-write`` (crash: while a batch not yet committed is writing outputs).
+#: ``during-sink-write`` (crash: the worker of the first executor whose sink task has a
+#: record in Kafka and has not finished).
 CRASH_POINTS: Final = ("timed", "after-sink-write", "during-sink-write")
 #: The grid's names for a fault at a crash point other than ``timed`` (``matrix --faults``).
 FAULTS_AT_POINTS: Final = ("crash@during-sink-write", "driver-crash@after-sink-write")

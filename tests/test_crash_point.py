@@ -168,6 +168,8 @@ def test_a_timed_driver_crash_notes_the_batch_it_caught_in_flight(tmp_path: Path
      "cannot be hit for e1"),
     ({"fault": "crash", "crash_point": "during-sink-write", "deploy": "external",
       "bootstrap": "b:1", "master": "spark://m:7077"}, "on the embedded cluster"),
+    ({"fault": "crash", "crash_point": "during-sink-write", "target": 0},
+     "--target does not apply"),
 ])
 def test_crash_points_are_refused_where_they_cannot_work(changes: dict, needle: str) -> None:
     with pytest.raises(RuntimeErrorPlain, match=needle):
@@ -215,16 +217,20 @@ def test_the_open_batch_is_the_newest_planned_and_uncommitted(tmp_path: Path) ->
     assert open_batch(m1) is None
 
 
-def _executor_halts_on_write(trigger: Path, pid: int, after_s: float) -> threading.Thread:
+def _executor_halts_on_write(trigger: Path, worker_pid: int, after_s: float = 0.0,
+                             batch: int | None = 1, record_after_s: float = 0.0
+                             ) -> threading.Thread:
     """What HaltOnSinkWrite does in the executor: once armed, claim, record, halt."""
     def run() -> None:
         time.sleep(after_s)
         while not trigger.exists():
             time.sleep(0.002)
         trigger.with_name(trigger.name + ".claim").touch(exist_ok=False)
+        time.sleep(record_after_s)
         trigger.with_name(trigger.name + ".hit").write_text(json.dumps(
-            {"pid": pid, "executor": "1", "topic": "out", "partition": 0, "offset": 41,
-             "ts_ms": int(time.time() * 1000)}))
+            {"pid": 4711, "parent_pid": worker_pid, "executor": "1", "batch": batch,
+             "task": {"stage": 7, "partition": 2, "attempt": 0}, "topic": "out",
+             "partition": 0, "offset": 41, "ts_ms": int(time.time() * 1000)}))
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
@@ -239,18 +245,47 @@ def test_the_worker_whose_executor_wrote_dies_not_the_seeded_target(tmp_path: Pa
     trigger = tmp_path / "control" / "halt-on-sink-write"
     trigger.parent.mkdir()
     seeded, writer = FakeWorker(), FakeWorker(name="spark-worker-1", pid=88, executor=89)
-    thread = _executor_halts_on_write(trigger, pid=89, after_s=0.1)
+    thread = _executor_halts_on_write(trigger, worker_pid=88, after_s=0.1)
     crash = WorkerCrash(seeded, checkpoint=ck, sink_trigger=trigger, workers=[seeded, writer],
                         reach_timeout_s=10.0)
     entry = crash.inject()
-    thread.join()
+    thread.join(timeout=10)
     assert writer.killed_at is not None and seeded.killed_at is None
     assert entry["crash_point"] == "during-sink-write" and entry["batch"] == 1
     assert entry["target"] == "spark-worker-1" and entry["executor_id"] == "1"
-    assert entry["record"] == "out-0@41" and "error" not in entry
-    assert not trigger.exists() and not list(trigger.parent.iterdir())  # disarmed, tidy
+    assert entry["record"] == "out-0@41" and entry["halted_pid"] == 4711
+    assert entry["task"] == {"stage": 7, "partition": 2, "attempt": 0}
+    assert entry["commit_logged"] is False and "error" not in entry
+    assert not trigger.exists()  # disarmed; the claim stays until the next arm
     crash.remove()
     assert writer.killed_at is None  # T3 restarts the worker that died
+
+
+def test_a_claim_made_just_before_disarming_is_waited_for(tmp_path: Path) -> None:
+    """The executor claimed while armed and records its hit after the time-out: pgval
+    waits for it and kills its worker, rather than a worker that did not halt."""
+    from pgval.faults.process import WorkerCrash
+
+    trigger = tmp_path / "halt-on-sink-write"
+    seeded, writer = FakeWorker(), FakeWorker(name="spark-worker-1", pid=88, executor=89)
+    thread = _executor_halts_on_write(trigger, worker_pid=88, record_after_s=0.6)
+    entry = WorkerCrash(seeded, checkpoint=tmp_path / "checkpoint", sink_trigger=trigger,
+                        workers=[seeded, writer], reach_timeout_s=0.3).inject()
+    thread.join(timeout=10)
+    assert "error" not in entry and entry["target"] == "spark-worker-1"
+    assert seeded.killed_at is None and writer.killed_at is not None
+
+
+def test_a_hit_without_its_batch_is_an_error(tmp_path: Path) -> None:
+    from pgval.faults.process import WorkerCrash
+
+    trigger = tmp_path / "halt-on-sink-write"
+    worker = FakeWorker()
+    thread = _executor_halts_on_write(trigger, worker_pid=77, batch=None)
+    entry = WorkerCrash(worker, checkpoint=tmp_path / "checkpoint", sink_trigger=trigger,
+                        reach_timeout_s=5.0).inject()
+    thread.join(timeout=10)
+    assert "could not name the micro-batch" in entry["error"] and worker.killed_at is not None
 
 
 def test_a_timed_worker_crash_notes_the_batch_in_flight_without_waiting(tmp_path: Path) -> None:
@@ -282,8 +317,8 @@ def test_a_halt_by_an_unknown_executor_is_an_error(tmp_path: Path) -> None:
     _batch(tmp_path / "checkpoint", 3, committed=False)
     trigger = tmp_path / "halt-on-sink-write"
     worker = FakeWorker()
-    thread = _executor_halts_on_write(trigger, pid=12345, after_s=0.0)
+    thread = _executor_halts_on_write(trigger, worker_pid=12345, batch=3)
     entry = WorkerCrash(worker, checkpoint=tmp_path / "checkpoint", sink_trigger=trigger,
                         reach_timeout_s=5.0).inject()
-    thread.join()
+    thread.join(timeout=10)
     assert "belongs to no worker" in entry["error"] and worker.killed_at is not None

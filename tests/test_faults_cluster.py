@@ -25,7 +25,8 @@ def run(tmp_path: Path, topology: str, pg: str, fault: str,
         topology=topology, pg=pg, fault=fault, crash_point=crash_point, rate=300,
         resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
         trigger_ms=500,
-        get_share=0.9 if topology == "mst" else 0.995, target=1, drain_timeout_s=150,
+        get_share=0.9 if topology == "mst" else 0.995, drain_timeout_s=150,
+        target=None if crash_point == "during-sink-write" else 1,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db").run()
     check_consistent(result)

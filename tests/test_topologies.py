@@ -306,7 +306,7 @@ def test_the_crash_trigger_installs_the_hook_after_the_users_settings(tmp_path: 
         spark_conf(parse_args([*base, "--conf", f"{manager}=my.Manager"]), "x.jar")
 
 
-def test_the_sink_trigger_adds_the_producer_hook_to_the_kafka_sink_only(tmp_path: Path) -> None:
+def test_the_sink_trigger_adds_the_producer_hook_to_the_sink_settings(tmp_path: Path) -> None:
     from pgval.runtime.hooks import HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY, ensure_hooks_jar
     from pgval.topologies.driver import parse_args, sink_hook_options, spark_conf
 

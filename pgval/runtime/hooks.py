@@ -52,11 +52,22 @@ def _spark_jars() -> Path:
     return spark_home() / "jars"
 
 
-def _compile_classpath() -> str:
+def _kafka_clients() -> tuple[str, str, str]:
+    """The kafka-clients artifact Spark's Kafka connector runs with (pinned in jars.py)."""
+    from pgval.runtime.jars import SPARK_ARTIFACTS
+
+    return next(a for a in SPARK_ARTIFACTS if a[1] == "kafka-clients")
+
+
+def _compile_classpath(cache_dir: Path | None) -> str:
     """pyspark's jars and kafka-clients (the sink hook is a Kafka producer interceptor)."""
     from pgval.runtime.jars import ensure_jars
 
-    kafka = [str(p) for p in ensure_jars().spark_kafka_jars if "kafka-clients" in p.name]
+    name = "-".join(_kafka_clients()[1:])
+    kafka = [str(p) for p in ensure_jars(cache_dir).spark_kafka_jars if p.stem == name]
+    if not kafka:
+        raise RuntimeErrorPlain(f"pgval's Spark hooks need {name}.jar, which is not among "
+                                "the connector's jars; remove the jar cache and try again")
     return os.pathsep.join([f"{_spark_jars()}/*", *kafka])
 
 
@@ -65,7 +76,7 @@ def ensure_hooks_jar(cache_dir: Path | None = None) -> Path:
     import pyspark
 
     sources = sorted(HOOKS_DIR.glob("*.java"))
-    digest = hashlib.sha256(pyspark.__version__.encode())
+    digest = hashlib.sha256(pyspark.__version__.encode() + ":".join(_kafka_clients()).encode())
     for src in sources:
         digest.update(src.name.encode() + b"\0" + src.read_bytes())
     cache = (cache_dir or default_cache_dir()).expanduser()
@@ -85,9 +96,10 @@ def ensure_hooks_jar(cache_dir: Path | None = None) -> Path:
             return jar
         with tempfile.TemporaryDirectory(prefix="pgval-hooks-") as tmp:
             classes = Path(tmp) / "classes"
+            classpath = _compile_classpath(cache_dir)
             try:
                 proc = subprocess.run(
-                    [javac, "--release", "17", "-nowarn", "-cp", _compile_classpath(), "-d",
+                    [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d",
                      str(classes), *map(str, sources)], capture_output=True, text=True,
                     timeout=300)
             except (OSError, subprocess.TimeoutExpired) as exc:

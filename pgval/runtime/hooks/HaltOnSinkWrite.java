@@ -16,8 +16,12 @@
  *
  * Armed while the file named by the producer setting pgval.sink.trigger exists. The first
  * executor whose record is acknowledged then claims <trigger>.claim (created atomically:
- * only one executor halts), records what it wrote in <trigger>.hit and halts its JVM at
- * once (no shutdown hooks: a crash, not a stop). pgval then kills that executor's worker.
+ * only one executor halts; pgval keeps the claim until it arms again), records in
+ * <trigger>.hit what it wrote, in which micro-batch (the task's local property
+ * streaming.sql.batchId, seen in onSend on the task's thread: a query runs one batch at a
+ * time) and its own and its parent's pid (the parent is the worker JVM that forked it),
+ * and halts its JVM at once (no shutdown hooks: a crash, not a stop). pgval then kills
+ * that executor's worker. If the record cannot be written it does not halt.
  */
 package pgval.hooks;
 
@@ -37,6 +41,8 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 public class HaltOnSinkWrite implements ProducerInterceptor<byte[], byte[]> {
     public static final String TRIGGER_KEY = "pgval.sink.trigger";
     private Path trigger;
+    private volatile String batch = "null";
+    private volatile String task = "null";
 
     @Override
     public void configure(Map<String, ?> configs) {
@@ -47,6 +53,16 @@ public class HaltOnSinkWrite implements ProducerInterceptor<byte[], byte[]> {
 
     @Override
     public ProducerRecord<byte[], byte[]> onSend(ProducerRecord<byte[], byte[]> record) {
+        if (trigger != null) {
+            org.apache.spark.TaskContext context = org.apache.spark.TaskContext.get();
+            if (context != null) {
+                String id = context.getLocalProperty("streaming.sql.batchId");
+                batch = id != null && id.matches("[0-9]+") ? id : "null";
+                task = "{\"stage\": " + context.stageId() + ", \"partition\": "
+                        + context.partitionId() + ", \"attempt\": "
+                        + context.attemptNumber() + "}";
+            }
+        }
         return record;
     }
 
@@ -56,16 +72,20 @@ public class HaltOnSinkWrite implements ProducerInterceptor<byte[], byte[]> {
                 || !Files.exists(trigger)) {
             return;
         }
+        Path claim = Paths.get(trigger + ".claim");
         try {
-            Files.createFile(Paths.get(trigger + ".claim"));
+            Files.createFile(claim);
         } catch (FileAlreadyExistsException e) {
             return;  // another executor is the one that halts
         } catch (IOException e) {
             System.err.println("pgval: sink-write hook: " + e);
             return;
         }
-        String text = "{\"pid\": " + ProcessHandle.current().pid()
+        ProcessHandle self = ProcessHandle.current();
+        String text = "{\"pid\": " + self.pid()
+                + ", \"parent_pid\": " + self.parent().map(p -> p.pid()).orElse(-1L)
                 + ", \"executor\": \"" + executorId() + "\""
+                + ", \"batch\": " + batch + ", \"task\": " + task
                 + ", \"topic\": \"" + metadata.topic().replace("\"", "\\\"")
                 + "\", \"partition\": " + metadata.partition()
                 + ", \"offset\": " + metadata.offset()
@@ -74,8 +94,14 @@ public class HaltOnSinkWrite implements ProducerInterceptor<byte[], byte[]> {
             Path tmp = Paths.get(trigger + ".hit.tmp");
             Files.write(tmp, text.getBytes(StandardCharsets.UTF_8));
             Files.move(tmp, Paths.get(trigger + ".hit"), StandardCopyOption.ATOMIC_MOVE);
-        } catch (IOException e) {
-            System.err.println("pgval: could not record the crash point: " + e);
+        } catch (IOException e) {  // unrecorded, a halt would be a crash nobody can name
+            System.err.println("pgval: could not record the crash point, not halting: " + e);
+            try {
+                Files.deleteIfExists(claim);
+            } catch (IOException ignored) {
+                // the claim stays: no executor halts this time, pgval reports it not reached
+            }
+            return;
         }
         System.err.println("pgval: crash point during-sink-write: halting after writing "
                 + metadata.topic() + "-" + metadata.partition() + "@" + metadata.offset());
