@@ -259,30 +259,31 @@ class DriverCrash:
                 "query_restarted_s": round(start_s, 3)}
 
 
+def _query_checkpoint(checkpoint: Path) -> Path | None:
+    """The checkpoint the query writes now (m1 keeps one per driver start: the newest)."""
+    if (checkpoint / "offsets").is_dir():
+        return checkpoint
+    starts = sorted((d for d in checkpoint.glob("*/") if (d / "offsets").is_dir()),
+                    key=lambda d: d.stat().st_mtime)
+    return starts[-1] if starts else None
+
+
 def open_batch(checkpoint: Path) -> tuple[Path, int] | None:
     """The newest batch that is planned (``offsets/N``) but not committed (``commits/N``),
     with its checkpoint (m1 keeps one per driver start: the newest)."""
-    roots = [checkpoint] if (checkpoint / "offsets").is_dir() else sorted(
-        (d for d in checkpoint.glob("*/") if (d / "offsets").is_dir()),
-        key=lambda d: d.stat().st_mtime)[-1:]
-    for root in roots:
-        planned = [int(p.name) for p in (root / "offsets").iterdir() if p.name.isdigit()]
-        if not planned:
-            return None
-        batch = max(planned)
-        if (root / "commits" / str(batch)).exists():
-            return None
-        return root, batch
-    return None
+    root = _query_checkpoint(checkpoint)
+    if root is None:
+        return None
+    planned = [int(p.name) for p in (root / "offsets").iterdir() if p.name.isdigit()]
+    if not planned or (root / "commits" / str(max(planned))).exists():
+        return None
+    return root, max(planned)
 
 
 def _committed(checkpoint: Path, batch: int) -> bool:
-    """Is ``commits/<batch>`` in the checkpoint (m1: in its newest)?"""
-    found = open_batch(checkpoint)
-    roots = [found[0]] if found else [checkpoint] if (checkpoint / "commits").is_dir() else \
-        sorted((d for d in checkpoint.glob("*/") if (d / "commits").is_dir()),
-               key=lambda d: d.stat().st_mtime)[-1:]
-    return any((root / "commits" / str(batch)).exists() for root in roots)
+    """Is ``commits/<batch>`` in the query's checkpoint (m1: its newest)?"""
+    root = _query_checkpoint(checkpoint)
+    return root is not None and (root / "commits" / str(batch)).exists()
 
 
 def in_flight(checkpoint: Path) -> dict[str, Any]:
