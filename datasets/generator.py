@@ -35,13 +35,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import math
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -883,10 +881,11 @@ class ProducerGroup:
         path = self._pid_file(index)
         if path is None or pid is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The child makes itself a session (and group) leader, so pgid == pid.
-        path.write_text(json.dumps({"name": f"generator-{index}", "pgid": pid,
-                                    "argv": [sys.executable]}))
+        from pgval.runtime.procs import write_pid_file
+
+        # The child makes itself a session (and group) leader, so pgid == pid; the record
+        # carries its start ticks, so cleanup never signals a reused pid.
+        write_pid_file(path, f"generator-{index}", pid)
 
     def _remove_pid_file(self, index: int) -> None:
         path = self._pid_file(index)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.errors import RuntimeErrorPlain
 from pgval.topologies.control import MECHANISM
 
 

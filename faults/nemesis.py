@@ -5,7 +5,9 @@ the user's commands (``--nemesis-inject`` at T2, ``--nemesis-remove`` at T3 and 
 way out). Each is split like a shell would (:func:`shlex.split`) but never run by one, and
 ``{worker}`` / ``{delay_ms}`` are filled in per argument after the split, so a value can
 never become two arguments or a shell command. Both are logged in the fault log with their
-exit code and the tail of their output, like pgval's own faults.
+exit code and the tail of their output, like pgval's own faults, but with only the program
+kept: every argument, and anything of them the output echoes, is ``<redacted>`` (a command
+line may carry a token anywhere; :mod:`pgval.redact`). Errors name the program only.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
-from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.errors import RuntimeErrorPlain
+from pgval.redact import redact_argv, scrub
+from pgval.runtime import undo
 
 TIMEOUT_S = 120.0
 
@@ -25,14 +30,14 @@ def nemesis_argv(template: str, worker: int, delay_ms: int) -> list[str]:
     try:
         parts = shlex.split(template)
     except ValueError as exc:
-        raise RuntimeErrorPlain(f"cannot split the nemesis command {template!r}: {exc}") from exc
+        raise RuntimeErrorPlain(f"cannot split a nemesis command: {exc}") from exc
     if not parts:
         raise RuntimeErrorPlain("the nemesis command is empty")
     values = {"worker": str(worker), "delay_ms": str(delay_ms)}
     try:
         return [part.format_map(values) for part in parts]
     except (KeyError, ValueError, IndexError) as exc:
-        raise RuntimeErrorPlain(f"the nemesis command {template!r} has a placeholder other "
+        raise RuntimeErrorPlain(f"the nemesis command {parts[0]!r} has a placeholder other "
                                 "than {worker} and {delay_ms}") from exc
 
 
@@ -40,8 +45,11 @@ class NemesisDelay:
     """The delay fault through the user's commands."""
 
     def __init__(self, name: str, inject_cmd: str, remove_cmd: str, worker: int,
-                 delay_ms: int) -> None:
+                 delay_ms: int, run_dir: Path | None = None) -> None:
         self.name = name
+        #: Where the remove command is persisted before inject runs (an undo record,
+        #: 0600, the real argv): the run's reaper runs it if pgval is killed meanwhile.
+        self.run_dir = run_dir
         self.inject_argv = nemesis_argv(inject_cmd, worker, delay_ms)
         self.remove_argv = nemesis_argv(remove_cmd, worker, delay_ms)
         self.worker = worker
@@ -50,6 +58,9 @@ class NemesisDelay:
 
     def inject(self) -> dict[str, Any]:
         self._injected = True  # before running: an interrupted inject is still undone
+        if self.run_dir is not None:
+            undo.record(self.run_dir, "nemesis", {"argv": self.remove_argv,
+                                                  "what": "the nemesis remove command"})
         detail = _run(self.inject_argv)
         if detail["exit_code"] != 0:
             raise RuntimeErrorPlain(f"the nemesis inject command failed (exit "
@@ -65,6 +76,8 @@ class NemesisDelay:
             raise RuntimeErrorPlain(f"the nemesis remove command failed (exit "
                                     f"{detail['exit_code']}): {detail['output_tail']}")
         self._injected = False
+        if self.run_dir is not None:
+            undo.done(self.run_dir, "nemesis")
         return {"mechanism": "user nemesis", **detail}
 
 
@@ -78,6 +91,6 @@ def _run(argv: list[str]) -> dict[str, Any]:
     except subprocess.TimeoutExpired as exc:
         raise RuntimeErrorPlain(f"the nemesis command {argv[0]!r} did not finish in "
                                 f"{TIMEOUT_S:.0f} s") from exc
-    tail = " ".join((proc.stdout + proc.stderr).split())[-300:]
-    return {"argv": argv, "exit_code": proc.returncode, "output_tail": tail,
+    tail = " ".join(scrub(proc.stdout + proc.stderr, argv[1:]).split())[-300:]
+    return {"argv": redact_argv(argv), "exit_code": proc.returncode, "output_tail": tail,
             "took_s": round(time.monotonic() - t0, 3)}

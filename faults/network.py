@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.faults.timeouts import TimeoutProfile
-from pgval.runtime.procs import RuntimeErrorPlain
 
 #: Log lines that show a time-out fired, by who noticed.
 TIMEOUT_PATTERNS = {

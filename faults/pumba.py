@@ -36,6 +36,7 @@ import re
 import shutil
 import signal as _signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,6 +45,8 @@ from typing import Any, Literal
 import docker
 from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
 
+from pgval.errors import RuntimeErrorPlain
+from pgval.runtime import undo
 from pgval.runtime.docker_stack import (
     HOST_BOOTSTRAP,
     NETWORK_BOOTSTRAP,
@@ -58,7 +61,7 @@ from pgval.runtime.docker_stack import (
     spark_daemon_opts,
     worker_container,
 )
-from pgval.runtime.procs import Managed, RuntimeErrorPlain, spawn
+from pgval.runtime.procs import Managed, spawn
 
 PUMBA = "pumba"
 #: pumba's own default tc sidecar image (iproute2 + iptables on Alpine).
@@ -258,6 +261,34 @@ def cleanup_netem(client: docker.DockerClient | None = None, interface: str = "e
     return cleared
 
 
+def clear_netem_argv(container: str, interface: str = "eth0",
+                     tc_image: str = TC_IMAGE) -> list[str]:
+    """The command that clears a leftover netem qdisc of ``container`` (an undo record's,
+    run by the reaper when pgval died during a delay)."""
+    _check_name(container)
+    return [sys.executable, "-m", "pgval.faults.pumba", "--clear-netem", container,
+            "--interface", interface, "--tc-image", tc_image]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pgval.faults.pumba --clear-netem CONTAINER``: exit 0 once no netem is
+    left on it (1 with a sentence when Docker or the container cannot be reached)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m pgval.faults.pumba")
+    p.add_argument("--clear-netem", required=True, metavar="CONTAINER")
+    p.add_argument("--interface", default="eth0")
+    p.add_argument("--tc-image", default=TC_IMAGE)
+    args = p.parse_args(argv)
+    try:
+        cleared = clear_netem(args.clear_netem, args.interface, tc_image=args.tc_image)
+    except (RuntimeErrorPlain, DockerException, ValueError) as exc:
+        print(f"cannot clear netem on {args.clear_netem}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'cleared' if cleared else 'no'} netem on {args.clear_netem}")
+    return 0
+
+
 # ---- the fault -----------------------------------------------------------------------------
 
 
@@ -276,8 +307,12 @@ class PumbaFault:
                  signal: str = "SIGKILL", interface: str = "eth0", tc_image: str = TC_IMAGE,
                  pull_image: bool = False, restart: bool = True,
                  client: docker.DockerClient | None = None, pumba: str | None = None,
-                 log_dir: Path | None = None, pid_dir: Path | None = None) -> None:
+                 log_dir: Path | None = None, pid_dir: Path | None = None,
+                 run_dir: Path | None = None) -> None:
         self.name = name
+        #: Where the delay's undo (clear the netem qdisc) is recorded while it acts: pumba
+        #: leaves its qdisc behind when SIGKILLed (#147), the run's reaper clears it.
+        self.run_dir = run_dir
         self.kind = kind
         self.target = target
         self.interface = interface
@@ -396,6 +431,10 @@ class PumbaFault:
             require_tc_image(self.client, self.tc_image)
         tc = _Tc(self.client, self.tc_image)
         stale = tc.clear(container, self.interface)  # pumba #168: `add` fails on a leftover
+        if self.run_dir is not None:
+            undo.record(self.run_dir, self._undo_name, {
+                "argv": clear_netem_argv(self.target, self.interface, self.tc_image),
+                "what": f"clear pumba's netem on {self.target}"})
         started = _now_ms()
         self._proc = self._spawn()
         deadline = time.monotonic() + _APPLY_TIMEOUT_S
@@ -453,15 +492,29 @@ class PumbaFault:
         container.reload()
         out["target_status"] = container.status
         if container.status != "running":  # no network namespace left to clean (#175)
+            self._undone()
             return {**out, "netem_deleted": False}
         deleted = _Tc(self.client, self.tc_image).clear(container, self.interface)
+        self._undone()
         return {**out, "netem_deleted": deleted, "verified_ms": _now_ms()}
+
+    @property
+    def _undo_name(self) -> str:
+        return f"netem-{self.target}"
+
+    def _undone(self) -> None:
+        if self.run_dir is not None:
+            undo.done(self.run_dir, self._undo_name)
 
 
 __all__ = [
     "HOST_BOOTSTRAP", "NETWORK_BOOTSTRAP", "RUNNER_CONTAINER", "SPARK_MASTER_URL", "TC_IMAGE",
     "ContainerRef", "PumbaFault", "broker_container", "cleanup_netem", "clear_netem",
+    "clear_netem_argv",
     "delay_args", "find_containers", "kill_args", "netem_lines", "netem_qdiscs",
     "qdisc_del_args", "qdisc_show_args", "require_engine", "require_pumba", "require_tc_image",
     "spark_daemon_opts", "worker_container",
 ]
+
+if __name__ == "__main__":
+    sys.exit(main())

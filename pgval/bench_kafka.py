@@ -25,6 +25,7 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerProgress, generate_range
+from pgval.errors import RuntimeErrorPlain
 from pgval.evaluate import evaluate
 from pgval.evidence import streams_from_records
 from pgval.oracle import expected_outputs
@@ -33,7 +34,6 @@ from pgval.runtime import signals
 from pgval.runtime.cluster import start_reaper, stop_reaper
 from pgval.runtime.kafka import KafkaCluster, TopicRecords
 from pgval.runtime.owner import Owner
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.runtime.readback import read_topics
 from pgval.schema import Topics, resource_name
 
@@ -42,8 +42,10 @@ Say = Callable[[str], None]
 
 
 @contextlib.contextmanager
-def bench_broker(run_dir: Path, partitions: int = 3, heap: str = "256m") -> Iterator[KafkaCluster]:
-    """One broker owned by this process, stopped always; its data is deleted at the end."""
+def bench_broker(run_dir: Path, partitions: int = 3, heap: str = "256m",
+                 sasl: bool = True) -> Iterator[KafkaCluster]:
+    """One broker owned by this process, stopped always; its data is deleted at the end.
+    ``sasl``: closed like a run's cluster (False only to measure what SASL costs)."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     owner = Owner.me()
@@ -52,7 +54,7 @@ def bench_broker(run_dir: Path, partitions: int = 3, heap: str = "256m") -> Iter
     state.write_text(json.dumps({"owner": owner.as_dict(), "held": False, "stage": "bench",
                                  "complete": False}))
     reaper = start_reaper(run_dir, owner)
-    cluster = KafkaCluster(run_dir, brokers=1, partitions=partitions, heap=heap)
+    cluster = KafkaCluster(run_dir, brokers=1, partitions=partitions, heap=heap, sasl=sasl)
     try:
         cluster.start()
         yield cluster
@@ -71,10 +73,11 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _end_offsets(bootstrap: str, topics: Sequence[str]) -> int:
+def _end_offsets(bootstrap: str, topics: Sequence[str],
+                 config: dict[str, Any] | None = None) -> int:
     """Sum of the topics' high watermarks: records Kafka holds (no transactions here)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pgval-bench-count",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, **(config or {})})
     try:
         total = 0
         for topic in topics:
@@ -148,23 +151,27 @@ def run_generator(bootstrap: str, topics: Topics, cfg: GeneratorConfig, sink: Ka
     return GeneratorRate(
         events=cfg.total_events() or 0, producers=cfg.producers, sent=report.sent,
         delivered=report.delivered, failed=report.failed, undelivered=report.undelivered,
-        in_kafka=_end_offsets(bootstrap, topics.inputs), handover_s=report.elapsed_s,
+        in_kafka=_end_offsets(bootstrap, topics.inputs, {
+            k: v for k, v in sink.config.items() if k.startswith(("security.", "sasl."))}),
+        handover_s=report.elapsed_s,
         acked_s=acked_s,
         sink={"linger_ms": sink.linger_ms, "compression": sink.compression,
-              "batch_bytes": sink.batch_bytes, **sink.config})
+              "batch_bytes": sink.batch_bytes,
+              **{k: v for k, v in sink.config.items() if k != "sasl.password"}})
 
 
 def bench_generator(run_dir: Path, events: int, producers: int = 1, partitions: int = 3,
                     sink_options: dict[str, Any] | None = None, repeat: int = 1,
-                    say: Say | None = None) -> list[GeneratorRate]:
+                    say: Say | None = None, sasl: bool = True) -> list[GeneratorRate]:
     """Generator → one local broker at unlimited rate, ``repeat`` times (fresh topics each)."""
     results = []
-    with bench_broker(run_dir, partitions) as cluster:
+    with bench_broker(run_dir, partitions, sasl=sasl) as cluster:
         for k in range(repeat):
             topics = Topics.with_prefix(f"bench{k}-")
             cluster.create_topics(topics.inputs)
             cfg = GeneratorConfig(rate=None, events=events, producers=producers)
-            sink = KafkaSink(cluster.bootstrap, topics=topics, config={"log_level": 3},
+            sink = KafkaSink(cluster.bootstrap, topics=topics,
+                             config={"log_level": 3, **cluster.auth_config},
                              **(sink_options or {}))
             if say:
                 say(f"run {k + 1} of {repeat}: {events:,} events, {producers} producer(s)")
@@ -216,10 +223,11 @@ def _expected_rows(cfg: GeneratorConfig, window_ms: int) -> list[bytes]:
     return values
 
 
-def _write_outputs(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def _write_outputs(bootstrap: str, topic: str, values: list[bytes],
+                   config: dict[str, Any] | None = None) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True, "compression.type": "lz4",
-                         "message.max.bytes": 16 << 20, "log_level": 3})
+                         "message.max.bytes": 16 << 20, "log_level": 3, **(config or {})})
     for value in values:
         while True:
             try:
@@ -234,7 +242,7 @@ def _write_outputs(bootstrap: str, topic: str, values: list[bytes]) -> None:
 def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
                    synthetic_rate: float = 100_000.0, partitions: int = 3,
                    workers: int | None = None,
-                   say: Say | None = None) -> ReadbackRate:
+                   say: Say | None = None, sasl: bool = True) -> ReadbackRate:
     """Write ``events`` inputs (generator, one producer) and their SST outputs (oracle, a few
     planted anomalies) into a local broker, then time what ``pgval validate`` does after the
     drain: read every topic back (read_committed, to the end offsets, ``workers`` reader
@@ -243,18 +251,19 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
     cfg = GeneratorConfig(rate=None, events=events, producers=1, event_time="synthetic",
                           synthetic_rate=synthetic_rate, start_ts_ms=_wall_ms() - 3_600_000)
     topics = Topics.with_prefix("bench-")
-    with bench_broker(run_dir, partitions) as cluster:
+    with bench_broker(run_dir, partitions, sasl=sasl) as cluster:
         cluster.create_topics([*topics.inputs, topics.output])
         if say:
             say(f"writing {events:,} events with the generator…")
-        sink = KafkaSink(cluster.bootstrap, topics=topics, config={"log_level": 3})
+        sink = KafkaSink(cluster.bootstrap, topics=topics,
+                         config={"log_level": 3, **cluster.auth_config})
         gen = run_generator(cluster.bootstrap, topics, cfg, sink, say)
         if not gen.ok:
             raise RuntimeErrorPlain(f"the generator did not deliver every event: {gen}")
         values = _expected_rows(cfg, window_ms)
         if say:
             say(f"writing {len(values):,} outputs…")
-        _write_outputs(cluster.bootstrap, topics.output, values)
+        _write_outputs(cluster.bootstrap, topics.output, values, cluster.auth_config)
 
         result = ReadbackRate(events=events, outputs=len(values), generator=gen)
         records: dict[str, TopicRecords] = {}
@@ -279,7 +288,7 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
             records.update(read_topics(cluster.bootstrap,
                                        (topics.get, topics.post, topics.output),
                                        timeout_s=max(120.0, events / 50_000), workers=workers,
-                                       on_progress=progress))
+                                       on_progress=progress, config=cluster.auth_config))
 
         timed("read back", read_all)
         read = len(records[topics.get]) + len(records[topics.post])

@@ -27,9 +27,9 @@ from pgval.cli_options import (
     grid_options,
     validate_config,
 )
-from pgval.dbfile import StoreError
+from pgval.dbfile import StoreError, plain_error
+from pgval.errors import RuntimeErrorPlain
 from pgval.phases import Phases
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ class _Main(click.Group):
             return super().invoke(ctx)
         except StoreError as exc:
             raise UserError(str(exc)) from exc
+        except sqlite3.Error as exc:  # a damaged database met past opening it
+            raise UserError(f"the results database (--db) failed: {exc}") from exc
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
@@ -214,32 +216,56 @@ def _sabotage_spec(text: str | None) -> str | None:
     return text
 
 
+def _is_run_dir(run: str) -> bool:
+    try:
+        return Path(run, "evidence").is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 @main.command()
 @click.argument("run")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Results database, when RUN is a run id.")
+              help="Results database: where a run id is looked up, and whose hashes of the "
+                   "run's evidence it must match (without it nothing is verified).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the `pgval check --json` object (plus validity).")
 @click.option("--store", "store_derived", is_flag=True,
               help="With a run id and --db: store the recomputed recovery metrics and "
                    "unprocessed causes (after a definition improved), only if the verdict "
-                   "and counts equal the stored ones.")
+                   "and counts equal the stored ones. With a run directory and --db: store "
+                   "a run whose storing failed (its evidence unedited since).")
 def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> None:
     """Recompute a stored run's results from its kept evidence (RUN: directory or run id)."""
     from pgval.evidence import EvidenceError
-    from pgval.recheck import locate_run
+    from pgval.recheck import locate_run, parse_run_id
     from pgval.recheck import recheck as do_recheck
     from pgval.recheck import store_derived as do_store
 
-    if store_derived and (db is None or not run.isdigit()):
-        raise UserError("--store needs a run id and --db (the row it updates)")
+    if store_derived and db is not None and _is_run_dir(run):
+        from pgval.recheck import import_run
+
+        try:
+            run_id = import_run(Path(run), db)
+        except EvidenceError as exc:
+            raise UserError(str(exc)) from exc
+        except sqlite3.Error as exc:  # still full, locked, read-only: try again later
+            raise UserError(str(plain_error(db, exc))) from exc
+        console.print(f"stored {escape(run)} as run {run_id} in {escape(str(db))}")
+        return
+    if store_derived and (db is None or parse_run_id(run) is None):
+        raise UserError("--store needs a run id and --db (the row it updates), or a run "
+                        "directory and --db (a run whose storing failed, imported)")
     try:
-        result = do_recheck(locate_run(run, db))
+        run_dir = locate_run(run, db)
+        result = do_recheck(run_dir, db, None if run_dir == Path(run) else parse_run_id(run))
         if store_derived:
             assert db is not None
-            do_store(db, int(run), result)
+            do_store(db, parse_run_id(run) or 0, result)
     except EvidenceError as exc:
         raise UserError(str(exc)) from exc
+    except sqlite3.Error as exc:  # the row or hashes of a damaged database
+        raise UserError(str(plain_error(db or "--db", exc))) from exc
     if as_json:
         _print_json(result.summary())
         return
@@ -249,29 +275,38 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
     render_evaluation(result.evaluation, console,
                       title=f"re-check of {m.topology.upper()} run {m.run_id} — per phase")
     _print_validity(result.validity)
+    if result.validity_changes:
+        console.print(f"  stored validity differs by kind: {result.validity_changes}")
+    console.print(result.evidence.note)
 
 
 @main.command()
 @click.argument("run")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Results database, when RUN is a run id.")
+              help="Results database: where a run id is looked up, and whose hashes of the "
+                   "run's evidence it must match (without it nothing is verified).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               required=True, help="Folder for inputs.jsonl, outputs.jsonl and run.json.")
 def export(run: str, db: Path | None, out_dir: Path) -> None:
     """Write a stored run's streams in the `pgval check` format (RUN: directory or run id)."""
     from pgval.evidence import EvidenceError
     from pgval.recheck import export as do_export
-    from pgval.recheck import locate_run
+    from pgval.recheck import locate_run, parse_run_id
 
     try:
-        info = do_export(locate_run(run, db), out_dir)
+        run_dir = locate_run(run, db)
+        info = do_export(run_dir, out_dir, db,
+                         None if run_dir == Path(run) else parse_run_id(run))
     except EvidenceError as exc:
         raise UserError(str(exc)) from exc
+    except sqlite3.Error as exc:
+        raise UserError(str(plain_error(db or "--db", exc))) from exc
     start, t2, t3 = info["phases"]
     console.print(f"wrote {info['inputs']:,} inputs and {info['outputs']:,} outputs to "
                   f"{out_dir}; check them with:\n  pgval check --topology {info['topology']} "
                   f"--inputs {out_dir / 'inputs.jsonl'} --outputs {out_dir / 'outputs.jsonl'} "
                   f"--window-ms {info['window_ms']} --phases {start},{t2},{t3} --json")
+    console.print(info["evidence"]["note"])
 
 
 #: The rate a config holds until ``--rate oir`` is looked up (the config is checked, and
@@ -565,8 +600,9 @@ def cleanup(runs: Path | None, force: bool) -> None:
               help="Seeds the kill moments, signals and faults.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
 def soak(n_runs: int, root: Path, seed: int, as_json: bool) -> None:
-    """Kill short runs at random moments with INT/TERM/HUP/KILL, run `pgval cleanup` beside a
-    live run, and count what was left behind (exit 1 if anything was)."""
+    """Kill short runs at random moments with INT/TERM/HUP/KILL, SIGKILL a matrix and an
+    external run mid-fault, run `pgval cleanup` beside a live run, and count what was left
+    behind (exit 1 if anything was)."""
     from pgval.soak import KillResult
     from pgval.soak import soak as run_soak
 

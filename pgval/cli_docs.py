@@ -28,6 +28,22 @@ def _commands(cmd: click.Command, ctx: click.Context) -> Iterator[tuple[str, str
             yield from _commands(sub, click.Context(sub, info_name=name, parent=ctx))
 
 
+#: Every command's exit status (tests/test_fuzz_cli.py holds every outcome to it).
+EXIT_CODES = """
+## Exit codes
+
+Every command ends in one of three, and a failure is one plain line on stderr
+(`error: …`, or click's usage block ending in one `Error: …` line), never a traceback:
+
+* **0** — done. A verdict (at-most-once, validity unknown, …) is output, not an exit code.
+* **1** — the environment failed: a process, Kafka or Spark error, a signal
+  (`Aborted!`); `matrix` with a failed cell; `soak` that found something left behind.
+* **2** — the input: a flag, a file, a run directory or its evidence (damaged, edited),
+  a results database that cannot be used (damaged, newer, another program's), or one that
+  failed to store a finished run (the message says how to import the run later).
+"""
+
+
 def render() -> str:
     """The Markdown page: one section per command, its help in a text block."""
     from pgval.cli import main
@@ -39,7 +55,8 @@ def render() -> str:
              "(do not edit by hand; `tests/test_cli_options.py` checks it is up to date).\n"
              "The options of `validate`, `matrix` and `oir` are made from the fields of\n"
              "`ExperimentConfig` (`pgval/config.py`) and `ClusterConfig`\n"
-             "(`pgval/runtime/cluster.py`), so they share their names, defaults and help.\n"]
+             "(`pgval/runtime/cluster.py`), so they share their names, defaults and help.\n"
+             + EXIT_CODES]
     for path, text in _commands(main, root):
         parts.append(f"\n## `{path}`\n\n```text\n{text.rstrip()}\n```\n")
     return "".join(parts)

@@ -15,14 +15,15 @@ import dataclasses
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
 
 from pgval.cli_errors import UserError
 from pgval.config import ExperimentConfig
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime.cluster import ClusterConfig
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import FAULTS, FAULTS_AT_POINTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -174,13 +175,33 @@ def grid_options() -> Decorator:
 
 def _key_values(ctx: click.Context, param: click.Parameter,
                 values: tuple[str, ...]) -> dict[str, str]:
-    """Repeated ``KEY=VALUE`` into a dict (a later KEY wins); anything else is one line."""
+    """Repeated ``KEY=VALUE`` into a dict (a later KEY wins); anything else is one line.
+    ``@FILE`` reads KEY=VALUE lines from FILE (``#`` comments skipped): a password given
+    that way stays off the command line (``pgval cluster status --json`` names the
+    embedded Kafka's such file)."""
     out: dict[str, str] = {}
-    for item in values:
+    for item in _expand_files(param, values):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UserError(f"{param.opts[0]} takes KEY=VALUE, not {item!r}")
         out[key.strip()] = value
+    return out
+
+
+def _expand_files(param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+    """Each ``@FILE`` replaced by its non-blank, non-comment lines."""
+    out: list[str] = []
+    for item in values:
+        if not item.startswith("@"):
+            out.append(item)
+            continue
+        try:
+            text = Path(item[1:]).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"{param.opts[0]} {item}: cannot read {item[1:]} "
+                            f"({getattr(exc, 'strerror', None) or exc})") from None
+        out += [line.strip() for line in text.splitlines()
+                if line.strip() and not line.strip().startswith("#")]
     return out
 
 

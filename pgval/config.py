@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pgval.errors import RuntimeErrorPlain
+from pgval.redact import redact_record
 from pgval.runtime.cluster import ClusterConfig
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import CRASH_POINTS, DEPLOYMENTS, FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 
@@ -104,10 +105,13 @@ class ExperimentConfig:
         "here in client mode."))
     kafka_config: dict[str, str] = field(default_factory=dict, metadata=opt(
         "external: a Kafka client setting KEY=VALUE (SASL, SSL, …), given to pgval's own "
-        "clients and to Spark's Kafka source and sink; repeatable.", metavar="KEY=VALUE"))
+        "clients and to Spark's Kafka source and sink; repeatable. @FILE reads KEY=VALUE "
+        "lines from FILE (a password then stays off the command line).",
+        metavar="KEY=VALUE"))
     spark_conf: dict[str, str] = field(default_factory=dict, metadata=opt(
-        "A Spark setting KEY=VALUE for the driver (and through it the executors); "
-        "repeatable.", metavar="KEY=VALUE"))
+        "A Spark setting KEY=VALUE for the driver (and through it the executors), on every "
+        "deployment; repeatable. @FILE reads KEY=VALUE lines from FILE. Values reach the "
+        "driver's JVM in memory, on no command line (docs/safety.md).", metavar="KEY=VALUE"))
     nemesis_inject: str | None = field(default=None, metadata=opt(
         "external: your command that starts a packet delay at T2 (split like a shell "
         "would, never run by one; {worker} and {delay_ms} are filled in).", metavar="ARGV"))
@@ -194,7 +198,9 @@ class ExperimentConfig:
                                     "namespaces; drop --no-isolate")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config as stored (run.json, ``runs.params``): secrets redacted, keys kept
+        (:func:`pgval.redact.redact_record`). What needs the real values reads the fields."""
+        return redact_record(asdict(self))
 
 
 def not_applicable(cfg: ExperimentConfig) -> str | None:

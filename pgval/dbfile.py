@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.errors import RuntimeErrorPlain
 
 #: How long a writer waits for another writer's lock before giving up.
 BUSY_TIMEOUT_S = 60.0
@@ -45,6 +45,8 @@ def plain_error(path: Path | str, exc: BaseException) -> StoreError:
 
 def connect(path: Path | str) -> sqlite3.Connection:
     """A read-write connection in WAL mode; creates the file (and its folder) if missing.
+    Another program's database (:func:`foreign_problem`) is refused before anything is
+    written to it.
 
     ``isolation_level=None``: the driver never opens a transaction behind our back, so
     every transaction is an explicit ``BEGIN IMMEDIATE`` (see ``ResultsStore.transaction``).
@@ -52,17 +54,37 @@ def connect(path: Path | str) -> sqlite3.Connection:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(path)
         conn = sqlite3.connect(str(path.resolve()), timeout=BUSY_TIMEOUT_S,
                                isolation_level=None)
     except (OSError, sqlite3.Error) as exc:
         raise plain_error(path, exc) from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        _enable_wal(conn)
+        problem = foreign_problem(conn, path)  # before WAL: that would write to it
+        if problem is None:
+            _enable_wal(conn)
     except sqlite3.Error as exc:
         conn.close()
         raise plain_error(path, exc) from exc
+    if problem is not None:
+        conn.close()
+        raise StoreError(problem)
     return conn
+
+
+def _create_private(path: Path) -> None:
+    """A database pgval creates is 0600 (its runs' parameters and fault logs are nobody
+    else's); SQLite gives its ``-wal`` and ``-shm`` the database's mode. A file that exists
+    keeps the mode its owner chose. (An empty file is an empty SQLite database.)"""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o600)  # os.open's mode went through the umask
+    finally:
+        os.close(fd)
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:
@@ -85,15 +107,23 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
 
 
 def connect_readonly(path: Path | str) -> sqlite3.Connection:
-    """A connection that never writes and never creates the file.
+    """A connection that never writes and never creates the file; a database that is not
+    pgval's (:func:`foreign_problem`) is refused.
 
     Missing file: ``no results database at X``. When the file and its folder are writable
     the connection is an ordinary one with ``query_only`` (so the last reader to close a
-    WAL database removes its ``-wal``/``-shm`` files, as a writer would); otherwise it is a
-    ``mode=ro`` URI with the path percent-encoded.
+    WAL database removes its ``-wal``/``-shm`` files, as a writer would; a ``mode=ro``
+    reader would leave them behind). Otherwise (read-only storage, another user's folder)
+    it is a ``mode=ro`` URI with the path percent-encoded, which reads a WAL database as
+    long as its ``-shm`` exists; when SQLite cannot open it so (it would have to create the
+    ``-shm``), :func:`_read_only_fallback` reads it without one.
     """
     path = Path(path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte, …
+        is_file = False
+    if not is_file:
         raise StoreError(f"no results database at {path}")
     full = path.resolve()
     try:
@@ -101,13 +131,84 @@ def connect_readonly(path: Path | str) -> sqlite3.Connection:
             conn = sqlite3.connect(str(full), timeout=BUSY_TIMEOUT_S, isolation_level=None)
             conn.execute("PRAGMA query_only = ON")
         else:
-            conn = sqlite3.connect(f"file:{quote(str(full))}?mode=ro", uri=True,
-                                   timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn = _uri(full, "mode=ro")
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if getattr(exc, "sqlite_errorcode", None) != _CANTOPEN:
+                    raise
+                conn = _read_only_fallback(full)
     except sqlite3.Error as exc:
         raise plain_error(path, exc) from exc
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        problem = foreign_problem(conn, path)
     except sqlite3.Error as exc:
         conn.close()
         raise plain_error(path, exc) from exc
+    if problem is not None:
+        conn.close()
+        raise StoreError(problem)
     return conn
+
+
+_CANTOPEN = 14
+
+
+def _uri(full: Path, query: str) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{quote(str(full))}?{query}", uri=True,
+                           timeout=BUSY_TIMEOUT_S, isolation_level=None)
+
+
+def _read_only_fallback(full: Path) -> sqlite3.Connection:
+    """A WAL database on read-only storage without its ``-shm`` file (SQLite cannot create
+    one there, so ``mode=ro`` fails). Without a ``-wal`` (or an empty one) the main file is
+    the whole database, read with ``immutable=1`` (nothing can change it: no locks needed).
+    With a ``-wal``, ``immutable`` would ignore the transactions in it, so the database
+    and its ``-wal`` are copied to a private temporary folder, opened there (SQLite
+    rebuilds the index) and copied into memory; the folder is gone before this returns."""
+    import shutil
+    import tempfile
+
+    wal = full.with_name(full.name + "-wal")
+    if not wal.is_file() or wal.stat().st_size == 0:
+        return _uri(full, "mode=ro&immutable=1")
+    with tempfile.TemporaryDirectory(prefix="pgval-ro-") as tmp:
+        copy = Path(tmp) / "copy.db"
+        shutil.copyfile(full, copy)
+        shutil.copyfile(wal, copy.with_name("copy.db-wal"))
+        src = sqlite3.connect(str(copy), isolation_level=None)
+        try:
+            mem = sqlite3.connect(":memory:", isolation_level=None)
+            src.backup(mem)
+        finally:
+            src.close()
+    mem.execute("PRAGMA query_only = ON")
+    return mem
+
+
+#: Columns every pgval ``runs`` table has had, before the schema had a version and since.
+PGVAL_RUN_COLUMNS = ("id", "kind", "status", "topology")
+
+
+def foreign_problem(conn: sqlite3.Connection, path: Path | str) -> str | None:
+    """Why the database at ``path`` is not pgval's, or None (it is, or it is empty).
+
+    pgval's databases have a ``runs`` table with :data:`PGVAL_RUN_COLUMNS` (unversioned
+    ones too); a database with tables but no such ``runs`` belongs to another program, and
+    pgval must neither add its tables to it nor read it as results."""
+    tables = sorted(name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"))
+    if not tables:
+        return None
+    if "runs" in tables:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info([runs])")}
+        missing = [c for c in PGVAL_RUN_COLUMNS if c not in columns]
+        if not missing:
+            return None
+        why = f"its runs table lacks {', '.join(missing)}"
+    else:
+        shown = ", ".join(tables[:4]) + (", …" if len(tables) > 4 else "")
+        why = f"it has tables ({shown}) but no runs table"
+    return f"{path} is not a pgval results database ({why}); give a new file"

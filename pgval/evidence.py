@@ -11,6 +11,10 @@ Jepsen's rule: a run's store holds everything needed to check it again. After th
   reconciliation with the generator, the validity verdict and the run's config.
 * ``progress.jsonl`` — the driver's per-batch progress (offsets, watermarks), which the
   why-unprocessed attribution needs.
+* ``SHA256SUMS`` — the SHA-256 of each file above and the run id (``sha256sum -c``
+  reads it). It proves nothing by itself (it sits in the same editable folder): the same
+  hashes are stored with the run in the results database by :func:`seal`, and ``recheck``
+  and ``export`` compare the files with the database (:func:`verify`) before reading them.
 
 :func:`streams_from_records` is the one conversion from raw records to the columns that
 :func:`pgval.evaluate.evaluate` reads; ``validate`` and ``recheck`` both call it, which is
@@ -19,7 +23,9 @@ why a re-check gives the same answer.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,13 +44,18 @@ from pgval.records import (
     inputs_from_kafka,
     outputs_from_kafka,
 )
+from pgval.redact import redact_record
 from pgval.runtime.kafka import TopicRecords
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, resource_name
 
 EVIDENCE_DIR = "evidence"
 MANIFEST = "run.json"
 PROGRESS = "progress.jsonl"
+SUMS = "SHA256SUMS"
 INPUT_TOPICS = (GET_TOPIC, POST_TOPIC)
+#: Every file a re-check or an export reads, in the order they are verified; the progress
+#: file only when the driver wrote one.
+EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOPIC)), PROGRESS)
 
 _RECORD_SCHEMA = pa.schema([
     ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.int64()),
@@ -75,6 +86,11 @@ class Manifest:
     validity_reasons: list[str] = field(default_factory=list)
     run_id: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    #: Inputs of the validity a re-check recomputes (None in manifests written before
+    #: they were kept): the generator's report, and the reasons only seen live (drain time-
+    #: out, driver died), which nothing after the run could recompute.
+    generator: dict[str, Any] | None = None
+    observed_reasons: list[str] | None = None
 
     @property
     def phase_bounds(self) -> Phases:
@@ -85,7 +101,11 @@ class Manifest:
         path = evidence_dir(run_dir) / MANIFEST
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1, default=str) + "\n")
+        text = json.dumps(redact_record(asdict(self)), indent=1, default=str) + "\n"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # nobody else's
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o600)  # a leftover tmp keeps its mode through O_CREAT
+            fh.write(text)
         tmp.replace(path)
         return path
 
@@ -97,14 +117,184 @@ class Manifest:
         except FileNotFoundError as exc:
             raise EvidenceError(f"{run_dir} holds no evidence ({path} is missing); only runs "
                                 "stored by this version of pgval can be re-checked") from exc
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise EvidenceError(f"cannot read {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise EvidenceError(f"{path} is not a pgval manifest (a JSON object), but a "
+                                f"JSON {type(data).__name__}")
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        for name, value in values.items():
+            if (problem := _manifest_problem(name, value)) is not None:
+                raise EvidenceError(f"{path} is damaged: its {name} {problem}")
+        missing = [n for n in _REQUIRED if n not in values]
+        if missing:
+            raise EvidenceError(f"{path} is damaged: it lacks {', '.join(missing)}")
+        return cls(**values)
+
+
+#: The manifest fields without a default; every other one may be absent (older runs).
+_REQUIRED = ("topology", "window_ms", "phases")
+#: The most resources a manifest may name: the evaluation builds a table of their names.
+MAX_RESOURCES = 1_000_000
+
+
+def _is_int(value: object, lo: int = -(1 << 63), hi: int = (1 << 63) - 1) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _manifest_problem(name: str, value: object) -> str | None:
+    """Why a run.json field cannot be what a re-check reads, or None: the manifest is
+    an editable file, and a wrong type must be one sentence, never a traceback deep in the
+    evaluation."""
+    from pgval.phases import MAX_MS
+    from pgval.schema import TOPOLOGIES
+
+    if name == "topology":
+        ok = value in TOPOLOGIES
+        want = f"must be one of {', '.join(TOPOLOGIES)}"
+    elif name == "window_ms":
+        ok, want = _is_int(value, 1, MAX_MS), f"must be an integer from 1 to {MAX_MS} (ms)"
+    elif name == "phases":
+        ok = (isinstance(value, list) and len(value) == 3
+              and all(_is_int(v, 0, MAX_MS) for v in value) and value == sorted(value))
+        want = "must be three ascending times in ms, [start, t2, t3]"
+    elif name == "t4":
+        ok, want = value is None or _is_int(value, 0, MAX_MS), "must be a time in ms or null"
+    elif name == "resources":
+        ok = _is_int(value, 0, MAX_RESOURCES)
+        want = f"must be an integer from 0 to {MAX_RESOURCES:,}"
+    elif name == "control_ids":
+        ok = value is None or (isinstance(value, list) and len(value) == 2
+                               and all(_is_int(v) for v in value) and value[0] <= value[1])
+        want = "must be null or an inclusive range [lo, hi] of 64-bit integers"
+    elif name in ("control_events", "run_id"):
+        ok = _is_int(value) or (name == "run_id" and value is None)
+        want = "must be an integer" + (" or null" if name == "run_id" else "")
+    elif name in ("readback", "reconciliation", "config"):
+        ok, want = isinstance(value, dict), "must be a JSON object"
+    elif name == "generator":
+        ok, want = value is None or isinstance(value, dict), "must be a JSON object or null"
+    elif name == "valid":
+        ok, want = value is None or isinstance(value, bool), "must be true, false or null"
+    elif name in ("validity_reasons", "observed_reasons"):
+        ok = ((value is None and name == "observed_reasons")
+              or (isinstance(value, list) and all(isinstance(r, str) for r in value)))
+        want = "must be a list of strings"
+    else:
+        return None
+    return None if ok else f"{want}, not {_shown(value)}"
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def evidence_dir(run_dir: Path) -> Path:
     return Path(run_dir) / EVIDENCE_DIR
+
+
+# --------------------------------------------------------------------------- sealing
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's (or a folder's) contents to the disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def seal(run_dir: Path, run_id: int | None) -> dict[str, str]:
+    """Hash and fsync every evidence file, write ``SHA256SUMS`` (with the run id), fsync
+    the folders: ``{"evidence/<file>": sha256}``, what the results database stores.
+
+    Called once the evidence is complete and before the database commit and the deletion
+    of the broker data, so a run stored ``complete`` never refers to evidence that a power
+    cut could still take away, and the records exist somewhere durable at every moment."""
+    folder = evidence_dir(run_dir)
+    hashes: dict[str, str] = {}
+    for name in EVIDENCE_FILES:
+        path = folder / name
+        if path.is_file():
+            _fsync(path)
+            hashes[f"{EVIDENCE_DIR}/{name}"] = _sha256(path)
+    lines = [f"# pgval evidence of run {run_id}"]
+    lines += [f"{h}  {key.split('/', 1)[1]}" for key, h in hashes.items()]
+    sums = folder / SUMS
+    tmp = folder / f"{SUMS}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(sums)
+    hashes[f"{EVIDENCE_DIR}/{SUMS}"] = _sha256(sums)
+    _fsync(folder)
+    _fsync(Path(run_dir))
+    return hashes
+
+
+def _shown(text: object) -> str:
+    """A value read from a file or database, safe inside a one-line message."""
+    text = str(text)
+    return text if text.isprintable() and text.isascii() else repr(text)[:80]
+
+
+def sums_run_id(run_dir: Path) -> int | None:
+    """The run id ``SHA256SUMS`` names (None: no file or no id)."""
+    try:
+        first = (evidence_dir(run_dir) / SUMS).read_text(errors="replace").split("\n", 1)[0]
+    except OSError:
+        return None
+    tail = first.rsplit(" ", 1)[-1]
+    return int(tail) if first.startswith("# pgval evidence of run ") and \
+        tail.isascii() and tail.isdigit() else None
+
+
+def verify(run_dir: Path, stored: Mapping[str, str], run_id: int) -> None:
+    """Refuse (:class:`EvidenceError`, one sentence naming the first file that differs)
+    evidence that is not what was stored with run ``run_id`` at the end of the run."""
+    folder = evidence_dir(run_dir)
+    refuse = "refusing to re-check edited evidence"
+    known = {f"{EVIDENCE_DIR}/{name}" for name in (*EVIDENCE_FILES, SUMS)}
+    for key, digest in stored.items():
+        if key not in known:  # the database is read, not trusted: never hash another path
+            raise EvidenceError(f"the results database names {_shown(key)} as evidence of run "
+                                f"{run_id}, which is no evidence file; {refuse}")
+        digest = _shown(digest)
+        path = Path(run_dir) / key
+        try:
+            now = _sha256(path) if path.is_file() else None
+        except OSError:
+            now = None
+        if now is None:
+            raise EvidenceError(f"{key} of run {run_id} is missing or unreadable, but was "
+                                f"stored at the end of the run (sha256 {digest[:16]}…); "
+                                f"{refuse}")
+        if now != digest:
+            raise EvidenceError(f"{key} of run {run_id} differs from what was stored at the "
+                                f"end of the run (sha256 {digest[:16]}… stored, {now[:16]}… "
+                                f"now); {refuse}")
+    for name in EVIDENCE_FILES:
+        key = f"{EVIDENCE_DIR}/{name}"
+        if key not in stored and (folder / name).exists():
+            raise EvidenceError(f"{key} of run {run_id} was not there at the end of the run; "
+                                f"{refuse}")
+    named = {"run.json": Manifest.read(run_dir).run_id, SUMS: sums_run_id(run_dir)}
+    for name, other in named.items():
+        if f"{EVIDENCE_DIR}/{name}" in stored and other != run_id:
+            raise EvidenceError(f"{EVIDENCE_DIR}/{name} names run {other}, not run {run_id}; "
+                                f"{refuse}")
 
 
 # --------------------------------------------------------------------------- records
@@ -156,13 +346,48 @@ def load_progress(run_dir: Path) -> list[dict[str, Any]]:
     path = evidence_dir(run_dir) / PROGRESS
     if not path.exists():
         return []
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:  # a directory, no permission, …
+        raise EvidenceError(f"cannot read {path}: {exc.strerror or exc}") from exc
     out = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
-            out.append(json.loads(line))
-        except ValueError:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
             continue  # a line cut short by a killed driver
+        if isinstance(entry, dict) and _usable_progress(entry):  # else skipped alike
+            out.append(entry)
     return out
+
+
+def _offsets_ok(value: object) -> bool:
+    """A source's start/end offsets as Spark writes them: a string (``"latest"``…), null,
+    or {topic: {partition digits: offset}}."""
+    if value is None or isinstance(value, str):
+        return True
+    return isinstance(value, dict) and all(
+        isinstance(parts, dict) and all(
+            isinstance(p, str) and p.isascii() and p.isdigit() and len(p) < 10
+            and _is_int(o) for p, o in parts.items())
+        for parts in value.values())
+
+
+def _usable_progress(entry: dict[str, Any]) -> bool:
+    """Whether a progress line has the types the why-unprocessed attribution reads
+    (:mod:`pgval.explain`); a line that does not is skipped like one cut short."""
+    if "batchId" in entry and not _is_int(entry["batchId"]):
+        return False
+    event_time = entry.get("eventTime")
+    if event_time is not None and not (isinstance(event_time, dict) and isinstance(
+            event_time.get("watermark") or "", str)):
+        return False
+    sources = entry.get("sources")
+    if sources is None:
+        return True
+    return isinstance(sources, list) and all(
+        isinstance(src, dict) and _offsets_ok(src.get("startOffset"))
+        and _offsets_ok(src.get("endOffset")) for src in sources)
 
 
 # --------------------------------------------------------------------------- streams
@@ -245,9 +470,3 @@ def load_streams(run_dir: Path, manifest: Manifest | None = None) -> Streams:
     inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
     output = load_topic(run_dir, OUTPUT_TOPIC)
     return streams_from_records(inputs, output, manifest.resources, manifest.control_ids)
-
-
-def evidence_bytes(run_dir: Path) -> int:
-    """Size of the kept evidence (for the closing line and the docs)."""
-    d = evidence_dir(run_dir)
-    return sum(p.stat().st_size for p in d.glob("*") if p.is_file()) if d.exists() else 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,24 +30,32 @@ from typing import Any
 from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.deploy import Deployment, FaultContext, make_deployment
+from pgval.errors import RuntimeErrorPlain
 from pgval.evaluate import evaluate
-from pgval.evidence import Manifest, streams_from_records
+from pgval.evidence import Manifest, seal, streams_from_records
 from pgval.explain import watermark_ms
 from pgval.faults import default_target, profile_for
 from pgval.faults.network import log_sizes, timeouts_fired
 from pgval.phases import Phases
+from pgval.redact import private_dir, private_umask
 from pgval.run.control import LATE_ID_BASE, ControlEvents
 from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger, wait_primed
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
-from pgval.runtime import signals
+from pgval.runtime import ownership, signals, undo
+from pgval.runtime.cluster import RunGuard
 from pgval.runtime.driver import DriverProcess, DriverSpec
 from pgval.runtime.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import OUTPUT_TOPIC, Topics
-from pgval.store import ResultsStore
-from pgval.validity import Validity, evaluation_reasons, fault_reasons, generator_reasons
+from pgval.store import ResultsStore, unstored_error
+from pgval.validity import (
+    Validity,
+    evaluation_reasons,
+    fault_reasons,
+    generator_reasons,
+    reason_kind,
+)
 
 __all__ = ["LATE_ID_BASE", "Experiment", "ExperimentConfig", "ExperimentResult", "Status",
            "default_run_dir", "remove_run_data"]
@@ -75,6 +84,7 @@ class Experiment:
         config.validate()
         self.config = config
         self.run_dir = Path(run_dir).resolve()
+        ownership.check_run_dir(self.run_dir)  # the reaper and cleanup act on its files
         self.db = db
         self.profile = profile_for(config.fault, config.phase_seconds, config.delay_ms)
         self.owns_deployment = deployment is None
@@ -101,6 +111,9 @@ class Experiment:
         self.control: ControlEvents | None = None
         self.monitor: OutputMonitor | None = None
         self.planted: dict[str, Any] = {}
+        #: state.json + reaper of this run's own directory, when no cluster of its own
+        #: guards it (see :meth:`_guard`).
+        self.guard: RunGuard | None = None
         self.manifest = Manifest(topology=config.topology, window_ms=config.window_ms,
                                  phases=[0, 0, 0], resources=config.resources,
                                  config=config.to_dict())
@@ -111,6 +124,14 @@ class Experiment:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> ExperimentResult:
+        """The run, in a 0700 run directory, writing under umask 077 (its evidence, logs,
+        Kafka data and a new database 0600; nothing of it for other local users), the
+        caller's umask back afterwards (:mod:`pgval.redact`)."""
+        private_dir(self.run_dir)
+        with private_umask():
+            return self._run_and_store()
+
+    def _run_and_store(self) -> ExperimentResult:
         cfg = self.config
         store = ResultsStore(self.db) if self.db else None
         run_id = self.run_id
@@ -122,6 +143,7 @@ class Experiment:
         wall0 = time.monotonic()
         with signals.handled():
             try:
+                self._guard()
                 self._preflight()
                 result = self._run(run_id)
             except BaseException as exc:
@@ -149,17 +171,44 @@ class Experiment:
         self.timings["overhead_s"] = self.timings["total_s"] - phase_total
         self.manifest.valid, self.manifest.validity_reasons = validity.valid, validity.reasons
         self.manifest.run_id = run_id
+        # What a re-check recomputes validity from (pgval.recheck.recompute_validity).
+        self.manifest.generator = result.generator
+        self.manifest.observed_reasons = [r for r in validity.reasons
+                                          if reason_kind(r) == "observed"]
         self.manifest.write(self.run_dir)
+        # Hashed and on disk before the database says complete and before the broker data
+        # (the only other copy of the records) is deleted.
+        sealed = seal(self.run_dir, run_id)
         if store and run_id is not None:
             extra = {"timings": self.timings, "generator": result.generator,
                      "readback": result.readback, "fault_log": self.fault_log,
                      "cluster": self._describe_deployment(), "run_dir": str(self.run_dir)}
-            store.finish_run(run_id, result.evaluation, extra=extra, validity=validity,
-                             run_dir=self.run_dir, batches=result.batches,
-                             fault_log=self.fault_log)
+            try:
+                store.finish_run(run_id, result.evaluation, extra=extra, validity=validity,
+                                 run_dir=self.run_dir, batches=result.batches,
+                                 fault_log=self.fault_log, evidence=sealed)
+            except sqlite3.Error as exc:  # the evidence is sealed: say how to import it
+                if not cfg.keep_data:
+                    remove_run_data(self.run_dir)
+                raise unstored_error(self.db, run_id, self.run_dir, exc, extra) from exc
         if not cfg.keep_data:
             remove_run_data(self.run_dir)
         return result
+
+    def _guard(self) -> None:
+        """A reaper for this run's directory unless the cluster this run starts there has
+        one already (an embedded cluster of its own). Matrix cells and OIR trials on a warm
+        cluster, ``--cluster``, external and compose runs get their own: their drivers,
+        generators, holders and nemesis undo live in the run's directory, not the cluster's.
+        """
+        if self.owns_deployment and self.deployment.owns_cluster:
+            return
+        self.guard = RunGuard(self.run_dir, self.deployment.kind or self.config.deploy).start()
+
+    def _reaper_problem(self) -> str | None:
+        """Why this run is no longer covered against SIGKILL (a reaper died), or None."""
+        own = self.guard.problem() if self.guard is not None else None
+        return own or self.deployment.reaper_problem()
 
     def _preflight(self) -> None:
         """Refuse, before anything is deployed, a run that could only fail at T2."""
@@ -261,12 +310,18 @@ class Experiment:
             # fault needs it: the executor kill on a cluster pgval does not own.
             control_dir=(self.run_dir / "control"
                          if cfg.fault == "crash" and not dep.owns_cluster else None),
-            kafka_options=where.kafka_options, user_conf=where.user_conf,
+            # --spark-conf on every deployment: the driver's environment, then a properties
+            # file in memory (topologies/driver.start_jvm), never a command line.
+            kafka_options=where.kafka_options, user_conf=dict(cfg.spark_conf),
             crash_trigger=(crash_trigger(self.run_dir) if cfg.crash_point == "after-sink-write"
                            else None),
             sink_trigger=(sink_trigger(self.run_dir)
                           if cfg.crash_point == "during-sink-write" else None))
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
+        if where.signal_argv is not None:
+            # A driver in a container outlives the `docker exec` the pid file names.
+            undo.record(self.run_dir, "driver", {"argv": where.signal_argv("KILL"),
+                                                 "what": "kill the driver in its container"})
         self.target = (cfg.target if cfg.target is not None
                        else default_target(cfg.seed, max(1, dep.workers)))
         fault = dep.make_fault(cfg, self.target, self.profile,
@@ -374,6 +429,9 @@ class Experiment:
                     raise _DriverDied(str(exc)) from exc
             if injected and not removed:
                 self.schedule.check()
+            problem = self._reaper_problem()
+            if problem:
+                raise RuntimeErrorPlain(problem)
             time.sleep(1.0)
 
     def _plant_late_events(self) -> None:
@@ -407,6 +465,7 @@ class Experiment:
         if self.driver is not None:
             with contextlib.suppress(Exception):
                 self.driver.stop()
+                undo.done(self.run_dir, "driver")
         # The run's topics go with a cluster this run stops; on one that stays up (warm,
         # attached, compose, external) they are deleted unless --keep-topics.
         stays_up = not (self.owns_deployment and self.deployment.owns_cluster)
@@ -419,6 +478,11 @@ class Experiment:
         if self.owns_deployment:
             with contextlib.suppress(Exception):
                 self.deployment.stop()
+        if self.guard is not None:
+            # Kept (with its reaper) while a recorded process runs or an undo is pending:
+            # the reaper then finishes the job once this pgval exits.
+            with contextlib.suppress(Exception):
+                self.guard.stop()
 
     def _describe_deployment(self) -> dict[str, Any]:
         try:
@@ -431,8 +495,7 @@ def default_run_dir(base: Path | None = None) -> Path:
     """``./runs/<timestamp>-<pid>`` unless the user names one."""
     root = base or Path(os.environ.get("PGVAL_RUNS", "runs"))
     path = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(path)  # the runs root too, when pgval creates it: 0700
 
 
 def remove_run_data(run_dir: Path) -> None:
@@ -441,6 +504,12 @@ def remove_run_data(run_dir: Path) -> None:
     run_dir = Path(run_dir)
     for data in (run_dir / "kafka").glob("broker-*/data"):
         shutil.rmtree(data, ignore_errors=True)
+    # The stopped cluster's credentials (0600, but dead weight that a copy of the run
+    # directory would carry along): the Kafka login and the Spark secret.
+    for secret in (run_dir / "kafka" / "client.properties", run_dir / "spark" / "auth-secret",
+                   *(run_dir / "kafka").glob("broker-*/server.properties")):
+        with contextlib.suppress(OSError):
+            secret.unlink()
     shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)
     for jar in (run_dir / "spark" / "work").rglob("*.jar"):
         with contextlib.suppress(OSError):

@@ -67,7 +67,7 @@ def watermark_ms(progress: Mapping[str, Any]) -> int:
         return 0
     try:
         return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # year 1 or 9999 at an offset
         return 0
 
 

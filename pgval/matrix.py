@@ -26,6 +26,7 @@ from typing import Any
 from pgval.config import ExperimentConfig
 from pgval.deploy.warm import WarmDeployments, daemon_key
 from pgval.experiment import Experiment
+from pgval.redact import digest_values, private_dir, redact_record
 from pgval.store import ResultsStore, owner_alive
 
 #: The error of a run whose pgval stopped (was killed) while it ran.
@@ -61,7 +62,12 @@ def matrix_key(base: ExperimentConfig, oir_fraction: float | None = None) -> str
     With ``--rate oir`` (``oir_fraction`` given) ``base.rate`` is only a placeholder: the
     fraction keys the matrix, and each cell's looked-up rate must also match for a stored
     run to count (:func:`completed`, :func:`claim_cell`), so a new stored OIR reruns it."""
-    fixed = {k: v for k, v in dataclasses.asdict(base).items()
+    # Secret-named values never enter the key, other user settings only as hashes: the key
+    # is stored (runs.params) and a short hash of a guessable secret could be tried.
+    record = {**redact_record(dataclasses.asdict(base)),
+              "kafka_config": digest_values(base.kafka_config),
+              "spark_conf": digest_values(base.spark_conf)}
+    fixed = {k: v for k, v in record.items()
              if k not in ("topology", "pg", "fault", "crash_point", "seed")}
     if oir_fraction is not None:
         fixed["rate"] = f"oir x {oir_fraction:g}"
@@ -144,7 +150,9 @@ def new_run_dir(path: Path) -> Path:
     """Create ``path``, which must not exist: a retried cell or a re-run OIR trial must not
     inherit an earlier attempt's Kafka data, checkpoint or appended logs."""
     path = Path(path).resolve()
-    path.mkdir(parents=True, exist_ok=False)
+    private_dir(path.parent)
+    path.mkdir(mode=0o700)  # nobody else's (pgval.redact); an existing one is an error
+    os.chmod(path, 0o700)  # mkdir's mode went through the umask
     return path
 
 
@@ -186,7 +194,7 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
     key = matrix_key(base, oir_fraction)
     mark_stale(store, key)
     runs_root = Path(runs_root)
-    runs_root.mkdir(parents=True, exist_ok=True)
+    private_dir(runs_root)  # 0700 when pgval creates it
     with WarmDeployments(runs_root, label=f"{key}-cluster-{os.getpid()}") as warm:
         return _run_cells(base, grid, db, runs_root, store, key, warm, on_cell, make_status,
                           keep_going, rate_for)

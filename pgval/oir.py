@@ -36,6 +36,7 @@ from pgval.config import ExperimentConfig
 from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import ExperimentResult
 from pgval.matrix import prepared_experiment
+from pgval.redact import digest_values, redact_record
 from pgval.store import ResultsStore
 
 GROWTH = 1.5
@@ -62,7 +63,9 @@ def oir_shape(cfg: ExperimentConfig) -> dict[str, Any]:
     shape = {**{f: getattr(cfg, f) for f in OIR_SHAPE_FIELDS},
              **{f: getattr(cfg.cluster, f) for f in OIR_CLUSTER_FIELDS}}
     shape["shuffle_partitions"] = cfg.shuffle_partitions or cfg.cluster.partitions
-    return shape
+    # Stored in the oir table: the user's Spark values as hashes (still told apart), a
+    # URL's user:password@ redacted, never in clear (pgval.redact).
+    return {**redact_record(shape), "spark_conf": digest_values(cfg.spark_conf)}
 
 
 def shape_matches(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:

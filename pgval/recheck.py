@@ -1,17 +1,21 @@
 """Re-check a stored run from its evidence, or export it for ``pgval check``.
 
 ``recheck`` recomputes everything (oracle, validator, metrics, recovery, why-unprocessed)
-from the records the run kept (:mod:`pgval.evidence`); the run-level validity reasons
-(read-back, drain, fault evidence) come from the manifest, the data-level ones are
-recomputed. ``export`` writes the same streams in the ``pgval check`` format, so any
-other tool — or ``pgval check`` itself — can reach the same counts.
+from the records the run kept (:mod:`pgval.evidence`), and the validity too, from its
+inputs (:func:`recompute_validity`), never from the verdict run.json or the database
+stored. ``export`` writes the same streams in the ``pgval check`` format, so any other
+tool — or ``pgval check`` itself — can reach the same counts.
+
+Both first compare the evidence files with the SHA-256 hashes stored with the run in the
+results database (:func:`anchor`): edited evidence is refused in one sentence. A run
+directory given without a database has no anchor, and the output says so.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +24,50 @@ import orjson
 
 from pgval.dbfile import StoreError, connect_readonly
 from pgval.evaluate import Evaluation, evaluate
-from pgval.evidence import EvidenceError, Manifest, Streams, load_progress, load_streams
+from pgval.evidence import (
+    INPUT_TOPICS,
+    EvidenceError,
+    Manifest,
+    Streams,
+    load_progress,
+    load_streams,
+    load_topic,
+    streams_from_records,
+    verify,
+)
 from pgval.records import InputEvents, OutputRecords
-from pgval.validity import Validity, evaluation_reasons
+from pgval.runtime.kafka import TopicRecords
+from pgval.schema import OUTPUT_TOPIC
+from pgval.validity import (
+    Validity,
+    evaluation_reasons,
+    fault_reasons,
+    generator_reasons,
+    readback_reasons,
+    reason_kind,
+    reconcile_inputs,
+)
 
 #: A line that is a JSON object without any field pgval reads: ``pgval check`` counts it as
 #: malformed, exactly like the record it stands for (one that could not be parsed at all).
 MALFORMED_LINE = b'{"pgval_malformed": true}\n'
+
+
+#: The note of a re-check or export of a run directory given without a database.
+NO_ANCHOR = "evidence not verified: no results database"
+
+
+@dataclass
+class Anchor:
+    """What vouches for a run directory's evidence: the database's hashes, or nothing."""
+
+    verified: bool
+    note: str
+    row: dict[str, Any] | None = None  # the run's row, when a database was given
+    fault_log: list[dict[str, Any]] | None = None  # its fault log rows (None: none stored)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verified": self.verified, "note": self.note}
 
 
 @dataclass
@@ -35,32 +76,62 @@ class Recheck:
     streams: Streams
     evaluation: Evaluation
     validity: Validity
+    evidence: Anchor = field(default_factory=lambda: Anchor(False, NO_ANCHOR))
+    #: Reason kinds (pgval.validity.reason_kind) only in the stored validity / only now.
+    validity_changes: dict[str, list[str]] = field(default_factory=dict)
+    #: Kinds whose inputs the run did not keep: their reasons are the stored ones.
+    carried: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        """The ``pgval check --json`` object plus validity and the run it came from."""
+        """The ``pgval check --json`` object plus validity, evidence check and run id."""
         out = self.evaluation.summary()
         out.update(self.validity.as_dict())
         out["run_id"] = self.manifest.run_id
+        out["evidence"] = self.evidence.as_dict()
+        out["validity_changes"] = self.validity_changes
+        out["validity_carried"] = self.carried
         return out
+
+
+def parse_run_id(text: str) -> int | None:
+    """``text`` as a run id, or None. ASCII digits only (``²`` and ``١`` are digits to
+    Python but no run id) and below 2^63 (SQLite's rowids; 10^23 overflows its integers)."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value < 1 << 63 else None
+
+
+def _is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False where the OS cannot even look (a name too long, …)."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def locate_run(run: str, db: Path | None = None) -> Path:
     """A run directory, from a path or from a run id looked up in ``db``."""
     path = Path(run)
-    if path.is_dir():
+    if _is_dir(path):
         return path
-    if not run.isdigit():
-        raise EvidenceError(f"{run!r} is neither a run directory nor a run id")
+    run_id = parse_run_id(run)
+    if run_id is None:  # digits to Python (², ١, 10^23) are told what a run id is
+        hint = " (a run id is ASCII digits, below 2^63)" if run.isdigit() else ""
+        raise EvidenceError(f"{run!r} is neither a run directory nor a run id{hint}")
     if db is None:
         raise EvidenceError(f"run id {run} needs --db with the results database that holds it")
-    row = _stored_run(Path(db), int(run))
+    row = _stored_run(Path(db), run_id)
     if row is None:
         raise EvidenceError(f"{db} has no run {run}")
-    found = row.get("run_dir") or json.loads(row.get("params") or "{}").get("run_dir")
+    found = row.get("run_dir") or _json_object(row.get("params")).get("run_dir")
+    if found and not isinstance(found, str):
+        raise EvidenceError(f"run {run} in {db} records no usable run directory "
+                            f"({found!r}); the database is damaged")
     if not found:
         raise EvidenceError(f"run {run} in {db} records no run directory (a `pgval check` "
                             "run keeps no evidence; re-run check on its files instead)")
-    if not Path(found).is_dir():
+    if not _is_dir(Path(found)):
         raise EvidenceError(f"the run directory of run {run}, {found}, no longer exists")
     return Path(found)
 
@@ -84,20 +155,167 @@ def _stored_run(db: Path, run_id: int) -> dict[str, Any] | None:
     return dict(zip(names, found, strict=True)) if found is not None else None
 
 
-def recheck(run_dir: Path) -> Recheck:
-    """Evaluate a stored run again from its evidence alone."""
+def anchor(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> Anchor:
+    """Verify ``run_dir``'s evidence against the hashes stored with its run in ``db``.
+
+    ``run_id``: the run asked for (else the one run.json names). Edited, missing or added
+    files are refused (:class:`EvidenceError`); a run stored before hashes existed, or
+    never completed, is let through with a note saying it is not verified."""
+    if db is None:
+        return Anchor(False, NO_ANCHOR)
+    if run_id is None:
+        run_id = Manifest.read(run_dir).run_id
+        if not isinstance(run_id, int) or isinstance(run_id, bool):
+            raise EvidenceError(f"the run.json of {run_dir} names no run, so {db} cannot "
+                                "vouch for its evidence; re-check it without --db")
+    row, hashes, fault_log = _stored_evidence(Path(db), run_id)
+    if row is None:
+        raise EvidenceError(f"{db} has no run {run_id}")
+    if hashes:
+        verify(run_dir, hashes, run_id)
+        return Anchor(True, f"evidence verified: its {len(hashes)} files match the hashes "
+                      f"stored with run {run_id}", row, fault_log)
+    if row.get("sealed"):
+        raise EvidenceError(f"run {run_id} was stored with evidence hashes, but {db} holds "
+                            "none for it; refusing to re-check unverifiable evidence")
+    if row.get("status") != "complete":
+        note = (f"run {run_id} was never completed (status {row.get('status')}), so its "
+                "evidence was never sealed: not verified")
+    else:
+        from pgval.store import EVIDENCE_SCHEMA
+
+        note = (f"stored before evidence hashes (schema v{EVIDENCE_SCHEMA - 1} or older): "
+                "not verified")
+    return Anchor(False, note, row, fault_log)
+
+
+def _stored_evidence(db: Path, run_id: int) -> tuple[dict[str, Any] | None, dict[str, str],
+                                                      list[dict[str, Any]] | None]:
+    """Run ``run_id``'s row, its evidence hashes in the order stored, its fault log."""
+    row = _stored_run(db, run_id)
+    if row is None:
+        return None, {}, None
+    try:
+        conn = connect_readonly(db)
+    except StoreError as exc:
+        raise EvidenceError(str(exc)) from exc
+    try:
+        try:
+            hashes = {str(p): str(h) for p, h in conn.execute(
+                "SELECT path, sha256 FROM evidence_files WHERE run_id = ? ORDER BY rowid",
+                [run_id])}
+        except sqlite3.OperationalError:  # a database from before evidence hashes
+            hashes = {}
+        try:
+            details = [d for (d,) in conn.execute(
+                "SELECT detail FROM fault_log WHERE run_id = ? ORDER BY seq", [run_id])]
+        except sqlite3.OperationalError:
+            details = []
+    finally:
+        conn.close()
+    log = []
+    for detail in details:
+        try:
+            entry = json.loads(detail)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(entry, dict):
+            log.append(entry)
+    return row, hashes, log or None
+
+
+def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> Recheck:
+    """Evaluate a stored run again from its evidence, verified against ``db`` first."""
+    evidence = anchor(run_dir, db, run_id)
     manifest = Manifest.read(run_dir)
-    streams = load_streams(run_dir, manifest)
+    inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
+    streams = streams_from_records(inputs, load_topic(run_dir, OUTPUT_TOPIC),
+                                   manifest.resources, manifest.control_ids)
     evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
                           manifest.window_ms, manifest.phase_bounds,
                           progress=load_progress(run_dir))
-    fault = manifest.config.get("fault")
-    data_reasons = set(evaluation_reasons(evaluation)) | set(evaluation_reasons(evaluation,
-                                                                                fault))
+    row = evidence.row or {}
+    stored = _reason_list(row.get("validity_reasons")) if row else manifest.validity_reasons
+    generator = manifest.generator
+    if generator is None and row:
+        summary = _json_object(row.get("summary"))
+        generator = summary.get("generator") if isinstance(summary.get("generator"),
+                                                           dict) else None
+    validity, carried = recompute_validity(manifest, inputs, evaluation, stored, generator,
+                                           evidence.fault_log)
+    before = {reason_kind(r) for r in stored}
+    now = {reason_kind(r) for r in validity.reasons}
+    changes = {"only_stored": sorted(before - now), "only_now": sorted(now - before)}
+    return Recheck(manifest, streams, evaluation, validity, evidence,
+                   {k: v for k, v in changes.items() if v}, carried)
+
+
+def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],
+                       evaluation: Evaluation, stored: list[str],
+                       generator: dict[str, Any] | None,
+                       fault_log: list[dict[str, Any]] | None) -> tuple[Validity, list[str]]:
+    """The run's validity from its inputs, as the run itself decided it: read-back proof
+    (run.json), reconciliation (the records read against the end offsets and deliveries),
+    generator report, what was seen live (drain, driver), the data, the fault log (the
+    database's). A kind whose inputs the run did not keep (older runs; the fault log
+    without a database) keeps its stored reasons; those kinds are returned too."""
+    fault = manifest.config.get("fault") if isinstance(manifest.config, dict) else None
     validity = Validity()
-    validity.extend(r for r in manifest.validity_reasons if r not in data_reasons)
+    carried: list[str] = []
+
+    def carry(kind: str) -> None:
+        validity.extend(r for r in stored if reason_kind(r) == kind)
+        carried.append(kind)
+
+    readback = manifest.readback if isinstance(manifest.readback, dict) else {}
+    per_topic = {k: v for k, v in readback.items() if k != "inputs" and isinstance(v, dict)}
+    if per_topic:
+        validity.extend(readback_reasons(per_topic))
+    else:
+        carry("readback")
+    info = readback.get("inputs")
+    ends = [per_topic.get(t, {}).get("end_offsets") for t in INPUT_TOPICS]
+    if isinstance(info, dict) and all(isinstance(e, dict) for e in ends):
+        clean = (not generator_reasons(generator) if generator is not None
+                 else not any(reason_kind(r) == "generator" for r in stored))
+        _, reasons = reconcile_inputs(
+            sum(len(inputs[t]) for t in INPUT_TOPICS),
+            sum(int(o) for e in ends for o in e.values()),
+            int(info.get("delivered") or 0), int(info.get("control") or 0), clean)
+        validity.extend(reasons)
+    else:
+        carry("reconcile")
+    if generator is not None:
+        validity.extend(generator_reasons(generator))
+    else:
+        carry("generator")
+    if manifest.observed_reasons is not None:
+        validity.extend(str(r) for r in manifest.observed_reasons)
+    else:
+        carry("observed")
     validity.extend(evaluation_reasons(evaluation, fault))
-    return Recheck(manifest, streams, evaluation, validity)
+    if fault_log is not None and isinstance(fault, str):
+        validity.extend(fault_reasons(fault, fault_log))
+    elif fault not in (None, "none"):
+        carry("fault")
+    carry("other")
+    return validity, [k for k in carried if k != "other"]
+
+
+def _json_object(text: object) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
+def _reason_list(text: object) -> list[str]:
+    try:
+        value = json.loads(text) if isinstance(text, str) else []
+    except ValueError:
+        value = []
+    return [str(r) for r in value] if isinstance(value, list) else []
 
 
 #: The stored counts a re-check must reproduce before its derived measures may be stored.
@@ -127,19 +345,121 @@ def store_derived(db: Path, run_id: int, result: Recheck) -> None:
         store.save_unprocessed_causes(run_id, result.evaluation.unprocessed_causes)
 
 
-def export(run_dir: Path, out_dir: Path) -> dict[str, Any]:
-    """Write ``inputs.jsonl``, ``outputs.jsonl`` and ``run.json`` for ``pgval check``."""
+def import_run(run_dir: Path, db: Path) -> int:
+    """Store a run whose evidence is complete but whose storing failed (disk full, the
+    database locked past the busy time-out, read-only): ``pgval recheck RUN_DIR --store
+    --db DB``. The evidence must still match the ``SHA256SUMS`` the run wrote; its row in
+    ``db`` (the one run.json names, if it is this run's and not complete) is finished
+    with the evidence hashes; else a new row is made, without them (the evidence names
+    another run id, so a re-check by the new id could not verify it). Returns the run id."""
+    from pgval.store import UNSTORED, ResultsStore
+
+    manifest = Manifest.read(run_dir)
+    hashes = _sums_verified(run_dir)
+    result = recheck(run_dir)  # no database: the validity run.json recorded is kept
+    extra = _json_object(_read_text(Path(run_dir) / UNSTORED))
+    fault_log = [e for e in extra.pop("fault_log", None) or [] if isinstance(e, dict)]
+    with ResultsStore(db) as store:
+        row = store.run(manifest.run_id) if isinstance(manifest.run_id, int) else None
+        mine = row is not None and all(
+            _same_dir(where, run_dir) for where in (
+                row.get("run_dir"), _json_object(row.get("params")).get("run_dir")))
+        if row is not None and mine and row.get("status") == "complete":
+            raise EvidenceError(f"run {manifest.run_id} is already stored complete in {db}")
+        cfg = manifest.config
+        if mine and isinstance(manifest.run_id, int):
+            run_id = manifest.run_id
+        else:  # a new row: the evidence names another run id, so it is stored unsealed
+            hashes = None
+            run_id = store.start_run(
+                "validate", manifest.topology, manifest.window_ms, pg=_str(cfg.get("pg")),
+                fault=_str(cfg.get("fault")), seed=cfg.get("seed") if isinstance(
+                    cfg.get("seed"), int) else None, params={**cfg, "run_dir": str(run_dir)})
+        store.finish_run(run_id, result.evaluation, extra={**extra, "imported": True},
+                         validity=result.validity, run_dir=Path(run_dir),
+                         batches=load_progress(run_dir), fault_log=fault_log or None,
+                         **({"evidence": hashes} if hashes is not None else {}))
+    (Path(run_dir) / UNSTORED).unlink(missing_ok=True)
+    return run_id
+
+
+def _same_dir(recorded: object, run_dir: Path) -> bool:
+    """Whether a row's recorded run directory (None: not recorded) is ``run_dir``."""
+    if recorded is None:
+        return True
+    try:
+        return isinstance(recorded, str) and Path(recorded).resolve() == Path(run_dir).resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _sums_verified(run_dir: Path) -> dict[str, str] | None:
+    """The hashes ``SHA256SUMS`` holds, once every file still matches them (None: the run
+    wrote none). An edited file is refused: an import must not launder it."""
+    import hashlib
+
+    from pgval.evidence import EVIDENCE_DIR, EVIDENCE_FILES, evidence_dir
+
+    folder = evidence_dir(run_dir)
+    sums = folder / "SHA256SUMS"
+    text = _read_text(sums)
+    if text is None:
+        return None
+    hashes: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        digest, _, name = line.partition("  ")
+        path = folder / name
+        try:
+            now = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            now = None
+        if "/" in name or now != digest:
+            raise EvidenceError(f"{EVIDENCE_DIR}/{name} of {run_dir} differs from its hash in "
+                                "SHA256SUMS (edited after the run); refusing to import it")
+        hashes[f"{EVIDENCE_DIR}/{name}"] = digest
+    added = [n for n in EVIDENCE_FILES if f"{EVIDENCE_DIR}/{n}" not in hashes
+             and (folder / n).exists()]
+    if added:
+        raise EvidenceError(f"{EVIDENCE_DIR}/{added[0]} of {run_dir} is not in SHA256SUMS "
+                            "(added after the run); refusing to import it")
+    hashes[f"{EVIDENCE_DIR}/SHA256SUMS"] = hashlib.sha256(sums.read_bytes()).hexdigest()
+    return hashes
+
+
+def export(run_dir: Path, out_dir: Path, db: Path | None = None,
+           run_id: int | None = None) -> dict[str, Any]:
+    """Write ``inputs.jsonl``, ``outputs.jsonl`` and ``run.json`` for ``pgval check``, from
+    evidence verified against ``db`` first (as :func:`recheck`)."""
+    evidence = anchor(run_dir, db, run_id)
     manifest = Manifest.read(run_dir)
     streams = load_streams(run_dir, manifest)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    n_in = _write_inputs(streams.events, out_dir / "inputs.jsonl")
-    n_out = _write_outputs(streams.outputs, out_dir / "outputs.jsonl")
-    info = {"topology": manifest.topology, "window_ms": manifest.window_ms,
-            "phases": list(manifest.phases), "t4": manifest.t4, "source": str(run_dir),
-            "run_id": manifest.run_id, "inputs": n_in, "outputs": n_out,
-            "control_ids_set_aside": manifest.control_ids}
-    (out_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        n_in = _write_inputs(streams.events, out_dir / "inputs.jsonl")
+        n_out = _write_outputs(streams.outputs, out_dir / "outputs.jsonl")
+        info = {"topology": manifest.topology, "window_ms": manifest.window_ms,
+                "phases": list(manifest.phases), "t4": manifest.t4, "source": str(run_dir),
+                "run_id": manifest.run_id, "inputs": n_in, "outputs": n_out,
+                "control_ids_set_aside": manifest.control_ids,
+                "evidence": evidence.as_dict()}
+        (out_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    except OSError as exc:  # a file in the way, no such place, the disk full, …
+        raise EvidenceError(f"cannot write the export to {out_dir}: "
+                            f"{exc.strerror or exc} ({exc.filename or out_dir})") from exc
     return info
 
 

@@ -669,29 +669,3 @@ def read_outputs(path: Path, resources: ResourceTable) -> OutputRecords:
     table, malformed, samples = read_table(path, OUTPUT_SCHEMA)
     return outputs_from_table(table, resources, malformed, samples)
 
-
-def drop_reserved_ids(outputs: OutputRecords) -> tuple[OutputRecords, int]:
-    """Remove pgval's own control events (negative IDs) from outputs.
-
-    The experiment runner writes priming and closing events with negative IDs;
-    they are not inputs of the experiment. Outputs left with no ID at all
-    (windows that held only such events) are dropped. Returns (outputs, dropped).
-    """
-    keep_id = outputs.ids >= 0
-    if keep_id.all():
-        return outputs, 0
-    owner = np.repeat(np.arange(len(outputs)), outputs.lengths)
-    new_lengths = np.bincount(owner[keep_id], minlength=len(outputs))
-    reserved_only = (new_lengths == 0) & (outputs.lengths > 0)
-    keep_out = ~reserved_only
-    ids = outputs.ids[keep_id & keep_out[owner]]
-    lengths = new_lengths[keep_out]
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return OutputRecords(
-        window_start=outputs.window_start[keep_out], window_end=outputs.window_end[keep_out],
-        resource=outputs.resource[keep_out], count=outputs.count[keep_out],
-        gets=outputs.gets[keep_out], posts=outputs.posts[keep_out],
-        ingress_ts=outputs.ingress_ts[keep_out], position=outputs.position[keep_out],
-        ids=ids, offsets=offsets, resources=outputs.resources, malformed=outputs.malformed,
-        malformed_samples=outputs.malformed_samples), int(reserved_only.sum())

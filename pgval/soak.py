@@ -11,6 +11,12 @@ directory rather than guessed from the clock:
 * ``drain``   — after T4, before the evidence is written;
 * ``finish``  — the evidence directory appears (read-back and storing under way).
 
+Then two runs whose directory no cluster of their own guards are SIGKILLed while a
+delay is in force: a ``pgval matrix`` mid-cell (warm cluster, the cell's driver,
+generators and packet holder running) and an external run (a ``pgval cluster up``
+cluster used as the user's, a nemesis whose inject/remove commands write a marker): each
+run's own reaper must stop what it started, and the external one run the remove command.
+
 After each kill nothing is cleaned by hand: the run's own teardown (INT/TERM/HUP) or
 its reaper (KILL) must remove everything. The soak then waits up to ``settle_s`` and
 scans the host (:mod:`pgval.runtime.leftovers`). One more run is left to finish while
@@ -54,6 +60,8 @@ class KillResult:
     exit_s: float | None  # signal -> pgval exited
     clean_s: float | None  # signal -> nothing of the run left on the host
     left: dict[str, list[str]] = field(default_factory=dict)
+    #: What the reapers said they removed (their ``logs/reaper.log``), for SIGKILLs.
+    reaped: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -160,6 +168,142 @@ def kill_one(index: int, stage: str, sig: str, fault: str, root: Path, db: Path,
                       None if clean_s is None else round(clean_s, 2), left)
 
 
+def _reaper_logs(where: Path) -> list[dict[str, Any]]:
+    """The ``reaped`` entries of every reaper log under ``where``."""
+    out = []
+    for log in sorted(where.glob("**/logs/reaper.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if entry.get("event") == "reaped":
+                    out.append({**entry, "log": str(log)})
+    return out
+
+
+def _settle(before: HostSnapshot, sent: float, settle_s: float
+            ) -> tuple[float | None, dict[str, list[str]]]:
+    """Seconds from ``sent`` until nothing new is left on the host (None: still some)."""
+    deadline = sent + settle_s
+    while True:
+        left = HostSnapshot.take().new_since(before)
+        if not left:
+            return round(time.monotonic() - sent, 2), {}
+        if time.monotonic() > deadline:
+            return None, left
+        time.sleep(0.5)
+
+
+def _sigkill_when(argv: list[str], ready: Callable[[], bool], timeout_s: float,
+                  env: dict[str, str] | None = None
+                  ) -> tuple[bool, float, subprocess.Popen[bytes]]:
+    """Start ``argv``, SIGKILL it once ``ready()``; (reached, monotonic time of the kill)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    try:
+        reached = _wait_for(ready, proc, timeout_s) and proc.poll() is None
+    finally:
+        sent = time.monotonic()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    return reached, sent, proc
+
+
+def _wait_until(cond: Callable[[], bool], deadline: float) -> float | None:
+    """Monotonic time at which ``cond()`` first held, None if not by ``deadline``."""
+    while True:
+        if cond():
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
+
+
+#: The shortest run shape that still reaches a delay's holder: 1 broker, 1 worker.
+SHORT_SHAPE = ["--topology", "sst", "--brokers", "1", "--workers", "1", "--rate", "300",
+               "--phase-seconds", str(PHASE_S), "--warmup-seconds", str(WARMUP_S),
+               "--window-ms", "2000", "--watermark-ms", "1000", "--trigger-ms", "500"]
+
+
+def kill_matrix(index: int, root: Path, db: Path, seed: int,
+                settle_s: float = 45.0) -> KillResult:
+    """A `pgval matrix` SIGKILLed mid-cell: its warm cluster up, the cell's driver and
+    generators running and its delay's packet holder in force. Two reapers must clean up:
+    the cluster's (JVMs, namespaces) and the cell's own (driver, generators, holder)."""
+    runs = root / f"matrix-{index:02d}"
+    before = HostSnapshot.take()
+    argv = [sys.executable, "-m", "pgval.cli", "matrix", "--topologies", "sst", "--pgs", "a1",
+            "--faults", "delay-lt-timeout", "--repeat", "1", *SHORT_SHAPE[2:],
+            "--seed", str(seed), "--db", str(db), "--runs-dir", str(runs)]
+    reached, sent, proc = _sigkill_when(
+        argv, lambda: any(runs.glob("*-run*/pids/delay-holder-*.json")), 300)
+    clean_s, left = _settle(before, sent, settle_s)
+    reaped = [f"{Path(e['log']).parent.parent.name}: {r}"
+              for e in _reaper_logs(runs) for r in e["removed"]]
+    return KillResult(index, "matrix-cell", "SIGKILL", "delay-lt-timeout", reached,
+                      proc.returncode, 0.0, clean_s, left, reaped)
+
+
+def kill_external(index: int, root: Path, db: Path, seed: int,
+                  settle_s: float = 45.0) -> KillResult:
+    """An external run (a `pgval cluster up` cluster used as the user's) SIGKILLed while
+    its nemesis delay is in place: its reaper must run the persisted remove command (a
+    marker script here) and stop the driver and generators; the cluster is left up,
+    then brought down."""
+    base = root / f"external-{index:02d}"
+    cluster_dir = base / "cluster"
+    run_dir = base / "run"
+    marks = base / "nemesis.log"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pgval.cli", *args], capture_output=True,
+                              text=True, timeout=300)
+
+    before = HostSnapshot.take()
+    base.mkdir(parents=True, exist_ok=True)
+    try:
+        up = cli("cluster", "up", "--run-dir", str(cluster_dir), "--brokers", "1",
+                 "--partitions", "2", "--workers", "1")
+        if up.returncode != 0:
+            raise RuntimeError(f"pgval cluster up failed: {up.stderr[-500:]}")
+        info = json.loads(cli("cluster", "status", "--run-dir", str(cluster_dir),
+                              "--json").stdout)
+        during = HostSnapshot.take()
+        conf = [a for k, v in (info.get("spark_conf") or {}).items()
+                for a in ("--spark-conf", f"{k}={v}")]
+        login = ([f"--kafka-config=@{info['kafka_config_file']}"]
+                 if info.get("kafka_config_file") else [])
+        nemesis = f"sh -c 'echo $0 >> {marks}'"
+        argv = [sys.executable, "-m", "pgval.cli", "validate", "--deploy", "external",
+                "--bootstrap", str(info["bootstrap"]), "--master", str(info["master"]),
+                *login, *conf, "--fault", "delay-lt-timeout", *SHORT_SHAPE[:2],
+                "--partitions", "2", *SHORT_SHAPE[6:],
+                "--nemesis-inject", f"{nemesis} inject", "--nemesis-remove", f"{nemesis} remove",
+                "--seed", str(seed), "--run-dir", str(run_dir), "--db", str(db), "--json"]
+        reached, sent, proc = _sigkill_when(
+            argv, lambda: marks.exists() and "inject" in marks.read_text(), 300)
+        clean_s, left = _settle(during, sent, settle_s)
+        # The reaper stops the processes first, then runs the undo records: the delay is
+        # gone only once the remove command ran.
+        removed = _wait_until(lambda: marks.exists() and "remove" in marks.read_text(),
+                              sent + settle_s)
+        if removed is None:
+            left = {**left, "nemesis": ["the remove command did not run"]}
+        elif clean_s is not None:
+            clean_s = max(clean_s, round(removed - sent, 2))
+    finally:
+        cli("cluster", "down", "--run-dir", str(cluster_dir))
+    left_after_down = HostSnapshot.take().new_since(before)
+    if left_after_down:
+        left = {**left, **{f"after cluster down: {k}": v for k, v in left_after_down.items()}}
+    reaped = [r for e in _reaper_logs(run_dir) for r in e["removed"]]
+    return KillResult(index, "external-nemesis", "SIGKILL", "delay-lt-timeout", reached,
+                      proc.returncode, 0.0, clean_s, left, reaped)
+
+
 def live_run_with_cleanups(root: Path, db: Path,
                            seed: int) -> tuple[int | None, bool | None, int, list[str]]:
     """A run left to finish while ``pgval cleanup`` runs against it again and again:
@@ -201,8 +345,9 @@ def intact_runs(db: Path) -> tuple[int, int]:
 
 def soak(root: Path, runs: int = 20, seed: int = 1,
          on_kill: Callable[[KillResult], None] | None = None) -> SoakReport:
-    """``runs`` killed runs (stages and signals cycled, faults drawn), one live run with
-    concurrent cleanups, then the final scan and cleanup."""
+    """``runs`` killed runs (stages and signals cycled, faults drawn), a matrix and an
+    external run SIGKILLed mid-fault, one live run with concurrent cleanups, then the
+    final scan and cleanup."""
     root.mkdir(parents=True, exist_ok=True)
     db = root / "soak.db"
     before = HostSnapshot.take()
@@ -214,6 +359,12 @@ def soak(root: Path, runs: int = 20, seed: int = 1,
         fault = rng.choice(["delay-lt-timeout", "crash"] if stage in ("inject", "fault")
                            else ["none", "crash", "delay-lt-timeout"])
         result = kill_one(i, stage, sig, fault, root, db, seed + i)
+        kills.append(result)
+        if on_kill:
+            on_kill(result)
+    # Runs whose directory no cluster of its own guards: a matrix cell, an external run.
+    for kill in (kill_matrix, kill_external):
+        result = kill(len(kills), root, db, seed + len(kills))
         kills.append(result)
         if on_kill:
             on_kill(result)

@@ -31,6 +31,7 @@ import sqlite_utils
 
 from pgval.dbfile import StoreError, connect, plain_error
 from pgval.evaluate import Evaluation
+from pgval.redact import redact_record
 from pgval.runtime.owner import Owner
 from pgval.schema import PHASES
 from pgval.validity import Validity, evaluation_reasons
@@ -51,6 +52,9 @@ RUN_COLUMNS = {
     "steady_control_s": float, "baseline_throughput": float, "note": str,
     # The pgval process the run belongs to (JSON of Owner.as_dict()); NULL in older rows.
     "owner": str,
+    # 1: the run's evidence hashes are in evidence_files (stored at finish_run); 0: finished
+    # without evidence (a `pgval check`); NULL: stored before evidence hashes existed.
+    "sealed": int,
 }
 #: The recovery columns of ``runs`` (a test keeps them equal to Recovery's fields).
 RECOVERY_COLUMNS = ("downtime_s", "control_max_gap_s", "recovery_throughput_s",
@@ -97,6 +101,11 @@ TABLES: tuple[Table, ...] = (
                         "intended_ms": int, "actual_ms": int, "done_ms": int, "error": str,
                         "detail": str},
           pk=("run_id", "seq")),
+    # SHA-256 of each evidence file (path relative to the run directory, e.g.
+    # evidence/output.parquet) when the run was stored: recheck and export refuse files
+    # that differ (pgval/evidence.py, seal and verify).
+    Table("evidence_files", {"run_id": int, "path": str, "sha256": str},
+          pk=("run_id", "path")),
     Table("unprocessed_causes", {"run_id": int, "cause": str, "count": int, "examples": str},
           pk=("run_id", "cause")),
     # The optimum ingestion rate per (topology, pg), one row per search (pgval/oir.py).
@@ -152,10 +161,19 @@ def _v3_oir_shape(db: sqlite_utils.Database) -> None:
     _ensure_declared(db)
 
 
+def _v4_evidence_hashes(db: sqlite_utils.Database) -> None:
+    """3 → 4: runs record whether their evidence was sealed (``sealed``), the hashes go to
+    ``evidence_files``; runs stored before keep ``sealed`` NULL (re-checked, not verified)."""
+    _ensure_declared(db)
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_v1_declared_schema,
                                                                     _v2_oir_bracket,
-                                                                    _v3_oir_shape)
+                                                                    _v3_oir_shape,
+                                                                    _v4_evidence_hashes)
 SCHEMA_VERSION = len(MIGRATIONS)
+#: The first schema whose runs carry evidence hashes (older ones are re-checked unverified).
+EVIDENCE_SCHEMA = MIGRATIONS.index(_v4_evidence_hashes) + 1
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
@@ -256,7 +274,7 @@ class ResultsStore:
                 "created_at": time.time(), "kind": kind, "status": "running",
                 "topology": topology, "pg": pg, "fault": fault, "window_ms": window_ms,
                 "seed": seed, "repeat": repeat,
-                "params": json.dumps(dict(params or {}), default=str),
+                "params": json.dumps(redact_record(dict(params or {})), default=str),
                 "owner": _current_owner(),
             })
             return int(table.last_pk)
@@ -270,17 +288,20 @@ class ResultsStore:
         """Replace a run's recorded parameters (a claimed row learns its run directory and
         the configuration as the experiment completed it)."""
         with self.transaction():
-            self.db["runs"].update(run_id, {"params": json.dumps(dict(params), default=str)})
+            self.db["runs"].update(run_id, {"params": json.dumps(redact_record(dict(params)),
+                                                                 default=str)})
 
     def finish_run(self, run_id: int, evaluation: Evaluation,
                    extra: Mapping[str, Any] | None = None,
                    validity: Validity | None = None, run_dir: Path | None = None,
                    batches: Iterable[Mapping[str, Any]] | None = None,
-                   fault_log: Iterable[Mapping[str, Any]] | None = None) -> None:
+                   fault_log: Iterable[Mapping[str, Any]] | None = None,
+                   evidence: Mapping[str, str] | None = None) -> None:
         """Store a run's evaluation: totals, phases, witnesses, 1 s series, validity,
-        recovery, causes, micro-batches and fault log, in one transaction whose last
-        statement marks the run ``complete`` (a failure leaves it ``running``, with nothing
-        of it stored, so a matrix redoes it)."""
+        recovery, causes, micro-batches, fault log and evidence hashes (``evidence``,
+        from :func:`pgval.evidence.seal`), in one transaction whose last statement marks the
+        run ``complete`` (a failure leaves it ``running``, with nothing of it stored, so a
+        matrix redoes it)."""
         v = evaluation.validation
         m = evaluation.metrics
         summary = evaluation.summary()
@@ -301,11 +322,16 @@ class ResultsStore:
                 "failure_cost_s": m.failure_cost_s,
                 "t_start": ph.start if bounded else None, "t2": ph.t2 if bounded else None,
                 "t3": ph.t3 if bounded else None,
-                "summary": json.dumps(summary, default=_json_default),
+                "summary": json.dumps(redact_record(summary), default=_json_default),
                 "valid": int(validity.valid),
                 "validity_reasons": json.dumps(validity.reasons),
                 "run_dir": str(run_dir) if run_dir is not None else None,
+                "sealed": int(evidence is not None),
             })
+            if evidence is not None:
+                self.db["evidence_files"].insert_all(
+                    ({"run_id": run_id, "path": k, "sha256": h} for k, h in evidence.items()),
+                    replace=True)
             rows = []
             for p in PHASES:
                 c = v.phases[p]
@@ -377,7 +403,8 @@ class ResultsStore:
         rows = [{"run_id": run_id, "seq": k, "step": e.get("step"), "fault": e.get("fault"),
                  "intended_ms": e.get("intended_ms"), "actual_ms": e.get("actual_ms"),
                  "done_ms": e.get("done_ms"), "error": e.get("error"),
-                 "detail": json.dumps(dict(e), default=str)} for k, e in enumerate(entries)]
+                 "detail": json.dumps(redact_record(dict(e)), default=str)}
+                for k, e in enumerate(entries)]
         if rows:
             with self.transaction():
                 self.db["fault_log"].insert_all(rows, replace=True)
@@ -399,6 +426,32 @@ class ResultsStore:
 
     def phase_results(self, run_id: int) -> list[dict[str, Any]]:
         return list(self.db["phase_results"].rows_where("run_id = ?", [run_id]))
+
+
+#: Written into a run directory whose storing failed: what the database would have held
+#: that the evidence does not (the fault log, timings, …), for the import.
+UNSTORED = "unstored.json"
+
+
+def unstored_error(db: Path, run_id: int, run_dir: Path, exc: BaseException,
+                   extra: Mapping[str, Any]) -> StoreError:
+    """The one sentence for a run whose evidence is complete but whose ``finish_run`` failed
+    (disk full, the database locked past the busy time-out, read-only), after keeping
+    ``extra`` (fault log, timings) in ``run_dir/unstored.json`` (0600, secrets redacted)
+    for ``pgval recheck RUN_DIR --store --db DB``, which imports the run later."""
+    import os
+
+    why = str(plain_error(db, exc)).removeprefix(f"cannot use the results database {db}: ")
+    try:
+        path = Path(run_dir) / UNSTORED
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(redact_record(dict(extra)), default=_json_default) + "\n")
+    except OSError:
+        pass  # the same full disk: the import stores the run without its fault log
+    return StoreError(f"run {run_id} finished, but storing it in {db} failed ({why}); its "
+                      f"evidence is complete in {run_dir}: store it later with `pgval "
+                      f"recheck {run_dir} --store --db {db}`")
 
 
 def _series_rows(run_id: int, evaluation: Evaluation) -> Iterable[dict[str, Any]]:

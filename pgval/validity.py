@@ -53,6 +53,31 @@ class Validity:
         return {"valid": self.valid, "validity_reasons": list(self.reasons)}
 
 
+#: What each reason is about, by the start of its text (pgval's reasons are plain strings;
+#: a re-check compares stored and recomputed validity by these kinds, not by wording).
+#: ``observed``: seen live (the drain, the driver's death) and kept in the manifest, since
+#: nothing after the run can recompute them.
+REASON_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("data", ("nothing was expected", "the control phase had no", "the failure phase had no",
+              "the recovery phase had no")),
+    ("readback", ("read-back of topic",)),
+    ("reconcile", ("input records read", "input topics hold")),
+    ("generator", ("the generator had", "a generator process failed")),
+    ("observed", ("the drain timed out", "the driver died")),
+    ("fault", ("injecting ", "removing ", "crash:", "driver-crash:", "delay")),
+)
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of one validity reason (``other`` for one no rule knows)."""
+    for kind, starts in REASON_KINDS:
+        if reason.startswith(starts):
+            return kind
+    if reason.startswith("the ") and " fault was never " in reason:
+        return "fault"
+    return "other"
+
+
 #: Faults that stop every output for the failure phase by design (the driver is down from
 #: T2 until its restart at T3): a failure phase without outputs is then the fault's effect
 #: (at-most-once shows it as lost input), not a latency longer than the phase.
@@ -144,6 +169,12 @@ def fault_reasons(fault: str, log: Iterable[Mapping[str, Any]]) -> list[str]:
         reasons.append(f"removing {fault} failed: {remove['error']}")
     if fault == "crash" and str(inject.get("mechanism", "")).startswith("executor kill"):
         reasons.extend(_executor_kill_reasons(inject, remove))
+    elif fault == "crash" and inject.get("mechanism") == "pumba":
+        # Compose: pumba kills the worker's container; Docker's own state is the evidence
+        # (there is no host pid to record).
+        if inject.get("status") not in ("exited", "dead"):
+            reasons.append(f"crash: container {inject.get('target')} was not seen stopped "
+                           f"(status {inject.get('status')!r})")
     elif fault == "crash":
         if not inject.get("worker_pid"):
             reasons.append("crash: no worker process was killed")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import spark as spark_mod
-from pgval.runtime.procs import RuntimeErrorPlain
 
 
 @pytest.mark.cluster

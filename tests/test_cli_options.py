@@ -153,6 +153,23 @@ def test_repeated_key_values_become_a_dict() -> None:
     assert _parse("oir", ["--topology", "sst"])["kafka_config"] == {}
 
 
+def test_key_values_from_a_file_keep_a_password_off_the_command_line(cwd: Path) -> None:
+    """``--kafka-config @FILE`` (what `cluster status --json` names for the embedded
+    Kafka's login) reads KEY=VALUE lines; later options still win; a file that cannot be
+    read is one line."""
+    login = cwd / "login.properties"
+    login.write_text("# the cluster's login\nsecurity.protocol=SASL_PLAINTEXT\n\n"
+                     "sasl.password=p=q\n")
+    params = _parse("validate", ["--topology", "sst", "--deploy", "external",
+                                 "--bootstrap", "k:9092", "--master", "spark://m:7077",
+                                 "--kafka-config", f"@{login}", "--kafka-config",
+                                 "security.protocol=SASL_SSL"])
+    assert params["kafka_config"] == {"security.protocol": "SASL_SSL", "sasl.password": "p=q"}
+    res = CliRunner().invoke(main, ["validate", "--topology", "sst", "--kafka-config",
+                                    f"@{cwd / 'missing'}"])
+    _one_line_error(res, "cannot read")
+
+
 @pytest.mark.parametrize("command", [["validate", "--topology", "sst"], ["matrix"],
                                      ["oir", "--topology", "mst"]])
 def test_a_malformed_key_value_is_one_line(cwd: Path, command: list[str]) -> None:

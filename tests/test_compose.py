@@ -19,9 +19,9 @@ import jsonschema
 import pytest
 from docker.errors import NotFound
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.faults import pumba
 from pgval.runtime import docker_stack
-from pgval.runtime.procs import RuntimeErrorPlain
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
@@ -427,13 +427,42 @@ def test_compose_driver_runs_inside_the_runner_with_mapped_paths(tmp_path: Path)
                       python="python", path_map=dep.container_path,
                       signal_argv=dep.driver_signal_argv)
     argv = spec.argv()
-    assert argv[:5] == ["docker", "exec", "pgval-runner", "python", "-m"]
+    assert argv[:9] == ["docker", "exec", "-e", "PGVAL_KAFKA_OPTIONS", "-e", "PGVAL_SPARK_CONF",
+                        "pgval-runner", "python", "-m"]
     assert argv[argv.index("--checkpoint") + 1] == "/work/runs/r1/checkpoint"
     assert argv[argv.index("--progress-file") + 1] == "/work/runs/r1/progress.jsonl"
     assert argv[argv.index("--bootstrap") + 1] == "kafka-0:19092,kafka-1:19092,kafka-2:19092"
     assert argv[argv.index("--driver-host") + 1] == "pgval-runner"
     assert dep.driver_signal_argv("KILL") == ["docker", "exec", "pgval-runner", "pkill",
                                               "-KILL", "-f", "pgval.topologies.driver"]
+
+
+def test_compose_driver_gets_the_spark_conf_by_name(tmp_path: Path) -> None:
+    """--spark-conf reaches a compose run's driver: `docker exec -e NAME` hands the docker
+    client's value of NAME (the driver spec's environment) into the runner, so the value
+    itself is on no command line."""
+    from pgval.deploy.compose import ComposeDeployment
+    from pgval.runtime.driver import DriverSpec
+
+    runs = tmp_path / "runs"
+    dep = ComposeDeployment(runs / "r1", runs_root=runs)
+    where = dep.driver_placement()
+    spec = DriverSpec(topology="sst", pg="a1", bootstrap=where.bootstrap, master=where.master,
+                      checkpoint=runs / "r1" / "c", progress_file=runs / "r1" / "p",
+                      window_ms=1000, watermark_ms=0, trigger_ms=0, shuffle_partitions=1,
+                      launcher=where.launcher, python=where.python, path_map=where.path_map,
+                      user_conf={"spark.sql.streaming.stateStore.providerClass": "Rocks",
+                                 "spark.pgval.password": "hunter2"})
+    argv = spec.argv()
+    runner = argv.index("pgval-runner")
+    assert ["-e", "PGVAL_SPARK_CONF"] in [argv[i:i + 2] for i in range(runner)]
+    assert not any("hunter2" in a or "Rocks" in a for a in argv)
+    assert json.loads(spec.env()["PGVAL_SPARK_CONF"]) == spec.user_conf
+
+
+def test_compose_master_has_no_rest_server(compose: dict[str, Any]) -> None:
+    env = _services(compose)["spark-master"]["environment"]
+    assert "-Dspark.master.rest.enabled=false" in env["SPARK_MASTER_OPTS"].split()
 
 
 def test_compose_faults_go_through_pumba(tmp_path: Path) -> None:
@@ -472,3 +501,36 @@ def test_validate_deploy_compose_without_engine_is_one_line(tmp_path: Path) -> N
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 1
     assert "Docker engine is not reachable" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_pumba_delay_leaves_an_undo_for_the_reaper(
+        fake: tuple[Path, FakeContainer, FakeClient], tmp_path: Path) -> None:
+    """While pumba's delay acts, the run holds an undo record (0600) that clears its netem;
+    the reaper (force_down) stops pumba through its pid file and runs the undo, which keeps
+    its record when Docker cannot be reached (here: no engine), for the next cleanup."""
+    from pgval.runtime import undo
+    from pgval.runtime.cluster import force_down
+
+    exe, container, client = fake
+    run_dir = tmp_path / "run"
+    fault = pumba.PumbaFault("delay", "delay", container.name, delay_ms=500, duration_s=60,
+                             client=client, pumba=str(exe), log_dir=run_dir / "faults",
+                             pid_dir=run_dir / "pids", run_dir=run_dir)
+    fault.inject()
+    [record] = undo.pending(run_dir)
+    assert record["argv"] == pumba.clear_netem_argv(container.name)
+    assert (run_dir / "undo" / f"netem-{container.name}.json").stat().st_mode & 0o777 == 0o600
+    fault.remove()
+    assert undo.pending(run_dir) == []
+    fault = pumba.PumbaFault("delay", "delay", container.name, delay_ms=500, duration_s=60,
+                             client=client, pumba=str(exe), log_dir=run_dir / "faults",
+                             pid_dir=run_dir / "pids", run_dir=run_dir)
+    fault.inject()
+    assert fault._proc is not None
+    pumba_pid = fault._proc.pid
+    removed = force_down(run_dir)  # what the reaper does once pgval is gone
+    assert f"pumba-delay-{container.name}" in removed
+    assert fault._proc.popen.poll() is not None, f"pumba {pumba_pid} still runs"
+    assert any(r.startswith(f"undo netem-{container.name}: clear pumba's netem") and
+               "(exit 1)" in r for r in removed), removed
+    assert [e["name"] for e in undo.pending(run_dir)] == [f"netem-{container.name}"]

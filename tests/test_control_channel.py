@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.faults.executor import ExecutorKill
 from pgval.runtime.driver import DriverControl, DriverSpec, _ProgressTail
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.topologies.control import MECHANISM, ControlLoop, choose_executor
 from pgval.topologies.driver import ProgressLog, parse_args
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pgval.config import ExperimentConfig
+from pgval.errors import RuntimeErrorPlain
 from pgval.faults.process import DriverCrash
-from pgval.runtime.procs import RuntimeErrorPlain
 
 
 class FakeDriver:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import delay, netns
 from pgval.runtime.holder import Schedule
-from pgval.runtime.procs import RuntimeErrorPlain
 from tests.conftest import wait_until
 
 D_MS = 100

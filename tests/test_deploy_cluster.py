@@ -23,7 +23,9 @@ from pgval.config import ExperimentConfig
 from pgval.evidence import Manifest
 from pgval.matrix import cells, run_matrix
 from pgval.runtime.cluster import ClusterConfig
+from pgval.runtime.kafka import is_reachable, read_client_properties
 from pgval.store import ResultsStore
+from tests.test_redact import MARK, assert_private_run, files_holding
 
 pytestmark = pytest.mark.cluster
 
@@ -54,23 +56,42 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
         pgval("cluster", "down", "--run-dir", str(cluster_dir), cwd=base)
 
 
-def topic_names(bootstrap: str) -> set[str]:
+def topic_names(info: dict[str, Any]) -> set[str]:
     """The cluster's topics, without Kafka's internal ones (``__consumer_offsets`` appears
-    with the first consumer group anyone uses; it is Kafka's, not a run's)."""
-    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    with the first consumer group anyone uses; it is Kafka's, not a run's). The login is
+    the cluster's 0600 file that `cluster status --json` names."""
+    login = read_client_properties(Path(info["kafka_config_file"]))
+    topics = AdminClient({"bootstrap.servers": info["bootstrap"], **login}).list_topics(
+        timeout=10).topics
     return {t for t in topics if not t.startswith("__")}
 
 
 def test_external_crash_kills_an_executor_through_spark_and_leaves_the_cluster_alone(
         running_cluster: dict[str, Any]) -> None:
     info, base = running_cluster, running_cluster["base"]
-    before = topic_names(info["bootstrap"])
+    before = topic_names(info)
+    # The held cluster's Kafka is closed: no login, no metadata; the login file is 0600.
+    login_file = Path(info["kafka_config_file"])
+    assert login_file.stat().st_mode & 0o777 == 0o600
+    assert not is_reachable(info["bootstrap"], timeout_s=2.0)
     conf = [a for k, v in info["spark_conf"].items() for a in ("--spark-conf", f"{k}={v}")]
+    # Nothing secret stored (issue 22): the Kafka login's password, a secret --spark-conf
+    # and a nemesis token (given, unused by a crash) are in no file of the run nor in the
+    # database.
+    password = read_client_properties(login_file)["sasl.password"]
+    nemesis = f"true --token {MARK} {{worker}}"
     proc = pgval("validate", "--deploy", "external", "--bootstrap", info["bootstrap"],
+                 "--kafka-config", f"@{login_file}",
                  "--master", info["master"], *conf, "--fault", "crash", "--db",
-                 str(base / "r.db"), *RUN_SHAPE, cwd=base)
+                 str(base / "r.db"), "--spark-conf", f"spark.pgval.test.password={MARK}",
+                 "--nemesis-inject", nemesis, "--nemesis-remove", nemesis, *RUN_SHAPE,
+                 cwd=base)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
+    run_dir = Path(ResultsStore(base / "r.db").runs()[-1]["run_dir"])
+    assert files_holding(MARK, run_dir, *base.glob("r.db*")) == []
+    assert files_holding(password, run_dir, *base.glob("r.db*")) == []
+    assert_private_run(run_dir, base / "r.db")
     inject = next(e for e in out["fault_log"] if e["step"] == "inject")
     remove = next(e for e in out["fault_log"] if e["step"] == "remove")
     assert inject["executor"] in inject["executors_before"], inject
@@ -82,19 +103,19 @@ def test_external_crash_kills_an_executor_through_spark_and_leaves_the_cluster_a
                               cwd=base).stdout)
     assert status["processes"] and all(status["processes"].values()), status
     assert status["master"] == info["master"] and status["bootstrap"] == info["bootstrap"]
-    assert topic_names(info["bootstrap"]) == before
+    assert topic_names(info) == before
 
 
 def test_validate_on_a_running_cluster_with_cluster_dir(running_cluster: dict[str, Any]) -> None:
     info, base = running_cluster, running_cluster["base"]
-    before = topic_names(info["bootstrap"])
+    before = topic_names(info)
     proc = pgval("validate", "--cluster", str(info["dir"]), "--db", str(base / "r.db"),
                  *RUN_SHAPE, cwd=base)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["valid"], out["validity_reasons"]
     assert out["timings"]["cluster_start_s"] < 5  # nothing was started
-    assert topic_names(info["bootstrap"]) == before
+    assert topic_names(info) == before
 
 
 def test_a_warm_matrix_shares_one_cluster_and_runs_do_not_see_each_other(

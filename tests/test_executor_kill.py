@@ -63,13 +63,14 @@ def test_executor_kill_is_replaced_and_the_query_runs_on(tmp_path: Path) -> None
     try:
         cluster.start()
         spark = cluster.spark
-        assert spark is not None
+        assert spark is not None and cluster.kafka is not None
         spec = DriverSpec(topology="sst", pg="a1", bootstrap=cluster.bootstrap,
                           master=spark.master_url, checkpoint=run_dir / "checkpoint",
                           progress_file=run_dir / "progress.jsonl", window_ms=2000,
                           watermark_ms=1000, trigger_ms=500, shuffle_partitions=3,
                           driver_host=spark.driver_host, extra_env=spark.driver_env(),
-                          query_name="pgval-execkill", control_dir=run_dir / "control")
+                          query_name="pgval-execkill", control_dir=run_dir / "control",
+                          kafka_options=cluster.kafka.auth_config)  # the closed Kafka's login
         driver = DriverProcess(spec, run_dir / "logs", run_dir / "pids")
         driver.start()
         control = driver.control()
@@ -83,7 +84,8 @@ def test_executor_kill_is_replaced_and_the_query_runs_on(tmp_path: Path) -> None
         assert set(_executor_pids(spark.workers)) == set(registered())
 
         group = ProducerGroup(GeneratorConfig(resources=4, rate=200, duration_s=600, seed=1),
-                              KafkaSink(cluster.bootstrap), pid_dir=run_dir / "pids")
+                              KafkaSink(cluster.bootstrap, config=cluster.kafka.auth_config),
+                              pid_dir=run_dir / "pids")
         group.start()
         wait_until(lambda: len(_batches_with_input(driver, 0)) >= 3, 120,
                    "batches with input before the kill")

@@ -1,4 +1,6 @@
-"""Fuzzing `pgval check` and `pgval oracle`: whatever the files and flags, never a traceback.
+"""Fuzzing `pgval check` and `pgval oracle` (whatever the files and flags), and `recheck`,
+`export` and `report` (whatever is broken in a stored run and its database): never a
+traceback.
 
 Issue 9, item 10. The product rule (README, docs/semantics.md): a malformed record is
 counted, never fatal; a wrong flag or a bad file ends in one plain sentence and a
@@ -713,3 +715,369 @@ def test_entry_point_version_and_help() -> None:
     assert "--phases" in run_process(["check", "--help"]).stdout
 
 
+
+
+# --------------------------------------------------------------------------- stored runs
+# Issue 22, item 5: `recheck`, `export` and `report` read files a user (or anyone with
+# write access) can break: a run directory and a results database. Each example starts
+# from a valid stored run (tests/test_evidence.py's one-event run, finished and sealed in
+# a database) and breaks it; whatever the damage, the command answers (exit 0) or refuses
+# in one plain sentence (exit 1/2), never with a traceback.
+
+import itertools  # noqa: E402
+import shutil  # noqa: E402
+import sqlite3  # noqa: E402
+
+_copies = itertools.count()
+EVIDENCE_FILES = ("run.json", "get.parquet", "post.parquet", "output.parquet",
+                  "progress.jsonl")
+#: Run ids as a user may type them: Unicode digits Python's isdigit accepts, beyond SQLite.
+RUN_IDS = ["²", "١", "٣", "𝟙", "1²", "10" + "0" * 22, str(1 << 63), str((1 << 63) - 1),
+           "0", "-1", "+1", " 1", "1 ", "1.0", "1e3", "", "0x1", "١٢", "9" * 400]
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    run_dir: Path
+    db: Path
+    run_id: int
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> StoredRun:
+    """One complete run: evidence (with a progress line) and its sealed row in a database,
+    plus an OIR row, so that every table a report reads has a row to break."""
+    from pgval import evidence
+    from pgval.recheck import recheck
+    from tests.test_evidence import stored_one_event_run
+
+    base = tmp_path_factory.mktemp("stored")
+    run_dir, db, store, run_id = stored_one_event_run(base)
+    progress = [{"event": "started", "id": "q"},
+                {"event": "progress", "batchId": 0, "numInputRows": 1,
+                 "eventTime": {"watermark": "1970-01-01T00:00:00.000Z"},
+                 "sources": [{"startOffset": {"pgval-get": {"0": 0}},
+                              "endOffset": {"pgval-get": {"0": 1, "1": 0}}}]}]
+    (run_dir / "evidence" / "progress.jsonl").write_text(
+        "".join(json.dumps(p) + "\n" for p in progress))
+    m = evidence.Manifest.read(run_dir)
+    m.run_id = run_id
+    m.config = {"fault": "none", "rate": 10.0}
+    m.write(run_dir)
+    result = recheck(run_dir)
+    seal = getattr(evidence, "seal", None)  # evidence hashes (issue 22, item 4)
+    sealed = {"evidence": seal(run_dir, run_id)} if seal is not None else {}
+    store.finish_run(run_id, result.evaluation, run_dir=run_dir, batches=progress,
+                     fault_log=[{"step": "inject", "fault": "none", "intended_ms": 1}],
+                     **sealed)
+    store.db["oir"].insert({"topology": "sst", "pg": "a1", "rate": 100.0, "measured_at": 1.0,
+                            "trials": "[]", "upper": 200.0, "precision": 0.1,
+                            "bracketed": 1, "machine": "m", "shape": "{}"})
+    store.close()
+    assert run_cli(["recheck", str(run_id), "--db", str(db), "--json"]).exit_code == 0
+    assert run_cli(["report", "--db", str(db), "--format", "csv", "--include-unknown"]
+                   ).exit_code == 0
+    return StoredRun(run_dir, db, run_id)
+
+
+def _copy_run(stored: StoredRun, work: Path) -> StoredRun:
+    """A fresh copy of the stored run whose database points at the copy."""
+    n = next(_copies)
+    run_dir = work / f"run-{n}"
+    shutil.copytree(stored.run_dir, run_dir)
+    db = work / f"db-{n}.db"
+    shutil.copyfile(stored.db, db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET run_dir = ?, params = ?",
+                     [str(run_dir), json.dumps({"run_dir": str(run_dir), "rate": 10.0})])
+    conn.close()
+    return StoredRun(run_dir, db, stored.run_id)
+
+
+#: run.json fields: every one of them, and one pgval does not know.
+MANIFEST_FIELDS = ("topology", "window_ms", "phases", "t4", "resources", "control_ids",
+                   "control_events", "readback", "reconciliation", "valid",
+                   "validity_reasons", "run_id", "config", "generator", "observed_reasons",
+                   "not_a_field")
+#: JSON values of the wrong type (or range) for some field, and huge numbers.
+manifest_values = st.one_of(
+    json_values, not_int, st.sampled_from(EXTREME_INTS),
+    st.sampled_from([[0, 1], [2, 1, 0], [0, 0, 0], [0, 1, 2, 3], [-1, 0, 1], [0, 1, "2"],
+                     [1, 0], [10**23, 10**23], ["sst"], "SST", "mst ", {"0": 1}, 10**23,
+                     -(10**23), 1e308, "²", "١"]),
+    st.sampled_from(["1e999", "-1e999", "NaN", "Infinity", "1E+400"]).map(Raw))
+#: Lines of progress.jsonl: arbitrary JSON, and progress objects with fields of any type.
+progress_fields = st.sampled_from(["event", "id", "batchId", "eventTime", "sources",
+                                   "numInputRows", "stateOperators", "durationMs"])
+progress_values = st.one_of(
+    manifest_values, st.just("progress"), st.just("started"),
+    st.fixed_dictionaries({"watermark": st.one_of(
+        json_values, st.sampled_from(["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59Z",
+                                      "x", "", "2024-13-01T00:00:00Z"]))}),
+    st.lists(st.fixed_dictionaries({"startOffset": json_values, "endOffset": st.one_of(
+        json_values, st.fixed_dictionaries({"pgval-get": st.dictionaries(
+            st.sampled_from(["0", "1", "x", "²", "-1", "99999999999"]),
+            st.one_of(st.integers(), json_values, st.sampled_from([10**23, 1e308])),
+            max_size=2)}))}), max_size=2))
+progress_line = st.one_of(
+    st.sampled_from(ODD_LINES[:20]), st.binary(max_size=20),
+    json_values.map(line_bytes),
+    st.dictionaries(progress_fields, progress_values, min_size=1, max_size=4).map(
+        lambda d: line_bytes({"event": "progress", **d})))
+
+
+@st.composite
+def run_damage(draw: st.DrawFn) -> list[tuple]:
+    """One to three edits of a run directory."""
+    edits = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["field", "drop-field", "manifest", "progress", "bytes",
+                                     "truncate", "delete", "dir", "evidence-file"]))
+        name = draw(st.sampled_from(EVIDENCE_FILES))
+        if kind == "field":
+            edits.append((kind, draw(st.sampled_from(MANIFEST_FIELDS)), draw(manifest_values)))
+        elif kind == "drop-field":
+            edits.append((kind, draw(st.sampled_from(MANIFEST_FIELDS))))
+        elif kind == "manifest":  # the whole of run.json: not an object, not UTF-8, …
+            edits.append((kind, draw(st.one_of(
+                json_values.map(line_bytes), st.binary(max_size=30),
+                st.sampled_from([b"\xff\xfe{}", b'{"topology": "sst\xff"}', b"[" * 100_000,
+                                 b"", b"\xef\xbb\xbf{}", b"{" * 5000, b"null"])))))
+        elif kind == "progress":
+            edits.append((kind, draw(st.lists(progress_line, min_size=1, max_size=4))))
+        elif kind == "bytes":
+            edits.append((kind, name, draw(st.binary(max_size=64))))
+        elif kind == "truncate":
+            edits.append((kind, name, draw(st.integers(0, 4000))))
+        else:
+            edits.append((kind, name))
+    return edits
+
+
+def _damage(run_dir: Path, edits: list[tuple]) -> None:
+    ev = run_dir / "evidence"
+    for edit in edits:
+        kind = edit[0]
+        if not ev.is_dir():
+            return
+        if kind in ("field", "drop-field"):
+            try:
+                data = json.loads((ev / "run.json").read_text())
+            except (OSError, ValueError, RecursionError):
+                continue
+            if not isinstance(data, dict):
+                continue
+            pairs = [(k, v) for k, v in data.items() if k != edit[1]]
+            if kind == "field":
+                pairs.append((edit[1], edit[2]))
+            (ev / "run.json").write_bytes(line_bytes(Obj(tuple(pairs))))
+        elif kind == "manifest":
+            _replace(ev / "run.json", edit[1])
+        elif kind == "progress":
+            _replace(ev / "progress.jsonl", b"\n".join(edit[1]) + b"\n")
+        elif kind == "bytes":
+            _replace(ev / edit[1], edit[2])
+        elif kind == "truncate" and (ev / edit[1]).is_file():
+            data = (ev / edit[1]).read_bytes()
+            (ev / edit[1]).write_bytes(data[:edit[2] % (len(data) + 1)])
+        elif kind == "delete":
+            _remove(ev / edit[1])
+        elif kind == "dir":  # a directory where a file belongs
+            _remove(ev / edit[1])
+            (ev / edit[1]).mkdir()
+        elif kind == "evidence-file":  # a file where the evidence directory belongs
+            shutil.rmtree(ev)
+            ev.write_text("x")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    _remove(path)
+    path.write_bytes(data)
+
+
+def _fatal(edits: list[tuple]) -> bool:
+    """Damage no re-check can read past: run.json gone, or no object at all."""
+    for edit in edits:
+        if edit[0] == "evidence-file" or (edit[0] in ("delete", "dir")
+                                          and edit[1] == "run.json"):
+            return True
+        if edit[0] == "manifest":
+            try:
+                if not isinstance(json.loads(edit[1]), dict):
+                    return True
+            except (ValueError, RecursionError):
+                return True
+    return False
+
+
+@fuzz(150)
+@given(edits=run_damage(), by_id=st.booleans())
+def test_recheck_and_export_never_traceback_on_a_broken_run(
+        work: Path, stored: StoredRun, edits: list[tuple], by_id: bool) -> None:
+    """Whatever is broken in a run directory, `recheck` and `export` (by directory, or by
+    run id through the database) answer or refuse in one sentence."""
+    run = _copy_run(stored, work)
+    _damage(run.run_dir, edits)
+    where = [str(run.run_id), "--db", str(run.db)] if by_id else [str(run.run_dir)]
+    checked = run_cli(["recheck", *where, "--json"])
+    exported = run_cli(["export", *where, "--out", str(run.run_dir) + "-out"])
+    if _fatal(edits):
+        assert checked.exit_code != 0 and exported.exit_code != 0
+    if checked.exit_code == 0:
+        assert orjson.loads(checked.stdout)["expected"] >= 0
+
+
+@fuzz(40)
+@given(run_id=st.one_of(st.sampled_from(RUN_IDS), st.text(max_size=6)),
+       command=st.sampled_from(["recheck", "recheck-store", "export"]),
+       with_db=st.booleans())
+def test_run_ids_are_used_or_refused_in_one_line(work: Path, stored: StoredRun, run_id: str,
+                                                 command: str, with_db: bool) -> None:
+    """`²` and `١` are digits to Python, 10^23 is one to SQLite: none may crash."""
+    args = {"recheck": ["recheck", run_id, "--json"],
+            "recheck-store": ["recheck", run_id, "--store"],
+            "export": ["export", run_id, "--out", str(work / "ids-out")]}[command]
+    result = run_cli([*args, *(["--db", str(stored.db)] if with_db else [])])
+    if run_id != str(stored.run_id) and not _is_dir(run_id):
+        assert result.exit_code != 0
+
+
+def _is_dir(name: str) -> bool:
+    try:
+        return Path(name).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+#: What may sit in a numeric or text cell of a stored row.
+CELLS = [1e308, -1e308, float("inf"), float("-inf"), float("nan"), (1 << 63) - 1, -(1 << 63),
+         0, -1, "", "x", "1e999", "NaN", "²", "{", "[]", "{}", "null", '"x"', "[1, 2]",
+         '{"run_dir": 5}', '{"run_dir": ["a"]}', b"\xff\x00", "/nonexistent", "."]
+#: Columns a report, recheck or export reads, per table.
+COLUMNS = {
+    "runs": ("topology", "pg", "fault", "kind", "status", "window_ms", "params", "summary",
+             "valid", "validity_reasons", "run_dir", "expected", "processed", "reliability",
+             "failure_cost_s", "downtime_s", "catchup_s", "recovered", "censored", "t2",
+             "guarantee", "sealed", "created_at", "finished_at", "id"),
+    "phase_results": ("phase", "expected", "processed", "reliability", "throughput",
+                      "latency_p50_s", "latency_p99_s", "karimov_p99_s", "run_id"),
+    "unprocessed_causes": ("cause", "count", "examples", "run_id"),
+    "fault_log": ("step", "fault", "intended_ms", "actual_ms", "done_ms", "detail", "run_id"),
+    "series": ("t_ms", "inputs", "outputs", "latency_p50_s", "run_id"),
+    "batches": ("batch_id", "timestamp", "raw", "run_id"),
+    "evidence_files": ("path", "sha256", "run_id"),
+    "oir": ("topology", "pg", "rate", "measured_at", "trials", "upper", "machine", "shape"),
+}
+
+
+@st.composite
+def db_damage(draw: st.DrawFn) -> list[tuple]:
+    edits = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["cell", "cell", "cell", "drop-column", "drop-table",
+                                     "rename-table", "bytes", "truncate", "version", "dir"]))
+        table = draw(st.sampled_from(sorted(COLUMNS)))
+        if kind == "cell":
+            edits.append((kind, table, draw(st.sampled_from(COLUMNS[table])),
+                          draw(st.one_of(st.sampled_from(CELLS), st.integers(-I64, I64 - 1),
+                                         st.floats(), st.text(max_size=5)))))
+        elif kind == "drop-column":
+            edits.append((kind, table, draw(st.sampled_from(COLUMNS[table]))))
+        elif kind in ("drop-table", "rename-table"):
+            edits.append((kind, table))
+        elif kind == "bytes":  # overwrite part of the file: a damaged database
+            edits.append((kind, draw(st.integers(0, 20_000)), draw(st.binary(min_size=1,
+                                                                              max_size=64))))
+        elif kind == "truncate":
+            edits.append((kind, draw(st.integers(0, 20_000))))
+        elif kind == "version":
+            edits.append((kind, draw(st.sampled_from([-1, 1, 2, 99, 1 << 31 - 1]))))
+        else:
+            edits.append((kind,))
+    return edits
+
+
+def _damage_db(db: Path, edits: list[tuple]) -> None:
+    for edit in edits:
+        kind = edit[0]
+        if kind in ("bytes", "truncate", "dir"):
+            if not db.is_file():
+                continue
+            data = db.read_bytes()
+            if kind == "bytes":
+                at = edit[1] % max(len(data), 1)
+                data = data[:at] + edit[2] + data[at + len(edit[2]):]
+                db.write_bytes(data)
+            elif kind == "truncate":
+                db.write_bytes(data[:edit[1] % (len(data) + 1)])
+            else:
+                db.unlink()
+                db.mkdir()
+            continue
+        try:
+            conn = sqlite3.connect(db)
+            try:
+                if kind == "cell":
+                    conn.execute(f"UPDATE [{edit[1]}] SET [{edit[2]}] = ?", [edit[3]])
+                elif kind == "drop-column":
+                    conn.execute(f"ALTER TABLE [{edit[1]}] DROP COLUMN [{edit[2]}]")
+                elif kind == "drop-table":
+                    conn.execute(f"DROP TABLE [{edit[1]}]")
+                elif kind == "rename-table":
+                    conn.execute(f"ALTER TABLE [{edit[1]}] RENAME TO [{edit[1]}_old]")
+                else:
+                    conn.execute(f"PRAGMA user_version = {edit[1]}")
+                conn.commit()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            pass  # a primary key, an index, a column already gone: that edit is skipped
+
+
+@fuzz(150)
+@given(edits=db_damage(), command=st.sampled_from(["report", "recheck", "export"]),
+       fmt=st.sampled_from(["terminal", "markdown", "csv"]))
+def test_report_recheck_export_never_traceback_on_a_broken_database(
+        work: Path, stored: StoredRun, edits: list[tuple], command: str, fmt: str) -> None:
+    """Cells of any type and size (1e308, NaN, 2^63 - 1, text in numbers), dropped columns
+    and tables, damaged and truncated files: read, or refused in one sentence."""
+    run = _copy_run(stored, work)
+    _damage_db(run.db, edits)
+    args = {"report": ["report", "--db", str(run.db), "--format", fmt, "--include-unknown"],
+            "recheck": ["recheck", str(run.run_id), "--db", str(run.db), "--json"],
+            "export": ["export", str(run.run_id), "--db", str(run.db), "--out",
+                       str(run.run_dir) + "-out"]}[command]
+    run_cli(args)
+
+
+def test_report_html_and_plots_on_extreme_values(work: Path, stored: StoredRun) -> None:
+    """The plots and the HTML page read the same extreme cells (1e308 overflowed fsum)."""
+    run = _copy_run(stored, work)
+    _damage_db(run.db, [("cell", "runs", c, 1e308) for c in COLUMNS["runs"][11:19]]
+               + [("cell", "phase_results", c, -1e308) for c in COLUMNS["phase_results"][1:8]]
+               + [("cell", "series", c, 1e308) for c in COLUMNS["series"][1:4]])
+    res = run_cli(["report", "--db", str(run.db), "--format", "html", "--include-unknown", "--out",
+                   str(work / "extreme.html"), "--plots", str(work / "extreme-plots")])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "proc"])
+def test_unwritable_outputs_are_one_line(work: Path, stored: StoredRun, where: str) -> None:
+    """`report --out/--plots` and `export --out` where nothing can be written."""
+    blocker = work / "a-file"
+    blocker.write_text("x")
+    place = blocker / "sub" if where == "under-a-file" else Path("/proc/pgval-no/x")
+    for args in (["report", "--db", str(stored.db), "--include-unknown", "--out",
+                  str(place / "r.md"), "--format", "markdown"],
+                 ["report", "--db", str(stored.db), "--include-unknown", "--plots",
+                  str(place)],
+                 ["export", str(stored.run_dir), "--out", str(place)]):
+        res = run_cli(args)
+        assert res.exit_code == 2 and "cannot write" in res.stderr, (args, res.output)

@@ -452,7 +452,7 @@ def test_kafka_sink_delivers_to_a_real_broker(tmp_path: Path) -> None:
     from pgval.runtime.kafka import KafkaCluster, read_topic
     from pgval.schema import GET_TOPIC, POST_TOPIC
 
-    cluster = KafkaCluster(tmp_path, brokers=1)
+    cluster = KafkaCluster(tmp_path, brokers=1, sasl=False)
     cluster.start()
     try:
         cluster.ensure_experiment_topics(["output"])

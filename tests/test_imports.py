@@ -254,6 +254,63 @@ def test_no_import_cycle_beyond_those_being_removed() -> None:
                      f"all strongly connected components:\n{_describe(found)}")
 
 
+
+#: The layers of docs/design.md, bottom first. A unit (see :func:`unit`) may import units of
+#: its own layer or below, never above: the checker never reaches for a process, the store
+#: never for a fault, a fault never for the experiment that schedules it. A new unit must be
+#: placed here (and in docs/design.md) before it can be imported at all.
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("foundation", frozenset({"pgval", "pgval.schema", "pgval.errors", "pgval.redact"})),
+    ("checker", frozenset({"pgval.phases", "pgval.records", "pgval.oracle", "pgval.validator",
+                           "pgval.metrics", "pgval.recovery", "pgval.explain", "pgval.evaluate",
+                           "pgval.validity", "pgval.render", "pgval.bench"})),
+    ("host runtime", frozenset({"pgval.runtime"})),
+    ("what a run keeps", frozenset({"pgval.evidence", "pgval.dbfile", "pgval.store",
+                                    "pgval.recheck", "pgval.report"})),
+    ("pipeline parts", frozenset({"pgval.config", "pgval.datasets", "pgval.topologies",
+                                  "pgval.faults"})),
+    ("deployments", frozenset({"pgval.deploy"})),
+    ("one run's steps", frozenset({"pgval.run", "pgval.live"})),
+    ("experiment", frozenset({"pgval.experiment", "pgval.soak", "pgval.bench_kafka"})),
+    ("campaigns", frozenset({"pgval.matrix", "pgval.oir"})),
+    ("command line", frozenset({"pgval.cli_errors", "pgval.cli_options", "pgval.cli",
+                                "pgval.cli_docs"})),
+)
+
+
+def layer_violations(graph: Graph) -> list[str]:
+    """Every unit import that goes up the layers, and every unit no layer names."""
+    rank = {u: i for i, (_, units) in enumerate(LAYERS) for u in units}
+    names = [name for name, _ in LAYERS]
+    out = [f"{u}: in no layer of LAYERS" for u in sorted(graph) if u not in rank]
+    for u, targets in sorted(graph.items()):
+        for t in sorted(targets):
+            if u in rank and t in rank and rank[t] > rank[u]:
+                out.append(f"{u} ({names[rank[u]]}) imports {t} ({names[rank[t]]})")
+    return out
+
+
+def test_imports_go_down_the_layers_only() -> None:
+    bad = layer_violations(unit_graph(pgval_graph()))
+    assert not bad, "imports against the layer order of docs/design.md:\n  " + "\n  ".join(bad)
+
+
+def test_an_upward_import_is_found() -> None:
+    """The rule itself: the checker importing the host runtime (as pgval.evidence and the
+    store did for the error type before issue 22) is reported; so is an unplaced unit."""
+    graph = {"pgval.validator": {"pgval.runtime"}, "pgval.runtime": {"pgval.schema"},
+             "pgval.schema": set(), "pgval.newthing": set()}
+    assert layer_violations(graph) == [
+        "pgval.newthing: in no layer of LAYERS",
+        "pgval.validator (checker) imports pgval.runtime (host runtime)"]
+
+
+def test_design_md_names_every_layer_in_order() -> None:
+    text = (ROOT / "docs" / "design.md").read_text()
+    positions = [text.find(f"**{name}**") for name, _ in LAYERS]
+    assert -1 not in positions and positions == sorted(positions), \
+        "docs/design.md must name each layer of LAYERS, bold and in order"
+
 if __name__ == "__main__":
     graph = pgval_graph()
     sys.stdout.write("strongly connected components of pgval's imports\nbetween modules:\n"

@@ -12,9 +12,9 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from pgval import schema
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import kafka as kafka_mod
 from pgval.runtime.kafka import KafkaCluster, is_reachable, read_topic
-from pgval.runtime.procs import RuntimeErrorPlain
 
 # ---- no broker needed ----------------------------------------------------------------------
 
@@ -37,6 +37,36 @@ def test_read_from_an_unreachable_broker_is_a_problem_not_a_traceback() -> None:
     assert not got.complete and got.problems and len(got) == 0
     with pytest.raises(RuntimeErrorPlain, match="could not read all of topic"):
         read_topic("127.0.0.1:1", schema.GET_TOPIC, timeout_s=3)
+
+
+def test_a_sasl_login_becomes_jaas_for_java_clients_and_round_trips(tmp_path: Path) -> None:
+    """Spark's source and sink (Java) get the login pgval's librdkafka clients use, as
+    JAAS; other settings pass unchanged; the 0600 file reads back as written."""
+    creds = kafka_mod.KafkaCredentials.new()
+    assert len(creds.password) == 48 and creds != kafka_mod.KafkaCredentials.new()
+    java = kafka_mod.java_client_options({**creds.client_config(), "linger.ms": "5"})
+    assert java == {
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+        "linger.ms": "5",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                            f'required username="pgval" password="{creds.password}";'}
+    plain = kafka_mod.java_client_options({"sasl.mechanisms": "PLAIN", "sasl.username": "u",
+                                           "sasl.password": 'a"b\\c'})
+    assert plain["sasl.jaas.config"] == ("org.apache.kafka.common.security.plain."
+                                         'PlainLoginModule required username="u" '
+                                         'password="a\\"b\\\\c";')
+    assert kafka_mod.java_client_options({"acks": "all"}) == {"acks": "all"}
+    kerberos = {"sasl.mechanism": "GSSAPI", "sasl.username": "u"}
+    assert kafka_mod.java_client_options(kerberos) == kerberos
+    path = tmp_path / "kafka" / "client.properties"
+    path.parent.mkdir()
+    path.write_text("old")
+    path.chmod(0o644)
+    creds.write(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert kafka_mod.KafkaCredentials.read(path) == creds
+    assert kafka_mod.KafkaCredentials.read(tmp_path / "none") is None
+    assert KafkaCluster(tmp_path, sasl=False).auth_config == {}
 
 
 # ---- real brokers --------------------------------------------------------------------------
@@ -69,7 +99,9 @@ def _pid_alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    c = KafkaCluster(tmp_path_factory.mktemp("run"), brokers=1, partitions=3)
+    # Plain listeners: these tests are about topics and reads; the closed (SASL) cluster is
+    # test_three_brokers_are_closed_align_leaders_and_leave_no_jvm's.
+    c = KafkaCluster(tmp_path_factory.mktemp("run"), brokers=1, partitions=3, sasl=False)
     try:
         c.start()
         c.ensure_experiment_topics()
@@ -151,7 +183,10 @@ def test_read_committed_skips_aborted_and_open_transactions(cluster: KafkaCluste
 
 
 @pytest.mark.cluster
-def test_three_brokers_align_leaders_and_leave_no_jvm(tmp_path: Path) -> None:
+def test_three_brokers_are_closed_align_leaders_and_leave_no_jvm(tmp_path: Path) -> None:
+    """Three brokers (controller quorum on SASL/PLAIN, inter-broker SCRAM): only a client
+    with the cluster's password gets in; the password is in 0600 files, on no command line
+    and in no log."""
     c = KafkaCluster(tmp_path, brokers=3, partitions=4)
     pids: list[int] = []
     try:
@@ -159,16 +194,19 @@ def test_three_brokers_align_leaders_and_leave_no_jvm(tmp_path: Path) -> None:
         pids = [p.pid for p in c.procs]
         assert len(pids) == 3 and c.startup_seconds is not None
         names = c.ensure_experiment_topics(["output"])
-        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        assert_closed(c)
+        admin = AdminClient(c.client_config)
         md = admin.list_topics(timeout=10)
         for name in names:
             for p, pmd in md.topics[name].partitions.items():
                 assert pmd.leader == p % 3, (name, p)
                 assert list(pmd.replicas) == [p % 3, (p + 1) % 3, (p + 2) % 3]
-        prod = _producer(c.bootstrap, acks="all")
+        prod = _producer(c.bootstrap, acks="all", **c.auth_config)
         prod.produce(schema.POST_TOPIC, value=b"x", partition=3)
         assert prod.flush(30) == 0
-        assert read_topic(c.bootstrap, schema.POST_TOPIC).values.to_pylist() == [b"x"]
+        # The one record is the authenticated one: the refused writes left nothing.
+        assert read_topic(c.bootstrap, schema.POST_TOPIC,
+                          config=c.auth_config).values.to_pylist() == [b"x"]
     finally:
         c.stop()
         c.stop()  # idempotent
@@ -176,6 +214,32 @@ def test_three_brokers_align_leaders_and_leave_no_jvm(tmp_path: Path) -> None:
     assert not _jvms_mentioning(tmp_path)
     assert not is_reachable(c.bootstrap, timeout_s=1.0)
     assert not list((tmp_path / "pids").glob("*.json"))
+
+
+def assert_closed(c: KafkaCluster) -> None:
+    """Nobody without the cluster's password can read metadata or write a record; the
+    password is only in 0600 files."""
+    assert c.credentials is not None
+    password = c.credentials.password
+    assert is_reachable(c.bootstrap, timeout_s=10.0, config=c.auth_config)
+    assert not is_reachable(c.bootstrap, timeout_s=2.0)
+    assert not is_reachable(c.bootstrap, timeout_s=2.0,
+                            config={**c.auth_config, "sasl.password": "not-" + password})
+    errors: list[object] = []
+    intruder = _producer(c.bootstrap, acks="all", **{"message.timeout.ms": 3000})
+    intruder.produce(schema.POST_TOPIC, value=b"intruder", partition=0,
+                     on_delivery=lambda err, _msg: errors.append(err))
+    intruder.flush(10)
+    assert len(errors) == 1 and errors[0] is not None
+    for proc in c.procs:
+        assert password.encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    private = [c.credentials_file, *(c.run_dir / "kafka").glob("broker-*/server.properties")]
+    assert len(private) == 4
+    for path in private:
+        assert password in path.read_text() and path.stat().st_mode & 0o777 == 0o600, path
+    assert not list((c.run_dir / "kafka").glob("broker-*/format.args"))
+    logs = list((c.run_dir / "kafka").rglob("*.log"))
+    assert logs and not any(password in p.read_text(errors="replace") for p in logs)
 
 
 @pytest.mark.cluster

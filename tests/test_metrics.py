@@ -70,23 +70,6 @@ def test_duplicates_do_not_count_as_throughput() -> None:
     assert v.duplicate == 10
 
 
-def test_drop_reserved_ids_removes_control_events_only() -> None:
-    from pgval.records import drop_reserved_ids
-
-    rt = ResourceTable()
-    outs = to_outputs([
-        {"window_start": 0, "resource": "a", "ids": [-1, -3], "ingress_ts": 1},
-        {"window_start": 10, "resource": "a", "ids": [5, -2, 6], "ingress_ts": 2},
-        {"window_start": 20, "resource": "b", "ids": [], "ingress_ts": 3},
-        {"window_start": 30, "resource": "b", "ids": [7], "ingress_ts": 4},
-    ], rt)
-    kept, dropped = drop_reserved_ids(outs)
-    assert dropped == 1
-    assert kept.window_start.tolist() == [10, 20, 30]
-    assert kept.ids.tolist() == [5, 6, 7]
-    assert kept.offsets.tolist() == [0, 2, 2, 3]
-
-
 def _run(rows: list[dict], window_ms: int = 1000):
     """A faithful run over ``rows``: every expected output, 300 ms after its window ends."""
     rt = ResourceTable()

@@ -8,14 +8,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import ownership
 from pgval.runtime.cleanup import cleanup
 from pgval.runtime.owner import Owner
-from pgval.runtime.procs import RuntimeErrorPlain
 
 
 def test_an_owner_is_its_pid_and_its_start_time() -> None:
@@ -135,3 +136,233 @@ def test_sighup_stops_a_command_like_ctrl_c() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout.strip() == "stopped by SIGHUP"
+
+
+# ---- cleanup that does not trust files (issue 22, item 3) --------------------------------
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    """A real process pgval did not start (its own session, like a reused pid would be)."""
+    return subprocess.Popen(["sleep", "60"], start_new_session=True)
+
+
+def test_a_reused_pid_in_a_pid_file_is_spared(tmp_path: Path) -> None:
+    from pgval.runtime.owner import boot_id, start_ticks
+    from pgval.runtime.procs import kill_recorded, write_pid_file
+
+    other = _sleeper()
+    try:
+        ticks = start_ticks(other.pid)
+        assert ticks is not None
+        pids = tmp_path / "pids"
+        pids.mkdir()
+        # What a dead run's file looks like once its pid went to someone else: same pid,
+        # another start time. And an old-style file naming the basename, which the
+        # argv[0] check of before accepted for any `sleep`.
+        (pids / "driver.json").write_text(json.dumps(
+            {"name": "driver", "pgid": other.pid, "start": ticks - 1, "boot": boot_id()}))
+        (pids / "old.json").write_text(json.dumps(
+            {"name": "old", "pgid": other.pid, "argv": ["/usr/bin/sleep", "60"]}))
+        assert kill_recorded(pids) == []
+        assert other.poll() is None, "an unrelated process was killed"
+        write_pid_file(pids / "ours.json", "ours", other.pid)  # now it is the one recorded
+        assert json.loads((pids / "ours.json").read_text())["start"] == ticks
+        assert kill_recorded(pids) == ["ours"]
+        assert other.wait(timeout=10) is not None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_netns_prefix_counts_only_if_it_is_a_runs_and_registered_to_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgval.runtime import cluster, netns
+
+    monkeypatch.setattr(ownership, "RUN_ROOT", tmp_path / "r")
+    run, other = tmp_path / "run", tmp_path / "other"
+    run.mkdir()
+    ownership.register_netns("a1b2c3", run)
+    ownership.register_netns("d4e5f6", other)
+    assert ownership.run_netns_prefix("pgval-a1b2c3-", run) == "pgval-a1b2c3-"
+    for bad in ("pgval-", "pgval-a1b2c3", "pgval-A1B2C3-", "pgval-a1b2c3-w0", "pgval-probe1-",
+                "pgval-d4e5f6-", "pgval-0f0f0f-", None, 7, ["pgval-a1b2c3-"]):
+        assert ownership.run_netns_prefix(bad, run) is None, bad
+    # force_down with a planted `pgval-` (every run's namespaces) touches no namespace.
+    removed: list[str] = []
+    monkeypatch.setattr(netns, "cleanup_all", lambda prefix="pgval-": removed.append(prefix)
+                        or [])
+    (run / "state.json").write_text(json.dumps({"owner": {"pid": 1, "start": 0},
+                                                "netns_prefix": "pgval-"}))
+    cluster.force_down(run)
+    assert removed == []
+
+
+def test_a_holder_is_known_by_the_registry_not_by_its_command_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgval.runtime import delay
+    from pgval.runtime.owner import start_ticks
+
+    monkeypatch.setattr(ownership, "RUN_ROOT", tmp_path / "r")
+    lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                  "-m", delay.HOLDER_MODULE, "--target", "pgval-abcdef-w0"],
+                                 start_new_session=True)
+    registered = _sleeper()
+    try:
+        assert delay.holder_processes() == []  # the lookalike is nobody's holder
+        me = Owner.me()
+        ticks = start_ticks(registered.pid)
+        assert ticks is not None
+        ownership.register_holder(registered.pid, ticks, me, "pgval-abcdef-w1", tmp_path)
+        ownership.register_holder(lookalike.pid, 1, me, "pgval-abcdef-w0", tmp_path)  # stale
+        assert delay.holder_processes() == [(registered.pid, "pgval-abcdef-w1")]
+        assert delay.holder_owner(registered.pid) == me
+        assert delay.holder_owner(lookalike.pid) is None
+        assert not (tmp_path / "r" / "holders" / f"{lookalike.pid}.json").exists()  # pruned
+    finally:
+        for p in (lookalike, registered):
+            p.kill()
+            p.wait()
+
+
+def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
+    from pgval.runtime import cluster
+
+    root = tmp_path / "shared"
+    dead = dataclasses.replace(Owner.me(), start=Owner.me().start + 1)
+    planted = _run_dir(root, "planted", dead)
+    root.chmod(0o777)
+    with pytest.raises(RuntimeErrorPlain, match="writable by other users"):
+        cleanup(root)
+    proc = subprocess.run([sys.executable, "-m", "pgval.cli", "cleanup", "--runs", str(root)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "writable by other users" in proc.stdout + proc.stderr
+    assert (planted / "state.json").exists()
+    with pytest.raises(RuntimeErrorPlain, match="writable by other users"):
+        ownership.check_run_dir(root / "new-run")
+    # A root that is fine, a run directory in it that is not: skipped, named, untouched.
+    root.chmod(0o755)
+    planted.chmod(0o777)
+    report = cleanup(root)
+    assert (planted / "state.json").exists()
+    assert any("not trusted" in s for s in report.spared)
+    with pytest.raises(RuntimeErrorPlain, match="writable by other users"):
+        cluster.force_down(planted)  # `pgval cluster down`, the reaper: refused, untouched
+    assert (planted / "state.json").exists()
+    ownership.check_run_dir(Path("/tmp") / "pgval-test-run")  # sticky root-owned /tmp: fine
+
+
+def test_undo_records_are_private_and_run_once(tmp_path: Path) -> None:
+    from pgval.runtime import undo
+
+    marker = tmp_path / "removed"
+    path = undo.record(tmp_path, "nemesis", {"argv": ["touch", str(marker)], "what": "rm"})
+    assert (path.stat().st_mode & 0o777) == 0o600
+    undo.record(tmp_path, "broken", {"argv": ["false"]})
+    done = undo.run_pending(tmp_path)
+    assert marker.exists()
+    assert any("rm (exit 0)" in d for d in done) and any("exit 1" in d for d in done)
+    assert [e["name"] for e in undo.pending(tmp_path)] == ["broken"]  # kept for a retry
+    (tmp_path / "undo" / "broken.json").chmod(0o666)  # planted or tampered: not trusted
+    assert undo.pending(tmp_path) == []
+
+
+GUARDED = """
+import sys, time
+from pathlib import Path
+from pgval.runtime import undo
+from pgval.runtime.cluster import RunGuard
+from pgval.runtime.procs import spawn
+run = Path(sys.argv[1])
+guard = RunGuard(run, "external").start()
+spawn("generator-0", ["sleep", "300"], run / "logs" / "g.log", pid_dir=run / "pids")
+undo.record(run, "nemesis", {"argv": ["touch", str(run / "removed")],
+                             "what": "the nemesis remove command"})
+print(guard.reaper.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_guarded_run_is_reaped(tmp_path: Path) -> None:
+    """A run without a cluster of its own (external, --cluster, a matrix cell) SIGKILLed:
+    its reaper stops what its pid files name and runs the persisted nemesis remove."""
+    from pgval.runtime.cluster import read_state
+    from pgval.runtime.leftovers import processes_mentioning
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", GUARDED, str(run)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    reaper_pid = int(proc.stdout.readline())
+    state = read_state(run)
+    assert state and state["owner"]["pid"] == proc.pid and state["reaper_pid"] == reaper_pid
+    assert (run / "state.json").stat().st_mode & 0o077 == 0
+    sleeper = json.loads((run / "pids" / "generator-0.json").read_text())["pgid"]
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while (run / "state.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (run / "state.json").exists()
+    assert (run / "removed").exists()
+    assert not Path(f"/proc/{sleeper}").exists() or b"sleep" not in Path(
+        f"/proc/{sleeper}/cmdline").read_bytes()
+    log = [json.loads(line) for line in (run / "logs" / "reaper.log").read_text().splitlines()
+           if line.startswith("{")]
+    assert log[-1]["event"] == "reaped"
+    assert "generator-0" in log[-1]["removed"]
+    assert any("the nemesis remove command (exit 0)" in r for r in log[-1]["removed"])
+    assert processes_mentioning(str(run)) == []
+
+
+def test_a_dead_reaper_is_noticed(tmp_path: Path) -> None:
+    import signal
+
+    from pgval.runtime.cluster import RunGuard
+
+    guard = RunGuard(tmp_path / "run", "local").start()
+    assert guard.problem() is None and guard.reaper is not None
+    guard.reaper.send_signal(signal.SIGKILL)
+    guard.reaper.wait()
+    assert guard.problem() == (f"the reaper (pid {guard.reaper.pid}) died: a kill of pgval "
+                               "now would leave processes behind; stopping")
+    assert guard.stop() and not (tmp_path / "run" / "state.json").exists()
+
+
+def test_a_run_without_a_cluster_of_its_own_gets_a_guard_and_watches_it(
+        tmp_path: Path) -> None:
+    """An external run (nothing started yet): `Experiment._guard` writes the owner and
+    starts a reaper; once that reaper dies, the tick's check has the sentence that stops
+    the run."""
+    import signal
+
+    from pgval.config import ExperimentConfig
+    from pgval.experiment import Experiment
+
+    cfg = ExperimentConfig(deploy="external", bootstrap="127.0.0.1:9", master="local[1]")
+    exp = Experiment(cfg, tmp_path / "run")
+    exp._guard()
+    try:
+        assert exp.guard is not None and exp.guard.reaper is not None
+        state = json.loads((tmp_path / "run" / "state.json").read_text())
+        assert state["owner"]["pid"] == os.getpid() and state["kind"] == "external"
+        assert exp._reaper_problem() is None
+        exp.guard.reaper.send_signal(signal.SIGKILL)
+        exp.guard.reaper.wait()
+        assert "died: a kill of pgval now would leave processes behind; stopping" in str(
+            exp._reaper_problem())
+    finally:
+        exp.guard.stop()
+    assert not (tmp_path / "run" / "state.json").exists()
+
+
+def test_a_failed_undo_never_quotes_its_argv(tmp_path: Path, monkeypatch) -> None:
+    """The remove command may carry a token: a time-out or a missing program is reported by
+    the program's name only (subprocess's own message quotes the whole argv)."""
+    from pgval.runtime import undo
+
+    monkeypatch.setattr(undo, "TIMEOUT_S", 0.2)
+    undo.record(tmp_path, "slow", {"argv": ["sh", "-c", "sleep 5", "TOKEN-slow"],
+                                     "what": "rm"})
+    undo.record(tmp_path, "gone", {"argv": ["/nonexistent/nemesis", "TOKEN-gone"]})
+    done = undo.run_pending(tmp_path)
+    assert len(done) == 2 and all("failed" in line for line in done)
+    assert not any("TOKEN" in line for line in done), done

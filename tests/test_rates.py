@@ -36,9 +36,9 @@ from pgval.datasets import (
     encode_values,
     generate_range,
 )
+from pgval.errors import RuntimeErrorPlain
 from pgval.records import KAFKA_INPUT_SCHEMA, parse_values
 from pgval.runtime.kafka import KafkaCluster, TopicRecords, _Columns, read_topic
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.runtime.readback import merge_ranges, read_topics, split_tasks
 from pgval.schema import Topics
 from tests.conftest import wait_until
@@ -234,7 +234,8 @@ def _slow_read(bootstrap: str, topic: str, isolation: str = "read_committed") ->
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory):
-    c = KafkaCluster(tmp_path_factory.mktemp("rates"), brokers=1, partitions=3, heap="256m")
+    c = KafkaCluster(tmp_path_factory.mktemp("rates"), brokers=1, partitions=3, heap="256m",
+                     sasl=False)  # component test: plain listeners (SASL: test_kafka_runtime)
     try:
         c.start()
         yield c

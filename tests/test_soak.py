@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.soak import intact_runs, kill_one, live_run_with_cleanups
+from pgval.soak import intact_runs, kill_external, kill_matrix, kill_one, live_run_with_cleanups
 
 pytestmark = pytest.mark.cluster
 
@@ -38,3 +38,33 @@ def test_cleanup_beside_a_live_run_spares_it(tmp_path: Path) -> None:
     assert cleanups >= 3
     assert code == 0 and valid is True, reasons
     assert intact_runs(tmp_path / "soak.db") == (1, 1)
+
+
+def test_a_killed_matrix_is_reaped_cell_and_cluster(tmp_path: Path) -> None:
+    """SIGKILL of `pgval matrix` mid-cell (delay in force): the cell's reaper stops its
+    driver (whose pid file only the cell's directory holds), the warm
+    cluster's reaper its JVMs and namespaces; nothing is left."""
+    result = kill_matrix(0, tmp_path, tmp_path / "soak.db", seed=7)
+    assert result.reached, "the matrix ended before its cell's delay was in force"
+    assert result.left == {}, result
+    assert result.clean_s is not None and result.clean_s < 45
+    cell = [r for r in result.reaped if "-run" in r.split(":")[0]]
+    # The driver outlives pgval until the reaper stops it (generators stop by themselves
+    # once their parent is gone, the holder on its parent-death signal: either may be
+    # gone before the reaper looks).
+    assert any(": driver-" in r for r in cell), result.reaped
+    assert any("-cluster-" in r.split(":")[0] for r in result.reaped), result.reaped
+
+
+def test_a_killed_external_run_is_reaped_and_its_nemesis_removed(tmp_path: Path) -> None:
+    """SIGKILL of an external run while the user's nemesis delay is in place: the run's
+    reaper runs the persisted remove command and stops the driver and generators; the
+    user's cluster stays up until it is brought down."""
+    result = kill_external(0, tmp_path, tmp_path / "soak.db", seed=9)
+    assert result.reached, "the run ended before its nemesis injected"
+    assert result.left == {}, result
+    assert result.clean_s is not None and result.clean_s < 45
+    assert any("the nemesis remove command (exit 0)" in r for r in result.reaped), result
+    assert any(r.startswith("driver-") for r in result.reaped), result.reaped
+    undo = tmp_path / "external-00" / "run" / "undo"
+    assert not any(undo.glob("*.json"))  # done, not pending

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import netns, procs
 from pgval.runtime.spark import SparkCluster, WorkerHandle
 
@@ -79,28 +80,42 @@ def _procs_mentioning(text: str) -> list[int]:
     return hits
 
 
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports process ``pid`` listens on: its sockets' inodes, looked up in the
+    /proc/net/tcp{,6} of its own network namespace."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:  # 0A: LISTEN
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 @contextlib.contextmanager
 def _driver(cluster: SparkCluster, cores_max: int) -> Iterator[object]:
-    """A SparkSession in this process; its gateway JVM is killed afterwards."""
+    """A SparkSession in this process, its JVM started as pgval's driver starts it (the
+    cluster's secret in memory, not on the command line); the JVM is killed afterwards."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
+    from pgval.topologies.driver import start_jvm
 
     env = cluster.driver_env()
     old_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    builder = SparkSession.builder.appName("pgval-spark-runtime-test")
-    for key, value in cluster.driver_conf().items():
-        builder = builder.config(key, value)
-    spark = (
-        builder.config("spark.driver.memory", "512m")
-        .config("spark.executor.memory", "512m")
-        .config("spark.executor.cores", "1")
-        .config("spark.cores.max", str(cores_max))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.executor.extraJavaOptions", "-XX:+UseSerialGC")
-        .getOrCreate()
-    )
+    start_jvm({"spark.app.name": "pgval-spark-runtime-test", **cluster.driver_conf(),
+               "spark.driver.memory": "512m", "spark.executor.memory": "512m",
+               "spark.executor.cores": "1", "spark.cores.max": str(cores_max),
+               "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
+               "spark.executor.extraJavaOptions": "-XX:+UseSerialGC"})
+    spark = SparkSession.builder.getOrCreate()
     try:
         yield spark
     finally:
@@ -163,9 +178,13 @@ def test_cluster_job_kill_restart(tmp_path: Path, isolate: bool) -> None:
             # `pgval cleanup` (procs.kill_recorded) must recognise the recorded group.
             assert w.managed is not None and w.managed.pid_file is not None
             rec = json.loads(w.managed.pid_file.read_text())
-            assert rec["pgid"] == w.pid and procs._cmdline_matches(w.pid, rec["argv"])
+            assert rec["pgid"] == w.pid and procs.recorded_group_is_ours(rec)
         state = cluster.master_state()
         assert len([w for w in state["workers"] if w["state"] == "ALIVE"]) == 2  # type: ignore
+        # No REST submission server (Spark 4.1+ would listen on 6066, unauthenticated).
+        assert cluster.master is not None
+        assert listening_ports(cluster.master.pid) == {cluster.master_port,
+                                                       cluster.master_webui_port}
 
         t = time.monotonic()
         with _driver(cluster, cores_max=2) as spark:
@@ -179,6 +198,9 @@ def test_cluster_job_kill_restart(tmp_path: Path, isolate: bool) -> None:
             assert _python_job(spark) == 999_000
             _wait(lambda: all(w.executor_pids() for w in cluster.workers), 30,
                   "an executor on each worker")
+            # Driver JVM, daemons and executors all up: the secret is on no command line.
+            secret = cluster.secret_file.read_text().strip()
+            assert len(secret) == 64 and _procs_mentioning(secret) == []
             from pyspark import SparkContext
 
             gw_proc = getattr(SparkContext._gateway, "proc", None)
@@ -235,7 +257,7 @@ def test_failed_start_cleans_up(tmp_path: Path) -> None:
     """A worker that cannot start: one plain error naming the log, nothing left behind."""
     cluster = SparkCluster(tmp_path, workers=1, worker_memory="not-a-size", isolate=False,
                            start_timeout_s=60)
-    with pytest.raises(procs.RuntimeErrorPlain, match=r"spark-worker-0.*see .*spark-worker-0\.log"):
+    with pytest.raises(RuntimeErrorPlain, match=r"spark-worker-0.*see .*spark-worker-0\.log"):
         cluster.start()
     assert _procs_mentioning(str(tmp_path)) == []
     assert all(isinstance(w, WorkerHandle) and not w.alive() for w in cluster.workers)

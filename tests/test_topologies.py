@@ -13,6 +13,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -255,7 +256,7 @@ def _stop_gracefully(d: Driver) -> int:
 
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster(tmp_path / "kafka", brokers=1, partitions=3)
+    cluster = KafkaCluster(tmp_path / "kafka", brokers=1, partitions=3, sasl=False)
     try:
         cluster.start()
         cluster.ensure_experiment_topics(
@@ -287,6 +288,44 @@ def test_cli_defaults_and_spark_conf() -> None:
     assert conf["spark.jars"] == "x.jar,y.jar" and conf["spark.foo"] == "a=b"
     assert conf["spark.sql.shuffle.partitions"] == "3" and conf["spark.ui.enabled"] == "false"
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
+
+
+#: Reads a properties file as Spark does (UTF-8 reader, Properties.load) and prints each
+#: entry as hex of its UTF-8 bytes, so no escaping stands between Java and the test.
+_LOAD_PROPERTIES_JAVA = """
+import java.io.*; import java.nio.charset.StandardCharsets; import java.util.*;
+public class Load { public static void main(String[] a) throws Exception {
+  Properties p = new Properties();
+  try (Reader r = new InputStreamReader(new FileInputStream(a[0]), StandardCharsets.UTF_8)) {
+    p.load(r); }
+  for (String k : p.stringPropertyNames()) System.out.println(
+    HexFormat.of().formatHex(k.getBytes(StandardCharsets.UTF_8)) + " "
+    + HexFormat.of().formatHex(p.getProperty(k).getBytes(StandardCharsets.UTF_8))); } }
+"""
+
+
+def test_the_driver_conf_file_reads_back_exactly_in_java(tmp_path: Path) -> None:
+    """The driver's settings reach its JVM in a properties file (``start_jvm``): Java's own
+    parser must read every key and value back unchanged, separators, comment marks,
+    backslashes, control characters and non-ASCII (a surrogate pair too) included."""
+    from pgval.topologies.driver import properties_text
+
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH")
+    conf = {"spark.plain": "a", "spark.sep": "k=v:w", "spark.comment": "#x !y",
+            "spark.back": "C:\\dir\\n", "spark.ctl": "a\tb\nc\rd\fe",
+            "spark.lead": " lead", "spark.uni": "pässwörd-€-\U0001f600",
+            "key with = and : and space": "v", "spark.empty": ""}
+    text = properties_text(conf)
+    assert text.isascii() and len(text.splitlines()) == len(conf)
+    (tmp_path / "conf.properties").write_text(text)
+    (tmp_path / "Load.java").write_text(_LOAD_PROPERTIES_JAVA)
+    out = subprocess.run([java, str(tmp_path / "Load.java"), str(tmp_path / "conf.properties")],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    back = dict((bytes.fromhex(k).decode(), bytes.fromhex(v).decode()) for k, v in
+                (line.split(" ") for line in out.splitlines()))
+    assert back == conf
 
 
 def test_the_crash_trigger_installs_the_hook_after_the_users_settings(tmp_path: Path) -> None:

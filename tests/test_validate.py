@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,8 @@ from pgval.experiment import Experiment
 from pgval.runtime.cluster import ClusterConfig
 from pgval.store import ResultsStore
 from tests.conftest import processes_mentioning, wait_until
+from tests.test_redact import MARK, assert_private_run, files_holding, mode
+from tests.test_spark_runtime import listening_ports
 
 pytestmark = pytest.mark.cluster
 
@@ -46,6 +51,65 @@ def assert_nothing_left(run_dir: Path) -> None:
     assert not (run_dir / "state.json").exists()
 
 
+class ArgvWatch(threading.Thread):
+    """Twice a second during a run: every process's command line on the machine, searched
+    for the cluster's Spark secret (``<run>/spark/auth-secret``) and for ``marker``, a
+    ``--spark-conf`` value. It also finds the run's driver (its Python and its JVM), its
+    executors (is ``marker`` in their environment?) and its master (what does it listen on?),
+    so the test knows the scan covered them while they ran."""
+
+    def __init__(self, run_dir: Path, marker: str) -> None:
+        super().__init__(daemon=True)
+        self.run_dir = str(run_dir.resolve())
+        self.marker = marker.encode()
+        self.secret = b""
+        self.leaks: list[tuple[int, str]] = []
+        self.drivers: set[int] = set()
+        self.driver_jvms: dict[int, bytes] = {}
+        self.executors: dict[int, bool] = {}  # pid -> marker in its environment
+        self.master_ports: dict[int, set[int]] = {}
+        self.scans = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            with contextlib.suppress(OSError):
+                self.secret = self.secret or (
+                    Path(self.run_dir, "spark", "auth-secret").read_bytes().strip())
+            self.scan()
+
+    def scan(self) -> None:
+        needles = [n for n in (self.secret, self.marker) if n]
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            pid = int(entry)
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if any(n in cmd for n in needles):
+                    self.leaks.append((pid, cmd.replace(b"\0", b" ").decode(errors="replace")))
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+                ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                if b"pgval.topologies.driver" in cmd and self.run_dir.encode() in cmd:
+                    self.drivers.add(pid)
+                elif b"org.apache.spark.deploy.SparkSubmit" in cmd and ppid in self.drivers:
+                    self.driver_jvms[pid] = cmd
+                elif b"CoarseGrainedExecutorBackend" in cmd and cwd.startswith(self.run_dir):
+                    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                    self.executors[pid] = b"PGVAL_MARKER=" + self.marker in env
+                elif b"deploy.master.Master" in cmd and cwd.startswith(self.run_dir):
+                    self.master_ports.setdefault(pid, set()).update(listening_ports(pid))
+        self.scans += 1
+
+    def __enter__(self) -> ArgvWatch:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.join(10)
+
+
 CONTRACT = ("expected", "processed", "duplicate", "incorrect", "unprocessed", "malformed",
             "reliability", "guarantee", "phases")
 
@@ -55,7 +119,21 @@ CONTRACT = ("expected", "processed", "duplicate", "incorrect", "unprocessed", "m
 def test_no_fault_is_exactly_once(tmp_path: Path, topology: str, pg: str) -> None:
     run_dir = tmp_path / "run"
     db = tmp_path / "results.db"
-    result = Experiment(small_config(topology, pg), run_dir, db=db).run()
+    # A --spark-conf value that must reach the executors (through the driver), and like the
+    # cluster's secret be on no command line (issue 22: item 1 and item 7).
+    marker = f"pgval-marker-{secrets.token_hex(8)}=:#\\!"
+    cfg = small_config(topology, pg)
+    cfg.spark_conf = {"spark.executorEnv.PGVAL_MARKER": marker}
+    with ArgvWatch(run_dir, marker) as watch:
+        result = Experiment(cfg, run_dir, db=db).run()
+    assert watch.secret and watch.scans > 10, "the scan never saw the cluster's secret"
+    assert watch.leaks == [], watch.leaks
+    assert watch.drivers and watch.driver_jvms, "the scan never saw the driver and its JVM"
+    assert all(b"--properties-file\0/proc/self/fd/" in c for c in watch.driver_jvms.values())
+    assert watch.executors and all(watch.executors.values()), watch.executors
+    # No REST submission server: the master listens on its RPC and web UI ports only.
+    (master_ports,) = watch.master_ports.values()
+    assert len(master_ports) == 2, master_ports
     v = result.evaluation.validation
     assert v.expected > 500
     assert (v.unprocessed, v.duplicate, v.incorrect, v.malformed) == (0, 0, 0, 0), \
@@ -82,6 +160,10 @@ def test_no_fault_is_exactly_once(tmp_path: Path, topology: str, pg: str) -> Non
     assert (run_dir / "evidence" / "output.parquet").exists()
     assert not list((run_dir / "kafka").glob("broker-*/data"))
     assert not (run_dir / "checkpoint").exists()
+    # Nor the stopped cluster's credentials (Kafka login, Spark secret).
+    assert not (run_dir / "spark" / "auth-secret").exists()
+    assert not [p for p in (run_dir / "kafka").rglob("*.properties")
+                if "password" in p.read_text() or "jaas" in p.read_text()]
     assert_nothing_left(run_dir)
 
 
@@ -116,16 +198,51 @@ def test_recheck_and_export_of_a_real_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     checked = json.loads(proc.stdout)
     assert {k: checked[k] for k in CONTRACT} == {k: again[k] for k in CONTRACT}
+    # The evidence was sealed at the end of the run: verified, validity recomputed from its
+    # inputs (nothing carried from the stored verdict) to the same kinds; SHA256SUMS holds.
+    assert again["evidence"]["verified"] is True, again["evidence"]
+    assert again["validity_changes"] == {} and again["validity_carried"] == []
+    sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=run_dir / "evidence",
+                          capture_output=True, text=True)
+    assert sums.returncode == 0, sums.stdout + sums.stderr
+    # The issue's edit (output timestamps shifted, a valid Parquet file) is refused.
+    shift_output_timestamps(run_dir, 45_000)
+    for args in (["recheck", str(result.run_id), "--db", str(db), "--store"],
+                 ["export", str(result.run_id), "--db", str(db), "--out", str(out)]):
+        proc = subprocess.run([sys.executable, "-m", "pgval.cli", *args],
+                              capture_output=True, text=True, timeout=300)
+        flat = " ".join((proc.stdout + proc.stderr).split())
+        assert proc.returncode == 2 and "Traceback" not in flat, flat
+        assert f"evidence/output.parquet of run {result.run_id} differs from what was " \
+               "stored" in flat, flat
+
+
+def shift_output_timestamps(run_dir: Path, ms: int) -> None:
+    """Move every output record's Kafka timestamp by ``ms`` (what changed downtime
+    13.4 → 60.0 s before evidence was hashed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = run_dir / "evidence" / "output.parquet"
+    table = pq.read_table(path)
+    at = table.schema.get_field_index("timestamp")
+    shifted = pa.array(table.column("timestamp").to_numpy() + ms, type=pa.int64())
+    pq.write_table(table.set_column(at, "timestamp", shifted), path, compression="zstd")
 
 
 def test_cli_json_and_cleanup(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
+    """Also nothing secret stored (issue 22): a secret --spark-conf reaches the driver yet is
+    in no file of the run (logs, evidence, progress, Kafka data and checkpoint kept with
+    --keep-data) nor in the database; the runs root and run directory pgval creates are
+    0700, the evidence and the new database 0600."""
+    db, runs = tmp_path / "r.db", tmp_path / "runs"
     proc = subprocess.run(
         [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst", "--brokers", "1",
          "--workers", "1", "--phase-seconds", "4", "--warmup-seconds", "4", "--rate", "200",
          "--window-ms", "2000", "--watermark-ms", "1000", "--trigger-ms", "500",
-         "--run-dir", str(run_dir), "--db", str(tmp_path / "r.db"), "--json"],
-        capture_output=True, text=True, timeout=400)
+         "--spark-conf", f"spark.pgval.test.password={MARK}", "--keep-data",
+         "--db", str(db), "--json"],
+        capture_output=True, text=True, timeout=400, env={**os.environ, "PGVAL_RUNS": str(runs)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     for key in ("expected", "processed", "duplicate", "incorrect", "unprocessed", "malformed",
@@ -133,7 +250,17 @@ def test_cli_json_and_cleanup(tmp_path: Path) -> None:
         assert key in out
     assert out["guarantee"] == "exactly-once"
     assert set(out["phases"]) == {"control", "failure", "recovery"}
+    (row,) = ResultsStore(db).runs()
+    run_dir = Path(row["run_dir"])
     assert_nothing_left(run_dir)
+    assert run_dir.parent == runs and mode(runs) == 0o700
+    assert_private_run(run_dir, db)
+    started = next(json.loads(line) for line in
+                   (run_dir / "evidence" / "progress.jsonl").read_text().splitlines()
+                   if '"started"' in line)
+    assert started["conf"]["spark.pgval.test.password"] == "<redacted>"  # it got there
+    assert files_holding(MARK, run_dir, *tmp_path.glob("r.db*")) == []
+    assert MARK not in proc.stdout + proc.stderr
 
 
 def test_missing_java_is_one_plain_line(tmp_path: Path) -> None:

@@ -101,6 +101,17 @@ def test_crash_as_executor_kill_needs_the_drivers_evidence() -> None:
                                    {"step": "remove"}]) == ["crash: no worker process was killed"]
 
 
+def test_a_compose_crash_is_judged_by_the_containers_state() -> None:
+    """pumba kills a container, not a host pid: a stopped container is the evidence (this
+    was stored unknown as "no worker process was killed" before)."""
+    base = {"step": "inject", "mechanism": "pumba", "target": "pgval-spark-worker-1",
+            "argv": ["pumba", "kill"]}
+    remove = {"step": "remove", "mechanism": "pumba", "restart": True}
+    assert fault_reasons("crash", [{**base, "status": "exited"}, remove]) == []
+    assert fault_reasons("crash", [{**base, "status": "running"}, remove]) == [
+        "crash: container pgval-spark-worker-1 was not seen stopped (status 'running')"]
+
+
 def test_evaluation_reasons_flag_phases_that_measured_nothing() -> None:
     rt = ResourceTable()
     events = [{"id": i, "type": "GET", "resource": "a", "event_ts": 10 * i, "ingress_ts": 10 * i}

@@ -307,6 +307,63 @@ def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
     return conf
 
 
+#: Characters java.util.Properties reads specially, as their escapes.
+_PROPERTIES_ESCAPES = {"\\": "\\\\", "=": "\\=", ":": "\\:", "#": "\\#", "!": "\\!",
+                       "\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
+
+
+def _properties_escape(text: str, key: bool) -> str:
+    out = []
+    for i, ch in enumerate(text):
+        if ch in _PROPERTIES_ESCAPES:
+            out.append(_PROPERTIES_ESCAPES[ch])
+        elif ch == " " and (key or i == 0):  # a key's spaces end it; a value's lead is cut
+            out.append("\\ ")
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:  # \uXXXX per UTF-16 unit: the file is ASCII whatever reads it
+            data = ch.encode("utf-16-be")
+            out.extend(f"\\u{int.from_bytes(data[j:j + 2], 'big'):04x}"
+                       for j in range(0, len(data), 2))
+    return "".join(out)
+
+
+def properties_text(conf: dict[str, str]) -> str:
+    """``conf`` in java.util.Properties syntax, which ``Properties.load`` reads back as the
+    same strings (Spark then trims each value, as it does not for ``--conf``)."""
+    return "".join(f"{_properties_escape(k, True)}={_properties_escape(v, False)}\n"
+                   for k, v in conf.items())
+
+
+def start_jvm(conf: dict[str, str]) -> None:
+    """Start the Spark JVM (PySpark's gateway) with ``conf`` in a properties file that
+    lives only in memory: PySpark would put each setting on spark-submit's command line,
+    which every local user can read in ``/proc/<pid>/cmdline``, and the conf holds the
+    cluster's secret and the user's ``--spark-conf`` values (passwords, perhaps).
+
+    The file is a memfd handed to spark-submit as ``/proc/self/fd/N`` (its launcher and
+    the JVM it execs each open it afresh); this process closes its copy once the JVM is
+    up, and the memory goes with the last holder: nothing is ever on disk, whatever
+    happens to either process. The command line holds only
+    what must be JVM flags (``-Xmx`` from spark.driver.memory, extraJavaOptions)."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    fd = os.memfd_create("pgval-spark-conf", os.MFD_CLOEXEC)
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    try:
+        os.write(fd, properties_text(conf).encode("ascii"))
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file /proc/self/fd/{fd} pyspark-shell"
+        gateway = launch_gateway(popen_kwargs={"pass_fds": (fd,)})
+    finally:
+        os.close(fd)
+        if before is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = before
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
 def m1_start(checkpoint: str) -> tuple[str, str]:
     """m1's checkpoint and starting offsets: a fresh checkpoint directory per driver start
     (as when the checkpoint lives on a driver's local disk that a restart does not get
@@ -371,20 +428,23 @@ def _start_control(args: argparse.Namespace, spark: Any, log: ProgressLog) -> An
 def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     from pyspark.sql import SparkSession
 
+    from pgval.redact import conf_summary
     from pgval.runtime.jars import ensure_jars
+    from pgval.runtime.kafka import java_client_options
     from pgval.topologies.query import TopologyConfig, build_topology
     from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink
 
     conf = spark_conf(args, ensure_jars().spark_jars_csv)
-    builder = SparkSession.builder
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    start_jvm(conf)
+    spark = SparkSession.builder.getOrCreate()  # the JVM's conf: every setting given above
     spark.sparkContext.setLogLevel(args.log_level)
     session_s = time.monotonic() - _T0
     spark.streams.addListener(_make_listener(log))
 
-    source_options = {f"kafka.{k}": v for k, v in args.kafka_options.items()}
+    # Spark's source and sink are Java clients: a SASL user and password become JAAS there;
+    # the e1 sink (librdkafka) takes the settings as they are.
+    java_options = java_client_options(args.kafka_options)
+    source_options = {f"kafka.{k}": v for k, v in java_options.items()}
     checkpoint = str(Path(args.checkpoint).resolve())
     if args.pg == "m1":
         checkpoint, source_options["startingOffsets"] = m1_start(checkpoint)
@@ -397,7 +457,7 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     if args.pg in ("a1", "m1"):
         writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name, args.trigger_ms,
                             topic=args.output_topic,
-                            kafka_options=sink_hook_options(args.kafka_options,
+                            kafka_options=sink_hook_options(java_options,
                                                             getattr(args, "sink_trigger", None)))
     else:
         sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
@@ -412,9 +472,11 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
               topology=args.topology, pg=args.pg, pid=os.getpid(), checkpoint=checkpoint,
               starting_offsets=source_options.get("startingOffsets", "earliest"),
               session_s=round(session_s, 3), startup_s=round(started_s, 3),
-              spark_version=spark.version, conf={k: v for k, v in conf.items()
-                                                 if k not in ("spark.jars",
-                                                              "spark.authenticate.secret")},
+              spark_version=spark.version,
+              # Logged without secrets: every KEY=VALUE given (--spark-conf among them) and
+              # every secret-named setting shows its key only (pgval.redact).
+              conf=conf_summary({k: v for k, v in conf.items() if k != "spark.jars"},
+                                [item.split("=", 1)[0] for item in args.conf]),
               **({"sabotage": str(args.sabotage)} if args.sabotage is not None else {}))
     print(json.dumps({"event": "started", "startup_s": round(started_s, 3)}), flush=True)
     return query, spark, sink

@@ -48,8 +48,8 @@ class DriverPlacement:
     python: str = sys.executable
     path_map: Callable[[Path], str] | None = None
     signal_argv: Callable[[str], list[str]] | None = None
-    #: The user's Spark settings and Kafka client settings (external clusters).
-    user_conf: dict[str, str] = field(default_factory=dict)
+    #: The user's Kafka client settings (external clusters). The user's Spark settings
+    #: (``--spark-conf``) are not the placement's: they reach the driver on every deployment.
     kafka_options: dict[str, str] = field(default_factory=dict)
 
 
@@ -178,3 +178,7 @@ class Deployment(ABC):
     def log_dirs(self) -> list[Path]:
         """Where the cluster's logs are (read for which time-out fired)."""
         return []
+
+    def reaper_problem(self) -> str | None:
+        """A sentence if the reaper of a cluster pgval started here died (else None)."""
+        return None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+from pgval.errors import RuntimeErrorPlain
 from pgval.faults.pumba import PumbaFault
 from pgval.runtime.docker_stack import (
     HOST_BOOTSTRAP,
@@ -26,7 +27,7 @@ from pgval.runtime.docker_stack import (
     require_engine,
     worker_container,
 )
-from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.runtime.driver import SETTINGS_ENV
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -101,7 +102,8 @@ class ComposeDeployment(Deployment):
         """pumba on the target worker's container. The delay's ``--duration`` is the failure
         phase plus a margin, so pumba removes the delay by itself even if pgval dies;
         ``remove`` at T3 stops it earlier and verifies."""
-        logs = {"log_dir": ctx.run_dir / "faults", "pid_dir": ctx.run_dir / "pids"}
+        logs = {"log_dir": ctx.run_dir / "faults", "pid_dir": ctx.run_dir / "pids",
+                "run_dir": ctx.run_dir}
         container = worker_container(target)
         if cfg.fault == "crash":
             return PumbaFault(cfg.fault, "kill", container, **logs)
@@ -114,7 +116,10 @@ class ComposeDeployment(Deployment):
         return f"{CONTAINER_RUNS}/{rel.as_posix()}"
 
     def driver_launcher(self) -> list[str]:
-        return ["docker", "exec", RUNNER_CONTAINER]
+        """``docker exec`` into the runner, passing the user's settings on by name: the
+        docker client reads their values from its own environment (the driver's spec)."""
+        by_name = [a for name in SETTINGS_ENV for a in ("-e", name)]
+        return ["docker", "exec", *by_name, RUNNER_CONTAINER]
 
     def driver_signal_argv(self, signal_name: str) -> list[str]:
         """Signal the driver inside the container (killing `docker exec` would not)."""

@@ -15,10 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+from pgval.errors import RuntimeErrorPlain
 from pgval.faults.network import NetworkPath, WorkerDelay
 from pgval.faults.process import WorkerCrash
-from pgval.runtime.cluster import ClusterConfig, LocalCluster, cluster_processes, read_state
-from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.runtime.cluster import (
+    ClusterConfig,
+    LocalCluster,
+    cluster_processes,
+    read_state,
+    reaper_problem,
+)
+from pgval.runtime.kafka import CLIENT_PROPERTIES, KafkaCredentials
 from pgval.runtime.spark import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -30,16 +37,24 @@ if TYPE_CHECKING:
 def handoff(cluster_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
     """What `pgval validate --deploy external` needs to use a `pgval cluster up` cluster:
     its addresses and the Spark settings of a driver on this machine (the bridge address
-    workers in namespaces reach; the cluster's secret by file, never by value)."""
+    workers in namespaces reach; the cluster's secret by file, never by value). The Kafka
+    login is a file too (``kafka_config_file``, give it as ``--kafka-config @FILE``)."""
     host = state.get("driver_host")
     conf = {"spark.driver.host": host, "spark.driver.bindAddress": host} if host else {}
     secret = Path(cluster_dir).resolve() / "spark" / "auth-secret"
     if secret.exists():
         conf.update({"spark.authenticate": "true",
                      "spark.authenticate.secret.file": str(secret)})
+    kafka_file = kafka_credentials_file(cluster_dir)
     return {"bootstrap": state.get("bootstrap"), "master": state.get("master"),
+            "kafka_config_file": str(kafka_file) if kafka_file.exists() else None,
             "spark_conf": conf, "workers": state.get("workers"),
             "processes": {name: alive for name, alive in cluster_processes(cluster_dir)}}
+
+
+def kafka_credentials_file(cluster_dir: Path) -> Path:
+    """Where a cluster keeps its Kafka client login (0600; see pgval.runtime.kafka)."""
+    return Path(cluster_dir).resolve() / "kafka" / CLIENT_PROPERTIES
 
 
 def delay_cap_s(phase_seconds: float) -> float:
@@ -95,14 +110,17 @@ class EmbeddedDeployment(Deployment):
         return self.config.partitions
 
     def client_config(self) -> dict[str, Any]:
-        assert self.cluster is not None
-        return {"bootstrap.servers": self.cluster.bootstrap}
+        assert self.cluster is not None and self.cluster.kafka is not None
+        return self.cluster.kafka.client_config
 
     def driver_placement(self) -> DriverPlacement:
         spark = self._spark()
         assert self.cluster is not None
+        assert self.cluster.kafka is not None
+        # The Kafka login reaches the driver in its environment (PGVAL_KAFKA_OPTIONS).
         return DriverPlacement(bootstrap=self.cluster.bootstrap, master=spark.master_url,
-                               driver_host=spark.driver_host, extra_env=spark.driver_env())
+                               driver_host=spark.driver_host, extra_env=spark.driver_env(),
+                               kafka_options=self.cluster.kafka.auth_config)
 
     @property
     def workers(self) -> int:
@@ -130,6 +148,9 @@ class EmbeddedDeployment(Deployment):
     def log_dirs(self) -> list[Path]:
         return [self.cluster_dir.resolve() / "logs"]
 
+    def reaper_problem(self) -> str | None:
+        return reaper_problem(self.cluster.reaper) if self.cluster is not None else None
+
     def _spark(self) -> Any:
         if self.cluster is None or self.cluster.spark is None:
             raise RuntimeErrorPlain("the Spark cluster is not running")
@@ -145,6 +166,7 @@ class AttachedDeployment(Deployment):
         super().__init__()
         self.cluster_dir = Path(cluster_dir).resolve()
         self.state: dict[str, Any] = {}
+        self.kafka_auth: dict[str, str] = {}
 
     def start(self) -> AttachedDeployment:
         t0 = time.monotonic()
@@ -158,6 +180,8 @@ class AttachedDeployment(Deployment):
                                     f"({', '.join(dead)} not running); restart it with "
                                     "`pgval cluster down` and `pgval cluster up`")
         self.state = state
+        creds = KafkaCredentials.read(kafka_credentials_file(self.cluster_dir))
+        self.kafka_auth = creds.client_config() if creds is not None else {}
         self.timings["cluster_start_s"] = time.monotonic() - t0
         return self
 
@@ -169,7 +193,7 @@ class AttachedDeployment(Deployment):
         return int((self.state.get("config") or {}).get("partitions") or 3)
 
     def client_config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.state["bootstrap"]}
+        return {"bootstrap.servers": self.state["bootstrap"], **self.kafka_auth}
 
     def driver_placement(self) -> DriverPlacement:
         host = self.state["driver_host"]
@@ -179,7 +203,8 @@ class AttachedDeployment(Deployment):
         if secret.exists():
             env[SECRET_FILE_ENV] = str(secret)
         return DriverPlacement(bootstrap=self.state["bootstrap"], master=self.state["master"],
-                               driver_host=host, extra_env=env)
+                               driver_host=host, extra_env=env,
+                               kafka_options=dict(self.kafka_auth))
 
     @property
     def workers(self) -> int:

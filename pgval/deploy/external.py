@@ -21,8 +21,8 @@ from confluent_kafka.admin import AdminClient
 
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
 from pgval.deploy.topics import broker_ids
+from pgval.errors import RuntimeErrorPlain
 from pgval.faults.nemesis import NemesisDelay
-from pgval.runtime.procs import RuntimeErrorPlain
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -67,7 +67,7 @@ class ExternalDeployment(Deployment):
     def driver_placement(self) -> DriverPlacement:
         return DriverPlacement(bootstrap=self._bootstrap, master=self.master,
                                driver_host=self.spark_conf.get("spark.driver.host"),
-                               user_conf=self.spark_conf, kafka_options=self.kafka_config)
+                               kafka_options=self.kafka_config)
 
     @property
     def workers(self) -> int:
@@ -81,7 +81,7 @@ class ExternalDeployment(Deployment):
             raise RuntimeErrorPlain(f"--fault {cfg.fault} on an external cluster needs "
                                     "--nemesis-inject and --nemesis-remove")
         return NemesisDelay(cfg.fault, cfg.nemesis_inject, cfg.nemesis_remove, target,
-                            profile.delay_ms or 500)
+                            profile.delay_ms or 500, run_dir=ctx.run_dir)
 
     def describe(self) -> dict[str, Any]:
         return {"deploy": "external", "bootstrap": self._bootstrap, "master": self.master,

@@ -13,7 +13,7 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.errors import RuntimeErrorPlain
 from pgval.schema import Topics
 
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1"}

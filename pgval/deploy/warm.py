@@ -17,6 +17,7 @@ from pathlib import Path
 from pgval.config import ExperimentConfig
 from pgval.deploy import Deployment, make_deployment
 from pgval.faults.timeouts import profile_for
+from pgval.redact import private_dir
 from pgval.runtime import signals
 
 
@@ -50,7 +51,7 @@ class WarmDeployments:
         run_cfg = dataclasses.replace(cfg, cluster=cluster_cfg)
         self.started += 1
         cluster_dir = self.root / f"{self.label}-{self.started}"
-        cluster_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(cluster_dir)  # 0700, as a run's directory (pgval.redact)
         deployment = make_deployment(run_cfg, cluster_dir)
         self.current, self._key = deployment, key
         deployment.start()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from pgval.dbfile import plain_error
 from pgval.report.data import (
     ReportError,
     Selection,
@@ -54,14 +55,24 @@ def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = N
         raise ReportError(f"unknown report format {fmt!r}; choose from {', '.join(FORMATS)}")
     selection = (runs if isinstance(runs, Selection) else
                  Selection() if runs is None else Selection(run_ids=tuple(runs)))
-    with opened(db_path) as conn:
-        text = _build(conn, str(db_path), selection, fmt, out, plots_dir, console, run_plots,
-                      width)
+    try:
+        with opened(db_path) as conn:
+            text = _build(conn, str(db_path), selection, fmt, out, plots_dir, console,
+                          run_plots, width)
+    except sqlite3.Error as exc:  # a damaged file, a table without a column pgval reads, …
+        raise ReportError(str(plain_error(db_path, exc))) from exc
+    except OSError as exc:  # the --plots folder cannot be made or written
+        raise ReportError(f"cannot write the plots to {plots_dir}: {exc.strerror or exc} "
+                          f"({exc.filename or plots_dir})") from exc
     if out is None:
         return text
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write the report to {out}: {exc.strerror or exc} "
+                          f"({exc.filename or out})") from exc
     return out
 
 

@@ -106,11 +106,7 @@ class RunData:
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
-        try:
-            params = json.loads(self.row.get("params") or "{}")
-        except ValueError:
-            return {}
-        return params if isinstance(params, dict) else {}
+        return _json_object(self.row.get("params"))
 
     @property
     def shape(self) -> tuple[Any, ...]:
@@ -120,8 +116,11 @@ class RunData:
             v = self.row.get(name) if self.row.get(name) is not None else self.params.get(name)
             if v is None:
                 v = SHAPE_DEFAULTS.get(name)
-            values.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool)
-                          else v)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                v = number(v)  # a float, or None for NaN, infinities and damage
+            elif v is not None and not isinstance(v, str):
+                v = json.dumps(v, default=str)  # a list or object: compared as its text
+            values.append(v)
         return tuple(values)
 
     @property
@@ -131,7 +130,8 @@ class RunData:
 
     @property
     def key(self) -> tuple[str | None, str | None, str | None]:
-        return self.row.get("topology"), self.row.get("pg"), self.row.get("fault")
+        return (_text(self.row.get("topology")), _text(self.row.get("pg")),
+                _text(self.row.get("fault")))
 
     @property
     def valid(self) -> bool:
@@ -140,10 +140,11 @@ class RunData:
 
     @property
     def validity_reasons(self) -> list[str]:
+        text = self.row.get("validity_reasons")
         try:
-            reasons = json.loads(self.row.get("validity_reasons") or "[]")
-        except ValueError:
-            return [str(self.row.get("validity_reasons"))]
+            reasons = json.loads(text) if isinstance(text, str) and text else []
+        except (ValueError, RecursionError):
+            return [str(text)]
         return [str(r) for r in reasons] if isinstance(reasons, list) else [str(reasons)]
 
     @property
@@ -277,7 +278,8 @@ def load_runs(db: Path | str | Any, selection: Selection | None = None) -> list[
             run = by_id[c["run_id"]]
             if run.causes is None:
                 run.causes = {}
-            run.causes[c["cause"]] = run.causes.get(c["cause"], 0) + int(c["count"] or 0)
+            cause = str(c["cause"])
+            run.causes[cause] = run.causes.get(cause, 0) + int(number(c["count"]) or 0)
             seen.add(run.id)
         for run in runs:  # a run with nothing unprocessed has no cause rows: all zero
             if run.id not in seen and (run.row.get("unprocessed") or 0) == 0:
@@ -287,14 +289,27 @@ def load_runs(db: Path | str | Any, selection: Selection | None = None) -> list[
                              "ORDER BY run_id, seq", list(by_id)):
             by_id[e["run_id"]].fault_log.append(e)
     for run in runs:
-        try:
-            run.summary = json.loads(run.row.get("summary") or "{}")
-        except ValueError:
-            run.summary = {}
+        run.summary = _json_object(run.row.get("summary"))
         if not run.fault_log:  # older stores kept the fault log only in the summary
             run.fault_log = [e for e in run.summary.get("fault_log") or []
                              if isinstance(e, dict)]
     return runs
+
+
+def _json_object(text: object) -> dict[str, Any]:
+    """A stored JSON object, or {} for anything else (NULL, not JSON, a list, bytes)."""
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else None
+    except (ValueError, RecursionError):
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: object) -> str | None:
+    """A stored label (topology, pg, fault) as text; None stays None."""
+    if value is None or isinstance(value, str):
+        return value
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _order(value: str | None, order: Sequence[str]) -> tuple[int, str]:
@@ -364,7 +379,7 @@ class Stat:
 
     @classmethod
     def of_values(cls, values: Iterable[float | None], of: int | None = None) -> Stat:
-        vals = [float(v) for v in values if v is not None and not _isnan(v)]
+        vals = [x for x in map(number, values) if x is not None]
         total = len(vals) if of is None else of
         if not vals:
             return cls(None, None, 0, total)
@@ -386,11 +401,19 @@ def _isnan(v: object) -> bool:
     return isinstance(v, float) and math.isnan(v)
 
 
+#: No metric pgval stores comes near this (counts stay below 2^63 ≈ 9.2e18, times and rates
+#: far below): a larger stored value is damage, read as missing, so that sums, means and
+#: plot limits stay finite (1e308 + 1e308 overflowed fsum).
+MAX_ABS = 1e30
+
+
 def number(v: object) -> float | None:
-    """A stored value as a float; None for NULL, NaN and anything not a number."""
-    if v is None or _isnan(v):
+    """A stored value as a float; None for NULL, NaN, infinities, magnitudes beyond
+    :data:`MAX_ABS` and anything not a number."""
+    if v is None or isinstance(v, bytes):
         return None
     try:
-        return float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        x = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
         return None
+    return x if math.isfinite(x) and abs(x) <= MAX_ABS else None

@@ -21,8 +21,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.evidence import Manifest
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import Topics, resource_name
 
 #: IDs of planted late events (a self-test): far above any generator ID, so a test can

@@ -11,10 +11,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.explain import watermark_ms
 from pgval.run.result import Status
 from pgval.runtime.driver import DriverProcess
-from pgval.runtime.procs import RuntimeErrorPlain
 from pgval.schema import Topics
 
 

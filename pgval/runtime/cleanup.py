@@ -8,7 +8,8 @@ Two sweeps, both judged by owner (:class:`~pgval.runtime.owner.Owner`: pid + sta
   and named;
 * **the host** (as root): namespaces, veths and bridges whose suffix has no live owner in
   ``/run/pgval/netns`` (wherever their run directory is), packet holders whose owner is
-  dead, and delay rules naming such namespaces.
+  dead (holders pgval registered with their start ticks, never a process picked by its
+  command line), and delay rules naming such namespaces.
 
 ``force=True`` removes everything pgval-made regardless of owners (a last resort: it
 stops runs in progress too).
@@ -21,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import netns, ownership
 from pgval.runtime.cluster import force_down, read_state
 from pgval.runtime.owner import Owner, start_ticks
@@ -47,8 +49,16 @@ def run_dirs(root: Path) -> list[Path]:
 
 
 def cleanup(runs_root: Path, force: bool = False) -> CleanupReport:
+    """Both sweeps (see the module docstring). A runs root other users can write to is
+    refused, and a run directory or state file that is not ours alone is left alone: as
+    root, cleanup must not act on files a hostile local user planted."""
     report = CleanupReport()
+    ownership.check_run_root(Path(runs_root))
     for run_dir in run_dirs(Path(runs_root)):
+        if not _trusted_run_dir(run_dir):
+            report.spared.append(f"{run_dir}: writable by other users or not ours; "
+                                 "its files are not trusted")
+            continue
         state = read_state(run_dir) or {}
         owner = Owner.from_dict(state.get("owner"))
         if not force and state.get("held"):
@@ -61,6 +71,15 @@ def cleanup(runs_root: Path, force: bool = False) -> CleanupReport:
         report.removed += [f"{run_dir.name}: {r}" for r in force_down(run_dir)]
     report.removed += sweep_host(force)
     return report
+
+
+def _trusted_run_dir(run_dir: Path) -> bool:
+    try:
+        ownership.check_run_root(run_dir)
+    except RuntimeErrorPlain:
+        return False
+    state = run_dir / "state.json"
+    return not state.exists() or ownership.trusted_file(state)
 
 
 def _suffix_of(name: str) -> str | None:
@@ -79,7 +98,7 @@ def sweep_host(force: bool = False) -> list[str]:
 
     live = set() if force else ownership.live_suffixes()
     removed: list[str] = []
-    for pid, _target in holder_processes():
+    for pid, _target in holder_processes():  # registered ones only (pid + start ticks)
         owner = holder_owner(pid)
         if force or owner is None or not owner.alive():
             removed += stop_holder(pid)

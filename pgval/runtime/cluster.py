@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import netns, ownership, signals
 from pgval.runtime.kafka import KafkaCluster
 from pgval.runtime.owner import Owner
-from pgval.runtime.procs import RuntimeErrorPlain, kill_recorded
+from pgval.runtime.procs import kill_recorded, recorded_group_is_ours
 from pgval.runtime.spark import SparkCluster
 from pgval.schema import OUTPUT_TOPIC
 
@@ -88,6 +89,7 @@ class LocalCluster:
             ok, why = netns.namespaces_supported()
             if not ok:
                 raise RuntimeErrorPlain(f"worker isolation was requested but {why}")
+        ownership.check_run_dir(self.run_dir)  # the reaper and cleanup trust its files
         self.run_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         try:
@@ -183,10 +185,7 @@ class LocalCluster:
                  "complete": self._stage == "up",
                  "netns_prefix": f"{netns.NS_PREFIX}{self.netns_suffix}-",
                  "reaper_pid": self.reaper.pid if self.reaper is not None else None}
-        path = self.run_dir / "state.json"
-        tmp = path.with_name("state.json.tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        tmp.replace(path)
+        _write_json_atomically(self.run_dir / "state.json", state)
 
 
 def start_reaper(run_dir: Path, owner: Owner) -> subprocess.Popen[bytes]:
@@ -224,13 +223,25 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
 def force_down(run_dir: Path) -> list[str]:
     """Stop whatever a (possibly killed) pgval left in ``run_dir``; remove its namespaces.
 
-    Only this run's namespaces are removed (their prefix is in ``state.json``), so other
-    runs on the same host are left alone. ``state.json`` goes last, and only when nothing
-    of the run is left, so a failed attempt can be repeated.
+    In order: every recorded process group that is still the one started (pid files
+    carry start ticks), the run's pending undo records (a user's nemesis remove command,
+    pumba's netem; :mod:`pgval.runtime.undo`), then the delays and namespaces of the run's
+    prefix — only if the prefix has the exact form of one and pgval's registry says it
+    belongs to this directory (:func:`ownership.run_netns_prefix`), so other runs on the
+    same host are left alone. ``state.json`` goes last, and only when nothing of the run
+    is left, so a failed attempt can be repeated. A directory other users can write to is
+    not acted on at all (its files could be planted): a plain error says so.
     """
-    state = read_state(run_dir) or {}
-    stopped = kill_recorded(Path(run_dir) / "pids")
-    prefix = state.get("netns_prefix")
+    from pgval.runtime import undo
+
+    run_dir = Path(run_dir)
+    ownership.check_run_root(run_dir, "run directory")  # a plain error: nothing is done
+    state_file = run_dir / "state.json"
+    trusted = not state_file.exists() or ownership.trusted_file(state_file)
+    state = (read_state(run_dir) or {}) if trusted else {}
+    stopped = kill_recorded(run_dir / "pids")
+    stopped += undo.run_pending(run_dir)
+    prefix = ownership.run_netns_prefix(state.get("netns_prefix"), run_dir)
     if prefix:
         from pgval.runtime.delay import cleanup_delays
 
@@ -239,9 +250,75 @@ def force_down(run_dir: Path) -> list[str]:
         suffix = prefix[len(netns.NS_PREFIX):].rstrip("-")
         if not any(n.startswith(prefix) for n in netns.list_namespaces()):
             ownership.unregister_netns(suffix)
-    if not [name for name, alive in cluster_processes(run_dir) if alive]:
-        (Path(run_dir) / "state.json").unlink(missing_ok=True)
+    if not [name for name, alive in cluster_processes(run_dir) if alive] \
+            and not undo.pending(run_dir):
+        state_file.unlink(missing_ok=True)
     return stopped
+
+
+class RunGuard:
+    """``state.json`` and a reaper for a run directory no cluster of its own guards.
+
+    Why: a run on a warm cluster (matrix cells, OIR trials), on a `pgval cluster up`
+    cluster (``--cluster``), on an external cluster or on compose starts drivers,
+    generators, packet holders, nemesis commands in *its* directory; the cluster's reaper
+    (if there is one) watches only the cluster's directory. The owner goes into
+    ``state.json`` first, before anything of the run exists; then the reaper starts.
+    """
+
+    def __init__(self, run_dir: Path, kind: str) -> None:
+        self.run_dir = Path(run_dir).resolve()
+        self.kind = kind
+        self.owner = Owner.me()
+        self.reaper: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RunGuard:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._write("starting")
+        self.reaper = start_reaper(self.run_dir, self.owner)
+        self._write("running")
+        return self
+
+    def problem(self) -> str | None:
+        """Why the run is no longer covered against a kill (its reaper died), or None."""
+        return reaper_problem(self.reaper)
+
+    def stop(self) -> bool:
+        """The run's teardown is over: remove ``state.json`` and end the reaper — unless a
+        recorded process still runs or an undo is pending; then both stay, and the
+        reaper finishes the job once this pgval exits. True if the guard was removed."""
+        from pgval.runtime import undo
+
+        if [n for n, alive in cluster_processes(self.run_dir) if alive] \
+                or undo.pending(self.run_dir):
+            return False
+        (self.run_dir / "state.json").unlink(missing_ok=True)
+        stop_reaper(self.reaper)
+        self.reaper = None
+        return True
+
+    def _write(self, stage: str) -> None:
+        state = {"owner": self.owner.as_dict(), "held": False, "stage": stage,
+                 "kind": self.kind,
+                 "reaper_pid": self.reaper.pid if self.reaper is not None else None}
+        _write_json_atomically(self.run_dir / "state.json", state)
+
+
+def reaper_problem(reaper: subprocess.Popen[bytes] | None) -> str | None:
+    """A sentence if ``reaper`` (started by this process) is no longer running."""
+    if reaper is None or reaper.poll() is None:
+        return None
+    return (f"the reaper (pid {reaper.pid}) died: a kill of pgval now would leave "
+            "processes behind; stopping")
+
+
+def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` whole (a reader never sees half a file), mode 0600."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=1)
+    tmp.replace(path)
 
 
 def cluster_processes(run_dir: Path) -> list[tuple[str, bool]]:
@@ -251,14 +328,8 @@ def cluster_processes(run_dir: Path) -> list[tuple[str, bool]]:
         try:
             info = json.loads(pid_file.read_text())
             pgid = int(info["pgid"])
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             continue
-        try:
-            os.killpg(pgid, 0)
-            alive = True
-        except ProcessLookupError:
-            alive = False
-        except PermissionError:
-            alive = True
-        out.append((str(info.get("name", pgid)), alive))
+        # Alive only if the group is still the one recorded (a reused pid is not ours).
+        out.append((str(info.get("name", pgid)), recorded_group_is_ours(info)))
     return out

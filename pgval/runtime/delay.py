@@ -39,7 +39,8 @@ Traffic inside the namespace (worker <-> its own executors) is not delayed: the 
 is on the worker's link, not inside the machine it models. Only IPv4 is delayed.
 
 Everything pgval adds is marked — iptables comments ``pgval-delay-<id>-<target ns>``,
-qdisc handle ``504d:``, holders running ``pgval.runtime.holder --target <ns>`` — so
+qdisc handle ``504d:``, holders registered in ``/run/pgval/holders`` (pid + start
+ticks, owner, target namespace) — so
 :func:`cleanup_delays` can undo it after the injecting pgval was SIGKILLed, touching
 nothing else.
 """
@@ -61,9 +62,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pgval.runtime import netns
-from pgval.runtime.owner import Owner, boot_id
-from pgval.runtime.procs import Managed, RuntimeErrorPlain, kill_group, spawn
+from pgval.errors import RuntimeErrorPlain
+from pgval.runtime import netns, ownership
+from pgval.runtime.owner import Owner, start_ticks
+from pgval.runtime.procs import Managed, kill_group, spawn
 
 COMMENT_PREFIX = "pgval-delay-"
 NETEM_HANDLE = "504d:"
@@ -486,6 +488,9 @@ class PacketDelay:
             argv += ["--netns", "self" if where == HOST else where]
         self.holder = spawn(name, argv, self.run_dir / "logs" / f"{name}.log",
                             pid_dir=self.run_dir / "pids")
+        ticks = start_ticks(self.holder.pid)
+        if ticks is not None:  # identity for cleanup: pid + start ticks, never argv text
+            ownership.register_holder(self.holder.pid, ticks, owner, self.ns, self.run_dir)
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while not ready.exists():
             rc = self.holder.popen.poll()
@@ -493,6 +498,7 @@ class PacketDelay:
                 msg = (f"the packet holder for {self.ns} exited at start: "
                        f"{self.holder.log_tail(3)} (log {self.holder.log_path})")
                 self.holder.stop(grace_s=0.5)
+                ownership.unregister_holder(self.holder.pid)
                 raise _BindFailed(msg) if rc == HOLDER_RC_BIND else RuntimeErrorPlain(msg)
             if time.monotonic() > deadline:
                 raise RuntimeErrorPlain(f"the packet holder for {self.ns} did not bind NFQUEUE "
@@ -530,6 +536,7 @@ class PacketDelay:
                 time.sleep(0.5)
         if self.holder is not None:
             self.holder.stop(grace_s=3.0)
+            ownership.unregister_holder(self.holder.pid)
             out["holder"] = _holder_summary(self.holder.log_path)
         if out["leftovers"]:
             raise RuntimeErrorPlain(f"could not remove the delay rules for {self.ns}: "
@@ -539,12 +546,14 @@ class PacketDelay:
 
 
 def holder_processes() -> list[tuple[int, str]]:
-    """(pid, target namespace) of every running packet holder on this host."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and HOLDER_MODULE in (words := _holder_argv(int(entry))):
-            out.append((int(entry), (_arg(words, "--target") or [""])[0]))
-    return out
+    """(pid, target namespace) of every running packet holder pgval registered.
+
+    Identity comes from pgval's registry (``/run/pgval/holders``: pid + start ticks, see
+    :func:`ownership.register_holder`), never from a command line: any local user can run
+    a process whose argv mentions ``pgval.runtime.holder``.
+    """
+    return [(pid, str(entry.get("target") or ""))
+            for pid, entry in ownership.registered_holders().items()]
 
 
 def _holder_argv(pid: int) -> list[str]:
@@ -559,12 +568,9 @@ def _arg(words: list[str], flag: str) -> list[str]:
 
 
 def holder_owner(pid: int) -> Owner | None:
-    """The pgval a running holder belongs to (from its command line), None if unrecorded."""
-    words = _holder_argv(pid)
-    pids, starts = _arg(words, "--owner-pid"), _arg(words, "--owner-start")
-    if not pids or not starts:
-        return None
-    return Owner.from_dict({"pid": pids[0], "start": starts[0], "boot": boot_id()})
+    """The pgval a registered, running holder belongs to (from the registry), else None."""
+    entry = ownership.registered_holders().get(pid)
+    return Owner.from_dict(entry.get("owner")) if entry else None
 
 
 def stop_holder(pid: int) -> list[str]:
@@ -576,6 +582,7 @@ def stop_holder(pid: int) -> list[str]:
     places = _arg(words, "--netns") or ["self"]
     target = (_arg(words, "--target") or [""])[0]
     _stop_pid(pid)
+    ownership.unregister_holder(pid)
     return [f"holder pid {pid} ({target or 'no target'})",
             *(f"iptables {r}" for r in remove_rules(comment, places))]
 
@@ -609,7 +616,7 @@ def cleanup_delays(prefix: str = netns.NS_PREFIX) -> list[str]:
     Works without any state of the pgval that injected (it may have been SIGKILLed):
     rules are found by their ``pgval-delay-<id>-<target>`` comment (in the root namespace
     and every ``pgval-`` namespace, since a delay puts rules on the receiving sides),
-    qdiscs by handle ``504d:``, holders by ``--target`` in their command line. With
+    qdiscs by handle ``504d:``, holders by their registered target namespace. With
     the default prefix it also removes delays of other pgval runs in progress; pass
     ``pgval-<suffix>-`` to stay within one run. Also works after the namespaces are gone
     (the root namespace's rules and the holder are what would remain).
@@ -634,6 +641,7 @@ def cleanup_delays(prefix: str = netns.NS_PREFIX) -> list[str]:
     for pid, target in holder_processes():
         if target.startswith(prefix) or (everything and not target):
             _stop_pid(pid)
+            ownership.unregister_holder(pid)
             removed.append(f"holder pid {pid} ({target or 'no target'})")
     if shutil.which("tc") is not None:
         for ns in places[1:]:

@@ -13,7 +13,7 @@ import docker
 import requests
 from docker.errors import DockerException, NotFound
 
-from pgval.runtime.procs import RuntimeErrorPlain
+from pgval.errors import RuntimeErrorPlain
 
 #: Labels every container of compose/docker-compose.yml carries.
 ROLE_LABEL = "pgval.role"

@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.runtime.procs import Managed, RuntimeErrorPlain, spawn
+from pgval.errors import RuntimeErrorPlain
+from pgval.runtime.procs import Managed, spawn
+
+#: The driver's environment variables holding the user's Kafka client settings and Spark
+#: settings as JSON (read by pgval.topologies.driver); a launcher into a container must
+#: pass them on by name (``docker exec -e NAME``), never by value on a command line.
+KAFKA_OPTIONS_ENV = "PGVAL_KAFKA_OPTIONS"
+SPARK_CONF_ENV = "PGVAL_SPARK_CONF"
+SETTINGS_ENV = (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV)
 
 
 @dataclass
@@ -47,8 +55,10 @@ class DriverSpec:
     conf: dict[str, str] = field(default_factory=dict)  # extra Spark conf (time-outs)
     #: The run's topic prefix (``Topics.with_prefix``); "" for the plain names.
     topic_prefix: str = ""
-    #: The user's Kafka client settings and Spark settings (external clusters): passed in
-    #: the driver's environment, never on its command line, as they may hold passwords.
+    #: Kafka client settings (a cluster's login, ``--kafka-config``) and the user's Spark
+    #: settings (``--spark-conf``, every deployment): passed in the driver's environment,
+    #: never on its command line, as they may hold passwords; the driver hands the Spark
+    #: ones to its JVM in memory.
     kafka_options: dict[str, str] = field(default_factory=dict)
     user_conf: dict[str, str] = field(default_factory=dict)
     #: SELF-TEST of pgval only (e1): ``drop-batch:N`` / ``dup-batch:N`` makes the sink break
@@ -109,9 +119,9 @@ class DriverSpec:
         """The driver's extra environment: placement's variables plus the user's settings."""
         env = dict(self.extra_env)
         if self.kafka_options:
-            env["PGVAL_KAFKA_OPTIONS"] = json.dumps(self.kafka_options)
+            env[KAFKA_OPTIONS_ENV] = json.dumps(self.kafka_options)
         if self.user_conf:
-            env["PGVAL_SPARK_CONF"] = json.dumps(self.user_conf)
+            env[SPARK_CONF_ENV] = json.dumps(self.user_conf)
         return env
 
 

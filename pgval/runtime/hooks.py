@@ -22,8 +22,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime.jars import default_cache_dir
-from pgval.runtime.procs import RuntimeErrorPlain, file_lock
+from pgval.runtime.procs import file_lock
 
 HOOKS_DIR = Path(__file__).with_name("hooks")
 #: The checkpoint file manager that halts the driver before a batch's commit is written.

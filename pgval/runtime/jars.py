@@ -27,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgval.runtime.procs import RuntimeErrorPlain, file_lock, spawn
+from pgval.errors import RuntimeErrorPlain
+from pgval.runtime.procs import file_lock, spawn
 
 log = logging.getLogger(__name__)
 

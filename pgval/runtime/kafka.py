@@ -4,6 +4,15 @@ Each broker is a plain ``java -cp <jars> kafka.Kafka server.properties`` started
 :func:`pgval.runtime.procs.spawn`, so it lives in its own process group, logs to
 ``run_dir/kafka/broker-<i>/broker.log`` and is always stopped by :meth:`KafkaCluster.stop`.
 
+Closed to other local users: every listener asks for a password, a fresh random one per
+cluster (:class:`KafkaCredentials`). Clients and brokers authenticate with SASL/SCRAM-SHA-256
+on the client listener (which is also the inter-broker one); the KRaft controller listener,
+whose own peers must authenticate before any SCRAM credential exists, uses SASL/PLAIN with
+the same password. The password lives only in 0600 files of the cluster's directory
+(``kafka/client.properties``, each broker's ``server.properties``), never on a command line:
+even the storage format step that bootstraps the SCRAM credential reads its arguments from a
+0600 file (``@file``).
+
 Experiment topics get an *explicit* replica assignment in which partition ``p`` of every
 topic is led by broker ``p % B``: a fault injected on one broker then hits the same
 partitions of the inputs, the output and the commit-marker topic, which the oracle relies on.
@@ -15,6 +24,7 @@ import base64
 import contextlib
 import operator
 import os
+import secrets
 import signal
 import time
 import uuid
@@ -36,8 +46,9 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pgval import schema
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime.jars import Jars, check_java, ensure_jars, java_executable
-from pgval.runtime.procs import Managed, RuntimeErrorPlain, free_port, spawn, wait_for_port
+from pgval.runtime.procs import Managed, free_port, spawn, wait_for_port
 
 #: Main class of ``kafka-storage.sh`` in Kafka 4.1 (lives in kafka_2.13, not in kafka-tools).
 STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
@@ -66,9 +77,106 @@ logger.authorizer.level = WARN
 """
 
 
-def _quiet_client_conf(bootstrap: str) -> dict[str, object]:
-    """librdkafka logs every refused connection; those are expected while a broker starts."""
-    return {"bootstrap.servers": bootstrap, "log_level": 0, "logger": _NullLogger()}
+def _quiet_client_conf(bootstrap: str, config: Mapping[str, object] | None = None
+                       ) -> dict[str, object]:
+    """librdkafka logs every refused connection; those are expected while a broker starts.
+    ``config``: more client settings (the cluster's credentials)."""
+    return {"bootstrap.servers": bootstrap, "log_level": 0, "logger": _NullLogger(),
+            **(config or {})}
+
+
+#: SASL mechanism of the client and inter-broker listener; the controller listener's.
+SCRAM_MECHANISM = "SCRAM-SHA-256"
+CONTROLLER_MECHANISM = "PLAIN"
+#: The one user of an embedded cluster, and where its client settings are (0600).
+KAFKA_USER = "pgval"
+CLIENT_PROPERTIES = "client.properties"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (0600 from the first byte)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+@dataclass(frozen=True)
+class KafkaCredentials:
+    """The SASL user and password of one embedded cluster.
+
+    :meth:`client_config` is what a librdkafka client (pgval's own, the e1 sink) needs;
+    :func:`java_client_options` turns it into a Java client's (Spark's source and sink).
+    """
+
+    password: str
+    username: str = KAFKA_USER
+
+    @classmethod
+    def new(cls) -> KafkaCredentials:
+        """A fresh random password (hex: nothing to quote in JAAS or Kafka's SCRAM syntax)."""
+        return cls(password=secrets.token_hex(24))
+
+    def client_config(self) -> dict[str, str]:
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SCRAM_MECHANISM,
+                "sasl.username": self.username, "sasl.password": self.password}
+
+    def write(self, path: Path) -> None:
+        write_private(path, "".join(f"{k}={v}\n" for k, v in self.client_config().items()))
+
+    @classmethod
+    def read(cls, path: Path) -> KafkaCredentials | None:
+        """The credentials in ``path`` (a :meth:`write`), None when there is no such file
+        (a cluster from before Kafka was closed)."""
+        try:
+            conf = read_client_properties(path)
+        except FileNotFoundError:
+            return None
+        if not conf.get("sasl.password"):
+            raise RuntimeErrorPlain(f"{path} holds no sasl.password")
+        return cls(password=conf["sasl.password"],
+                   username=conf.get("sasl.username") or KAFKA_USER)
+
+
+def read_client_properties(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines (``#`` comments and blank lines skipped) into a dict."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise RuntimeErrorPlain(f"{path}: a line without KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def java_client_options(config: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka client settings as a Java Kafka client's (Spark's source and sink): the
+    user name and password become ``sasl.jaas.config`` for a SCRAM or PLAIN mechanism
+    (unless one is given); everything else passes unchanged. The password stays in memory
+    and the JVM's config (which Kafka logs as ``[hidden]``)."""
+    out = dict(config)
+    mechanism = str(out.get("sasl.mechanism", out.get("sasl.mechanisms", "PLAIN"))).upper()
+    if mechanism != "PLAIN" and not mechanism.startswith("SCRAM-"):
+        return out  # GSSAPI, OAUTHBEARER: no user name and password to translate
+    user, password = out.pop("sasl.username", None), out.pop("sasl.password", None)
+    if user is None and password is None:
+        return out
+    out.pop("sasl.mechanisms", None)
+    out["sasl.mechanism"] = mechanism
+    module = ("org.apache.kafka.common.security.scram.ScramLoginModule"
+              if mechanism.startswith("SCRAM-")
+              else "org.apache.kafka.common.security.plain.PlainLoginModule")
+    out.setdefault("sasl.jaas.config", f"{module} required username={_jaas_quote(user or '')} "
+                                       f"password={_jaas_quote(password or '')};")
+    return out
+
+
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class _NullLogger:
@@ -78,9 +186,10 @@ class _NullLogger:
         return None
 
 
-def is_reachable(bootstrap: str, timeout_s: float = 5.0) -> bool:
+def is_reachable(bootstrap: str, timeout_s: float = 5.0,
+                 config: Mapping[str, object] | None = None) -> bool:
     """True when some broker at ``bootstrap`` answers a metadata request within ``timeout_s``."""
-    admin = AdminClient(_quiet_client_conf(bootstrap))
+    admin = AdminClient(_quiet_client_conf(bootstrap, config))
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException:
@@ -95,7 +204,6 @@ class _Broker:
     controller_port: int
     dir: Path
     proc: Managed | None = None
-    started_at: float | None = None
 
 
 @dataclass
@@ -116,6 +224,10 @@ class KafkaCluster:
     #: Use brokers someone else runs (the compose deployment): only topic admin is done here.
     external_bootstrap: str | None = None
     cluster_id: str = field(default_factory=lambda: _new_cluster_id())
+    #: Every listener asks for the cluster's password (see the module docstring). Off only
+    #: for component tests and the cost measurement (``pgval bench ... --no-sasl``).
+    sasl: bool = True
+    credentials: KafkaCredentials | None = field(default=None, repr=False)
     startup_seconds: float | None = field(default=None, init=False)
     _nodes: list[_Broker] = field(default_factory=list, init=False, repr=False)
 
@@ -125,6 +237,10 @@ class KafkaCluster:
         if self.partitions < 1:
             raise ValueError("topics need at least one partition")
         self.run_dir = Path(self.run_dir)
+        if not self.sasl or self.external_bootstrap:
+            self.credentials = None
+        elif self.credentials is None:
+            self.credentials = KafkaCredentials.new()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -142,17 +258,24 @@ class KafkaCluster:
         return ",".join(f"{self.host}:{b.port}" for b in self._nodes)
 
     @property
+    def credentials_file(self) -> Path:
+        """The cluster's client settings (0600): where ``pgval cluster up``'s users read it."""
+        return self.run_dir / "kafka" / CLIENT_PROPERTIES
+
+    @property
+    def auth_config(self) -> dict[str, str]:
+        """Client settings that authenticate to this cluster (empty without SASL)."""
+        return self.credentials.client_config() if self.credentials is not None else {}
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """Everything a librdkafka client needs to reach the cluster: bootstrap + login."""
+        return {"bootstrap.servers": self.bootstrap, **self.auth_config}
+
+    @property
     def procs(self) -> list[Managed]:
         """The running broker processes (for fault injection and pid checks)."""
         return [b.proc for b in self._nodes if b.proc is not None]
-
-    @property
-    def broker_start_times(self) -> dict[int, float]:
-        """Wall-clock time (``time.time()``) at which each broker's JVM was spawned."""
-        return {b.node_id: b.started_at for b in self._nodes if b.started_at is not None}
-
-    def broker_port(self, node_id: int) -> int:
-        return self._nodes[node_id].port
 
     def start(self) -> KafkaCluster:
         """Format storage, start every broker and wait until all are registered."""
@@ -165,6 +288,8 @@ class KafkaCluster:
         try:
             if not self._nodes:  # a restart after stop() keeps ports, cluster id and data
                 nodes = self._plan()
+                if self.credentials is not None:
+                    self.credentials.write(self.credentials_file)
                 for node in nodes:
                     self._write_config(node, nodes)
                 with ThreadPoolExecutor(max_workers=min(self.brokers, 4)) as pool:
@@ -217,28 +342,6 @@ class KafkaCluster:
             node.proc.stop(grace_s=0.0)
             node.proc = None
 
-    def stop_broker(self, node_id: int, kill: bool = False, grace_s: float = 10.0) -> None:
-        """Stop one broker: cleanly, or with SIGKILL as a crash fault."""
-        node = self._nodes[node_id]
-        if node.proc is not None:
-            if kill:
-                node.proc.kill()
-            else:
-                node.proc.stop(grace_s=grace_s)
-            node.proc = None
-
-    def start_broker(self, node_id: int, timeout_s: float = 60.0) -> None:
-        """Restart one stopped broker with its old config and data; wait until it listens."""
-        node = self._nodes[node_id]
-        if node.proc is not None and node.proc.alive():
-            return
-        proc = self._spawn(node)
-        try:
-            wait_for_port(self.host, node.port, timeout_s, proc)
-        except BaseException:
-            self.stop_broker(node_id, kill=True)
-            raise
-
     def __enter__(self) -> KafkaCluster:
         return self.start()
 
@@ -280,7 +383,7 @@ class KafkaCluster:
             # librdkafka wants the partition count *with* an assignment (not -1 as documented).
             new.append(NewTopic(name, num_partitions=len(assignment),
                                 replica_assignment=assignment, config=config))
-        admin = AdminClient(_quiet_client_conf(self.bootstrap))
+        admin = AdminClient(_quiet_client_conf(self.bootstrap, self.auth_config))
         futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
         for name, fut in futures.items():
             try:
@@ -302,7 +405,7 @@ class KafkaCluster:
 
     def leaders(self, topic: str, timeout_s: float = 10.0) -> dict[int, int]:
         """Current leader broker id of each partition of ``topic``."""
-        admin = AdminClient(_quiet_client_conf(self.bootstrap))
+        admin = AdminClient(_quiet_client_conf(self.bootstrap, self.auth_config))
         md = admin.list_topics(topic=topic, timeout=timeout_s)
         tmd = md.topics[topic]
         if tmd.error is not None:
@@ -319,7 +422,6 @@ class KafkaCluster:
             cwd=node.dir,
             pid_dir=self.run_dir / "pids",
         )
-        node.started_at = time.time()
         return node.proc
 
     def _plan(self) -> list[_Broker]:
@@ -337,19 +439,20 @@ class KafkaCluster:
         is_voter = node.node_id < len(voters)
         rf = self.replication
         internal_partitions = max(self.partitions, 1)
-        listeners = [f"PLAINTEXT://{self.host}:{node.port}"]
+        client = "CLIENT" if self.sasl else "PLAINTEXT"
+        listeners = [f"{client}://{self.host}:{node.port}"]
         if is_voter:
             listeners.append(f"CONTROLLER://{self.host}:{node.controller_port}")
-        props = {
+        props: dict[str, object] = {
             "process.roles": "broker,controller" if is_voter else "broker",
             "node.id": node.node_id,
             "controller.quorum.voters": ",".join(
                 f"{v.node_id}@{self.host}:{v.controller_port}" for v in voters
             ),
             "listeners": ",".join(listeners),
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{node.port}",
+            "advertised.listeners": f"{client}://{self.host}:{node.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
+            "inter.broker.listener.name": client,
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": node.dir / "data",
             # A tiny machine: few threads, few internal partitions.
@@ -377,9 +480,12 @@ class KafkaCluster:
             "delete.topic.enable": "true",
             "unclean.leader.election.enable": "false",
         }
+        if self.credentials is not None:
+            props.update(_sasl_props(self.credentials))
         node.dir.mkdir(parents=True, exist_ok=True)
         text = "".join(f"{k}={v}\n" for k, v in props.items())
-        (node.dir / "server.properties").write_text(text)
+        # 0600: with SASL the file holds the cluster's password (the JAAS settings).
+        write_private(node.dir / "server.properties", text)
         (node.dir / "log4j2.properties").write_text(_LOG4J2)
 
     def _jvm_base(self, node: _Broker) -> list[str]:
@@ -412,27 +518,39 @@ class KafkaCluster:
         ]
 
     def _format(self, node: _Broker) -> None:
-        """``kafka-storage format``; a short JVM with a small heap and C1 only (starts faster)."""
+        """``kafka-storage format``; a short JVM with a small heap and C1 only (starts faster).
+
+        With SASL it also bootstraps the SCRAM credential (``--add-scram``) into the
+        metadata log, so the brokers can log in to each other from their first start. Its
+        arguments then come from a 0600 file (the tool's ``@file``), never the command line,
+        and the file is gone once the format ran."""
         base = self._jvm_base(node)
-        argv = [
-            base[0], "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *base[1:],
-            STORAGE_TOOL_MAIN, "format", "--ignore-formatted",
-            "--config", str(node.dir / "server.properties"),
-            "--cluster-id", self.cluster_id,
-        ]
+        args = ["format", "--ignore-formatted", "--config", str(node.dir / "server.properties"),
+                "--cluster-id", self.cluster_id]
+        args_file = node.dir / "format.args"
+        tool_args = args
+        if self.credentials is not None:
+            c = self.credentials
+            args += ["--add-scram",
+                     f'{SCRAM_MECHANISM}=[name={c.username},password="{c.password}"]']
+            write_private(args_file, "".join(f"{a}\n" for a in args))
+            tool_args = [f"@{args_file}"]
+        argv = [base[0], "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *base[1:],
+                STORAGE_TOOL_MAIN, *tool_args]
         log_path = node.dir / "format.log"
         proc = spawn(f"kafka-format-{node.node_id}", argv, log_path, cwd=node.dir)
         try:
             code = proc.popen.wait(timeout=120)
         finally:
             proc.stop(grace_s=2.0)
+            args_file.unlink(missing_ok=True)
         if code != 0:
             raise RuntimeErrorPlain(
                 f"formatting storage of broker {node.node_id} failed (exit {code}); see {log_path}"
             )
 
     def _wait_registered(self, deadline: float) -> None:
-        admin = AdminClient(_quiet_client_conf(self.bootstrap))
+        admin = AdminClient(_quiet_client_conf(self.bootstrap, self.auth_config))
         seen = 0
         while time.monotonic() < deadline:
             for node in self._nodes:
@@ -470,7 +588,7 @@ class KafkaCluster:
         while True:
             for target in sorted({t for t, _ in pending}):
                 client = admin if target == self.bootstrap else AdminClient(
-                    _quiet_client_conf(target))
+                    _quiet_client_conf(target, self.auth_config))
                 md = None
                 with contextlib.suppress(KafkaException):
                     md = client.list_topics(timeout=5.0)
@@ -490,6 +608,28 @@ class KafkaCluster:
                     f"broker in time"
                 )
             time.sleep(0.2)
+
+
+def _sasl_props(c: KafkaCredentials) -> dict[str, object]:
+    """Broker settings of a closed cluster: SCRAM on the client (and inter-broker) listener,
+    PLAIN on the controller listener (a controller quorum must log in before the metadata
+    log, where SCRAM credentials live, is readable); one user, one password. No authorizer:
+    the only user that can log in is pgval's."""
+    user, pw = _jaas_quote(c.username), _jaas_quote(c.password)
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    return {
+        "listener.security.protocol.map": "CLIENT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+        "sasl.mechanism.controller.protocol": CONTROLLER_MECHANISM,
+        "listener.name.client.sasl.enabled.mechanisms": SCRAM_MECHANISM,
+        f"listener.name.client.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
+            f"{scram} required username={user} password={pw};",
+        "listener.name.controller.sasl.enabled.mechanisms": CONTROLLER_MECHANISM,
+        f"listener.name.controller.{CONTROLLER_MECHANISM.lower()}.sasl.jaas.config":
+            f"{plain} required username={user} password={pw} user_{c.username}={pw};",
+    }
 
 
 def _new_cluster_id() -> str:

@@ -48,8 +48,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import ownership
-from pgval.runtime.procs import RuntimeErrorPlain
 
 NS_PREFIX = "pgval-"
 LINK_PREFIX = "pgv"
@@ -225,10 +225,6 @@ class NetLayout:
         if self.octet is None:
             raise RuntimeErrorPlain("the pgval bridge has not been created yet")
         return f"{NET_BASE}.{self.octet}.1"
-
-    @property
-    def cidr(self) -> str:
-        return f"{NET_BASE}.{self.octet}.0/24"
 
     def worker_ip(self, index: int) -> str:
         if not 0 <= index < 240:

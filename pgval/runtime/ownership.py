@@ -18,14 +18,15 @@ import errno
 import fcntl
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime.owner import Owner
-from pgval.runtime.procs import RuntimeErrorPlain
 
 RUN_ROOT = Path(os.environ.get("PGVAL_RUN_ROOT", "/run/pgval"))
 LOCK_TIMEOUT_S = 60.0
@@ -135,3 +136,130 @@ def live_suffixes(include_held: bool = True) -> set[str]:
     """Suffixes whose registered owner is still alive (and held clusters' unless told not)."""
     return {s for s, e in netns_entries().items()
             if entry_is_live(e) and (include_held or not e.get("held"))}
+
+
+# ---- validated names ----------------------------------------------------------------------
+
+#: A run's namespace prefix: ``pgval-`` + the 6 hex digits of :func:`netns.new_suffix` + ``-``.
+NETNS_PREFIX_RE = re.compile(r"^pgval-[0-9a-f]{6}-$")
+
+
+def run_netns_prefix(state_prefix: Any, run_dir: Path) -> str | None:
+    """The namespace prefix ``run_dir``'s state names, if pgval's registry agrees; else None.
+
+    Why not the state file's value alone: a ``state.json`` is a file in a directory; a
+    prefix of ``pgval-`` there would make cleanup remove every run's namespaces. The value
+    must have the exact form of a run's prefix *and* the registry (root's, 0700) must say
+    that suffix belongs to this very run directory.
+    """
+    if not isinstance(state_prefix, str) or not NETNS_PREFIX_RE.match(state_prefix):
+        return None
+    suffix = state_prefix[len("pgval-"):-1]
+    entry = netns_entries().get(suffix)
+    if entry is None or not entry.get("run_dir"):
+        return None
+    try:
+        same = Path(str(entry["run_dir"])).resolve() == Path(run_dir).resolve()
+    except OSError:
+        return None
+    return state_prefix if same else None
+
+
+# ---- packet holders -----------------------------------------------------------------------
+
+def _holders_dir() -> Path:
+    return _private_dir(run_root() / "holders")
+
+
+def register_holder(pid: int, start: int, owner: Owner, target: str,
+                    run_dir: Path | None) -> None:
+    """Record a packet holder pgval started: pid *and* start ticks, its owner, its target.
+
+    Why: cleanup stops holders whose owner is dead. Telling a holder by its command line
+    would make any process with ``pgval.runtime.holder`` in its argv one (a user's
+    ``sleep 100 pgval.runtime.holder`` included); the registry is written by pgval only.
+    """
+    entry = {"pid": pid, "start": start, "boot": owner.boot, "owner": owner.as_dict(),
+             "target": target, "run_dir": str(run_dir) if run_dir else None}
+    path = _holders_dir() / f"{pid}.json"
+    tmp = path.with_name(f".{pid}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(entry, fh)
+    tmp.replace(path)
+
+
+def unregister_holder(pid: int) -> None:
+    with contextlib.suppress(OSError, RuntimeErrorPlain):
+        (_holders_dir() / f"{pid}.json").unlink(missing_ok=True)
+
+
+def registered_holders() -> dict[int, dict[str, Any]]:
+    """pid -> entry of every registered holder that still runs (pid and start ticks
+    match); entries of holders gone are removed on the way."""
+    from pgval.runtime.owner import boot_id, start_ticks
+
+    out: dict[int, dict[str, Any]] = {}
+    try:
+        files = sorted(_holders_dir().glob("*.json"))
+    except (OSError, RuntimeErrorPlain):
+        return out
+    for f in files:
+        try:
+            entry = json.loads(f.read_text())
+            pid, start = int(entry["pid"]), int(entry["start"])
+        except (OSError, ValueError, KeyError, TypeError):
+            with contextlib.suppress(OSError):
+                f.unlink()
+            continue
+        if entry.get("boot") == boot_id() and start_ticks(pid) == start:
+            out[pid] = entry
+        else:
+            with contextlib.suppress(OSError):
+                f.unlink()
+    return out
+
+
+# ---- directories whose files pgval trusts -------------------------------------------------
+
+def _shared_by_others(st: os.stat_result) -> bool:
+    """Writable by group or others, or owned by a user other than us and root."""
+    return bool(st.st_mode & 0o022) or st.st_uid not in (os.geteuid(), 0)
+
+
+def check_run_root(root: Path, what: str = "runs directory") -> None:
+    """Refuse (one sentence) a directory whose files cleanup would act on as root when
+    another local user could write there (plant ``state.json`` or pid files)."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return  # not there yet: pgval creates it, with its own mode
+    if stat.S_ISDIR(st.st_mode) and _shared_by_others(st):
+        raise RuntimeErrorPlain(
+            f"the {what} {root} is writable by other users or owned by another user "
+            f"(mode {stat.S_IMODE(st.st_mode):o}); pgval acts on its files as root, so "
+            f"`chmod go-w {root}` (or choose another) first")
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """A run directory and its parent must not be writable by others (a sticky,
+    root-owned parent such as /tmp is fine: nobody else can replace our entries)."""
+    run_dir = Path(run_dir)
+    check_run_root(run_dir, "run directory")
+    parent = run_dir.resolve().parent
+    try:
+        st = os.stat(parent)
+    except OSError:
+        return
+    if st.st_mode & stat.S_ISVTX and st.st_uid == 0:
+        return
+    check_run_root(parent, "directory of the run directory")
+
+
+def trusted_file(path: Path) -> bool:
+    """A file cleanup may act on: ours (this user's), not writable by others, not a link."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and not _shared_by_others(st)

@@ -7,7 +7,9 @@ drivers, generators, packet holders) goes through :func:`spawn`, so that
   whole tree (a JVM and the executors it forked),
 * its output lands in a log file under the run directory, and
 * a pid file under ``<run_dir>/pids`` lets ``pgval cleanup`` find and stop it
-  after a pgval that was itself killed with SIGKILL.
+  after a pgval that was itself killed with SIGKILL. The file holds the pid *and* the
+  process's start time (clock ticks since boot, as :class:`~pgval.runtime.owner.Owner`):
+  a pid reused by an unrelated process is never signalled.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-
-class RuntimeErrorPlain(RuntimeError):
-    """An error whose message is one plain sentence meant for the user (no traceback)."""
+from pgval.errors import RuntimeErrorPlain
+from pgval.runtime.owner import boot_id, start_ticks
 
 
 @dataclass
@@ -130,10 +132,43 @@ def spawn(
         log.close()
     pid_file = None
     if pid_dir is not None:
-        pid_dir.mkdir(parents=True, exist_ok=True)
         pid_file = pid_dir / f"{name}.json"
-        pid_file.write_text(json.dumps({"name": name, "pgid": popen.pid, "argv": list(argv)}))
+        write_pid_file(pid_file, name, popen.pid)
     return Managed(name=name, popen=popen, log_path=log_path, pid_file=pid_file, argv=list(argv))
+
+
+def write_pid_file(path: Path, name: str, pid: int, **extra: Any) -> None:
+    """Record ``pid`` (the leader of its own group) with its start ticks and boot id.
+
+    Why the start ticks: a pid file outlives the process it names when pgval is killed;
+    by the time cleanup reads it the pid may belong to anything. Only a leader whose
+    start ticks still match (or a group whose leader is gone: the kernel does not hand
+    out a pid still in use as a group id) is ours. No argv: it may hold secrets.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"name": name, "pgid": pid, "start": start_ticks(pid), "boot": boot_id(), **extra}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)
+
+
+def recorded_group_is_ours(record: Mapping[str, Any]) -> bool:
+    """True if the process group a pid file names is still the one pgval started.
+
+    The leader alive: its start ticks and boot must match the record. The leader gone
+    but members left: the group is ours (Linux never reuses a pid while a group has that
+    id). A record without start ticks (written by an older pgval) is not trusted.
+    """
+    try:
+        pgid, start = int(record["pgid"]), int(record["start"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if record.get("boot") and record.get("boot") != boot_id():
+        return False
+    ticks = start_ticks(pgid)
+    if ticks is not None:
+        return ticks == start
+    return _group_alive(pgid)
 
 
 def kill_recorded(pid_dir: Path) -> list[str]:
@@ -145,24 +180,14 @@ def kill_recorded(pid_dir: Path) -> list[str]:
         try:
             info = json.loads(pid_file.read_text())
             pgid = int(info["pgid"])
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             pid_file.unlink(missing_ok=True)
             continue
-        if _group_alive(pgid) and _cmdline_matches(pgid, info.get("argv", [])):
+        if _group_alive(pgid) and recorded_group_is_ours(info):
             kill_group(pgid, grace_s=3.0)
             stopped.append(str(info.get("name", pgid)))
         pid_file.unlink(missing_ok=True)
     return stopped
-
-
-def _cmdline_matches(pid: int, argv: Sequence[str]) -> bool:
-    """Guard against pid reuse: only kill a group whose leader still runs what we started."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return True  # leader gone but group members may remain; killing the group is ours
-    return not argv or (bool(cmdline) and os.path.basename(cmdline[0].decode(errors="replace"))
-                        == os.path.basename(argv[0]))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -171,15 +196,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None = None) -> None:

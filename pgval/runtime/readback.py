@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaException
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime.kafka import (
     READ_BATCH,
     TopicRecords,
@@ -39,7 +40,6 @@ from pgval.runtime.kafka import (
     reader_conf,
     short_read_problems,
 )
-from pgval.runtime.procs import RuntimeErrorPlain
 
 #: Below this many records in all, reading in this process is faster than starting readers.
 PARALLEL_MIN_RECORDS = 500_000

@@ -9,7 +9,8 @@ else, a small watcher in its own session::
 It polls the owner twice a second (pid + start time, so a reused pid does not count).
 When the owner is gone and the run's ``state.json`` is still there (a finished run
 removes it), it does what ``pgval cleanup`` would do for that run — stop every recorded
-process group, undo its packet delays, delete its namespaces — writes what it removed
+process group, run its pending undo records (a nemesis remove command, pumba's netem),
+undo its packet delays, delete its namespaces — writes what it removed
 to ``logs/reaper.log`` and exits. A SIGTERM from the owner (its teardown succeeded)
 ends it quietly. It ignores SIGINT and SIGHUP, which are meant for the owner.
 """
@@ -23,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime.cluster import REAPER_MODULE as MODULE
 from pgval.runtime.cluster import force_down
 from pgval.runtime.owner import Owner, boot_id
@@ -61,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     t0 = time.monotonic()
-    removed = force_down(args.run_dir)
+    try:
+        removed = force_down(args.run_dir)
+    except RuntimeErrorPlain as exc:  # a directory it must not trust: say so, do nothing
+        print(json.dumps({"event": "refused", "owner_pid": owner.pid, "why": str(exc)}),
+              flush=True)
+        return 1
     print(json.dumps({"event": "reaped", "owner_pid": owner.pid, "removed": removed,
                       "seconds": round(time.monotonic() - t0, 2),
                       "at_ms": time.time_ns() // 10**6}), flush=True)

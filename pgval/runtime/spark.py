@@ -43,8 +43,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.runtime import netns
-from pgval.runtime.procs import Managed, RuntimeErrorPlain, free_port, spawn, wait_for_port
+from pgval.runtime.procs import (
+    Managed,
+    free_port,
+    spawn,
+    wait_for_port,
+    write_pid_file,
+)
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -57,6 +64,8 @@ SECRET_ENV = "_SPARK_AUTH_SECRET"
 #: Tells the pgval driver where the cluster's secret file is (it sets spark.authenticate*).
 SECRET_FILE_ENV = "PGVAL_SPARK_SECRET_FILE"
 NS_WORKER_WEBUI_PORT = 8081  # every namespace has its own port space
+#: The master's REST submission server: off on every master pgval starts.
+REST_ENABLED = "spark.master.rest.enabled"
 
 
 def spark_home() -> Path:
@@ -399,6 +408,10 @@ class SparkCluster:
     def _env(self, local_ip: str, opts_var: str, work_dir: Path | None = None) -> dict[str, str]:
         """Env for a daemon; SPARK_LOCAL_HOSTNAME=IP so nothing ever advertises a hostname."""
         daemon_conf = {"spark.port.maxRetries": "0", **self.extra_conf}
+        if opts_var == "SPARK_MASTER_OPTS":
+            # Spark 4.1+ starts the REST submission server (port 6066) by default; it takes
+            # no part in spark.authenticate, so any local user could submit a driver there.
+            daemon_conf[REST_ENABLED] = "false"
         if self._secret:
             daemon_conf["spark.authenticate"] = "true"
         conf = " ".join(f"-D{k}={v}" for k, v in daemon_conf.items())
@@ -445,11 +458,8 @@ class SparkCluster:
         h.managed = spawn(h.name, argv, self.log_dir / f"{h.name}.log", env=env,
                           cwd=self.spark_dir / "work" / f"w{h.index}", pid_dir=self.pid_dir)
         if h.netns is not None and h.managed.pid_file is not None:
-            # `ip netns exec` execs java: record the java argv so that procs.kill_recorded's
-            # pid-reuse guard (leader's argv[0] basename) recognises the group as ours.
-            java_argv = argv[len(netns.exec_prefix(h.netns)):]
-            h.managed.pid_file.write_text(json.dumps(
-                {"name": h.name, "pgid": h.managed.pid, "argv": java_argv, "netns": h.netns}))
+            # `ip netns exec` execs java (same pid, same start ticks): note the namespace.
+            write_pid_file(h.managed.pid_file, h.name, h.managed.pid, netns=h.netns)
 
     def _start_worker(self, h: WorkerHandle) -> None:
         if self.master is None or not self.master.alive():
