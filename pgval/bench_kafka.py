@@ -30,6 +30,7 @@ from pgval.evaluate import evaluate
 from pgval.evidence import streams_from_records
 from pgval.oracle import expected_outputs
 from pgval.records import InputEvents, ResourceTable
+from pgval.redact import private_dir
 from pgval.runtime import signals
 from pgval.runtime.cluster import start_reaper, stop_reaper
 from pgval.runtime.kafka import KafkaCluster, TopicRecords
@@ -46,8 +47,7 @@ def bench_broker(run_dir: Path, partitions: int = 3, heap: str = "256m",
                  sasl: bool = True) -> Iterator[KafkaCluster]:
     """One broker owned by this process, stopped always; its data is deleted at the end.
     ``sasl``: closed like a run's cluster (False only to measure what SASL costs)."""
-    run_dir = Path(run_dir).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = private_dir(Path(run_dir).resolve())
     owner = Owner.me()
     state = run_dir / "state.json"
     # First, before any process exists: whoever finds this directory knows whose it is.

@@ -180,27 +180,32 @@ def _key_values(ctx: click.Context, param: click.Parameter,
     that way stays off the command line (``pgval cluster status --json`` names the
     embedded Kafka's such file)."""
     out: dict[str, str] = {}
-    for item in _expand_files(param, values):
+    for item, where in _expand_files(param, values):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"{param.opts[0]} takes KEY=VALUE, not {item!r}")
+            # A line of a file is named, never shown: it may be `password: ...`.
+            shown = where or repr(item)
+            raise UserError(f"{param.opts[0]} takes KEY=VALUE, not {shown}")
         out[key.strip()] = value
     return out
 
 
-def _expand_files(param: click.Parameter, values: tuple[str, ...]) -> list[str]:
-    """Each ``@FILE`` replaced by its non-blank, non-comment lines."""
-    out: list[str] = []
+def _expand_files(param: click.Parameter,
+                  values: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """Each ``@FILE`` replaced by its non-blank, non-comment lines; with each item, where
+    it came from (``line N of FILE``; None: the command line)."""
+    out: list[tuple[str, str | None]] = []
     for item in values:
         if not item.startswith("@"):
-            out.append(item)
+            out.append((item, None))
             continue
         try:
             text = Path(item[1:]).read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise UserError(f"{param.opts[0]} {item}: cannot read {item[1:]} "
                             f"({getattr(exc, 'strerror', None) or exc})") from None
-        out += [line.strip() for line in text.splitlines()
+        out += [(line.strip(), f"line {n} of {item[1:]}")
+                for n, line in enumerate(text.splitlines(), start=1)
                 if line.strip() and not line.strip().startswith("#")]
     return out
 

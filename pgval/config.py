@@ -8,11 +8,12 @@ and cannot disagree on defaults.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.redact import redact_record
+from pgval.redact import redact_record, redact_url, scrub
 from pgval.runtime.cluster import ClusterConfig
 from pgval.schema import CRASH_POINTS, DEPLOYMENTS, FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
@@ -201,6 +202,17 @@ class ExperimentConfig:
         """The config as stored (run.json, ``runs.params``): secrets redacted, keys kept
         (:func:`pgval.redact.redact_record`). What needs the real values reads the fields."""
         return redact_record(asdict(self))
+
+    def scrubbed(self, text: str) -> str:
+        """``text`` (an error message to store) without any of this run's secret values:
+        the user's Kafka and Spark settings and the nemesis arguments, and URL passwords."""
+        values = [*self.kafka_config.values(), *self.spark_conf.values()]
+        for command in filter(None, (self.nemesis_inject, self.nemesis_remove)):
+            try:
+                values += shlex.split(command)[1:]
+            except ValueError:  # unbalanced quotes: refused elsewhere; hide every word
+                values += command.split()[1:]
+        return scrub(redact_url(text), values)
 
 
 def not_applicable(cfg: ExperimentConfig) -> str | None:

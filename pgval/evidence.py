@@ -171,10 +171,18 @@ def _manifest_problem(name: str, value: object) -> str | None:
     elif name in ("control_events", "run_id"):
         ok = _is_int(value) or (name == "run_id" and value is None)
         want = "must be an integer" + (" or null" if name == "run_id" else "")
-    elif name in ("readback", "reconciliation", "config"):
+    elif name == "readback":
+        ok, want = _readback_ok(value), ("must be a JSON object of topics, each with "
+                                         "end_offsets of integers, and inputs with integer "
+                                         "delivered and control counts")
+    elif name in ("reconciliation", "config"):
         ok, want = isinstance(value, dict), "must be a JSON object"
     elif name == "generator":
-        ok, want = value is None or isinstance(value, dict), "must be a JSON object or null"
+        ok = value is None or (isinstance(value, dict) and all(
+            value.get(k) is None or _is_int(value[k], 0) for k in ("failed", "undelivered"))
+            and isinstance(value.get("errors") or [], list))
+        want = ("must be null or a JSON object with integer failed/undelivered counts and a "
+                "list of errors")
     elif name == "valid":
         ok, want = value is None or isinstance(value, bool), "must be true, false or null"
     elif name in ("validity_reasons", "observed_reasons"):
@@ -184,6 +192,26 @@ def _manifest_problem(name: str, value: object) -> str | None:
     else:
         return None
     return None if ok else f"{want}, not {_shown(value)}"
+
+
+def _readback_ok(value: object) -> bool:
+    """The read-back proof's shape as the re-check reads it (recheck.recompute_validity)."""
+    if not isinstance(value, dict):
+        return False
+    for key, info in value.items():
+        if not isinstance(info, dict):
+            return False
+        if key == "inputs":
+            ok = all(info.get(k) is None or _is_int(info[k], 0) for k in ("delivered", "control"))
+        else:
+            ends = info.get("end_offsets", {})
+            problems = info.get("problems") or []
+            ok = (isinstance(ends, dict) and all(_is_int(o, 0) for o in ends.values())
+                  and isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+                  and isinstance(info.get("complete", False), bool))
+        if not ok:
+            return False
+    return True
 
 
 def _shown(value: object) -> str:
@@ -198,7 +226,8 @@ def evidence_dir(run_dir: Path) -> Path:
 # --------------------------------------------------------------------------- sealing
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks (evidence files reach hundreds of MB)."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -228,7 +257,7 @@ def seal(run_dir: Path, run_id: int | None) -> dict[str, str]:
         path = folder / name
         if path.is_file():
             _fsync(path)
-            hashes[f"{EVIDENCE_DIR}/{name}"] = _sha256(path)
+            hashes[f"{EVIDENCE_DIR}/{name}"] = sha256_file(path)
     lines = [f"# pgval evidence of run {run_id}"]
     lines += [f"{h}  {key.split('/', 1)[1]}" for key, h in hashes.items()]
     sums = folder / SUMS
@@ -238,16 +267,18 @@ def seal(run_dir: Path, run_id: int | None) -> dict[str, str]:
         fh.flush()
         os.fsync(fh.fileno())
     tmp.replace(sums)
-    hashes[f"{EVIDENCE_DIR}/{SUMS}"] = _sha256(sums)
+    hashes[f"{EVIDENCE_DIR}/{SUMS}"] = sha256_file(sums)
     _fsync(folder)
     _fsync(Path(run_dir))
     return hashes
 
 
-def _shown(text: object) -> str:
-    """A value read from a file or database, safe inside a one-line message."""
+def _printable(text: object) -> str:
+    """A string read from a file or database, safe inside a one-line message (no control
+    characters, no line breaks, at most 80 characters)."""
     text = str(text)
-    return text if text.isprintable() and text.isascii() else repr(text)[:80]
+    ok = text.isprintable() and text.isascii() and len(text) <= 80
+    return text if ok else repr(text)[:77] + ("..." if len(repr(text)) > 77 else "")
 
 
 def sums_run_id(run_dir: Path) -> int | None:
@@ -269,12 +300,12 @@ def verify(run_dir: Path, stored: Mapping[str, str], run_id: int) -> None:
     known = {f"{EVIDENCE_DIR}/{name}" for name in (*EVIDENCE_FILES, SUMS)}
     for key, digest in stored.items():
         if key not in known:  # the database is read, not trusted: never hash another path
-            raise EvidenceError(f"the results database names {_shown(key)} as evidence of run "
+            raise EvidenceError(f"the results database names {_printable(key)} as evidence of run "
                                 f"{run_id}, which is no evidence file; {refuse}")
-        digest = _shown(digest)
+        digest = _printable(digest)
         path = Path(run_dir) / key
         try:
-            now = _sha256(path) if path.is_file() else None
+            now = sha256_file(path) if path.is_file() else None
         except OSError:
             now = None
         if now is None:

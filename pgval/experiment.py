@@ -151,7 +151,8 @@ class Experiment:
                     self._teardown()
                     if store and run_id is not None:
                         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-                        store.fail_run(run_id, str(exc) or type(exc).__name__, status=status)
+                        store.fail_run(run_id, cfg.scrubbed(str(exc) or type(exc).__name__),
+                                       status=status)
                 raise
             t_down = time.monotonic()
             with signals.shielded():
@@ -175,10 +176,19 @@ class Experiment:
         self.manifest.generator = result.generator
         self.manifest.observed_reasons = [r for r in validity.reasons
                                           if reason_kind(r) == "observed"]
-        self.manifest.write(self.run_dir)
         # Hashed and on disk before the database says complete and before the broker data
         # (the only other copy of the records) is deleted.
-        sealed = seal(self.run_dir, run_id)
+        try:
+            self.manifest.write(self.run_dir)
+            sealed = seal(self.run_dir, run_id)
+        except OSError as exc:  # disk full, say: the broker data is kept, the row says why
+            why = (f"writing the evidence of the run to {self.run_dir / 'evidence'} failed "
+                   f"({exc.strerror or exc}); the run is not stored and its broker data is "
+                   "kept")
+            if store and run_id is not None:
+                with contextlib.suppress(Exception):
+                    store.fail_run(run_id, why)
+            raise RuntimeErrorPlain(why) from exc
         if store and run_id is not None:
             extra = {"timings": self.timings, "generator": result.generator,
                      "readback": result.readback, "fault_log": self.fault_log,

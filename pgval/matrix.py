@@ -168,7 +168,7 @@ def prepared_experiment(store: ResultsStore, run_id: int, cfg: ExperimentConfig,
         store.set_params(run_id, {**exp.config.to_dict(), **exp.extra_params,
                                   "run_dir": str(exp.run_dir)})
     except Exception as exc:
-        store.fail_run(run_id, str(exc) or type(exc).__name__)
+        store.fail_run(run_id, cfg.scrubbed(str(exc) or type(exc).__name__))
         raise
     return exp
 
@@ -237,7 +237,7 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
             try:
                 deployment = warm.for_run(cfg)
             except Exception as exc:  # the claimed row must not stay 'running'
-                store.fail_run(run_id, f"the cluster did not start: {exc}")
+                store.fail_run(run_id, cfg.scrubbed(f"the cluster did not start: {exc}"))
                 raise
             exp = prepared_experiment(
                 store, run_id, cfg, db,

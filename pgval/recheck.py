@@ -38,6 +38,7 @@ from pgval.evidence import (
 from pgval.records import InputEvents, OutputRecords
 from pgval.runtime.kafka import TopicRecords
 from pgval.schema import OUTPUT_TOPIC
+from pgval.store import SEALED_AT_IMPORT
 from pgval.validity import (
     Validity,
     evaluation_reasons,
@@ -173,12 +174,19 @@ def anchor(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> 
         raise EvidenceError(f"{db} has no run {run_id}")
     if hashes:
         verify(run_dir, hashes, run_id)
+        if row.get("sealed") == SEALED_AT_IMPORT:  # its own SHA256SUMS, not a seal we kept
+            return Anchor(False, f"evidence unchanged since run {run_id} was imported, but its "
+                          "hashes came from the run's own SHA256SUMS at the import: not "
+                          "verified against the end of the run", row, fault_log)
         return Anchor(True, f"evidence verified: its {len(hashes)} files match the hashes "
                       f"stored with run {run_id}", row, fault_log)
     if row.get("sealed"):
         raise EvidenceError(f"run {run_id} was stored with evidence hashes, but {db} holds "
                             "none for it; refusing to re-check unverifiable evidence")
-    if row.get("status") != "complete":
+    if row.get("sealed") == 0:
+        note = (f"run {run_id} was stored without evidence to seal (e.g. `pgval check`): "
+                "not verified")
+    elif row.get("status") != "complete":
         note = (f"run {run_id} was never completed (status {row.get('status')}), so its "
                 "evidence was never sealed: not verified")
     else:
@@ -331,6 +339,10 @@ def store_derived(db: Path, run_id: int, result: Recheck) -> None:
     run is left untouched and the difference is the error."""
     from pgval.store import ResultsStore
 
+    if not result.evidence.verified:  # edited evidence must not rewrite what was measured
+        raise EvidenceError(f"run {run_id}'s evidence cannot be verified "
+                            f"({result.evidence.note}); --store writes only what verified "
+                            "evidence gives, nothing was stored")
     stored = _stored_run(Path(db), run_id)
     if stored is None:
         raise EvidenceError(f"{db} has no run {run_id}")
@@ -378,7 +390,8 @@ def import_run(run_dir: Path, db: Path) -> int:
         store.finish_run(run_id, result.evaluation, extra={**extra, "imported": True},
                          validity=result.validity, run_dir=Path(run_dir),
                          batches=load_progress(run_dir), fault_log=fault_log or None,
-                         **({"evidence": hashes} if hashes is not None else {}))
+                         **({"evidence": hashes, "sealed_at_import": True}
+                            if hashes is not None else {}))
     (Path(run_dir) / UNSTORED).unlink(missing_ok=True)
     return run_id
 
@@ -407,9 +420,7 @@ def _read_text(path: Path) -> str | None:
 def _sums_verified(run_dir: Path) -> dict[str, str] | None:
     """The hashes ``SHA256SUMS`` holds, once every file still matches them (None: the run
     wrote none). An edited file is refused: an import must not launder it."""
-    import hashlib
-
-    from pgval.evidence import EVIDENCE_DIR, EVIDENCE_FILES, evidence_dir
+    from pgval.evidence import EVIDENCE_DIR, EVIDENCE_FILES, evidence_dir, sha256_file
 
     folder = evidence_dir(run_dir)
     sums = folder / "SHA256SUMS"
@@ -421,12 +432,14 @@ def _sums_verified(run_dir: Path) -> dict[str, str] | None:
         if line.startswith("#") or not line.strip():
             continue
         digest, _, name = line.partition("  ")
-        path = folder / name
+        if name not in EVIDENCE_FILES:
+            raise EvidenceError(f"SHA256SUMS of {run_dir} names {name[:80]!r}, which is no "
+                                "evidence file; refusing to import it")
         try:
-            now = hashlib.sha256(path.read_bytes()).hexdigest()
+            now = sha256_file(folder / name)
         except OSError:
             now = None
-        if "/" in name or now != digest:
+        if now != digest:
             raise EvidenceError(f"{EVIDENCE_DIR}/{name} of {run_dir} differs from its hash in "
                                 "SHA256SUMS (edited after the run); refusing to import it")
         hashes[f"{EVIDENCE_DIR}/{name}"] = digest
@@ -435,7 +448,7 @@ def _sums_verified(run_dir: Path) -> dict[str, str] | None:
     if added:
         raise EvidenceError(f"{EVIDENCE_DIR}/{added[0]} of {run_dir} is not in SHA256SUMS "
                             "(added after the run); refusing to import it")
-    hashes[f"{EVIDENCE_DIR}/SHA256SUMS"] = hashlib.sha256(sums.read_bytes()).hexdigest()
+    hashes[f"{EVIDENCE_DIR}/SHA256SUMS"] = sha256_file(sums)
     return hashes
 
 

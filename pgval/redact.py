@@ -152,7 +152,13 @@ def private_dir(path: Path | str) -> Path:
         try:
             folder.mkdir(mode=0o700)
         except FileExistsError:
-            continue  # made meanwhile by someone else: theirs
+            # Made meanwhile: fine if it is ours and closed, else someone planted it.
+            st = os.lstat(folder)
+            if (not os.path.isdir(folder) or os.path.islink(folder)
+                    or st.st_uid != os.geteuid() or st.st_mode & 0o022):
+                raise PermissionError(f"{folder} appeared while pgval was creating it and is "
+                                      "not a private directory of this user") from None
+            continue
         os.chmod(folder, 0o700)  # mkdir's mode went through the umask
     return path
 

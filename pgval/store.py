@@ -196,6 +196,10 @@ def _current_owner() -> str | None:
         return None
 
 
+#: ``runs.sealed`` of a run whose hashes came from its own SHA256SUMS at an import.
+SEALED_AT_IMPORT = 2
+
+
 class ResultsStore:
     """A results database; safe to open from many processes at once."""
 
@@ -296,7 +300,8 @@ class ResultsStore:
                    validity: Validity | None = None, run_dir: Path | None = None,
                    batches: Iterable[Mapping[str, Any]] | None = None,
                    fault_log: Iterable[Mapping[str, Any]] | None = None,
-                   evidence: Mapping[str, str] | None = None) -> None:
+                   evidence: Mapping[str, str] | None = None,
+                   sealed_at_import: bool = False) -> None:
         """Store a run's evaluation: totals, phases, witnesses, 1 s series, validity,
         recovery, causes, micro-batches, fault log and evidence hashes (``evidence``,
         from :func:`pgval.evidence.seal`), in one transaction whose last statement marks the
@@ -326,7 +331,9 @@ class ResultsStore:
                 "valid": int(validity.valid),
                 "validity_reasons": json.dumps(validity.reasons),
                 "run_dir": str(run_dir) if run_dir is not None else None,
-                "sealed": int(evidence is not None),
+                # 1: sealed at the end of the run; 2: hashes taken at an import from the
+                # run's own SHA256SUMS (an edit before the import cannot be ruled out).
+                "sealed": (SEALED_AT_IMPORT if sealed_at_import else 1) if evidence else 0,
             })
             if evidence is not None:
                 self.db["evidence_files"].insert_all(

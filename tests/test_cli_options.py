@@ -168,6 +168,12 @@ def test_key_values_from_a_file_keep_a_password_off_the_command_line(cwd: Path) 
     res = CliRunner().invoke(main, ["validate", "--topology", "sst", "--kafka-config",
                                     f"@{cwd / 'missing'}"])
     _one_line_error(res, "cannot read")
+    # A Java-style line (`key: value`) is refused by its place, never echoed.
+    login.write_text("security.protocol=SASL_PLAINTEXT\nsasl.password: hunter2-secret\n")
+    res = CliRunner().invoke(main, ["validate", "--topology", "sst", "--deploy", "external",
+                                    "--kafka-config", f"@{login}"])
+    _one_line_error(res, f"--kafka-config takes KEY=VALUE, not line 2 of {login}")
+    assert "hunter2" not in res.output
 
 
 @pytest.mark.parametrize("command", [["validate", "--topology", "sst"], ["matrix"],

@@ -272,8 +272,10 @@ def test_a_run_whose_storing_fails_is_one_sentence_and_imports_whole(
     assert not (run_dir / "unstored.json").exists()
     res = run_cli(["recheck", str(run_id), "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
-    if hashes:
-        assert json.loads(res.stdout)["evidence"]["verified"] is True
+    if hashes:  # checked against the hashes taken at the import, and said so: the run's
+        # own SHA256SUMS cannot rule out an edit made before the import
+        evidence = json.loads(res.stdout)["evidence"]
+        assert evidence["verified"] is False and "imported" in evidence["note"], evidence
     res = run_cli(["recheck", str(run_dir), "--store", "--db", str(db)])
     assert res.exit_code == 2 and "already stored complete" in res.stderr
 
@@ -304,3 +306,20 @@ def test_import_runs_through_the_entry_point(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["recheck", str(run_dir), "--store"])
     assert res.exit_code == 2
     assert_plain_failure(res.stderr)
+
+
+def test_an_import_takes_only_evidence_files_from_sha256sums(tmp_path: Path) -> None:
+    """A SHA256SUMS that names another file (correct hash and all) is refused at the import:
+    stored, that name would make every later re-check of the run refuse."""
+    run_dir = tmp_path / "run"
+    store, run_id = one_event_run(run_dir, tmp_path / "r.db")
+    _seal(run_dir, run_id)
+    store.close()
+    notes = run_dir / "evidence" / "notes.txt"
+    notes.write_text("hello\n")
+    sums = run_dir / "evidence" / "SHA256SUMS"
+    sums.write_text(sums.read_text() + f"{hashlib.sha256(b'hello' + bytes([10])).hexdigest()}"
+                                       "  notes.txt\n")
+    res = CliRunner().invoke(main, ["recheck", str(run_dir), "--store", "--db",
+                                    str(tmp_path / "other.db")])
+    assert res.exit_code == 2 and "which is no evidence file" in res.stderr, res.output

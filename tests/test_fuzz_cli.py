@@ -832,9 +832,11 @@ def run_damage(draw: st.DrawFn) -> list[tuple]:
     edits = []
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["field", "drop-field", "manifest", "progress", "bytes",
-                                     "truncate", "delete", "dir", "evidence-file"]))
+                                     "truncate", "delete", "dir", "evidence-file", "nested"]))
         name = draw(st.sampled_from(EVIDENCE_FILES))
-        if kind == "field":
+        if kind == "nested":  # a value deep inside what the re-check reads of run.json
+            edits.append((kind, draw(st.sampled_from(NESTED_PATHS)), draw(manifest_values)))
+        elif kind == "field":
             edits.append((kind, draw(st.sampled_from(MANIFEST_FIELDS)), draw(manifest_values)))
         elif kind == "drop-field":
             edits.append((kind, draw(st.sampled_from(MANIFEST_FIELDS))))
@@ -854,13 +856,39 @@ def run_damage(draw: st.DrawFn) -> list[tuple]:
     return edits
 
 
+#: Paths into run.json whose values the re-check reads (read-back proof, generator report,
+#: config): each set to a value of the wrong type or range by the "nested" edit.
+NESTED_PATHS = [("readback", "get", "end_offsets", "0"), ("readback", "get", "end_offsets"),
+                ("readback", "get"), ("readback", "inputs", "delivered"),
+                ("readback", "inputs", "control"), ("readback", "inputs"),
+                ("readback", "output", "complete"), ("readback", "get", "problems"),
+                ("generator", "errors"), ("generator", "failed"), ("generator", "undelivered"),
+                ("config", "fault"), ("observed_reasons",)]
+
+
+def _set_nested(data: dict, path: tuple[str, ...], value: object) -> None:
+    for key in path[:-1]:
+        if not isinstance(data.get(key), dict):
+            data[key] = {}
+        data = data[key]
+    data[path[-1]] = value
+
+
 def _damage(run_dir: Path, edits: list[tuple]) -> None:
     ev = run_dir / "evidence"
     for edit in edits:
         kind = edit[0]
         if not ev.is_dir():
             return
-        if kind in ("field", "drop-field"):
+        if kind == "nested":
+            try:
+                data = json.loads((ev / "run.json").read_text())
+            except (OSError, ValueError, RecursionError):
+                continue
+            if isinstance(data, dict):
+                _set_nested(data, edit[1], edit[2])
+                (ev / "run.json").write_bytes(line_bytes(data))
+        elif kind in ("field", "drop-field"):
             try:
                 data = json.loads((ev / "run.json").read_text())
             except (OSError, ValueError, RecursionError):

@@ -260,7 +260,8 @@ def test_no_import_cycle_beyond_those_being_removed() -> None:
 #: never for a fault, a fault never for the experiment that schedules it. A new unit must be
 #: placed here (and in docs/design.md) before it can be imported at all.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"pgval", "pgval.schema", "pgval.errors", "pgval.redact"})),
+    ("foundation", frozenset({"pgval", "pgval.schema", "pgval.errors", "pgval.redact",
+                              "pgval.files"})),
     ("checker", frozenset({"pgval.phases", "pgval.records", "pgval.oracle", "pgval.validator",
                            "pgval.metrics", "pgval.recovery", "pgval.explain", "pgval.evaluate",
                            "pgval.validity", "pgval.render", "pgval.bench"})),

@@ -366,3 +366,23 @@ def test_a_failed_undo_never_quotes_its_argv(tmp_path: Path, monkeypatch) -> Non
     done = undo.run_pending(tmp_path)
     assert len(done) == 2 and all("failed" in line for line in done)
     assert not any("TOKEN" in line for line in done), done
+
+
+def test_a_private_file_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    """pgval.files.write_private: 0600 from the start, whole, and a link planted at the
+    temporary name or the file's own name is replaced, never followed."""
+    import os
+
+    from pgval.files import write_private
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    target = tmp_path / "state.json"
+    os.symlink(victim, tmp_path / f".state.json.{os.getpid()}.tmp")
+    with pytest.raises(OSError):
+        write_private(target, "x")  # O_NOFOLLOW on the temporary name
+    os.unlink(tmp_path / f".state.json.{os.getpid()}.tmp")
+    os.symlink(victim, target)
+    write_private(target, "secret", fsync=True)
+    assert victim.read_text() == "keep" and not target.is_symlink()
+    assert target.read_text() == "secret" and target.stat().st_mode & 0o777 == 0o600

@@ -281,3 +281,18 @@ def test_the_matrix_key_holds_no_secret_and_still_tells_settings_apart() -> None
              if k not in ("topology", "pg", "fault", "crash_point", "seed")}
     assert key(rate=5.0) == hashlib.sha256(
         json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def test_a_stored_error_message_holds_no_secret_value() -> None:
+    """What `runs.error` gets when a run fails: the message without the user's values."""
+    from pgval.config import ExperimentConfig
+
+    cfg = ExperimentConfig(topology="sst", kafka_config={"sasl.password": "pw-kafka-1"},
+                           spark_conf={"spark.x.token": "tok-spark-2"},
+                           nemesis_inject="nem --token tok-nem-3 {worker}",
+                           nemesis_remove="nem --off 'tok nem 4")
+    text = ("broker said pw-kafka-1; conf tok-spark-2; argv nem --token tok-nem-3; "
+            "url http://u:pw-url-5@h/")
+    out = cfg.scrubbed(text)
+    assert not any(s in out for s in ("pw-kafka-1", "tok-spark-2", "tok-nem-3", "pw-url-5")), out
+    assert out.startswith("broker said")

@@ -202,18 +202,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     except ValueError as exc:
         ap.error(str(exc))
     args.conf = [*(f"{k}={v}" for k, v in user_conf.items()), *args.conf]
+    args.user_conf_keys = list(user_conf)  # the user's: logged by key only
     return args
-
-
-#: Settings that may hold secrets (SASL passwords, keystore passwords) reach the driver
-#: through its environment, which only its owner can read, never its command line (``ps``).
-KAFKA_OPTIONS_ENV = "PGVAL_KAFKA_OPTIONS"
-SPARK_CONF_ENV = "PGVAL_SPARK_CONF"
 
 
 def _settings_from_env() -> tuple[dict[str, str], dict[str, str]]:
     """The user's Kafka client settings (for the source, the sinks and the marker reader)
-    and Spark settings, each a JSON object of strings in the environment."""
+    and Spark settings, each a JSON object of strings in the environment: settings that may
+    hold secrets (SASL passwords, keystore passwords) reach the driver there, which only its
+    owner can read, never on its command line (``ps``)."""
+    from pgval.runtime.driver import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
+
     out = []
     for var in (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV):
         text = os.environ.get(var, "")
@@ -476,7 +475,7 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
               # Logged without secrets: every KEY=VALUE given (--spark-conf among them) and
               # every secret-named setting shows its key only (pgval.redact).
               conf=conf_summary({k: v for k, v in conf.items() if k != "spark.jars"},
-                                [item.split("=", 1)[0] for item in args.conf]),
+                                args.user_conf_keys),
               **({"sabotage": str(args.sabotage)} if args.sabotage is not None else {}))
     print(json.dumps({"event": "started", "startup_s": round(started_s, 3)}), flush=True)
     return query, spark, sink

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pgval.errors import RuntimeErrorPlain
+from pgval.files import write_private_json
+from pgval.redact import private_dir
 from pgval.runtime import netns, ownership, signals
 from pgval.runtime.kafka import KafkaCluster
 from pgval.runtime.owner import Owner
@@ -90,8 +92,12 @@ class LocalCluster:
             if not ok:
                 raise RuntimeErrorPlain(f"worker isolation was requested but {why}")
         ownership.check_run_dir(self.run_dir)  # the reaper and cleanup trust its files
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # 0700, and the JVMs started below keep umask 077 for life: a `cluster up` cluster's
+        # topic data, logs and credentials are this user's alone (a run's are already so).
+        private_dir(self.run_dir)
+        ownership.check_run_dir(self.run_dir)  # again: it may have existed, or been planted
         t0 = time.monotonic()
+        old_umask = os.umask(0o077)
         try:
             self._stage = "starting"
             self._write_state()  # first: whatever is created next can be found again
@@ -118,6 +124,8 @@ class LocalCluster:
             with signals.shielded():
                 self.stop()
             raise
+        finally:
+            os.umask(old_umask)
         self.timings["cluster_start_s"] = time.monotonic() - t0
         self._stage = "up"
         self._write_state()
@@ -185,7 +193,7 @@ class LocalCluster:
                  "complete": self._stage == "up",
                  "netns_prefix": f"{netns.NS_PREFIX}{self.netns_suffix}-",
                  "reaper_pid": self.reaper.pid if self.reaper is not None else None}
-        _write_json_atomically(self.run_dir / "state.json", state)
+        write_private_json(self.run_dir / "state.json", state, indent=1)
 
 
 def start_reaper(run_dir: Path, owner: Owner) -> subprocess.Popen[bytes]:
@@ -273,7 +281,8 @@ class RunGuard:
         self.reaper: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RunGuard:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.run_dir)
+        ownership.check_run_dir(self.run_dir)  # as made: the reaper will trust its files
         self._write("starting")
         self.reaper = start_reaper(self.run_dir, self.owner)
         self._write("running")
@@ -301,7 +310,7 @@ class RunGuard:
         state = {"owner": self.owner.as_dict(), "held": False, "stage": stage,
                  "kind": self.kind,
                  "reaper_pid": self.reaper.pid if self.reaper is not None else None}
-        _write_json_atomically(self.run_dir / "state.json", state)
+        write_private_json(self.run_dir / "state.json", state, indent=1)
 
 
 def reaper_problem(reaper: subprocess.Popen[bytes] | None) -> str | None:
@@ -310,15 +319,6 @@ def reaper_problem(reaper: subprocess.Popen[bytes] | None) -> str | None:
         return None
     return (f"the reaper (pid {reaper.pid}) died: a kill of pgval now would leave "
             "processes behind; stopping")
-
-
-def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    """Replace ``path`` whole (a reader never sees half a file), mode 0600."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=1)
-    tmp.replace(path)
 
 
 def cluster_processes(run_dir: Path) -> list[tuple[str, bool]]:

@@ -47,6 +47,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pgval import schema
 from pgval.errors import RuntimeErrorPlain
+from pgval.files import write_private
 from pgval.runtime.jars import Jars, check_java, ensure_jars, java_executable
 from pgval.runtime.procs import Managed, free_port, spawn, wait_for_port
 
@@ -91,15 +92,6 @@ CONTROLLER_MECHANISM = "PLAIN"
 #: The one user of an embedded cluster, and where its client settings are (0600).
 KAFKA_USER = "pgval"
 CLIENT_PROPERTIES = "client.properties"
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only (0600 from the first byte)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
 
 
 @dataclass(frozen=True)

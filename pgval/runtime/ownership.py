@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.errors import RuntimeErrorPlain
+from pgval.files import write_private_json
 from pgval.runtime.owner import Owner
 
 RUN_ROOT = Path(os.environ.get("PGVAL_RUN_ROOT", "/run/pgval"))
@@ -98,12 +99,7 @@ def register_netns(suffix: str, run_dir: Path | None, owner: Owner | None = None
     """
     entry = {"suffix": suffix, "owner": (owner or Owner.me()).as_dict(), "held": held,
              "run_dir": str(run_dir) if run_dir else None}
-    path = _registry() / f"{suffix}.json"
-    tmp = path.with_name(f".{suffix}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(entry, fh)
-    tmp.replace(path)
+    write_private_json(_registry() / f"{suffix}.json", entry)
 
 
 def unregister_netns(suffix: str) -> None:
@@ -181,12 +177,7 @@ def register_holder(pid: int, start: int, owner: Owner, target: str,
     """
     entry = {"pid": pid, "start": start, "boot": owner.boot, "owner": owner.as_dict(),
              "target": target, "run_dir": str(run_dir) if run_dir else None}
-    path = _holders_dir() / f"{pid}.json"
-    tmp = path.with_name(f".{pid}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(entry, fh)
-    tmp.replace(path)
+    write_private_json(_holders_dir() / f"{pid}.json", entry)
 
 
 def unregister_holder(pid: int) -> None:

@@ -23,6 +23,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from pgval.files import write_private_json
+
 TIMEOUT_S = 120.0
 _DIR = "undo"
 
@@ -31,15 +33,8 @@ def record(run_dir: Path, name: str, action: dict[str, Any]) -> Path:
     """Write the undo of ``name`` (replacing an older one), private to this user."""
     d = Path(run_dir) / _DIR
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = d / f"{name}.json"
-    tmp = d / f".{name}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"name": name, **action}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())  # a SIGKILL right after the fault acts must find it
-    tmp.replace(path)
-    return path
+    # fsync: a SIGKILL right after the fault acts must find it.
+    return write_private_json(d / f"{name}.json", {"name": name, **action}, fsync=True)
 
 
 def done(run_dir: Path, name: str) -> None:
