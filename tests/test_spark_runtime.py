@@ -98,15 +98,42 @@ def listening_ports(pid: int) -> set[int]:
     return ports
 
 
+def _retire_gateway() -> None:
+    """Stop this process's Spark session and context, if any, and kill its gateway JVM."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    if active is not None:
+        with contextlib.suppress(Exception):
+            active.stop()
+    if SparkContext._active_spark_context is not None:
+        with contextlib.suppress(Exception):
+            SparkContext._active_spark_context.stop()
+    gw = SparkContext._gateway
+    if gw is not None:
+        with contextlib.suppress(Exception):
+            gw.shutdown()
+        proc = getattr(gw, "proc", None)
+        if proc is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()  # the gateway JVM exits on EOF
+            with contextlib.suppress(Exception):
+                proc.kill()
+                proc.wait(timeout=10)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 @contextlib.contextmanager
 def _driver(cluster: SparkCluster, cores_max: int) -> Iterator[object]:
     """A SparkSession in this process, its JVM started as pgval's driver starts it (the
     cluster's secret in memory, not on the command line); the JVM is killed afterwards."""
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from pgval.topologies.driver import start_jvm
 
+    _retire_gateway()  # an earlier test's in-process Spark (local mode) must not serve us
     env = cluster.driver_env()
     old_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -116,24 +143,11 @@ def _driver(cluster: SparkCluster, cores_max: int) -> Iterator[object]:
                "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
                "spark.executor.extraJavaOptions": "-XX:+UseSerialGC"})
     spark = SparkSession.builder.getOrCreate()
+    assert spark.sparkContext.master == cluster.master_url, spark.sparkContext.master
     try:
         yield spark
     finally:
-        with contextlib.suppress(Exception):
-            spark.stop()
-        gw = SparkContext._gateway
-        if gw is not None:
-            with contextlib.suppress(Exception):
-                gw.shutdown()
-            proc = getattr(gw, "proc", None)
-            if proc is not None:
-                with contextlib.suppress(Exception):
-                    proc.stdin.close()  # the gateway JVM exits on EOF
-                with contextlib.suppress(Exception):
-                    proc.kill()
-                    proc.wait(timeout=10)
-        SparkContext._gateway = None
-        SparkContext._jvm = None
+        _retire_gateway()
         for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -348,6 +348,11 @@ def start_jvm(conf: dict[str, str]) -> None:
     from pyspark import SparkContext
     from pyspark.java_gateway import launch_gateway
 
+    if SparkContext._gateway is not None:
+        # PySpark would keep the JVM it has and ignore the new one (which would outlive
+        # us): the conf given here would silently not be the one the session runs with.
+        raise RuntimeError("a Spark JVM already runs in this process; start_jvm must "
+                           "start the first one")
     fd = os.memfd_create("pgval-spark-conf", os.MFD_CLOEXEC)
     before = os.environ.get("PYSPARK_SUBMIT_ARGS")
     try:
