@@ -881,7 +881,7 @@ class ProducerGroup:
         path = self._pid_file(index)
         if path is None or pid is None:
             return
-        from pgval.runtime.procs import write_pid_file
+        from pgval.host.procs import write_pid_file
 
         # The child makes itself a session (and group) leader, so pgid == pid; the record
         # carries its start ticks, so cleanup never signals a reused pid.

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from pgval.errors import RuntimeErrorPlain
+from pgval.host import undo
 from pgval.redact import redact_argv, scrub
-from pgval.runtime import undo
 
 TIMEOUT_S = 120.0
 

@@ -1,7 +1,7 @@
 """Packet delay on one Spark worker: every packet to and from its namespace is held PD ms.
 
 The mechanism (netem where the kernel has it, an NFQUEUE packet holder where it
-does not) lives in :mod:`pgval.runtime.delay`; this class ties it to a worker and
+does not) lives in :mod:`pgval.faults.delay`; this class ties it to a worker and
 to the time-out profile, and afterwards reads the logs to say which time-out
 fired (the evidence that PD really was above, or below, the time-outs).
 """
@@ -56,7 +56,7 @@ class WorkerDelay:
         self._delay: Any = None
 
     def inject(self) -> dict[str, Any]:
-        from pgval.runtime.delay import PacketDelay
+        from pgval.faults.delay import PacketDelay
 
         path = self.path
         if path.netns is None:

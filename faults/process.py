@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 
 class CrashableWorker(Protocol):
-    """What :class:`WorkerCrash` needs of a worker (``pgval.runtime.spark.WorkerHandle``)."""
+    """What :class:`WorkerCrash` needs of a worker (``pgval.spark.daemons.WorkerHandle``)."""
 
     name: str
     pid: int | None
@@ -33,7 +33,7 @@ class CrashableWorker(Protocol):
 
 
 class RestartableDriver(Protocol):
-    """What :class:`DriverCrash` needs of the driver (``pgval.runtime.driver.DriverProcess``)."""
+    """What :class:`DriverCrash` needs of the driver (``pgval.spark.driver.DriverProcess``)."""
 
     def pid(self) -> int | None: ...
 
@@ -48,7 +48,7 @@ class WorkerCrash:
     """SIGKILL a worker and its executors at T2 (``timed``), or, with ``sink_trigger``
     (crash point ``during-sink-write``), the worker of the first executor that halts in the
     Kafka sink's producer hook after T2: one of its sink task's records is in Kafka and the
-    task has not finished (:mod:`pgval.runtime.hooks`). ``workers`` are the candidates (the
+    task has not finished (:mod:`pgval.faults.hooks`). ``workers`` are the candidates (the
     target is whichever worker's executor writes first; ``worker`` is the fallback). A timed
     crash notes which batch, if any, was in flight just before the kill."""
 
@@ -149,7 +149,7 @@ class DriverCrash:
     """SIGKILL the driver at T2 (``timed``), or, with ``trigger`` (crash point
     ``after-sink-write``), halt it in the window that matters: the first batch after T2
     whose outputs are in Kafka while its commit is not yet in the checkpoint. Once armed,
-    the driver's hook (:mod:`pgval.runtime.hooks`) stops before writing each batch's
+    the driver's hook (:mod:`pgval.faults.hooks`) stops before writing each batch's
     offsets ("planned": pgval notes the output topic's size) and before its commit
     ("commit": "halt" if the output topic grew since, else "go"). Restart from the
     checkpoint at T3."""

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from pgval.metrics import compute_metrics
+from pgval.checker.metrics import compute_metrics
+from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
 from pgval.records import ResourceTable, read_inputs, read_outputs
 from pgval.schema import resource_name
-from pgval.validator import validate
 
 
 @dataclass

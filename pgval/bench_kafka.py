@@ -24,18 +24,18 @@ import numpy as np
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from pgval.checker.evaluate import evaluate
+from pgval.cluster.local import start_reaper, stop_reaper
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerProgress, generate_range
 from pgval.errors import RuntimeErrorPlain
-from pgval.evaluate import evaluate
 from pgval.evidence import streams_from_records
+from pgval.host import signals
+from pgval.host.identity import Owner
+from pgval.kafka.broker import KafkaCluster, TopicRecords
+from pgval.kafka.reader import read_topics
 from pgval.oracle import expected_outputs
 from pgval.records import InputEvents, ResourceTable
 from pgval.redact import private_dir
-from pgval.runtime import signals
-from pgval.runtime.cluster import start_reaper, stop_reaper
-from pgval.runtime.kafka import KafkaCluster, TopicRecords
-from pgval.runtime.owner import Owner
-from pgval.runtime.readback import read_topics
 from pgval.schema import Topics, resource_name
 
 #: Progress lines go here (the CLI prints them); None: silent.

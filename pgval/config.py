@@ -2,7 +2,7 @@
 
 Each field carries its command-line help in ``metadata["help"]`` (and, where it has one, a
 fixed list of ``choices`` from :mod:`pgval.schema`, bounds, a metavar), so the options of
-`validate`, `matrix` and `oir` are generated from this one place (:mod:`pgval.cli_options`)
+`validate`, `matrix` and `oir` are generated from this one place (:mod:`pgval.cli.options`)
 and cannot disagree on defaults.
 """
 
@@ -12,9 +12,9 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pgval.cluster.local import ClusterConfig
 from pgval.errors import RuntimeErrorPlain
 from pgval.redact import redact_record, redact_url, scrub
-from pgval.runtime.cluster import ClusterConfig
 from pgval.schema import CRASH_POINTS, DEPLOYMENTS, FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 

@@ -17,7 +17,7 @@ Jepsen's rule: a run's store holds everything needed to check it again. After th
   and ``export`` compare the files with the database (:func:`verify`) before reading them.
 
 :func:`streams_from_records` is the one conversion from raw records to the columns that
-:func:`pgval.evaluate.evaluate` reads; ``validate`` and ``recheck`` both call it, which is
+:func:`pgval.checker.evaluate.evaluate` reads; ``validate`` and ``recheck`` both call it, which is
 why a re-check gives the same answer.
 """
 
@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pgval.kafka.broker import TopicRecords
 from pgval.phases import Phases
 from pgval.records import (
     InputEvents,
@@ -45,7 +46,6 @@ from pgval.records import (
     outputs_from_kafka,
 )
 from pgval.redact import redact_record
-from pgval.runtime.kafka import TopicRecords
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, resource_name
 
 EVIDENCE_DIR = "evidence"
@@ -406,7 +406,7 @@ def _offsets_ok(value: object) -> bool:
 
 def _usable_progress(entry: dict[str, Any]) -> bool:
     """Whether a progress line has the types the why-unprocessed attribution reads
-    (:mod:`pgval.explain`); a line that does not is skipped like one cut short."""
+    (:mod:`pgval.checker.explain`); a line that does not is skipped like one cut short."""
     if "batchId" in entry and not _is_int(entry["batchId"]):
         return False
     event_time = entry.get("eventTime")

@@ -13,7 +13,7 @@ only puts them in order and makes sure everything started is stopped.
 A run is evidence only when it can show it: the read-back must reach every partition's
 end offset and reconcile with what the generator delivered, the drain must end because
 the query caught up, the fault must show it took effect. Otherwise the run is stored as
-*unknown*, with the reasons (:mod:`pgval.validity`).
+*unknown*, with the reasons (:mod:`pgval.checker.validity`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pgval.checker.evaluate import evaluate
+from pgval.checker.explain import watermark_ms
+from pgval.checker.validity import (
+    Validity,
+    evaluation_reasons,
+    generator_reasons,
+    reason_kind,
+)
+from pgval.cluster.local import RunGuard
 from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.deploy import Deployment, FaultContext, make_deployment
 from pgval.errors import RuntimeErrorPlain
-from pgval.evaluate import evaluate
 from pgval.evidence import Manifest, seal, streams_from_records
-from pgval.explain import watermark_ms
 from pgval.faults import default_target, profile_for
+from pgval.faults.evidence import fault_reasons
+from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.faults.network import log_sizes, timeouts_fired
+from pgval.host import registry, signals, undo
 from pgval.phases import Phases
 from pgval.redact import private_dir, private_umask
 from pgval.run.control import LATE_ID_BASE, ControlEvents
@@ -43,19 +53,9 @@ from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger,
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
-from pgval.runtime import ownership, signals, undo
-from pgval.runtime.cluster import RunGuard
-from pgval.runtime.driver import DriverProcess, DriverSpec
-from pgval.runtime.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.schema import OUTPUT_TOPIC, Topics
+from pgval.spark.driver import DriverProcess, DriverSpec
 from pgval.store import ResultsStore, unstored_error
-from pgval.validity import (
-    Validity,
-    evaluation_reasons,
-    fault_reasons,
-    generator_reasons,
-    reason_kind,
-)
 
 __all__ = ["LATE_ID_BASE", "Experiment", "ExperimentConfig", "ExperimentResult", "Status",
            "default_run_dir", "remove_run_data"]
@@ -84,7 +84,7 @@ class Experiment:
         config.validate()
         self.config = config
         self.run_dir = Path(run_dir).resolve()
-        ownership.check_run_dir(self.run_dir)  # the reaper and cleanup act on its files
+        registry.check_run_dir(self.run_dir)  # the reaper and cleanup act on its files
         self.db = db
         self.profile = profile_for(config.fault, config.phase_seconds, config.delay_ms)
         self.owns_deployment = deployment is None

@@ -8,7 +8,7 @@ pgval that was killed.
 
 Two matrices may share a database: each cell is claimed atomically
 (:func:`claim_cell`, one ``BEGIN IMMEDIATE`` transaction), so a cell that is complete,
-or running in a pgval that is still alive (its :class:`~pgval.runtime.owner.Owner`),
+or running in a pgval that is still alive (its :class:`~pgval.host.identity.Owner`),
 is never run twice. Every attempt gets a new run directory named after its run id.
 """
 

@@ -22,8 +22,16 @@ from typing import Any
 import numpy as np
 import orjson
 
+from pgval.checker.evaluate import Evaluation, evaluate
+from pgval.checker.validity import (
+    Validity,
+    evaluation_reasons,
+    generator_reasons,
+    readback_reasons,
+    reason_kind,
+    reconcile_inputs,
+)
 from pgval.dbfile import StoreError, connect_readonly
-from pgval.evaluate import Evaluation, evaluate
 from pgval.evidence import (
     INPUT_TOPICS,
     EvidenceError,
@@ -35,19 +43,11 @@ from pgval.evidence import (
     streams_from_records,
     verify,
 )
+from pgval.faults.evidence import fault_reasons
+from pgval.kafka.broker import TopicRecords
 from pgval.records import InputEvents, OutputRecords
-from pgval.runtime.kafka import TopicRecords
 from pgval.schema import OUTPUT_TOPIC
 from pgval.store import SEALED_AT_IMPORT
-from pgval.validity import (
-    Validity,
-    evaluation_reasons,
-    fault_reasons,
-    generator_reasons,
-    readback_reasons,
-    reason_kind,
-    reconcile_inputs,
-)
 
 #: A line that is a JSON object without any field pgval reads: ``pgval check`` counts it as
 #: malformed, exactly like the record it stands for (one that could not be parsed at all).
@@ -78,7 +78,7 @@ class Recheck:
     evaluation: Evaluation
     validity: Validity
     evidence: Anchor = field(default_factory=lambda: Anchor(False, NO_ANCHOR))
-    #: Reason kinds (pgval.validity.reason_kind) only in the stored validity / only now.
+    #: Reason kinds (pgval.checker.validity.reason_kind) only in the stored validity / only now.
     validity_changes: dict[str, list[str]] = field(default_factory=dict)
     #: Kinds whose inputs the run did not keep: their reasons are the stored ones.
     carried: list[str] = field(default_factory=list)

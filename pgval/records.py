@@ -477,7 +477,7 @@ def parse_values(values: Values, schema: pa.Schema
 
     Returns (table, kept, malformed, samples): ``kept`` are the indices of the values
     that became rows, so per-record metadata (timestamps, offsets) can be aligned.
-    ``values`` is an Arrow binary column (as :func:`pgval.runtime.kafka.read_topic`
+    ``values`` is an Arrow binary column (as :func:`pgval.kafka.broker.read_topic`
     returns it) or a sequence of bytes.
     """
     tables: list[pa.Table] = []

@@ -19,7 +19,7 @@ run's own reaper must stop what it started, and the external one run the remove 
 
 After each kill nothing is cleaned by hand: the run's own teardown (INT/TERM/HUP) or
 its reaper (KILL) must remove everything. The soak then waits up to ``settle_s`` and
-scans the host (:mod:`pgval.runtime.leftovers`). One more run is left to finish while
+scans the host (:mod:`pgval.host.leftovers`). One more run is left to finish while
 ``pgval cleanup`` runs against it several times: it must end valid. Finally every run
 the database calls complete must be intact (three phase rows, its evidence manifest).
 """
@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.runtime.leftovers import HostSnapshot
+from pgval.host.leftovers import HostSnapshot
 
 STAGES = ("deploy", "inject", "fault", "drain", "finish")
 SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGKILL")

@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
+from pgval.checker.evaluate import Evaluation
+from pgval.checker.validity import Validity, evaluation_reasons
 from pgval.dbfile import StoreError, connect, plain_error
-from pgval.evaluate import Evaluation
+from pgval.host.identity import Owner
 from pgval.redact import redact_record
-from pgval.runtime.owner import Owner
 from pgval.schema import PHASES
-from pgval.validity import Validity, evaluation_reasons
 
 RUN_COLUMNS = {
     "id": int, "created_at": float, "finished_at": float, "kind": str, "status": str,
@@ -46,7 +46,7 @@ RUN_COLUMNS = {
     # 1 = valid evidence, 0 = unknown (reasons in validity_reasons, a JSON list); NULL in
     # databases written before validity existed (read as valid).
     "valid": int, "validity_reasons": str, "run_dir": str,
-    # Recovery (pgval/recovery.py, Recovery.as_dict; booleans as 0/1).
+    # Recovery (pgval/checker/recovery.py, Recovery.as_dict; booleans as 0/1).
     "downtime_s": float, "control_max_gap_s": float, "recovery_throughput_s": float,
     "recovery_latency_s": float, "catchup_s": float, "recovered": int, "censored": int,
     "steady_control_s": float, "baseline_throughput": float, "note": str,
@@ -368,7 +368,7 @@ class ResultsStore:
                             [time.time(), run_id])
 
     def save_recovery(self, run_id: int, recovery: Mapping[str, Any]) -> None:
-        """Downtime, recovery times, catch-up (pgval/recovery.py) as columns of ``runs``."""
+        """Downtime, recovery times, catch-up (pgval/checker/recovery.py) as columns of ``runs``."""
         row = {k: (int(v) if isinstance(v, bool) else v) for k, v in recovery.items()}
         with self.transaction():
             self.db["runs"].update(run_id, row)

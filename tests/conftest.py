@@ -1,6 +1,6 @@
 """Shared helpers: waiting, and scanning the host for what a test left behind.
 
-Leftover checks look at what really exists (:mod:`pgval.runtime.leftovers`: processes,
+Leftover checks look at what really exists (:mod:`pgval.host.leftovers`: processes,
 namespaces, links, pgval rules in every namespace, qdiscs, ``/run/pgval`` registry
 entries), never at pgval's own bookkeeping (pid files and ``state.json`` are deleted by a
 clean stop, so a check built on them could never fail).
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from pgval.runtime.leftovers import HostSnapshot, leftovers, processes_mentioning
+from pgval.host.leftovers import HostSnapshot, leftovers, processes_mentioning
 
 __all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "wait_until"]
 

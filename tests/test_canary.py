@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.experiment import LATE_ID_BASE, Experiment, ExperimentResult
 from pgval.phases import CONTROL, FAILURE, RECOVERY
-from pgval.runtime.cluster import ClusterConfig
 
 pytestmark = pytest.mark.cluster
 

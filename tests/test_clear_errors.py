@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.runtime import spark as spark_mod
+from pgval.spark import daemons as spark_mod
 
 
 @pytest.mark.cluster
@@ -51,7 +51,7 @@ def test_delay_without_root_fails_before_deploying(tmp_path: Path,
 
 
 def test_a_kafka_error_is_one_line() -> None:
-    code = ("import pgval.cli as c\n"
+    code = ("import pgval.cli.app as c\n"
             "from confluent_kafka import KafkaError, KafkaException\n"
             "def boom(**kw):\n"
             "    raise KafkaException(KafkaError(KafkaError._TRANSPORT, 'broker down'))\n"

@@ -17,11 +17,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pgval import cli_docs
+from pgval.cli import docs as cli_docs
 from pgval.cli import main
-from pgval.cli_options import EXCLUDED, NOT_OPTIONS, build_config, option_fields
+from pgval.cli.options import EXCLUDED, NOT_OPTIONS, build_config, option_fields
+from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
-from pgval.runtime.cluster import ClusterConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_COMMANDS = ("validate", "matrix", "oir")
@@ -215,7 +215,7 @@ def test_self_tests_are_validate_only() -> None:
 def test_docs_cli_md_is_up_to_date() -> None:
     """Rendered by the refresh command itself, in a fresh process (click caches each
     command's help option, so an earlier parse in this process could change it)."""
-    fresh = subprocess.run([sys.executable, "-m", "pgval.cli_docs"], cwd=ROOT, check=True,
+    fresh = subprocess.run([sys.executable, "-m", "pgval.cli.docs"], cwd=ROOT, check=True,
                            capture_output=True, text=True, timeout=120,
                            env={**os.environ, "COLUMNS": "37"}).stdout
     committed = (ROOT / "docs" / "cli.md").read_text()

@@ -19,9 +19,9 @@ import jsonschema
 import pytest
 from docker.errors import NotFound
 
+from pgval.deploy.compose import pumba
+from pgval.deploy.compose import stack as docker_stack
 from pgval.errors import RuntimeErrorPlain
-from pgval.faults import pumba
-from pgval.runtime import docker_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
@@ -133,7 +133,7 @@ def test_pyspark_in_the_images_matches_pyproject() -> None:
     spark_df = (ROOT / "compose" / "spark.Dockerfile").read_text()
     assert re.findall(r"^ARG PYSPARK_VERSION=(\S+)$", spark_df, re.M) == [pin.group(1)]
     assert '"pyspark==${PYSPARK_VERSION}"' in spark_df
-    from pgval.runtime.jars import SPARK_VERSION
+    from pgval.host.jars import SPARK_VERSION
 
     assert pin.group(1) == SPARK_VERSION
     runner_df = (ROOT / "compose" / "pgval.Dockerfile").read_text()
@@ -413,8 +413,8 @@ def test_find_containers_orders_by_index(fake: tuple[Path, FakeContainer, FakeCl
 
 
 def test_compose_driver_runs_inside_the_runner_with_mapped_paths(tmp_path: Path) -> None:
-    from pgval.deploy.compose import ComposeDeployment
-    from pgval.runtime.driver import DriverSpec
+    from pgval.deploy.compose.deployment import ComposeDeployment
+    from pgval.spark.driver import DriverSpec
 
     runs = tmp_path / "runs"
     run_dir = runs / "r1"
@@ -441,8 +441,8 @@ def test_compose_driver_gets_the_spark_conf_by_name(tmp_path: Path) -> None:
     """--spark-conf reaches a compose run's driver: `docker exec -e NAME` hands the docker
     client's value of NAME (the driver spec's environment) into the runner, so the value
     itself is on no command line."""
-    from pgval.deploy.compose import ComposeDeployment
-    from pgval.runtime.driver import DriverSpec
+    from pgval.deploy.compose.deployment import ComposeDeployment
+    from pgval.spark.driver import DriverSpec
 
     runs = tmp_path / "runs"
     dep = ComposeDeployment(runs / "r1", runs_root=runs)
@@ -468,7 +468,7 @@ def test_compose_master_has_no_rest_server(compose: dict[str, Any]) -> None:
 def test_compose_faults_go_through_pumba(tmp_path: Path) -> None:
     from pgval.config import ExperimentConfig
     from pgval.deploy.base import FaultContext
-    from pgval.deploy.compose import ComposeDeployment
+    from pgval.deploy.compose.deployment import ComposeDeployment
     from pgval.faults import profile_for
     from pgval.faults.process import DriverCrash
 
@@ -508,8 +508,8 @@ def test_a_pumba_delay_leaves_an_undo_for_the_reaper(
     """While pumba's delay acts, the run holds an undo record (0600) that clears its netem;
     the reaper (force_down) stops pumba through its pid file and runs the undo, which keeps
     its record when Docker cannot be reached (here: no engine), for the next cleanup."""
-    from pgval.runtime import undo
-    from pgval.runtime.cluster import force_down
+    from pgval.cluster.local import force_down
+    from pgval.host import undo
 
     exe, container, client = fake
     run_dir = tmp_path / "run"

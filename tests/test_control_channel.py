@@ -19,7 +19,7 @@ import pytest
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults.executor import ExecutorKill
-from pgval.runtime.driver import DriverControl, DriverSpec, _ProgressTail
+from pgval.spark.driver import DriverControl, DriverSpec, _ProgressTail
 from pgval.topologies.control import MECHANISM, ControlLoop, choose_executor
 from pgval.topologies.driver import ProgressLog, parse_args
 

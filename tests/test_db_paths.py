@@ -32,7 +32,7 @@ def _one_line(res: object, needle: str) -> None:
 
 
 def test_report_reads_a_path_with_a_hash_literally(cwd: Path) -> None:
-    from pgval.evaluate import evaluate
+    from pgval.checker.evaluate import evaluate
 
     inputs, outputs, _ = synthetic_streams("none", 0)
     with ResultsStore("a#b.db") as store:

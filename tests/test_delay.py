@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.runtime import delay, netns
-from pgval.runtime.holder import Schedule
+from pgval.faults import delay
+from pgval.faults.holder import Schedule
+from pgval.host import netns
 from tests.conftest import wait_until
 
 D_MS = 100
@@ -298,7 +299,7 @@ def test_delay_adds_two_d_and_is_removed(worker_ns, tmp_path: Path) -> None:  # 
 INJECTOR = """
 import json, sys, time
 from pathlib import Path
-from pgval.runtime.delay import PacketDelay
+from pgval.faults.delay import PacketDelay
 info = PacketDelay(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])).inject()
 print(json.dumps(info), flush=True)
 time.sleep(600)

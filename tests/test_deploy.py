@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from pgval.checker.explain import topic_code
 from pgval.config import ExperimentConfig
 from pgval.deploy import make_deployment
 from pgval.deploy.external import ExternalDeployment
 from pgval.deploy.topics import aligned_assignment
 from pgval.deploy.warm import daemon_key
 from pgval.errors import RuntimeErrorPlain
-from pgval.explain import topic_code
 from pgval.faults.nemesis import NemesisDelay, nemesis_argv
 from pgval.schema import Topics
 
@@ -107,7 +107,7 @@ def test_external_deployment_never_puts_secrets_in_its_description() -> None:
 
 
 def test_driver_gets_user_settings_in_its_environment_not_its_argv(tmp_path: Path) -> None:
-    from pgval.runtime.driver import DriverSpec
+    from pgval.spark.driver import DriverSpec
 
     spec = DriverSpec(topology="sst", pg="a1", bootstrap="h:1", master="local[1]",
                       checkpoint=tmp_path / "c", progress_file=tmp_path / "p", window_ms=1000,

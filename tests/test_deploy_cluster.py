@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.evidence import Manifest
+from pgval.kafka.broker import is_reachable, read_client_properties
 from pgval.matrix import cells, run_matrix
-from pgval.runtime.cluster import ClusterConfig
-from pgval.runtime.kafka import is_reachable, read_client_properties
 from pgval.store import ResultsStore
 from tests.test_redact import MARK, assert_private_run, files_holding
 

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pgval.checker.evaluate import evaluate, evaluate_files
 from pgval.cli import main
-from pgval.evaluate import evaluate, evaluate_files
 from pgval.evidence import (
     Manifest,
     load_streams,
@@ -27,10 +27,10 @@ from pgval.evidence import (
     set_aside_control,
     streams_from_records,
 )
+from pgval.kafka.broker import TopicRecords
 from pgval.oracle.expected import expected_outputs
 from pgval.phases import Phases
 from pgval.recheck import export, recheck
-from pgval.runtime.kafka import TopicRecords
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
 from tests.strategies import input_events, produced_outputs, to_inputs
 

@@ -21,22 +21,22 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from pgval.cli import main
-from pgval.evaluate import evaluate
-from pgval.evidence import INPUT_TOPICS, SUMS, Manifest, load_streams, load_topic, seal
-from pgval.recheck import NO_ANCHOR
-from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
-from pgval.store import EVIDENCE_SCHEMA, ResultsStore
-from pgval.validity import (
+from pgval.checker.evaluate import evaluate
+from pgval.checker.validity import (
     REASON_KINDS,
     Validity,
     evaluation_reasons,
-    fault_reasons,
     generator_reasons,
     readback_reasons,
     reason_kind,
     reconcile_inputs,
 )
+from pgval.cli import main
+from pgval.evidence import INPUT_TOPICS, SUMS, Manifest, load_streams, load_topic, seal
+from pgval.faults.evidence import fault_reasons
+from pgval.recheck import NO_ANCHOR
+from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
+from pgval.store import EVIDENCE_SCHEMA, ResultsStore
 from tests.test_evidence import W, build_run
 
 REFUSED = "differs from what was stored at the end of the run"

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from pgval.cluster.local import ClusterConfig, LocalCluster
 from pgval.datasets.generator import GeneratorConfig, ProducerGroup
 from pgval.datasets.sinks import KafkaSink
+from pgval.faults.evidence import fault_reasons
 from pgval.faults.executor import ExecutorKill
-from pgval.runtime.cluster import ClusterConfig, LocalCluster
-from pgval.runtime.driver import DriverProcess, DriverSpec
-from pgval.runtime.spark import WorkerHandle, _cmdline
+from pgval.spark.daemons import WorkerHandle, _cmdline
+from pgval.spark.driver import DriverProcess, DriverSpec
 from pgval.topologies.control import MECHANISM
-from pgval.validity import fault_reasons
 from tests.conftest import processes_mentioning, wait_until
 
 pytestmark = pytest.mark.cluster

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pgval.evaluate import evaluate
-from pgval.explain import batch_ranges, explain_unprocessed
+from pgval.checker.evaluate import evaluate
+from pgval.checker.explain import batch_ranges, explain_unprocessed
+from pgval.checker.recovery import Recovery, recovery_metrics
 from pgval.phases import Phases
 from pgval.records import ResourceTable
-from pgval.recovery import Recovery, recovery_metrics
 from tests.strategies import to_inputs, to_outputs
 
 T0 = 1_700_000_000_000
@@ -300,7 +300,7 @@ def test_late_uses_the_previous_batch_watermark_and_the_window_end() -> None:
 def test_terminal_shows_recovery_and_causes() -> None:
     from rich.console import Console
 
-    from pgval.render import render_evaluation
+    from pgval.checker.render import render_evaluation
 
     rt = ResourceTable()
     t2 = T0 + 30_000

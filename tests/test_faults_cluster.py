@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.experiment import Experiment, ExperimentResult
-from pgval.runtime.cluster import ClusterConfig
 from tests.conftest import processes_mentioning, wait_until
 
 pytestmark = pytest.mark.cluster

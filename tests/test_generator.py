@@ -39,7 +39,7 @@ from pgval.datasets import (
     produce,
     run_producers,
 )
-from pgval.runtime.procs import free_port
+from pgval.host.procs import free_port
 from pgval.schema import GET, POST, resource_name
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -440,16 +440,16 @@ def test_flush_timeout_reports_undelivered_not_failed() -> None:
 
 def _kafka_cluster_available() -> bool:
     try:
-        from pgval.runtime.kafka import KafkaCluster  # noqa: F401
+        from pgval.kafka.broker import KafkaCluster  # noqa: F401
     except ImportError:
         return False
     return True
 
 
 @pytest.mark.cluster
-@pytest.mark.skipif(not _kafka_cluster_available(), reason="pgval.runtime.kafka not available")
+@pytest.mark.skipif(not _kafka_cluster_available(), reason="pgval.kafka.broker not available")
 def test_kafka_sink_delivers_to_a_real_broker(tmp_path: Path) -> None:
-    from pgval.runtime.kafka import KafkaCluster, read_topic
+    from pgval.kafka.broker import KafkaCluster, read_topic
     from pgval.schema import GET_TOPIC, POST_TOPIC
 
     cluster = KafkaCluster(tmp_path, brokers=1, sasl=False)

@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from pgval import schema
 from pgval.errors import RuntimeErrorPlain
-from pgval.runtime import kafka as kafka_mod
-from pgval.runtime.kafka import KafkaCluster, is_reachable, read_topic
+from pgval.kafka import broker as kafka_mod
+from pgval.kafka.broker import KafkaCluster, is_reachable, read_topic
 
 # ---- no broker needed ----------------------------------------------------------------------
 

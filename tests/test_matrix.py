@@ -304,9 +304,9 @@ def test_left_out_cells_need_no_oir_and_wrong_options_are_still_refused(tmp_path
     from click.testing import CliRunner
 
     from pgval.cli import main
+    from pgval.cluster.local import ClusterConfig
     from pgval.config import ExperimentConfig
     from pgval.oir import OirResult, oir_shape, save_oir
-    from pgval.runtime.cluster import ClusterConfig
 
     db = tmp_path / "r.db"
     save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0,

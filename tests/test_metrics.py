@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pgval.metrics import compute_metrics, reference_ingress
+from pgval.checker.metrics import compute_metrics, reference_ingress
+from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
 from pgval.phases import Phases
 from pgval.records import ResourceTable
-from pgval.validator import validate
 from tests.strategies import to_inputs, to_outputs
 
 

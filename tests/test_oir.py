@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgval.cli import main
+from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.oir import (
     MIN_RATE,
@@ -26,7 +27,6 @@ from pgval.oir import (
     stored_elsewhere,
     stored_oir,
 )
-from pgval.runtime.cluster import ClusterConfig
 
 
 def _trial(rate: float, passed: bool) -> Trial:

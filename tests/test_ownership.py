@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from pgval.cluster.cleanup import cleanup
 from pgval.errors import RuntimeErrorPlain
-from pgval.runtime import ownership
-from pgval.runtime.cleanup import cleanup
-from pgval.runtime.owner import Owner
+from pgval.host import registry
+from pgval.host.identity import Owner
 
 
 def test_an_owner_is_its_pid_and_its_start_time() -> None:
@@ -39,7 +39,7 @@ def _run_dir(root: Path, name: str, owner: Owner, held: bool = False) -> Path:
 
 def test_cleanup_spares_live_runs_and_held_clusters(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from pgval.runtime import cleanup as cleanup_mod
+    from pgval.cluster import cleanup as cleanup_mod
 
     me = Owner.me()
     dead = dataclasses.replace(me, start=me.start + 1)
@@ -70,35 +70,35 @@ def test_cleanup_honours_pgval_runs(tmp_path: Path) -> None:
 def test_the_lock_directory_refuses_a_planted_link(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "run-pgval"
-    monkeypatch.setattr(ownership, "RUN_ROOT", root)
-    with ownership.host_lock("t", timeout_s=1):
+    monkeypatch.setattr(registry, "RUN_ROOT", root)
+    with registry.host_lock("t", timeout_s=1):
         assert (root / "t.lock").exists()
         assert (root.stat().st_mode & 0o777) == 0o700
     (root / "t.lock").unlink()
     target = tmp_path / "victim"
     (root / "t.lock").symlink_to(target)
-    with pytest.raises(RuntimeErrorPlain, match="symlink"), ownership.host_lock("t", 1):
+    with pytest.raises(RuntimeErrorPlain, match="symlink"), registry.host_lock("t", 1):
         pass
     assert not target.exists()  # root did not create a file through the link
     (root / "t.lock").unlink()
     root.rmdir()
     root.symlink_to(tmp_path)
     with pytest.raises(RuntimeErrorPlain, match="not a directory owned"):
-        ownership.run_root()
+        registry.run_root()
 
 
 def test_a_held_lock_times_out_with_a_sentence(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ownership, "RUN_ROOT", tmp_path / "r")
+    monkeypatch.setattr(registry, "RUN_ROOT", tmp_path / "r")
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom pathlib import Path\nfrom pgval.runtime import ownership\n"
-        f"ownership.RUN_ROOT = Path({str(tmp_path / 'r')!r})\n"
-        "with ownership.host_lock('t'):\n    print('held', flush=True)\n    time.sleep(30)\n")],
+        "import sys, time\nfrom pathlib import Path\nfrom pgval.host import registry\n"
+        f"registry.RUN_ROOT = Path({str(tmp_path / 'r')!r})\n"
+        "with registry.host_lock('t'):\n    print('held', flush=True)\n    time.sleep(30)\n")],
         stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
         with pytest.raises(RuntimeErrorPlain, match="held .* for more than 1 s"), \
-                ownership.host_lock("t", timeout_s=1):
+                registry.host_lock("t", timeout_s=1):
             pass
     finally:
         holder.kill()
@@ -107,7 +107,7 @@ def test_a_held_lock_times_out_with_a_sentence(tmp_path: Path,
 
 TEARDOWN = """
 import os, signal, sys, time
-from pgval.runtime import signals
+from pgval.host import signals
 with signals.handled():
     try:
         with signals.shielded():
@@ -129,7 +129,7 @@ def test_signals_during_teardown_are_noted_then_obeyed() -> None:
 
 
 def test_sighup_stops_a_command_like_ctrl_c() -> None:
-    code = ("import os, signal, time\nfrom pgval.runtime import signals\n"
+    code = ("import os, signal, time\nfrom pgval.host import signals\n"
             "with signals.handled():\n"
             "    try:\n        os.kill(os.getpid(), signal.SIGHUP); time.sleep(5)\n"
             "    except KeyboardInterrupt as exc:\n        print(exc)\n")
@@ -146,8 +146,8 @@ def _sleeper() -> subprocess.Popen[bytes]:
 
 
 def test_a_reused_pid_in_a_pid_file_is_spared(tmp_path: Path) -> None:
-    from pgval.runtime.owner import boot_id, start_ticks
-    from pgval.runtime.procs import kill_recorded, write_pid_file
+    from pgval.host.identity import boot_id, start_ticks
+    from pgval.host.procs import kill_recorded, write_pid_file
 
     other = _sleeper()
     try:
@@ -175,17 +175,18 @@ def test_a_reused_pid_in_a_pid_file_is_spared(tmp_path: Path) -> None:
 
 def test_a_netns_prefix_counts_only_if_it_is_a_runs_and_registered_to_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pgval.runtime import cluster, netns
+    from pgval.cluster import local as cluster
+    from pgval.host import netns
 
-    monkeypatch.setattr(ownership, "RUN_ROOT", tmp_path / "r")
+    monkeypatch.setattr(registry, "RUN_ROOT", tmp_path / "r")
     run, other = tmp_path / "run", tmp_path / "other"
     run.mkdir()
-    ownership.register_netns("a1b2c3", run)
-    ownership.register_netns("d4e5f6", other)
-    assert ownership.run_netns_prefix("pgval-a1b2c3-", run) == "pgval-a1b2c3-"
+    registry.register_netns("a1b2c3", run)
+    registry.register_netns("d4e5f6", other)
+    assert registry.run_netns_prefix("pgval-a1b2c3-", run) == "pgval-a1b2c3-"
     for bad in ("pgval-", "pgval-a1b2c3", "pgval-A1B2C3-", "pgval-a1b2c3-w0", "pgval-probe1-",
                 "pgval-d4e5f6-", "pgval-0f0f0f-", None, 7, ["pgval-a1b2c3-"]):
-        assert ownership.run_netns_prefix(bad, run) is None, bad
+        assert registry.run_netns_prefix(bad, run) is None, bad
     # force_down with a planted `pgval-` (every run's namespaces) touches no namespace.
     removed: list[str] = []
     monkeypatch.setattr(netns, "cleanup_all", lambda prefix="pgval-": removed.append(prefix)
@@ -198,10 +199,10 @@ def test_a_netns_prefix_counts_only_if_it_is_a_runs_and_registered_to_it(
 
 def test_a_holder_is_known_by_the_registry_not_by_its_command_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pgval.runtime import delay
-    from pgval.runtime.owner import start_ticks
+    from pgval.faults import delay
+    from pgval.host.identity import start_ticks
 
-    monkeypatch.setattr(ownership, "RUN_ROOT", tmp_path / "r")
+    monkeypatch.setattr(registry, "RUN_ROOT", tmp_path / "r")
     lookalike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                                   "-m", delay.HOLDER_MODULE, "--target", "pgval-abcdef-w0"],
                                  start_new_session=True)
@@ -211,8 +212,8 @@ def test_a_holder_is_known_by_the_registry_not_by_its_command_line(
         me = Owner.me()
         ticks = start_ticks(registered.pid)
         assert ticks is not None
-        ownership.register_holder(registered.pid, ticks, me, "pgval-abcdef-w1", tmp_path)
-        ownership.register_holder(lookalike.pid, 1, me, "pgval-abcdef-w0", tmp_path)  # stale
+        registry.register_holder(registered.pid, ticks, me, "pgval-abcdef-w1", tmp_path)
+        registry.register_holder(lookalike.pid, 1, me, "pgval-abcdef-w0", tmp_path)  # stale
         assert delay.holder_processes() == [(registered.pid, "pgval-abcdef-w1")]
         assert delay.holder_owner(registered.pid) == me
         assert delay.holder_owner(lookalike.pid) is None
@@ -224,7 +225,7 @@ def test_a_holder_is_known_by_the_registry_not_by_its_command_line(
 
 
 def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
-    from pgval.runtime import cluster
+    from pgval.cluster import local as cluster
 
     root = tmp_path / "shared"
     dead = dataclasses.replace(Owner.me(), start=Owner.me().start + 1)
@@ -238,7 +239,7 @@ def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
     assert "writable by other users" in proc.stdout + proc.stderr
     assert (planted / "state.json").exists()
     with pytest.raises(RuntimeErrorPlain, match="writable by other users"):
-        ownership.check_run_dir(root / "new-run")
+        registry.check_run_dir(root / "new-run")
     # A root that is fine, a run directory in it that is not: skipped, named, untouched.
     root.chmod(0o755)
     planted.chmod(0o777)
@@ -248,11 +249,11 @@ def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
     with pytest.raises(RuntimeErrorPlain, match="writable by other users"):
         cluster.force_down(planted)  # `pgval cluster down`, the reaper: refused, untouched
     assert (planted / "state.json").exists()
-    ownership.check_run_dir(Path("/tmp") / "pgval-test-run")  # sticky root-owned /tmp: fine
+    registry.check_run_dir(Path("/tmp") / "pgval-test-run")  # sticky root-owned /tmp: fine
 
 
 def test_undo_records_are_private_and_run_once(tmp_path: Path) -> None:
-    from pgval.runtime import undo
+    from pgval.host import undo
 
     marker = tmp_path / "removed"
     path = undo.record(tmp_path, "nemesis", {"argv": ["touch", str(marker)], "what": "rm"})
@@ -269,9 +270,9 @@ def test_undo_records_are_private_and_run_once(tmp_path: Path) -> None:
 GUARDED = """
 import sys, time
 from pathlib import Path
-from pgval.runtime import undo
-from pgval.runtime.cluster import RunGuard
-from pgval.runtime.procs import spawn
+from pgval.host import undo
+from pgval.cluster.local import RunGuard
+from pgval.host.procs import spawn
 run = Path(sys.argv[1])
 guard = RunGuard(run, "external").start()
 spawn("generator-0", ["sleep", "300"], run / "logs" / "g.log", pid_dir=run / "pids")
@@ -285,8 +286,8 @@ time.sleep(300)
 def test_a_killed_guarded_run_is_reaped(tmp_path: Path) -> None:
     """A run without a cluster of its own (external, --cluster, a matrix cell) SIGKILLed:
     its reaper stops what its pid files name and runs the persisted nemesis remove."""
-    from pgval.runtime.cluster import read_state
-    from pgval.runtime.leftovers import processes_mentioning
+    from pgval.cluster.local import read_state
+    from pgval.host.leftovers import processes_mentioning
 
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", GUARDED, str(run)], stdout=subprocess.PIPE)
@@ -316,7 +317,7 @@ def test_a_killed_guarded_run_is_reaped(tmp_path: Path) -> None:
 def test_a_dead_reaper_is_noticed(tmp_path: Path) -> None:
     import signal
 
-    from pgval.runtime.cluster import RunGuard
+    from pgval.cluster.local import RunGuard
 
     guard = RunGuard(tmp_path / "run", "local").start()
     assert guard.problem() is None and guard.reaper is not None
@@ -357,7 +358,7 @@ def test_a_run_without_a_cluster_of_its_own_gets_a_guard_and_watches_it(
 def test_a_failed_undo_never_quotes_its_argv(tmp_path: Path, monkeypatch) -> None:
     """The remove command may carry a token: a time-out or a missing program is reported by
     the program's name only (subprocess's own message quotes the whole argv)."""
-    from pgval.runtime import undo
+    from pgval.host import undo
 
     monkeypatch.setattr(undo, "TIMEOUT_S", 0.2)
     undo.record(tmp_path, "slow", {"argv": ["sh", "-c", "sleep 5", "TOKEN-slow"],

@@ -17,11 +17,11 @@ import orjson
 from click.testing import CliRunner
 from rich.console import Console
 
+from pgval.checker.evaluate import evaluate
+from pgval.checker.render import render_evaluation
 from pgval.cli import main
-from pgval.evaluate import evaluate
 from pgval.phases import Phases
 from pgval.records import ResourceTable
-from pgval.render import render_evaluation
 from tests.strategies import to_inputs, to_outputs
 
 W = 100

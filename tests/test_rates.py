@@ -37,9 +37,9 @@ from pgval.datasets import (
     generate_range,
 )
 from pgval.errors import RuntimeErrorPlain
+from pgval.kafka.broker import KafkaCluster, TopicRecords, _Columns, read_topic
+from pgval.kafka.reader import merge_ranges, read_topics, split_tasks
 from pgval.records import KAFKA_INPUT_SCHEMA, parse_values
-from pgval.runtime.kafka import KafkaCluster, TopicRecords, _Columns, read_topic
-from pgval.runtime.readback import merge_ranges, read_topics, split_tasks
 from pgval.schema import Topics
 from tests.conftest import wait_until
 
@@ -395,8 +395,8 @@ def test_a_reader_process_dies_with_its_parent(tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(
         "import multiprocessing as mp, os, time\n"
-        "from pgval.runtime import readback\n"
-        "from pgval.runtime.kafka import reader_conf\n"
+        "from pgval.kafka import reader as readback\n"
+        "from pgval.kafka.broker import reader_conf\n"
         "if __name__ == '__main__':\n"
         "    ctx = mp.get_context('spawn')\n"
         "    recv, send = ctx.Pipe(duplex=False)\n"

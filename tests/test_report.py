@@ -19,8 +19,8 @@ import matplotlib.image as mpimg
 import pytest
 from click.testing import CliRunner
 
+from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.cli import main
-from pgval.evaluate import Evaluation, evaluate
 from pgval.oracle import expected_outputs
 from pgval.phases import Phases
 from pgval.records import InputEvents, OutputRecords, ResourceTable
@@ -45,7 +45,7 @@ def synthetic_streams(fault: str, repeat: int) -> tuple[InputEvents, OutputRecor
     * ``crash``: windows closing in failure after its first window are held until
       T3 + 1 s, and ``repeat`` + 1 of them are emitted twice (at-least-once after a
       restart). The first one is out before the crash bites, so every phase has outputs
-      and the run is valid evidence (pgval/validity.py).
+      and the run is valid evidence (pgval/checker/validity.py).
     * ``delay-lt-timeout``: windows closing in failure are 3 s late; ``repeat`` of
       them are lost (at-most-once).
     """

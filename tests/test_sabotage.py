@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pgval.runtime.driver import DriverSpec, sabotage_events
+from pgval.spark.driver import DriverSpec, sabotage_events
 from pgval.topologies.sinks import (
     SABOTAGE_USAGE,
     Sabotage,
@@ -321,7 +321,7 @@ def test_sabotage_event_reaches_the_progress_file(monkeypatch: pytest.MonkeyPatc
     assert kinds == ["sink_batch", "sabotage", "sink_batch"]
 
     spec = _spec("e1", sabotage="dup-batch:1", progress_file=progress)
-    from pgval.runtime.driver import DriverProcess
+    from pgval.spark.driver import DriverProcess
 
     proc = DriverProcess(spec, tmp_path / "logs", tmp_path / "pids")
     assert proc.sabotage_events() == sabotage_events(progress)

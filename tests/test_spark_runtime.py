@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.runtime import netns, procs
-from pgval.runtime.spark import SparkCluster, WorkerHandle
+from pgval.host import netns, procs
+from pgval.spark.daemons import SparkCluster, WorkerHandle
 
 pytestmark = pytest.mark.cluster
 

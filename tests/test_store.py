@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from pgval.checker.evaluate import Evaluation
+from pgval.checker.recovery import Recovery
 from pgval.dbfile import StoreError
-from pgval.evaluate import Evaluation
-from pgval.recovery import Recovery
+from pgval.host.identity import Owner
 from pgval.report import build_report
-from pgval.runtime.owner import Owner
 from pgval.store import (
     RECOVERY_COLUMNS,
     RUN_COLUMNS,

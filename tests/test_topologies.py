@@ -27,11 +27,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from pgval import schema
-from pgval.evaluate import Evaluation, evaluate
-from pgval.explain import watermark_ms
+from pgval.checker.evaluate import Evaluation, evaluate
+from pgval.checker.explain import watermark_ms
+from pgval.host.procs import Managed, spawn
+from pgval.kafka.broker import KafkaCluster, read_topic
 from pgval.records import InputEvents, ResourceTable, inputs_from_kafka, outputs_from_kafka
-from pgval.runtime.kafka import KafkaCluster, read_topic
-from pgval.runtime.procs import Managed, spawn
 
 W = 2000  # window
 D = 1000  # watermark delay
@@ -329,7 +329,7 @@ def test_the_driver_conf_file_reads_back_exactly_in_java(tmp_path: Path) -> None
 
 
 def test_the_crash_trigger_installs_the_hook_after_the_users_settings(tmp_path: Path) -> None:
-    from pgval.runtime.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
+    from pgval.faults.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
     from pgval.topologies.driver import parse_args, spark_conf
 
     base = ["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1", "--master", "local[2]",
@@ -346,7 +346,7 @@ def test_the_crash_trigger_installs_the_hook_after_the_users_settings(tmp_path: 
 
 
 def test_the_sink_trigger_adds_the_producer_hook_to_the_sink_settings(tmp_path: Path) -> None:
-    from pgval.runtime.hooks import HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY, ensure_hooks_jar
+    from pgval.faults.hooks import HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY, ensure_hooks_jar
     from pgval.topologies.driver import parse_args, sink_hook_options, spark_conf
 
     trigger = str(tmp_path / "trigger")
@@ -614,7 +614,7 @@ def test_crash_after_sink_write_duplicates_a1_and_not_e1(kafka: KafkaCluster, tm
 def test_driver_on_standalone_cluster(kafka: KafkaCluster, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """SST a1 with a 1-worker standalone cluster: executors, not the driver, run the tasks."""
-    from pgval.runtime.spark import SECRET_FILE_ENV, SparkCluster
+    from pgval.spark.daemons import SECRET_FILE_ENV, SparkCluster
 
     if shutil.which("java") is None:
         pytest.skip("no java")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.experiment import Experiment
-from pgval.runtime.cluster import ClusterConfig
 from pgval.store import ResultsStore
 from tests.conftest import processes_mentioning, wait_until
 from tests.test_redact import MARK, assert_private_run, files_holding, mode

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from pgval.evaluate import evaluate
-from pgval.phases import Phases
-from pgval.records import ResourceTable
-from pgval.validity import (
+from pgval.checker.evaluate import evaluate
+from pgval.checker.validity import (
     Validity,
     evaluation_reasons,
-    fault_reasons,
     generator_reasons,
     readback_reasons,
     reconcile_inputs,
 )
+from pgval.faults.evidence import fault_reasons
+from pgval.phases import Phases
+from pgval.records import ResourceTable
 from tests.strategies import to_inputs, to_outputs
 
 

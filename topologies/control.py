@@ -37,12 +37,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from pgval.faults.executor import MECHANISM
+
 #: File names the driver takes as requests (anything else in the directory is ignored).
 REQUEST_RE = re.compile(r"^req-(\d+)\.json$")
 POLL_S = 0.25
 EXECUTORS_EVERY_S = 0.5
-#: What a kill is, as recorded in the answer and the fault log.
-MECHANISM = "executor kill via SparkContext.killAndReplaceExecutor"
 
 
 class EventLog(Protocol):

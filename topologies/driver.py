@@ -170,11 +170,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--crash-trigger", default=None, metavar="FILE",
                     help="crash point after-sink-write: once FILE exists, halt the driver's "
                          "JVM before it writes the next batch's commit (FILE.hit records "
-                         "which; see pgval.runtime.hooks)")
+                         "which; see pgval.faults.hooks)")
     ap.add_argument("--sink-trigger", default=None, metavar="FILE",
                     help="crash point during-sink-write (a1, m1): once FILE exists, the first "
                          "executor whose sink record Kafka acknowledges halts (FILE.hit "
-                         "records which; see pgval.runtime.hooks)")
+                         "records which; see pgval.faults.hooks)")
     ap.add_argument("--sabotage", default=None, metavar="SPEC",
                     help="SELF-TEST of pgval only (e1): drop-batch:N / dup-batch:N drops / "
                          "writes twice the real output rows of the N-th committed batch "
@@ -211,7 +211,7 @@ def _settings_from_env() -> tuple[dict[str, str], dict[str, str]]:
     and Spark settings, each a JSON object of strings in the environment: settings that may
     hold secrets (SASL passwords, keystore passwords) reach the driver there, which only its
     owner can read, never on its command line (``ps``)."""
-    from pgval.runtime.driver import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
+    from pgval.spark.driver import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
 
     out = []
     for var in (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV):
@@ -227,8 +227,8 @@ def _settings_from_env() -> tuple[dict[str, str], dict[str, str]]:
 def _add_hooks(conf: dict[str, str], crash_trigger: str | None) -> None:
     """pgval's JVM hooks jar for the crash points and, for after-sink-write, the commit
     hook; set after the user's settings (they cannot undo them). The sink-write hook is a
-    producer setting of the sink (:func:`sink_hook_options`). See pgval.runtime.hooks."""
-    from pgval.runtime.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
+    producer setting of the sink (:func:`sink_hook_options`). See pgval.faults.hooks."""
+    from pgval.faults.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
 
     manager = "spark.sql.streaming.checkpointFileManagerClass"
     if crash_trigger and conf.get(manager, CRASH_BEFORE_COMMIT) != CRASH_BEFORE_COMMIT:
@@ -247,7 +247,7 @@ def sink_hook_options(kafka_options: dict[str, str], sink_trigger: str | None
     the interceptor that halts an executor once one of its records is written."""
     if not sink_trigger:
         return dict(kafka_options)
-    from pgval.runtime.hooks import HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY
+    from pgval.faults.hooks import HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY
 
     if kafka_options.get("interceptor.classes"):
         raise ValueError("the crash point during-sink-write sets the sink's "
@@ -432,9 +432,9 @@ def _start_control(args: argparse.Namespace, spark: Any, log: ProgressLog) -> An
 def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     from pyspark.sql import SparkSession
 
+    from pgval.host.jars import ensure_jars
+    from pgval.kafka.broker import java_client_options
     from pgval.redact import conf_summary
-    from pgval.runtime.jars import ensure_jars
-    from pgval.runtime.kafka import java_client_options
     from pgval.topologies.query import TopologyConfig, build_topology
     from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink
 

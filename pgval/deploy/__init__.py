@@ -18,7 +18,7 @@ def make_deployment(cfg: ExperimentConfig, cluster_dir: Path) -> Deployment:
         return ExternalDeployment(cfg.bootstrap, cfg.master, cfg.cluster.partitions,
                                   cfg.kafka_config, cfg.spark_conf, workers=cfg.cluster.workers)
     if cfg.deploy == "compose":
-        from pgval.deploy.compose import ComposeDeployment
+        from pgval.deploy.compose.deployment import ComposeDeployment
 
         return ComposeDeployment(cluster_dir, cfg.cluster.partitions,
                                  workers=cfg.cluster.workers)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
     from pgval.run.schedule import FaultHooks
-    from pgval.runtime.driver import DriverProcess
+    from pgval.spark.driver import DriverProcess
 
 
 @dataclass

@@ -14,19 +14,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
-from pgval.errors import RuntimeErrorPlain
-from pgval.faults.network import NetworkPath, WorkerDelay
-from pgval.faults.process import WorkerCrash
-from pgval.runtime.cluster import (
+from pgval.cluster.local import (
     ClusterConfig,
     LocalCluster,
     cluster_processes,
     read_state,
     reaper_problem,
 )
-from pgval.runtime.kafka import CLIENT_PROPERTIES, KafkaCredentials
-from pgval.runtime.spark import SECRET_FILE_ENV
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+from pgval.errors import RuntimeErrorPlain
+from pgval.faults.network import NetworkPath, WorkerDelay
+from pgval.faults.process import WorkerCrash
+from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
+from pgval.spark.daemons import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -53,7 +53,7 @@ def handoff(cluster_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
 
 
 def kafka_credentials_file(cluster_dir: Path) -> Path:
-    """Where a cluster keeps its Kafka client login (0600; see pgval.runtime.kafka)."""
+    """Where a cluster keeps its Kafka client login (0600; see pgval.kafka.broker)."""
     return Path(cluster_dir).resolve() / "kafka" / CLIENT_PROPERTIES
 
 

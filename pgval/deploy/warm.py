@@ -17,8 +17,8 @@ from pathlib import Path
 from pgval.config import ExperimentConfig
 from pgval.deploy import Deployment, make_deployment
 from pgval.faults.timeouts import profile_for
+from pgval.host import signals
 from pgval.redact import private_dir
-from pgval.runtime import signals
 
 
 def daemon_conf(cfg: ExperimentConfig) -> dict[str, str]:

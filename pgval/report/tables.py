@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgval.explain import CAUSES
+from pgval.checker.explain import CAUSES
 from pgval.report.data import (
     DASH,
     RECOVERY_FLAGS,

@@ -11,11 +11,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from pgval.checker.explain import watermark_ms
 from pgval.errors import RuntimeErrorPlain
-from pgval.explain import watermark_ms
 from pgval.run.result import Status
-from pgval.runtime.driver import DriverProcess
 from pgval.schema import Topics
+from pgval.spark.driver import DriverProcess
 
 
 class OutputMonitor:

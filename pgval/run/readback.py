@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgval.checker.validity import generator_reasons, readback_reasons, reconcile_inputs
 from pgval.evidence import save_progress, save_topic
-from pgval.runtime.kafka import TopicRecords
-from pgval.runtime.readback import read_topics
+from pgval.kafka.broker import TopicRecords
+from pgval.kafka.reader import read_topics
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
-from pgval.validity import generator_reasons, readback_reasons, reconcile_inputs
 
 
 @dataclass

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.evaluate import Evaluation
+from pgval.checker.evaluate import Evaluation
+from pgval.checker.validity import Validity
 from pgval.phases import Phases
-from pgval.validity import Validity
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The fault schedule: inject at T2, remove at T3 (and always on the way out), every step
-in the fault log — the evidence :func:`pgval.validity.fault_reasons` reads."""
+in the fault log — the evidence :func:`pgval.faults.evidence.fault_reasons` reads."""
 
 from __future__ import annotations
 

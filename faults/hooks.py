@@ -1,0 +1,118 @@
+"""pgval's JVM hooks (``faults/jvm_hooks/*.java``), compiled once into a jar in the jar cache.
+
+Why Java: the crash points that matter lie inside Spark's JVMs, where no Python code runs.
+After a batch's sink wrote and before the batch is in the checkpoint's commit log: Spark
+chooses its checkpoint file manager by class name
+(``spark.sql.streaming.checkpointFileManagerClass``, the way Spark's own tests inject
+failures), so a small subclass can stop the driver exactly there. While a sink task
+writes: only the executor knows that one of the task's records is in Kafka and the task
+has not finished, so a producer interceptor in the Kafka sink halts the executor there.
+They are compiled here with the JDK's ``javac`` against pyspark's own jars and the
+connector's kafka-clients (so they always match what runs them), keyed by the sources' and
+Spark's versions, and shipped like the connector jars.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pgval.errors import RuntimeErrorPlain
+from pgval.host.jars import default_cache_dir
+from pgval.host.procs import file_lock
+
+HOOKS_DIR = Path(__file__).with_name("jvm_hooks")
+#: The checkpoint file manager that halts the driver before a batch's commit is written.
+CRASH_BEFORE_COMMIT = "pgval.hooks.CrashBeforeCommit"
+#: Hadoop setting naming the file whose existence arms it (``spark.hadoop.`` + this).
+TRIGGER_KEY = "pgval.crash.trigger"
+#: The Kafka sink's producer interceptor that halts its executor after a written record.
+HALT_ON_SINK_WRITE = "pgval.hooks.HaltOnSinkWrite"
+#: Producer setting naming the file whose existence arms it (``kafka.`` + this on the sink).
+SINK_TRIGGER_KEY = "pgval.sink.trigger"
+
+
+def crash_trigger(run_dir: Path) -> Path:
+    """The file that arms a run's commit hook (pgval writes it at T2, removes it after)."""
+    return run_dir / "control" / "crash-before-commit"
+
+
+def sink_trigger(run_dir: Path) -> Path:
+    """The file that arms a run's sink-write hook (pgval writes it at T2, removes it after)."""
+    return run_dir / "control" / "halt-on-sink-write"
+
+
+def _spark_jars() -> Path:
+    from pgval.spark.daemons import spark_home
+
+    return spark_home() / "jars"
+
+
+def _kafka_clients() -> tuple[str, str, str]:
+    """The kafka-clients artifact Spark's Kafka connector runs with (pinned in jars.py)."""
+    from pgval.host.jars import SPARK_ARTIFACTS
+
+    return next(a for a in SPARK_ARTIFACTS if a[1] == "kafka-clients")
+
+
+def _compile_classpath(cache_dir: Path | None) -> str:
+    """pyspark's jars and kafka-clients (the sink hook is a Kafka producer interceptor)."""
+    from pgval.host.jars import ensure_jars
+
+    name = "-".join(_kafka_clients()[1:])
+    kafka = [str(p) for p in ensure_jars(cache_dir).spark_kafka_jars if p.stem == name]
+    if not kafka:
+        raise RuntimeErrorPlain(f"pgval's Spark hooks need {name}.jar, which is not among "
+                                "the connector's jars; remove the jar cache and try again")
+    return os.pathsep.join([f"{_spark_jars()}/*", *kafka])
+
+
+def ensure_hooks_jar(cache_dir: Path | None = None) -> Path:
+    """The hooks jar, compiled on first use; a missing ``javac`` is one plain sentence."""
+    import pyspark
+
+    sources = sorted(HOOKS_DIR.glob("*.java"))
+    digest = hashlib.sha256(pyspark.__version__.encode() + ":".join(_kafka_clients()).encode())
+    for src in sources:
+        digest.update(src.name.encode() + b"\0" + src.read_bytes())
+    cache = (cache_dir or default_cache_dir()).expanduser()
+    jar = cache / f"pgval-hooks-{digest.hexdigest()[:16]}.jar"
+    if jar.is_file():
+        return jar
+    java_home = os.environ.get("JAVA_HOME")  # the JDK Spark runs on, as java_executable()
+    home_javac = Path(java_home) / "bin" / "javac" if java_home else None
+    javac = (str(home_javac) if home_javac is not None and home_javac.is_file()
+             else shutil.which("javac"))
+    if javac is None:
+        raise RuntimeErrorPlain("the crash points need javac (a JDK, not only a JRE) to "
+                                "build pgval's Spark hook; install e.g. openjdk-17-jdk-headless")
+    cache.mkdir(parents=True, exist_ok=True)
+    with file_lock(cache / ".hooks.lock"):
+        if jar.is_file():  # another process built it meanwhile
+            return jar
+        with tempfile.TemporaryDirectory(prefix="pgval-hooks-") as tmp:
+            classes = Path(tmp) / "classes"
+            classpath = _compile_classpath(cache_dir)
+            try:
+                proc = subprocess.run(
+                    [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d",
+                     str(classes), *map(str, sources)], capture_output=True, text=True,
+                    timeout=300)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise RuntimeErrorPlain(f"javac could not build pgval's Spark hook: {exc}") \
+                    from exc
+            if proc.returncode != 0:
+                raise RuntimeErrorPlain("javac could not build pgval's Spark hook: "
+                                        + (proc.stderr.strip().splitlines() or ["?"])[0])
+            part = jar.with_suffix(".part")
+            with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:
+                zf.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+                for cls in sorted(classes.rglob("*.class")):
+                    zf.write(cls, cls.relative_to(classes).as_posix())
+            part.replace(jar)
+    return jar

@@ -1,0 +1,217 @@
+"""Performance metrics from validated streams: reliable throughput, latency, failure cost.
+
+* Reliable throughput (paper §3.4.3): unique expected IDs, correctly placed,
+  counted at the ingress time of the output where each was first seen.
+* Latency (paper §3.4.2): output ingress − ingress of the first input of the
+  same resource whose event time is ≥ the window end (the input that lets the
+  window close). Karimov's variant: − ingress of the last input of that resource
+  with event time < window end. Both subtract timestamps of one broker, since
+  partition p of every topic is led by the same broker. Both are summarised over
+  the same outputs (those where both are defined), so they can be compared.
+* Failure cost (§3.4.4): max latency in failure+recovery − median control latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pgval.checker.validator import Validation
+from pgval.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
+from pgval.records import InputEvents, OutputRecords
+
+PERCENTILES = (50, 95, 99)
+#: The 1 s series cover the run, not whatever a stray timestamp claims: inputs more than
+#: SERIES_GAP_S apart are not one run, outputs count up to SERIES_TAIL_S after the last
+#: input (the drain), and never more than MAX_SERIES_S in all.
+SERIES_GAP_S = 3600
+SERIES_TAIL_S = 3600
+MAX_SERIES_S = 7 * 86_400
+
+
+@dataclass
+class LatencyStats:
+    n: int = 0
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values_ms: np.ndarray) -> LatencyStats:
+        v = values_ms[~np.isnan(values_ms)]
+        if len(v) == 0:
+            return cls()
+        p50, p95, p99 = (float(x) / 1000.0 for x in np.percentile(v, PERCENTILES))
+        return cls(n=len(v), p50=p50, p95=p95, p99=p99, max=float(v.max()) / 1000.0)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"n": self.n, "p50_s": self.p50, "p95_s": self.p95, "p99_s": self.p99,
+                "max_s": self.max}
+
+
+@dataclass
+class Metrics:
+    """Per-phase performance numbers plus 1 s series for plots."""
+
+    throughput: dict[str, float]  # reliable IDs / s per phase
+    latency: dict[str, LatencyStats]  # paper's definition
+    latency_karimov: dict[str, LatencyStats]
+    failure_cost_s: float | None
+    series_start_ms: int
+    reliable_per_s: np.ndarray = field(repr=False)
+    outputs_per_s: np.ndarray = field(repr=False)
+    inputs_per_s: np.ndarray = field(repr=False)
+    latency_per_output_ms: np.ndarray = field(repr=False)
+    output_ingress_ms: np.ndarray = field(repr=False)
+    #: Inputs and outputs whose ingress falls outside the series span (not in the 1 s
+    #: series and plots, still validated and in every count).
+    series_outside: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "reliable_throughput": {p: round(v, 3) for p, v in self.throughput.items()},
+            "latency": {p: s.as_dict() for p, s in self.latency.items()},
+            "latency_karimov": {p: s.as_dict() for p, s in self.latency_karimov.items()},
+            "failure_cost_s": self.failure_cost_s,
+            "series_outside": self.series_outside,
+        }
+
+
+def topology_inputs(events: InputEvents, topology: str) -> InputEvents:
+    """The events a topology reads: SST only GETs, MST both streams."""
+    return events.take(np.flatnonzero(events.is_get)) if topology == "sst" else events
+
+
+def reference_ingress(events: InputEvents, resource: np.ndarray, window_end: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Per output: (paper reference ingress, Karimov reference ingress), NaN when undefined.
+
+    Events are sorted by (resource, event_ts); a suffix minimum of ingress gives
+    "first ingress among events with event_ts ≥ end", a prefix maximum gives
+    "last ingress among events with event_ts < end". One pass per resource.
+    """
+    paper = np.full(len(resource), np.nan)
+    karimov = np.full(len(resource), np.nan)
+    if len(events) == 0 or len(resource) == 0:
+        return paper, karimov
+    order = np.lexsort((events.event_ts, events.resource))
+    res = events.resource[order]
+    ts = events.event_ts[order]
+    ing = events.ingress_ts[order].astype(np.float64)
+    bounds = np.flatnonzero(np.r_[True, res[1:] != res[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        code = res[a]
+        outs = np.flatnonzero(resource == code)
+        if len(outs) == 0:
+            continue
+        seg_ts = ts[a:b]
+        seg_ing = ing[a:b]
+        suffix_min = np.minimum.accumulate(seg_ing[::-1])[::-1]
+        prefix_max = np.maximum.accumulate(seg_ing)
+        pos = np.searchsorted(seg_ts, window_end[outs], side="left")
+        has_next = pos < len(seg_ts)
+        paper[outs[has_next]] = suffix_min[pos[has_next]]
+        has_prev = pos > 0
+        karimov[outs[has_prev]] = prefix_max[pos[has_prev] - 1]
+    return paper, karimov
+
+
+def _outside(ts_ms: np.ndarray, start_ms: int, n_bins: int) -> int:
+    sec = (ts_ms - start_ms) // 1000
+    return int(((sec < 0) | (sec >= n_bins)).sum())
+
+
+def _per_second(ts_ms: np.ndarray, start_ms: int, n_bins: int) -> np.ndarray:
+    if n_bins <= 0:
+        return np.zeros(0, dtype=np.int64)
+    sec = (ts_ms - start_ms) // 1000
+    sec = sec[(sec >= 0) & (sec < n_bins)]
+    return np.bincount(sec.astype(np.int64), minlength=n_bins)
+
+
+def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Validation,
+                    window_ms: int, phases: Phases | None = None) -> Metrics:
+    """Reliable throughput, latency (both definitions) and failure cost, per phase."""
+    phases = phases or Phases.unbounded()
+    consumed = topology_inputs(events, validation.topology)
+    window_end = outputs.window_start + window_ms
+    paper_ref, karimov_ref = reference_ingress(consumed, outputs.resource, window_end)
+    out_ing = outputs.ingress_ts.astype(np.float64)
+    lat_paper = out_ing - paper_ref
+    lat_karimov = out_ing - karimov_ref
+    out_phase = phases.of(outputs.ingress_ts)
+    both = ~np.isnan(lat_paper) & ~np.isnan(lat_karimov)
+
+    latency = {p: LatencyStats.of(lat_paper[both & (out_phase == c)])
+               for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)}
+    latency_k = {p: LatencyStats.of(lat_karimov[both & (out_phase == c)])
+                 for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)}
+
+    # Reliable throughput per phase: first own occurrences / phase length (s).
+    first = validation.first_own_ingress
+    first_phase = phases.of(first)
+    last_out = int(outputs.ingress_ts.max()) if len(outputs) else 0
+    first_out = int(outputs.ingress_ts.min()) if len(outputs) else 0
+    if phases.bounded():
+        spans = {"control": (phases.start, phases.t2), "failure": (phases.t2, phases.t3),
+                 "recovery": (phases.t3, max(last_out, phases.t3 + 1000))}
+    else:
+        spans = {"control": (first_out, max(last_out, first_out + 1000)),
+                 "failure": (0, 0), "recovery": (0, 0)}
+    throughput = {}
+    for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True):
+        a, b = spans[p]
+        dur = (b - a) / 1000.0
+        throughput[p] = float((first_phase == c).sum()) / dur if dur > 0 else 0.0
+
+    # Failure cost: only meaningful with a control baseline and something after it.
+    failure_cost = None
+    ctrl = lat_paper[(out_phase == CONTROL) & ~np.isnan(lat_paper)]
+    after = lat_paper[((out_phase == FAILURE) | (out_phase == RECOVERY)) & ~np.isnan(lat_paper)]
+    if len(ctrl) and len(after):
+        failure_cost = float(after.max() - np.median(ctrl)) / 1000.0
+
+    series_start, n_bins = series_span(events, outputs)
+    outside = {"inputs": _outside(events.ingress_ts, series_start, n_bins),
+               "outputs": _outside(outputs.ingress_ts, series_start, n_bins)}
+    return Metrics(
+        throughput=throughput,
+        latency=latency,
+        latency_karimov=latency_k,
+        failure_cost_s=failure_cost,
+        series_start_ms=series_start,
+        reliable_per_s=_per_second(first, series_start, n_bins),
+        outputs_per_s=_per_second(outputs.ingress_ts, series_start, n_bins),
+        inputs_per_s=_per_second(consumed.ingress_ts, series_start, n_bins),
+        latency_per_output_ms=lat_paper,
+        output_ingress_ms=outputs.ingress_ts,
+        series_outside=outside,
+    )
+
+
+def series_span(events: InputEvents, outputs: OutputRecords) -> tuple[int, int]:
+    """(start ms, number of 1 s bins) of the run: its inputs, then outputs to the drain.
+
+    The run is the largest cluster of input ingress times with no gap over
+    SERIES_GAP_S (all inputs, in any real run); the series ends at the last output at
+    most SERIES_TAIL_S after it, and is never longer than MAX_SERIES_S. So one record
+    stamped days away is counted outside the span instead of allocating days of bins.
+    """
+    ing = events.ingress_ts if len(events) else outputs.ingress_ts
+    if len(ing) == 0:
+        return 0, 0
+    lo, hi = int(ing.min()), int(ing.max())
+    if hi - lo > 1000 * SERIES_GAP_S:  # rare: find the cluster that holds the most inputs
+        srt = np.sort(ing)
+        cuts = np.flatnonzero(np.diff(srt) > 1000 * SERIES_GAP_S) + 1
+        bounds = np.r_[0, cuts, len(srt)]
+        k = int(np.argmax(np.diff(bounds)))
+        lo, hi = int(srt[bounds[k]]), int(srt[bounds[k + 1] - 1])
+    out = outputs.ingress_ts
+    near = out[(out >= lo - 1000 * SERIES_GAP_S) & (out <= hi + 1000 * SERIES_TAIL_S)]
+    first = min(lo, int(near.min())) if len(near) else lo
+    last = max(hi, int(near.max())) if len(near) else hi
+    start = (first // 1000) * 1000
+    return start, int(min((last - start) // 1000 + 1, MAX_SERIES_S))

@@ -1,0 +1,246 @@
+"""The options of `validate`, `matrix` and `oir`, generated from the config dataclasses.
+
+Every field of :class:`~pgval.config.ExperimentConfig` and of
+:class:`~pgval.cluster.local.ClusterConfig` is one option: its name from the field's
+(``phase_seconds`` → ``--phase-seconds``, or ``metadata["name"]``), its type from the
+annotation, its default from the dataclass, and its help, choices, metavar and bounds from
+the field's metadata. So the commands cannot disagree on a default or lose an option: a
+field is an option of every command unless that command names it, with the reason, in its
+exclusion map. :func:`build_config` turns the parsed values back into the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pgval.cli.errors import UserError
+from pgval.cluster.local import ClusterConfig
+from pgval.config import ExperimentConfig
+from pgval.errors import RuntimeErrorPlain
+from pgval.schema import FAULTS, FAULTS_AT_POINTS, PROCESSING_GUARANTEES, TOPOLOGIES
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+#: Fields that are an option of no command, and why.
+NOT_OPTIONS: Mapping[str, str] = {
+    "cluster": "its own fields are the options (--brokers, --workers, …)",
+    "spark_daemon_conf": "set by the faults (lowered time-outs), not by users",
+}
+#: Self-tests of pgval itself: options of `validate` only, never part of a measurement.
+SELF_TESTS: Mapping[str, str] = {
+    "sabotage": "a self-test of pgval, `validate` only",
+    "late_events": "a self-test of pgval, `validate` only",
+}
+#: Fields each command does not take as options, and why (every other field is one).
+EXCLUDED: Mapping[str, Mapping[str, str]] = {
+    "validate": {},
+    "matrix": {"topology": "a grid axis (--topologies)", "pg": "a grid axis (--pgs)",
+               "fault": "a grid axis (--faults)",
+               "crash_point": "part of the fault axis (--faults FAULT@POINT)", **SELF_TESTS},
+    "oir": {"fault": "OIR trials run without a fault",
+            "rate": "the rate is what the search finds (--start-rate)", **SELF_TESTS},
+}
+#: Options given as text although their field is a number: ``--rate`` also takes ``oir``,
+#: which the command resolves to the stored optimum ingestion rate.
+TEXT_OPTIONS: Mapping[str, str] = {"rate": "EVENTS/S|oir"}
+#: The matrix's default faults: the paper's grid (driver-crash is pgval's addition).
+MATRIX_FAULTS: tuple[str, ...] = ("none", "crash", "delay-lt-timeout", "delay-gt-timeout")
+
+
+def option_fields() -> Iterator[tuple[dataclasses.Field[Any], Any]]:
+    """``(field, resolved annotation)`` of every field that can be an option: the
+    experiment's first, then the cluster's."""
+    for cls in (ExperimentConfig, ClusterConfig):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name not in NOT_OPTIONS:
+                yield f, hints[f.name]
+
+
+def option_name(f: dataclasses.Field[Any]) -> str:
+    """``--phase-seconds`` for ``phase_seconds``, unless the field names its option."""
+    return f.metadata.get("name") or "--" + f.name.replace("_", "-")
+
+
+def field_option(f: dataclasses.Field[Any], hint: Any) -> Decorator:
+    """One field as a click option whose parameter name is the field's name."""
+    meta = f.metadata
+    if not meta.get("help"):
+        raise TypeError(f"config field {f.name} has no help text in its metadata")
+    name = option_name(f)
+    kind, optional = _unwrap(hint)
+    default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    kw: dict[str, Any] = {"help": meta["help"], "show_default": True}
+    if "metavar" in meta:
+        kw["metavar"] = meta["metavar"]
+    decls = [name]
+    if f.name in TEXT_OPTIONS:
+        kw.update(type=str, default=f"{default:g}", metavar=TEXT_OPTIONS[f.name])
+    elif kind is bool and optional:  # unset means "pgval decides": an on/off pair
+        decls = [f"{name}/--no-{name[2:]}"]
+        kw.update(default=None, show_default=False)
+    elif kind is bool:
+        kw.update(is_flag=True, default=default)
+    elif typing.get_origin(kind) is dict:
+        kw.update(multiple=True, callback=_key_values, show_default=False,
+                  metavar=meta.get("metavar", "KEY=VALUE"))
+    else:
+        kw.update(type=_param_type(kind, meta), default=default)
+    if meta.get("required"):
+        kw.update(required=True, default=None, show_default=False)
+    return click.option(*decls, f.name, **kw)
+
+
+def config_options(command: str) -> Decorator:
+    """Every config field not in ``EXCLUDED[command]`` as an option, in field order."""
+    excluded = EXCLUDED[command]
+    names = {f.name for f, _ in option_fields()}
+    if unknown := set(excluded) - names:
+        raise TypeError(f"EXCLUDED[{command!r}] names no config field: {sorted(unknown)}")
+    options = [field_option(f, hint) for f, hint in option_fields() if f.name not in excluded]
+    return _stack(options)
+
+
+def cluster_options() -> Decorator:
+    """The cluster's fields alone (`pgval cluster up`); build with ``ClusterConfig(**kw)``."""
+    names = {f.name for f in dataclasses.fields(ClusterConfig)}
+    return _stack([field_option(f, hint) for f, hint in option_fields() if f.name in names])
+
+
+def config_option(name: str) -> Decorator:
+    """The option of one config field, for commands that share only it (`check`, `oracle`)."""
+    for f, hint in option_fields():
+        if f.name == name:
+            return field_option(f, hint)
+    raise KeyError(name)
+
+
+def build_config(values: Mapping[str, Any], **fixed: Any) -> ExperimentConfig:
+    """The config from a command's parsed config options (keys: field names), with
+    ``fixed`` on top (grid axes, a resolved rate), checked by
+    :meth:`ExperimentConfig.validate`: a bad combination is one line (:class:`UserError`).
+    Fields the command has no option for keep their dataclass default."""
+    given = {**values, **fixed}
+    exp = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(NOT_OPTIONS)
+    clu = {f.name for f in dataclasses.fields(ClusterConfig)} - set(NOT_OPTIONS)
+    if unknown := set(given) - exp - clu:
+        raise TypeError(f"not config fields: {sorted(unknown)}")
+    cfg = ExperimentConfig(**{k: v for k, v in given.items() if k in exp},
+                           cluster=ClusterConfig(**{k: v for k, v in given.items() if k in clu}))
+    validate_config(cfg)
+    return cfg
+
+
+def validate_config(cfg: ExperimentConfig) -> None:
+    """:meth:`ExperimentConfig.validate`, its one sentence as a :class:`UserError`."""
+    try:
+        cfg.validate()
+    except RuntimeErrorPlain as exc:
+        raise UserError(str(exc)) from exc
+
+
+def list_option(name: str, allowed: Sequence[str], default: Sequence[str],
+                help: str) -> Decorator:  # noqa: A002 - click's own word
+    """A comma-separated list of ``allowed`` values (a grid axis), parsed into a list."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        bad = [v for v in items if v not in allowed]
+        if bad or not items:
+            raise UserError(f"{name} takes a comma-separated list of {', '.join(allowed)}; "
+                            f"got {value!r}")
+        return items
+
+    return click.option(name, default=",".join(default), show_default=True, metavar="LIST",
+                        callback=parse, help=f"{help} Comma-separated, of: {', '.join(allowed)}.")
+
+
+def grid_options() -> Decorator:
+    """`matrix`'s axes: --topologies, --pgs, --faults (choices from :mod:`pgval.schema`)."""
+    return _stack([
+        list_option("--topologies", TOPOLOGIES, TOPOLOGIES, "Topologies of the grid."),
+        list_option("--pgs", PROCESSING_GUARANTEES, PROCESSING_GUARANTEES,
+                    "Processing guarantees (sinks) of the grid."),
+        list_option("--faults", (*FAULTS, *FAULTS_AT_POINTS), MATRIX_FAULTS,
+                    "Faults of the grid; FAULT@POINT runs a crash at that crash point."),
+    ])
+
+
+def _key_values(ctx: click.Context, param: click.Parameter,
+                values: tuple[str, ...]) -> dict[str, str]:
+    """Repeated ``KEY=VALUE`` into a dict (a later KEY wins); anything else is one line.
+    ``@FILE`` reads KEY=VALUE lines from FILE (``#`` comments skipped): a password given
+    that way stays off the command line (``pgval cluster status --json`` names the
+    embedded Kafka's such file)."""
+    out: dict[str, str] = {}
+    for item, where in _expand_files(param, values):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            # A line of a file is named, never shown: it may be `password: ...`.
+            shown = where or repr(item)
+            raise UserError(f"{param.opts[0]} takes KEY=VALUE, not {shown}")
+        out[key.strip()] = value
+    return out
+
+
+def _expand_files(param: click.Parameter,
+                  values: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """Each ``@FILE`` replaced by its non-blank, non-comment lines; with each item, where
+    it came from (``line N of FILE``; None: the command line)."""
+    out: list[tuple[str, str | None]] = []
+    for item in values:
+        if not item.startswith("@"):
+            out.append((item, None))
+            continue
+        try:
+            text = Path(item[1:]).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"{param.opts[0]} {item}: cannot read {item[1:]} "
+                            f"({getattr(exc, 'strerror', None) or exc})") from None
+        out += [(line.strip(), f"line {n} of {item[1:]}")
+                for n, line in enumerate(text.splitlines(), start=1)
+                if line.strip() and not line.strip().startswith("#")]
+    return out
+
+
+def _unwrap(hint: Any) -> tuple[Any, bool]:
+    """``(int, True)`` for ``int | None``; ``(T, False)`` for any other ``T``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"cannot make an option of {hint}")
+        return args[0], True
+    return hint, False
+
+
+def _param_type(kind: Any, meta: Mapping[str, Any]) -> click.ParamType:
+    """The click type: a choice, a bounded int or float, or text."""
+    if "choices" in meta:
+        return click.Choice(meta["choices"])
+    lo, hi = meta.get("min"), meta.get("max")
+    if kind is int:
+        return click.IntRange(lo, hi) if (lo, hi) != (None, None) else click.INT
+    if kind is float:
+        return click.FloatRange(lo, hi) if (lo, hi) != (None, None) else click.FLOAT
+    if kind is str:
+        return click.STRING
+    raise TypeError(f"cannot make an option of {kind}")
+
+
+def _stack(options: Sequence[Decorator]) -> Decorator:
+    """Apply options so they appear in ``--help`` in the order given."""
+
+    def apply(f: Callable[..., Any]) -> Callable[..., Any]:
+        for o in reversed(options):
+            f = o(f)
+        return f
+
+    return apply
+

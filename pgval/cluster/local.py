@@ -1,0 +1,335 @@
+"""The embedded local cluster: Spark standalone (master + workers) and KRaft Kafka.
+
+Start order matters: Spark first, because with isolation it creates the bridge
+whose address Kafka must listen on (executors in worker namespaces cannot reach
+the root namespace's 127.0.0.1). Stop order is the reverse.
+
+``state.json`` in the run directory is written FIRST, before any process or namespace
+exists: its owner (pid + start time), the namespace prefix about to be used and the
+reaper watching the owner (:mod:`pgval.cluster.reaper`). It is updated as parts come up
+and removed only when everything stopped, so a kill at any moment leaves a record that
+``pgval cleanup`` (and the reaper) can act on, and ``pgval cluster status/down`` work
+from another process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgval.errors import RuntimeErrorPlain
+from pgval.files import write_private_json
+from pgval.host import netns, registry, signals
+from pgval.host.identity import Owner
+from pgval.host.procs import kill_recorded, recorded_group_is_ours
+from pgval.kafka.broker import KafkaCluster
+from pgval.redact import private_dir
+from pgval.schema import OUTPUT_TOPIC
+from pgval.spark.daemons import SparkCluster
+
+#: The reaper's module (:mod:`pgval.cluster.reaper`), started as ``python -m``; named, not
+#: imported: the reaper imports this module.
+REAPER_MODULE = "pgval.cluster.reaper"
+
+
+@dataclass
+class ClusterConfig:
+    """Sizes that fit a 2-core, 24 GiB machine by default; scale up with flags.
+
+    ``metadata`` is the command-line help, as in :class:`pgval.config.ExperimentConfig`
+    (:mod:`pgval.cli.options` turns each field into an option)."""
+
+    brokers: int = field(default=3, metadata={"help": "Kafka brokers (KRaft).", "min": 1})
+    partitions: int = field(default=3, metadata={
+        "help": "Partitions of each input and output topic.", "min": 1})
+    workers: int = field(default=2, metadata={"help": "Spark standalone workers.", "min": 1})
+    cores_per_worker: int = field(default=1, metadata={
+        "help": "Cores each Spark worker offers to executors.", "min": 1})
+    worker_memory: str = field(default="1g", metadata={
+        "help": "Memory each Spark worker offers to executors (e.g. 1g)."})
+    broker_heap: str = field(default="384m", metadata={
+        "help": "JVM heap (-Xmx) of each Kafka broker (e.g. 384m)."})
+    #: Spark settings for master and workers (``-D``), e.g. spark.worker.timeout; set by
+    #: the faults (lowered time-outs), not an option.
+    spark_daemon_conf: dict[str, str] = field(default_factory=dict)
+    isolate: bool | None = field(default=None, metadata={
+        "help": "Workers in their own network namespaces (default: when root and "
+                "supported)."})
+
+
+class LocalCluster:
+    """Kafka + Spark on this machine, stopped on error, exit and Ctrl-C (use ``with``).
+
+    ``held=True`` (``pgval cluster up``): the cluster outlives the command that started
+    it, so it gets no reaper and belongs to its record until ``pgval cluster down``.
+    """
+
+    def __init__(self, run_dir: Path, config: ClusterConfig | None = None,
+                 held: bool = False) -> None:
+        self.run_dir = Path(run_dir).resolve()
+        self.config = config or ClusterConfig()
+        self.held = held
+        self.spark: SparkCluster | None = None
+        self.kafka: KafkaCluster | None = None
+        self.timings: dict[str, float] = {}
+        self.owner = Owner.me()
+        self.netns_suffix = netns.new_suffix()
+        self.reaper: subprocess.Popen[bytes] | None = None
+        self._stage = "new"
+
+    def start(self) -> LocalCluster:
+        cfg = self.config
+        if cfg.isolate:
+            ok, why = netns.namespaces_supported()
+            if not ok:
+                raise RuntimeErrorPlain(f"worker isolation was requested but {why}")
+        registry.check_run_dir(self.run_dir)  # the reaper and cleanup trust its files
+        # 0700, and the JVMs started below keep umask 077 for life: a `cluster up` cluster's
+        # topic data, logs and credentials are this user's alone (a run's are already so).
+        private_dir(self.run_dir)
+        registry.check_run_dir(self.run_dir)  # again: it may have existed, or been planted
+        t0 = time.monotonic()
+        old_umask = os.umask(0o077)
+        try:
+            self._stage = "starting"
+            self._write_state()  # first: whatever is created next can be found again
+            if not self.held:
+                self.reaper = start_reaper(self.run_dir, self.owner)
+                self._write_state()
+            self.spark = SparkCluster(self.run_dir, workers=cfg.workers,
+                                      cores_per_worker=cfg.cores_per_worker,
+                                      worker_memory=cfg.worker_memory, isolate=cfg.isolate,
+                                      extra_conf=cfg.spark_daemon_conf,
+                                      netns_suffix=self.netns_suffix)
+            self.spark.start()
+            self.timings["spark_start_s"] = time.monotonic() - t0
+            self._stage = "spark up"
+            self._write_state()
+            t1 = time.monotonic()
+            self.kafka = KafkaCluster(self.run_dir, brokers=cfg.brokers,
+                                      partitions=cfg.partitions, host=self.spark.driver_host,
+                                      heap=cfg.broker_heap)
+            self.kafka.start()
+            self.kafka.ensure_experiment_topics([OUTPUT_TOPIC])
+            self.timings["kafka_start_s"] = time.monotonic() - t1
+        except BaseException:
+            with signals.shielded():
+                self.stop()
+            raise
+        finally:
+            os.umask(old_umask)
+        self.timings["cluster_start_s"] = time.monotonic() - t0
+        self._stage = "up"
+        self._write_state()
+        if self.held and self.spark.net is not None:
+            registry.register_netns(self.netns_suffix, self.run_dir, held=True)
+        return self
+
+    def stop(self) -> None:
+        """Stop everything this cluster started; idempotent.
+
+        ``state.json`` and the reaper stay when a part failed to stop: the record is what
+        lets ``pgval cleanup`` (or the reaper, once this process exits) finish the job.
+        """
+        errors = []
+        self._stage = "stopping"
+        for part in (self.kafka, self.spark):
+            if part is None:
+                continue
+            try:
+                part.stop()
+            except Exception as exc:  # keep stopping the rest
+                errors.append(str(exc))
+        if errors:
+            self._stage = "stop failed"
+            with contextlib.suppress(OSError):
+                self._write_state()
+            raise RuntimeErrorPlain("stopping the cluster failed: " + "; ".join(errors))
+        (self.run_dir / "state.json").unlink(missing_ok=True)
+        self._stage = "stopped"
+        stop_reaper(self.reaper)
+        self.reaper = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.kafka is not None
+        return self.kafka.bootstrap
+
+    def describe(self) -> dict[str, Any]:
+        assert self.spark is not None
+        return {
+            "bootstrap": self.kafka.bootstrap if self.kafka and self.kafka.procs else None,
+            "master": self.spark.master_url,
+            "driver_host": self.spark.driver_host,
+            "isolated": self.spark.isolated,
+            "netns_prefix": (f"{netns.NS_PREFIX}{self.spark.net.suffix}-"
+                             if self.spark.net is not None else None),
+            "workers": [{"index": w.index, "host": w.host, "netns": w.netns,
+                         "webui_port": w.webui_port}
+                        for w in self.spark.workers],
+            "config": asdict(self.config),
+            "timings": self.timings,
+        }
+
+    def _write_state(self) -> None:
+        """Atomically replace ``state.json`` (a reader never sees half a file)."""
+        spark_up = self.spark is not None and self.spark.master is not None
+        state = {**(self.describe() if spark_up else {"config": asdict(self.config)}),
+                 "owner": self.owner.as_dict(), "held": self.held, "stage": self._stage,
+                 "complete": self._stage == "up",
+                 "netns_prefix": f"{netns.NS_PREFIX}{self.netns_suffix}-",
+                 "reaper_pid": self.reaper.pid if self.reaper is not None else None}
+        write_private_json(self.run_dir / "state.json", state, indent=1)
+
+
+def start_reaper(run_dir: Path, owner: Owner) -> subprocess.Popen[bytes]:
+    """Start the watcher that cleans ``run_dir`` up if ``owner`` dies (own session)."""
+    log = run_dir / "logs" / "reaper.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", REAPER_MODULE, "--run-dir", str(run_dir),
+             "--owner-pid", str(owner.pid), "--owner-start", str(owner.start)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+
+
+def stop_reaper(reaper: subprocess.Popen[bytes] | None) -> None:
+    """The owner is done: end its reaper quietly (and reap it, no zombie)."""
+    if reaper is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        reaper.send_signal(signal.SIGTERM)
+    try:
+        reaper.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait(timeout=5)
+
+
+def read_state(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((Path(run_dir) / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def force_down(run_dir: Path) -> list[str]:
+    """Stop whatever a (possibly killed) pgval left in ``run_dir``; remove its namespaces.
+
+    In order: every recorded process group that is still the one started (pid files
+    carry start ticks), the run's pending undo records (a user's nemesis remove command,
+    pumba's netem; :mod:`pgval.host.undo`), then the delays and namespaces of the run's
+    prefix — only if the prefix has the exact form of one and pgval's registry says it
+    belongs to this directory (:func:`registry.run_netns_prefix`), so other runs on the
+    same host are left alone. ``state.json`` goes last, and only when nothing of the run
+    is left, so a failed attempt can be repeated. A directory other users can write to is
+    not acted on at all (its files could be planted): a plain error says so.
+    """
+    from pgval.host import undo
+
+    run_dir = Path(run_dir)
+    registry.check_run_root(run_dir, "run directory")  # a plain error: nothing is done
+    state_file = run_dir / "state.json"
+    trusted = not state_file.exists() or registry.trusted_file(state_file)
+    state = (read_state(run_dir) or {}) if trusted else {}
+    stopped = kill_recorded(run_dir / "pids")
+    stopped += undo.run_pending(run_dir)
+    prefix = registry.run_netns_prefix(state.get("netns_prefix"), run_dir)
+    if prefix:
+        from pgval.faults.delay import cleanup_delays
+
+        stopped += [f"delay {d}" for d in cleanup_delays(prefix)]
+        stopped += [f"netns {n}" for n in netns.cleanup_all(prefix)]
+        suffix = prefix[len(netns.NS_PREFIX):].rstrip("-")
+        if not any(n.startswith(prefix) for n in netns.list_namespaces()):
+            registry.unregister_netns(suffix)
+    if not [name for name, alive in cluster_processes(run_dir) if alive] \
+            and not undo.pending(run_dir):
+        state_file.unlink(missing_ok=True)
+    return stopped
+
+
+class RunGuard:
+    """``state.json`` and a reaper for a run directory no cluster of its own guards.
+
+    Why: a run on a warm cluster (matrix cells, OIR trials), on a `pgval cluster up`
+    cluster (``--cluster``), on an external cluster or on compose starts drivers,
+    generators, packet holders, nemesis commands in *its* directory; the cluster's reaper
+    (if there is one) watches only the cluster's directory. The owner goes into
+    ``state.json`` first, before anything of the run exists; then the reaper starts.
+    """
+
+    def __init__(self, run_dir: Path, kind: str) -> None:
+        self.run_dir = Path(run_dir).resolve()
+        self.kind = kind
+        self.owner = Owner.me()
+        self.reaper: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RunGuard:
+        private_dir(self.run_dir)
+        registry.check_run_dir(self.run_dir)  # as made: the reaper will trust its files
+        self._write("starting")
+        self.reaper = start_reaper(self.run_dir, self.owner)
+        self._write("running")
+        return self
+
+    def problem(self) -> str | None:
+        """Why the run is no longer covered against a kill (its reaper died), or None."""
+        return reaper_problem(self.reaper)
+
+    def stop(self) -> bool:
+        """The run's teardown is over: remove ``state.json`` and end the reaper — unless a
+        recorded process still runs or an undo is pending; then both stay, and the
+        reaper finishes the job once this pgval exits. True if the guard was removed."""
+        from pgval.host import undo
+
+        if [n for n, alive in cluster_processes(self.run_dir) if alive] \
+                or undo.pending(self.run_dir):
+            return False
+        (self.run_dir / "state.json").unlink(missing_ok=True)
+        stop_reaper(self.reaper)
+        self.reaper = None
+        return True
+
+    def _write(self, stage: str) -> None:
+        state = {"owner": self.owner.as_dict(), "held": False, "stage": stage,
+                 "kind": self.kind,
+                 "reaper_pid": self.reaper.pid if self.reaper is not None else None}
+        write_private_json(self.run_dir / "state.json", state, indent=1)
+
+
+def reaper_problem(reaper: subprocess.Popen[bytes] | None) -> str | None:
+    """A sentence if ``reaper`` (started by this process) is no longer running."""
+    if reaper is None or reaper.poll() is None:
+        return None
+    return (f"the reaper (pid {reaper.pid}) died: a kill of pgval now would leave "
+            "processes behind; stopping")
+
+
+def cluster_processes(run_dir: Path) -> list[tuple[str, bool]]:
+    """(name, alive) for every process group recorded in the run's pid files."""
+    out = []
+    for pid_file in sorted((Path(run_dir) / "pids").glob("*.json")):
+        try:
+            info = json.loads(pid_file.read_text())
+            pgid = int(info["pgid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        # Alive only if the group is still the one recorded (a reused pid is not ours).
+        out.append((str(info.get("name", pgid)), recorded_group_is_ours(info)))
+    return out

@@ -1,0 +1,140 @@
+"""What pgval-made things exist on this host: for tests, the soak and `pgval cleanup`'s users.
+
+Looks at what really exists — processes, named network namespaces, pgval links,
+iptables rules carrying pgval's comment in every namespace, pgval qdiscs (handle
+``504d:``), ``/run/pgval`` registry entries — never at pgval's own bookkeeping (pid
+files and ``state.json`` are deleted by a clean stop, so a check built on them could
+never fail). :class:`HostSnapshot` diffs two moments.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_OURS = re.compile(r"java|pgval|multiprocessing|netfilterqueue|kafka|spark", re.I)
+
+
+def _processes() -> dict[int, str]:
+    """pid -> command line of every live (non-zombie) process that looks like pgval's."""
+    out: dict[int, str] = {}
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace").strip()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        # multiprocessing's resource tracker lives as long as the process that made it.
+        if (cmd and state not in ("Z", "X") and _OURS.search(cmd) and "pytest" not in cmd
+                and "resource_tracker" not in cmd):
+            out[int(entry)] = cmd
+    return out
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _namespaces() -> set[str]:
+    return {line.split()[0] for line in _run(["ip", "netns", "list"]).splitlines()
+            if line.startswith("pgval-")}
+
+
+def _links() -> set[str]:
+    return {m.group(1) for m in re.finditer(r"^\d+: (pgv[^:@]+)", _run(["ip", "-o", "link"]),
+                                            re.M)}
+
+
+def _rules(namespaces: set[str]) -> set[str]:
+    """Every iptables rule with a pgval comment, in the root and the given namespaces."""
+    found = set()
+    for ns in [None, *sorted(namespaces)]:
+        prefix = [] if ns is None else ["ip", "netns", "exec", ns]
+        for table in ("mangle", "filter"):
+            listing = _run([*prefix, "iptables-legacy", "-w", "10", "-t", table, "-S"])
+            found |= {f"{ns or 'host'}/{table}: {line}" for line in listing.splitlines()
+                      if "pgval-" in line}
+    return found
+
+
+def _qdiscs(namespaces: set[str]) -> set[str]:
+    """Root qdiscs with pgval's netem handle, in the root and the given namespaces."""
+    found = set()
+    for ns in [None, *sorted(namespaces)]:
+        prefix = [] if ns is None else ["ip", "netns", "exec", ns]
+        found |= {f"{ns or 'host'}: {line}" for line in
+                  _run([*prefix, "tc", "qdisc", "show"]).splitlines() if " 504d: " in line}
+    return found
+
+
+def _registry() -> set[str]:
+    from pgval.host.registry import RUN_ROOT
+
+    d = RUN_ROOT / "netns"
+    return {p.name for p in d.glob("*.json")} if d.is_dir() else set()
+
+
+@dataclass
+class HostSnapshot:
+    """What pgval-like things exist on the host now; :meth:`new_since` diffs two."""
+
+    processes: dict[int, str]
+    namespaces: set[str]
+    links: set[str]
+    rules: set[str]
+    registry: set[str]
+    qdiscs: set[str]
+
+    @classmethod
+    def take(cls) -> HostSnapshot:
+        ns = _namespaces() if os.geteuid() == 0 else set()
+        root = os.geteuid() == 0
+        return cls(_processes(), ns, _links() if root else set(),
+                   _rules(ns) if root else set(), _registry() if root else set(),
+                   _qdiscs(ns) if root else set())
+
+    def new_since(self, before: HostSnapshot) -> dict[str, list[str]]:
+        out = {
+            "processes": [f"{p}: {c[:200]}" for p, c in self.processes.items()
+                          if p not in before.processes],
+            "namespaces": sorted(self.namespaces - before.namespaces),
+            "links": sorted(self.links - before.links),
+            "rules": sorted(self.rules - before.rules),
+            "registry": sorted(self.registry - before.registry),
+            "qdiscs": sorted(self.qdiscs - before.qdiscs),
+        }
+        return {k: v for k, v in out.items() if v}
+
+
+def leftovers(before: HostSnapshot, wait_s: float = 15.0) -> dict[str, list[str]]:
+    """What appeared since ``before`` and is still there after up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = HostSnapshot.take().new_since(before)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Live processes whose command line or working directory mentions ``text``."""
+    out = []
+    for pid, cmd in _processes().items():
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            cwd = ""
+        if text in cmd or cwd.startswith(text):
+            out.append(f"{pid}: {cmd[:200]}")
+    return out

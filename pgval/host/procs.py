@@ -1,0 +1,226 @@
+"""Child processes that can always be stopped: own process group, log file, pid file.
+
+Every long-lived process pgval starts (Kafka brokers, Spark master/workers,
+drivers, generators, packet holders) goes through :func:`spawn`, so that
+
+* it runs in its own session/process group and :meth:`Managed.stop` kills the
+  whole tree (a JVM and the executors it forked),
+* its output lands in a log file under the run directory, and
+* a pid file under ``<run_dir>/pids`` lets ``pgval cleanup`` find and stop it
+  after a pgval that was itself killed with SIGKILL. The file holds the pid *and* the
+  process's start time (clock ticks since boot, as :class:`~pgval.host.identity.Owner`):
+  a pid reused by an unrelated process is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgval.errors import RuntimeErrorPlain
+from pgval.host.identity import boot_id, start_ticks
+
+
+@dataclass
+class Managed:
+    """A spawned process group with its log and pid file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    pid_file: Path | None = None
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, grace_s: float = 5.0, sig: int = signal.SIGTERM) -> None:
+        """Signal the whole process group, escalate to SIGKILL after ``grace_s``; idempotent."""
+        kill_group(self.popen.pid, grace_s=grace_s, sig=sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=max(grace_s, 1.0))
+        if self.pid_file is not None:
+            self.pid_file.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL the group at once (a crash fault, not a shutdown)."""
+        self.stop(grace_s=0.0, sig=signal.SIGKILL)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(pgid: int, grace_s: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` to a process group, wait up to ``grace_s``, then SIGKILL what is left."""
+    if not _group_alive(pgid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _group_alive(pgid):
+            return
+        # Reap our own children so zombies do not keep the group "alive".
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(-pgid, os.WNOHANG)
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    # Give the kernel a moment to reap, so callers can rely on "gone" afterwards.
+    for _ in range(100):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(-pgid, os.WNOHANG)
+        if not _group_alive(pgid):
+            return
+        time.sleep(0.02)
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    pid_dir: Path | None = None,
+) -> Managed:
+    """Start ``argv`` in a new session (its own process group), output appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=str(cwd) if cwd else None,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise RuntimeErrorPlain(f"cannot start {name}: {argv[0]} was not found") from exc
+    finally:
+        log.close()
+    pid_file = None
+    if pid_dir is not None:
+        pid_file = pid_dir / f"{name}.json"
+        write_pid_file(pid_file, name, popen.pid)
+    return Managed(name=name, popen=popen, log_path=log_path, pid_file=pid_file, argv=list(argv))
+
+
+def write_pid_file(path: Path, name: str, pid: int, **extra: Any) -> None:
+    """Record ``pid`` (the leader of its own group) with its start ticks and boot id.
+
+    Why the start ticks: a pid file outlives the process it names when pgval is killed;
+    by the time cleanup reads it the pid may belong to anything. Only a leader whose
+    start ticks still match (or a group whose leader is gone: the kernel does not hand
+    out a pid still in use as a group id) is ours. No argv: it may hold secrets.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"name": name, "pgid": pid, "start": start_ticks(pid), "boot": boot_id(), **extra}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)
+
+
+def recorded_group_is_ours(record: Mapping[str, Any]) -> bool:
+    """True if the process group a pid file names is still the one pgval started.
+
+    The leader alive: its start ticks and boot must match the record. The leader gone
+    but members left: the group is ours (Linux never reuses a pid while a group has that
+    id). A record without start ticks (written by an older pgval) is not trusted.
+    """
+    try:
+        pgid, start = int(record["pgid"]), int(record["start"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if record.get("boot") and record.get("boot") != boot_id():
+        return False
+    ticks = start_ticks(pgid)
+    if ticks is not None:
+        return ticks == start
+    return _group_alive(pgid)
+
+
+def kill_recorded(pid_dir: Path) -> list[str]:
+    """Stop every process group recorded under ``pid_dir`` (used by ``pgval cleanup``)."""
+    stopped: list[str] = []
+    if not pid_dir.is_dir():
+        return stopped
+    for pid_file in sorted(pid_dir.glob("*.json")):
+        try:
+            info = json.loads(pid_file.read_text())
+            pgid = int(info["pgid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pid_file.unlink(missing_ok=True)
+            continue
+        if _group_alive(pgid) and recorded_group_is_ours(info):
+            kill_group(pgid, grace_s=3.0)
+            stopped.append(str(info.get("name", pgid)))
+        pid_file.unlink(missing_ok=True)
+    return stopped
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None = None) -> None:
+    """Block until ``host:port`` accepts TCP connections, or raise a plain error."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise RuntimeErrorPlain(
+                f"{proc.name} exited before listening on {host}:{port}; see {proc.log_path}"
+            )
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(0.5)
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.1)
+    where = f"; see {proc.log_path}" if proc is not None else ""
+    raise RuntimeErrorPlain(f"nothing listened on {host}:{port} within {timeout_s:.0f} s{where}")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path``: serialises work between concurrent pgval processes."""
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -1,0 +1,375 @@
+"""The streaming driver as a separate process, so a fault can kill it and restart it.
+
+It runs ``python -m pgval.topologies.driver`` (see topologies/driver.py) and
+learns about the query through the progress file the driver writes: one JSON
+line per event, ``{"event": "started", ...}`` once the query runs, then one
+line per micro-batch progress. With a control directory (``DriverSpec.control_dir``)
+pgval can also ask the running driver to act (:class:`DriverControl`; the driver's end
+is pgval.topologies.control).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgval.errors import RuntimeErrorPlain
+from pgval.host.procs import Managed, spawn
+
+#: The driver's environment variables holding the user's Kafka client settings and Spark
+#: settings as JSON (read by pgval.topologies.driver); a launcher into a container must
+#: pass them on by name (``docker exec -e NAME``), never by value on a command line.
+KAFKA_OPTIONS_ENV = "PGVAL_KAFKA_OPTIONS"
+SPARK_CONF_ENV = "PGVAL_SPARK_CONF"
+SETTINGS_ENV = (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV)
+
+
+@dataclass
+class DriverSpec:
+    topology: str
+    pg: str
+    bootstrap: str
+    master: str
+    checkpoint: Path
+    progress_file: Path
+    window_ms: int
+    watermark_ms: int
+    trigger_ms: int
+    shuffle_partitions: int
+    driver_host: str | None = None
+    executor_memory: str = "512m"
+    max_offsets_per_trigger: int | None = None
+    query_name: str = "pgval"
+    extra_env: dict[str, str] = field(default_factory=dict)
+    conf: dict[str, str] = field(default_factory=dict)  # extra Spark conf (time-outs)
+    #: The run's topic prefix (``Topics.with_prefix``); "" for the plain names.
+    topic_prefix: str = ""
+    #: Kafka client settings (a cluster's login, ``--kafka-config``) and the user's Spark
+    #: settings (``--spark-conf``, every deployment): passed in the driver's environment,
+    #: never on its command line, as they may hold passwords; the driver hands the Spark
+    #: ones to its JVM in memory.
+    kafka_options: dict[str, str] = field(default_factory=dict)
+    user_conf: dict[str, str] = field(default_factory=dict)
+    #: SELF-TEST of pgval only (e1): ``drop-batch:N`` / ``dup-batch:N`` makes the sink break
+    #: one batch on purpose (``--sabotage``; see pgval.topologies.sinks). Never a guarantee.
+    sabotage: str | None = None
+    #: Prefix that runs the driver elsewhere (``docker exec pgval-runner``), its Python,
+    #: how host paths look there, and how to signal it there (killing `docker exec` is not
+    #: enough to stop a process inside a container).
+    launcher: list[str] = field(default_factory=list)
+    python: str = sys.executable
+    path_map: Callable[[Path], str] | None = None
+    signal_argv: Callable[[str], list[str]] | None = None
+    #: Where pgval writes requests to the running driver (``--control-dir``); None: the
+    #: driver runs no control thread. See :class:`DriverControl`.
+    control_dir: Path | None = None
+    #: Crash point after-sink-write: the file that arms the driver's commit hook
+    #: (``--crash-trigger``, :mod:`pgval.faults.hooks`); None: no hook.
+    crash_trigger: Path | None = None
+    #: Crash point during-sink-write: the file that arms the sink's producer hook
+    #: (``--sink-trigger``, :mod:`pgval.faults.hooks`); None: no hook.
+    sink_trigger: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.sabotage and self.pg != "e1":
+            raise ValueError("sabotage only applies to pg e1 (the transactional sink)")
+
+    def _path(self, path: Path) -> str:
+        return self.path_map(path) if self.path_map else str(path)
+
+    def argv(self) -> list[str]:
+        argv = [*self.launcher, self.python, "-m", "pgval.topologies.driver",
+                "--topology", self.topology, "--pg", self.pg, "--bootstrap", self.bootstrap,
+                "--master", self.master, "--checkpoint", self._path(self.checkpoint),
+                "--window-ms", str(self.window_ms), "--watermark-ms", str(self.watermark_ms),
+                "--trigger-ms", str(self.trigger_ms),
+                "--shuffle-partitions", str(self.shuffle_partitions),
+                "--progress-file", self._path(self.progress_file),
+                "--executor-memory", self.executor_memory, "--query-name", self.query_name]
+        if self.topic_prefix:
+            argv += ["--topic-prefix", self.topic_prefix]
+        if self.driver_host:
+            argv += ["--driver-host", self.driver_host]
+        for key, value in self.conf.items():
+            argv += ["--conf", f"{key}={value}"]
+        if self.max_offsets_per_trigger:
+            argv += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
+        if self.sabotage:
+            argv += ["--sabotage", self.sabotage]
+        if self.control_dir is not None:
+            argv += ["--control-dir", self._path(self.control_dir)]
+        if self.crash_trigger is not None:
+            argv += ["--crash-trigger", self._path(self.crash_trigger)]
+        if self.sink_trigger is not None:
+            argv += ["--sink-trigger", self._path(self.sink_trigger)]
+        return argv
+
+    def env(self) -> dict[str, str]:
+        """The driver's extra environment: placement's variables plus the user's settings."""
+        env = dict(self.extra_env)
+        if self.kafka_options:
+            env[KAFKA_OPTIONS_ENV] = json.dumps(self.kafka_options)
+        if self.user_conf:
+            env[SPARK_CONF_ENV] = json.dumps(self.user_conf)
+        return env
+
+
+class DriverProcess:
+    """Start, wait for, stop, kill and restart the streaming driver."""
+
+    def __init__(self, spec: DriverSpec, log_dir: Path, pid_dir: Path) -> None:
+        self.spec = spec
+        self.log_dir = log_dir
+        self.pid_dir = pid_dir
+        self.proc: Managed | None = None
+        self.starts = 0
+        self.started_at: list[float] = []
+
+    def start(self, timeout_s: float = 180.0) -> float:
+        """Start the driver and wait until its query runs; returns the seconds it took."""
+        t0 = time.monotonic()
+        seen = self._count_started()
+        self.starts += 1
+        self.proc = spawn(f"driver-{self.starts}", self.spec.argv(),
+                          self.log_dir / f"driver-{self.starts}.log", env=self.spec.env(),
+                          pid_dir=self.pid_dir)
+        deadline = t0 + timeout_s
+        while time.monotonic() < deadline:
+            if self._count_started() > seen:
+                self.started_at.append(time.time())
+                return time.monotonic() - t0
+            if not self.proc.alive():
+                raise RuntimeErrorPlain(
+                    "the Spark driver exited before its query started: "
+                    f"{self._last_error()} (log: {self.proc.log_path})")
+            time.sleep(0.2)
+        raise RuntimeErrorPlain(f"the Spark driver did not start its query within "
+                                f"{timeout_s:.0f} s (log: {self.proc.log_path})")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def check(self) -> None:
+        """Raise a plain error if the driver died on its own (the query failed)."""
+        if self.proc is not None and not self.proc.alive():
+            raise RuntimeErrorPlain(f"the streaming query failed: {self._last_error()} "
+                                    f"(log: {self.proc.log_path})")
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM the driver alone first (a signal to the whole group also hits the PySpark
+        JVM, whose shutdown hook races the graceful query stop), then clean up the group."""
+        if self.proc is None:
+            return
+        if self.proc.alive():
+            self._signal("TERM", signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.popen.wait(timeout=grace_s)
+        self.proc.stop(grace_s=3.0)
+
+    def kill(self) -> None:
+        """SIGKILL the driver's process group: the driver-crash fault."""
+        if self.proc is not None:
+            self._signal("KILL", signal.SIGKILL)
+            self.proc.kill()
+
+    def _signal(self, name: str, sig: int) -> None:
+        assert self.proc is not None
+        if self.spec.signal_argv is not None:
+            subprocess.run(self.spec.signal_argv(name), capture_output=True, timeout=30,
+                           check=False)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+
+    def progress(self) -> list[dict[str, Any]]:
+        """All progress lines written so far (every start appends to the same file)."""
+        rows: list[dict[str, Any]] = []
+        with contextlib.suppress(FileNotFoundError), open(self.spec.progress_file, "rb") as fh:
+            for line in fh:
+                with contextlib.suppress(ValueError):
+                    rows.append(json.loads(line))
+        return rows
+
+    def sabotage_events(self) -> list[dict[str, Any]]:
+        """The ``sabotage`` lines of the progress file (SELF-TEST runs only), oldest first."""
+        return sabotage_events(self.spec.progress_file)
+
+    def control(self) -> DriverControl:
+        """A client of this driver's control channel (needs ``spec.control_dir``); it fails
+        fast when the driver process is gone. Every restart keeps the same channel."""
+        if self.spec.control_dir is None:
+            raise RuntimeErrorPlain("this driver was started without a control directory")
+        return DriverControl(self.spec.control_dir, self.spec.progress_file, alive=self.alive)
+
+    def _count_started(self) -> int:
+        return sum(1 for r in self.progress() if r.get("event") == "started")
+
+    def _last_error(self) -> str:
+        if self.proc is None:
+            return "not started"
+        lines = [ln for ln in self.proc.log_tail(80).splitlines() if ln.strip()]
+        for line in reversed(lines):
+            if "Error" in line or "Exception" in line or "error:" in line:
+                return line.strip()[:300]
+        return lines[-1].strip()[:300] if lines else "no output"
+
+
+def sabotage_events(progress_file: Path) -> list[dict[str, Any]]:
+    """SELF-TEST runs (``DriverSpec.sabotage``): every ``{"event": "sabotage", ...}`` line of
+    a driver's progress file, oldest first, each with ``kind`` (drop|dup), ``batch_id``,
+    ``nth``, ``rows``, ``ids`` (the real IDs dropped or written twice), ``negative_ids``.
+    One per driver process that reached its N-th real batch; none if it never did."""
+    rows: list[dict[str, Any]] = []
+    with contextlib.suppress(FileNotFoundError), open(progress_file, "rb") as fh:
+        for line in fh:
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict) and row.get("event") == "sabotage":
+                    rows.append(row)
+    return rows
+
+
+class _ProgressTail:
+    """Reads the progress lines appended since the last call (a run's file grows to
+    thousands of lines; the control client polls it several times a second)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # an unfinished last line waits for its newline
+        rows = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict):
+                    rows.append(row)
+        return rows
+
+
+class DriverControl:
+    """pgval's end of the driver's control channel (protocol: pgval.topologies.control).
+
+    ``request`` writes ``req-<n>.json`` atomically and waits for the driver's
+    ``{"event": "control", "request": n, "nonce": ...}`` line in the progress file; the
+    nonce tells two askers that picked the same ``n`` apart. A request not answered in
+    time is withdrawn (deleted) and carries a deadline, so a driver that reads it late
+    answers "expired" instead of acting. ``executor_events`` are the driver's
+    ``{"event": "executors", ...}`` lines, oldest first.
+    """
+
+    def __init__(self, control_dir: Path, progress_file: Path,
+                 alive: Callable[[], bool] | None = None, poll_s: float = 0.1) -> None:
+        self.control_dir = Path(control_dir)
+        self.progress_file = Path(progress_file)
+        self.alive = alive
+        self.poll_s = poll_s
+        self._tail = _ProgressTail(self.progress_file)
+        self._answers: list[dict[str, Any]] = []
+        self._executors: list[dict[str, Any]] = []
+        self._last_n = 0
+        # One asker object may be shared by threads (a fault and a watcher): the tail's
+        # offset and the number choice must not interleave, or answer lines are skipped.
+        self._lock = threading.RLock()
+
+    def _refresh(self) -> None:
+        with self._lock:
+            for row in self._tail.read_new():
+                event = row.get("event")
+                if event == "control":
+                    self._answers.append(row)
+                    if isinstance(row.get("request"), int):
+                        self._last_n = max(self._last_n, row["request"])
+                elif event == "executors":
+                    self._executors.append(row)
+
+    def executor_events(self) -> list[dict[str, Any]]:
+        with self._lock:  # reentrant: the refresh and the copy see the same rows
+            self._refresh()
+            return list(self._executors)
+
+    def answers(self) -> list[dict[str, Any]]:
+        """Every ``control`` line so far (any asker's), oldest first."""
+        with self._lock:
+            self._refresh()
+            return list(self._answers)
+
+    def request(self, action: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
+        """Ask the driver to do ``action`` (``{"action": ..., ...}``); its answer line.
+
+        Raises :class:`RuntimeErrorPlain` when the driver does not answer in time or exits
+        first. An answer with ``ok: false`` is returned, not raised: the caller decides.
+        """
+        if not isinstance(action.get("action"), str):
+            raise ValueError("a control request needs an \"action\" string")
+        self.control_dir.mkdir(parents=True, exist_ok=True)
+        nonce = secrets.token_hex(8)
+        deadline = time.monotonic() + timeout_s
+        n, path = self._write(dict(action), nonce, timeout_s)
+        while True:
+            for row in self.answers():
+                if row.get("request") == n and row.get("nonce") == nonce:
+                    return row
+            if time.monotonic() > deadline or (self.alive is not None and not self.alive()):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                why = ("exited before answering" if self.alive is not None and not self.alive()
+                       else f"did not answer within {timeout_s:g} s")
+                raise RuntimeErrorPlain(
+                    f"the Spark driver {why} control request {n} ({action['action']}); "
+                    f"requests are read from {self.control_dir}")
+            time.sleep(self.poll_s)
+
+    def _write(self, action: dict[str, Any], nonce: str,
+               timeout_s: float) -> tuple[int, Path]:
+        """Write the request under the next free number; the rename makes it appear whole,
+        ``os.link`` refuses a number another asker took meanwhile."""
+        with self._lock:
+            return self._write_next(action, nonce, timeout_s)
+
+    def _write_next(self, action: dict[str, Any], nonce: str,
+                    timeout_s: float) -> tuple[int, Path]:
+        self._refresh()
+        pending = [int(p.name[4:-5]) for p in self.control_dir.glob("req-*.json")
+                   if p.name[4:-5].isdigit()]
+        n = max([self._last_n, *pending]) + 1
+        tmp = self.control_dir / f".req-{os.getpid()}-{nonce}.tmp"
+        while True:
+            body = {**action, "request": n, "nonce": nonce,
+                    "deadline_ms": time.time_ns() // 1_000_000 + int(timeout_s * 1000)}
+            tmp.write_text(json.dumps(body))
+            path = self.control_dir / f"req-{n}.json"
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                n += 1
+                continue
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._last_n = n
+            return n, path
