@@ -7,7 +7,12 @@ validator cannot drift apart (docs/semantics.md is the prose version).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from enum import Enum
+from typing import Final, TypeVar
+
+from pgval.errors import RuntimeErrorPlain
+
+_N = TypeVar("_N", bound="Name")
 
 #: Input topics, one per request type; record key = resource name (UTF-8).
 GET_TOPIC: Final = "get"
@@ -50,13 +55,157 @@ class Topics:
 GET: Final = "GET"
 POST: Final = "POST"
 
-Topology = Literal["sst", "mst"]
-TOPOLOGIES: Final = ("sst", "mst")
-#: a1 = Spark's Kafka sink (at-least-once), e1 = transactional foreachBatch sink, m1 = the
-#: Kafka sink with Spark's default ``startingOffsets=latest`` and a checkpoint a restart
-#: does not find (at-most-once; docs/semantics.md, "m1").
-Guarantee = Literal["a1", "e1", "m1"]
-PROCESSING_GUARANTEES: Final = ("a1", "e1", "m1")
+class Name(str, Enum):
+    """One of a closed set of names. A member *is* its string (``Fault.CRASH == "crash"``),
+    so it is stored, compared, hashed and printed as the plain name; :meth:`parse` is the
+    one place a name from outside (an option, run.json, a database row) is checked."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    @classmethod
+    def parse(cls: type[_N], value: object) -> _N:
+        """The member named ``value``; a plain one-sentence error for anything else."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise RuntimeErrorPlain(f"unknown {cls.what()} {value!r}; use one of "
+                                    f"{', '.join(cls.names())}") from None
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(m.value for m in cls)
+
+    @classmethod
+    def what(cls) -> str:
+        return cls.__name__.lower()
+
+
+class Topology(Name):
+    SST = "sst"
+    MST = "mst"
+
+
+class Guarantee(Name):
+    """a1 = Spark's Kafka sink (at-least-once), e1 = transactional foreachBatch sink, m1 =
+    the Kafka sink with Spark's default ``startingOffsets=latest`` and a checkpoint a
+    restart does not find (at-most-once; docs/semantics.md, "m1")."""
+
+    A1 = "a1"
+    E1 = "e1"
+    M1 = "m1"
+
+    @classmethod
+    def what(cls) -> str:
+        return "processing guarantee"
+
+
+class Fault(Name):
+    """Faults injected at T2 and removed at T3 (``none``: a run without a fault)."""
+
+    NONE = "none"
+    CRASH = "crash"
+    DRIVER_CRASH = "driver-crash"
+    DELAY_LT_TIMEOUT = "delay-lt-timeout"
+    DELAY_GT_TIMEOUT = "delay-gt-timeout"
+
+    @property
+    def is_delay(self) -> bool:
+        return self in (Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT)
+
+    @property
+    def silences_outputs(self) -> bool:
+        """Stops every output for the failure phase by design (the driver is down from T2
+        until its restart at T3): no outputs then is the fault's effect, not a latency
+        longer than the phase."""
+        return self is Fault.DRIVER_CRASH
+
+
+class Deploy(Name):
+    """Where a run's Kafka and Spark come from: pgval's embedded cluster, the compose
+    stack, or a cluster the user runs (``--deploy external``)."""
+
+    LOCAL = "local"
+    COMPOSE = "compose"
+    EXTERNAL = "external"
+
+    @classmethod
+    def what(cls) -> str:
+        return "deployment"
+
+
+class CrashPoint(Name):
+    """Where a crash lands: ``timed`` (at T2); ``after-sink-write`` (driver-crash: the first
+    batch after T2 whose outputs are in Kafka, before its commit is checkpointed);
+    ``during-sink-write`` (crash: the worker of the first executor whose sink task has a
+    record in Kafka and has not finished)."""
+
+    TIMED = "timed"
+    AFTER_SINK_WRITE = "after-sink-write"
+    DURING_SINK_WRITE = "during-sink-write"
+
+    @classmethod
+    def what(cls) -> str:
+        return "crash point"
+
+
+#: What applies where: each crash point other than ``timed``, the one fault it is for and
+#: the deployments that can place it (it needs the driver on this machine, and
+#: during-sink-write the workers' processes). ``timed`` applies to every fault everywhere.
+CRASH_POINT_RULES: Final[dict[CrashPoint, tuple[Fault, frozenset[Deploy]]]] = {
+    CrashPoint.DURING_SINK_WRITE: (Fault.CRASH, frozenset({Deploy.LOCAL})),
+    CrashPoint.AFTER_SINK_WRITE: (Fault.DRIVER_CRASH, frozenset({Deploy.LOCAL, Deploy.EXTERNAL})),
+}
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A fault and where it lands: ``crash``, ``driver-crash@after-sink-write``. The grid's
+    name (``matrix --faults``), the run's ``--fault``/``--crash-point`` and the report's
+    label are all this one value."""
+
+    kind: Fault = Fault.NONE
+    point: CrashPoint = CrashPoint.TIMED
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", Fault.parse(self.kind))
+        object.__setattr__(self, "point", CrashPoint.parse(self.point))
+
+    @classmethod
+    def parse(cls, name: str) -> FaultSpec:
+        """``crash`` or ``crash@during-sink-write``."""
+        kind, _, point = str(name).partition("@")
+        return cls(Fault.parse(kind), CrashPoint.parse(point or CrashPoint.TIMED))
+
+    def __str__(self) -> str:
+        return str(self.kind) if self.point is CrashPoint.TIMED else f"{self.kind}@{self.point}"
+
+    def problem(self, deploy: Deploy | str) -> str | None:
+        """Why this fault cannot be placed on ``deploy`` (one sentence), or None."""
+        rule = CRASH_POINT_RULES.get(self.point)
+        if rule is None:
+            return None
+        fault, deploys = rule
+        if self.kind is not fault:
+            return f"--crash-point {self.point} applies to --fault {fault}"
+        if Deploy.parse(deploy) not in deploys:
+            where = " or ".join(sorted(d.value for d in deploys))
+            return (f"--crash-point {self.point} needs the driver and workers where pgval "
+                    f"can reach them: --deploy {where}")
+        return None
+
+
+TOPOLOGIES: Final = Topology.names()
+PROCESSING_GUARANTEES: Final = Guarantee.names()
+FAULTS: Final = Fault.names()
+DEPLOYMENTS: Final = Deploy.names()
+CRASH_POINTS: Final = CrashPoint.names()
+#: The grid's names for a fault at a crash point other than ``timed`` (``matrix --faults``).
+FAULTS_AT_POINTS: Final = tuple(str(FaultSpec(fault, point))
+                                for point, (fault, _) in CRASH_POINT_RULES.items())
 
 #: Fields of an input event as written to Kafka (value, JSON).
 INPUT_FIELDS: Final = ("id", "type", "resource", "event_ts")
@@ -67,18 +216,7 @@ MST_OUTPUT_FIELDS: Final = ("window_start", "window_end", "resource", "gets", "p
 REQUIRED_OUTPUT_FIELDS: Final = ("window_start", "resource", "ids")
 
 PHASES: Final = ("control", "failure", "recovery")
-#: Faults injected at T2 and removed at T3 (``none``: a run without a fault).
-FAULTS: Final = ("none", "crash", "driver-crash", "delay-lt-timeout", "delay-gt-timeout")
-#: Where a run's Kafka and Spark come from: pgval's embedded cluster, the compose stack,
-#: or a cluster the user runs (``--deploy external``).
-DEPLOYMENTS: Final = ("local", "compose", "external")
-#: Where a crash lands: ``timed`` (at T2); ``after-sink-write`` (driver-crash: the first
-#: batch after T2 whose outputs are in Kafka, before its commit is checkpointed);
-#: ``during-sink-write`` (crash: the worker of the first executor whose sink task has a
-#: record in Kafka and has not finished).
-CRASH_POINTS: Final = ("timed", "after-sink-write", "during-sink-write")
-#: The grid's names for a fault at a crash point other than ``timed`` (``matrix --faults``).
-FAULTS_AT_POINTS: Final = ("crash@during-sink-write", "driver-crash@after-sink-write")
+
 
 
 def resource_name(index: int) -> str:
