@@ -1,20 +1,31 @@
-"""Faults injected at T2 and removed at T3: worker crash (or, on a cluster pgval does not own,
-an executor kill through the driver), driver crash, packet delay, a user's nemesis.
+"""Faults injected at T2 and removed at T3, each whole in one place: its mechanism, its
+target, the fault log entries it writes and the rule that reads them back.
 
-Each fault class gets a narrow target (a worker handle, the driver, a network path, a
-container name, the driver's control channel); which class a deployment uses for which
-fault is the deployment's choice (:meth:`pgval.deploy.base.Deployment.make_fault`).
+* ``process`` — ``crash`` as a SIGKILL of a worker's process group (:class:`WorkerCrash`)
+  and ``driver-crash`` (:class:`DriverCrash`), timed or at a crash point;
+* ``executor`` — ``crash`` on a cluster pgval does not own: the driver kills an executor
+  through Spark (:class:`ExecutorKill`; the driver process imports this module's
+  ``MECHANISM``, so the package imports nothing at its top but the time-out profiles);
+* ``network`` — the packet delay on a worker (:class:`WorkerDelay`) and its probe; its
+  mechanism ``delay`` (netem, or NFQUEUE and the packet ``holder``) and ``timeouts``,
+  the time-outs a delay is measured against;
+* ``nemesis`` — a delay through the user's own commands on an external cluster;
+* ``container`` — the evidence of a fault on a compose container (pumba's kill and delay;
+  the Docker work is the compose deployment's, :mod:`pgval.deploy.compose.pumba`);
+* ``hooks`` + ``jvm_hooks/`` — the JVM hooks that place a crash inside Spark's JVMs;
+* ``log`` and ``evidence`` — the fault log as the rules read it, and
+  :func:`pgval.faults.evidence.fault_reasons`, which finds each fault's rule by its kind
+  and mechanism.
+
+Which class a deployment uses for which fault is the deployment's choice
+(:meth:`pgval.deploy.base.Deployment.fault_makers`).
 """
 
 from __future__ import annotations
 
 import random
 
-from pgval.faults.executor import ExecutorKill
-from pgval.faults.network import NetworkPath, WorkerDelay, timeouts_fired
-from pgval.faults.process import DriverCrash, WorkerCrash
 from pgval.faults.timeouts import TimeoutProfile, profile_for
-from pgval.schema import FAULTS
 
 
 def default_target(seed: int, workers: int) -> int:
@@ -22,5 +33,4 @@ def default_target(seed: int, workers: int) -> int:
     return random.Random(seed).randrange(workers)
 
 
-__all__ = ["FAULTS", "DriverCrash", "ExecutorKill", "NetworkPath", "TimeoutProfile",
-           "WorkerCrash", "WorkerDelay", "default_target", "profile_for", "timeouts_fired"]
+__all__ = ["TimeoutProfile", "default_target", "profile_for"]

@@ -67,6 +67,9 @@ from pgval.host import netns, registry
 from pgval.host.identity import Owner, start_ticks
 from pgval.host.procs import Managed, kill_group, spawn
 
+#: How a delay is made (its fault log's ``mechanism``): netem where the kernel has it, else
+#: NFQUEUE and the packet holder.
+MECHANISMS = ("netem", "nfqueue")
 COMMENT_PREFIX = "pgval-delay-"
 NETEM_HANDLE = "504d:"
 HOLDER_MODULE = "pgval.faults.holder"
@@ -285,7 +288,7 @@ class PacketDelay:
                  max_held: int | None = None) -> None:
         if delay_ms < 0 or jitter_ms < 0:
             raise RuntimeErrorPlain("packet delay and jitter must be >= 0 ms")
-        if mechanism not in (None, "netem", "nfqueue"):
+        if mechanism is not None and mechanism not in MECHANISMS:
             raise RuntimeErrorPlain(f"unknown delay mechanism {mechanism!r}: netem or nfqueue")
         if queue_num is not None and not 0 <= queue_num <= 65535:
             raise RuntimeErrorPlain(f"NFQUEUE number {queue_num} is outside 0..65535")

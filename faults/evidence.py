@@ -1,85 +1,101 @@
 """Did a fault take effect, and was it removed? Judged from the run's fault log alone, so a
-re-check reaches the same answer from the stored evidence."""
+re-check reaches the same answer from the stored evidence.
+
+The common part is here: the fault was injected, injecting and removing did not fail. What
+"took effect" means is each mechanism's own rule, a ``reasons(entries)`` on the class that
+writes those entries (:class:`FaultEvidence`); :data:`MECHANISMS` lists them, and the
+registry finds a rule by the fault's kind and the ``mechanism`` its inject entry logged.
+Kind and mechanism together, since one mechanism can serve two faults with different
+evidence (a SIGKILL of a worker's or of the driver's process group; pumba's kill or delay).
+A mechanism no rule knows is itself a reason: a fault pgval cannot judge is never valid.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar, Protocol
+
+from pgval.checker.result import Reason
+from pgval.faults.container import ContainerDelay, ContainerKill
+from pgval.faults.executor import ExecutorKill
+from pgval.faults.log import Entries, first
+from pgval.faults.nemesis import NemesisDelay
+from pgval.faults.network import WorkerDelay
+from pgval.faults.process import DriverCrash, WorkerCrash
+from pgval.schema import Fault
 
 
-def fault_reasons(fault: str, log: Iterable[Mapping[str, Any]]) -> list[str]:
+class FaultEvidence(Protocol):
+    """A fault mechanism's class, as the registry sees it: the faults it injects, the
+    ``mechanism`` names its inject entries log, and its rule. The rule reads only the log
+    and returns findings without the fault's name, which :func:`fault_reasons` puts in
+    front (every fault sentence starts with it)."""
+
+    kinds: ClassVar[frozenset[Fault]]
+    mechanisms: ClassVar[tuple[str, ...]]
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]: ...
+
+
+#: Every mechanism pgval injects a fault with.
+MECHANISMS: tuple[type[FaultEvidence], ...] = (
+    WorkerCrash, DriverCrash, ExecutorKill, WorkerDelay, NemesisDelay, ContainerKill,
+    ContainerDelay)
+
+#: An inject entry that names no mechanism (its inject failed before the fault acted, so
+#: its error is already a reason) is judged by the embedded cluster's rule for the fault,
+#: as every log was before mechanisms were told apart.
+UNNAMED: dict[Fault, type[FaultEvidence]] = {
+    Fault.CRASH: WorkerCrash, Fault.DRIVER_CRASH: DriverCrash,
+    Fault.DELAY_LT_TIMEOUT: WorkerDelay, Fault.DELAY_GT_TIMEOUT: WorkerDelay}
+
+
+def _registry(classes: Iterable[type[FaultEvidence]]
+              ) -> dict[tuple[Fault, str], type[FaultEvidence]]:
+    """(fault kind, mechanism) → the class whose rule judges it; one class per key."""
+    rules: dict[tuple[Fault, str], type[FaultEvidence]] = {}
+    for cls in classes:
+        for key in ((kind, name) for kind in cls.kinds for name in cls.mechanisms):
+            if key in rules:
+                raise ValueError(f"{cls.__name__} and {rules[key].__name__} both judge {key}")
+            rules[key] = cls
+    return rules
+
+
+RULES = _registry(MECHANISMS)
+
+
+def rule_for(fault: Fault | str, mechanism: object) -> type[FaultEvidence] | None:
+    """The class whose rule judges ``fault`` injected by ``mechanism`` (None: no rule)."""
+    try:
+        kind = Fault(fault)
+    except ValueError:
+        return None
+    if mechanism is None:
+        return UNNAMED.get(kind)
+    return RULES.get((kind, mechanism)) if isinstance(mechanism, str) else None
+
+
+def fault_reasons(fault: Fault | str, log: Iterable[Mapping[str, Any]]) -> list[Reason]:
     """Did the fault take effect, and was it removed? Judged from the fault log only."""
-    if fault == "none":
+    if fault == Fault.NONE:
         return []
     entries = list(log)
-    inject = next((e for e in entries if e.get("step") == "inject"), None)
-    remove = next((e for e in entries if e.get("step") == "remove"), None)
-    reasons = []
-    if inject is None:
-        return [f"the {fault} fault was never injected"]
+    if not first(entries, "inject"):
+        return [Reason("fault", f"the {fault} fault was never injected")]
+    inject, remove = first(entries, "inject"), first(entries, "remove")
+    texts = []
     if inject.get("error"):
-        reasons.append(f"injecting {fault} failed: {inject['error']}")
-    if remove is None:
-        reasons.append(f"the {fault} fault was never removed")
+        texts.append(f"injecting {fault} failed: {inject['error']}")
+    if not remove:
+        texts.append(f"the {fault} fault was never removed")
     elif remove.get("error"):
-        reasons.append(f"removing {fault} failed: {remove['error']}")
-    if fault == "crash" and str(inject.get("mechanism", "")).startswith("executor kill"):
-        reasons.extend(_executor_kill_reasons(inject, remove))
-    elif fault == "crash" and inject.get("mechanism") == "pumba":
-        # Compose: pumba kills the worker's container; Docker's own state is the evidence
-        # (there is no host pid to record).
-        if inject.get("status") not in ("exited", "dead"):
-            reasons.append(f"crash: container {inject.get('target')} was not seen stopped "
-                           f"(status {inject.get('status')!r})")
-    elif fault == "crash":
-        if not inject.get("worker_pid"):
-            reasons.append("crash: no worker process was killed")
-        if inject.get("left_alive"):
-            reasons.append(f"crash: processes survived the kill: {inject['left_alive']}")
-        fired = next((e.get("fired") for e in entries if e.get("step") == "timeouts"), None)
-        if fired is not None and not fired.get("executor lost (driver)"):
-            reasons.append("crash: the driver never reported an executor lost")
-    elif fault == "driver-crash":
-        if not inject.get("driver_pid"):
-            reasons.append("driver-crash: no driver process was killed")
-    elif fault.startswith("delay"):
-        delayed = _probe_saw_delay(inject)
-        if delayed is False:
-            reasons.append(f"{fault}: the probe saw no delay after injection")
-        elif delayed is None:
-            reasons.append(f"{fault}: no probe evidence that the delay took effect")
-        if any(e.get("step") == "holder-died" for e in entries):
-            reasons.append(f"{fault}: the packet holder died during the fault")
-    return reasons
-
-
-def _executor_kill_reasons(inject: Mapping[str, Any],
-                           remove: Mapping[str, Any] | None) -> list[str]:
-    """``crash`` as an executor kill through the driver (pgval.faults.executor): the
-    evidence is the driver's own executor list, not a log line (on Kubernetes Spark logs
-    such a kill at INFO as "killed by driver", which the WARN-level driver log omits)."""
-    executor = inject.get("executor")
-    if not executor:
-        return ["crash: no executor was killed"]
-    reasons = []
-    removed = [e.get("removed_after_s") for e in (inject, remove) if e is not None]
-    if all(r is None for r in removed):
-        reasons.append(f"crash: executor {executor} never left the driver's executor list")
-    if (remove is not None and not remove.get("teardown") and not remove.get("error")
-            and not remove.get("replacement")):
-        reasons.append(f"crash: no replacement for executor {executor} was seen")
-    return reasons
-
-
-def _probe_saw_delay(inject: Mapping[str, Any]) -> bool | None:
-    """Did the TCP handshake to the worker slow down by about the delay? None: no data."""
-    before = inject.get("probe_connect_ms_before")
-    after = inject.get("probe_connect_ms_after")
-    delay = inject.get("delay_ms")
-    if not isinstance(after, (int, float)):
-        return None
-    if isinstance(delay, (int, float)) and delay > 0:
-        return after >= 0.5 * delay
-    if isinstance(before, (int, float)):
-        return after > before + 50
-    return None
+        texts.append(f"removing {fault} failed: {remove['error']}")
+    mechanism = inject.get("mechanism")
+    rule = rule_for(fault, mechanism)
+    if rule is None:
+        texts.append(f"{fault}: no rule knows mechanism {mechanism!r}")
+    else:
+        texts.extend(f"{fault}: {found.text}" for found in rule.reasons(entries))
+    return [Reason("fault", text) for text in texts]

@@ -11,16 +11,21 @@ The fault needs only the driver's control channel (``request``) and its executor
 (``executor_events``), e.g. :class:`pgval.spark.driver.DriverControl`; never the whole
 experiment. At T2 it asks for the kill and waits (bounded) until the executor has left
 the driver's list; at T3 it waits (bounded) for a replacement: an executor id that was
-not registered before the kill.
+not registered before the kill. Its evidence (:meth:`ExecutorKill.reasons`) is the driver's
+own executor list, not a log line (on Kubernetes Spark logs such a kill at INFO as "killed
+by driver", which the WARN-level driver log omits).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
+from pgval.checker.result import Reason
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.log import Entries, finding, first
+from pgval.schema import Fault
 
 #: What a kill is, as recorded in the driver's answer and the fault log (the driver's end,
 #: pgval.topologies.control, names it from here).
@@ -37,6 +42,8 @@ class ExecutorKill:
     """Kill one executor at T2 through the driver; at T3 record its replacement."""
 
     name = "crash"
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.CRASH})
+    mechanisms: ClassVar[tuple[str, ...]] = (MECHANISM,)
 
     def __init__(self, control: ControlChannel, executor: str | None = None, seed: int = 0,
                  index: int | None = None,
@@ -93,6 +100,22 @@ class ExecutorKill:
                 detail["error"] = (f"no replacement for executor {kill['executor']} registered "
                                    f"within {time.monotonic() - t0:.0f} s of T3")
         return detail
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """An executor was killed, left the driver's list (by T2 or by T3) and, unless the
+        run ended first, a replacement registered."""
+        inject, remove = first(entries, "inject"), first(entries, "remove")
+        executor = inject.get("executor")
+        if not executor:
+            return [finding("no executor was killed")]
+        found = []
+        if inject.get("removed_after_s") is None and remove.get("removed_after_s") is None:
+            found.append(finding(f"executor {executor} never left the driver's executor list"))
+        if (remove and not remove.get("teardown") and not remove.get("error")
+                and not remove.get("replacement")):
+            found.append(finding(f"no replacement for executor {executor} was seen"))
+        return found
 
     # ---- reading the driver's executor events ----------------------------------------------
 

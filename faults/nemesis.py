@@ -8,6 +8,10 @@ never become two arguments or a shell command. Both are logged in the fault log 
 exit code and the tail of their output, like pgval's own faults, but with only the program
 kept: every argument, and anything of them the output echoes, is ``<redacted>`` (a command
 line may carry a token anywhere; :mod:`pgval.redact`). Errors name the program only.
+
+pgval cannot see a link it does not own, so it has no probe here: a nemesis delay is judged
+by the probe rule of pgval's own delay (:func:`pgval.faults.network.probe_reasons`), which
+without a probe says there is no evidence the delay took effect, and the run stays unknown.
 """
 
 from __future__ import annotations
@@ -16,13 +20,19 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from pgval.checker.result import Reason
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.log import Entries, first
+from pgval.faults.network import DELAYS, probe_reasons
 from pgval.host import undo
 from pgval.redact import redact_argv, scrub
+from pgval.schema import Fault
 
 TIMEOUT_S = 120.0
+#: The fault log's ``mechanism`` of a nemesis delay.
+MECHANISM = "user nemesis"
 
 
 def nemesis_argv(template: str, worker: int, delay_ms: int) -> list[str]:
@@ -43,6 +53,9 @@ def nemesis_argv(template: str, worker: int, delay_ms: int) -> list[str]:
 
 class NemesisDelay:
     """The delay fault through the user's commands."""
+
+    kinds: ClassVar[frozenset[Fault]] = DELAYS
+    mechanisms: ClassVar[tuple[str, ...]] = (MECHANISM,)
 
     def __init__(self, name: str, inject_cmd: str, remove_cmd: str, worker: int,
                  delay_ms: int, run_dir: Path | None = None) -> None:
@@ -65,7 +78,7 @@ class NemesisDelay:
         if detail["exit_code"] != 0:
             raise RuntimeErrorPlain(f"the nemesis inject command failed (exit "
                                     f"{detail['exit_code']}): {detail['output_tail']}")
-        return {"mechanism": "user nemesis", "target": f"worker {self.worker}",
+        return {"mechanism": MECHANISM, "target": f"worker {self.worker}",
                 "delay_ms": self.delay_ms, **detail}
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
@@ -78,7 +91,12 @@ class NemesisDelay:
         self._injected = False
         if self.run_dir is not None:
             undo.done(self.run_dir, "nemesis")
-        return {"mechanism": "user nemesis", **detail}
+        return {"mechanism": MECHANISM, **detail}
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """The probe rule (see the module docstring): no probe, no evidence."""
+        return probe_reasons(first(entries, "inject"))
 
 
 def _run(argv: list[str]) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 The mechanism (netem where the kernel has it, an NFQUEUE packet holder where it
 does not) lives in :mod:`pgval.faults.delay`; this class ties it to a worker and
 to the time-out profile, and afterwards reads the logs to say which time-out
-fired (the evidence that PD really was above, or below, the time-outs).
+fired (the evidence that PD really was above, or below, the time-outs). Whether the delay
+took effect is a TCP handshake to the worker before and after injection (the probe).
 """
 
 from __future__ import annotations
@@ -12,12 +13,20 @@ import contextlib
 import re
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from pgval.checker.result import Reason
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.delay import MECHANISMS, PacketDelay
+from pgval.faults.log import Entries, finding, first
 from pgval.faults.timeouts import TimeoutProfile
+from pgval.schema import Fault
+
+#: The faults a packet delay is.
+DELAYS = frozenset(f for f in Fault if f.is_delay)
 
 #: Log lines that show a time-out fired, by who noticed.
 TIMEOUT_PATTERNS = {
@@ -44,6 +53,9 @@ class NetworkPath:
 class WorkerDelay:
     """Every packet to and from one worker's namespace held ``profile.delay_ms``."""
 
+    kinds: ClassVar[frozenset[Fault]] = DELAYS
+    mechanisms: ClassVar[tuple[str, ...]] = MECHANISMS
+
     def __init__(self, name: str, path: NetworkPath, profile: TimeoutProfile, run_dir: Path,
                  max_seconds: float) -> None:
         self.name = name
@@ -56,8 +68,6 @@ class WorkerDelay:
         self._delay: Any = None
 
     def inject(self) -> dict[str, Any]:
-        from pgval.faults.delay import PacketDelay
-
         path = self.path
         if path.netns is None:
             raise RuntimeErrorPlain(
@@ -84,6 +94,40 @@ class WorkerDelay:
     def problem(self) -> str | None:
         """Why the delay stopped acting before T3 (its holder died), or None."""
         return self._delay.problem() if self._delay is not None else None
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """The probe saw the delay, and the packet holder lived until T3."""
+        found = probe_reasons(first(entries, "inject"))
+        if any(e.get("step") == "holder-died" for e in entries):
+            found.append(finding("the packet holder died during the fault"))
+        return found
+
+
+def probe_reasons(inject: Mapping[str, Any]) -> list[Reason]:
+    """Did the TCP handshake to the worker slow down by about the delay? No probe data is a
+    reason too: without it nothing shows the delay acted."""
+    delayed = _probe_saw_delay(inject)
+    if delayed is False:
+        return [finding("the probe saw no delay after injection")]
+    if delayed is None:
+        return [finding("no probe evidence that the delay took effect")]
+    return []
+
+
+def _probe_saw_delay(inject: Mapping[str, Any]) -> bool | None:
+    """True: the handshake after injection took at least half the delay (or, without a
+    delay, 50 ms more than before); None: no data."""
+    before = inject.get("probe_connect_ms_before")
+    after = inject.get("probe_connect_ms_after")
+    delay = inject.get("delay_ms")
+    if not isinstance(after, (int, float)):
+        return None
+    if isinstance(delay, (int, float)) and delay > 0:
+        return after >= 0.5 * delay
+    if isinstance(before, (int, float)):
+        return after > before + 50
+    return None
 
 
 def probe_connect_ms(host: str, port: int, timeout_s: float = 5.0) -> float | None:

@@ -5,16 +5,26 @@ and the executor JVMs it forked — and starts the worker again at T3 with the
 same namespace and address. ``driver-crash`` kills the driver at T2 and
 restarts the same query from its checkpoint at T3 (paper 002's driver failure,
 which PGVal did not measure). Each gets only its target: a worker handle, the driver.
+Each also judges its own log (``reasons``, see :mod:`pgval.faults.evidence`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 from urllib.parse import urlparse
+
+from pgval.checker.result import Reason
+from pgval.faults.log import Entries, finding, first
+from pgval.schema import Fault
+
+#: The ``mechanism`` of a timed crash (a worker's or the driver's process group killed).
+SIGKILL_GROUP = "SIGKILL process group"
+#: The ``mechanism`` of a driver crash at ``after-sink-write`` (:mod:`pgval.faults.hooks`).
+JVM_HALT = "JVM halt before the batch's commit (pgval.hooks.CrashBeforeCommit)"
 
 
 class CrashableWorker(Protocol):
@@ -53,6 +63,8 @@ class WorkerCrash:
     crash notes which batch, if any, was in flight just before the kill."""
 
     name = "crash"
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.CRASH})
+    mechanisms: ClassVar[tuple[str, ...]] = (SIGKILL_GROUP,)
 
     def __init__(self, worker: CrashableWorker, checkpoint: Path | None = None,
                  sink_trigger: Path | None = None,
@@ -78,9 +90,25 @@ class WorkerCrash:
         self._killed = True
         if "hit_ms" in point:
             point["worker_killed_ms"] = int(time.time() * 1000)
-        return {"mechanism": "SIGKILL process group", "target": worker.name,
+        return {"mechanism": SIGKILL_GROUP, "target": worker.name,
                 "worker_pid": worker.pid, "executor_pids": executors,
                 "left_alive": worker.group_pids(), **point}
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """A worker process was killed, nothing of its group survived, and (when the logs
+        were scanned) the driver noticed: it logged an executor lost."""
+        inject = first(entries, "inject")
+        found = []
+        if not inject.get("worker_pid"):
+            found.append(finding("no worker process was killed"))
+        if inject.get("left_alive"):
+            found.append(finding(f"processes survived the kill: {inject['left_alive']}"))
+        fired = first(entries, "timeouts").get("fired")
+        if fired is not None and not (isinstance(fired, Mapping)
+                                      and fired.get("executor lost (driver)")):
+            found.append(finding("the driver never reported an executor lost"))
+        return found
 
     def _wait_for_sink_write(self, trigger: Path) -> dict[str, Any]:
         """Arm the sink hook and wait until an executor halts in it (or the time-out); the
@@ -155,6 +183,8 @@ class DriverCrash:
     checkpoint at T3."""
 
     name = "driver-crash"
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.DRIVER_CRASH})
+    mechanisms: ClassVar[tuple[str, ...]] = (SIGKILL_GROUP, JVM_HALT)
 
     def __init__(self, driver: RestartableDriver, trigger: Path | None = None,
                  output_count: Callable[[], int] | None = None,
@@ -174,13 +204,21 @@ class DriverCrash:
             return self._crash_before_commit(pid, self.trigger)
         self.driver.kill()
         self._killed = True
-        entry = {"mechanism": "SIGKILL process group", "target": "driver", "driver_pid": pid,
+        entry = {"mechanism": SIGKILL_GROUP, "target": "driver", "driver_pid": pid,
                  "crash_point": "timed"}
         # The checkpoint's only writer is dead, so the read is exact (the deployment passes
         # the checkpoint only when its driver's JVM dies with the kill).
         if self.checkpoint is not None:
             entry.update(in_flight(self.checkpoint))
         return entry
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """A driver process was killed (timed or halted at the crash point: whether the
+        point was reached is the inject entry's ``error``)."""
+        if not first(entries, "inject").get("driver_pid"):
+            return [finding("no driver process was killed")]
+        return []
 
     def _crash_before_commit(self, pid: int | None, trigger: Path) -> dict[str, Any]:
         files = {k: trigger.with_name(f"{trigger.name}.{k}") for k in ("at", "answer", "hit")}
@@ -229,7 +267,7 @@ class DriverCrash:
             for f in files.values():
                 f.unlink(missing_ok=True)
         entry: dict[str, Any] = {
-            "mechanism": "JVM halt before the batch's commit (pgval.hooks.CrashBeforeCommit)",
+            "mechanism": JVM_HALT,
             "target": "driver", "driver_pid": pid, "crash_point": "after-sink-write",
             "armed_ms": armed_ms, "batches_passed": passed}
         if halted is None:

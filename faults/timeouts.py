@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pgval.schema import Fault
+
 DEFAULT_LT_DELAY_MS = 500
 
 
@@ -31,9 +33,11 @@ class TimeoutProfile:
                 "driver_conf": self.driver_conf, "daemon_conf": self.daemon_conf}
 
 
-def profile_for(fault: str, phase_seconds: float, delay_ms: int | None = None) -> TimeoutProfile:
+def profile_for(fault: Fault | str, phase_seconds: float,
+                delay_ms: int | None = None) -> TimeoutProfile:
     """Time-outs and packet delay for ``fault``; explicit ``delay_ms`` overrides the derived one."""
-    if fault == "delay-gt-timeout":
+    kind = Fault.parse(fault)
+    if kind is Fault.DELAY_GT_TIMEOUT:
         # Fit detection well inside the failure phase: time-out = phase/4, clamped to [4, 30] s.
         timeout_s = max(4.0, min(30.0, phase_seconds / 4))
         heartbeat_s = max(1.0, timeout_s / 4)
@@ -54,7 +58,7 @@ def profile_for(fault: str, phase_seconds: float, delay_ms: int | None = None) -
                 "spark.network.timeout": t,
             },
             delay_ms=pd, timeout_s=timeout_s)
-    if fault == "delay-lt-timeout":
+    if kind is Fault.DELAY_LT_TIMEOUT:
         pd = delay_ms or DEFAULT_LT_DELAY_MS
         return TimeoutProfile(name="default", delay_ms=pd, timeout_s=60.0)
     return TimeoutProfile(name="default")

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from pgval.checker.evaluate import evaluate
 from pgval.cluster.local import start_reaper, stop_reaper
@@ -31,8 +31,10 @@ from pgval.errors import RuntimeErrorPlain
 from pgval.evidence import streams_from_records
 from pgval.host import signals
 from pgval.host.identity import Owner
-from pgval.kafka.broker import KafkaCluster, TopicRecords
-from pgval.kafka.reader import read_topics
+from pgval.kafka.admin import create_topics
+from pgval.kafka.broker import KafkaCluster
+from pgval.kafka.reader import end_snapshot, read_topics, reader_conf
+from pgval.kafka.topic_records import TopicRecords
 from pgval.oracle import expected_outputs
 from pgval.records import InputEvents, ResourceTable
 from pgval.redact import private_dir
@@ -75,18 +77,12 @@ def _wall_ms() -> int:
 
 def _end_offsets(bootstrap: str, topics: Sequence[str],
                  config: dict[str, Any] | None = None) -> int:
-    """Sum of the topics' high watermarks: records Kafka holds (no transactions here)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "pgval-bench-count",
-                         "enable.auto.commit": False, **(config or {})})
+    """Sum of the topics' end offsets, as a read-back sees them: records Kafka holds (no
+    transactions here)."""
+    consumer = Consumer(reader_conf(bootstrap, "read_committed", config))
     try:
-        total = 0
-        for topic in topics:
-            md = consumer.list_topics(topic=topic, timeout=30)
-            for p in md.topics[topic].partitions:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30,
-                                                         cached=False)
-                total += high
-        return total
+        return sum(sum(end_snapshot(consumer, bootstrap, topic, 30.0)[0].values())
+                   for topic in topics)
     finally:
         consumer.close()
 
@@ -168,7 +164,7 @@ def bench_generator(run_dir: Path, events: int, producers: int = 1, partitions: 
     with bench_broker(run_dir, partitions, sasl=sasl) as cluster:
         for k in range(repeat):
             topics = Topics.with_prefix(f"bench{k}-")
-            cluster.create_topics(topics.inputs)
+            create_topics(cluster.client_config, topics.inputs, partitions)
             cfg = GeneratorConfig(rate=None, events=events, producers=producers)
             sink = KafkaSink(cluster.bootstrap, topics=topics,
                              config={"log_level": 3, **cluster.auth_config},
@@ -252,7 +248,7 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
                           synthetic_rate=synthetic_rate, start_ts_ms=_wall_ms() - 3_600_000)
     topics = Topics.with_prefix("bench-")
     with bench_broker(run_dir, partitions, sasl=sasl) as cluster:
-        cluster.create_topics([*topics.inputs, topics.output])
+        create_topics(cluster.client_config, [*topics.inputs, topics.output], partitions)
         if say:
             say(f"writing {events:,} events with the generator…")
         sink = KafkaSink(cluster.bootstrap, topics=topics,

@@ -15,7 +15,20 @@ from typing import Any
 from pgval.cluster.local import ClusterConfig
 from pgval.errors import RuntimeErrorPlain
 from pgval.redact import redact_record, redact_url, scrub
-from pgval.schema import CRASH_POINTS, DEPLOYMENTS, FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
+from pgval.schema import (
+    CRASH_POINTS,
+    DEPLOYMENTS,
+    FAULTS,
+    PROCESSING_GUARANTEES,
+    TOPOLOGIES,
+    CrashPoint,
+    Deploy,
+    Fault,
+    FaultSpec,
+    Guarantee,
+    Topology,
+)
+from pgval.shape import RunShape
 
 
 def opt(help: str, **extra: Any) -> dict[str, Any]:  # noqa: A002 - click's own word
@@ -29,17 +42,17 @@ def opt(help: str, **extra: Any) -> dict[str, Any]:  # noqa: A002 - click's own 
 class ExperimentConfig:
     """Everything that defines a run; stored with its results."""
 
-    topology: str = field(default="sst", metadata=opt(
+    topology: Topology = field(default=Topology.SST, metadata=opt(
         "SST (windowed GET count) or MST (GET ⋈ POST, then count).", choices=TOPOLOGIES,
         required=True))
-    pg: str = field(default="a1", metadata=opt(
+    pg: Guarantee = field(default=Guarantee.A1, metadata=opt(
         "a1: Spark's Kafka sink (at-least-once); e1: transactional sink; m1: the Kafka "
         "sink reading from the latest offsets with a checkpoint a restart does not find "
         "(at-most-once).",
         choices=PROCESSING_GUARANTEES))
-    fault: str = field(default="none", metadata=opt(
+    fault: Fault = field(default=Fault.NONE, metadata=opt(
         "Injected at T2 into one Spark worker (or the driver), removed at T3.", choices=FAULTS))
-    crash_point: str = field(default="timed", metadata=opt(
+    crash_point: CrashPoint = field(default=CrashPoint.TIMED, metadata=opt(
         "Where a crash lands: timed (at T2); for driver-crash after-sink-write (the first "
         "batch after T2 whose outputs are in Kafka, before its commit is in the checkpoint); "
         "for crash during-sink-write (the worker of the first executor whose sink task has "
@@ -69,7 +82,7 @@ class ExperimentConfig:
         "Cap on records read per micro-batch (default: no cap).", min=1))
     executor_memory: str = field(default="512m", metadata=opt("Spark executor memory."))
     seed: int = field(default=0, metadata=opt("Seeds the generator and the fault's target."))
-    deploy: str = field(default="local", metadata=opt(
+    deploy: Deploy = field(default=Deploy.LOCAL, metadata=opt(
         "local: the embedded cluster pgval starts; compose: the running stack of "
         "compose/docker-compose.yml, faults through pumba; external: your own Kafka and "
         "Spark (--bootstrap, --master).", choices=DEPLOYMENTS))
@@ -125,54 +138,51 @@ class ExperimentConfig:
         "one.", metavar="DIR", name="--cluster"))
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
+    def __post_init__(self) -> None:
+        """The names, parsed once: a name that is none of pgval's is one sentence here,
+        and everything after compares members, never text."""
+        self.topology = Topology.parse(self.topology)
+        self.pg = Guarantee.parse(self.pg)
+        self.fault = Fault.parse(self.fault)
+        self.crash_point = CrashPoint.parse(self.crash_point)
+        self.deploy = Deploy.parse(self.deploy)
+
+    @property
+    def fault_spec(self) -> FaultSpec:
+        """The fault at its crash point: ``crash@during-sink-write``."""
+        return FaultSpec(self.fault, self.crash_point)
+
+    def shape(self) -> RunShape:
+        """What this run is comparable by (the matrix key, the OIR shape, the report)."""
+        return RunShape.of(asdict(self))
+
     def validate(self) -> None:
-        if self.topology not in TOPOLOGIES:
-            raise RuntimeErrorPlain(f"unknown topology {self.topology!r}; use sst or mst")
-        if self.pg not in PROCESSING_GUARANTEES:
-            raise RuntimeErrorPlain(f"unknown processing guarantee {self.pg!r}; use a1 or e1")
         if self.rate <= 0:
             raise RuntimeErrorPlain("the rate must be a positive number of events per second")
         if self.phase_seconds <= 0 or self.warmup_seconds < 0:
             raise RuntimeErrorPlain("phase and warm-up lengths must be positive")
         if self.window_ms <= 0 or self.watermark_ms < 0 or self.trigger_ms < 0:
             raise RuntimeErrorPlain("window, watermark and trigger must be non-negative (ms)")
-        if self.fault not in FAULTS:
-            raise RuntimeErrorPlain(f"unknown fault {self.fault!r}; use one of "
-                                    f"{', '.join(FAULTS)}")
-        if (self.target is not None and self.deploy == "local"
+        if (self.target is not None and self.deploy is Deploy.LOCAL
                 and not 0 <= self.target < self.cluster.workers):
             raise RuntimeErrorPlain(f"--target must be a worker index from 0 to "
                                     f"{self.cluster.workers - 1}")
-        if self.crash_point not in CRASH_POINTS:
-            raise RuntimeErrorPlain(f"unknown crash point {self.crash_point!r}; use one of "
-                                    f"{', '.join(CRASH_POINTS)}")
-        if self.crash_point == "after-sink-write" and self.fault != "driver-crash":
-            raise RuntimeErrorPlain("--crash-point after-sink-write applies to --fault "
-                                    "driver-crash")
-        if self.crash_point == "during-sink-write" and (self.fault != "crash"
-                                                        or self.deploy != "local"):
-            raise RuntimeErrorPlain("--crash-point during-sink-write applies to --fault crash "
-                                    "on the embedded cluster (--deploy local)")
-        if self.crash_point == "during-sink-write" and self.target is not None:
+        if reason := self.fault_spec.problem(self.deploy):
+            raise RuntimeErrorPlain(reason)
+        if self.crash_point is CrashPoint.DURING_SINK_WRITE and self.target is not None:
             raise RuntimeErrorPlain("--target does not apply to --crash-point "
                                     "during-sink-write: the worker whose executor writes is "
                                     "the one that dies")
         if reason := not_applicable(self):
             raise RuntimeErrorPlain(reason)
-        if self.crash_point != "timed" and self.deploy == "compose":
-            raise RuntimeErrorPlain("crash points other than timed need the driver on this "
-                                    "machine (--deploy local or external)")
-        if self.deploy not in DEPLOYMENTS:
-            raise RuntimeErrorPlain(f"unknown deployment {self.deploy!r}; use one of "
-                                    f"{', '.join(DEPLOYMENTS)}")
-        if self.sabotage is not None and self.pg != "e1":
+        if self.sabotage is not None and self.pg is not Guarantee.E1:
             raise RuntimeErrorPlain("--sabotage is a self-test of the e1 sink; use --pg e1")
         if self.late_events < 0:
             raise RuntimeErrorPlain("--late-events must not be negative")
         self._validate_deployment()
 
     def _validate_deployment(self) -> None:
-        external = self.deploy == "external"
+        external = self.deploy is Deploy.EXTERNAL
         if external and not (self.bootstrap and self.master):
             raise RuntimeErrorPlain("--deploy external needs --bootstrap HOST:PORT and "
                                     "--master URL (see docs/deploy.md)")
@@ -183,18 +193,18 @@ class ExperimentConfig:
                 ("--nemesis-remove", self.nemesis_remove)) if value]
             if given:
                 raise RuntimeErrorPlain(f"{', '.join(given)} only apply to --deploy external")
-        if self.running_cluster and self.deploy != "local":
+        if self.running_cluster and self.deploy is not Deploy.LOCAL:
             raise RuntimeErrorPlain("--cluster uses a running embedded cluster; it does not "
-                                    "go with --deploy " + self.deploy)
+                                    f"go with --deploy {self.deploy}")
         if bool(self.nemesis_inject) != bool(self.nemesis_remove):
             raise RuntimeErrorPlain("--nemesis-inject and --nemesis-remove go together: pgval "
                                     "must be able to undo what it started")
-        if (external and self.fault.startswith("delay") and not self.nemesis_inject):
+        if external and self.fault.is_delay and not self.nemesis_inject:
             raise RuntimeErrorPlain(
                 f"--fault {self.fault} on an external cluster needs your own nemesis: "
                 "--nemesis-inject ARGV and --nemesis-remove ARGV (see docs/deploy.md)")
-        if self.fault.startswith("delay") and self.deploy == "local" \
-                and self.cluster.isolate is False:
+        if (self.fault.is_delay and self.deploy is Deploy.LOCAL
+                and self.cluster.isolate is False):
             raise RuntimeErrorPlain("packet delay needs workers in their own network "
                                     "namespaces; drop --no-isolate")
 
@@ -218,10 +228,11 @@ class ExperimentConfig:
 def not_applicable(cfg: ExperimentConfig) -> str | None:
     """Why a well-formed fault cannot be injected as asked for this pg, or None. A matrix
     leaves such cells out and says why; a single run is refused."""
-    if (cfg.crash_point == "during-sink-write" and cfg.fault == "crash"
-            and cfg.deploy == "local" and cfg.pg == "e1"):
+    if (cfg.fault_spec == FaultSpec(Fault.CRASH, CrashPoint.DURING_SINK_WRITE)
+            and cfg.deploy is Deploy.LOCAL and cfg.pg is Guarantee.E1):
         return ("crash@during-sink-write cannot be hit for e1: its sink collects each batch "
                 "to the driver and writes it there in one Kafka transaction, so no worker is "
                 "ever writing (measured: both tries found the batch committed at the kill); "
                 "use crash (timed) or driver-crash@after-sink-write")
     return None
+

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pgval.kafka.broker import TopicRecords
+from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.phases import Phases
 from pgval.records import (
     InputEvents,
@@ -56,11 +56,6 @@ INPUT_TOPICS = (GET_TOPIC, POST_TOPIC)
 #: Every file a re-check or an export reads, in the order they are verified; the progress
 #: file only when the driver wrote one.
 EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOPIC)), PROGRESS)
-
-_RECORD_SCHEMA = pa.schema([
-    ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.int64()),
-    ("key", pa.binary()), ("value", pa.binary()),
-])
 
 
 class EvidenceError(Exception):
@@ -91,6 +86,11 @@ class Manifest:
     #: out, driver died), which nothing after the run could recompute.
     generator: dict[str, Any] | None = None
     observed_reasons: list[str] | None = None
+    #: The validity reasons with their kinds, ``[{"kind": …, "text": …}]``
+    #: (:meth:`pgval.checker.result.Reason.as_record`), what a re-check compares by kind;
+    #: None in manifests written before kinds (``validity_reasons`` alone, read by
+    #: :func:`pgval.recheck.legacy_reason_kind`).
+    validity: list[dict[str, str]] | None = None
 
     @property
     def phase_bounds(self) -> Phases:
@@ -189,6 +189,11 @@ def _manifest_problem(name: str, value: object) -> str | None:
         ok = ((value is None and name == "observed_reasons")
               or (isinstance(value, list) and all(isinstance(r, str) for r in value)))
         want = "must be a list of strings"
+    elif name == "validity":
+        from pgval.checker.result import REASON_KINDS, reasons_from_records
+
+        ok = value is None or reasons_from_records(value) is not None
+        want = f"must be null or a list of {{kind, text}} objects, kinds {', '.join(REASON_KINDS)}"
     else:
         return None
     return None if ok else f"{want}, not {_shown(value)}"
@@ -335,15 +340,8 @@ def save_topic(run_dir: Path, records: TopicRecords, name: str | None = None) ->
     """Write one topic's records as read back (Parquet, zstd)."""
     path = evidence_dir(run_dir) / f"{name or records.topic}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.table({
-        "partition": pa.array(records.partitions, type=pa.int32()),
-        "offset": pa.array(records.offsets, type=pa.int64()),
-        "timestamp": pa.array(records.timestamps, type=pa.int64()),
-        "key": records.keys,
-        "value": records.values,
-    }, schema=_RECORD_SCHEMA)
     tmp = path.with_suffix(".tmp")
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(records.to_table(), tmp, compression="zstd")
     tmp.replace(path)
     return path
 
@@ -352,19 +350,12 @@ def load_topic(run_dir: Path, topic: str) -> TopicRecords:
     """Read one topic's records back from the evidence (the inverse of :func:`save_topic`)."""
     path = evidence_dir(run_dir) / f"{topic}.parquet"
     try:
-        table = pq.read_table(path, schema=_RECORD_SCHEMA)
+        table = pq.read_table(path, schema=RECORD_SCHEMA)
     except FileNotFoundError as exc:
         raise EvidenceError(f"the evidence of {run_dir} lacks {path.name}") from exc
     except (OSError, pa.ArrowException) as exc:
         raise EvidenceError(f"cannot read {path}: {exc}") from exc
-    return TopicRecords(
-        keys=table.column("key"),
-        values=table.column("value"),
-        timestamps=table.column("timestamp").to_numpy().astype(np.int64),
-        partitions=table.column("partition").to_numpy().astype(np.int32),
-        offsets=table.column("offset").to_numpy().astype(np.int64),
-        topic=topic,
-    )
+    return TopicRecords.from_table(table, topic)
 
 
 def save_progress(run_dir: Path, progress_file: Path) -> None:

@@ -29,12 +29,8 @@ from typing import Any
 
 from pgval.checker.evaluate import evaluate
 from pgval.checker.explain import watermark_ms
-from pgval.checker.validity import (
-    Validity,
-    evaluation_reasons,
-    generator_reasons,
-    reason_kind,
-)
+from pgval.checker.result import Reason
+from pgval.checker.validity import Validity, evaluation_reasons, generator_reasons
 from pgval.cluster.local import RunGuard
 from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
@@ -53,7 +49,7 @@ from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger,
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
-from pgval.schema import OUTPUT_TOPIC, Topics
+from pgval.schema import OUTPUT_TOPIC, CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Topics
 from pgval.spark.driver import DriverProcess, DriverSpec
 from pgval.store import ResultsStore, unstored_error
 
@@ -86,6 +82,8 @@ class Experiment:
         self.run_dir = Path(run_dir).resolve()
         registry.check_run_dir(self.run_dir)  # the reaper and cleanup act on its files
         self.db = db
+        #: The fault and where it lands, parsed once (every fault test below reads it).
+        self.fault = FaultSpec(config.fault, config.crash_point)
         self.profile = profile_for(config.fault, config.phase_seconds, config.delay_ms)
         self.owns_deployment = deployment is None
         if deployment is None:
@@ -158,24 +156,25 @@ class Experiment:
             with signals.shielded():
                 self._teardown()
             self.timings["teardown_s"] = time.monotonic() - t_down
-        if self.schedule.name != "none":
+        if self.schedule.active:
             dirs = [self.run_dir / "logs", *self.deployment.log_dirs()]
             self.fault_log.append({"step": "timeouts", "fault": self.schedule.name,
                                    "target": self.target, **self.profile.describe(),
                                    "fired": timeouts_fired(list(dict.fromkeys(dirs)),
                                                            self._log_offsets)})
         validity = result.validity
-        validity.extend(evaluation_reasons(result.evaluation, cfg.fault))
-        validity.extend(fault_reasons(cfg.fault, self.fault_log))
+        validity.add(evaluation_reasons(result.evaluation, self.fault.kind),
+                     fault_reasons(self.fault.kind, self.fault_log))
         self.timings["total_s"] = time.monotonic() - wall0
         phase_total = cfg.warmup_seconds + 3 * cfg.phase_seconds
         self.timings["overhead_s"] = self.timings["total_s"] - phase_total
-        self.manifest.valid, self.manifest.validity_reasons = validity.valid, validity.reasons
+        self.manifest.valid, self.manifest.validity_reasons = validity.valid, validity.texts
+        self.manifest.validity = validity.records()
         self.manifest.run_id = run_id
         # What a re-check recomputes validity from (pgval.recheck.recompute_validity).
         self.manifest.generator = result.generator
-        self.manifest.observed_reasons = [r for r in validity.reasons
-                                          if reason_kind(r) == "observed"]
+        self.manifest.observed_reasons = [r.text for r in validity.reasons
+                                          if r.kind == "observed"]
         # Hashed and on disk before the database says complete and before the broker data
         # (the only other copy of the records) is deleted.
         try:
@@ -223,14 +222,15 @@ class Experiment:
     def _preflight(self) -> None:
         """Refuse, before anything is deployed, a run that could only fail at T2."""
         cfg = self.config
-        if cfg.crash_point == "during-sink-write" and not self.deployment.owns_cluster:
+        point = self.fault.point
+        if point is CrashPoint.DURING_SINK_WRITE and not self.deployment.owns_cluster:
             raise RuntimeErrorPlain("--crash-point during-sink-write needs a cluster pgval "
                                     "starts itself (drop --cluster): here a crash is an "
                                     "executor kill through the driver")
-        if cfg.crash_point in ("after-sink-write", "during-sink-write"):
+        if point is not CrashPoint.TIMED:
             ensure_hooks_jar()  # built once (javac); a missing JDK is one sentence, now
             crash_trigger(self.run_dir).parent.mkdir(parents=True, exist_ok=True)
-        if cfg.fault.startswith("delay") and cfg.deploy == "local":
+        if self.fault.kind.is_delay and cfg.deploy == Deploy.LOCAL:
             if os.geteuid() != 0:
                 raise RuntimeErrorPlain(f"--fault {cfg.fault} needs root (it puts the worker "
                                         "in a network namespace and changes its packet path)")
@@ -257,14 +257,14 @@ class Experiment:
             try:
                 self.driver.check()
             except RuntimeErrorPlain as exc:
-                self._reasons.add(f"the driver died during the drain: {exc}")
+                self._reasons.add(Reason("observed", f"the driver died during the drain: {exc}"))
         progress = self.driver.progress()
 
         t_read = time.monotonic()
         assert self.control is not None
         back = read_back(self.deployment.client_config(), self._topics(), self.run_dir,
                          self.run_dir / "progress.jsonl", report, self.control.written)
-        self._reasons.extend(back.reasons)
+        self._reasons.add(back.reasons)
         self.manifest.readback = back.describe
         bounds = self.phase_bounds
         self.manifest.phases = [bounds["start"], bounds["t2"], bounds["t3"]]
@@ -319,14 +319,14 @@ class Experiment:
             # The control channel (a thread polling the JVM twice a second) only where a
             # fault needs it: the executor kill on a cluster pgval does not own.
             control_dir=(self.run_dir / "control"
-                         if cfg.fault == "crash" and not dep.owns_cluster else None),
+                         if self.fault.kind is Fault.CRASH and not dep.owns_cluster else None),
             # --spark-conf on every deployment: the driver's environment, then a properties
             # file in memory (topologies/driver.start_jvm), never a command line.
             kafka_options=where.kafka_options, user_conf=dict(cfg.spark_conf),
-            crash_trigger=(crash_trigger(self.run_dir) if cfg.crash_point == "after-sink-write"
-                           else None),
+            crash_trigger=(crash_trigger(self.run_dir)
+                           if self.fault.point is CrashPoint.AFTER_SINK_WRITE else None),
             sink_trigger=(sink_trigger(self.run_dir)
-                          if cfg.crash_point == "during-sink-write" else None))
+                          if self.fault.point is CrashPoint.DURING_SINK_WRITE else None))
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         if where.signal_argv is not None:
             # A driver in a container outlives the `docker exec` the pid file names.
@@ -349,7 +349,7 @@ class Experiment:
         """Warm the query up on old-window control events (:mod:`pgval.run.control`)."""
         assert self.control is not None and self.driver is not None
         t0 = time.monotonic()
-        if self.config.pg == "m1":
+        if self.config.pg == Guarantee.M1:
             # m1 reads from the latest offsets, fixed by the query's first trigger: what is
             # written before that trigger is never read (docs/semantics.md, "m1").
             wait_first_trigger(self.driver, PRIME_TIMEOUT_S, str(self.run_dir / "logs"))
@@ -385,10 +385,10 @@ class Experiment:
             self._follow_timeline(monitor)
         except _DriverDied as exc:
             driver_died = True
-            self._reasons.add(f"the driver died at {self._phase}: {exc}")
+            self._reasons.add(Reason("observed", f"the driver died at {self._phase}: {exc}"))
         report = self.generators.join(timeout_s=60).to_dict()
         self.generators.close()
-        self._reasons.extend(generator_reasons(report))
+        self._reasons.add(generator_reasons(report))
         if not driver_died:
             closing_ts = self.control.closing(now_ms(), cfg.window_ms, cfg.watermark_ms)
             outcome = drain(self.driver, monitor, closing_ts, cfg.watermark_ms,
@@ -409,7 +409,7 @@ class Experiment:
         injected = removed = False
         total_s = (t4 - t1) / 1000.0
         last_count, last_t = 0, time.monotonic()
-        driver_crash = self.schedule.name == "driver-crash"
+        driver_crash = self.fault.kind is Fault.DRIVER_CRASH
         while True:
             now = now_ms()
             if not injected and now >= t2:

@@ -10,12 +10,15 @@ Two matrices may share a database: each cell is claimed atomically
 (:func:`claim_cell`, one ``BEGIN IMMEDIATE`` transaction), so a cell that is complete,
 or running in a pgval that is still alive (its :class:`~pgval.host.identity.Owner`),
 is never run twice. Every attempt gets a new run directory named after its run id.
+
+Before any cell runs, the grid is planned (:func:`plan`: cells whose fault cannot be hit
+for their pg left out, with the reason; any other bad combination refused) and, with
+``--rate oir``, every cell's rate looked up (:func:`rates_at`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -23,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgval.config import ExperimentConfig
+from pgval.config import ExperimentConfig, not_applicable
 from pgval.deploy.warm import WarmDeployments, daemon_key
+from pgval.errors import RuntimeErrorPlain
 from pgval.experiment import Experiment
-from pgval.redact import digest_values, private_dir, redact_record
+from pgval.redact import private_dir
+from pgval.schema import FaultSpec, Guarantee, Topology
 from pgval.store import ResultsStore, owner_alive
 
 #: The error of a run whose pgval stopped (was killed) while it ran.
@@ -35,51 +40,74 @@ STOPPED = "pgval stopped during the run"
 
 @dataclass(frozen=True)
 class Cell:
-    topology: str
-    pg: str
-    fault: str
-    repeat: int
-    crash_point: str = "timed"
+    """One cell of the grid and one repetition of it (repetition r runs with seed + r)."""
 
-    @property
-    def fault_spec(self) -> str:
-        """The fault as ``--faults`` names it: ``crash``, ``crash@during-sink-write``."""
-        return self.fault if self.crash_point == "timed" else f"{self.fault}@{self.crash_point}"
+    topology: Topology
+    pg: Guarantee
+    fault: FaultSpec
+    repeat: int
 
     def label(self) -> str:
-        return f"{self.topology} {self.pg} {self.fault_spec} #{self.repeat}"
+        return f"{self.topology} {self.pg} {self.fault} #{self.repeat}"
 
-
-def parse_fault_spec(spec: str) -> tuple[str, str]:
-    """``FAULT[@CRASH_POINT]`` into (fault, crash point); a bare fault is ``timed``."""
-    fault, _, point = spec.partition("@")
-    return fault, point or "timed"
+    def config(self, base: ExperimentConfig, rate: float | None = None) -> ExperimentConfig:
+        """``base`` for this cell (its own cluster config: cells never share one)."""
+        return dataclasses.replace(base, topology=self.topology, pg=self.pg,
+                                   fault=self.fault.kind, crash_point=self.fault.point,
+                                   seed=base.seed + self.repeat,
+                                   rate=base.rate if rate is None else rate,
+                                   cluster=dataclasses.replace(base.cluster))
 
 
 def matrix_key(base: ExperimentConfig, oir_fraction: float | None = None) -> str:
-    """Hash of the run parameters that are not grid axes (so a changed rate is a new matrix).
+    """The hash of everything but the grid axes and the seed (:meth:`RunShape.key`), so a
+    changed rate is a new matrix.
 
     With ``--rate oir`` (``oir_fraction`` given) ``base.rate`` is only a placeholder: the
     fraction keys the matrix, and each cell's looked-up rate must also match for a stored
     run to count (:func:`completed`, :func:`claim_cell`), so a new stored OIR reruns it."""
-    # Secret-named values never enter the key, other user settings only as hashes: the key
-    # is stored (runs.params) and a short hash of a guessable secret could be tried.
-    record = {**redact_record(dataclasses.asdict(base)),
-              "kafka_config": digest_values(base.kafka_config),
-              "spark_conf": digest_values(base.spark_conf)}
-    fixed = {k: v for k, v in record.items()
-             if k not in ("topology", "pg", "fault", "crash_point", "seed")}
-    if oir_fraction is not None:
-        fixed["rate"] = f"oir x {oir_fraction:g}"
-    return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return base.shape().key(None if oir_fraction is None else f"oir x {oir_fraction:g}")
 
 
-def cells(topologies: Sequence[str], pgs: Sequence[str], faults: Sequence[str],
+def cells(topologies: Sequence[str], pgs: Sequence[str], faults: Sequence[str | FaultSpec],
           repeat: int) -> list[Cell]:
     """The grid; a fault may name its crash point (``driver-crash@after-sink-write``)."""
-    specs = [parse_fault_spec(f) for f in faults]
-    return [Cell(t, p, fault, r, point) for t in topologies for p in pgs
-            for fault, point in specs for r in range(repeat)]
+    specs = [f if isinstance(f, FaultSpec) else FaultSpec.parse(f) for f in faults]
+    return [Cell(Topology.parse(t), Guarantee.parse(p), spec, r) for t in topologies
+            for p in pgs for spec in specs for r in range(repeat)]
+
+
+def plan(base: ExperimentConfig, grid: Sequence[Cell],
+         on_left_out: Callable[[Cell, str], None]) -> list[Cell]:
+    """The cells that will run, every one checked before anything runs: a cell whose fault
+    cannot be hit for its pg (:func:`~pgval.config.not_applicable`) is left out, said once
+    per grid cell through ``on_left_out``; any other bad combination raises
+    :class:`~pgval.errors.RuntimeErrorPlain` (``ExperimentConfig.validate``)."""
+    checked: set[tuple[Topology, Guarantee, FaultSpec]] = set()
+    left_out: set[tuple[Topology, Guarantee, FaultSpec]] = set()
+    for cell in grid:
+        which = (cell.topology, cell.pg, cell.fault)
+        if which in checked:
+            continue
+        checked.add(which)
+        cfg = cell.config(base)
+        if reason := not_applicable(cfg):
+            left_out.add(which)
+            on_left_out(cell, reason)
+        else:
+            cfg.validate()
+    return [c for c in grid if (c.topology, c.pg, c.fault) not in left_out]
+
+
+def rates_at(grid: Sequence[Cell], base: ExperimentConfig, fraction: float,
+             oir_of: Callable[[ExperimentConfig], float]) -> Callable[[Cell], float]:
+    """With ``--rate oir``: each cell's rate, ``fraction`` × the OIR of its topology and pg
+    (``oir_of``), every one looked up before anything runs or is created, and only for the
+    pairs that will run."""
+    pairs = dict.fromkeys((c.topology, c.pg) for c in grid)
+    rates = {(t, p): fraction * oir_of(dataclasses.replace(base, topology=t, pg=p))
+             for t, p in pairs}
+    return lambda c: rates[(c.topology, c.pg)]
 
 
 #: A run's crash point in SQL (rows stored before crash points existed are ``timed``).
@@ -95,7 +123,11 @@ def completed(store: ResultsStore, key: str) -> dict[Cell, set[float]]:
         "json_extract(params, '$.matrix_key') = ?", [key])
     done: dict[Cell, set[float]] = {}
     for r in rows:
-        cell = Cell(r["topology"], r["pg"], r["fault"], r["repeat"], r["crash_point"])
+        try:
+            cell = Cell(Topology.parse(r["topology"]), Guarantee.parse(r["pg"]),
+                        FaultSpec(r["fault"], r["crash_point"]), r["repeat"])
+        except RuntimeErrorPlain:  # a name this pgval does not know: no cell of its grid
+            continue
         done.setdefault(cell, set()).add(r["rate"])
     return done
 
@@ -129,7 +161,7 @@ def claim_cell(store: ResultsStore, key: str, cell: Cell, *, window_ms: int, see
             "select id, status, owner, params from runs where kind = 'validate' and "
             "status in ('complete', 'running') and topology = ? and pg = ? and fault = ? "
             f"and repeat = ? and {_POINT} = ? and json_extract(params, '$.matrix_key') = ?",
-            [cell.topology, cell.pg, cell.fault, cell.repeat, cell.crash_point, key]))
+            [cell.topology, cell.pg, cell.fault.kind, cell.repeat, cell.fault.point, key]))
         running = [r for r in rows if r["status"] == "running"]
         for r in rows:
             if r["status"] == "complete" and (
@@ -141,8 +173,8 @@ def claim_cell(store: ResultsStore, key: str, cell: Cell, *, window_ms: int, see
             store.db.execute("update runs set status = 'interrupted', error = ? where id = ?",
                              [STOPPED, r["id"]])
         return store.start_run("validate", cell.topology, window_ms, pg=cell.pg,
-                               fault=cell.fault, seed=seed, repeat=cell.repeat,
-                               params={**params, "crash_point": cell.crash_point,
+                               fault=cell.fault.kind, seed=seed, repeat=cell.repeat,
+                               params={**params, "crash_point": cell.fault.point,
                                        "matrix_key": key})
 
 
@@ -200,14 +232,6 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                           keep_going, rate_for)
 
 
-def _cell_config(base: ExperimentConfig, cell: Cell,
-                 rate_for: Callable[[Cell], float] | None) -> ExperimentConfig:
-    return dataclasses.replace(base, topology=cell.topology, pg=cell.pg, fault=cell.fault,
-                               crash_point=cell.crash_point, seed=base.seed + cell.repeat,
-                               rate=rate_for(cell) if rate_for else base.rate,
-                               cluster=dataclasses.replace(base.cluster))
-
-
 def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Path,
                store: ResultsStore, key: str, warm: WarmDeployments,
                on_cell: Callable[[Cell, str, dict[str, Any] | None], None] | None,
@@ -215,9 +239,9 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                keep_going: bool, rate_for: Callable[[Cell], float] | None) -> dict[str, int]:
     done = completed(store, key)
     counts = {"done": 0, "skipped": 0, "taken": 0, "failed": 0}
-    ordered = sorted(grid, key=lambda c: daemon_key(_cell_config(base, c, None)))
+    ordered = sorted(grid, key=lambda c: daemon_key(c.config(base)))
     for cell in ordered:
-        cfg = _cell_config(base, cell, rate_for)
+        cfg = cell.config(base, rate_for(cell) if rate_for else None)
         if cell in done and (rate_for is None or cfg.rate in done[cell]):
             counts["skipped"] += 1
             if on_cell:
@@ -242,7 +266,7 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
             exp = prepared_experiment(
                 store, run_id, cfg, db,
                 runs_root / f"{key}-{cell.topology}-{cell.pg}-"
-                f"{cell.fault_spec.replace('@', '-at-')}-{cell.repeat}-run{run_id}",
+                f"{str(cell.fault).replace('@', '-at-')}-{cell.repeat}-run{run_id}",
                 on_status=make_status(cell) if make_status else None,
                 extra_params={"matrix_key": key}, repeat=cell.repeat, deployment=deployment)
             result = exp.run()

@@ -7,8 +7,8 @@ OIR within ``precision`` (the bracket's width over its top), at most ``max_trial
 control-only runs (:func:`next_rate`, a pure function of the trials so far). The result
 says whether it bracketed, or only found a lower bound (no failure up to ``max_rate`` or
 the budget ran out) or an upper one; it is stored per machine and run shape (the
-cluster's size and the query's knobs, :func:`oir_shape`), since an OIR is a property of
-the machine and the cluster as much as of the job. A trial passes when
+cluster's size and the query's knobs, :meth:`pgval.shape.RunShape.oir`), since an OIR is
+a property of the machine and the cluster as much as of the job. A trial passes when
 
 * reliability is 100 % (no unprocessed, duplicate or incorrect ID),
 * the generator achieved ≥ 95 % of the asked rate (else the generator, not
@@ -36,36 +36,12 @@ from pgval.config import ExperimentConfig
 from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import ExperimentResult
 from pgval.matrix import prepared_experiment
-from pgval.redact import digest_values, redact_record
+from pgval.schema import Fault, Guarantee
 from pgval.store import ResultsStore
 
 GROWTH = 1.5
 #: Below this rate a search that keeps failing stops (the job, not the rate, is broken).
 MIN_RATE = 10.0
-
-
-#: What an OIR depends on besides machine, topology and pg: the query's knobs and where it
-#: runs (ExperimentConfig fields: an external or attached cluster is named by its
-#: addresses or directory, as its size is not pgval's to know) and the embedded cluster's
-#: size (ClusterConfig fields). The phase length is not among them: it changes how long a
-#: trial is judged, not the rate.
-OIR_SHAPE_FIELDS = ("deploy", "bootstrap", "master", "running_cluster", "window_ms",
-                    "watermark_ms", "trigger_ms", "shuffle_partitions",
-                    "max_offsets_per_trigger", "executor_memory", "spark_conf", "resources",
-                    "get_share", "producers")
-OIR_CLUSTER_FIELDS = ("brokers", "partitions", "workers", "cores_per_worker", "worker_memory",
-                      "broker_heap")
-
-
-def oir_shape(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The run shape an OIR holds for (see :data:`OIR_SHAPE_FIELDS`), with effective
-    values: no --shuffle-partitions means one per Kafka partition."""
-    shape = {**{f: getattr(cfg, f) for f in OIR_SHAPE_FIELDS},
-             **{f: getattr(cfg.cluster, f) for f in OIR_CLUSTER_FIELDS}}
-    shape["shuffle_partitions"] = cfg.shuffle_partitions or cfg.cluster.partitions
-    # Stored in the oir table: the user's Spark values as hashes (still told apart), a
-    # URL's user:password@ redacted, never in clear (pgval.redact).
-    return {**redact_record(shape), "spark_conf": digest_values(cfg.spark_conf)}
 
 
 def shape_matches(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -112,7 +88,7 @@ class OirResult:
     upper: float | None = None
     precision: float = 0.1
     machine: str = field(default_factory=machine_id)
-    #: :func:`oir_shape` of the search's base config (None: any shape, as before 2026-11).
+    #: The OIR shape of the search's base config (None: any shape, as before 2026-11).
     shape: dict[str, Any] | None = None
 
     @property
@@ -177,7 +153,7 @@ def judge(result: ExperimentResult, rate: float, trigger_ms: int,
             last = float(np.median(lat[ts >= b])) / 1000
     reasons = []
     if not result.validity.valid:  # a trial that proved nothing cannot pass
-        reasons.append("run unknown: " + "; ".join(result.validity.reasons))
+        reasons.append("run unknown: " + "; ".join(result.validity.texts))
     if v.reliability is None or v.reliability < 1.0 or v.guarantee != "exactly-once":
         rel = "n/a" if v.reliability is None else f"{v.reliability:.4%}"
         reasons.append(f"reliability {rel} ({v.guarantee})")
@@ -190,6 +166,12 @@ def judge(result: ExperimentResult, rate: float, trigger_ms: int,
     return Trial(rate=rate, passed=not reasons, reason="; ".join(reasons) or "stable",
                  reliability=v.reliability, achieved_rate=achieved, latency_first_s=first,
                  latency_last_s=last, run_id=result.run_id)
+
+
+def trial_config(base: ExperimentConfig, rate: float) -> ExperimentConfig:
+    """A trial: ``base`` at ``rate`` without a fault (its own cluster config)."""
+    return dataclasses.replace(base, rate=rate, fault=Fault.NONE,
+                               cluster=dataclasses.replace(base.cluster))
 
 
 def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float = 1000.0,
@@ -207,14 +189,14 @@ def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max
             max_trials: int, precision: float, on_trial: Callable[[Trial], None] | None,
             warm: WarmDeployments) -> OirResult:
     """The trials, all on one warm cluster."""
-    res = OirResult(base.topology, base.pg, None, precision=precision, shape=oir_shape(base))
+    res = OirResult(base.topology, base.pg, None, precision=precision,
+                    shape=base.shape().oir())
     store = ResultsStore(db)
     while len(res.trials) < max_trials:
         rate = next_rate(res.trials, start, max_rate, precision)
         if rate is None:
             break
-        cfg = dataclasses.replace(base, rate=rate, fault="none",
-                                  cluster=dataclasses.replace(base.cluster))
+        cfg = trial_config(base, rate)
         run_id = store.start_run("validate", cfg.topology, cfg.window_ms, pg=cfg.pg,
                                  fault=cfg.fault, seed=cfg.seed,
                                  params={**cfg.to_dict(), "oir_trial": True})
@@ -264,8 +246,8 @@ class StoredOir:
 #: A pg whose fault-free run is another's: an OIR trial has no fault, and m1 without a
 #: restart is a1's query and sink started from the latest offsets, so what it sustains is
 #: a1's. Used only when no OIR was measured for the pg itself.
-OIR_STAND_INS: dict[str, tuple[str, str]] = {
-    "m1": ("a1", "without a restart m1 is a1's query and sink"),
+OIR_STAND_INS: dict[Guarantee, tuple[Guarantee, str]] = {
+    Guarantee.M1: (Guarantee.A1, "without a restart m1 is a1's query and sink"),
 }
 
 
@@ -313,3 +295,24 @@ def _stored(db: Path, topology: str, pg: str, machine: str | None) -> list[Store
     return [StoredOir(float(r["rate"]), None if r["upper"] is None else float(r["upper"]),
                       bool(r["bracketed"]), shape=json.loads(r["shape"]) if r["shape"] else None)
             for r in rows]
+
+
+class OirNotStored(LookupError):
+    """No OIR is stored for a run's topology, pg and shape; the message (one sentence)
+    says how to measure it."""
+
+
+def oir_for(db: Path, cfg: ExperimentConfig) -> StoredOir:
+    """The OIR stored for ``cfg``'s topology, pg and run shape on this machine (what
+    ``--rate oir`` runs at), or :class:`OirNotStored`."""
+    topology, pg, shape = cfg.topology, cfg.pg, cfg.shape().oir()
+    stored = stored_oir(db, topology, pg, shape=shape)
+    if stored is not None:
+        return stored
+    how = (f"run `pgval oir --topology {topology} --pg {pg} --db {db}` with this run's "
+           "cluster and query options first")
+    if differs := stored_elsewhere(db, topology, pg, shape):
+        raise OirNotStored(f"the optimum ingestion rate stored for {topology} {pg} in {db} "
+                           f"was measured with another run shape: {differs}; {how}")
+    raise OirNotStored(f"no optimum ingestion rate is stored for {topology} {pg} on this "
+                       f"machine ({machine_id()}) in {db}; {how}")

@@ -9,6 +9,10 @@ tool — or ``pgval check`` itself — can reach the same counts.
 Both first compare the evidence files with the SHA-256 hashes stored with the run in the
 results database (:func:`anchor`): edited evidence is refused in one sentence. A run
 directory given without a database has no anchor, and the output says so.
+
+Stored and recomputed validity are compared by the reasons' kinds, never their wording.
+Runs stored before reasons had kinds keep only sentences: :func:`legacy_reason_kind` reads
+their kinds from the sentences' first words, for those runs only.
 """
 
 from __future__ import annotations
@@ -23,20 +27,22 @@ import numpy as np
 import orjson
 
 from pgval.checker.evaluate import Evaluation, evaluate
+from pgval.checker.result import Reason, ReasonKind, reasons_from_records
 from pgval.checker.validity import (
     Validity,
     evaluation_reasons,
     generator_reasons,
     readback_reasons,
-    reason_kind,
     reconcile_inputs,
 )
 from pgval.dbfile import StoreError, connect_readonly
 from pgval.evidence import (
     INPUT_TOPICS,
+    MANIFEST,
     EvidenceError,
     Manifest,
     Streams,
+    evidence_dir,
     load_progress,
     load_streams,
     load_topic,
@@ -44,9 +50,9 @@ from pgval.evidence import (
     verify,
 )
 from pgval.faults.evidence import fault_reasons
-from pgval.kafka.broker import TopicRecords
+from pgval.kafka.topic_records import TopicRecords
 from pgval.records import InputEvents, OutputRecords
-from pgval.schema import OUTPUT_TOPIC
+from pgval.schema import FAULTS, OUTPUT_TOPIC, Fault
 from pgval.store import SEALED_AT_IMPORT
 
 #: A line that is a JSON object without any field pgval reads: ``pgval check`` counts it as
@@ -78,7 +84,7 @@ class Recheck:
     evaluation: Evaluation
     validity: Validity
     evidence: Anchor = field(default_factory=lambda: Anchor(False, NO_ANCHOR))
-    #: Reason kinds (pgval.checker.validity.reason_kind) only in the stored validity / only now.
+    #: Reason kinds only in the stored validity / only now (compared by kind, not text).
     validity_changes: dict[str, list[str]] = field(default_factory=dict)
     #: Kinds whose inputs the run did not keep: their reasons are the stored ones.
     carried: list[str] = field(default_factory=list)
@@ -236,6 +242,7 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
     """Evaluate a stored run again from its evidence, verified against ``db`` first."""
     evidence = anchor(run_dir, db, run_id)
     manifest = Manifest.read(run_dir)
+    fault = _fault(manifest, run_dir)
     inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
     streams = streams_from_records(inputs, load_topic(run_dir, OUTPUT_TOPIC),
                                    manifest.resources, manifest.control_ids)
@@ -243,87 +250,136 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
                           manifest.window_ms, manifest.phase_bounds,
                           progress=load_progress(run_dir))
     row = evidence.row or {}
-    stored = _reason_list(row.get("validity_reasons")) if row else manifest.validity_reasons
+    stored = (stored_reasons(_json_value(row.get("validity")), row.get("validity_reasons"))
+              if row else stored_reasons(manifest.validity, manifest.validity_reasons))
     generator = manifest.generator
     if generator is None and row:
         summary = _json_object(row.get("summary"))
         generator = summary.get("generator") if isinstance(summary.get("generator"),
                                                            dict) else None
     validity, carried = recompute_validity(manifest, inputs, evaluation, stored, generator,
-                                           evidence.fault_log)
-    before = {reason_kind(r) for r in stored}
-    now = {reason_kind(r) for r in validity.reasons}
+                                           fault, evidence.fault_log)
+    before = {r.kind for r in stored}
+    now = validity.kinds()
     changes = {"only_stored": sorted(before - now), "only_now": sorted(now - before)}
     return Recheck(manifest, streams, evaluation, validity, evidence,
                    {k: v for k, v in changes.items() if v}, carried)
 
 
 def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],
-                       evaluation: Evaluation, stored: list[str],
-                       generator: dict[str, Any] | None,
+                       evaluation: Evaluation, stored: list[Reason],
+                       generator: dict[str, Any] | None, fault: Fault | None,
                        fault_log: list[dict[str, Any]] | None) -> tuple[Validity, list[str]]:
     """The run's validity from its inputs, as the run itself decided it: read-back proof
     (run.json), reconciliation (the records read against the end offsets and deliveries),
     generator report, what was seen live (drain, driver), the data, the fault log (the
     database's). A kind whose inputs the run did not keep (older runs; the fault log
     without a database) keeps its stored reasons; those kinds are returned too."""
-    fault = manifest.config.get("fault") if isinstance(manifest.config, dict) else None
     validity = Validity()
     carried: list[str] = []
 
-    def carry(kind: str) -> None:
-        validity.extend(r for r in stored if reason_kind(r) == kind)
+    def carry(kind: ReasonKind) -> None:
+        validity.add(r for r in stored if r.kind == kind)
         carried.append(kind)
 
     readback = manifest.readback if isinstance(manifest.readback, dict) else {}
     per_topic = {k: v for k, v in readback.items() if k != "inputs" and isinstance(v, dict)}
     if per_topic:
-        validity.extend(readback_reasons(per_topic))
+        validity.add(readback_reasons(per_topic))
     else:
         carry("readback")
     info = readback.get("inputs")
     ends = [per_topic.get(t, {}).get("end_offsets") for t in INPUT_TOPICS]
     if isinstance(info, dict) and all(isinstance(e, dict) for e in ends):
-        clean = (not generator_reasons(generator) if generator is not None
-                 else not any(reason_kind(r) == "generator" for r in stored))
+        clean = (generator_reasons(generator).valid if generator is not None
+                 else not any(r.kind == "generator" for r in stored))
         _, reasons = reconcile_inputs(
             sum(len(inputs[t]) for t in INPUT_TOPICS),
             sum(int(o) for e in ends for o in e.values()),
             int(info.get("delivered") or 0), int(info.get("control") or 0), clean)
-        validity.extend(reasons)
+        validity.add(reasons)
     else:
         carry("reconcile")
     if generator is not None:
-        validity.extend(generator_reasons(generator))
+        validity.add(generator_reasons(generator))
     else:
         carry("generator")
     if manifest.observed_reasons is not None:
-        validity.extend(str(r) for r in manifest.observed_reasons)
+        validity.add(Reason("observed", str(r)) for r in manifest.observed_reasons)
     else:
         carry("observed")
-    validity.extend(evaluation_reasons(evaluation, fault))
-    if fault_log is not None and isinstance(fault, str):
-        validity.extend(fault_reasons(fault, fault_log))
-    elif fault not in (None, "none"):
+    validity.add(evaluation_reasons(evaluation, fault))
+    if fault_log is not None and fault is not None:
+        validity.add(fault_reasons(fault, fault_log))
+    elif fault not in (None, Fault.NONE):
         carry("fault")
     carry("other")
     return validity, [k for k in carried if k != "other"]
 
 
+def _fault(manifest: Manifest, run_dir: Path) -> Fault | None:
+    """The run's fault as run.json's config names it (None: not named); a name pgval
+    does not know is a damaged manifest, said in one sentence."""
+    fault = manifest.config.get("fault")
+    if fault is None:
+        return None
+    if not (isinstance(fault, str) and fault in FAULTS):
+        shown = json.dumps(fault, default=str)[:40]
+        raise EvidenceError(f"{evidence_dir(run_dir) / MANIFEST} is damaged: its config names "
+                            f"the fault {shown}, which is none of {', '.join(FAULTS)}")
+    return Fault(fault)
+
+
+#: How a run stored before reasons had kinds is read: the kind of each of its sentences,
+#: by their first words (the sentences pgval wrote then). Used for those runs only.
+LEGACY_REASON_STARTS: tuple[tuple[ReasonKind, tuple[str, ...]], ...] = (
+    ("data", ("nothing was expected", "the control phase had no", "the failure phase had no",
+              "the recovery phase had no")),
+    ("readback", ("read-back of topic",)),
+    ("reconcile", ("input records read", "input topics hold")),
+    ("generator", ("the generator had", "a generator process failed")),
+    ("observed", ("the drain timed out", "the driver died")),
+    ("fault", ("injecting ", "removing ", "crash:", "driver-crash:", "delay")),
+)
+
+
+def legacy_reason_kind(text: str) -> ReasonKind:
+    """The kind of one reason stored as a sentence alone (``other``: no rule knows it, and
+    a re-check carries it unchanged)."""
+    for kind, starts in LEGACY_REASON_STARTS:
+        if text.startswith(starts):
+            return kind
+    if text.startswith("the ") and " fault was never " in text:
+        return "fault"
+    return "other"
+
+
+def stored_reasons(typed: object, texts: object) -> list[Reason]:
+    """A stored validity: its reasons with their stored kinds (``typed``, the records of
+    run.json's or the database's ``validity``), or, for a run stored before kinds (no
+    usable records), its sentences (``texts``) with kinds read by
+    :func:`legacy_reason_kind`."""
+    reasons = reasons_from_records(typed)
+    if reasons is not None:
+        return reasons
+    if isinstance(texts, str):  # the database's column: a JSON list
+        texts = _json_value(texts)
+    if not isinstance(texts, list):
+        return []
+    return [Reason(legacy_reason_kind(str(t)), str(t)) for t in texts]
+
+
+def _json_value(text: object) -> object:
+    """A database cell's JSON (None: no cell, or not JSON)."""
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        return None
+
+
 def _json_object(text: object) -> dict[str, Any]:
-    try:
-        value = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        value = None
+    value = _json_value(text)
     return value if isinstance(value, dict) else {}
-
-
-def _reason_list(text: object) -> list[str]:
-    try:
-        value = json.loads(text) if isinstance(text, str) else []
-    except ValueError:
-        value = []
-    return [str(r) for r in value] if isinstance(value, list) else []
 
 
 #: The stored counts a re-check must reproduce before its derived measures may be stored.
@@ -420,7 +476,7 @@ def _read_text(path: Path) -> str | None:
 def _sums_verified(run_dir: Path) -> dict[str, str] | None:
     """The hashes ``SHA256SUMS`` holds, once every file still matches them (None: the run
     wrote none). An edited file is refused: an import must not launder it."""
-    from pgval.evidence import EVIDENCE_DIR, EVIDENCE_FILES, evidence_dir, sha256_file
+    from pgval.evidence import EVIDENCE_DIR, EVIDENCE_FILES, sha256_file
 
     folder = evidence_dir(run_dir)
     sums = folder / "SHA256SUMS"

@@ -477,7 +477,7 @@ def parse_values(values: Values, schema: pa.Schema
 
     Returns (table, kept, malformed, samples): ``kept`` are the indices of the values
     that became rows, so per-record metadata (timestamps, offsets) can be aligned.
-    ``values`` is an Arrow binary column (as :func:`pgval.kafka.broker.read_topic`
+    ``values`` is an Arrow binary column (as :func:`pgval.kafka.reader.read_topic`
     returns it) or a sequence of bytes.
     """
     tables: list[pa.Table] = []
@@ -668,4 +668,11 @@ def read_outputs(path: Path, resources: ResourceTable) -> OutputRecords:
     """Read produced outputs from a JSON-lines file (the output record plus ``ingress_ts``)."""
     table, malformed, samples = read_table(path, OUTPUT_SCHEMA)
     return outputs_from_table(table, resources, malformed, samples)
+
+
+def read_streams(inputs: Path, outputs: Path) -> tuple[InputEvents, OutputRecords]:
+    """A recorded run's two JSON-lines files (what ``pgval check`` reads), sharing one
+    resource table so that inputs and outputs name resources alike."""
+    resources = ResourceTable()
+    return read_inputs(inputs, resources), read_outputs(outputs, resources)
 

@@ -189,12 +189,13 @@ class FaultSpec:
         if rule is None:
             return None
         fault, deploys = rule
-        if self.kind is not fault:
-            return f"--crash-point {self.point} applies to --fault {fault}"
+        local_only = deploys == {Deploy.LOCAL}
+        if self.kind is not fault or (local_only and Deploy.parse(deploy) not in deploys):
+            where = " on the embedded cluster (--deploy local)" if local_only else ""
+            return f"--crash-point {self.point} applies to --fault {fault}{where}"
         if Deploy.parse(deploy) not in deploys:
-            where = " or ".join(sorted(d.value for d in deploys))
-            return (f"--crash-point {self.point} needs the driver and workers where pgval "
-                    f"can reach them: --deploy {where}")
+            return ("crash points other than timed need the driver on this machine "
+                    f"(--deploy {' or '.join(sorted(d.value for d in deploys))})")
         return None
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.host.leftovers import HostSnapshot
+from pgval.schema import Fault
 
 STAGES = ("deploy", "inject", "fault", "drain", "finish")
 SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGKILL")
@@ -54,7 +55,7 @@ class KillResult:
     index: int
     stage: str
     signal: str
-    fault: str
+    fault: Fault
     reached: bool  # the stage's marker was seen before the run ended by itself
     exit_code: int | None
     exit_s: float | None  # signal -> pgval exited
@@ -84,9 +85,9 @@ class SoakReport:
         return {**asdict(self), "ok": self.ok()}
 
 
-def _validate_argv(run_dir: Path, db: Path, fault: str, seed: int) -> list[str]:
+def _validate_argv(run_dir: Path, db: Path, fault: Fault, seed: int) -> list[str]:
     # A crash needs a second worker to fail over to; otherwise one keeps the CPU free.
-    workers = "2" if fault == "crash" else "1"
+    workers = "2" if fault is Fault.CRASH else "1"
     return [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst",
             "--fault", fault, "--brokers", "1", "--workers", workers, "--rate", "300",
             "--phase-seconds", str(PHASE_S), "--warmup-seconds", str(WARMUP_S),
@@ -107,7 +108,7 @@ def _wait_for(cond: Callable[[], bool], proc: subprocess.Popen[bytes],
     return False
 
 
-def _reach(stage: str, fault: str, run_dir: Path, proc: subprocess.Popen[bytes],
+def _reach(stage: str, fault: Fault, run_dir: Path, proc: subprocess.Popen[bytes],
            rng: random.Random) -> bool:
     if stage == "deploy":
         ok = _wait_for(lambda: (run_dir / "state.json").exists(), proc, 60)
@@ -120,7 +121,7 @@ def _reach(stage: str, fault: str, run_dir: Path, proc: subprocess.Popen[bytes],
     t1 = time.monotonic()
     t2 = t1 + WARMUP_S + PHASE_S
     if stage == "inject":
-        if fault.startswith("delay"):
+        if fault.is_delay:
             return _wait_for(lambda: any((run_dir / "pids").glob("delay-holder-*.json")),
                              proc, WARMUP_S + PHASE_S + 60)
         time.sleep(max(0.0, t2 - time.monotonic() + rng.uniform(-1, 1)))
@@ -131,7 +132,7 @@ def _reach(stage: str, fault: str, run_dir: Path, proc: subprocess.Popen[bytes],
     return proc.poll() is None
 
 
-def kill_one(index: int, stage: str, sig: str, fault: str, root: Path, db: Path,
+def kill_one(index: int, stage: str, sig: str, fault: Fault, root: Path, db: Path,
              seed: int, settle_s: float = 30.0) -> KillResult:
     """One run of ``fault``, sent ``sig`` at ``stage``; what it left behind."""
     run_dir = root / f"kill-{index:02d}-{stage}-{sig.lower()}"
@@ -356,8 +357,8 @@ def soak(root: Path, runs: int = 20, seed: int = 1,
     for i in range(runs):
         stage = STAGES[i % len(STAGES)]
         sig = SIGNALS[(i // len(STAGES) + i) % len(SIGNALS)]
-        fault = rng.choice(["delay-lt-timeout", "crash"] if stage in ("inject", "fault")
-                           else ["none", "crash", "delay-lt-timeout"])
+        fault = rng.choice([Fault.DELAY_LT_TIMEOUT, Fault.CRASH] if stage in ("inject", "fault")
+                           else [Fault.NONE, Fault.CRASH, Fault.DELAY_LT_TIMEOUT])
         result = kill_one(i, stage, sig, fault, root, db, seed + i)
         kills.append(result)
         if on_kill:

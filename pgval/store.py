@@ -55,6 +55,9 @@ RUN_COLUMNS = {
     # 1: the run's evidence hashes are in evidence_files (stored at finish_run); 0: finished
     # without evidence (a `pgval check`); NULL: stored before evidence hashes existed.
     "sealed": int,
+    # The validity reasons with their kinds, a JSON list of {"kind", "text"} (what recheck
+    # compares, by kind); NULL in runs stored before kinds (validity_reasons only).
+    "validity": str,
 }
 #: The recovery columns of ``runs`` (a test keeps them equal to Recovery's fields).
 RECOVERY_COLUMNS = ("downtime_s", "control_max_gap_s", "recovery_throughput_s",
@@ -167,10 +170,18 @@ def _v4_evidence_hashes(db: sqlite_utils.Database) -> None:
     _ensure_declared(db)
 
 
+def _v5_reason_kinds(db: sqlite_utils.Database) -> None:
+    """4 → 5: runs record their validity reasons with kinds (``validity``); runs stored
+    before keep it NULL, and a re-check reads their kinds from the texts' words
+    (:func:`pgval.recheck.legacy_reason_kind`)."""
+    _ensure_declared(db)
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_v1_declared_schema,
                                                                     _v2_oir_bracket,
                                                                     _v3_oir_shape,
-                                                                    _v4_evidence_hashes)
+                                                                    _v4_evidence_hashes,
+                                                                    _v5_reason_kinds)
 SCHEMA_VERSION = len(MIGRATIONS)
 #: The first schema whose runs carry evidence hashes (older ones are re-checked unverified).
 EVIDENCE_SCHEMA = MIGRATIONS.index(_v4_evidence_hashes) + 1
@@ -329,7 +340,8 @@ class ResultsStore:
                 "t3": ph.t3 if bounded else None,
                 "summary": json.dumps(redact_record(summary), default=_json_default),
                 "valid": int(validity.valid),
-                "validity_reasons": json.dumps(validity.reasons),
+                "validity_reasons": json.dumps(validity.texts),
+                "validity": json.dumps(validity.records()),
                 "run_dir": str(run_dir) if run_dir is not None else None,
                 # 1: sealed at the end of the run; 2: hashes taken at an import from the
                 # run's own SHA256SUMS (an edit before the import cannot be ruled out).

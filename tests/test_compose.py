@@ -534,3 +534,44 @@ def test_a_pumba_delay_leaves_an_undo_for_the_reaper(
     assert any(r.startswith(f"undo netem-{container.name}: clear pumba's netem") and
                "(exit 1)" in r for r in removed), removed
     assert [e["name"] for e in undo.pending(run_dir)] == [f"netem-{container.name}"]
+
+
+def test_a_compose_crash_is_stored_valid_only_when_docker_saw_it_stop(
+        fake: tuple[Path, FakeContainer, FakeClient], tmp_path: Path) -> None:
+    """End to end: pumba's kill logged through the run's schedule and stored as JSON is
+    judged by the container fault's rule in pgval.faults (what a re-check runs, without
+    Docker): valid when Docker said the container exited; unknown when it did not."""
+    from pgval.faults.evidence import fault_reasons
+    from pgval.run.schedule import FaultSchedule
+
+    exe, container, client = fake
+    schedule = FaultSchedule(pumba.PumbaFault("crash", "kill", container.name, client=client,
+                                              pumba=str(exe)))
+    schedule.step("inject", 0)
+    schedule.step("remove", 1)
+    stored = json.loads(json.dumps(schedule.log))
+    assert stored[0]["status"] == "exited" and fault_reasons("crash", stored) == []
+    seen_running = [{**stored[0], "status": "running"}, stored[1]]
+    assert [r.text for r in fault_reasons("crash", seen_running)] == [
+        f"crash: container {container.name} was not seen stopped (status 'running')"]
+
+
+
+def test_a_compose_delay_is_judged_by_the_netem_qdisc_docker_showed(
+        fake: tuple[Path, FakeContainer, FakeClient], tmp_path: Path) -> None:
+    """The probe of the embedded delay does not exist here: the netem qdisc seen in the
+    container is the evidence (a stored entry without one is unknown)."""
+    from pgval.faults.evidence import fault_reasons
+    from pgval.run.schedule import FaultSchedule
+
+    exe, container, client = fake
+    schedule = FaultSchedule(pumba.PumbaFault("delay-lt-timeout", "delay", container.name,
+                                              delay_ms=500, duration_s=60, client=client,
+                                              pumba=str(exe)))
+    schedule.step("inject", 0)
+    schedule.step("remove", 1)
+    stored = json.loads(json.dumps(schedule.log))
+    assert stored[0]["qdisc"] and fault_reasons("delay-lt-timeout", stored) == []
+    no_qdisc = [{**stored[0], "qdisc": ""}, stored[1]]
+    assert [r.text for r in fault_reasons("delay-lt-timeout", no_qdisc)] == [
+        f"delay-lt-timeout: no netem qdisc was seen on container {container.name}"]

@@ -12,10 +12,10 @@ from pgval.checker.explain import topic_code
 from pgval.config import ExperimentConfig
 from pgval.deploy import make_deployment
 from pgval.deploy.external import ExternalDeployment
-from pgval.deploy.topics import aligned_assignment
 from pgval.deploy.warm import daemon_key
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults.nemesis import NemesisDelay, nemesis_argv
+from pgval.kafka.admin import aligned_assignment
 from pgval.schema import Topics
 
 
@@ -163,3 +163,19 @@ def test_make_deployment_picks_by_config(tmp_path: Path) -> None:
     ext = make_deployment(ExperimentConfig(deploy="external", bootstrap="h:1",
                                            master="local[1]"), tmp_path)
     assert isinstance(ext, ExternalDeployment)
+
+
+def test_every_deployment_makes_every_fault(tmp_path: Path) -> None:
+    """One table per deployment says how it injects each fault: none may miss one."""
+    from pgval.cluster.local import ClusterConfig
+    from pgval.deploy.compose.deployment import ComposeDeployment
+    from pgval.deploy.embedded import AttachedDeployment, EmbeddedDeployment
+    from pgval.schema import Fault
+
+    deployments = [EmbeddedDeployment(tmp_path, ClusterConfig()), AttachedDeployment(tmp_path),
+                   ExternalDeployment("h:1", "local[1]", 3),
+                   ComposeDeployment(tmp_path / "runs" / "r", runs_root=tmp_path / "runs")]
+    faults = {f for f in Fault if f is not Fault.NONE}
+    for dep in deployments:
+        assert set(dep.fault_makers()) == faults, type(dep).__name__
+    assert deployments[0].make_fault(ExperimentConfig(), 0, None, None) is None  # type: ignore[arg-type]

@@ -22,7 +22,8 @@ from confluent_kafka.admin import AdminClient
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.evidence import Manifest
-from pgval.kafka.broker import is_reachable, read_client_properties
+from pgval.kafka.admin import is_reachable
+from pgval.kafka.client import read_client_properties
 from pgval.matrix import cells, run_matrix
 from pgval.store import ResultsStore
 from tests.test_redact import MARK, assert_private_run, files_holding

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pgval.checker.evaluate import evaluate, evaluate_files
+from pgval.checker.evaluate import evaluate
 from pgval.cli import main
 from pgval.evidence import (
     Manifest,
@@ -27,10 +27,11 @@ from pgval.evidence import (
     set_aside_control,
     streams_from_records,
 )
-from pgval.kafka.broker import TopicRecords
+from pgval.kafka.topic_records import TopicRecords
 from pgval.oracle.expected import expected_outputs
 from pgval.phases import Phases
 from pgval.recheck import export, recheck
+from pgval.records import read_streams
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
 from tests.strategies import input_events, produced_outputs, to_inputs
 
@@ -121,8 +122,8 @@ def test_recheck_and_export_agree_with_validate(tmp_path_factory: pytest.TempPat
     out = tmp_path_factory.mktemp("export")
     info = export(run_dir, out)
     assert info["phases"] == manifest.phases
-    checked = evaluate_files("sst", out / "inputs.jsonl", out / "outputs.jsonl", W,
-                             Phases(*info["phases"]))
+    checked = evaluate(*read_streams(out / "inputs.jsonl", out / "outputs.jsonl"), "sst", W,
+                       Phases(*info["phases"]))
     assert {k: checked.summary()[k] for k in CONTRACT} == {
         k: again.summary()[k] for k in CONTRACT}
     assert checked.validation.malformed_inputs == again.evaluation.validation.malformed_inputs

@@ -22,21 +22,20 @@ import pytest
 from click.testing import CliRunner
 
 from pgval.checker.evaluate import evaluate
+from pgval.checker.result import Reason
 from pgval.checker.validity import (
-    REASON_KINDS,
     Validity,
     evaluation_reasons,
     generator_reasons,
     readback_reasons,
-    reason_kind,
     reconcile_inputs,
 )
 from pgval.cli import main
 from pgval.evidence import INPUT_TOPICS, SUMS, Manifest, load_streams, load_topic, seal
 from pgval.faults.evidence import fault_reasons
-from pgval.recheck import NO_ANCHOR
+from pgval.recheck import NO_ANCHOR, legacy_reason_kind, stored_reasons
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
-from pgval.store import EVIDENCE_SCHEMA, ResultsStore
+from pgval.store import EVIDENCE_SCHEMA, SCHEMA_VERSION, ResultsStore
 from tests.test_evidence import W, build_run
 
 REFUSED = "differs from what was stored at the end of the run"
@@ -83,12 +82,12 @@ def stored_sealed_run(tmp_path: Path, fault: str = "none",
     evaluation = evaluate(streams.events, streams.outputs, "sst", W, manifest.phase_bounds)
     manifest.readback = _readback(run_dir, incomplete)
     validity = Validity(readback_reasons({k: v for k, v in manifest.readback.items()
-                                          if k != "inputs"}))
-    validity.extend(generator_reasons(GENERATOR))
-    validity.extend(evaluation_reasons(evaluation, fault))
-    validity.extend(fault_reasons(fault, fault_log or []))
+                                          if k != "inputs"}),
+                        generator_reasons(GENERATOR), evaluation_reasons(evaluation, fault),
+                        fault_reasons(fault, fault_log or []))
     manifest.config = {"fault": fault}
-    manifest.valid, manifest.validity_reasons = validity.valid, validity.reasons
+    manifest.valid, manifest.validity_reasons = validity.valid, validity.texts
+    manifest.validity = validity.records()
     manifest.run_id, manifest.generator, manifest.observed_reasons = run_id, GENERATOR, []
     manifest.write(run_dir)
     store.finish_run(run_id, evaluation, validity=validity, run_dir=run_dir,
@@ -248,8 +247,9 @@ def test_validity_is_recomputed_not_read_from_run_json(tmp_path: Path) -> None:
     path = run_dir / "evidence" / "run.json"
     data = json.loads(path.read_text())
     real = data["validity_reasons"]
-    assert [reason_kind(r) for r in real] == ["readback"]
+    assert [r["kind"] for r in data["validity"]] == ["readback"]
     data["valid"], data["validity_reasons"] = True, ["the generator had 7 failed sends"]
+    data["validity"] = [{"kind": "generator", "text": "the generator had 7 failed sends"}]
     path.write_text(json.dumps(data))
     code, out = cli("recheck", str(run_dir), "--json")
     assert code == 0, out
@@ -270,7 +270,7 @@ def test_fault_reasons_come_from_the_databases_fault_log(tmp_path: Path) -> None
     stored = json.loads(ResultsStore(db).run(run_id)["validity_reasons"])  # type: ignore[index]
     assert "crash: no worker process was killed" in stored
     with sqlite3.connect(db) as conn:  # the stored verdict (not the evidence) rewritten
-        conn.execute("UPDATE runs SET valid = 1, validity_reasons = '[]'")
+        conn.execute("UPDATE runs SET valid = 1, validity_reasons = '[]', validity = '[]'")
     code, out = cli("recheck", str(run_id), "--db", str(db), "--json")
     assert code == 0, out
     again = json.loads(out)
@@ -311,23 +311,173 @@ def test_a_database_from_before_hashes_rechecks_with_a_note(tmp_path: Path) -> N
     assert code == 0 and json.loads(out)["evidence"]["note"] == note
 
 
-def test_every_reason_has_a_kind() -> None:
-    """The kinds a re-check compares cover each reason pgval writes (a reason of kind
-    ``other`` would only ever be carried, never recomputed)."""
-    samples = [
-        *readback_reasons({"get": {"complete": False}}),
-        *reconcile_inputs(5, 6, 3, 1, True)[1], *reconcile_inputs(9, 9, 3, 1, True)[1],
-        *generator_reasons({"failed": 1, "undelivered": 2, "errors": ["x"]}),
-        "the drain timed out after 60 s: the query had not read every input",
-        "the driver died during the drain: exit 1", "the driver died at failure: exit 1",
-        *fault_reasons("crash", []), *fault_reasons("delay-gt-timeout",
-                                                    [{"step": "inject", "error": "e"}]),
-        *fault_reasons("driver-crash", [{"step": "inject"}, {"step": "remove",
-                                                               "error": "x"}]),
-        "nothing was expected: no usable inputs",
-        "the failure phase had no outputs (latency longer than the phase?)",
-    ]
-    kinds = {k for k, _ in REASON_KINDS}
-    assert all(reason_kind(r) in kinds for r in samples), \
-        [r for r in samples if reason_kind(r) not in kinds]
+def test_every_reason_has_its_checks_kind_and_the_legacy_reader_agrees() -> None:
+    """Each check gives its reasons its own kind; the reader of runs stored before kinds
+    (:func:`legacy_reason_kind`) finds that same kind in every sentence pgval writes, so
+    an old run is compared as it would be stored today."""
+    made = {
+        "readback": readback_reasons({"get": {"complete": False}}).reasons,
+        "reconcile": (*reconcile_inputs(5, 6, 3, 1, True)[1].reasons,
+                      *reconcile_inputs(9, 9, 3, 1, True)[1].reasons),
+        "generator": generator_reasons({"failed": 1, "undelivered": 2,
+                                        "errors": ["x"]}).reasons,
+        "fault": (*fault_reasons("crash", []),
+                  *fault_reasons("delay-gt-timeout", [{"step": "inject", "error": "e"}]),
+                  *fault_reasons("driver-crash", [{"step": "inject"},
+                                                  {"step": "remove", "error": "x"}])),
+    }
+    samples = [r for reasons in made.values() for r in reasons]
+    assert all(r.kind == kind for kind, reasons in made.items() for r in reasons), samples
+    samples += [Reason("observed", "the drain timed out after 60 s: the query had not read "
+                       "every input"),
+                Reason("observed", "the driver died during the drain: exit 1"),
+                Reason("observed", "the driver died at failure: exit 1"),
+                Reason("data", "nothing was expected: no usable inputs"),
+                Reason("data", "the failure phase had no outputs (latency longer than the "
+                       "phase?)")]
+    assert [legacy_reason_kind(r.text) for r in samples] == [r.kind for r in samples]
+    assert legacy_reason_kind("a sentence no rule knows") == "other"
     assert Manifest(topology="sst", window_ms=1, phases=[0, 1, 2]).observed_reasons is None
+    assert Manifest(topology="sst", window_ms=1, phases=[0, 1, 2]).validity is None
+
+
+# --------------------------------------------------------------------------- (e) kinds
+
+
+def _stored_validity(db: Path, run_id: int) -> list[dict[str, str]]:
+    value = json.loads(ResultsStore(db).run(run_id)["validity"])  # type: ignore[index]
+    assert isinstance(value, list)
+    return value
+
+
+def _set_stored_validity(db: Path, records: list[dict[str, str]] | None) -> None:
+    """The database's typed validity rewritten (it is not evidence: nothing hashes it)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET validity = ?",
+                     [None if records is None else json.dumps(records)])
+    conn.close()
+
+
+def test_kinds_are_stored_and_survive_a_recheck(tmp_path: Path) -> None:
+    """run.json and the database keep each reason's kind next to the sentences; a re-check
+    of the stored run finds the same kinds, with or without the database."""
+    run_dir, db, run_id = stored_sealed_run(tmp_path, incomplete=OUTPUT_TOPIC)
+    text = "read-back of topic output incomplete: partition 0 not reached"
+    assert _stored_validity(db, run_id) == [{"kind": "readback", "text": text}]
+    manifest = json.loads((run_dir / "evidence" / "run.json").read_text())
+    assert manifest["validity"] == [{"kind": "readback", "text": text}]
+    assert manifest["validity_reasons"] == [text]
+    for args in ([str(run_id), "--db", str(db)], [str(run_dir)]):
+        code, out = cli("recheck", *args, "--json")
+        assert code == 0, out
+        again = json.loads(out)
+        assert again["validity_reasons"] == [text] and again["valid"] is False
+        assert again["validity_changes"] == {} and again["validity_carried"] == []
+
+
+def test_a_reworded_reason_of_the_same_kind_agrees(tmp_path: Path) -> None:
+    """Stored and recomputed validity are compared by kind: a sentence an older pgval
+    worded otherwise is no change, and the recomputed wording is what is shown."""
+    run_dir, db, run_id = stored_sealed_run(tmp_path, incomplete=OUTPUT_TOPIC)
+    now = [r["text"] for r in _stored_validity(db, run_id)]
+    _set_stored_validity(db, [{"kind": "readback", "text": "output: read-back short"}])
+    code, out = cli("recheck", str(run_id), "--db", str(db), "--json")
+    assert code == 0, out
+    again = json.loads(out)
+    assert again["validity_changes"] == {} and again["validity_reasons"] == now
+
+
+def test_a_stored_kind_that_differs_is_reported(tmp_path: Path) -> None:
+    """The same sentence stored under another kind is a change (the wording is never
+    compared): the stored kind is only_stored, the recomputed one only_now."""
+    run_dir, db, run_id = stored_sealed_run(tmp_path, incomplete=OUTPUT_TOPIC)
+    (reason,) = _stored_validity(db, run_id)
+    _set_stored_validity(db, [{**reason, "kind": "generator"}])
+    code, out = cli("recheck", str(run_id), "--db", str(db), "--json")
+    assert code == 0, out
+    assert json.loads(out)["validity_changes"] == {"only_now": ["readback"],
+                                                   "only_stored": ["generator"]}
+    # A valid run whose stored verdict claims a reason the evidence does not give.
+    ok_dir, ok_db, ok_id = stored_sealed_run(tmp_path / "ok")
+    _set_stored_validity(ok_db, [{"kind": "observed", "text": "the driver died at x"}])
+    code, out = cli("recheck", str(ok_id), "--db", str(ok_db), "--json")
+    assert code == 0 and json.loads(out)["validity_changes"] == {"only_stored": ["observed"]}
+
+
+def _before_kinds(db: Path) -> None:
+    """Make ``db`` what the pgval before reason kinds wrote (schema 4: no ``validity``)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("ALTER TABLE runs DROP COLUMN validity")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    conn.close()
+
+
+def test_a_run_stored_before_kinds_rechecks_by_its_sentences(tmp_path: Path) -> None:
+    """An old database (no ``validity`` column) and an old run.json (no ``validity``): the
+    kinds of the stored sentences are read by the legacy reader, for those runs only, and
+    the re-check agrees; the migration keeps the old run's ``validity`` NULL."""
+    run_dir, db, run_id = stored_sealed_run(tmp_path, incomplete=OUTPUT_TOPIC)
+    _before_kinds(db)
+    code, out = cli("recheck", str(run_id), "--db", str(db), "--json")
+    assert code == 0, out
+    again = json.loads(out)
+    assert again["valid"] is False and again["validity_changes"] == {}
+    assert again["evidence"]["verified"] is True
+    with sqlite3.connect(db) as conn:  # read only: still the old schema
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION - 1
+    conn.close()
+    ResultsStore(db).close()
+    assert ResultsStore(db).run(run_id)["validity"] is None  # type: ignore[index]
+    code, out = cli("recheck", str(run_id), "--db", str(db), "--json")
+    assert code == 0 and json.loads(out)["validity_changes"] == {}
+    # An old run.json, without the database: its sentences are read the same way, and a
+    # kind it kept no inputs for (no observed_reasons then) is carried from them.
+    path = run_dir / "evidence" / "run.json"
+    data = json.loads(path.read_text())
+    for key in ("validity", "observed_reasons"):
+        del data[key]
+    data["valid"] = False
+    data["validity_reasons"] = [*data["validity_reasons"],
+                                "the drain timed out after 300 s: the query had not read "
+                                "every input"]
+    path.write_text(json.dumps(data))
+    code, out = cli("recheck", str(run_dir), "--json")
+    assert code == 0, out
+    again = json.loads(out)
+    assert again["validity_changes"] == {} and again["validity_carried"] == ["observed"]
+    assert again["validity_reasons"] == data["validity_reasons"]
+
+
+@pytest.mark.parametrize("value", [[{"kind": "nope", "text": "x"}], "readback", [1]])
+def test_a_damaged_stored_validity_is_one_sentence(tmp_path: Path, value: object) -> None:
+    run_dir, _, _ = stored_sealed_run(tmp_path)
+    path = run_dir / "evidence" / "run.json"
+    data = json.loads(path.read_text())
+    data["validity"] = value
+    path.write_text(json.dumps(data))
+    code, out = cli("recheck", str(run_dir))
+    assert code == 2 and "Traceback" not in out, out
+    assert "is damaged: its validity must be null or a list of {kind, text} objects" in \
+        " ".join(out.split())
+
+
+def test_a_fault_pgval_does_not_know_is_one_sentence(tmp_path: Path) -> None:
+    run_dir, _, _ = stored_sealed_run(tmp_path)
+    path = run_dir / "evidence" / "run.json"
+    data = json.loads(path.read_text())
+    data["config"]["fault"] = "meteor"
+    path.write_text(json.dumps(data))
+    code, out = cli("recheck", str(run_dir))
+    assert code == 2 and "Traceback" not in out, out
+    assert 'names the fault "meteor", which is none of none, crash' in " ".join(out.split())
+
+
+@pytest.mark.parametrize("cell", [None, 1e308, -1, "", "x", "{", "[]", "{}", "null", "[1, 2]",
+                                  '[{"kind": "data"}]', b"\xff\x00", "[" * 5000])
+def test_a_damaged_database_validity_falls_back_to_the_sentences(cell: object) -> None:
+    """The database is no evidence file (nothing hashes its cells): a ``validity`` or
+    ``validity_reasons`` cell of any value is read without a traceback, the sentences
+    (legacy reader) standing in for kinds that cannot be read."""
+    texts = json.dumps(["the drain timed out after 1 s: x"])
+    assert stored_reasons(cell, texts) == [Reason("observed", "the drain timed out after 1 s: x")]
+    assert all(isinstance(r, Reason) for r in stored_reasons(cell, cell))

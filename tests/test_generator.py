@@ -449,13 +449,15 @@ def _kafka_cluster_available() -> bool:
 @pytest.mark.cluster
 @pytest.mark.skipif(not _kafka_cluster_available(), reason="pgval.kafka.broker not available")
 def test_kafka_sink_delivers_to_a_real_broker(tmp_path: Path) -> None:
-    from pgval.kafka.broker import KafkaCluster, read_topic
-    from pgval.schema import GET_TOPIC, POST_TOPIC
+    from pgval.kafka.admin import create_topics
+    from pgval.kafka.broker import KafkaCluster
+    from pgval.kafka.reader import read_topic
+    from pgval.schema import GET_TOPIC, POST_TOPIC, Topics
 
     cluster = KafkaCluster(tmp_path, brokers=1, sasl=False)
     cluster.start()
     try:
-        cluster.ensure_experiment_topics(["output"])
+        create_topics(cluster.client_config, Topics().all(), 3, compacted=[Topics().marker])
         cfg = GeneratorConfig(rate=20_000.0, events=20_000, producers=2, get_share=0.9, seed=4)
         rep = run_producers(cfg, KafkaSink(cluster.bootstrap))
         assert rep.ok, rep.summary()

@@ -1,4 +1,4 @@
-"""The embedded Kafka runtime against real brokers: topics, timestamps, transactions, cleanup."""
+"""The embedded Kafka against real brokers: its login, topics, timestamps, transactions, cleanup."""
 
 from __future__ import annotations
 
@@ -14,16 +14,15 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from pgval import schema
 from pgval.errors import RuntimeErrorPlain
 from pgval.kafka import broker as kafka_mod
-from pgval.kafka.broker import KafkaCluster, is_reachable, read_topic
+from pgval.kafka.admin import create_topics, delete_topics, is_reachable
+from pgval.kafka.broker import KafkaCluster
+from pgval.kafka.client import java_client_options, quiet_conf
+from pgval.kafka.reader import read_topic
+from tests.conftest import wait_until
+
+PLAIN = schema.Topics()  # the unprefixed topics
 
 # ---- no broker needed ----------------------------------------------------------------------
-
-
-def test_replica_assignment_aligns_leaders() -> None:
-    """Partition p is led by broker p % B on every topic, with min(3, B) distinct replicas."""
-    c = KafkaCluster(Path("/nonexistent"), brokers=4, partitions=5)
-    assert c.replica_assignment() == [[0, 1, 2], [1, 2, 3], [2, 3, 0], [3, 0, 1], [0, 1, 2]]
-    assert KafkaCluster(Path("/x"), brokers=1, partitions=2).replica_assignment() == [[0], [0]]
 
 
 def test_cluster_ids_never_look_like_options() -> None:
@@ -44,20 +43,20 @@ def test_a_sasl_login_becomes_jaas_for_java_clients_and_round_trips(tmp_path: Pa
     JAAS; other settings pass unchanged; the 0600 file reads back as written."""
     creds = kafka_mod.KafkaCredentials.new()
     assert len(creds.password) == 48 and creds != kafka_mod.KafkaCredentials.new()
-    java = kafka_mod.java_client_options({**creds.client_config(), "linger.ms": "5"})
+    java = java_client_options({**creds.client_config(), "linger.ms": "5"})
     assert java == {
         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
         "linger.ms": "5",
         "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
                             f'required username="pgval" password="{creds.password}";'}
-    plain = kafka_mod.java_client_options({"sasl.mechanisms": "PLAIN", "sasl.username": "u",
-                                           "sasl.password": 'a"b\\c'})
+    plain = java_client_options({"sasl.mechanisms": "PLAIN", "sasl.username": "u",
+                                 "sasl.password": 'a"b\\c'})
     assert plain["sasl.jaas.config"] == ("org.apache.kafka.common.security.plain."
                                          'PlainLoginModule required username="u" '
                                          'password="a\\"b\\\\c";')
-    assert kafka_mod.java_client_options({"acks": "all"}) == {"acks": "all"}
+    assert java_client_options({"acks": "all"}) == {"acks": "all"}
     kerberos = {"sasl.mechanism": "GSSAPI", "sasl.username": "u"}
-    assert kafka_mod.java_client_options(kerberos) == kerberos
+    assert java_client_options(kerberos) == kerberos
     path = tmp_path / "kafka" / "client.properties"
     path.parent.mkdir()
     path.write_text("old")
@@ -104,7 +103,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     c = KafkaCluster(tmp_path_factory.mktemp("run"), brokers=1, partitions=3, sasl=False)
     try:
         c.start()
-        c.ensure_experiment_topics()
+        create_topics(c.client_config, PLAIN.all(), 3, compacted=[PLAIN.marker])
         yield c
     finally:
         c.stop()
@@ -113,7 +112,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 def _producer(bootstrap: str, **extra: object) -> Producer:
     """Quiet producer: it outlives the brokers in some tests and would log refused connects."""
-    conf = {**kafka_mod._quiet_client_conf(bootstrap), "linger.ms": 5, **extra}
+    conf = {**quiet_conf(bootstrap), "linger.ms": 5, **extra}
     return Producer(conf)
 
 
@@ -136,18 +135,31 @@ def test_experiment_topics_exist_with_compacted_marker(cluster: KafkaCluster) ->
     md = admin.list_topics(timeout=10)
     for name in (schema.GET_TOPIC, schema.POST_TOPIC, schema.OUTPUT_TOPIC, schema.MARKER_TOPIC):
         assert len(md.topics[name].partitions) == 3
-    res = ConfigResource(ConfigResource.Type.TOPIC, schema.MARKER_TOPIC)
-    cfg = admin.describe_configs([res])[res].result(timeout=10)
-    assert cfg["cleanup.policy"].value == "compact"
-    assert cfg["message.timestamp.type"].value == "LogAppendTime"
-    # Creating again is a no-op, not an error.
-    cluster.ensure_experiment_topics(schema.OUTPUT_TOPIC)
+    for name in (schema.GET_TOPIC, schema.MARKER_TOPIC):
+        res = ConfigResource(ConfigResource.Type.TOPIC, name)
+        cfg = admin.describe_configs([res])[res].result(timeout=10)
+        assert cfg["cleanup.policy"].value == ("compact" if name == schema.MARKER_TOPIC
+                                               else "delete")
+        assert cfg["message.timestamp.type"].value == "LogAppendTime"
+        assert cfg["retention.ms"].value == "-1" and cfg["min.insync.replicas"].value == "1"
+    # Creating again is an error: the topic may hold someone else's records.
+    with pytest.raises(RuntimeErrorPlain, match="topic output already exists"):
+        create_topics(cluster.client_config, [schema.OUTPUT_TOPIC], 3)
+
+
+@pytest.mark.cluster
+def test_delete_topics_deletes_and_a_missing_one_is_no_error(cluster: KafkaCluster) -> None:
+    create_topics(cluster.client_config, ["doomed"], 3)
+    assert delete_topics(cluster.client_config, ["doomed", "never-was"]) == ["doomed"]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wait_until(lambda: "doomed" not in admin.list_topics(timeout=10).topics, 30,
+               "the deleted topic to leave the metadata")
 
 
 @pytest.mark.cluster
 def test_read_committed_skips_aborted_and_open_transactions(cluster: KafkaCluster) -> None:
     topic = "txn-roundtrip"
-    cluster.create_topics([topic])
+    create_topics(cluster.client_config, [topic], 3)
     tx = _producer(cluster.bootstrap, **{"transactional.id": "pgval-test-tx"})
     tx.init_transactions(30)
     tx.begin_transaction()
@@ -193,7 +205,8 @@ def test_three_brokers_are_closed_align_leaders_and_leave_no_jvm(tmp_path: Path)
         c.start()
         pids = [p.pid for p in c.procs]
         assert len(pids) == 3 and c.startup_seconds is not None
-        names = c.ensure_experiment_topics(["output"])
+        names = PLAIN.all()
+        create_topics(c.client_config, names, 4, compacted=[PLAIN.marker])
         assert_closed(c)
         admin = AdminClient(c.client_config)
         md = admin.list_topics(timeout=10)
@@ -246,7 +259,7 @@ def assert_closed(c: KafkaCluster) -> None:
 def test_read_back_proves_completeness_or_says_why_not(cluster: KafkaCluster) -> None:
     """A complete read reaches every end offset; deleted records or a time-out are problems."""
     topic = "completeness"
-    cluster.create_topics([topic])
+    create_topics(cluster.client_config, [topic], 3)
     p = _producer(cluster.bootstrap, acks="all")
     for i in range(9):
         p.produce(topic, value=f"v{i}".encode(), partition=i % 3)

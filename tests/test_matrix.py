@@ -3,7 +3,6 @@ is claimed by exactly one process, and every attempt gets a fresh run directory.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import multiprocessing as mp
 import random
@@ -35,7 +34,7 @@ def test_resume_skips_complete_cells_and_marks_stale(tmp_path: Path) -> None:
     store = ResultsStore(db)
     grid = cells(["sst"], ["a1", "e1"], ["none"], 2)
     for cell in grid:
-        rid = store.start_run("validate", cell.topology, 10_000, pg=cell.pg, fault=cell.fault,
+        rid = store.start_run("validate", cell.topology, 10_000, pg=cell.pg, fault=cell.fault.kind,
                               repeat=cell.repeat, params={"matrix_key": key})
         store.db["runs"].update(rid, {"status": "complete"})
     stale = store.start_run("validate", "mst", 10_000, pg="a1", fault="crash", repeat=0,
@@ -77,7 +76,7 @@ def test_a_crash_point_is_its_own_cell_of_the_same_matrix(tmp_path: Path) -> Non
                                   "driver-crash@after-sink-write"], 1)
     assert [c.label() for c in grid] == ["sst a1 crash #0", "sst a1 crash@during-sink-write #0",
                                          "sst a1 driver-crash@after-sink-write #0"]
-    assert [(c.fault, c.crash_point) for c in grid] == [
+    assert [(c.fault.kind, c.fault.point) for c in grid] == [
         ("crash", "timed"), ("crash", "during-sink-write"),
         ("driver-crash", "after-sink-write")]
     assert matrix_key(ExperimentConfig(crash_point="during-sink-write", fault="crash")) == \
@@ -123,7 +122,7 @@ def _claim_all(path: str, order: int, barrier: Any, out: Any, done: Any) -> None
         claimed = []
         for c in grid:
             if claim_cell(store, KEY, c, window_ms=10_000, seed=c.repeat, params={}) is not None:
-                claimed.append(dataclasses.astuple(c))
+                claimed.append(c)
             time.sleep(rng.uniform(0, 0.004))
         out.put(claimed)
     except Exception as exc:
@@ -142,8 +141,8 @@ def test_concurrent_claims_take_every_cell_exactly_once(tmp_path: Path) -> None:
     try:
         claimed = [out.get(timeout=60) for _ in procs]
         assert all(isinstance(c, list) for c in claimed), claimed
-        flat = [Cell(*c) for per in claimed for c in per]
-        assert sorted(flat, key=dataclasses.astuple) == sorted(GRID, key=dataclasses.astuple)
+        flat = [c for per in claimed for c in per]
+        assert sorted(flat, key=Cell.label) == sorted(GRID, key=Cell.label)
         rows = ResultsStore(path).runs()
         assert len(rows) == len(GRID) and {r["status"] for r in rows} == {"running"}
         # While the claimers live, nobody else gets a cell, and their runs are not stale.
@@ -306,11 +305,11 @@ def test_left_out_cells_need_no_oir_and_wrong_options_are_still_refused(tmp_path
     from pgval.cli import main
     from pgval.cluster.local import ClusterConfig
     from pgval.config import ExperimentConfig
-    from pgval.oir import OirResult, oir_shape, save_oir
+    from pgval.oir import OirResult, save_oir
 
     db = tmp_path / "r.db"
     save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0,
-                           shape=oir_shape(ExperimentConfig(cluster=ClusterConfig(workers=3)))))
+                           shape=ExperimentConfig(cluster=ClusterConfig(workers=3)).shape().oir()))
     res = CliRunner().invoke(main, [
         "matrix", "--topologies", "sst", "--pgs", "e1,a1", "--faults", "crash@during-sink-write",
         "--rate", "oir", "--workers", "2", "--repeat", "1", "--db", str(db),

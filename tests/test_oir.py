@@ -22,7 +22,6 @@ from pgval.oir import (
     bracket,
     machine_id,
     next_rate,
-    oir_shape,
     save_oir,
     stored_elsewhere,
     stored_oir,
@@ -125,10 +124,10 @@ def test_m1_uses_a1s_oir_unless_its_own_was_measured(tmp_path: Path) -> None:
 def test_an_oir_holds_for_the_run_shape_it_was_measured_with(tmp_path: Path) -> None:
 
     db = tmp_path / "oir.db"
-    two = oir_shape(ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)))
-    three = oir_shape(ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=3)))
-    longer = oir_shape(ExperimentConfig(phase_seconds=300, cluster=ClusterConfig(brokers=1,
-                                                                                 workers=2)))
+    two = ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)).shape().oir()
+    three = ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=3)).shape().oir()
+    longer = ExperimentConfig(phase_seconds=300, cluster=ClusterConfig(brokers=1,
+                                                                                 workers=2)).shape().oir()
     assert two == longer  # the phase length judges a trial; it is not part of the shape
     save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=two))
     assert stored_oir(db, "sst", "a1", shape=two).rate == 8000
@@ -147,15 +146,15 @@ def test_a_shape_compares_effective_values_and_only_what_was_recorded(tmp_path: 
     same shape; a field added to the shape later is not held against an older row; an
     external cluster is told apart by its addresses."""
     cluster = ClusterConfig(brokers=1, workers=2, partitions=3)
-    default = oir_shape(ExperimentConfig(cluster=cluster))
-    assert default == oir_shape(ExperimentConfig(shuffle_partitions=3, cluster=cluster))
-    assert default != oir_shape(ExperimentConfig(shuffle_partitions=6, cluster=cluster))
+    default = ExperimentConfig(cluster=cluster).shape().oir()
+    assert default == ExperimentConfig(shuffle_partitions=3, cluster=cluster).shape().oir()
+    assert default != ExperimentConfig(shuffle_partitions=6, cluster=cluster).shape().oir()
     db = tmp_path / "r.db"
     older = {k: v for k, v in default.items() if k not in ("spark_conf", "master")}
     save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=older))
     assert stored_oir(db, "sst", "a1", shape=default).rate == 8000
-    theirs = oir_shape(ExperimentConfig(deploy="external", bootstrap="kafka:9092",
-                                        master="spark://m:7077", cluster=cluster))
+    theirs = ExperimentConfig(deploy="external", bootstrap="kafka:9092",
+                                        master="spark://m:7077", cluster=cluster).shape().oir()
     assert stored_oir(db, "sst", "a1", shape=theirs) is None
     assert stored_elsewhere(db, "sst", "a1", theirs) == (
         "bootstrap None (this run: kafka:9092), deploy local (this run: external)")
@@ -182,7 +181,7 @@ def test_matrix_at_a_fraction_of_the_oir_is_refused_without_one(cwd: Path) -> No
 
 def test_matrix_refuses_an_oir_measured_on_another_cluster_shape(cwd: Path) -> None:
 
-    shape = oir_shape(ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)))
+    shape = ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)).shape().oir()
     save_oir(cwd / "r.db", OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=shape))
     args = ["matrix", "--topologies", "sst", "--pgs", "a1", "--faults", "none", "--rate", "oir",
             "--db", "r.db", "--brokers", "1", "--workers", "3", "--runs-dir", "runs"]

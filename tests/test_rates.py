@@ -37,8 +37,10 @@ from pgval.datasets import (
     generate_range,
 )
 from pgval.errors import RuntimeErrorPlain
-from pgval.kafka.broker import KafkaCluster, TopicRecords, _Columns, read_topic
-from pgval.kafka.reader import merge_ranges, read_topics, split_tasks
+from pgval.kafka.admin import create_topics
+from pgval.kafka.broker import KafkaCluster
+from pgval.kafka.reader import _Columns, merge_ranges, read_topic, read_topics, split_tasks
+from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.records import KAFKA_INPUT_SCHEMA, parse_values
 from pgval.schema import Topics
 from tests.conftest import wait_until
@@ -149,7 +151,7 @@ def test_batch_columns_equal_a_record_by_record_read(case: tuple) -> None:
     end_arr = np.array([end[p] for p in range(len(end))], dtype=np.int64)
     for batch in batches:
         columns.add(batch, end_arr, reached, todo)
-    records = columns.records()
+    records = TopicRecords.from_table(columns.table())
     assert records.rows() == rows
     assert reached == reached_ref and todo == todo_ref
     assert columns.count == len(rows)
@@ -166,6 +168,20 @@ def test_topic_records_take_lists_or_arrow() -> None:
     assert from_lists.values.type == pa.binary() and len(from_arrow) == 2
     with pytest.raises(ValueError):
         TopicRecords(keys=[b"k"], values=[], timestamps=[], partitions=[], offsets=[])
+
+
+def test_topic_records_round_trip_through_the_record_schema() -> None:
+    """The reader's wire and the evidence's Parquet are one table: nothing lost either way,
+    and an empty read keeps its column types."""
+    recs = TopicRecords(keys=[b"k", None, b""], values=[None, b"v", b"w"], timestamps=[5, 6, 7],
+                        partitions=[2, 0, 1], offsets=[3, 4, 9], topic="t")
+    table = recs.to_table()
+    assert table.schema == RECORD_SCHEMA
+    back = TopicRecords.from_table(table, "t")
+    assert back.rows() == recs.rows() and back.topic == "t"
+    empty = TopicRecords.from_table(RECORD_SCHEMA.empty_table())
+    assert len(empty) == 0 and empty.offsets.dtype == np.int64
+    assert empty.partitions.dtype == np.int32 and empty.timestamps.dtype == np.int64
 
 
 VALUES = st.lists(st.one_of(
@@ -249,7 +265,7 @@ def test_sink_counts_equal_what_read_topic_returns_in_the_runs_topics(broker: Ka
     from pgval.datasets import run_producers
 
     topics = Topics.with_prefix("run-a-")
-    broker.create_topics([*topics.inputs, *Topics().inputs])
+    create_topics(broker.client_config, [*topics.inputs, *Topics().inputs], 3)
     cfg = GeneratorConfig(rate=None, events=30_000, producers=2, get_share=0.9, seed=11)
     report = run_producers(cfg, KafkaSink(broker.bootstrap, topics=topics,
                                           config={"log_level": 3}))
@@ -273,7 +289,7 @@ def test_sink_counts_equal_what_read_topic_returns_in_the_runs_topics(broker: Ka
 @pytest.mark.cluster
 def test_read_topic_columns_equal_a_slow_reference_read(broker: KafkaCluster) -> None:
     topic = "mixed"
-    broker.create_topics([topic])
+    create_topics(broker.client_config, [topic], 3)
     plain = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "log_level": 3})
     for i in range(500):
         key = None if i % 7 == 0 else b"r%04d" % (i % 5)
@@ -353,7 +369,7 @@ def test_parallel_readers_give_what_read_topic_gives(broker: KafkaCluster) -> No
     an aborted transaction inside it) against one in-process read per topic: same records
     in offset order per partition, same proof of completeness."""
     topics = ["par-a", "par-b"]
-    broker.create_topics(topics)
+    create_topics(broker.client_config, topics, 3)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "log_level": 3})
     tx = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "par-tx",
                    "log_level": 3})
@@ -396,7 +412,7 @@ def test_a_reader_process_dies_with_its_parent(tmp_path: Path) -> None:
     script.write_text(
         "import multiprocessing as mp, os, time\n"
         "from pgval.kafka import reader as readback\n"
-        "from pgval.kafka.broker import reader_conf\n"
+        "from pgval.kafka.reader import reader_conf\n"
         "if __name__ == '__main__':\n"
         "    ctx = mp.get_context('spawn')\n"
         "    recv, send = ctx.Pipe(duplex=False)\n"

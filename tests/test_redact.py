@@ -22,7 +22,7 @@ from pgval.config import ExperimentConfig
 from pgval.errors import RuntimeErrorPlain
 from pgval.evidence import MANIFEST, Manifest, evidence_dir
 from pgval.faults.nemesis import NemesisDelay
-from pgval.oir import oir_shape, shape_matches
+from pgval.oir import shape_matches
 from pgval.redact import (
     REDACTED,
     conf_summary,
@@ -208,12 +208,13 @@ def test_driver_conf_line_shows_keys_only_for_given_and_secret_settings() -> Non
 
 
 def test_the_oir_shape_tells_settings_apart_without_holding_them() -> None:
-    a = oir_shape(secret_config())
+    a = secret_config().shape().oir()
     assert MARK not in json.dumps(a)
-    b = oir_shape(ExperimentConfig(**{**vars(secret_config()), "spark_conf": {
-        "spark.executor.extraJavaOptions": "-Dpass=other", "spark.pgval.test.password": MARK}}))
+    b = ExperimentConfig(**{**vars(secret_config()), "spark_conf": {
+        "spark.executor.extraJavaOptions": "-Dpass=other",
+        "spark.pgval.test.password": MARK}}).shape().oir()
     assert not shape_matches(a, b)  # a different value is a different shape
-    assert shape_matches(a, oir_shape(secret_config()))
+    assert shape_matches(a, secret_config().shape().oir())
 
 
 def test_private_dir_and_umask(tmp_path: Path) -> None:

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from pgval.schema import Fault
 from pgval.soak import intact_runs, kill_external, kill_matrix, kill_one, live_run_with_cleanups
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.mark.parametrize("stage,sig,fault", [
-    ("deploy", "SIGKILL", "none"),  # no finally runs: the reaper must clean up
-    ("fault", "SIGTERM", "delay-lt-timeout"),  # a delay in force: teardown removes it
+    ("deploy", "SIGKILL", Fault.NONE),  # no finally runs: the reaper must clean up
+    ("fault", "SIGTERM", Fault.DELAY_LT_TIMEOUT),  # a delay in force: teardown removes it
 ])
-def test_a_killed_run_leaves_nothing(tmp_path: Path, stage: str, sig: str, fault: str) -> None:
+def test_a_killed_run_leaves_nothing(tmp_path: Path, stage: str, sig: str, fault: Fault) -> None:
     result = kill_one(0, stage, sig, fault, tmp_path, tmp_path / "soak.db", seed=3)
     assert result.reached, f"the run ended before reaching {stage}"
     assert result.left == {}, result

@@ -16,6 +16,7 @@ import pytest
 
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.recovery import Recovery
+from pgval.checker.validity import evaluation_reasons
 from pgval.dbfile import StoreError
 from pgval.host.identity import Owner
 from pgval.report import build_report
@@ -76,6 +77,10 @@ def test_finish_run_stores_everything_and_marks_complete(tmp_path: Path,
                                               evaluation.validation.witnesses.values())
     assert [r["batch_id"] for r in store.db["batches"].rows] == [0, 1]
     assert [r["step"] for r in store.db["fault_log"].rows] == ["inject"]
+    # Without a validity given, the data's own reasons, stored as sentences and with kinds.
+    data = evaluation_reasons(evaluation)
+    assert json.loads(row["validity_reasons"]) == data.texts
+    assert json.loads(row["validity"]) == [r.as_record() for r in data.reasons]
 
 
 @pytest.mark.parametrize("step", ["save_unprocessed_causes", "save_batches",

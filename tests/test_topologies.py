@@ -30,7 +30,9 @@ from pgval import schema
 from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.checker.explain import watermark_ms
 from pgval.host.procs import Managed, spawn
-from pgval.kafka.broker import KafkaCluster, read_topic
+from pgval.kafka.admin import create_topics
+from pgval.kafka.broker import KafkaCluster
+from pgval.kafka.reader import read_topic
 from pgval.records import InputEvents, ResourceTable, inputs_from_kafka, outputs_from_kafka
 
 W = 2000  # window
@@ -259,8 +261,11 @@ def kafka(tmp_path: Path) -> Iterator[KafkaCluster]:
     cluster = KafkaCluster(tmp_path / "kafka", brokers=1, partitions=3, sasl=False)
     try:
         cluster.start()
-        cluster.ensure_experiment_topics(
-            [f"out-{t}-{pg}" for t in schema.TOPOLOGIES for pg in schema.PROCESSING_GUARANTEES])
+        outputs = [f"out-{t}-{pg}" for t in schema.TOPOLOGIES
+                   for pg in schema.PROCESSING_GUARANTEES]
+        create_topics(cluster.client_config,
+                      [schema.GET_TOPIC, schema.POST_TOPIC, *outputs, schema.MARKER_TOPIC], 3,
+                      compacted=[schema.MARKER_TOPIC])
         yield cluster
     finally:
         cluster.stop()

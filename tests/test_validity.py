@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pgval.checker.evaluate import evaluate
+from pgval.checker.result import Reason, Result, reasons_from_records
 from pgval.checker.validity import (
     Validity,
     evaluation_reasons,
@@ -13,21 +16,23 @@ from pgval.checker.validity import (
 from pgval.faults.evidence import fault_reasons
 from pgval.phases import Phases
 from pgval.records import ResourceTable
+from pgval.schema import Fault
 from tests.strategies import to_inputs, to_outputs
 
 
 def test_reconcile_inputs_counts_every_mismatch() -> None:
-    info, reasons = reconcile_inputs(read=110, end_offsets_total=110, delivered=100,
-                                     control=10, generator_clean=True)
-    assert info["ok"] and reasons == []
-    _, reasons = reconcile_inputs(105, 110, 100, 10, True)
-    assert len(reasons) == 2  # short of the end offsets, and of delivered + control
-    _, reasons = reconcile_inputs(111, 111, 100, 10, True)
-    assert reasons and "more than" in reasons[0]
+    info, result = reconcile_inputs(read=110, end_offsets_total=110, delivered=100,
+                                    control=10, generator_clean=True)
+    assert info["ok"] and result.valid and result.status == "valid"
+    _, result = reconcile_inputs(105, 110, 100, 10, True)
+    assert len(result.reasons) == 2  # short of the end offsets, and of delivered + control
+    assert result.kinds() == {"reconcile"} and result.status == "unknown"
+    _, result = reconcile_inputs(111, 111, 100, 10, True)
+    assert result.reasons and "more than" in result.texts[0]
     # Unacknowledged sends may or may not be in Kafka: more is then not a reconciliation error
     # (the generator reason already makes the run unknown).
-    _, reasons = reconcile_inputs(111, 111, 100, 10, False)
-    assert reasons == []
+    _, result = reconcile_inputs(111, 111, 100, 10, False)
+    assert result.valid
 
 
 def test_readback_reasons_name_the_topic_and_why() -> None:
@@ -35,37 +40,45 @@ def test_readback_reasons_name_the_topic_and_why() -> None:
         "get": {"complete": True},
         "output": {"complete": False, "problems": ["read time-out after 120 s",
                                                   "short partitions: 2 at 5 of 9"]}})
-    assert reasons == ["read-back of topic output incomplete: read time-out after 120 s; "
-                       "short partitions: 2 at 5 of 9"]
+    assert reasons == Result((Reason("readback", "read-back of topic output incomplete: read "
+                                     "time-out after 120 s; short partitions: 2 at 5 of 9"),))
 
 
 def test_generator_reasons() -> None:
-    assert generator_reasons({"failed": 0, "undelivered": 0}) == []
-    assert len(generator_reasons({"failed": 2, "undelivered": 3, "errors": ["boom"]})) == 3
+    assert generator_reasons({"failed": 0, "undelivered": 0}) == Result()
+    failed = generator_reasons({"failed": 2, "undelivered": 3, "errors": ["boom"]})
+    assert len(failed.reasons) == 3 and failed.kinds() == {"generator"}
+
+
+def fault_texts(fault: str, log: list[dict[str, object]]) -> list[str]:
+    """The sentences of ``fault_reasons``, each of kind ``fault``."""
+    reasons = fault_reasons(fault, log)
+    assert all(r.kind == "fault" for r in reasons), reasons
+    return [r.text for r in reasons]
 
 
 def test_fault_reasons_need_evidence() -> None:
-    assert fault_reasons("none", []) == []
-    assert fault_reasons("crash", []) == ["the crash fault was never injected"]
+    assert fault_texts("none", []) == []
+    assert fault_texts("crash", []) == ["the crash fault was never injected"]
     ok_crash = [{"step": "inject", "worker_pid": 5, "left_alive": []}, {"step": "remove"},
                 {"step": "timeouts", "fired": {"executor lost (driver)": 1}}]
-    assert fault_reasons("crash", ok_crash) == []
+    assert fault_texts("crash", ok_crash) == []
     no_loss = [*ok_crash[:2], {"step": "timeouts", "fired": {}}]
-    assert fault_reasons("crash", no_loss) == ["crash: the driver never reported an executor lost"]
+    assert fault_texts("crash", no_loss) == ["crash: the driver never reported an executor lost"]
     survived = [{"step": "inject", "worker_pid": 5, "left_alive": [7]}, {"step": "remove"}]
-    assert "survived" in fault_reasons("crash", survived)[0]
+    assert "survived" in fault_texts("crash", survived)[0]
     failed_removal = [{"step": "inject", "driver_pid": 3}, {"step": "remove", "error": "x"}]
-    assert fault_reasons("driver-crash", failed_removal) == ["removing driver-crash failed: x"]
+    assert fault_texts("driver-crash", failed_removal) == ["removing driver-crash failed: x"]
     delayed = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_before": 0.2,
                 "probe_connect_ms_after": 1000.8}, {"step": "remove"}]
-    assert fault_reasons("delay-lt-timeout", delayed) == []
+    assert fault_texts("delay-lt-timeout", delayed) == []
     not_delayed = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_before": 0.2,
                     "probe_connect_ms_after": 0.3}, {"step": "remove"}]
-    assert fault_reasons("delay-lt-timeout", not_delayed) == [
+    assert fault_texts("delay-lt-timeout", not_delayed) == [
         "delay-lt-timeout: the probe saw no delay after injection"]
     no_probe = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_after": None},
                 {"step": "remove"}]
-    assert "no probe evidence" in fault_reasons("delay-gt-timeout", no_probe)[0]
+    assert "no probe evidence" in fault_texts("delay-gt-timeout", no_probe)[0]
 
 
 def test_crash_as_executor_kill_needs_the_drivers_evidence() -> None:
@@ -80,24 +93,24 @@ def test_crash_as_executor_kill_needs_the_drivers_evidence() -> None:
     # The log scan may find no "Lost executor" line (Kubernetes logs "killed by driver" at
     # INFO): the driver's own list is the evidence, so this is no reason.
     timeouts = {"step": "timeouts", "fired": {}}
-    assert fault_reasons("crash", [inject, remove, timeouts]) == []
+    assert fault_texts("crash", [inject, remove, timeouts]) == []
     late = [{**inject, "removed_after_s": None}, remove]
-    assert fault_reasons("crash", late) == []  # left the list after inject stopped waiting
+    assert fault_texts("crash", late) == []  # left the list after inject stopped waiting
     never_left = [{**inject, "removed_after_s": None}, {**remove, "removed_after_s": None}]
-    assert fault_reasons("crash", never_left) == [
+    assert fault_texts("crash", never_left) == [
         "crash: executor 1 never left the driver's executor list"]
     no_replacement = [inject, {**remove, "replacement": None,
                                "error": "no replacement for executor 1 registered within 60 s"}]
-    assert fault_reasons("crash", no_replacement) == [
+    assert fault_texts("crash", no_replacement) == [
         "removing crash failed: no replacement for executor 1 registered within 60 s"]
     unseen = [inject, {**remove, "replacement": None}]
-    assert fault_reasons("crash", unseen) == ["crash: no replacement for executor 1 was seen"]
+    assert fault_texts("crash", unseen) == ["crash: no replacement for executor 1 was seen"]
     teardown = [inject, {**remove, "replacement": None, "teardown": True}]
-    assert fault_reasons("crash", teardown) == []
-    assert fault_reasons("crash", [{**inject, "executor": None}, remove]) == [
+    assert fault_texts("crash", teardown) == []
+    assert fault_texts("crash", [{**inject, "executor": None}, remove]) == [
         "crash: no executor was killed"]
     # A SIGKILL crash is still judged as before.
-    assert fault_reasons("crash", [{"step": "inject", "mechanism": "SIGKILL process group"},
+    assert fault_texts("crash", [{"step": "inject", "mechanism": "SIGKILL process group"},
                                    {"step": "remove"}]) == ["crash: no worker process was killed"]
 
 
@@ -107,8 +120,8 @@ def test_a_compose_crash_is_judged_by_the_containers_state() -> None:
     base = {"step": "inject", "mechanism": "pumba", "target": "pgval-spark-worker-1",
             "argv": ["pumba", "kill"]}
     remove = {"step": "remove", "mechanism": "pumba", "restart": True}
-    assert fault_reasons("crash", [{**base, "status": "exited"}, remove]) == []
-    assert fault_reasons("crash", [{**base, "status": "running"}, remove]) == [
+    assert fault_texts("crash", [{**base, "status": "exited"}, remove]) == []
+    assert fault_texts("crash", [{**base, "status": "running"}, remove]) == [
         "crash: container pgval-spark-worker-1 was not seen stopped (status 'running')"]
 
 
@@ -123,23 +136,47 @@ def test_evaluation_reasons_flag_phases_that_measured_nothing() -> None:
     ev = evaluate(to_inputs(events, rt), to_outputs(outputs, rt), "sst", 100,
                   Phases(0, 100, 200, 300))
     reasons = evaluation_reasons(ev)
-    assert reasons == ["the failure phase had no outputs (latency longer than the phase?)",
-                       "the recovery phase had no outputs (latency longer than the phase?)"]
+    assert reasons.texts == ["the failure phase had no outputs (latency longer than the phase?)",
+                             "the recovery phase had no outputs (latency longer than the phase?)"]
+    assert reasons.kinds() == {"data"}
     # A driver crash silences the failure phase by design (driver down from T2 to T3):
     # that is the fault's effect, not a measurement that failed; other faults keep it.
-    assert evaluation_reasons(ev, "driver-crash") == [
+    assert Fault.DRIVER_CRASH.silences_outputs and not Fault.CRASH.silences_outputs
+    assert evaluation_reasons(ev, Fault.DRIVER_CRASH).texts == [
         "the recovery phase had no outputs (latency longer than the phase?)"]
-    assert evaluation_reasons(ev, "crash") == reasons
+    assert evaluation_reasons(ev, "driver-crash") == evaluation_reasons(ev, Fault.DRIVER_CRASH)
+    assert evaluation_reasons(ev, Fault.CRASH) == reasons
     empty = evaluate(to_inputs([], rt), to_outputs([], rt), "sst", 100, Phases(0, 100, 200))
-    assert evaluation_reasons(empty) == ["nothing was expected: no usable inputs"]
+    assert evaluation_reasons(empty) == Result((Reason("data", "nothing was expected: no "
+                                                       "usable inputs"),))
     # Without phases (a recorded stream) only "nothing expected" applies.
     whole = evaluate(to_inputs(events, rt), to_outputs(outputs, rt), "sst", 100)
-    assert evaluation_reasons(whole) == []
+    assert evaluation_reasons(whole).valid
 
 
-def test_validity_collects_distinct_reasons() -> None:
+def test_validity_composes_typed_reasons() -> None:
+    """Each check's result composed in, like Jepsen's checker/compose: unknown if any part
+    is, each reason once, in order; ``--json`` keeps plain sentences, the stored form adds
+    the kinds."""
+    a, b = Reason("generator", "a"), Reason("observed", "b")
     v = Validity()
-    assert v.valid and v.label == "valid"
-    v.extend(["a", "b", "a"])
-    assert not v.valid and v.reasons == ["a", "b"]
+    assert v.valid and v.status == "valid" and v.records() == []
+    v.add(Result((a,)), [b, a])
+    v.add(a)
+    assert not v.valid and v.status == "unknown" and v.reasons == (a, b)
+    assert v.kinds() == {"generator", "observed"}
     assert v.as_dict() == {"valid": False, "validity_reasons": ["a", "b"]}
+    assert v.records() == [{"kind": "generator", "text": "a"}, {"kind": "observed", "text": "b"}]
+    assert reasons_from_records(v.records()) == [a, b]
+    assert Validity(Result((a,)), [b]).reasons == v.reasons
+    with pytest.raises(TypeError):  # a sentence without a kind cannot be composed in
+        v.add(["plain text"])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        Reason("made-up", "x")  # type: ignore[arg-type]
+
+
+def test_stored_records_are_read_back_only_when_whole() -> None:
+    assert reasons_from_records([]) == []
+    for damaged in (None, "x", [{"kind": "data"}], [{"kind": "nope", "text": "t"}],
+                    [{"kind": "data", "text": 1}], ["the drain timed out"]):
+        assert reasons_from_records(damaged) is None, damaged

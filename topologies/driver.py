@@ -433,7 +433,7 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     from pyspark.sql import SparkSession
 
     from pgval.host.jars import ensure_jars
-    from pgval.kafka.broker import java_client_options
+    from pgval.kafka.client import java_client_options
     from pgval.redact import conf_summary
     from pgval.topologies.query import TopologyConfig, build_topology
     from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink

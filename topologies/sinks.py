@@ -169,7 +169,7 @@ def last_committed_batch(bootstrap: str, query_name: str, query_id: str | None,
     Markers of another query (same name, different checkpoint) are ignored, so a fresh
     checkpoint never skips batches because an old run used the same name.
     """
-    from pgval.kafka.broker import read_topic  # numpy-heavy import, only needed here
+    from pgval.kafka.reader import read_topic  # numpy-heavy import, only needed here
 
     records = read_topic(bootstrap, marker_topic, isolation="read_committed",
                          timeout_s=timeout_s, idle_timeout_s=min(10.0, timeout_s),

@@ -1,15 +1,15 @@
 """Library entry point: inputs + outputs → oracle → validator → metrics → one result.
 
-The CLI (``pgval check``), the experiment runner (``pgval validate``) and the
-benchmarks all call :func:`evaluate`; :meth:`Evaluation.summary` is the JSON
-contract of ``pgval check --json``.
+The CLI (``pgval check``, on the columns :func:`pgval.records.read_streams` reads), the
+experiment runner (``pgval validate``), ``recheck`` and the benchmarks all call
+:func:`evaluate`, on columns already in memory (the checker reads no files);
+:meth:`Evaluation.summary` is the JSON contract of ``pgval check --json``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pgval.checker.explain import explain_unprocessed
@@ -18,7 +18,7 @@ from pgval.checker.recovery import Recovery, recovery_metrics
 from pgval.checker.validator import Validation, validate
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs
 from pgval.phases import Phases
-from pgval.records import InputEvents, OutputRecords, ResourceTable, read_inputs, read_outputs
+from pgval.records import InputEvents, OutputRecords
 from pgval.schema import PHASES
 
 
@@ -86,11 +86,3 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
     return Evaluation(topology, window_ms, phases, expected, validation, metrics, recovery,
                       causes)
 
-
-def evaluate_files(topology: str, inputs: Path, outputs: Path, window_ms: int,
-                   phases: Phases | None = None) -> Evaluation:
-    """Validate recorded JSON-lines streams (what ``pgval check`` does)."""
-    resources = ResourceTable()
-    events = read_inputs(inputs, resources)
-    produced = read_outputs(outputs, resources)
-    return evaluate(events, produced, topology, window_ms, phases)

@@ -20,6 +20,7 @@ import numpy as np
 from pgval.checker.validator import Validation
 from pgval.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
 from pgval.records import InputEvents, OutputRecords
+from pgval.schema import Topology
 
 PERCENTILES = (50, 95, 99)
 #: The 1 s series cover the run, not whatever a stray timestamp claims: inputs more than
@@ -81,7 +82,7 @@ class Metrics:
 
 def topology_inputs(events: InputEvents, topology: str) -> InputEvents:
     """The events a topology reads: SST only GETs, MST both streams."""
-    return events.take(np.flatnonzero(events.is_get)) if topology == "sst" else events
+    return events.take(np.flatnonzero(events.is_get)) if topology == Topology.SST else events
 
 
 def reference_ingress(events: InputEvents, resource: np.ndarray, window_end: np.ndarray

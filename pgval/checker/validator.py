@@ -22,6 +22,7 @@ import numpy as np
 from pgval.oracle.expected import ExpectedOutputs
 from pgval.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
 from pgval.records import OutputRecords
+from pgval.schema import Topology
 
 WITNESSES_PER_WINDOW = 5
 ANOMALIES = ("unprocessed", "duplicate", "incorrect")
@@ -237,7 +238,7 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
     # Correctness: does the output's count field equal the oracle's?
     known = out_row >= 0
     rows_c = np.maximum(out_row, 0)
-    if expected.topology == "sst":
+    if expected.topology == Topology.SST:
         counts_ok = outputs.count == (expected.gets[rows_c] if len(expected) else -2)
     else:
         counts_ok = ((outputs.gets == expected.gets[rows_c])

@@ -2,120 +2,112 @@
 
 Jepsen's checkers answer ``:valid? true | false | :unknown``; pgval's verdict (exactly-once,
 …) is only worth something when the run behind it can be trusted. A run is *unknown* when
-any of these holds, and each gives one plain reason:
+any of these holds, and each gives one plain reason of one kind
+(:class:`pgval.checker.result.Reason`):
 
-* the read-back of a topic did not reach every partition's end offset, or hit an error;
-* the records read do not reconcile with what the generator and pgval itself wrote;
-* the drain timed out (the query never showed it had processed everything);
-* the generator had failed or unacknowledged sends;
-* the driver died (outside a driver-crash fault) or the query stopped;
-* the fault has no evidence of taking effect (no process killed, no executor lost or
-  killed executor still listed by the driver, no delay seen by the probe), or its removal
-  failed;
-* nothing was expected, or a phase had no expected inputs or no outputs (so that phase
-  measured nothing: e.g. latency longer than warm-up plus a phase).
+* ``readback``: the read-back of a topic did not reach every partition's end offset, or hit
+  an error;
+* ``reconcile``: the records read do not reconcile with what the generator and pgval itself
+  wrote;
+* ``generator``: the generator had failed or unacknowledged sends;
+* ``data``: nothing was expected, or a phase had no expected inputs or no outputs (so that
+  phase measured nothing: e.g. latency longer than warm-up plus a phase);
+* ``observed``: the drain timed out, or the driver died outside a driver-crash fault (seen
+  live, made by :mod:`pgval.run.monitor` and :mod:`pgval.experiment`);
+* ``fault``: the fault has no evidence of taking effect, or its removal failed (made by
+  :mod:`pgval.faults.evidence` from the fault log).
 
-What was read is stored either way; ``pgval report`` leaves unknown runs out of its
+Each check here returns a :class:`~pgval.checker.result.Result`; :class:`Validity` composes
+them. What was read is stored either way; ``pgval report`` leaves unknown runs out of its
 aggregates unless asked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pgval.checker.evaluate import Evaluation
-from pgval.schema import PHASES
+from pgval.checker.result import Reason, ReasonKind, Result, Status, compose
+from pgval.schema import PHASES, Fault
 
 
-@dataclass
 class Validity:
-    reasons: list[str] = field(default_factory=list)
+    """A run's validity as it is built up: each check's :class:`Result` (or reasons) added
+    as the run goes, composed like Jepsen's ``checker/compose`` (unknown if any part is,
+    each reason once, in the order found)."""
+
+    def __init__(self, *parts: Result | Iterable[Reason]) -> None:
+        self.result = compose(*parts)
+
+    def add(self, *parts: Reason | Result | Iterable[Reason]) -> None:
+        self.result = compose(self.result, *(
+            [p] if isinstance(p, Reason) else p for p in parts))
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return self.result.reasons
+
+    @property
+    def texts(self) -> list[str]:
+        return self.result.texts
 
     @property
     def valid(self) -> bool:
-        return not self.reasons
+        return self.result.valid
 
     @property
-    def label(self) -> str:
-        return "valid" if self.valid else "unknown"
+    def status(self) -> Status:
+        return self.result.status
 
-    def add(self, reason: str) -> None:
-        if reason not in self.reasons:
-            self.reasons.append(reason)
-
-    def extend(self, reasons: Iterable[str]) -> None:
-        for r in reasons:
-            self.add(r)
+    def kinds(self) -> set[str]:
+        return self.result.kinds()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"valid": self.valid, "validity_reasons": list(self.reasons)}
+        """The ``--json`` keys (the contract: a list of sentences, no kinds)."""
+        return {"valid": self.valid, "validity_reasons": self.texts}
+
+    def records(self) -> list[dict[str, str]]:
+        """The stored form, kinds included (run.json's and the database's ``validity``)."""
+        return [r.as_record() for r in self.reasons]
 
 
-#: What each reason is about, by the start of its text (pgval's reasons are plain strings;
-#: a re-check compares stored and recomputed validity by these kinds, not by wording).
-#: ``observed``: seen live (the drain, the driver's death) and kept in the manifest, since
-#: nothing after the run can recompute them.
-REASON_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("data", ("nothing was expected", "the control phase had no", "the failure phase had no",
-              "the recovery phase had no")),
-    ("readback", ("read-back of topic",)),
-    ("reconcile", ("input records read", "input topics hold")),
-    ("generator", ("the generator had", "a generator process failed")),
-    ("observed", ("the drain timed out", "the driver died")),
-    ("fault", ("injecting ", "removing ", "crash:", "driver-crash:", "delay")),
-)
-
-
-def reason_kind(reason: str) -> str:
-    """The kind of one validity reason (``other`` for one no rule knows)."""
-    for kind, starts in REASON_KINDS:
-        if reason.startswith(starts):
-            return kind
-    if reason.startswith("the ") and " fault was never " in reason:
-        return "fault"
-    return "other"
-
-
-#: Faults that stop every output for the failure phase by design (the driver is down from
-#: T2 until its restart at T3): a failure phase without outputs is then the fault's effect
-#: (at-most-once shows it as lost input), not a latency longer than the phase.
-SILENCING_FAULTS = ("driver-crash",)
-
-
-def evaluation_reasons(ev: Evaluation, fault: str | None = None) -> list[str]:
+def evaluation_reasons(ev: Evaluation, fault: Fault | str | None = None) -> Result:
     """Reasons visible in the data alone (``pgval check`` has nothing else), given the
     run's fault when there was one."""
     v = ev.validation
-    reasons = []
     if v.expected == 0:
-        reasons.append("nothing was expected: no usable inputs")
-        return reasons
+        return Result((Reason("data", "nothing was expected: no usable inputs"),))
     if not ev.phases.bounded():
-        return reasons
+        return Result()
+    silenced = fault is not None and Fault.parse(fault).silences_outputs
     out_phase = ev.phases.of(v.output_ingress)
+    reasons = []
     for code, name in enumerate(PHASES, start=1):
         if v.phases[name].expected == 0:
             reasons.append(f"the {name} phase had no expected inputs")
-        if not (out_phase == code).any() and not (name == "failure"
-                                                   and fault in SILENCING_FAULTS):
+        if not (out_phase == code).any() and not (name == "failure" and silenced):
             reasons.append(f"the {name} phase had no outputs (latency longer than the phase?)")
-    return reasons
+    return _of("data", reasons)
 
 
-def readback_reasons(readback: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _of(kind: ReasonKind, texts: Iterable[str]) -> Result:
+    """One check's sentences as its result, each of the check's own kind."""
+    return Result(tuple(Reason(kind, t) for t in texts))
+
+
+def readback_reasons(readback: Mapping[str, Mapping[str, Any]]) -> Result:
     """One reason per topic whose read did not provably reach its end."""
     reasons = []
     for topic, info in readback.items():
         if not info.get("complete"):
             why = "; ".join(info.get("problems") or []) or "partitions not reached"
             reasons.append(f"read-back of topic {topic} incomplete: {why}")
-    return reasons
+    return _of("readback", reasons)
 
 
 def reconcile_inputs(read: int, end_offsets_total: int, delivered: int, control: int,
-                     generator_clean: bool) -> tuple[dict[str, Any], list[str]]:
+                     generator_clean: bool) -> tuple[dict[str, Any], Result]:
     """Compare the input records read with what the producers say they wrote.
 
     Input topics are written by idempotent, non-transactional producers, so offsets are
@@ -136,10 +128,11 @@ def reconcile_inputs(read: int, end_offsets_total: int, delivered: int, control:
         reasons.append(f"input topics hold {read:,} records, more than the {delivered:,} "
                        f"delivered plus {control:,} control events")
     info["ok"] = not reasons
-    return info, reasons
+    return info, _of("reconcile", reasons)
 
 
-def generator_reasons(report: Mapping[str, Any]) -> list[str]:
+def generator_reasons(report: Mapping[str, Any]) -> Result:
+    """The generator's own failures: inputs it counted may not be in Kafka."""
     reasons = []
     failed, undelivered = int(report.get("failed") or 0), int(report.get("undelivered") or 0)
     if failed:
@@ -148,4 +141,4 @@ def generator_reasons(report: Mapping[str, Any]) -> list[str]:
         reasons.append(f"the generator had {undelivered:,} sends never acknowledged")
     for err in report.get("errors") or []:
         reasons.append(f"a generator process failed: {err}")
-    return reasons
+    return _of("generator", reasons)

@@ -1,7 +1,7 @@
 """How the ``pgval`` command reports a user's mistake: one plain line on stderr, exit 2.
 
-Apart from :mod:`pgval.cli.app` so the generated options (:mod:`pgval.cli.options`) can raise
-the same error while parsing, without importing the command module.
+Apart from the commands so the generated options (:mod:`pgval.cli.options`) can raise the
+same error while parsing, without importing a command module.
 """
 
 from __future__ import annotations

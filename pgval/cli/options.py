@@ -24,7 +24,7 @@ from pgval.cli.errors import UserError
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.errors import RuntimeErrorPlain
-from pgval.schema import FAULTS, FAULTS_AT_POINTS, PROCESSING_GUARANTEES, TOPOLOGIES
+from pgval.schema import FAULTS, FAULTS_AT_POINTS, PROCESSING_GUARANTEES, TOPOLOGIES, Fault, Name
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -51,7 +51,8 @@ EXCLUDED: Mapping[str, Mapping[str, str]] = {
 #: which the command resolves to the stored optimum ingestion rate.
 TEXT_OPTIONS: Mapping[str, str] = {"rate": "EVENTS/S|oir"}
 #: The matrix's default faults: the paper's grid (driver-crash is pgval's addition).
-MATRIX_FAULTS: tuple[str, ...] = ("none", "crash", "delay-lt-timeout", "delay-gt-timeout")
+MATRIX_FAULTS: tuple[Fault, ...] = (Fault.NONE, Fault.CRASH, Fault.DELAY_LT_TIMEOUT,
+                                    Fault.DELAY_GT_TIMEOUT)
 
 
 def option_fields() -> Iterator[tuple[dataclasses.Field[Any], Any]]:
@@ -77,6 +78,8 @@ def field_option(f: dataclasses.Field[Any], hint: Any) -> Decorator:
     name = option_name(f)
     kind, optional = _unwrap(hint)
     default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    if isinstance(default, Name):  # click shows an enum's member name, not its value
+        default = default.value
     kw: dict[str, Any] = {"help": meta["help"], "show_default": True}
     if "metavar" in meta:
         kw["metavar"] = meta["metavar"]

@@ -30,9 +30,10 @@ from pgval.files import write_private_json
 from pgval.host import netns, registry, signals
 from pgval.host.identity import Owner
 from pgval.host.procs import kill_recorded, recorded_group_is_ours
+from pgval.kafka.admin import create_topics
 from pgval.kafka.broker import KafkaCluster
 from pgval.redact import private_dir
-from pgval.schema import OUTPUT_TOPIC
+from pgval.schema import Topics
 from pgval.spark.daemons import SparkCluster
 
 #: The reaper's module (:mod:`pgval.cluster.reaper`), started as ``python -m``; named, not
@@ -118,7 +119,9 @@ class LocalCluster:
                                       partitions=cfg.partitions, host=self.spark.driver_host,
                                       heap=cfg.broker_heap)
             self.kafka.start()
-            self.kafka.ensure_experiment_topics([OUTPUT_TOPIC])
+            plain = Topics()  # unprefixed; each run makes its own prefixed topics
+            create_topics(self.kafka.client_config, plain.all(), cfg.partitions,
+                          compacted=[plain.marker])
             self.timings["kafka_start_s"] = time.monotonic() - t1
         except BaseException:
             with signals.shielded():

@@ -6,18 +6,20 @@ from pathlib import Path
 
 from pgval.config import ExperimentConfig
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+from pgval.schema import Deploy
 
 
 def make_deployment(cfg: ExperimentConfig, cluster_dir: Path) -> Deployment:
     """The deployment ``cfg`` asks for (not started). ``cluster_dir``: where an embedded
     cluster pgval starts keeps its logs and data (the run's directory for one run)."""
-    if cfg.deploy == "external":
+    deploy = Deploy.parse(cfg.deploy)
+    if deploy is Deploy.EXTERNAL:
         from pgval.deploy.external import ExternalDeployment
 
         assert cfg.bootstrap and cfg.master
         return ExternalDeployment(cfg.bootstrap, cfg.master, cfg.cluster.partitions,
                                   cfg.kafka_config, cfg.spark_conf, workers=cfg.cluster.workers)
-    if cfg.deploy == "compose":
+    if deploy is Deploy.COMPOSE:
         from pgval.deploy.compose.deployment import ComposeDeployment
 
         return ComposeDeployment(cluster_dir, cfg.cluster.partitions,

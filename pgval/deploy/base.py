@@ -20,18 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka.admin import AdminClient
-
-from pgval.deploy.topics import create_topics, delete_topics
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.process import DriverCrash
-from pgval.schema import Topics
+from pgval.kafka.admin import create_topics, delete_topics
+from pgval.schema import Fault, Topics
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
     from pgval.run.schedule import FaultHooks
     from pgval.spark.driver import DriverProcess
+
+#: Makes one fault on a deployment: (the run's configuration, the target worker, the
+#: time-out profile, what else the fault may need) → the fault's inject/remove hooks.
+FaultMaker = Callable[["ExperimentConfig", int, "TimeoutProfile", "FaultContext"], "FaultHooks"]
 
 
 @dataclass
@@ -117,11 +119,12 @@ class Deployment(ABC):
 
     def open_run(self, topics: Topics) -> None:
         """Create the run's topics (LogAppendTime, P partitions, aligned leaders)."""
-        create_topics(AdminClient(self.client_config()), topics, self.partitions)
+        create_topics(self.client_config(), topics.all(), self.partitions,
+                      compacted=[topics.marker])
 
     def close_run(self, topics: Topics, keep: bool) -> list[str]:
         """After the run is stored: delete its topics unless ``keep``; returns what went."""
-        return [] if keep else delete_topics(AdminClient(self.client_config()), topics)
+        return [] if keep else delete_topics(self.client_config(), topics.all())
 
     # -- what runs need
     @abstractmethod
@@ -143,24 +146,34 @@ class Deployment(ABC):
     def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                    ctx: FaultContext) -> FaultHooks | None:
         """The fault ``cfg.fault`` on worker ``target`` here (None for ``none``); raises a
-        plain error when this deployment cannot inject it. The driver is local everywhere,
-        so ``driver-crash`` is the same for all; the worker faults are each deployment's."""
-        if cfg.fault == "none":
+        plain error when this deployment cannot inject it."""
+        kind = Fault.parse(cfg.fault)
+        if kind is Fault.NONE:
             return None
-        if cfg.fault == "driver-crash":
-            # A driver signalled in a container (compose) leaves its JVM to exit on its own,
-            # still able to log a commit: no exact in-flight batch to read after the kill.
-            exact = self.driver_placement().signal_argv is None
-            return DriverCrash(ctx.driver, trigger=ctx.crash_trigger,
-                               output_count=ctx.output_count,
-                               checkpoint=ctx.checkpoint if exact else None,
-                               reach_timeout_s=ctx.reach_timeout_s)
-        return self.worker_fault(cfg, target, profile, ctx)
+        return self.fault_makers()[kind](cfg, target, profile, ctx)
 
-    @abstractmethod
-    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                     ctx: FaultContext) -> FaultHooks:
-        """``crash`` or a delay fault on worker ``target``."""
+    def fault_makers(self) -> dict[Fault, FaultMaker]:
+        """How this deployment injects each fault (every one but ``none``): one entry per
+        fault, so a new fault is one line per deployment. The driver is local everywhere,
+        so ``driver-crash`` is the same for all; the worker faults are each deployment's."""
+        return {Fault.DRIVER_CRASH: self.driver_crash}
+
+    def driver_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> DriverCrash:
+        # A driver signalled in a container (compose) leaves its JVM to exit on its own,
+        # still able to log a commit: no exact in-flight batch to read after the kill.
+        exact = self.driver_placement().signal_argv is None
+        return DriverCrash(ctx.driver, trigger=ctx.crash_trigger, output_count=ctx.output_count,
+                           checkpoint=ctx.checkpoint if exact else None,
+                           reach_timeout_s=ctx.reach_timeout_s)
+
+    def executor_kill(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                      ctx: FaultContext) -> ExecutorKill:
+        """``crash`` on a cluster pgval does not own: the driver kills one executor through
+        Spark's API (any cluster manager replaces it); ``--target`` picks it among the
+        sorted executor ids, else ``--seed`` does (the worker index ``target`` means
+        nothing there)."""
+        return ExecutorKill(ctx.driver.control(), seed=ctx.seed, index=cfg.target)
 
     def daemon_conf(self) -> dict[str, str]:
         """Spark settings the cluster's daemons run with (time-out profile of delay-gt)."""
@@ -168,12 +181,6 @@ class Deployment(ABC):
 
     @abstractmethod
     def describe(self) -> dict[str, Any]: ...
-
-    def executor_kill(self, ctx: FaultContext, index: int | None = None) -> ExecutorKill:
-        """``crash`` on a cluster pgval does not own: the driver kills one executor through
-        Spark's API (any cluster manager replaces it); ``index`` (``--target``) picks it
-        among the sorted executor ids, else ``--seed`` does."""
-        return ExecutorKill(ctx.driver.control(), seed=ctx.seed, index=index)
 
     def log_dirs(self) -> list[Path]:
         """Where the cluster's logs are (read for which time-out fired)."""

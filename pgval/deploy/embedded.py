@@ -21,17 +21,17 @@ from pgval.cluster.local import (
     read_state,
     reaper_problem,
 )
-from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
 from pgval.errors import RuntimeErrorPlain
-from pgval.faults.network import NetworkPath, WorkerDelay
+from pgval.faults.network import DELAYS, NetworkPath, WorkerDelay
 from pgval.faults.process import WorkerCrash
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
+from pgval.schema import Fault
 from pgval.spark.daemons import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
-    from pgval.run.schedule import FaultHooks
 
 
 def handoff(cluster_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
@@ -129,13 +129,21 @@ class EmbeddedDeployment(Deployment):
     def daemon_conf(self) -> dict[str, str]:
         return dict(self.config.spark_daemon_conf)
 
-    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                     ctx: FaultContext) -> FaultHooks:
+    def fault_makers(self) -> dict[Fault, FaultMaker]:
+        """A worker's process group killed; packets to and from its namespace held."""
+        return {**super().fault_makers(), Fault.CRASH: self.worker_crash,
+                **dict.fromkeys(DELAYS, self.worker_delay)}
+
+    def worker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> WorkerCrash:
+        workers = list(self._spark().workers)
+        return WorkerCrash(workers[target], checkpoint=ctx.checkpoint,
+                           sink_trigger=ctx.sink_trigger, workers=workers,
+                           reach_timeout_s=ctx.reach_timeout_s)
+
+    def worker_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> WorkerDelay:
         worker = self._spark().workers[target]
-        if cfg.fault == "crash":
-            return WorkerCrash(worker, checkpoint=ctx.checkpoint, sink_trigger=ctx.sink_trigger,
-                               workers=list(self._spark().workers),
-                               reach_timeout_s=ctx.reach_timeout_s)
         path = NetworkPath(worker.name, worker.netns, worker.host, worker.webui_port)
         return WorkerDelay(cfg.fault, path, profile, ctx.run_dir, delay_cap_s(ctx.phase_seconds))
 
@@ -210,10 +218,14 @@ class AttachedDeployment(Deployment):
     def workers(self) -> int:
         return len(self.state.get("workers") or [])
 
-    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                     ctx: FaultContext) -> FaultHooks:
-        if cfg.fault == "crash":
-            return self.executor_kill(ctx, index=cfg.target)
+    def fault_makers(self) -> dict[Fault, FaultMaker]:
+        """Not pgval's processes to kill: an executor kill through the driver; the delay
+        on the namespaces the cluster recorded."""
+        return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
+                **dict.fromkeys(DELAYS, self.worker_delay)}
+
+    def worker_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> WorkerDelay:
         worker = self.state["workers"][target]
         path = NetworkPath(f"spark-worker-{worker['index']}", worker.get("netns"),
                            worker["host"], int(worker.get("webui_port") or 0))

@@ -17,17 +17,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka.admin import AdminClient
-
-from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
-from pgval.deploy.topics import broker_ids
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults.nemesis import NemesisDelay
+from pgval.faults.network import DELAYS
+from pgval.kafka.admin import broker_ids
+from pgval.schema import Fault
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
-    from pgval.run.schedule import FaultHooks
 
 
 class ExternalDeployment(Deployment):
@@ -48,7 +47,7 @@ class ExternalDeployment(Deployment):
     def start(self) -> ExternalDeployment:
         """Check that Kafka answers (nothing is started)."""
         t0 = time.monotonic()
-        self.brokers = broker_ids(AdminClient(self.client_config()))
+        self.brokers = broker_ids(self.client_config())
         if not self.brokers:
             raise RuntimeErrorPlain(f"Kafka at {self._bootstrap} reported no brokers")
         self.timings["cluster_start_s"] = time.monotonic() - t0
@@ -73,10 +72,13 @@ class ExternalDeployment(Deployment):
     def workers(self) -> int:
         return self._workers
 
-    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                     ctx: FaultContext) -> FaultHooks:
-        if cfg.fault == "crash":
-            return self.executor_kill(ctx, index=cfg.target)
+    def fault_makers(self) -> dict[Fault, FaultMaker]:
+        """An executor kill through the driver; a delay through the user's nemesis."""
+        return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
+                **dict.fromkeys(DELAYS, self.nemesis_delay)}
+
+    def nemesis_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                      ctx: FaultContext) -> NemesisDelay:
         if not (cfg.nemesis_inject and cfg.nemesis_remove):
             raise RuntimeErrorPlain(f"--fault {cfg.fault} on an external cluster needs "
                                     "--nemesis-inject and --nemesis-remove")

@@ -19,6 +19,7 @@ from pgval.deploy import Deployment, make_deployment
 from pgval.faults.timeouts import profile_for
 from pgval.host import signals
 from pgval.redact import private_dir
+from pgval.schema import Deploy
 
 
 def daemon_conf(cfg: ExperimentConfig) -> dict[str, str]:
@@ -42,8 +43,9 @@ class WarmDeployments:
         self.started = 0
 
     def for_run(self, cfg: ExperimentConfig) -> Deployment:
+        embedded = Deploy.parse(cfg.deploy) is Deploy.LOCAL and not cfg.running_cluster
         key = f"{cfg.deploy}|{cfg.running_cluster}|{cfg.bootstrap}|{cfg.master}|" + (
-            daemon_key(cfg) if cfg.deploy == "local" and not cfg.running_cluster else "")
+            daemon_key(cfg) if embedded else "")
         if self.current is not None and key == self._key:
             return self.current
         self.close()

@@ -1,4 +1,4 @@
-"""An embedded multi-broker Kafka (KRaft, combined mode) for local experiments, plus fast readers.
+"""An embedded multi-broker Kafka (KRaft, combined mode): the broker processes and their login.
 
 Each broker is a plain ``java -cp <jars> kafka.Kafka server.properties`` started through
 :func:`pgval.host.procs.spawn`, so it lives in its own process group, logs to
@@ -13,43 +13,32 @@ the same password. The password lives only in 0600 files of the cluster's direct
 even the storage format step that bootstraps the SCRAM credential reads its arguments from a
 0600 file (``@file``).
 
-Experiment topics get an *explicit* replica assignment in which partition ``p`` of every
-topic is led by broker ``p % B``: a fault injected on one broker then hits the same
-partitions of the inputs, the output and the commit-marker topic, which the oracle relies on.
+Topics are not made here but by :mod:`pgval.kafka.admin` (one rule on every cluster), and
+read back by :mod:`pgval.kafka.reader`.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import operator
 import os
 import secrets
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import numpy as np
-import pyarrow as pa
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException
 
-from pgval import schema
 from pgval.errors import RuntimeErrorPlain
 from pgval.files import write_private
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
 from pgval.host.procs import Managed, free_port, spawn, wait_for_port
+from pgval.kafka.admin import MAX_REPLICATION, admin_client
+from pgval.kafka.client import jaas_quote, read_client_properties
 
 #: Main class of ``kafka-storage.sh`` in Kafka 4.1 (lives in kafka_2.13, not in kafka-tools).
 STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
@@ -77,15 +66,6 @@ logger.authorizer.name = kafka.authorizer.logger
 logger.authorizer.level = WARN
 """
 
-
-def _quiet_client_conf(bootstrap: str, config: Mapping[str, object] | None = None
-                       ) -> dict[str, object]:
-    """librdkafka logs every refused connection; those are expected while a broker starts.
-    ``config``: more client settings (the cluster's credentials)."""
-    return {"bootstrap.servers": bootstrap, "log_level": 0, "logger": _NullLogger(),
-            **(config or {})}
-
-
 #: SASL mechanism of the client and inter-broker listener; the controller listener's.
 SCRAM_MECHANISM = "SCRAM-SHA-256"
 CONTROLLER_MECHANISM = "PLAIN"
@@ -99,7 +79,8 @@ class KafkaCredentials:
     """The SASL user and password of one embedded cluster.
 
     :meth:`client_config` is what a librdkafka client (pgval's own, the e1 sink) needs;
-    :func:`java_client_options` turns it into a Java client's (Spark's source and sink).
+    :func:`pgval.kafka.client.java_client_options` turns it into a Java client's (Spark's
+    source and sink).
     """
 
     password: str
@@ -131,64 +112,6 @@ class KafkaCredentials:
                    username=conf.get("sasl.username") or KAFKA_USER)
 
 
-def read_client_properties(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines (``#`` comments and blank lines skipped) into a dict."""
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise RuntimeErrorPlain(f"{path}: a line without KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def java_client_options(config: Mapping[str, str]) -> dict[str, str]:
-    """librdkafka client settings as a Java Kafka client's (Spark's source and sink): the
-    user name and password become ``sasl.jaas.config`` for a SCRAM or PLAIN mechanism
-    (unless one is given); everything else passes unchanged. The password stays in memory
-    and the JVM's config (which Kafka logs as ``[hidden]``)."""
-    out = dict(config)
-    mechanism = str(out.get("sasl.mechanism", out.get("sasl.mechanisms", "PLAIN"))).upper()
-    if mechanism != "PLAIN" and not mechanism.startswith("SCRAM-"):
-        return out  # GSSAPI, OAUTHBEARER: no user name and password to translate
-    user, password = out.pop("sasl.username", None), out.pop("sasl.password", None)
-    if user is None and password is None:
-        return out
-    out.pop("sasl.mechanisms", None)
-    out["sasl.mechanism"] = mechanism
-    module = ("org.apache.kafka.common.security.scram.ScramLoginModule"
-              if mechanism.startswith("SCRAM-")
-              else "org.apache.kafka.common.security.plain.PlainLoginModule")
-    out.setdefault("sasl.jaas.config", f"{module} required username={_jaas_quote(user or '')} "
-                                       f"password={_jaas_quote(password or '')};")
-    return out
-
-
-def _jaas_quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-class _NullLogger:
-    """Swallows librdkafka log lines (a ``logging.Logger``-like sink)."""
-
-    def log(self, *_args: object, **_kwargs: object) -> None:
-        return None
-
-
-def is_reachable(bootstrap: str, timeout_s: float = 5.0,
-                 config: Mapping[str, object] | None = None) -> bool:
-    """True when some broker at ``bootstrap`` answers a metadata request within ``timeout_s``."""
-    admin = AdminClient(_quiet_client_conf(bootstrap, config))
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException:
-        return False
-    return True
-
-
 @dataclass
 class _Broker:
     node_id: int
@@ -208,13 +131,13 @@ class KafkaCluster:
 
     run_dir: Path
     brokers: int = 1
+    #: Partitions of the internal topics (consumer offsets, transaction state) and the
+    #: brokers' default; pgval's own topics get theirs from :mod:`pgval.kafka.admin`.
     partitions: int = 3
     host: str = "127.0.0.1"
     heap: str = "384m"
     jars: Jars | None = None
     start_timeout_s: float = 120.0
-    #: Use brokers someone else runs (the compose deployment): only topic admin is done here.
-    external_bootstrap: str | None = None
     cluster_id: str = field(default_factory=lambda: _new_cluster_id())
     #: Every listener asks for the cluster's password (see the module docstring). Off only
     #: for component tests and the cost measurement (``pgval bench ... --no-sasl``).
@@ -229,7 +152,7 @@ class KafkaCluster:
         if self.partitions < 1:
             raise ValueError("topics need at least one partition")
         self.run_dir = Path(self.run_dir)
-        if not self.sasl or self.external_bootstrap:
+        if not self.sasl:
             self.credentials = None
         elif self.credentials is None:
             self.credentials = KafkaCredentials.new()
@@ -238,13 +161,12 @@ class KafkaCluster:
 
     @property
     def replication(self) -> int:
-        """Replication factor of every topic: min(3, B)."""
-        return min(3, self.brokers)
+        """Replication factor of the internal topics: what pgval.kafka.admin gives every
+        topic, min(3, B)."""
+        return min(MAX_REPLICATION, self.brokers)
 
     @property
     def bootstrap(self) -> str:
-        if self.external_bootstrap:
-            return self.external_bootstrap
         if not self._nodes:
             raise RuntimeErrorPlain("the Kafka cluster has not been started")
         return ",".join(f"{self.host}:{b.port}" for b in self._nodes)
@@ -344,65 +266,6 @@ class KafkaCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-    # ---- topics ----------------------------------------------------------------------------
-
-    def replica_assignment(self, partitions: int | None = None) -> list[list[int]]:
-        """Partition p -> [p % B, p+1 % B, ...]; the first replica is the preferred leader."""
-        n = self.partitions if partitions is None else partitions
-        return [[(p + k) % self.brokers for k in range(self.replication)] for p in range(n)]
-
-    def create_topics(
-        self,
-        names: Iterable[str],
-        partitions: int | None = None,
-        compacted: Iterable[str] = (),
-        timeout_s: float = 60.0,
-    ) -> None:
-        """Create topics (existing ones are left alone) with LogAppendTime and aligned leaders."""
-        names = list(dict.fromkeys(names))
-        compacted_set = set(compacted)
-        assignment = self.replica_assignment(partitions)
-        new = []
-        for name in names:
-            config = {
-                "message.timestamp.type": "LogAppendTime",
-                "min.insync.replicas": "1",
-                "retention.ms": "-1",
-            }
-            if name in compacted_set:
-                config["cleanup.policy"] = "compact"
-            # librdkafka wants the partition count *with* an assignment (not -1 as documented).
-            new.append(NewTopic(name, num_partitions=len(assignment),
-                                replica_assignment=assignment, config=config))
-        admin = AdminClient(_quiet_client_conf(self.bootstrap, self.auth_config))
-        futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
-        for name, fut in futures.items():
-            try:
-                fut.result()
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise RuntimeErrorPlain(f"could not create topic {name}: {err.str()}") from exc
-        self._wait_leaders(admin, names, assignment, time.monotonic() + timeout_s)
-
-    def ensure_experiment_topics(
-        self, output_topics: str | Sequence[str] = (schema.OUTPUT_TOPIC,)
-    ) -> list[str]:
-        """Inputs, output(s) and the compacted marker topic, P partitions each; returns names."""
-        outputs = [output_topics] if isinstance(output_topics, str) else list(output_topics)
-        names = [schema.GET_TOPIC, schema.POST_TOPIC, *outputs, schema.MARKER_TOPIC]
-        self.create_topics(names, compacted=[schema.MARKER_TOPIC])
-        return names
-
-    def leaders(self, topic: str, timeout_s: float = 10.0) -> dict[int, int]:
-        """Current leader broker id of each partition of ``topic``."""
-        admin = AdminClient(_quiet_client_conf(self.bootstrap, self.auth_config))
-        md = admin.list_topics(topic=topic, timeout=timeout_s)
-        tmd = md.topics[topic]
-        if tmd.error is not None:
-            raise RuntimeErrorPlain(f"no metadata for topic {topic}: {tmd.error.str()}")
-        return {p: pmd.leader for p, pmd in tmd.partitions.items()}
 
     # ---- internals -------------------------------------------------------------------------
 
@@ -542,7 +405,7 @@ class KafkaCluster:
             )
 
     def _wait_registered(self, deadline: float) -> None:
-        admin = AdminClient(_quiet_client_conf(self.bootstrap, self.auth_config))
+        admin = admin_client(self.client_config)
         seen = 0
         while time.monotonic() < deadline:
             for node in self._nodes:
@@ -562,52 +425,13 @@ class KafkaCluster:
             f"{self.start_timeout_s:.0f} s; see the logs under {self.run_dir / 'kafka'}"
         )
 
-    def _wait_leaders(
-        self, admin: AdminClient, names: list[str], assignment: list[list[int]], deadline: float
-    ) -> None:
-        """Block until EVERY broker's metadata has every partition with its preferred leader.
-
-        Asking one broker is not enough: in KRaft each broker applies the controller's
-        records on its own, so a client that next talks to another broker can find the topic
-        missing (CI failed once with ``KeyError: 'get'`` right after topic creation). Each
-        broker is asked through a fresh client bootstrapped on it alone, whose first
-        metadata request goes to that broker.
-        """
-        wanted = {p: replicas[0] for p, replicas in enumerate(assignment)}
-        targets = ([f"{self.host}:{n.port}" for n in self._nodes] if self._nodes
-                   and not self.external_bootstrap else [self.bootstrap])
-        pending = {(t, name) for t in targets for name in names}
-        while True:
-            for target in sorted({t for t, _ in pending}):
-                client = admin if target == self.bootstrap else AdminClient(
-                    _quiet_client_conf(target, self.auth_config))
-                md = None
-                with contextlib.suppress(KafkaException):
-                    md = client.list_topics(timeout=5.0)
-                for name in [n for t, n in pending if t == target]:
-                    tmd = md.topics.get(name) if md is not None else None
-                    if (tmd is not None and tmd.error is None
-                            and len(tmd.partitions) >= len(wanted)
-                            and all(p in tmd.partitions and tmd.partitions[p].leader == lead
-                                    for p, lead in wanted.items())):
-                        pending.discard((target, name))
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                late = sorted({n for _, n in pending})
-                raise RuntimeErrorPlain(
-                    f"topics {', '.join(late)} did not get their assigned leaders on every "
-                    f"broker in time"
-                )
-            time.sleep(0.2)
-
 
 def _sasl_props(c: KafkaCredentials) -> dict[str, object]:
     """Broker settings of a closed cluster: SCRAM on the client (and inter-broker) listener,
     PLAIN on the controller listener (a controller quorum must log in before the metadata
     log, where SCRAM credentials live, is readable); one user, one password. No authorizer:
     the only user that can log in is pgval's."""
-    user, pw = _jaas_quote(c.username), _jaas_quote(c.password)
+    user, pw = jaas_quote(c.username), jaas_quote(c.password)
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
     plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
     return {
@@ -643,319 +467,3 @@ def _distinct_port(host: str, used: set[int]) -> int:
             used.add(port)
             return port
 
-
-# ---- reading topics ------------------------------------------------------------------------
-
-
-def binary_column(values: pa.ChunkedArray | pa.Array | Iterable[bytes | None]
-                  ) -> pa.ChunkedArray:
-    """Keys or values as one chunked Arrow binary column (lists are converted)."""
-    if isinstance(values, pa.ChunkedArray):
-        return values if values.type == pa.binary() else values.cast(pa.binary())
-    if isinstance(values, pa.Array):
-        arr = values if values.type == pa.binary() else values.cast(pa.binary())
-        return pa.chunked_array([arr], type=pa.binary())
-    return pa.chunked_array([pa.array(list(values), type=pa.binary())], type=pa.binary())
-
-
-@dataclass
-class TopicRecords:
-    """A topic's records, column by column (arrival order; offset order within a partition).
-
-    ``keys`` and ``values`` are Arrow binary columns (null: no key or value), built by Arrow
-    from each fetched batch, so millions of records cost no Python object per field; lists
-    given to the constructor are converted. ``rows()`` gives Python tuples for small checks.
-
-    Also the proof of what was read: ``end_offsets`` are the per-partition ends the read
-    aimed for (the last stable offset for read_committed), ``reached`` the position each
-    partition actually got to, and ``problems`` why the read stopped short (empty when
-    :attr:`complete`). A short read is never silent: callers decide what it means.
-    """
-
-    keys: pa.ChunkedArray
-    values: pa.ChunkedArray
-    timestamps: np.ndarray  # int64, ms
-    partitions: np.ndarray  # int32
-    offsets: np.ndarray  # int64
-    topic: str = ""
-    end_offsets: dict[int, int] = field(default_factory=dict)
-    reached: dict[int, int] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.keys = binary_column(self.keys)
-        self.values = binary_column(self.values)
-        self.timestamps = np.asarray(self.timestamps, dtype=np.int64)
-        self.partitions = np.asarray(self.partitions, dtype=np.int32)
-        self.offsets = np.asarray(self.offsets, dtype=np.int64)
-        n = len(self.values)
-        if not (len(self.keys) == len(self.timestamps) == len(self.partitions)
-                == len(self.offsets) == n):
-            raise ValueError("the columns of a TopicRecords differ in length")
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    @property
-    def complete(self) -> bool:
-        """Every partition was read up to its end offset and nothing went wrong."""
-        return not self.problems and all(
-            self.reached.get(p, 0) >= end for p, end in self.end_offsets.items())
-
-    def rows(self) -> list[tuple[bytes | None, bytes | None, int, int, int]]:
-        """(key, value, timestamp_ms, partition, offset) tuples, for small checks and tests."""
-        return list(
-            zip(
-                self.keys.to_pylist(),
-                self.values.to_pylist(),
-                self.timestamps.tolist(),
-                self.partitions.tolist(),
-                self.offsets.tolist(),
-                strict=True,
-            )
-        )
-
-    def describe(self) -> dict[str, object]:
-        """What the read proves, for run.json and the store (JSON-ready)."""
-        return {"topic": self.topic, "records": len(self), "complete": self.complete,
-                "end_offsets": {str(p): o for p, o in sorted(self.end_offsets.items())},
-                "reached": {str(p): o for p, o in sorted(self.reached.items())},
-                "problems": list(self.problems)}
-
-
-#: Records asked of librdkafka per consume() call; each batch becomes one Arrow chunk.
-#: Measured: 10k batches consume ~2x faster than 100k (the message objects of a batch stay
-#: in cache), and smaller ones gain nothing.
-READ_BATCH = 10_000
-_timestamp_ms = operator.itemgetter(1)
-
-
-class _Columns:
-    """Column chunks of a read, one per consumed batch."""
-
-    def __init__(self) -> None:
-        self.keys: list[pa.Array] = []
-        self.values: list[pa.Array] = []
-        self.ts: list[np.ndarray] = []
-        self.parts: list[np.ndarray] = []
-        self.offs: list[np.ndarray] = []
-        self.count = 0
-
-    def add(self, msgs: list[Message], end: np.ndarray, reached: dict[int, int],
-            todo: set[int]) -> None:
-        """Take a batch of data messages: one C-driven pass per field, no loop per record.
-
-        Records at or past their partition's end offset were written after the read looked
-        at the ends: not part of this snapshot, dropped. ``reached`` and ``todo`` are
-        updated per partition exactly as a record-by-record read would.
-        """
-        n = len(msgs)
-        parts = np.fromiter(map(Message.partition, msgs), dtype=np.int32, count=n)
-        offs = np.fromiter(map(Message.offset, msgs), dtype=np.int64, count=n)
-        ts = np.fromiter(map(_timestamp_ms, map(Message.timestamp, msgs)), dtype=np.int64,
-                         count=n)
-        keys = pa.array(list(map(Message.key, msgs)), type=pa.binary())
-        values = pa.array(list(map(Message.value, msgs)), type=pa.binary())
-        ends = end[parts]
-        for p in np.flatnonzero(np.bincount(parts)).tolist():
-            # Offsets only grow within a partition: the batch's last record of p tells how
-            # far p got; past the end means p is at its end.
-            top = int(offs[parts == p].max())
-            reached[p] = max(reached[p], min(top + 1, int(end[p])))
-            if reached[p] >= end[p]:
-                todo.discard(p)
-        keep = offs < ends
-        if not keep.all():
-            mask = pa.array(keep)
-            keys, values = keys.filter(mask), values.filter(mask)
-            parts, offs, ts = parts[keep], offs[keep], ts[keep]
-        self.keys.append(keys)
-        self.values.append(values)
-        self.ts.append(ts)
-        self.parts.append(parts)
-        self.offs.append(offs)
-        self.count += len(offs)
-
-    def records(self) -> TopicRecords:
-        def cat(chunks: list[np.ndarray], dtype: type) -> np.ndarray:
-            return np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)
-
-        return TopicRecords(keys=pa.chunked_array(self.keys, type=pa.binary()),
-                            values=pa.chunked_array(self.values, type=pa.binary()),
-                            timestamps=cat(self.ts, np.int64),
-                            partitions=cat(self.parts, np.int32),
-                            offsets=cat(self.offs, np.int64))
-
-
-def kafka_problem(exc: Exception) -> str:
-    """A read's problem line for a Kafka client error or a plain runtime error."""
-    text = exc.args[0].str() if isinstance(exc, KafkaException) else exc
-    return f"Kafka error: {text}"
-
-
-def reader_conf(bootstrap: str, isolation: str,
-                config: Mapping[str, object] | None = None) -> dict[str, object]:
-    """Consumer settings of every read-back (no group offsets, partition ends reported);
-    ``config`` adds client settings (the user's SASL/SSL for an external cluster)."""
-    if isolation not in ("read_committed", "read_uncommitted"):
-        raise ValueError(f"unknown isolation level {isolation!r}")
-    return {
-        **_quiet_client_conf(bootstrap),
-        "group.id": f"pgval-read-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "isolation.level": isolation,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",
-        "fetch.max.bytes": 64 * 1024 * 1024,
-        "max.partition.fetch.bytes": 16 * 1024 * 1024,
-        "queued.min.messages": 1_000_000,
-        "queued.max.messages.kbytes": 256 * 1024,
-        "fetch.wait.max.ms": 50,
-        **(config or {}),
-    }
-
-
-def end_snapshot(consumer: Consumer, bootstrap: str, topic: str, timeout_s: float
-                 ) -> tuple[dict[int, int], dict[int, int], list[str]]:
-    """(end, start, problems) per partition of ``topic``: what a read must reach.
-
-    With isolation.level=read_committed the "high" offset librdkafka queries is the last
-    stable offset. A log that no longer starts at 0 lost records: a problem.
-    """
-    md = consumer.list_topics(topic=topic, timeout=min(timeout_s, 30.0))
-    tmd = md.topics.get(topic)
-    if tmd is None or tmd.error is not None:
-        why = tmd.error.str() if tmd is not None and tmd.error is not None else "no metadata"
-        raise RuntimeErrorPlain(f"cannot read topic {topic} at {bootstrap}: {why}")
-    end: dict[int, int] = {}
-    starts: dict[int, int] = {}
-    problems: list[str] = []
-    for p in sorted(tmd.partitions):
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=min(timeout_s, 30.0), cached=False
-        )
-        end[p], starts[p] = high, low
-        if low > 0:
-            problems.append(f"partition {p} starts at offset {low}: earlier records "
-                            f"were deleted")
-    return end, starts, problems
-
-
-def read_partitions(consumer: Consumer, topic: str, end: dict[int, int], reached: dict[int, int],
-                    problems: list[str], timeout_s: float, idle_timeout_s: float,
-                    batch_size: int = READ_BATCH,
-                    on_progress: Callable[[int], None] | None = None) -> _Columns:
-    """Read the partitions of ``topic`` in ``end`` from ``reached`` (their log starts, or
-    any offset: parallel readers split a partition) up to ``end``, updating ``reached`` as
-    it goes and adding to ``problems`` why it stopped short (a time-out, nothing
-    arriving); a Kafka error is raised (``reached`` shows how far it got).
-    """
-    columns = _Columns()
-    end_by_partition = np.zeros(max(end, default=-1) + 1, dtype=np.int64)
-    for p, e in end.items():
-        end_by_partition[p] = e
-    todo = {p for p, e in end.items() if e > reached[p]}
-    if todo:
-        consumer.assign([TopicPartition(topic, p, reached[p]) for p in sorted(todo)])
-    deadline = time.monotonic() + timeout_s
-    last_data = time.monotonic()
-    while todo:
-        now = time.monotonic()
-        if now > deadline:
-            problems.append(f"read time-out after {timeout_s:.0f} s")
-            break
-        if now - last_data > idle_timeout_s:
-            problems.append(f"nothing arrived for {idle_timeout_s:.0f} s")
-            break
-        batch = consumer.consume(num_messages=batch_size, timeout=0.1)
-        if not batch:
-            continue
-        last_data = time.monotonic()
-        errors = list(map(Message.error, batch))
-        # any(), not errors.count(None): KafkaError's == against None leaves a TypeError
-        # pending in confluent-kafka 2.x; an error object is always true, None false.
-        if any(errors):
-            # Partition ends (and errors) are rare: a few per read, looked at one by one.
-            for msg, err in zip(batch, errors, strict=True):
-                if err is None:
-                    continue
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeErrorPlain(f"reading {topic}: {err.str()}")
-                p = msg.partition()
-                if p in todo:
-                    reached[p] = max(reached[p], msg.offset())
-                    if msg.offset() >= end[p]:
-                        todo.discard(p)
-            batch = [m for m, err in zip(batch, errors, strict=True) if err is None]
-        if batch:
-            columns.add(batch, end_by_partition, reached, todo)
-            if on_progress is not None:
-                on_progress(columns.count)
-    return columns
-
-
-def short_read_problems(end: dict[int, int], reached: dict[int, int], problems: list[str]
-                        ) -> list[str]:
-    """``problems`` plus a line naming every partition that did not reach its end."""
-    short = {p: (reached.get(p, 0), e) for p, e in end.items() if reached.get(p, 0) < e}
-    if not short:
-        return problems
-    head = [] if problems else ["stopped early"]
-    return [*problems, *head, "short partitions: " + ", ".join(
-        f"{p} at {r} of {e}" for p, (r, e) in sorted(short.items()))]
-
-
-def read_topic(
-    bootstrap: str,
-    topic: str,
-    isolation: str = "read_committed",
-    timeout_s: float = 120.0,
-    idle_timeout_s: float = 10.0,
-    strict: bool = True,
-    batch_size: int = READ_BATCH,
-    on_progress: Callable[[int], None] | None = None,
-    config: Mapping[str, object] | None = None,
-) -> TopicRecords:
-    """Read all of ``topic`` from the beginning up to its current end, as columns.
-
-    The end is the last stable offset for ``read_committed`` (aborted and open transactions
-    are skipped) and the high watermark for ``read_uncommitted``. Reading stops when every
-    partition has reached it, when nothing arrived for ``idle_timeout_s``, at ``timeout_s``,
-    or on a Kafka error. With ``strict`` (the default) a read that stopped short raises
-    :class:`RuntimeErrorPlain`; with ``strict=False`` it returns what it read, with the
-    reasons in ``problems`` (``complete`` is then False) — the experiment stores that and
-    marks the run unknown rather than guessing. ``config``: more client settings (the
-    user's SASL/SSL for an external cluster).
-
-    Speed: librdkafka fetches and decompresses in its own thread; here each batch of up to
-    ``batch_size`` records is turned into columns with one C-driven pass per field (the
-    only per-record cost is the client's message object). ``on_progress`` gets the number
-    of records read so far after each batch. :func:`pgval.kafka.reader.read_topics`
-    reads several topics with parallel reader processes.
-    """
-    conf = reader_conf(bootstrap, isolation, config)
-    columns = _Columns()
-    end: dict[int, int] = {}
-    reached: dict[int, int] = {}
-    problems: list[str] = []
-    consumer = None
-    try:
-        consumer = Consumer(conf)
-        end, starts, problems = end_snapshot(consumer, bootstrap, topic, timeout_s)
-        reached.update(starts)  # nothing before the log start exists any more
-        columns = read_partitions(consumer, topic, end, reached, problems, timeout_s,
-                                  idle_timeout_s, batch_size, on_progress)
-    except (KafkaException, RuntimeErrorPlain) as exc:
-        problems.append(kafka_problem(exc))
-    finally:
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                consumer.close()
-    records = columns.records()
-    records.topic, records.end_offsets, records.reached = topic, end, reached
-    records.problems = short_read_problems(end, reached, problems)
-    if strict and not records.complete:
-        raise RuntimeErrorPlain(f"could not read all of topic {topic} at {bootstrap}: "
-                                + "; ".join(records.problems or ["partitions missing"]))
-    return records

@@ -1,17 +1,25 @@
-"""Read several topics back with parallel reader processes, same proof as ``read_topic``.
+"""Reading topics back: every record up to an end-offset snapshot, with the proof.
 
-Why processes: reading is bound by the Kafka client's cost per message (librdkafka's and
-confluent-kafka's message objects, ~1.3 µs of CPU on the development machine), and one
-Python process cannot spread that over cores. By default half the cores read (the other
-half is left to a local broker): on the 2-core development machine that is one reader, as
-two were no faster there with the broker on the same cores (docs/performance.md, "Rates").
-The evidence still comes through a Kafka client with the requested isolation level, to one
-end-offset snapshot taken before any reader starts.
+The one consumer of pgval's evidence. :func:`read_topics` takes one end-offset snapshot of
+all its topics (the last stable offset for read_committed), then reads every partition
+from its log start up to it; :func:`read_topic` is the same for one topic, in this
+process. What comes back is a :class:`~pgval.kafka.topic_records.TopicRecords` per topic:
+the columns and how far each partition got, with every reason a read stopped short — a
+time-out, nothing arriving, a Kafka error, records deleted before they were read — so a
+short read is never silent. The consumer settings of every read are :func:`reader_conf`'s.
 
-Each reader sends its columns back as an Arrow IPC stream over a pipe (no pickling of
-records); the parent merges them per topic with the per-partition proof (end offsets, how
-far each partition got, what went wrong). A reader that dies or says nothing leaves its
-partitions short, which the proof shows: never a silent partial read.
+Speed: librdkafka fetches and decompresses in its own thread; each batch of up to
+:data:`READ_BATCH` records becomes columns with one C-driven pass per field (the only
+per-record cost is the client's message object). Reading is bound by that cost (~1.3 µs
+of CPU per message on the development machine), and one Python process cannot spread it
+over cores, so big reads are split between reader processes: by default half the cores
+read (the other half is left to a local broker); on the 2-core development machine that
+is one reader, as two were no faster there with the broker on the same cores
+(docs/performance.md, "Rates").
+
+Each reader process sends its columns back as an Arrow IPC stream over a pipe (no
+pickling of records); the parent merges them per topic with the per-partition proof. A
+reader that dies or says nothing leaves its partitions short, which the proof shows.
 """
 
 from __future__ import annotations
@@ -20,32 +28,211 @@ import contextlib
 import ctypes
 import multiprocessing as mp
 import multiprocessing.connection as mpc
+import operator
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.kafka.broker import (
-    READ_BATCH,
-    TopicRecords,
-    end_snapshot,
-    kafka_problem,
-    read_partitions,
-    reader_conf,
-    short_read_problems,
-)
+from pgval.kafka.client import quiet_conf
+from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
+
+#: Records asked of librdkafka per consume() call; each batch becomes one Arrow chunk.
+#: Measured: 10k batches consume ~2x faster than 100k (the message objects of a batch stay
+#: in cache), and smaller ones gain nothing.
+READ_BATCH = 10_000
+_timestamp_ms = operator.itemgetter(1)
+
+
+class _Columns:
+    """Column chunks of a read, one per consumed batch."""
+
+    def __init__(self) -> None:
+        self.keys: list[pa.Array] = []
+        self.values: list[pa.Array] = []
+        self.ts: list[np.ndarray] = []
+        self.parts: list[np.ndarray] = []
+        self.offs: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, msgs: list[Message], end: np.ndarray, reached: dict[int, int],
+            todo: set[int]) -> None:
+        """Take a batch of data messages: one C-driven pass per field, no loop per record.
+
+        Records at or past their partition's end offset were written after the read looked
+        at the ends: not part of this snapshot, dropped. ``reached`` and ``todo`` are
+        updated per partition exactly as a record-by-record read would.
+        """
+        n = len(msgs)
+        parts = np.fromiter(map(Message.partition, msgs), dtype=np.int32, count=n)
+        offs = np.fromiter(map(Message.offset, msgs), dtype=np.int64, count=n)
+        ts = np.fromiter(map(_timestamp_ms, map(Message.timestamp, msgs)), dtype=np.int64,
+                         count=n)
+        keys = pa.array(list(map(Message.key, msgs)), type=pa.binary())
+        values = pa.array(list(map(Message.value, msgs)), type=pa.binary())
+        ends = end[parts]
+        for p in np.flatnonzero(np.bincount(parts)).tolist():
+            # Offsets only grow within a partition: the batch's last record of p tells how
+            # far p got; past the end means p is at its end.
+            top = int(offs[parts == p].max())
+            reached[p] = max(reached[p], min(top + 1, int(end[p])))
+            if reached[p] >= end[p]:
+                todo.discard(p)
+        keep = offs < ends
+        if not keep.all():
+            mask = pa.array(keep)
+            keys, values = keys.filter(mask), values.filter(mask)
+            parts, offs, ts = parts[keep], offs[keep], ts[keep]
+        self.keys.append(keys)
+        self.values.append(values)
+        self.ts.append(ts)
+        self.parts.append(parts)
+        self.offs.append(offs)
+        self.count += len(offs)
+
+    def table(self) -> pa.Table:
+        """The read's records as one :data:`RECORD_SCHEMA` table (one chunk per batch)."""
+        def cat(chunks: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)
+
+        return pa.table({"partition": cat(self.parts, np.int32),
+                         "offset": cat(self.offs, np.int64),
+                         "timestamp": cat(self.ts, np.int64),
+                         "key": pa.chunked_array(self.keys, type=pa.binary()),
+                         "value": pa.chunked_array(self.values, type=pa.binary())},
+                        schema=RECORD_SCHEMA)
+
+
+def _kafka_problem(exc: Exception) -> str:
+    """A read's problem line for a Kafka client error or a plain runtime error."""
+    text = exc.args[0].str() if isinstance(exc, KafkaException) else exc
+    return f"Kafka error: {text}"
+
+
+def reader_conf(bootstrap: str, isolation: str,
+                config: Mapping[str, object] | None = None) -> dict[str, object]:
+    """Consumer settings of every read-back (no group offsets, partition ends reported);
+    ``config`` adds client settings (the user's SASL/SSL for an external cluster)."""
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise ValueError(f"unknown isolation level {isolation!r}")
+    return {
+        **quiet_conf(bootstrap),
+        "group.id": f"pgval-read-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": isolation,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        "queued.min.messages": 1_000_000,
+        "queued.max.messages.kbytes": 256 * 1024,
+        "fetch.wait.max.ms": 50,
+        **(config or {}),
+    }
+
+
+def end_snapshot(consumer: Consumer, bootstrap: str, topic: str, timeout_s: float
+                 ) -> tuple[dict[int, int], dict[int, int], list[str]]:
+    """(end, start, problems) per partition of ``topic``: what a read must reach.
+
+    With isolation.level=read_committed the "high" offset librdkafka queries is the last
+    stable offset. A log that no longer starts at 0 lost records: a problem.
+    """
+    md = consumer.list_topics(topic=topic, timeout=min(timeout_s, 30.0))
+    tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None:
+        why = tmd.error.str() if tmd is not None and tmd.error is not None else "no metadata"
+        raise RuntimeErrorPlain(f"cannot read topic {topic} at {bootstrap}: {why}")
+    end: dict[int, int] = {}
+    starts: dict[int, int] = {}
+    problems: list[str] = []
+    for p in sorted(tmd.partitions):
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=min(timeout_s, 30.0), cached=False
+        )
+        end[p], starts[p] = high, low
+        if low > 0:
+            problems.append(f"partition {p} starts at offset {low}: earlier records "
+                            f"were deleted")
+    return end, starts, problems
+
+
+def _read_partitions(consumer: Consumer, topic: str, end: dict[int, int],
+                     reached: dict[int, int], problems: list[str], timeout_s: float,
+                     idle_timeout_s: float, batch_size: int = READ_BATCH,
+                     on_progress: Callable[[int], None] | None = None) -> _Columns:
+    """Read the partitions of ``topic`` in ``end`` from ``reached`` (their log starts, or
+    any offset: parallel readers split a partition) up to ``end``, updating ``reached`` as
+    it goes and adding to ``problems`` why it stopped short (a time-out, nothing
+    arriving); a Kafka error is raised (``reached`` shows how far it got).
+    """
+    columns = _Columns()
+    end_by_partition = np.zeros(max(end, default=-1) + 1, dtype=np.int64)
+    for p, e in end.items():
+        end_by_partition[p] = e
+    todo = {p for p, e in end.items() if e > reached[p]}
+    if todo:
+        consumer.assign([TopicPartition(topic, p, reached[p]) for p in sorted(todo)])
+    deadline = time.monotonic() + timeout_s
+    last_data = time.monotonic()
+    while todo:
+        now = time.monotonic()
+        if now > deadline:
+            problems.append(f"read time-out after {timeout_s:.0f} s")
+            break
+        if now - last_data > idle_timeout_s:
+            problems.append(f"nothing arrived for {idle_timeout_s:.0f} s")
+            break
+        batch = consumer.consume(num_messages=batch_size, timeout=0.1)
+        if not batch:
+            continue
+        last_data = time.monotonic()
+        errors = list(map(Message.error, batch))
+        # any(), not errors.count(None): KafkaError's == against None leaves a TypeError
+        # pending in confluent-kafka 2.x; an error object is always true, None false.
+        if any(errors):
+            # Partition ends (and errors) are rare: a few per read, looked at one by one.
+            for msg, err in zip(batch, errors, strict=True):
+                if err is None:
+                    continue
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeErrorPlain(f"reading {topic}: {err.str()}")
+                p = msg.partition()
+                if p in todo:
+                    reached[p] = max(reached[p], msg.offset())
+                    if msg.offset() >= end[p]:
+                        todo.discard(p)
+            batch = [m for m, err in zip(batch, errors, strict=True) if err is None]
+        if batch:
+            columns.add(batch, end_by_partition, reached, todo)
+            if on_progress is not None:
+                on_progress(columns.count)
+    return columns
+
+
+def _short_read_problems(end: dict[int, int], reached: dict[int, int], problems: list[str]
+                         ) -> list[str]:
+    """``problems`` plus a line naming every partition that did not reach its end."""
+    short = {p: (reached.get(p, 0), e) for p, e in end.items() if reached.get(p, 0) < e}
+    if not short:
+        return problems
+    head = [] if problems else ["stopped early"]
+    return [*problems, *head, "short partitions: " + ", ".join(
+        f"{p} at {r} of {e}" for p, (r, e) in sorted(short.items()))]
+
+
 
 #: Below this many records in all, reading in this process is faster than starting readers.
 PARALLEL_MIN_RECORDS = 500_000
 _PR_SET_PDEATHSIG = 1
-_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()),
-                     ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
 # (topic, partition, start, end): an offset range a reader reads.
 Task = tuple[str, int, int, int]
 # Takes one topic's records, how far each partition got and the problems.
@@ -106,7 +293,7 @@ def _read_tasks(conf: dict[str, object], tasks: Sequence[Task], timeout_s: float
         end = {p: e for p, (_, e) in parts.items()}
         reached = {p: s for p, (s, _) in parts.items()}
         problems: list[str] = []
-        table = _SCHEMA.empty_table()
+        table = RECORD_SCHEMA.empty_table()
         consumer = None
 
         def progress(n: int, base: int = done) -> None:
@@ -115,14 +302,11 @@ def _read_tasks(conf: dict[str, object], tasks: Sequence[Task], timeout_s: float
 
         try:
             consumer = Consumer(conf)
-            columns = read_partitions(consumer, topic, end, reached, problems, timeout_s,
-                                      idle_timeout_s, batch_size, progress)
-            recs = columns.records()
-            table = pa.table({"partition": recs.partitions, "offset": recs.offsets,
-                              "timestamp": recs.timestamps, "key": recs.keys,
-                              "value": recs.values}, schema=_SCHEMA)
+            columns = _read_partitions(consumer, topic, end, reached, problems, timeout_s,
+                                       idle_timeout_s, batch_size, progress)
+            table = columns.table()
         except (KafkaException, RuntimeErrorPlain) as exc:
-            problems.append(kafka_problem(exc))
+            problems.append(_kafka_problem(exc))
         finally:
             if consumer is not None:
                 with contextlib.suppress(Exception):
@@ -155,7 +339,7 @@ def _reader_main(conn: mpc.Connection, parent: int, conf: dict[str, object],
 
     def send(topic: str, table: pa.Table, reached: dict[int, int], problems: list[str]) -> None:
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, _SCHEMA) as writer:
+        with pa.ipc.new_stream(sink, RECORD_SCHEMA) as writer:
             writer.write_table(table)
         conn.send(("topic", topic, reached, problems))
         conn.send_bytes(sink.getvalue())
@@ -167,6 +351,28 @@ def _reader_main(conn: mpc.Connection, parent: int, conf: dict[str, object],
         pass  # the parent is gone or stopped listening
     finally:
         conn.close()
+
+
+def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
+               timeout_s: float = 120.0, idle_timeout_s: float = 10.0, strict: bool = True,
+               batch_size: int = READ_BATCH, on_progress: Callable[[int], None] | None = None,
+               config: Mapping[str, object] | None = None) -> TopicRecords:
+    """Read all of ``topic`` from the beginning up to its current end, as columns, in this
+    process (:func:`read_topics` with one topic and no reader process).
+
+    The end is the last stable offset for ``read_committed`` (aborted and open transactions
+    are skipped) and the high watermark for ``read_uncommitted``. Reading stops when every
+    partition has reached it, when nothing arrived for ``idle_timeout_s``, at ``timeout_s``,
+    or on a Kafka error. With ``strict`` (the default) a read that stopped short raises
+    :class:`RuntimeErrorPlain`; with ``strict=False`` it returns what it read, with the
+    reasons in ``problems`` (``complete`` is then False) — the experiment stores that and
+    marks the run unknown rather than guessing. ``config``: more client settings (a
+    cluster's login, the user's SASL/SSL for an external cluster). ``on_progress`` gets the
+    number of records read so far after each batch.
+    """
+    return read_topics(bootstrap, [topic], isolation, timeout_s, idle_timeout_s, strict,
+                       workers=1, batch_size=batch_size, on_progress=on_progress,
+                       config=config)[topic]
 
 
 def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_committed",
@@ -197,10 +403,10 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
                                                                     timeout_s)
                 reached[topic] = dict(starts)
             except (KafkaException, RuntimeErrorPlain) as exc:
-                problems[topic].append(kafka_problem(exc))
+                problems[topic].append(_kafka_problem(exc))
     except KafkaException as exc:  # a client that cannot even start
         for topic in topics:
-            problems[topic].append(kafka_problem(exc))
+            problems[topic].append(_kafka_problem(exc))
     finally:
         if consumer is not None:
             with contextlib.suppress(Exception):
@@ -241,25 +447,15 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     for topic in topics:
         # Reader k's ranges precede reader k+1's within a partition: offset order is kept.
         parts = [tables[topic][k] for k in sorted(tables[topic])]
-        table = pa.concat_tables(parts) if parts else _SCHEMA.empty_table()
-        recs = TopicRecords(keys=table.column("key"), values=table.column("value"),
-                            timestamps=_numpy(table, "timestamp", np.int64),
-                            partitions=_numpy(table, "partition", np.int32),
-                            offsets=_numpy(table, "offset", np.int64), topic=topic,
-                            end_offsets=ends[topic], reached=reached[topic])
-        recs.problems = short_read_problems(ends[topic], reached[topic], problems[topic])
+        table = pa.concat_tables(parts) if parts else RECORD_SCHEMA.empty_table()
+        recs = TopicRecords.from_table(table, topic)
+        recs.end_offsets, recs.reached = ends[topic], reached[topic]
+        recs.problems = _short_read_problems(ends[topic], reached[topic], problems[topic])
         if strict and not recs.complete:
             raise RuntimeErrorPlain(f"could not read all of topic {topic} at {bootstrap}: "
                                     + "; ".join(recs.problems or ["partitions missing"]))
         out[topic] = recs
     return out
-
-
-def _numpy(table: pa.Table, name: str, dtype: type) -> np.ndarray:
-    col = table.column(name)
-    if len(col) == 0:
-        return np.zeros(0, dtype=dtype)
-    return col.to_numpy().astype(dtype, copy=False)
 
 
 def _run_readers(conf: dict[str, object], groups: list[list[Task]], timeout_s: float,

@@ -25,21 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from pgval.dbfile import StoreError, connect_readonly
+from pgval.schema import Fault, Guarantee, Topology
+from pgval.shape import REPORTED, RunShape
 
 #: Display order of the matrix axes; unknown values sort after these, alphabetically.
-TOPOLOGY_ORDER = ("sst", "mst")
-PG_ORDER = ("a1", "e1", "m1")
-FAULT_ORDER = ("none", "delay-lt-timeout", "delay-gt-timeout", "crash", "driver-crash")
+TOPOLOGY_ORDER: tuple[str, ...] = (Topology.SST, Topology.MST)
+PG_ORDER: tuple[str, ...] = (Guarantee.A1, Guarantee.E1, Guarantee.M1)
+FAULT_ORDER: tuple[str, ...] = (Fault.NONE, Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT,
+                                Fault.CRASH, Fault.DRIVER_CRASH)
 #: Optional per-run recovery metrics (``runs`` columns added by newer stores).
 RECOVERY_METRICS = (("downtime_s", "downtime"), ("control_max_gap_s", "control max gap"),
                     ("recovery_throughput_s", "throughput back"),
                     ("recovery_latency_s", "latency back"), ("catchup_s", "catch-up"))
 RECOVERY_FLAGS = (("recovered", "recovered"), ("censored", "censored"))
-#: Run parameters that make runs of one topology × PG × fault different experiments, so a
-#: report never averages across them (a run at 2k ev/s is no repetition of one at 60k).
-SHAPE_PARAMS = ("rate", "phase_seconds", "window_ms", "crash_point", "deploy")
-#: What a parameter missing from an older run's params meant then.
-SHAPE_DEFAULTS = {"deploy": "local", "crash_point": "timed"}
 DASH = "–"
 
 
@@ -108,14 +106,21 @@ class RunData:
     def params(self) -> dict[str, Any]:
         return _json_object(self.row.get("params"))
 
+    @functools.cached_property
+    def run_shape(self) -> RunShape:
+        """The run's shape from its params, the row's own columns taking precedence."""
+        columns = {k: _text(self.row[k]) for k in ("topology", "pg", "fault")
+                   if self.row.get(k) is not None}
+        columns.update({k: self.row[k] for k in REPORTED if self.row.get(k) is not None})
+        return RunShape.of({**self.params, **columns})
+
     @property
     def shape(self) -> tuple[Any, ...]:
-        """The run's :data:`SHAPE_PARAMS` values (numbers as floats, defaults filled in)."""
+        """What of the run's shape a report compares (:data:`pgval.shape.REPORTED`;
+        numbers as floats, defaults filled in)."""
         values: list[Any] = []
-        for name in SHAPE_PARAMS:
-            v = self.row.get(name) if self.row.get(name) is not None else self.params.get(name)
-            if v is None:
-                v = SHAPE_DEFAULTS.get(name)
+        for name in REPORTED:
+            v = self.run_shape.value(name)
             if isinstance(v, int | float) and not isinstance(v, bool):
                 v = number(v)  # a float, or None for NaN, infinities and damage
             elif v is not None and not isinstance(v, str):
@@ -348,8 +353,8 @@ def group_runs(runs: Iterable[RunData]) -> list[Group]:
 
 def shape_labels(shapes: Sequence[tuple[Any, ...]]) -> list[str]:
     """Each shape said by the parameters that differ among ``shapes`` (all "" if none do)."""
-    varying = [i for i in range(len(SHAPE_PARAMS)) if len({s[i] for s in shapes}) > 1]
-    return [", ".join(shape_part(SHAPE_PARAMS[i], s[i]) for i in varying) for s in shapes]
+    varying = [i for i in range(len(REPORTED)) if len({s[i] for s in shapes}) > 1]
+    return [", ".join(shape_part(REPORTED[i], s[i]) for i in varying) for s in shapes]
 
 
 def shape_part(name: str, value: Any) -> str:

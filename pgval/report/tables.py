@@ -24,12 +24,12 @@ from pgval.report.data import (
     number,
     shape_labels,
 )
-from pgval.schema import PHASES
+from pgval.schema import PHASES, Fault
 
 #: The paper's names for the faults (Table 4).
-FAULT_LABELS = {"none": "No fault", "delay-lt-timeout": "PD < TO",
-                "delay-gt-timeout": "PD > TO", "crash": "Process crash",
-                "driver-crash": "Driver crash"}
+FAULT_LABELS: dict[str, str] = {Fault.NONE: "No fault", Fault.DELAY_LT_TIMEOUT: "PD < TO",
+                                Fault.DELAY_GT_TIMEOUT: "PD > TO", Fault.CRASH: "Process crash",
+                                Fault.DRIVER_CRASH: "Driver crash"}
 
 
 # ---------------------------------------------------------------------------- table model
@@ -288,12 +288,13 @@ def _str(v: object) -> str | None:
 
 
 def fault_lags(run: RunData) -> dict[str, float]:
-    """Actual − intended time (s) of the first inject and remove step."""
+    """Actual − intended time (s) of the first inject and remove step; a step whose times
+    are not numbers (a damaged log) has no lag."""
     out: dict[str, float] = {}
     for e in run.fault_log:
-        if (e.get("step") in ("inject", "remove")
-                and e.get("actual_ms") is not None and e.get("intended_ms") is not None):
-            out.setdefault(e["step"], (e["actual_ms"] - e["intended_ms"]) / 1000.0)
+        actual, intended = number(e.get("actual_ms")), number(e.get("intended_ms"))
+        if e.get("step") in ("inject", "remove") and actual is not None and intended is not None:
+            out.setdefault(e["step"], (actual - intended) / 1000.0)
     return out
 
 

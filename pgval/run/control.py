@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.evidence import Manifest
-from pgval.schema import Topics, resource_name
+from pgval.schema import GET, POST, Topics, Topology, resource_name
 
 #: IDs of planted late events (a self-test): far above any generator ID, so a test can
 #: tell them apart; they are ordinary inputs for the oracle and the validator.
@@ -109,13 +109,13 @@ class ControlEvents:
         event_ts = watermark - 2 * window_ms
         producer = self._producer()
         ids = []
-        types = ("GET",) if topology == "sst" else ("GET", "POST")
+        types = (GET,) if topology == Topology.SST else (GET, POST)
         for k in range(count):
             name = resource_name(k % self.resources)
             for typ in types:
                 ident = LATE_ID_BASE + len(ids)
                 ids.append(ident)
-                topic = self.topics.get if typ == "GET" else self.topics.post
+                topic = self.topics.get if typ == GET else self.topics.post
                 producer.produce(topic, key=name.encode(), value=json.dumps(
                     {"id": ident, "type": typ, "resource": name, "event_ts": event_ts}).encode())
         if producer.flush(30) != 0:

@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from pgval.checker.explain import watermark_ms
+from pgval.checker.result import Reason
 from pgval.errors import RuntimeErrorPlain
 from pgval.run.result import Status
 from pgval.schema import Topics
@@ -117,7 +118,7 @@ class DrainOutcome:
     seconds: float
     caught_up_s: float | None
     timed_out: bool
-    reason: str | None  # why the run cannot count as drained (a validity reason)
+    reason: Reason | None  # why the run cannot count as drained (kind observed)
 
 
 def drain(driver: DriverProcess, monitor: OutputMonitor, closing_ts: int, watermark_delay_ms: int,
@@ -149,13 +150,13 @@ def drain(driver: DriverProcess, monitor: OutputMonitor, closing_ts: int, waterm
         if now >= deadline:
             why = (f"the query read every input but its watermark stayed at {wm} < "
                    f"{wm_target}" if caught else "the query had not read every input")
-            return DrainOutcome(now - t0, caught_up_s, True,
-                                f"the drain timed out after {timeout_s:.0f} s: {why}")
+            return DrainOutcome(now - t0, caught_up_s, True, Reason(
+                "observed", f"the drain timed out after {timeout_s:.0f} s: {why}"))
         try:
             driver.check()
         except RuntimeErrorPlain as exc:
-            return DrainOutcome(now - t0, caught_up_s, False,
-                                f"the driver died during the drain: {exc}")
+            return DrainOutcome(now - t0, caught_up_s, False, Reason(
+                "observed", f"the driver died during the drain: {exc}"))
         note = ("waiting for the query to read all inputs" if not caught else
                 "waiting for the watermark to close the last windows")
         on_status(Status("drain", now - t0, timeout_s, 0, 0.0, monitor.count(), len(progress),

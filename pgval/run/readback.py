@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgval.checker.result import Result, compose
 from pgval.checker.validity import generator_reasons, readback_reasons, reconcile_inputs
 from pgval.evidence import save_progress, save_topic
-from pgval.kafka.broker import TopicRecords
 from pgval.kafka.reader import read_topics
+from pgval.kafka.topic_records import TopicRecords
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
 
 
@@ -24,7 +25,7 @@ from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
 class ReadBack:
     records: dict[str, TopicRecords]  # by role: get, post, output
     describe: dict[str, Any]  # per role, plus "inputs": the reconciliation
-    reasons: list[str] = field(default_factory=list)
+    reasons: Result = field(default_factory=Result)  # readback and reconcile kinds
 
 
 def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
@@ -48,6 +49,6 @@ def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
     read = len(records[GET_TOPIC]) + len(records[POST_TOPIC])
     ends = sum(sum(records[t].end_offsets.values()) for t in (GET_TOPIC, POST_TOPIC))
     info, reasons = reconcile_inputs(read, ends, delivered, own_events,
-                                     not generator_reasons(generator))
+                                     generator_reasons(generator).valid)
     described["inputs"] = info
-    return ReadBack(records, described, [*short, *reasons])
+    return ReadBack(records, described, compose(short, reasons))

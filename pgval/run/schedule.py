@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
+from pgval.schema import Fault
+
 
 class FaultHooks(Protocol):
     """A fault: injected at T2, removed at T3; ``remove`` must be safe to call twice, and
@@ -22,7 +24,7 @@ class FaultHooks(Protocol):
 
 
 class NoFault:
-    name = "none"
+    name = Fault.NONE
 
     def inject(self) -> dict[str, Any]:
         return {}
@@ -46,10 +48,15 @@ class FaultSchedule:
     def name(self) -> str:
         return self.fault.name
 
+    @property
+    def active(self) -> bool:
+        """Whether there is a fault to inject (not :class:`NoFault`)."""
+        return self.fault.name != Fault.NONE
+
     def step(self, step: str, intended_ms: int, restore: bool = True) -> None:
         """Inject or remove, logged as one step: the entry exists before the fault acts,
         so an interrupt at any point of ``inject`` still leads teardown to remove it."""
-        if self.fault.name == "none":
+        if not self.active:
             return
         entry: dict[str, Any] = {"step": step, "fault": self.fault.name,
                                  "intended_ms": intended_ms, "actual_ms": now_ms()}

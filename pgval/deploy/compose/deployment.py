@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
 from pgval.deploy.compose.pumba import PumbaFault
 from pgval.deploy.compose.stack import (
     HOST_BOOTSTRAP,
@@ -27,12 +27,13 @@ from pgval.deploy.compose.stack import (
     worker_container,
 )
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.network import DELAYS
+from pgval.schema import Fault
 from pgval.spark.driver import SETTINGS_ENV
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
-    from pgval.run.schedule import FaultHooks
 
 CONTAINER_RUNS = "/work/runs"
 BROKERS = 3
@@ -97,18 +98,29 @@ class ComposeDeployment(Deployment):
     def workers(self) -> int:
         return self._workers
 
-    def worker_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                     ctx: FaultContext) -> FaultHooks:
-        """pumba on the target worker's container. The delay's ``--duration`` is the failure
-        phase plus a margin, so pumba removes the delay by itself even if pgval dies;
-        ``remove`` at T3 stops it earlier and verifies."""
-        logs = {"log_dir": ctx.run_dir / "faults", "pid_dir": ctx.run_dir / "pids",
+    def fault_makers(self) -> dict[Fault, FaultMaker]:
+        """pumba on the target worker's container: a kill, or netem on its egress."""
+        return {**super().fault_makers(), Fault.CRASH: self.container_kill,
+                **dict.fromkeys(DELAYS, self.container_delay)}
+
+    def container_kill(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                       ctx: FaultContext) -> PumbaFault:
+        return PumbaFault(cfg.fault, "kill", worker_container(target), **self._fault_files(ctx))
+
+    def container_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                        ctx: FaultContext) -> PumbaFault:
+        """The delay's ``--duration`` is the failure phase plus a margin, so pumba removes
+        the delay by itself even if pgval dies; ``remove`` at T3 stops it earlier and
+        verifies."""
+        return PumbaFault(cfg.fault, "delay", worker_container(target),
+                          delay_ms=profile.delay_ms or 500, duration_s=ctx.phase_seconds + 30,
+                          **self._fault_files(ctx))
+
+    @staticmethod
+    def _fault_files(ctx: FaultContext) -> dict[str, Path]:
+        """Where pumba's log, its pid file and the delay's undo record go."""
+        return {"log_dir": ctx.run_dir / "faults", "pid_dir": ctx.run_dir / "pids",
                 "run_dir": ctx.run_dir}
-        container = worker_container(target)
-        if cfg.fault == "crash":
-            return PumbaFault(cfg.fault, "kill", container, **logs)
-        return PumbaFault(cfg.fault, "delay", container, delay_ms=profile.delay_ms or 500,
-                          duration_s=ctx.phase_seconds + 30, **logs)
 
     def container_path(self, host_path: Path) -> str:
         """Where ``host_path`` (under runs/) appears inside the runner container."""

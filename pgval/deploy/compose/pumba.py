@@ -3,7 +3,9 @@
 The embedded cluster delays packets with NFQUEUE and kills process groups; with Docker the
 unit of failure is a container, and pumba (https://github.com/alexei-led/pumba) is the
 usual tool. This module builds pumba's exact argument lists (pure functions, tested) and
-runs them as a :class:`PumbaFault` with the inject/remove hooks of pgval's experiments.
+runs them as a :class:`PumbaFault` with the inject/remove hooks of pgval's experiments. Its
+fault log entries and the rules that judge them are :mod:`pgval.faults.container`'s, so a
+re-check judges a compose run without this module (or Docker).
 
 Why the extra care around pumba (its issue numbers in brackets):
 
@@ -60,6 +62,7 @@ from pgval.deploy.compose.stack import (
     worker_container,
 )
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.container import ContainerDelay, ContainerKill, entry
 from pgval.host import undo
 from pgval.host.procs import Managed, spawn
 
@@ -355,7 +358,7 @@ class PumbaFault:
                      self._log_path(), pid_dir=self._pid_dir)
 
     def _base(self) -> dict[str, Any]:
-        return {"mechanism": "pumba", "target": self.target, "argv": list(self.argv)}
+        return entry(self.target, self.argv)
 
     # -- hooks
 
@@ -399,8 +402,9 @@ class PumbaFault:
         if status not in ("exited", "dead"):
             raise RuntimeErrorPlain(f"pumba kill exited 0 but {self.target} is still {status}; "
                                     f"see {proc.log_path}")
-        return {**self._base(), "started_ms": started, "stopped_ms": _now_ms(),
-                "status": status, "exit_code": container.attrs.get("State", {}).get("ExitCode")}
+        return ContainerKill.entry(self.target, self.argv, status=status, started_ms=started,
+                                   stopped_ms=_now_ms(),
+                                   exit_code=container.attrs.get("State", {}).get("ExitCode"))
 
     def _remove_kill(self) -> dict[str, Any]:
         out = {**self._base(), "restart": self.restart}
@@ -455,11 +459,12 @@ class PumbaFault:
             raise RuntimeErrorPlain(f"no netem qdisc appeared on {self.target} within "
                                     f"{_APPLY_TIMEOUT_S:.0f} s of starting pumba")
         self._injected = True
-        return {**self._base(), "started_ms": started, "applied_ms": _now_ms(),
-                "qdisc": lines[0], "stale_netem_deleted": stale, "pumba_pid": self._proc.pid,
-                "direction": "egress", "delay_ms": self.delay_ms, "jitter_ms": self.jitter_ms,
-                # Egress only: a round trip grows by D (the embedded delay holds both ways: 2D).
-                "rtt_added_ms": self.delay_ms}
+        return ContainerDelay.entry(
+            self.target, self.argv, qdisc=lines[0], started_ms=started, applied_ms=_now_ms(),
+            stale_netem_deleted=stale, pumba_pid=self._proc.pid, direction="egress",
+            delay_ms=self.delay_ms, jitter_ms=self.jitter_ms,
+            # Egress only: a round trip grows by D (the embedded delay holds both ways: 2D).
+            rtt_added_ms=self.delay_ms)
 
     def _stop_proc(self) -> int | None:
         """SIGTERM pumba's group so it deletes its qdisc; SIGKILL only after its grace time.

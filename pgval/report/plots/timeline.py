@@ -21,6 +21,7 @@ from matplotlib.patches import Patch
 
 from pgval.report.data import DASH, ReportError, RunData, Selection, load_runs, opened
 from pgval.report.plots.png import DPI, save_png, style
+from pgval.schema import Fault
 
 #: Light shading of each phase on the timeline.
 SHADE = {"warm-up": "#ececec", "control": "#e3f4dc", "failure": "#fde0d4",
@@ -112,7 +113,7 @@ def _gapped(x: np.ndarray, y: np.ndarray, max_gap: float) -> tuple[np.ndarray, n
 def _fault_times(run: RunData) -> dict[str, float]:
     """Actual inject/remove times; none for fault-free runs (their log only marks T2/T3)."""
     out: dict[str, float] = {}
-    if (run.row.get("fault") or "none") == "none":
+    if (run.row.get("fault") or Fault.NONE) == Fault.NONE:
         return out
     for e in run.fault_log:
         if e.get("step") in ("inject", "remove") and e.get("actual_ms") is not None:

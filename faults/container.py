@@ -1,0 +1,74 @@
+"""Faults on a container (the compose deployment's Spark workers): what their log entries
+say and whether they took effect.
+
+The unit of failure under Docker is a container: ``crash`` kills the worker's container,
+a delay puts netem on its egress; pumba does both. The Docker and pumba work — the engine,
+pumba's processes, tc in the target's namespace, pumba's bugs — lives next to the compose
+stack (:class:`pgval.deploy.compose.pumba.PumbaFault`), which ``pgval.faults`` may not
+import (deployments are a higher layer), while a re-check (:mod:`pgval.recheck`, also
+below the deployments) must judge a stored compose run from its log. So this module owns
+the fault's evidence: PumbaFault writes its entries with :meth:`ContainerKill.entry`,
+:meth:`ContainerDelay.entry` and :func:`entry`, and the ``reasons`` here read them. The
+evidence is Docker's own state, since there is no host pid to record: the container seen
+``exited``/``dead`` after a kill, a netem qdisc seen on it during a delay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from pgval.checker.result import Reason
+from pgval.faults.log import Entries, finding, first
+from pgval.faults.network import DELAYS
+from pgval.schema import Fault
+
+#: The fault log's ``mechanism`` of every container fault: the tool that acts.
+MECHANISM = "pumba"
+#: Docker's states of a container whose main process is gone.
+STOPPED = ("exited", "dead")
+
+
+def entry(target: str, argv: Sequence[str], **detail: Any) -> dict[str, Any]:
+    """A container fault's log entry: the mechanism, the container and the exact command."""
+    return {"mechanism": MECHANISM, "target": target, "argv": list(argv), **detail}
+
+
+class ContainerKill:
+    """``crash``: the worker's container killed at T2, started again at T3."""
+
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.CRASH})
+    mechanisms: ClassVar[tuple[str, ...]] = (MECHANISM,)
+
+    @staticmethod
+    def entry(target: str, argv: Sequence[str], *, status: str, **detail: Any) -> dict[str, Any]:
+        """The inject entry: ``status`` is Docker's state of the container after the kill."""
+        return entry(target, argv, status=status, **detail)
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        inject = first(entries, "inject")
+        if inject.get("status") not in STOPPED:
+            return [finding(f"container {inject.get('target')} was not seen stopped "
+                            f"(status {inject.get('status')!r})")]
+        return []
+
+
+class ContainerDelay:
+    """A delay fault: netem on the worker container's egress from T2 to T3."""
+
+    kinds: ClassVar[frozenset[Fault]] = DELAYS
+    mechanisms: ClassVar[tuple[str, ...]] = (MECHANISM,)
+
+    @staticmethod
+    def entry(target: str, argv: Sequence[str], *, qdisc: str, **detail: Any) -> dict[str, Any]:
+        """The inject entry: ``qdisc`` is the netem line ``tc qdisc show`` printed in the
+        container once the delay acted."""
+        return entry(target, argv, qdisc=qdisc, **detail)
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        inject = first(entries, "inject")
+        if not inject.get("qdisc"):
+            return [finding(f"no netem qdisc was seen on container {inject.get('target')}")]
+        return []

@@ -1,0 +1,149 @@
+"""`pgval bench offline|generator|readback`: the numbers of docs/performance.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from pgval.cli.common import console
+from pgval.cli.errors import UserError
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks (numbers for docs/performance.md)."""
+
+
+@bench.command("offline")
+@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True,
+              help="Input events in the synthetic files.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path(".cache/bench"), show_default=True,
+              help="Where the synthetic files are written (reused when the size matches).")
+def bench_offline(events: int, workdir: Path) -> None:
+    """Time read → oracle → validator → metrics over synthetic files of EVENTS inputs."""
+    from rich.table import Table
+
+    from pgval.bench import run_offline_bench
+
+    with console.status(f"preparing and timing {events:,} events…"):
+        result = run_offline_bench(workdir, events)
+    table = Table(title=f"offline path, {result.events:,} events, {result.outputs:,} outputs, "
+                        f"{result.file_mb:,.0f} MB of JSON lines")
+    table.add_column("stage")
+    table.add_column("seconds", justify="right")
+    table.add_column("events/s", justify="right")
+    table.add_column("CPU s (all threads)", justify="right")
+    for stage, secs in result.stages_s.items():
+        table.add_row(stage, f"{secs:.2f}", f"{result.events / secs:,.0f}",
+                      f"{result.cpu_s[stage]:.2f}")
+    table.add_section()
+    table.add_row("end to end", f"{result.total_s:.2f}", f"{result.events_per_s:,.0f}",
+                  f"{sum(result.cpu_s.values()):.2f}")
+    console.print(table)
+
+
+def _bench_run_dir(runs: Path | None, kind: str) -> Path:
+    """A fresh directory for a bench's broker under the runs folder (`pgval cleanup` looks
+    there if the bench is killed)."""
+    import os
+    import time
+
+    root = runs or Path(os.environ.get("PGVAL_RUNS", "runs"))
+    return root / f"bench-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+bench_runs_option = click.option(
+    "--runs", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Folder for the bench broker's directory [default: $PGVAL_RUNS or runs].")
+
+
+def _say(line: str) -> None:
+    console.print(escape(line), highlight=False)
+
+
+@bench.command("generator")
+@click.option("--events", type=click.IntRange(min=1000), default=5_000_000, show_default=True,
+              help="Events to produce per run.")
+@click.option("--producers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Producer processes (the target is set for one).")
+@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Partitions of the bench's topics.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Runs, each timed on its own.")
+@click.option("--linger-ms", type=click.IntRange(min=0), default=None,
+              help="librdkafka linger.ms [default: the sink's].")
+@click.option("--compression", type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+              default=None, help="compression.type [default: the sink's].")
+@click.option("--batch-bytes", type=click.IntRange(min=1000), default=None,
+              help="librdkafka batch.size [default: the sink's].")
+@bench_runs_option
+def bench_generator(events: int, producers: int, partitions: int, repeat: int,
+                    linger_ms: int | None, compression: str | None, batch_bytes: int | None,
+                    runs: Path | None) -> None:
+    """Events/s from the generator into a Kafka broker the bench starts (1 broker, small
+    heap, acks=all, idempotent), counted until every event is acknowledged."""
+    from rich.table import Table
+
+    from pgval.bench_kafka import bench_generator as run_bench
+
+    options = {k: v for k, v in (("linger_ms", linger_ms), ("compression", compression),
+                                 ("batch_bytes", batch_bytes)) if v is not None}
+    results = run_bench(_bench_run_dir(runs, "generator"), events, producers, partitions,
+                        options, repeat, say=_say)
+    table = Table(title=f"generator → Kafka, {producers} producer process(es), "
+                        f"{partitions} partitions, sink {results[0].sink}")
+    for col in ("run", "acknowledged ev/s", "handed over ev/s", "delivered", "failed",
+                "undelivered", "in Kafka"):
+        table.add_column(col, justify="right")
+    for k, r in enumerate(results, 1):
+        table.add_row(str(k), f"{r.acked_per_s:,.0f}", f"{r.handover_per_s:,.0f}",
+                      f"{r.delivered:,}", f"{r.failed:,}", f"{r.undelivered:,}",
+                      f"{r.in_kafka:,}")
+    console.print(table)
+    bad = [k for k, r in enumerate(results, 1) if not r.ok]
+    if bad:
+        raise UserError(f"run(s) {bad} did not deliver every event exactly once into Kafka")
+
+
+@bench.command("readback")
+@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True,
+              help="Input events written, read back and validated.")
+@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Partitions of the bench's topics.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Reader processes, partitions split between them [default: half the "
+                   "cores, as pgval validate].")
+@click.option("--window-ms", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="SST window of the outputs (event time runs at 100k ev/s).")
+@bench_runs_option
+def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
+                   runs: Path | None) -> None:
+    """Write EVENTS inputs with the generator and their SST outputs into a Kafka broker the
+    bench starts, then time read-back (read_committed), records → columns and validation."""
+    from rich.table import Table
+
+    from pgval.bench_kafka import bench_readback as run_bench
+    from pgval.kafka.reader import default_workers
+
+    workers = workers or default_workers()
+    result = run_bench(_bench_run_dir(runs, "readback"), events, window_ms=window_ms,
+                       partitions=partitions, workers=workers, say=_say)
+    gen = result.generator
+    console.print(f"generator: {gen.delivered:,} events acknowledged at "
+                  f"{gen.acked_per_s:,.0f} ev/s (one producer process)")
+    table = Table(title=f"read-back and validation, {result.events:,} inputs, "
+                        f"{result.outputs:,} outputs, {partitions} partitions, "
+                        f"{workers} reader process(es)")
+    for col in ("stage", "seconds", "events/s", "CPU s (all threads)"):
+        table.add_column(col, justify="right" if col != "stage" else "left")
+    for stage, secs in result.stages_s.items():
+        table.add_row(stage, f"{secs:.2f}", f"{result.per_s(stage):,.0f}",
+                      f"{result.cpu_s[stage]:.2f}")
+    table.add_section()
+    table.add_row("read-back + validation", f"{result.total_s:.2f}", f"{result.per_s():,.0f}",
+                  f"{sum(result.cpu_s.values()):.2f}")
+    console.print(table)
+    console.print(f"validation: {result.verdict}")

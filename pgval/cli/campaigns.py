@@ -1,0 +1,123 @@
+"""`pgval matrix` and `pgval oir`: the campaigns. Argument handling and what is said;
+how a grid is planned, resumed and run is :mod:`pgval.matrix`, how the search steps
+:mod:`pgval.oir`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pgval.cli.common import OIR_PENDING, check_db, console, parse_rate, stored_oir_rate
+from pgval.cli.errors import UserError, err_console
+from pgval.cli.options import build_config, config_options, grid_options
+from pgval.errors import RuntimeErrorPlain
+
+
+def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
+    """`matrix` and `oir`: where the run directories and the results go."""
+    f = click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+                     default=Path("results.db"), show_default=True,
+                     help="SQLite results database (a matrix resumes from it).")(f)
+    return click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path),
+                        default=Path("runs"), show_default=True,
+                        help="Folder for the run directories, one per run.")(f)
+
+
+@click.command()
+@grid_options()
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Runs of each cell; repetition r runs with seed --seed + r.")
+@click.option("--rate-fraction", type=click.FloatRange(min=0.01, max=10.0), default=None,
+              help="With --rate oir: run at this fraction of the stored OIR (the paper ran "
+                   "at the OIR, 1.0) [default: 1.0].")
+@config_options("matrix")
+@_runs_and_db
+def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int,
+           rate_fraction: float | None, runs_dir: Path, db: Path, **values: Any) -> None:
+    """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from pgval.matrix import cells, plan, rates_at, run_matrix
+
+    rate = parse_rate(values["rate"])
+    if rate is not None and rate_fraction is not None:
+        raise UserError("--rate-fraction applies to --rate oir only")
+    base = build_config(values, rate=OIR_PENDING if rate is None else rate)
+
+    def left_out(cell, reason):  # noqa: ANN001, ANN202
+        err_console.print(f"{cell.topology} {cell.pg} {cell.fault}: left out — {reason}")
+
+    try:  # every cell checked before any runs
+        grid = plan(base, cells(topologies, pgs, faults, repeat), on_left_out=left_out)
+    except RuntimeErrorPlain as exc:
+        raise UserError(str(exc)) from exc
+    fraction = 1.0 if rate_fraction is None else rate_fraction
+    rate_for = (None if rate is not None
+                else rates_at(grid, base, fraction, lambda cfg: stored_oir_rate(db, cfg)))
+    check_db(db)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  console=err_console) as progress:
+        task = progress.add_task("matrix", total=len(grid))
+
+        def on_cell(cell, state, info):  # noqa: ANN001, ANN202
+            if state in ("complete", "skipped", "taken", "failed"):
+                progress.advance(task)
+            extra = ""
+            if info and "reliability" in info:
+                rel = info["reliability"]
+                extra = f" reliability {'n/a' if rel is None else f'{rel:.2%}'} {info['guarantee']}"
+                if not info.get("valid", True):
+                    extra += f" [unknown: {'; '.join(info.get('validity_reasons', []))}]"
+            elif info and "error" in info:
+                extra = f" error: {info['error']}"
+            if state == "taken":
+                state, extra = "skipped", " (being run by another pgval on this database)"
+            progress.console.print(f"{cell.label():32} {state}{extra}")
+
+        counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell, rate_for=rate_for,
+                            oir_fraction=None if rate is not None else fraction)
+    taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
+    console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
+                  f"{counts['failed']} failed — results in {db}")
+    if counts["failed"]:
+        sys.exit(1)
+
+
+@click.command()
+@config_options("oir")
+@click.option("--start-rate", type=click.FloatRange(min=1), default=1000, show_default=True,
+              help="Rate of the first trial (events/s); doubled while trials pass.")
+@click.option("--max-trials", type=click.IntRange(min=1), default=10, show_default=True,
+              help="At most this many control-only trial runs.")
+@click.option("--precision", type=click.FloatRange(min=0.01, max=0.5), default=0.1,
+              show_default=True,
+              help="Stop when the highest pass and the lowest failure are this close (their "
+                   "gap over the failing rate).")
+@click.option("--max-rate", type=click.FloatRange(min=1), default=200_000, show_default=True,
+              help="Stop doubling here if nothing failed (the OIR is then a lower bound).")
+@_runs_and_db
+def oir(start_rate: float, max_trials: int, precision: float, max_rate: float, runs_dir: Path,
+        db: Path, **values: Any) -> None:
+    """Find the optimum ingestion rate by doubling, then bisecting between the highest
+    passing and the lowest failing control run, and store it for this machine."""
+    from pgval.oir import search_oir
+
+    if start_rate > max_rate:
+        raise UserError(f"--start-rate {start_rate:,.0f} is above --max-rate {max_rate:,.0f}")
+    base = build_config(values, fault="none")
+    check_db(db)
+
+    def on_trial(t):  # noqa: ANN001, ANN202
+        mark = "[green]pass[/]" if t.passed else "[red]fail[/]"
+        console.print(f"{t.rate:>10,.0f} ev/s  {mark}  {t.reason}")
+
+    res = search_oir(base, db, runs_dir, start=start_rate, max_rate=max_rate,
+                     max_trials=max_trials, precision=precision, on_trial=on_trial)
+    if res.oir is None:
+        raise UserError(f"the OIR of {base.topology} {base.pg} is {res.describe()}; try a "
+                        "lower --start-rate")
+    console.print(f"OIR of {base.topology} {base.pg} on {res.machine}: {res.describe()} "
+                  f"(stored in {db})")

@@ -1,0 +1,76 @@
+"""`pgval cluster up|status|down`: the embedded Kafka + Spark cluster by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pgval.cli.common import console, print_json
+from pgval.cli.errors import UserError
+from pgval.cli.options import cluster_options
+
+
+@click.group()
+def cluster() -> None:
+    """Start, inspect and stop the embedded Kafka + Spark cluster by hand."""
+
+
+def _cluster_dir(f):  # noqa: ANN001, ANN202 - click decorator
+    return click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+                        default=Path("runs/cluster"), show_default=True,
+                        help="The cluster's directory: state, logs, broker data.")(f)
+
+
+@cluster.command("up")
+@_cluster_dir
+@cluster_options()
+def cluster_up(run_dir: Path, **values: Any) -> None:
+    """Start the cluster and leave it running (stop it with `pgval cluster down`)."""
+    from pgval.cluster.local import ClusterConfig, LocalCluster, read_state
+
+    if (read_state(run_dir) or {}).get("complete"):
+        raise UserError(f"a cluster is already up in {run_dir}; run `pgval cluster down` first")
+    c = LocalCluster(run_dir, ClusterConfig(**values), held=True)
+    with console.status("starting Kafka and Spark…"):
+        c.start()
+    info = c.describe()
+    console.print(f"Kafka {info['bootstrap']}  Spark {info['master']}  "
+                  f"(up in {info['timings']['cluster_start_s']:.1f} s, state in {run_dir})")
+
+
+@cluster.command("status")
+@_cluster_dir
+@click.option("--json", "as_json", is_flag=True,
+              help="Print bootstrap, master, the Spark settings a driver on this machine "
+                   "needs and the processes, for `pgval validate --deploy external`.")
+def cluster_status(run_dir: Path, as_json: bool) -> None:
+    """Show what the cluster in RUN_DIR is and whether its processes are alive."""
+    from pgval.cluster.local import cluster_processes, read_state
+    from pgval.deploy.embedded import handoff
+
+    state = read_state(run_dir)
+    if as_json:
+        if state is None:
+            raise UserError(f"no cluster in {run_dir}")
+        print_json(handoff(run_dir, state))
+        return
+    if state is None:
+        console.print(f"no cluster in {run_dir}")
+        return
+    console.print(f"Kafka {state.get('bootstrap')}  Spark {state.get('master')}  "
+                  f"isolated={state.get('isolated')}")
+    for name, alive in cluster_processes(run_dir):
+        console.print(f"  {name:24} {'[green]up[/]' if alive else '[red]down[/]'}")
+
+
+@cluster.command("down")
+@_cluster_dir
+def cluster_down(run_dir: Path) -> None:
+    """Stop the cluster in RUN_DIR (safe to run twice)."""
+    from pgval.cluster.local import force_down
+
+    stopped = force_down(run_dir)
+    console.print(f"stopped {len(stopped)} process groups/namespaces" if stopped
+                  else "nothing was running")

@@ -1,0 +1,77 @@
+"""What several command groups share: the console, JSON and validity output, the early
+check of ``--db``, and ``--rate`` (a number, or ``oir``: the stored optimum ingestion rate).
+
+Apart from the commands so each group's module imports only this, never another group.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+from rich.console import Console
+
+from pgval.cli.errors import UserError
+
+if TYPE_CHECKING:
+    from pgval.config import ExperimentConfig
+
+console = Console()
+if not console.is_terminal:  # pipes and CI logs: wide enough for the phase table
+    console = Console(width=140)
+
+#: The rate a config holds until ``--rate oir`` is looked up (the config is checked, and
+#: a matrix keyed, before the database is opened).
+OIR_PENDING = 1.0
+
+
+def print_json(obj: object) -> None:
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+
+
+def print_validity(validity: object) -> None:
+    """One line: is the run evidence? With every reason when it is not."""
+    reasons = getattr(validity, "reasons", [])
+    if not reasons:
+        console.print("[green]validity: valid[/]")
+        return
+    console.print(f"[bold yellow]validity: unknown[/] — the verdict above is not evidence "
+                  f"({len(reasons)} reason{'s' if len(reasons) != 1 else ''}):")
+    for r in reasons:
+        console.print(f"  • {r}")
+
+
+def check_db(db: Path) -> None:
+    """Open (create or migrate) the results database first: a bad --db is one line before
+    a run directory exists or a cluster starts."""
+    from pgval.store import ResultsStore
+
+    ResultsStore(db).close()
+
+
+def parse_rate(text: str) -> float | None:
+    """``--rate`` in events/s, or None for ``oir`` (read from the database later)."""
+    if text.strip().lower() == "oir":
+        return None
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise UserError(f"--rate must be a number of events/s or 'oir', not {text!r}") from exc
+    if not 0 < value < float("inf"):
+        raise UserError("--rate must be positive")
+    return value
+
+
+def stored_oir_rate(db: Path, cfg: ExperimentConfig) -> float:
+    """The optimum ingestion rate stored for the config's topology, pg and run shape, said
+    on the console, or one line saying how to measure it."""
+    from pgval.oir import OirNotStored, oir_for
+
+    try:
+        stored = oir_for(db, cfg)
+    except OirNotStored as exc:
+        raise UserError(str(exc)) from exc
+    console.print(f"{cfg.topology} {cfg.pg}: using the stored OIR, {stored.describe()}")
+    return stored.rate

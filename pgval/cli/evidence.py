@@ -1,0 +1,106 @@
+"""`pgval recheck` and `pgval export`: a stored run again from its kept, verified evidence."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from pgval.cli.common import console, print_json, print_validity
+from pgval.cli.errors import UserError
+from pgval.dbfile import plain_error
+
+
+def _is_run_dir(run: str) -> bool:
+    try:
+        return Path(run, "evidence").is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+@click.command()
+@click.argument("run")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results database: where a run id is looked up, and whose hashes of the "
+                   "run's evidence it must match (without it nothing is verified).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the `pgval check --json` object (plus validity).")
+@click.option("--store", "store_derived", is_flag=True,
+              help="With a run id and --db: store the recomputed recovery metrics and "
+                   "unprocessed causes (after a definition improved), only if the verdict "
+                   "and counts equal the stored ones. With a run directory and --db: store "
+                   "a run whose storing failed (its evidence unedited since).")
+def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> None:
+    """Recompute a stored run's results from its kept evidence (RUN: directory or run id)."""
+    from pgval.evidence import EvidenceError
+    from pgval.recheck import locate_run, parse_run_id
+    from pgval.recheck import recheck as do_recheck
+    from pgval.recheck import store_derived as do_store
+
+    if store_derived and db is not None and _is_run_dir(run):
+        from pgval.recheck import import_run
+
+        try:
+            run_id = import_run(Path(run), db)
+        except EvidenceError as exc:
+            raise UserError(str(exc)) from exc
+        except sqlite3.Error as exc:  # still full, locked, read-only: try again later
+            raise UserError(str(plain_error(db, exc))) from exc
+        console.print(f"stored {escape(run)} as run {run_id} in {escape(str(db))}")
+        return
+    if store_derived and (db is None or parse_run_id(run) is None):
+        raise UserError("--store needs a run id and --db (the row it updates), or a run "
+                        "directory and --db (a run whose storing failed, imported)")
+    try:
+        run_dir = locate_run(run, db)
+        result = do_recheck(run_dir, db, None if run_dir == Path(run) else parse_run_id(run))
+        if store_derived:
+            assert db is not None
+            do_store(db, parse_run_id(run) or 0, result)
+    except EvidenceError as exc:
+        raise UserError(str(exc)) from exc
+    except sqlite3.Error as exc:  # the row or hashes of a damaged database
+        raise UserError(str(plain_error(db or "--db", exc))) from exc
+    if as_json:
+        print_json(result.summary())
+        return
+    from pgval.checker.render import render_evaluation
+
+    m = result.manifest
+    render_evaluation(result.evaluation, console,
+                      title=f"re-check of {m.topology.upper()} run {m.run_id} — per phase")
+    print_validity(result.validity)
+    if result.validity_changes:
+        console.print(f"  stored validity differs by kind: {result.validity_changes}")
+    console.print(result.evidence.note)
+
+
+@click.command()
+@click.argument("run")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results database: where a run id is looked up, and whose hashes of the "
+                   "run's evidence it must match (without it nothing is verified).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="Folder for inputs.jsonl, outputs.jsonl and run.json.")
+def export(run: str, db: Path | None, out_dir: Path) -> None:
+    """Write a stored run's streams in the `pgval check` format (RUN: directory or run id)."""
+    from pgval.evidence import EvidenceError
+    from pgval.recheck import export as do_export
+    from pgval.recheck import locate_run, parse_run_id
+
+    try:
+        run_dir = locate_run(run, db)
+        info = do_export(run_dir, out_dir, db,
+                         None if run_dir == Path(run) else parse_run_id(run))
+    except EvidenceError as exc:
+        raise UserError(str(exc)) from exc
+    except sqlite3.Error as exc:
+        raise UserError(str(plain_error(db or "--db", exc))) from exc
+    start, t2, t3 = info["phases"]
+    console.print(f"wrote {info['inputs']:,} inputs and {info['outputs']:,} outputs to "
+                  f"{out_dir}; check them with:\n  pgval check --topology {info['topology']} "
+                  f"--inputs {out_dir / 'inputs.jsonl'} --outputs {out_dir / 'outputs.jsonl'} "
+                  f"--window-ms {info['window_ms']} --phases {start},{t2},{t3} --json")
+    console.print(info["evidence"]["note"])

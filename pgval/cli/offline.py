@@ -1,0 +1,88 @@
+"""`pgval oracle` and `pgval check`: recorded streams, no cluster: what a topology should
+output, and whether recorded outputs of any stream processor keep a guarantee."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import click
+import orjson
+from rich.markup import escape
+
+from pgval.cli.common import console, print_json, print_validity
+from pgval.cli.errors import UserError, err_console
+from pgval.cli.options import config_option
+from pgval.phases import Phases
+
+topology_option = config_option("topology")
+window_option = config_option("window_ms")
+
+
+@click.command()
+@topology_option
+@click.option("--inputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              required=True, help="Input events, JSON lines.")
+@window_option
+def oracle(topology: str, inputs: Path, window_ms: int) -> None:
+    """Print the expected outputs of TOPOLOGY over INPUTS as JSON lines."""
+    from pgval.oracle import expected_outputs
+    from pgval.records import read_inputs
+
+    events = read_inputs(inputs)
+    if events.malformed:
+        err_console.print(f"{events.malformed} malformed input records skipped")
+    expected = expected_outputs(events, topology, window_ms)
+    out = sys.stdout.buffer
+    for row in expected.to_records():
+        out.write(orjson.dumps(row) + b"\n")
+    out.flush()
+
+
+@click.command()
+@topology_option
+@click.option("--inputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              required=True, help="Input events, JSON lines with ingress_ts.")
+@click.option("--outputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              required=True, help="Produced outputs, JSON lines with ingress_ts.")
+@window_option
+@click.option("--phases", "phases_text", metavar="START,T2,T3[,T4]",
+              help="Phase boundaries in ms (ingress time): control from START, failure from "
+                   "T2, recovery from T3; T4 (optional) is when inputs stopped, after which "
+                   "recovery metrics judge nothing. Without it everything is control.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also store the result in this SQLite database.")
+def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_text: str | None,
+          as_json: bool, db: Path | None) -> None:
+    """Validate recorded input and output streams of any stream processor."""
+    from pgval.checker.evaluate import evaluate
+    from pgval.records import read_streams
+
+    try:
+        phases = Phases.parse(phases_text) if phases_text is not None else Phases.unbounded()
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    from pgval.checker.validity import Validity, evaluation_reasons
+    from pgval.store import ResultsStore
+
+    store = ResultsStore(db) if db is not None else None  # a bad --db: before the work
+    ev = evaluate(*read_streams(inputs, outputs), topology, window_ms, phases)
+    validity = Validity(evaluation_reasons(ev))
+    if store is not None:
+        try:
+            run_id = store.save_check(
+                ev, params={"inputs": str(inputs), "outputs": str(outputs),
+                            "phases": phases_text})
+        except (sqlite3.Error, OSError) as exc:  # the disk filled, a file in the way, …
+            raise UserError(f"cannot store the result in {db}: {exc}") from exc
+        if not as_json:
+            console.print(f"stored as run {run_id} in {escape(str(db))}")
+    if as_json:
+        print_json({**ev.summary(), **validity.as_dict()})
+    else:
+        from pgval.checker.render import render_evaluation
+
+        render_evaluation(ev, console)
+        print_validity(validity)

@@ -1,0 +1,55 @@
+"""`pgval report`: the paper's tables (and plots) of a results database."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from pgval.cli.common import console
+from pgval.cli.errors import UserError
+from pgval.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
+
+
+@click.command()
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("results.db"), show_default=True,
+              help="SQLite results database to report on.")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "csv", "html"]),
+              default="terminal", show_default=True,
+              help="Tables in the terminal, Markdown, CSV, or one self-contained HTML page.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report here instead of printing it.")
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write PNG plots (per run, and per matrix) into this folder.")
+@click.option("--topology", type=click.Choice(TOPOLOGIES), default=None,
+              help="Only runs of this topology.")
+@click.option("--pg", type=click.Choice(PROCESSING_GUARANTEES), default=None,
+              help="Only runs with this processing guarantee.")
+@click.option("--fault", type=click.Choice(FAULTS), default=None,
+              help="Only runs with this fault.")
+@click.option("--kind", type=click.Choice(["validate", "check"]), default=None,
+              help="Only runs of `pgval validate` (experiments) or `pgval check` (recorded "
+                   "streams).")
+@click.option("--include-unknown", is_flag=True,
+              help="Also aggregate runs whose validity is unknown (not evidence); by default "
+                   "they are only listed.")
+def report(db: Path, fmt: str, out: Path | None, plots_dir: Path | None,
+           topology: str | None, pg: str | None, fault: str | None, kind: str | None,
+           include_unknown: bool) -> None:
+    """Tables (and plots) of the runs in a results database, grouped by topology × pg × fault
+    and run shape (rate, phases, window, crash point, deployment); OIR trials apart."""
+    from pgval.report import ReportError, Selection, build_report
+
+    try:
+        result = build_report(db, runs=Selection(topology=topology, pg=pg, fault=fault,
+                                                 kind=kind, include_unknown=include_unknown),
+                              fmt=fmt, out=out, plots_dir=plots_dir,
+                              console=console if fmt == "terminal" and out is None else None)
+    except ReportError as exc:
+        raise UserError(str(exc)) from exc
+    if out is not None:
+        console.print(f"report written to {result}")
+    elif fmt != "terminal":
+        sys.stdout.write(str(result))

@@ -1,0 +1,83 @@
+"""`pgval validate`: one experiment on Kafka + Spark, validated, stored, and said."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pgval.cli.common import (
+    OIR_PENDING,
+    check_db,
+    console,
+    parse_rate,
+    print_json,
+    print_validity,
+    stored_oir_rate,
+)
+from pgval.cli.errors import UserError, err_console
+from pgval.cli.options import build_config, config_options
+
+
+@click.command()
+@config_options("validate")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where logs, evidence, checkpoints and broker data go "
+                   "(default: runs/<time>-<pid>).")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("results.db"), show_default=True, help="SQLite results database.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+def validate(run_dir: Path | None, db: Path, as_json: bool, **values: Any) -> None:
+    """Run one experiment on Kafka + Spark (the embedded cluster unless --deploy) and
+    validate its guarantee."""
+    from pgval.checker.render import render_evaluation
+    from pgval.experiment import Experiment, default_run_dir
+    from pgval.live import LiveStatus
+
+    _sabotage_spec(values["sabotage"])
+    rate = parse_rate(values["rate"])
+    cfg = build_config(values, rate=OIR_PENDING if rate is None else rate)
+    check_db(db)
+    if rate is None:
+        cfg = dataclasses.replace(cfg, rate=stored_oir_rate(db, cfg))
+    run_dir = run_dir or default_run_dir()
+    live = LiveStatus(err_console, enabled=not as_json)
+    with live:
+        result = Experiment(cfg, run_dir, db=db, on_status=live.update).run()
+    if as_json:
+        print_json(result.summary())
+        return
+    render_evaluation(result.evaluation, console,
+                      title=f"{cfg.topology.upper()} {cfg.pg} fault={cfg.fault} — per phase")
+    print_validity(result.validity)
+    t = result.timings
+    inputs = result.readback.get("inputs", {})
+    console.print(f"  • read back {inputs.get('read', 0):,} input records (= end offsets, = "
+                  f"delivered + pgval's own events: {'yes' if inputs.get('ok') else 'NO'}) and "
+                  f"{result.readback.get('output', {}).get('records', 0):,} outputs")
+    console.print(f"  • run {result.run_id} stored in {db}; evidence and logs in {run_dir} "
+                  f"(re-check: pgval recheck {result.run_id} --db {db})")
+    console.print(f"  • overhead beyond the phases {t.get('overhead_s', 0):.1f} s: cluster "
+                  f"{t.get('cluster_start_s', 0):.1f} s, driver {t.get('driver_start_s', 0):.1f}"
+                  f" s, priming {t.get('prime_s', 0):.1f} s, drain {t.get('drain_s', 0):.1f} s, "
+                  f"read-back {t.get('read_back_s', 0):.1f} s, validation "
+                  f"{t.get('validate_s', 0):.1f} s, teardown {t.get('teardown_s', 0):.1f} s")
+    gen = result.generator
+    console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
+                  f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")
+
+
+
+def _sabotage_spec(text: str | None) -> str | None:
+    """Check a --sabotage spec early (before anything starts) with the sink's own parser."""
+    if text is None:
+        return None
+    from pgval.topologies.sinks import parse_sabotage
+
+    try:
+        parse_sabotage(text)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    return text

@@ -1,0 +1,148 @@
+"""Typed configuration and the one run shape: names parsed once into pgval.schema's enums,
+the crash-point rules read from one table, and one RunShape behind the matrix key, the OIR
+shape and the report's grouping — whose stored formats must not change."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pgval.cluster.local import ClusterConfig
+from pgval.config import ExperimentConfig
+from pgval.errors import RuntimeErrorPlain
+from pgval.matrix import cells, matrix_key, plan, rates_at
+from pgval.oir import OirNotStored, oir_for, trial_config
+from pgval.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Topology
+from pgval.shape import RunShape
+
+
+def test_names_are_parsed_once_into_members() -> None:
+    cfg = ExperimentConfig(topology="mst", pg="e1", fault="driver-crash",
+                           crash_point="after-sink-write", deploy="local")
+    assert cfg.topology is Topology.MST and cfg.pg is Guarantee.E1
+    assert cfg.fault is Fault.DRIVER_CRASH and cfg.deploy is Deploy.LOCAL
+    assert cfg.fault_spec == FaultSpec.parse("driver-crash@after-sink-write")
+    assert dataclasses.replace(cfg, fault="crash").fault is Fault.CRASH  # replace parses too
+    assert cfg.to_dict()["fault"] == "driver-crash"  # stored as the plain name
+
+
+@pytest.mark.parametrize(("field", "sentence"), [
+    ("topology", "unknown topology 'xst'; use one of sst, mst"),
+    ("pg", "unknown processing guarantee 'xst'; use one of a1, e1, m1"),
+    ("fault", "unknown fault 'xst'; use one of none, crash, driver-crash, "
+              "delay-lt-timeout, delay-gt-timeout"),
+    ("crash_point", "unknown crash point 'xst'"),
+    ("deploy", "unknown deployment 'xst'; use one of local, compose, external"),
+])
+def test_an_unknown_name_is_one_sentence(field: str, sentence: str) -> None:
+    with pytest.raises(RuntimeErrorPlain) as err:
+        ExperimentConfig(**{field: "xst"})
+    assert str(err.value).startswith(sentence) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("spec", "deploy", "problem"), [
+    ("crash", "compose", None),
+    ("crash@during-sink-write", "local", None),
+    ("driver-crash@after-sink-write", "external", None),
+    ("crash@after-sink-write", "local", "--crash-point after-sink-write applies to --fault "
+                                        "driver-crash"),
+    ("driver-crash@during-sink-write", "local", "--crash-point during-sink-write applies to "
+                                                "--fault crash on the embedded cluster "
+                                                "(--deploy local)"),
+    ("crash@during-sink-write", "external", "--crash-point during-sink-write applies to "
+                                            "--fault crash on the embedded cluster "
+                                            "(--deploy local)"),
+    ("driver-crash@after-sink-write", "compose", "crash points other than timed need the "
+                                                 "driver on this machine (--deploy external "
+                                                 "or local)"),
+])
+def test_one_table_says_which_crash_point_applies_where(spec: str, deploy: str,
+                                                        problem: str | None) -> None:
+    assert FaultSpec.parse(spec).problem(deploy) == problem
+    fault, _, point = spec.partition("@")
+    cfg = ExperimentConfig(fault=fault, crash_point=point or "timed", deploy=deploy,
+                           bootstrap="b:1" if deploy == "external" else None,
+                           master="spark://m:1" if deploy == "external" else None)
+    if problem is None:
+        cfg.validate()
+    else:
+        with pytest.raises(RuntimeErrorPlain, match=problem.split(" (")[0]):
+            cfg.validate()
+
+
+# ------------------------------------------------------------------------------ run shape
+SECRETS = ExperimentConfig(deploy="external", bootstrap="b:9092", master="spark://u:pw@m:7077",
+                           kafka_config={"sasl.password": "hunter2",
+                                         "security.protocol": "SASL_SSL"},
+                           spark_conf={"spark.sql.shuffle.partitions": "4"}, fault="crash",
+                           pg="e1", seed=5, rate=3000.0)
+
+
+def test_the_matrix_key_keeps_its_stored_format() -> None:
+    """Pinned values of the key before RunShape (existing databases resume by them)."""
+    assert matrix_key(SECRETS) == "aeb00d00acb9"
+    assert matrix_key(SECRETS, 0.5) == "a4c98dfef93e"
+    assert matrix_key(ExperimentConfig()) == "9ce44347584a"
+    assert matrix_key(ExperimentConfig(cluster=ClusterConfig(workers=3))) == "4df44f0642a4"
+
+
+def test_the_oir_shape_is_a_view_of_the_run_shape() -> None:
+    shape = SECRETS.shape().oir()
+    assert shape["master"] == "spark://<redacted>@m:7077"
+    assert shape["spark_conf"] == {"spark.sql.shuffle.partitions": "sha256:4b227777d4dd"}
+    assert shape["shuffle_partitions"] == SECRETS.cluster.partitions  # the effective value
+    assert "hunter2" not in SECRETS.shape().settings
+    assert "phase_seconds" not in shape and "rate" not in shape
+
+
+def test_a_shape_leaves_out_the_seed_and_keeps_the_cell() -> None:
+    a, b = SECRETS.shape(), dataclasses.replace(SECRETS, seed=99).shape()
+    assert a == b and hash(a) == hash(b)  # repetitions are the same experiment
+    assert a.fault_spec == FaultSpec(Fault.CRASH) and a.pg is Guarantee.E1
+    assert a != dataclasses.replace(SECRETS, rate=6000.0).shape()
+
+
+def test_a_stored_run_of_any_age_has_a_shape() -> None:
+    """What the report reads: names it does not know kept as text, missing settings as
+    they were meant then."""
+    shape = RunShape.of({"topology": "xst", "fault": "crash", "rate": 5})
+    assert shape.topology == "xst" and shape.fault is Fault.CRASH and shape.pg is None
+    assert shape.value("deploy") == "local" and shape.value("crash_point") == "timed"
+    assert shape.value("rate") == 5 and shape.value("phase_seconds") is None
+    assert RunShape.of({"crash_point": "during-sink-write"}).value("crash_point") == \
+        CrashPoint.DURING_SINK_WRITE
+
+
+# ------------------------------------------------------------------------ campaign policy
+def test_a_plan_leaves_out_cells_once_and_refuses_wrong_options() -> None:
+    grid = cells(["sst"], ["a1", "e1"], ["crash@during-sink-write", "none"], 3)
+    said: list[str] = []
+    kept = plan(ExperimentConfig(), grid, on_left_out=lambda c, why: said.append(c.label()))
+    assert said == ["sst e1 crash@during-sink-write #0"]  # once, not per repetition
+    assert len(kept) == 9 and all(str(c.fault) == "none" or c.pg == "a1" for c in kept)
+    with pytest.raises(RuntimeErrorPlain, match="applies to --fault crash"):
+        plan(ExperimentConfig(deploy="compose"), grid, on_left_out=lambda c, why: None)
+
+
+def test_rates_at_the_oir_are_looked_up_once_per_pair_that_runs() -> None:
+    grid = cells(["sst", "mst"], ["a1"], ["none", "crash"], 2)
+    asked: list[tuple[str, str]] = []
+
+    def oir_of(cfg: ExperimentConfig) -> float:
+        asked.append((cfg.topology, cfg.pg))
+        return 1000.0 if cfg.topology == "sst" else 400.0
+
+    rate_for = rates_at(grid, ExperimentConfig(), 0.5, oir_of)
+    assert asked == [("sst", "a1"), ("mst", "a1")]
+    assert {c.topology: rate_for(c) for c in grid} == {"sst": 500.0, "mst": 200.0}
+    assert rates_at([], ExperimentConfig(), 0.5, oir_of) and len(asked) == 2
+
+
+def test_a_trial_is_the_base_at_a_rate_without_a_fault(tmp_path) -> None:  # noqa: ANN001
+    base = ExperimentConfig(fault="crash", phase_seconds=5)
+    trial = trial_config(base, 4000.0)
+    assert trial.fault is Fault.NONE and trial.rate == 4000.0 and trial.phase_seconds == 5
+    assert trial.cluster is not base.cluster
+    with pytest.raises(OirNotStored, match="no optimum ingestion rate is stored for sst a1"):
+        oir_for(tmp_path / "none.db", base)
