@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pgval.records import InputEvents, ResourceTable
+from pgval.schema import Topology
 
 
 @dataclass
@@ -64,7 +65,7 @@ class ExpectedOutputs:
         for k in range(len(ws)):
             row: dict[str, object] = {"window_start": ws[k], "window_end": we[k],
                                       "resource": names[k]}
-            if self.topology == "sst":
+            if self.topology == Topology.SST:
                 row["count"] = gets[k]
             else:
                 row["gets"] = gets[k]
@@ -140,7 +141,7 @@ def expected_outputs(events: InputEvents, topology: str, window_ms: int) -> Expe
     if window_ms <= 0:
         raise ValueError("window_ms must be positive")
     # Duplicates among the inputs the topology reads: SST's GETs, MST's GETs and POSTs.
-    ev, order, duplicates = _id_order(events, events.is_get if topology == "sst" else None)
+    ev, order, duplicates = _id_order(events, events.is_get if topology == Topology.SST else None)
     n = len(order)
     win = window_index(ev.event_ts[order], window_ms)
     res = ev.resource[order]
@@ -158,7 +159,8 @@ def expected_outputs(events: InputEvents, topology: str, window_ms: int) -> Expe
     gets = (np.add.reduceat(is_get[grouped].astype(np.int64), starts) if n
             else np.zeros(0, np.int64))
     posts = sizes - gets
-    keep_group = (gets > 0) & (posts > 0) if topology == "mst" else np.ones(len(starts), bool)
+    mst = topology == Topology.MST
+    keep_group = (gets > 0) & (posts > 0) if mst else np.ones(len(starts), bool)
     group_sorted = np.repeat(np.arange(len(starts)), sizes)
     group_of_event = np.empty(n, dtype=np.int64)
     group_of_event[grouped] = group_sorted
@@ -183,7 +185,7 @@ def expected_outputs(events: InputEvents, topology: str, window_ms: int) -> Expe
         window_start=(win[first] * window_ms).astype(np.int64),
         resource=res[first].astype(np.int32),
         gets=gets[keep_group].astype(np.int64),
-        posts=(posts[keep_group] if topology == "mst" else np.zeros(len(kept_sizes), np.int64)
+        posts=(posts[keep_group] if mst else np.zeros(len(kept_sizes), np.int64)
                ).astype(np.int64),
         ids=ids_id_order[flat],
         offsets=offsets,

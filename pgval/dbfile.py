@@ -14,10 +14,12 @@ default 5 s.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from pgval.errors import RuntimeErrorPlain
@@ -212,3 +214,18 @@ def foreign_problem(conn: sqlite3.Connection, path: Path | str) -> str | None:
         shown = ", ".join(tables[:4]) + (", …" if len(tables) > 4 else "")
         why = f"it has tables ({shown}) but no runs table"
     return f"{path} is not a pgval results database ({why}); give a new file"
+
+
+def json_cell(text: object) -> object:
+    """A database cell's JSON; None for no cell, an empty one, or one that is not JSON (a
+    damaged or foreign row must not end a read in a traceback)."""
+    try:
+        return json.loads(text) if isinstance(text, str) and text else None
+    except (ValueError, RecursionError):
+        return None
+
+
+def json_object_cell(text: object) -> dict[str, Any]:
+    """A stored JSON object, or {} for anything else (NULL, not JSON, a list, bytes)."""
+    value = json_cell(text)
+    return value if isinstance(value, dict) else {}

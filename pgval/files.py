@@ -47,3 +47,26 @@ def write_private_json(path: Path | str, value: Any, *, indent: int | None = Non
                        fsync: bool = False) -> Path:
     """:func:`write_private` of ``value`` as JSON."""
     return write_private(path, json.dumps(value, indent=indent), fsync=fsync)
+
+
+def is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False where the OS cannot even look (a name too long, a NUL byte):
+    a user's argument is a path or a run id, and neither may end in a traceback."""
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def key_value_lines(text: str) -> list[tuple[int, str]]:
+    """The lines of a KEY=VALUE file that count, stripped, each with its 1-based number:
+    blank lines and ``#`` comments are skipped. One rule for every such file pgval reads
+    (the embedded Kafka's client.properties, a ``--kafka-config @FILE``)."""
+    return [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1)
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def split_key_value(item: str) -> tuple[str, str] | None:
+    """``KEY=VALUE`` → (KEY stripped, VALUE as written); None without ``=`` or a KEY."""
+    key, sep, value = item.partition("=")
+    return (key.strip(), value) if sep and key.strip() else None

@@ -35,7 +35,7 @@ from pgval.checker.validity import (
     readback_reasons,
     reconcile_inputs,
 )
-from pgval.dbfile import StoreError, connect_readonly
+from pgval.dbfile import StoreError, connect_readonly, json_cell, json_object_cell
 from pgval.evidence import (
     INPUT_TOPICS,
     MANIFEST,
@@ -50,6 +50,7 @@ from pgval.evidence import (
     verify,
 )
 from pgval.faults.evidence import fault_reasons
+from pgval.files import is_dir
 from pgval.kafka.topic_records import TopicRecords
 from pgval.records import InputEvents, OutputRecords
 from pgval.schema import FAULTS, OUTPUT_TOPIC, Fault
@@ -109,18 +110,10 @@ def parse_run_id(text: str) -> int | None:
     return value if value < 1 << 63 else None
 
 
-def _is_dir(path: Path) -> bool:
-    """``path.is_dir()``, False where the OS cannot even look (a name too long, …)."""
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):
-        return False
-
-
 def locate_run(run: str, db: Path | None = None) -> Path:
     """A run directory, from a path or from a run id looked up in ``db``."""
     path = Path(run)
-    if _is_dir(path):
+    if is_dir(path):
         return path
     run_id = parse_run_id(run)
     if run_id is None:  # digits to Python (², ١, 10^23) are told what a run id is
@@ -131,14 +124,14 @@ def locate_run(run: str, db: Path | None = None) -> Path:
     row = _stored_run(Path(db), run_id)
     if row is None:
         raise EvidenceError(f"{db} has no run {run}")
-    found = row.get("run_dir") or _json_object(row.get("params")).get("run_dir")
+    found = row.get("run_dir") or json_object_cell(row.get("params")).get("run_dir")
     if found and not isinstance(found, str):
         raise EvidenceError(f"run {run} in {db} records no usable run directory "
                             f"({found!r}); the database is damaged")
     if not found:
         raise EvidenceError(f"run {run} in {db} records no run directory (a `pgval check` "
                             "run keeps no evidence; re-run check on its files instead)")
-    if not _is_dir(Path(found)):
+    if not is_dir(Path(found)):
         raise EvidenceError(f"the run directory of run {run}, {found}, no longer exists")
     return Path(found)
 
@@ -250,11 +243,11 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
                           manifest.window_ms, manifest.phase_bounds,
                           progress=load_progress(run_dir))
     row = evidence.row or {}
-    stored = (stored_reasons(_json_value(row.get("validity")), row.get("validity_reasons"))
+    stored = (stored_reasons(json_cell(row.get("validity")), row.get("validity_reasons"))
               if row else stored_reasons(manifest.validity, manifest.validity_reasons))
     generator = manifest.generator
     if generator is None and row:
-        summary = _json_object(row.get("summary"))
+        summary = json_object_cell(row.get("summary"))
         generator = summary.get("generator") if isinstance(summary.get("generator"),
                                                            dict) else None
     validity, carried = recompute_validity(manifest, inputs, evaluation, stored, generator,
@@ -363,23 +356,10 @@ def stored_reasons(typed: object, texts: object) -> list[Reason]:
     if reasons is not None:
         return reasons
     if isinstance(texts, str):  # the database's column: a JSON list
-        texts = _json_value(texts)
+        texts = json_cell(texts)
     if not isinstance(texts, list):
         return []
     return [Reason(legacy_reason_kind(str(t)), str(t)) for t in texts]
-
-
-def _json_value(text: object) -> object:
-    """A database cell's JSON (None: no cell, or not JSON)."""
-    try:
-        return json.loads(text) if isinstance(text, str) else None
-    except (ValueError, RecursionError):
-        return None
-
-
-def _json_object(text: object) -> dict[str, Any]:
-    value = _json_value(text)
-    return value if isinstance(value, dict) else {}
 
 
 #: The stored counts a re-check must reproduce before its derived measures may be stored.
@@ -425,13 +405,13 @@ def import_run(run_dir: Path, db: Path) -> int:
     manifest = Manifest.read(run_dir)
     hashes = _sums_verified(run_dir)
     result = recheck(run_dir)  # no database: the validity run.json recorded is kept
-    extra = _json_object(_read_text(Path(run_dir) / UNSTORED))
+    extra = json_object_cell(_read_text(Path(run_dir) / UNSTORED))
     fault_log = [e for e in extra.pop("fault_log", None) or [] if isinstance(e, dict)]
     with ResultsStore(db) as store:
         row = store.run(manifest.run_id) if isinstance(manifest.run_id, int) else None
         mine = row is not None and all(
             _same_dir(where, run_dir) for where in (
-                row.get("run_dir"), _json_object(row.get("params")).get("run_dir")))
+                row.get("run_dir"), json_object_cell(row.get("params")).get("run_dir")))
         if row is not None and mine and row.get("status") == "complete":
             raise EvidenceError(f"run {manifest.run_id} is already stored complete in {db}")
         cfg = manifest.config

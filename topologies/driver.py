@@ -435,6 +435,7 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     from pgval.host.jars import ensure_jars
     from pgval.kafka.client import java_client_options
     from pgval.redact import conf_summary
+    from pgval.schema import Guarantee
     from pgval.topologies.query import TopologyConfig, build_topology
     from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink
 
@@ -450,7 +451,7 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     java_options = java_client_options(args.kafka_options)
     source_options = {f"kafka.{k}": v for k, v in java_options.items()}
     checkpoint = str(Path(args.checkpoint).resolve())
-    if args.pg == "m1":
+    if args.pg == Guarantee.M1:
         checkpoint, source_options["startingOffsets"] = m1_start(checkpoint)
     cfg = TopologyConfig(topology=args.topology, bootstrap=args.bootstrap,
                          window_ms=args.window_ms, watermark_ms=args.watermark_ms,

@@ -44,7 +44,8 @@ class TopologyConfig:
 
     def __post_init__(self) -> None:
         if self.topology not in schema.TOPOLOGIES:
-            raise ValueError(f"unknown topology {self.topology!r}; use one of {schema.TOPOLOGIES}")
+            raise ValueError(f"unknown topology '{self.topology}'; use one of "
+                             f"{', '.join(schema.TOPOLOGIES)}")
         if self.window_ms <= 0:
             raise ValueError("window_ms must be positive")
         if self.watermark_ms < 0:
@@ -171,4 +172,4 @@ def mst(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
 
 def build_topology(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
     """The (key, value) output stream of ``cfg.topology``."""
-    return sst(spark, cfg) if cfg.topology == "sst" else mst(spark, cfg)
+    return sst(spark, cfg) if cfg.topology == schema.Topology.SST else mst(spark, cfg)

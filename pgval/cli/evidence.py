@@ -11,13 +11,7 @@ from rich.markup import escape
 from pgval.cli.common import console, print_json, print_validity
 from pgval.cli.errors import UserError
 from pgval.dbfile import plain_error
-
-
-def _is_run_dir(run: str) -> bool:
-    try:
-        return Path(run, "evidence").is_dir()
-    except (OSError, ValueError):
-        return False
+from pgval.files import is_dir
 
 
 @click.command()
@@ -39,7 +33,7 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
     from pgval.recheck import recheck as do_recheck
     from pgval.recheck import store_derived as do_store
 
-    if store_derived and db is not None and _is_run_dir(run):
+    if store_derived and db is not None and is_dir(Path(run, "evidence")):
         from pgval.recheck import import_run
 
         try:

@@ -24,6 +24,7 @@ from pgval.cli.errors import UserError
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.errors import RuntimeErrorPlain
+from pgval.files import key_value_lines, split_key_value
 from pgval.schema import FAULTS, FAULTS_AT_POINTS, PROCESSING_GUARANTEES, TOPOLOGIES, Fault, Name
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -184,12 +185,12 @@ def _key_values(ctx: click.Context, param: click.Parameter,
     embedded Kafka's such file)."""
     out: dict[str, str] = {}
     for item, where in _expand_files(param, values):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        pair = split_key_value(item)
+        if pair is None:
             # A line of a file is named, never shown: it may be `password: ...`.
             shown = where or repr(item)
             raise UserError(f"{param.opts[0]} takes KEY=VALUE, not {shown}")
-        out[key.strip()] = value
+        out[pair[0]] = pair[1]
     return out
 
 
@@ -207,9 +208,7 @@ def _expand_files(param: click.Parameter,
         except (OSError, UnicodeDecodeError) as exc:
             raise UserError(f"{param.opts[0]} {item}: cannot read {item[1:]} "
                             f"({getattr(exc, 'strerror', None) or exc})") from None
-        out += [(line.strip(), f"line {n} of {item[1:]}")
-                for n, line in enumerate(text.splitlines(), start=1)
-                if line.strip() and not line.strip().startswith("#")]
+        out += [(line, f"line {n} of {item[1:]}") for n, line in key_value_lines(text)]
     return out
 
 

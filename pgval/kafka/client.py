@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pgval.errors import RuntimeErrorPlain
+from pgval.files import key_value_lines, split_key_value
 
 
 class _NullLogger:
@@ -32,14 +33,11 @@ def quiet_conf(bootstrap: str, config: Mapping[str, object] | None = None
 def read_client_properties(path: Path) -> dict[str, str]:
     """KEY=VALUE lines (``#`` comments and blank lines skipped) into a dict."""
     out = {}
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise RuntimeErrorPlain(f"{path}: a line without KEY=VALUE")
-        out[key.strip()] = value.strip()
+    for number, line in key_value_lines(Path(path).read_text()):
+        pair = split_key_value(line)
+        if pair is None:
+            raise RuntimeErrorPlain(f"{path}: line {number} is not KEY=VALUE")
+        out[pair[0]] = pair[1].strip()
     return out
 
 

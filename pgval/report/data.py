@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.dbfile import StoreError, connect_readonly
+from pgval.dbfile import StoreError, connect_readonly, json_object_cell
 from pgval.schema import Fault, Guarantee, Topology
 from pgval.shape import REPORTED, RunShape
 
@@ -104,7 +104,7 @@ class RunData:
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
-        return _json_object(self.row.get("params"))
+        return json_object_cell(self.row.get("params"))
 
     @functools.cached_property
     def run_shape(self) -> RunShape:
@@ -294,20 +294,11 @@ def load_runs(db: Path | str | Any, selection: Selection | None = None) -> list[
                              "ORDER BY run_id, seq", list(by_id)):
             by_id[e["run_id"]].fault_log.append(e)
     for run in runs:
-        run.summary = _json_object(run.row.get("summary"))
+        run.summary = json_object_cell(run.row.get("summary"))
         if not run.fault_log:  # older stores kept the fault log only in the summary
             run.fault_log = [e for e in run.summary.get("fault_log") or []
                              if isinstance(e, dict)]
     return runs
-
-
-def _json_object(text: object) -> dict[str, Any]:
-    """A stored JSON object, or {} for anything else (NULL, not JSON, a list, bytes)."""
-    try:
-        value = json.loads(text) if isinstance(text, str) and text else None
-    except (ValueError, RecursionError):
-        value = None
-    return value if isinstance(value, dict) else {}
 
 
 def _text(value: object) -> str | None:
