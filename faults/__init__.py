@@ -17,15 +17,31 @@ target, the fault log entries it writes and the rule that reads them back.
   :func:`pgval.faults.evidence.fault_reasons`, which finds each fault's rule by its kind
   and mechanism.
 
-Which class a deployment uses for which fault is the deployment's choice
+Every fault class is a :class:`FaultHooks` (inject, remove); which class a deployment
+uses for which fault is the deployment's choice
 (:meth:`pgval.deploy.base.Deployment.fault_makers`).
 """
 
 from __future__ import annotations
 
 import random
+from typing import Any, Protocol
 
 from pgval.faults.timeouts import TimeoutProfile, profile_for
+
+
+class FaultHooks(Protocol):
+    """A fault: injected at T2, removed at T3; ``remove`` must be safe to call twice, and
+    after an interrupted ``inject``. ``restore=False`` (teardown) undoes what would
+    outlive the run (a delay) without restoring what teardown stops anyway (no restart
+    of a crashed worker just to stop it). Optional: ``problem() -> str | None``, why the
+    fault stopped acting before T3."""
+
+    name: str
+
+    def inject(self) -> dict[str, Any]: ...
+
+    def remove(self, restore: bool = True) -> dict[str, Any]: ...
 
 
 def default_target(seed: int, workers: int) -> int:
@@ -33,4 +49,4 @@ def default_target(seed: int, workers: int) -> int:
     return random.Random(seed).randrange(workers)
 
 
-__all__ = ["TimeoutProfile", "default_target", "profile_for"]
+__all__ = ["FaultHooks", "TimeoutProfile", "default_target", "profile_for"]

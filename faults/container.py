@@ -20,8 +20,7 @@ from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
 from pgval.faults.log import Entries, finding, first
-from pgval.faults.network import DELAYS
-from pgval.schema import Fault
+from pgval.schema import DELAY_FAULTS, Fault
 
 #: The fault log's ``mechanism`` of every container fault: the tool that acts.
 MECHANISM = "pumba"
@@ -57,7 +56,7 @@ class ContainerKill:
 class ContainerDelay:
     """A delay fault: netem on the worker container's egress from T2 to T3."""
 
-    kinds: ClassVar[frozenset[Fault]] = DELAYS
+    kinds: ClassVar[frozenset[Fault]] = DELAY_FAULTS
     mechanisms: ClassVar[tuple[str, ...]] = (MECHANISM,)
 
     @staticmethod
@@ -69,6 +68,12 @@ class ContainerDelay:
     @staticmethod
     def reasons(entries: Entries) -> list[Reason]:
         inject = first(entries, "inject")
+        found = []
         if not inject.get("qdisc"):
-            return [finding(f"no netem qdisc was seen on container {inject.get('target')}")]
-        return []
+            found.append(finding(f"no netem qdisc was seen on container {inject.get('target')}"))
+        if first(entries, "remove").get("ended_before_remove"):
+            # pumba's duration is the failure phase plus a margin: ending first means it
+            # died, and with it (its own teardown) the delay, before T3.
+            found.append(finding(f"pumba ended before the delay on {inject.get('target')} was "
+                                 "removed: the delay may have stopped early"))
+        return found

@@ -3,7 +3,7 @@ re-check reaches the same answer from the stored evidence.
 
 The common part is here: the fault was injected, injecting and removing did not fail. What
 "took effect" means is each mechanism's own rule, a ``reasons(entries)`` on the class that
-writes those entries (:class:`FaultEvidence`); :data:`MECHANISMS` lists them, and the
+writes those entries (:class:`FaultEvidence`); :data:`RULE_CLASSES` lists them, and the
 registry finds a rule by the fault's kind and the ``mechanism`` its inject entry logged.
 Kind and mechanism together, since one mechanism can serve two faults with different
 evidence (a SIGKILL of a worker's or of the driver's process group; pumba's kill or delay).
@@ -39,13 +39,14 @@ class FaultEvidence(Protocol):
 
 
 #: Every mechanism pgval injects a fault with.
-MECHANISMS: tuple[type[FaultEvidence], ...] = (
+RULE_CLASSES: tuple[type[FaultEvidence], ...] = (
     WorkerCrash, DriverCrash, ExecutorKill, WorkerDelay, NemesisDelay, ContainerKill,
     ContainerDelay)
 
-#: An inject entry that names no mechanism (its inject failed before the fault acted, so
-#: its error is already a reason) is judged by the embedded cluster's rule for the fault,
-#: as every log was before mechanisms were told apart.
+#: An inject entry that names no mechanism and no error (a log written before mechanisms
+#: were told apart) is judged by the embedded cluster's rule for the fault. One with an
+#: error failed before its mechanism acted: the error is the reason, and no rule applies
+#: (another deployment's failed inject must not gather the embedded cluster's findings).
 UNNAMED: dict[Fault, type[FaultEvidence]] = {
     Fault.CRASH: WorkerCrash, Fault.DRIVER_CRASH: DriverCrash,
     Fault.DELAY_LT_TIMEOUT: WorkerDelay, Fault.DELAY_GT_TIMEOUT: WorkerDelay}
@@ -63,7 +64,7 @@ def _registry(classes: Iterable[type[FaultEvidence]]
     return rules
 
 
-RULES = _registry(MECHANISMS)
+RULES = _registry(RULE_CLASSES)
 
 
 def rule_for(fault: Fault | str, mechanism: object) -> type[FaultEvidence] | None:
@@ -93,6 +94,8 @@ def fault_reasons(fault: Fault | str, log: Iterable[Mapping[str, Any]]) -> list[
     elif remove.get("error"):
         texts.append(f"removing {fault} failed: {remove['error']}")
     mechanism = inject.get("mechanism")
+    if mechanism is None and inject.get("error"):
+        return [Reason("fault", text) for text in texts]
     rule = rule_for(fault, mechanism)
     if rule is None:
         texts.append(f"{fault}: no rule knows mechanism {mechanism!r}")

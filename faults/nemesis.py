@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 from pgval.checker.result import Reason
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults.log import Entries, first
-from pgval.faults.network import DELAYS, probe_reasons
+from pgval.faults.network import probe_reasons
 from pgval.host import undo
 from pgval.redact import redact_argv, scrub
-from pgval.schema import Fault
+from pgval.schema import DELAY_FAULTS, Fault
 
 TIMEOUT_S = 120.0
 #: The fault log's ``mechanism`` of a nemesis delay.
@@ -54,7 +54,7 @@ def nemesis_argv(template: str, worker: int, delay_ms: int) -> list[str]:
 class NemesisDelay:
     """The delay fault through the user's commands."""
 
-    kinds: ClassVar[frozenset[Fault]] = DELAYS
+    kinds: ClassVar[frozenset[Fault]] = DELAY_FAULTS
     mechanisms: ClassVar[tuple[str, ...]] = (MECHANISM,)
 
     def __init__(self, name: str, inject_cmd: str, remove_cmd: str, worker: int,

@@ -23,10 +23,9 @@ from pgval.errors import RuntimeErrorPlain
 from pgval.faults.delay import MECHANISMS, PacketDelay
 from pgval.faults.log import Entries, finding, first
 from pgval.faults.timeouts import TimeoutProfile
-from pgval.schema import Fault
+from pgval.schema import DELAY_FAULTS, Fault
 
 #: The faults a packet delay is.
-DELAYS = frozenset(f for f in Fault if f.is_delay)
 
 #: Log lines that show a time-out fired, by who noticed.
 TIMEOUT_PATTERNS = {
@@ -53,7 +52,7 @@ class NetworkPath:
 class WorkerDelay:
     """Every packet to and from one worker's namespace held ``profile.delay_ms``."""
 
-    kinds: ClassVar[frozenset[Fault]] = DELAYS
+    kinds: ClassVar[frozenset[Fault]] = DELAY_FAULTS
     mechanisms: ClassVar[tuple[str, ...]] = MECHANISMS
 
     def __init__(self, name: str, path: NetworkPath, profile: TimeoutProfile, run_dir: Path,

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from pgval.checker.result import Reason
 from pgval.faults.log import Entries, finding, first
-from pgval.schema import Fault
+from pgval.schema import CrashPoint, Fault
 
 #: The ``mechanism`` of a timed crash (a worker's or the driver's process group killed).
 SIGKILL_GROUP = "SIGKILL process group"
@@ -79,7 +79,7 @@ class WorkerCrash:
         self._killed = False
 
     def inject(self) -> dict[str, Any]:
-        point: dict[str, Any] = {"crash_point": "timed"}
+        point: dict[str, Any] = {"crash_point": CrashPoint.TIMED}
         if self.sink_trigger is not None:
             point = self._wait_for_sink_write(self.sink_trigger)
         worker = self.worker
@@ -132,7 +132,7 @@ class WorkerCrash:
         while hit is None and claim.exists() and time.monotonic() < stop:
             time.sleep(self.poll_s)
             hit = _read_json(hit_file)
-        point: dict[str, Any] = {"crash_point": "during-sink-write", "armed_ms": armed_ms}
+        point: dict[str, Any] = {"crash_point": CrashPoint.DURING_SINK_WRITE, "armed_ms": armed_ms}
         if hit is None:
             point["error"] = (f"the crash point during-sink-write was not reached: no sink "
                               f"record was written within {self.reach_timeout_s:.0f} s (the "
@@ -205,7 +205,7 @@ class DriverCrash:
         self.driver.kill()
         self._killed = True
         entry = {"mechanism": SIGKILL_GROUP, "target": "driver", "driver_pid": pid,
-                 "crash_point": "timed"}
+                 "crash_point": CrashPoint.TIMED}
         # The checkpoint's only writer is dead, so the read is exact (the deployment passes
         # the checkpoint only when its driver's JVM dies with the kill).
         if self.checkpoint is not None:
@@ -268,7 +268,7 @@ class DriverCrash:
                 f.unlink(missing_ok=True)
         entry: dict[str, Any] = {
             "mechanism": JVM_HALT,
-            "target": "driver", "driver_pid": pid, "crash_point": "after-sink-write",
+            "target": "driver", "driver_pid": pid, "crash_point": CrashPoint.AFTER_SINK_WRITE,
             "armed_ms": armed_ms, "batches_passed": passed}
         if halted is None:
             entry["error"] = (f"the crash point after-sink-write was not reached: no batch "

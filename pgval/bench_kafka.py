@@ -25,7 +25,7 @@ import orjson
 from confluent_kafka import Consumer, Producer
 
 from pgval.checker.evaluate import evaluate
-from pgval.cluster.local import start_reaper, stop_reaper
+from pgval.cluster.guard import start_reaper, stop_reaper
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerProgress, generate_range
 from pgval.errors import RuntimeErrorPlain
 from pgval.evidence import streams_from_records

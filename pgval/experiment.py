@@ -31,7 +31,7 @@ from pgval.checker.evaluate import evaluate
 from pgval.checker.explain import watermark_ms
 from pgval.checker.result import Reason
 from pgval.checker.validity import Validity, evaluation_reasons, generator_reasons
-from pgval.cluster.local import RunGuard
+from pgval.cluster.guard import RunGuard
 from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.deploy import Deployment, FaultContext, make_deployment

@@ -1,12 +1,12 @@
-"""Re-check a stored run from its evidence, or export it for ``pgval check``.
+"""Re-check a stored run from its evidence.
 
 ``recheck`` recomputes everything (oracle, validator, metrics, recovery, why-unprocessed)
 from the records the run kept (:mod:`pgval.evidence`), and the validity too, from its
 inputs (:func:`recompute_validity`), never from the verdict run.json or the database
-stored. ``export`` writes the same streams in the ``pgval check`` format, so any other
-tool — or ``pgval check`` itself — can reach the same counts.
+stored. (:mod:`pgval.export` writes the same streams for ``pgval check``;
+:mod:`pgval.run_import` stores a run whose storing failed.)
 
-Both first compare the evidence files with the SHA-256 hashes stored with the run in the
+A re-check first compares the evidence files with the SHA-256 hashes stored with the run in the
 results database (:func:`anchor`): edited evidence is refused in one sentence. A run
 directory given without a database has no anchor, and the output says so.
 
@@ -22,9 +22,6 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import orjson
 
 from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.checker.result import Reason, ReasonKind, reasons_from_records
@@ -44,7 +41,6 @@ from pgval.evidence import (
     Streams,
     evidence_dir,
     load_progress,
-    load_streams,
     load_topic,
     streams_from_records,
     verify,
@@ -52,16 +48,9 @@ from pgval.evidence import (
 from pgval.faults.evidence import fault_reasons
 from pgval.files import is_dir
 from pgval.kafka.topic_records import TopicRecords
-from pgval.records import InputEvents, OutputRecords
 from pgval.schema import FAULTS, OUTPUT_TOPIC, Fault
 from pgval.store import SEALED_AT_IMPORT
 
-#: A line that is a JSON object without any field pgval reads: ``pgval check`` counts it as
-#: malformed, exactly like the record it stands for (one that could not be parsed at all).
-MALFORMED_LINE = b'{"pgval_malformed": true}\n'
-
-
-#: The note of a re-check or export of a run directory given without a database.
 NO_ANCHOR = "evidence not verified: no results database"
 
 
@@ -391,157 +380,3 @@ def store_derived(db: Path, run_id: int, result: Recheck) -> None:
     with ResultsStore(db) as store, store.transaction():
         store.save_recovery(run_id, result.evaluation.recovery.as_dict())
         store.save_unprocessed_causes(run_id, result.evaluation.unprocessed_causes)
-
-
-def import_run(run_dir: Path, db: Path) -> int:
-    """Store a run whose evidence is complete but whose storing failed (disk full, the
-    database locked past the busy time-out, read-only): ``pgval recheck RUN_DIR --store
-    --db DB``. The evidence must still match the ``SHA256SUMS`` the run wrote; its row in
-    ``db`` (the one run.json names, if it is this run's and not complete) is finished
-    with the evidence hashes; else a new row is made, without them (the evidence names
-    another run id, so a re-check by the new id could not verify it). Returns the run id."""
-    from pgval.store import UNSTORED, ResultsStore
-
-    manifest = Manifest.read(run_dir)
-    hashes = _sums_verified(run_dir)
-    result = recheck(run_dir)  # no database: the validity run.json recorded is kept
-    extra = json_object_cell(_read_text(Path(run_dir) / UNSTORED))
-    fault_log = [e for e in extra.pop("fault_log", None) or [] if isinstance(e, dict)]
-    with ResultsStore(db) as store:
-        row = store.run(manifest.run_id) if isinstance(manifest.run_id, int) else None
-        mine = row is not None and all(
-            _same_dir(where, run_dir) for where in (
-                row.get("run_dir"), json_object_cell(row.get("params")).get("run_dir")))
-        if row is not None and mine and row.get("status") == "complete":
-            raise EvidenceError(f"run {manifest.run_id} is already stored complete in {db}")
-        cfg = manifest.config
-        if mine and isinstance(manifest.run_id, int):
-            run_id = manifest.run_id
-        else:  # a new row: the evidence names another run id, so it is stored unsealed
-            hashes = None
-            run_id = store.start_run(
-                "validate", manifest.topology, manifest.window_ms, pg=_str(cfg.get("pg")),
-                fault=_str(cfg.get("fault")), seed=cfg.get("seed") if isinstance(
-                    cfg.get("seed"), int) else None, params={**cfg, "run_dir": str(run_dir)})
-        store.finish_run(run_id, result.evaluation, extra={**extra, "imported": True},
-                         validity=result.validity, run_dir=Path(run_dir),
-                         batches=load_progress(run_dir), fault_log=fault_log or None,
-                         **({"evidence": hashes, "sealed_at_import": True}
-                            if hashes is not None else {}))
-    (Path(run_dir) / UNSTORED).unlink(missing_ok=True)
-    return run_id
-
-
-def _same_dir(recorded: object, run_dir: Path) -> bool:
-    """Whether a row's recorded run directory (None: not recorded) is ``run_dir``."""
-    if recorded is None:
-        return True
-    try:
-        return isinstance(recorded, str) and Path(recorded).resolve() == Path(run_dir).resolve()
-    except (OSError, ValueError):
-        return False
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
-
-
-def _sums_verified(run_dir: Path) -> dict[str, str] | None:
-    """The hashes ``SHA256SUMS`` holds, once every file still matches them (None: the run
-    wrote none). An edited file is refused: an import must not launder it."""
-    from pgval.evidence import EVIDENCE_DIR, EVIDENCE_FILES, sha256_file
-
-    folder = evidence_dir(run_dir)
-    sums = folder / "SHA256SUMS"
-    text = _read_text(sums)
-    if text is None:
-        return None
-    hashes: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        digest, _, name = line.partition("  ")
-        if name not in EVIDENCE_FILES:
-            raise EvidenceError(f"SHA256SUMS of {run_dir} names {name[:80]!r}, which is no "
-                                "evidence file; refusing to import it")
-        try:
-            now = sha256_file(folder / name)
-        except OSError:
-            now = None
-        if now != digest:
-            raise EvidenceError(f"{EVIDENCE_DIR}/{name} of {run_dir} differs from its hash in "
-                                "SHA256SUMS (edited after the run); refusing to import it")
-        hashes[f"{EVIDENCE_DIR}/{name}"] = digest
-    added = [n for n in EVIDENCE_FILES if f"{EVIDENCE_DIR}/{n}" not in hashes
-             and (folder / n).exists()]
-    if added:
-        raise EvidenceError(f"{EVIDENCE_DIR}/{added[0]} of {run_dir} is not in SHA256SUMS "
-                            "(added after the run); refusing to import it")
-    hashes[f"{EVIDENCE_DIR}/SHA256SUMS"] = sha256_file(sums)
-    return hashes
-
-
-def export(run_dir: Path, out_dir: Path, db: Path | None = None,
-           run_id: int | None = None) -> dict[str, Any]:
-    """Write ``inputs.jsonl``, ``outputs.jsonl`` and ``run.json`` for ``pgval check``, from
-    evidence verified against ``db`` first (as :func:`recheck`)."""
-    evidence = anchor(run_dir, db, run_id)
-    manifest = Manifest.read(run_dir)
-    streams = load_streams(run_dir, manifest)
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        n_in = _write_inputs(streams.events, out_dir / "inputs.jsonl")
-        n_out = _write_outputs(streams.outputs, out_dir / "outputs.jsonl")
-        info = {"topology": manifest.topology, "window_ms": manifest.window_ms,
-                "phases": list(manifest.phases), "t4": manifest.t4, "source": str(run_dir),
-                "run_id": manifest.run_id, "inputs": n_in, "outputs": n_out,
-                "control_ids_set_aside": manifest.control_ids,
-                "evidence": evidence.as_dict()}
-        (out_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
-    except OSError as exc:  # a file in the way, no such place, the disk full, …
-        raise EvidenceError(f"cannot write the export to {out_dir}: "
-                            f"{exc.strerror or exc} ({exc.filename or out_dir})") from exc
-    return info
-
-
-def _write_inputs(events: InputEvents, path: Path) -> int:
-    """One JSON object per event in read order; malformed records as malformed lines."""
-    names = events.resources.names
-    ids, is_get = events.id.tolist(), events.is_get.tolist()
-    res, ev_ts, ing = events.resource.tolist(), events.event_ts.tolist(), events.ingress_ts.tolist()
-    with open(path, "wb") as fh:
-        for k in range(len(ids)):
-            fh.write(orjson.dumps({"id": ids[k], "type": "GET" if is_get[k] else "POST",
-                                   "resource": names[res[k]], "event_ts": ev_ts[k],
-                                   "ingress_ts": ing[k]}) + b"\n")
-        fh.write(MALFORMED_LINE * events.malformed)
-    return len(ids) + events.malformed
-
-
-def _write_outputs(outputs: OutputRecords, path: Path) -> int:
-    """Outputs in stream order (ingress time, then position), so line order = stream order."""
-    order = np.lexsort((outputs.position, outputs.ingress_ts))
-    names = outputs.resources.names
-    offsets = outputs.offsets
-    with open(path, "wb") as fh:
-        for k in order.tolist():
-            row: dict[str, Any] = {"window_start": int(outputs.window_start[k])}
-            for name in ("window_end", "count", "gets", "posts"):
-                value = int(getattr(outputs, name)[k])
-                if value != -1:  # -1: the record did not carry the field
-                    row[name] = value
-            code = int(outputs.resource[k])
-            row["resource"] = names[code] if code >= 0 else None
-            row["ids"] = outputs.ids[offsets[k]:offsets[k + 1]].tolist()
-            row["ingress_ts"] = int(outputs.ingress_ts[k])
-            fh.write(orjson.dumps(row) + b"\n")
-        fh.write(MALFORMED_LINE * outputs.malformed)
-    return len(order) + outputs.malformed

@@ -152,6 +152,9 @@ class CrashPoint(Name):
         return "crash point"
 
 
+#: The packet-delay faults (below and above the time-outs).
+DELAY_FAULTS: Final = frozenset(f for f in Fault if f.is_delay)
+
 #: What applies where: each crash point other than ``timed``, the one fault it is for and
 #: the deployments that can place it (it needs the driver on this machine, and
 #: during-sink-write the workers' processes). ``timed`` applies to every fault everywhere.
@@ -195,7 +198,7 @@ class FaultSpec:
             return f"--crash-point {self.point} applies to --fault {fault}{where}"
         if Deploy.parse(deploy) not in deploys:
             return ("crash points other than timed need the driver on this machine "
-                    f"(--deploy {' or '.join(sorted(d.value for d in deploys))})")
+                    f"(--deploy {' or '.join(d.value for d in Deploy if d in deploys)})")
         return None
 
 

@@ -310,7 +310,7 @@ def live_run_with_cleanups(root: Path, db: Path,
     """A run left to finish while ``pgval cleanup`` runs against it again and again:
     (exit code, valid, cleanups run, validity reasons)."""
     run_dir = root / "live"
-    proc = subprocess.Popen(_validate_argv(run_dir, db, "none", seed), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_validate_argv(run_dir, db, Fault.NONE, seed), stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     cleanups = 0
     env = {**os.environ, "PGVAL_RUNS": str(root)}

@@ -508,7 +508,7 @@ def test_a_pumba_delay_leaves_an_undo_for_the_reaper(
     """While pumba's delay acts, the run holds an undo record (0600) that clears its netem;
     the reaper (force_down) stops pumba through its pid file and runs the undo, which keeps
     its record when Docker cannot be reached (here: no engine), for the next cleanup."""
-    from pgval.cluster.local import force_down
+    from pgval.cluster.guard import force_down
     from pgval.host import undo
 
     exe, container, client = fake
@@ -575,3 +575,7 @@ def test_a_compose_delay_is_judged_by_the_netem_qdisc_docker_showed(
     no_qdisc = [{**stored[0], "qdisc": ""}, stored[1]]
     assert [r.text for r in fault_reasons("delay-lt-timeout", no_qdisc)] == [
         f"delay-lt-timeout: no netem qdisc was seen on container {container.name}"]
+    died_early = [stored[0], {**stored[1], "ended_before_remove": True}]
+    assert [r.text for r in fault_reasons("delay-lt-timeout", died_early)] == [
+        f"delay-lt-timeout: pumba ended before the delay on {container.name} was removed: "
+        "the delay may have stopped early"]

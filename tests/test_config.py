@@ -54,8 +54,8 @@ def test_an_unknown_name_is_one_sentence(field: str, sentence: str) -> None:
                                             "--fault crash on the embedded cluster "
                                             "(--deploy local)"),
     ("driver-crash@after-sink-write", "compose", "crash points other than timed need the "
-                                                 "driver on this machine (--deploy external "
-                                                 "or local)"),
+                                                 "driver on this machine (--deploy local "
+                                                 "or external)"),
 ])
 def test_one_table_says_which_crash_point_applies_where(spec: str, deploy: str,
                                                         problem: str | None) -> None:

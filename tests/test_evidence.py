@@ -27,10 +27,11 @@ from pgval.evidence import (
     set_aside_control,
     streams_from_records,
 )
+from pgval.export import export
 from pgval.kafka.topic_records import TopicRecords
 from pgval.oracle.expected import expected_outputs
 from pgval.phases import Phases
-from pgval.recheck import export, recheck
+from pgval.recheck import recheck
 from pgval.records import read_streams
 from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
 from tests.strategies import input_events, produced_outputs, to_inputs

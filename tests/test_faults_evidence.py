@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from pgval.checker.result import Reason
-from pgval.faults import delay, evidence
+from pgval.faults import FaultHooks, delay, evidence
 from pgval.faults.container import ContainerDelay, ContainerKill
-from pgval.faults.evidence import MECHANISMS, RULES, fault_reasons, rule_for
+from pgval.faults.evidence import RULE_CLASSES, RULES, fault_reasons, rule_for
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.nemesis import NemesisDelay
 from pgval.faults.network import WorkerDelay
 from pgval.faults.process import JVM_HALT, SIGKILL_GROUP, DriverCrash, WorkerCrash
-from pgval.run.schedule import FaultHooks, FaultSchedule
+from pgval.run.schedule import FaultSchedule
 from pgval.schema import Fault
 
 
@@ -100,7 +100,7 @@ def test_the_registry_covers_every_fault_and_mechanism() -> None:
     mechanism a class logs has a rule for each fault the class injects, and the packet
     delay's mechanisms are exactly those :class:`PacketDelay` can log."""
     assert set(evidence.UNNAMED) == {f for f in Fault if f is not Fault.NONE}
-    assert set(RULES) == {(kind, name) for cls in MECHANISMS for kind in cls.kinds
+    assert set(RULES) == {(kind, name) for cls in RULE_CLASSES for kind in cls.kinds
                           for name in cls.mechanisms}
     assert WorkerDelay.mechanisms == delay.MECHANISMS == ("netem", "nfqueue")
     for kind in (Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT):
@@ -143,13 +143,17 @@ def test_a_mechanism_no_rule_knows_is_a_reason(fault: str, mechanism: object,
 
 
 def test_a_log_without_a_mechanism_is_judged_by_the_embedded_rule() -> None:
-    """An inject that failed before it acted logs no mechanism: its error, and what the
-    embedded cluster's rule misses, are the reasons (as before mechanisms were told apart)."""
+    """A log written before mechanisms were told apart names none: the embedded cluster's
+    rule judges it. An inject that failed before it acted names none either: its error is
+    the reason, and no rule's findings are added (on compose, "no worker process was
+    killed" would be the embedded cluster's finding, not this deployment's)."""
+    legacy = [{"step": "inject", "worker_pid": None}, {"step": "remove"}]
+    assert [r.text for r in fault_reasons(Fault.CRASH, legacy)] == [
+        "crash: no worker process was killed"]
     failed = [{"step": "inject", "error": "container pgval-spark-worker-0 is exited"},
               {"step": "remove"}]
     assert [r.text for r in fault_reasons(Fault.CRASH, failed)] == [
-        "injecting crash failed: container pgval-spark-worker-0 is exited",
-        "crash: no worker process was killed"]
+        "injecting crash failed: container pgval-spark-worker-0 is exited"]
     assert fault_reasons(Fault.NONE, failed) == []
 
 

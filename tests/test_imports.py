@@ -20,6 +20,7 @@ to print the strongly connected components of both graphs.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,15 +32,7 @@ except ImportError:  # Python 3.10: pytest depends on tomli there
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Cycles that exist today and are being removed on another branch (issue 10, runtime ↔
-#: faults). Every cycle found, between modules or between units, must lie inside one of
-#: these sets; a new cycle, or one that grows, fails. Empty since the deployments work
-#: (runtime no longer imports faults; cluster names the reaper's module instead of
-#: importing it): no cycle at all is allowed. (experiment ↔ faults is only an
-#: ``if TYPE_CHECKING:`` import in faults/network.py and faults/process.py: no cycle.)
-KNOWN_CYCLES_BEING_REMOVED: tuple[frozenset[str], ...] = ()
-
-#: Packages that must be in no import cycle at all, whatever the allow-list says.
+#: Packages that must be in no import cycle at all (reported by name when they are).
 NO_CYCLE_EVER = ("pgval.report",)
 
 Graph = dict[str, set[str]]
@@ -247,12 +240,11 @@ def test_the_old_report_and_plots_cycle_would_be_found(tmp_path: Path) -> None:
     assert report_cycles(pgval_graph(root)) == [["pgval.plots", "pgval.report"]] * 2
 
 
-def test_no_import_cycle_beyond_those_being_removed() -> None:
+def test_no_import_cycle_at_all() -> None:
+    """Neither between modules nor between units (the layer order below forbids most unit
+    cycles already; one inside a layer, or between modules of one unit, only this finds)."""
     found = all_cycles(pgval_graph())
-    new = [c for c in found if not any(set(c) <= known for known in KNOWN_CYCLES_BEING_REMOVED)]
-    assert not new, (f"import cycles not in KNOWN_CYCLES_BEING_REMOVED:\n{_describe(new)}\n"
-                     f"all strongly connected components:\n{_describe(found)}")
-
+    assert not found, f"import cycles:\n{_describe(found)}"
 
 
 #: The layers of docs/design.md, bottom first. A unit (see :func:`unit`) may import units of
@@ -270,7 +262,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("faults", frozenset({"pgval.faults"})),
     ("embedded cluster", frozenset({"pgval.cluster"})),
     ("what a run keeps", frozenset({"pgval.evidence", "pgval.dbfile", "pgval.store",
-                                    "pgval.recheck", "pgval.report"})),
+                                    "pgval.recheck", "pgval.run_import", "pgval.export",
+                                    "pgval.report"})),
     ("pipeline parts", frozenset({"pgval.config", "pgval.datasets", "pgval.topologies"})),
     ("deployments", frozenset({"pgval.deploy"})),
     ("one run's steps", frozenset({"pgval.run", "pgval.live"})),
@@ -312,6 +305,37 @@ def test_design_md_names_every_layer_in_order() -> None:
     positions = [text.find(f"**{name}**") for name, _ in LAYERS]
     assert -1 not in positions and positions == sorted(positions), \
         "docs/design.md must name each layer of LAYERS, bold and in order"
+
+def design_md_rows(text: str) -> list[tuple[str, str]]:
+    """(layer, unit) for every path named in docs/design.md's layer table: a row's layer
+    is the bold name of its first cell, or the last one above it."""
+    roots = {"oracle": "pgval.oracle", "faults": "pgval.faults", "datasets": "pgval.datasets",
+             "topologies": "pgval.topologies"}
+    rows, layer = [], ""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) != 3 or not cells[1].startswith("`"):
+            continue
+        layer = cells[0].strip("*") or layer
+        for path in re.findall(r"`([a-z_]+/[a-z_/]*(?:\.py)?)`", cells[1]):
+            parts = path.removesuffix(".py").strip("/").split("/")
+            if parts[0] == "pgval":
+                rows.append((layer, ".".join(parts[:2]) if len(parts) > 1 else "pgval"))
+            elif parts[0] in roots:
+                rows.append((layer, roots[parts[0]]))
+    return rows
+
+
+def test_design_md_places_each_unit_in_its_layer() -> None:
+    """The table of docs/design.md says where each folder and module is; LAYERS enforces
+    it. They must agree, and the table must name every unit of LAYERS."""
+    layer_of = {u: name for name, units in LAYERS for u in units}
+    rows = design_md_rows((ROOT / "docs" / "design.md").read_text())
+    wrong = [f"{unit} is under {layer} in docs/design.md, under {layer_of.get(unit)} in LAYERS"
+             for layer, unit in rows if layer_of.get(unit) != layer]
+    missing = sorted(set(layer_of) - {"pgval"} - {unit for _, unit in rows})
+    assert not wrong and not missing, "\n".join([*wrong, f"not in the table: {missing}"])
+
 
 if __name__ == "__main__":
     graph = pgval_graph()

@@ -229,6 +229,31 @@ def test_three_brokers_are_closed_align_leaders_and_leave_no_jvm(tmp_path: Path)
     assert not list((tmp_path / "pids").glob("*.json"))
 
 
+@pytest.mark.cluster
+def test_a_new_cluster_starts_on_fresh_storage_where_an_old_one_stopped(tmp_path: Path) -> None:
+    """A warm cluster started again whole, or `cluster up` after a forced `down`, runs a new
+    KafkaCluster in the same directory. Storage formatting skips a formatted directory, so
+    the old metadata log (old cluster id, old SCRAM login, old topics) would be kept and the
+    new brokers could not log in: the new cluster starts on fresh storage."""
+    old = KafkaCluster(tmp_path, brokers=1, partitions=1)
+    try:
+        old.start()
+        create_topics(old.client_config, ["kept"], 1)
+    finally:
+        old.stop()
+    new = KafkaCluster(tmp_path, brokers=1, partitions=1)
+    try:
+        new.start()
+        assert new.credentials is not None and old.credentials is not None
+        assert new.credentials.password != old.credentials.password
+        metadata = AdminClient(new.client_config).list_topics(timeout=10)  # the login works
+        assert "kept" not in metadata.topics
+        create_topics(new.client_config, ["kept"], 1)  # the name is free again
+    finally:
+        new.stop()
+    assert not _jvms_mentioning(tmp_path)
+
+
 def assert_closed(c: KafkaCluster) -> None:
     """Nobody without the cluster's password can read metadata or write a record; the
     password is only in 0600 files."""

@@ -175,7 +175,7 @@ def test_a_reused_pid_in_a_pid_file_is_spared(tmp_path: Path) -> None:
 
 def test_a_netns_prefix_counts_only_if_it_is_a_runs_and_registered_to_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pgval.cluster import local as cluster
+    from pgval.cluster import guard as cluster
     from pgval.host import netns
 
     monkeypatch.setattr(registry, "RUN_ROOT", tmp_path / "r")
@@ -225,7 +225,7 @@ def test_a_holder_is_known_by_the_registry_not_by_its_command_line(
 
 
 def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
-    from pgval.cluster import local as cluster
+    from pgval.cluster import guard as cluster
 
     root = tmp_path / "shared"
     dead = dataclasses.replace(Owner.me(), start=Owner.me().start + 1)
@@ -271,7 +271,7 @@ GUARDED = """
 import sys, time
 from pathlib import Path
 from pgval.host import undo
-from pgval.cluster.local import RunGuard
+from pgval.cluster.guard import RunGuard
 from pgval.host.procs import spawn
 run = Path(sys.argv[1])
 guard = RunGuard(run, "external").start()
@@ -286,7 +286,7 @@ time.sleep(300)
 def test_a_killed_guarded_run_is_reaped(tmp_path: Path) -> None:
     """A run without a cluster of its own (external, --cluster, a matrix cell) SIGKILLed:
     its reaper stops what its pid files name and runs the persisted nemesis remove."""
-    from pgval.cluster.local import read_state
+    from pgval.cluster.guard import read_state
     from pgval.host.leftovers import processes_mentioning
 
     run = tmp_path / "run"
@@ -317,7 +317,7 @@ def test_a_killed_guarded_run_is_reaped(tmp_path: Path) -> None:
 def test_a_dead_reaper_is_noticed(tmp_path: Path) -> None:
     import signal
 
-    from pgval.cluster.local import RunGuard
+    from pgval.cluster.guard import RunGuard
 
     guard = RunGuard(tmp_path / "run", "local").start()
     assert guard.problem() is None and guard.reaper is not None

@@ -183,7 +183,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.query_name is None:
         args.query_name = f"pgval-{args.topology}-{args.pg}"
     if args.sabotage is not None:
-        if args.pg != "e1":
+        if args.pg != schema.Guarantee.E1:
             ap.error("--sabotage only applies to --pg e1")
         from pgval.topologies.sinks import parse_sabotage  # pyspark import: only when asked
 

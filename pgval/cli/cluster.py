@@ -28,7 +28,8 @@ def _cluster_dir(f):  # noqa: ANN001, ANN202 - click decorator
 @cluster_options()
 def cluster_up(run_dir: Path, **values: Any) -> None:
     """Start the cluster and leave it running (stop it with `pgval cluster down`)."""
-    from pgval.cluster.local import ClusterConfig, LocalCluster, read_state
+    from pgval.cluster.guard import read_state
+    from pgval.cluster.local import ClusterConfig, LocalCluster
 
     if (read_state(run_dir) or {}).get("complete"):
         raise UserError(f"a cluster is already up in {run_dir}; run `pgval cluster down` first")
@@ -47,7 +48,7 @@ def cluster_up(run_dir: Path, **values: Any) -> None:
                    "needs and the processes, for `pgval validate --deploy external`.")
 def cluster_status(run_dir: Path, as_json: bool) -> None:
     """Show what the cluster in RUN_DIR is and whether its processes are alive."""
-    from pgval.cluster.local import cluster_processes, read_state
+    from pgval.cluster.guard import cluster_processes, read_state
     from pgval.deploy.embedded import handoff
 
     state = read_state(run_dir)
@@ -69,7 +70,7 @@ def cluster_status(run_dir: Path, as_json: bool) -> None:
 @_cluster_dir
 def cluster_down(run_dir: Path) -> None:
     """Stop the cluster in RUN_DIR (safe to run twice)."""
-    from pgval.cluster.local import force_down
+    from pgval.cluster.guard import force_down
 
     stopped = force_down(run_dir)
     console.print(f"stopped {len(stopped)} process groups/namespaces" if stopped

@@ -34,7 +34,7 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
     from pgval.recheck import store_derived as do_store
 
     if store_derived and db is not None and is_dir(Path(run, "evidence")):
-        from pgval.recheck import import_run
+        from pgval.run_import import import_run
 
         try:
             run_id = import_run(Path(run), db)
@@ -81,7 +81,7 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
 def export(run: str, db: Path | None, out_dir: Path) -> None:
     """Write a stored run's streams in the `pgval check` format (RUN: directory or run id)."""
     from pgval.evidence import EvidenceError
-    from pgval.recheck import export as do_export
+    from pgval.export import export as do_export
     from pgval.recheck import locate_run, parse_run_id
 
     try:

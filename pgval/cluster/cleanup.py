@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pgval.cluster.local import force_down, read_state
+from pgval.cluster.guard import force_down, read_state
 from pgval.errors import RuntimeErrorPlain
 from pgval.host import netns, registry
 from pgval.host.identity import Owner, start_ticks

@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from pgval.cluster.local import REAPER_MODULE as MODULE
-from pgval.cluster.local import force_down
+from pgval.cluster.guard import REAPER_MODULE as MODULE
+from pgval.cluster.guard import force_down
 from pgval.errors import RuntimeErrorPlain
 from pgval.host.identity import Owner, boot_id
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgval.faults import FaultHooks
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.process import DriverCrash
 from pgval.kafka.admin import create_topics, delete_topics
@@ -28,7 +29,6 @@ from pgval.schema import Fault, Topics
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
-    from pgval.run.schedule import FaultHooks
     from pgval.spark.driver import DriverProcess
 
 #: Makes one fault on a deployment: (the run's configuration, the target worker, the

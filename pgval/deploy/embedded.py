@@ -14,19 +14,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgval.cluster.guard import cluster_processes, read_state, reaper_problem
 from pgval.cluster.local import (
     ClusterConfig,
     LocalCluster,
-    cluster_processes,
-    read_state,
-    reaper_problem,
 )
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
 from pgval.errors import RuntimeErrorPlain
-from pgval.faults.network import DELAYS, NetworkPath, WorkerDelay
+from pgval.faults.network import NetworkPath, WorkerDelay
 from pgval.faults.process import WorkerCrash
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
-from pgval.schema import Fault
+from pgval.schema import DELAY_FAULTS, Fault
 from pgval.spark.daemons import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -132,7 +130,7 @@ class EmbeddedDeployment(Deployment):
     def fault_makers(self) -> dict[Fault, FaultMaker]:
         """A worker's process group killed; packets to and from its namespace held."""
         return {**super().fault_makers(), Fault.CRASH: self.worker_crash,
-                **dict.fromkeys(DELAYS, self.worker_delay)}
+                **dict.fromkeys(DELAY_FAULTS, self.worker_delay)}
 
     def worker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerCrash:
@@ -222,7 +220,7 @@ class AttachedDeployment(Deployment):
         """Not pgval's processes to kill: an executor kill through the driver; the delay
         on the namespaces the cluster recorded."""
         return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
-                **dict.fromkeys(DELAYS, self.worker_delay)}
+                **dict.fromkeys(DELAY_FAULTS, self.worker_delay)}
 
     def worker_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerDelay:

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults.nemesis import NemesisDelay
-from pgval.faults.network import DELAYS
 from pgval.kafka.admin import broker_ids
-from pgval.schema import Fault
+from pgval.schema import DELAY_FAULTS, Fault
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -75,7 +74,7 @@ class ExternalDeployment(Deployment):
     def fault_makers(self) -> dict[Fault, FaultMaker]:
         """An executor kill through the driver; a delay through the user's nemesis."""
         return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
-                **dict.fromkeys(DELAYS, self.nemesis_delay)}
+                **dict.fromkeys(DELAY_FAULTS, self.nemesis_delay)}
 
     def nemesis_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> NemesisDelay:

@@ -6,7 +6,7 @@ qdisc in a container, a driver runs inside the compose runner. Before such a fau
 its undo is written to ``<run>/undo/<name>.json`` (mode 0600: a nemesis argv may hold a
 token, so this is not ``state.json``; the argv is kept as given, it must stay runnable);
 a successful removal deletes it. Whatever is still there when pgval died is run by
-:func:`run_pending` (from :func:`pgval.cluster.local.force_down`: the reaper and
+:func:`run_pending` (from :func:`pgval.cluster.guard.force_down`: the reaper and
 ``pgval cleanup``).
 
 A record is ``{"argv": [...], "what": ...}``: a command run without a shell, 120 s at most,

@@ -23,6 +23,7 @@ import base64
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import time
 import uuid
@@ -201,6 +202,11 @@ class KafkaCluster:
         self.jars = jars
         try:
             if not self._nodes:  # a restart after stop() keeps ports, cluster id and data
+                # A new cluster never starts on an old one's storage (a warm cluster started
+                # again whole, `cluster up` after a forced `down`): the metadata log holds
+                # the old cluster id and SCRAM login, so the brokers could not log in, and
+                # its topics would still be there.
+                _clear_storage(self.run_dir / "kafka")
                 nodes = self._plan()
                 if self.credentials is not None:
                     self.credentials.write(self.credentials_file)
@@ -467,3 +473,11 @@ def _distinct_port(host: str, used: set[int]) -> int:
             used.add(port)
             return port
 
+
+def _clear_storage(kafka_dir: Path) -> None:
+    """Remove the broker directories a previous cluster left in ``kafka_dir``."""
+    if kafka_dir.is_symlink():
+        raise RuntimeErrorPlain(f"{kafka_dir} is a symbolic link; pgval will not start "
+                                "Kafka there")
+    for old in kafka_dir.glob("broker-*"):
+        shutil.rmtree(old)

@@ -393,10 +393,6 @@ class Stat:
         return out
 
 
-def _isnan(v: object) -> bool:
-    return isinstance(v, float) and math.isnan(v)
-
-
 #: No metric pgval stores comes near this (counts stay below 2^63 ≈ 9.2e18, times and rates
 #: far below): a larger stored value is damage, read as missing, so that sums, means and
 #: plot limits stay finite (1e308 + 1e308 overflowed fsum).

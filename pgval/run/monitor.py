@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 from pgval.checker.explain import watermark_ms
 from pgval.checker.result import Reason
 from pgval.errors import RuntimeErrorPlain
+from pgval.kafka.client import quiet_conf
 from pgval.run.result import Status
 from pgval.schema import Topics
 from pgval.spark.driver import DriverProcess
@@ -24,8 +25,10 @@ class OutputMonitor:
 
     def __init__(self, client_config: dict[str, Any], topics: Topics) -> None:
         self.topics = topics
-        self.consumer = Consumer({**client_config, "group.id": "pgval-monitor",
-                                  "enable.auto.commit": False})
+        # Watermarks only, never records: librdkafka's own logging kept quiet as for every
+        # pgval client (a fault makes refused connections expected).
+        self.consumer = Consumer(quiet_conf(str(client_config["bootstrap.servers"]), {
+            **client_config, "group.id": "pgval-monitor", "enable.auto.commit": False}))
         self._partitions: list[int] | None = None
 
     def count(self) -> int:

@@ -4,23 +4,10 @@ in the fault log — the evidence :func:`pgval.faults.evidence.fault_reasons` re
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any
 
+from pgval.faults import FaultHooks
 from pgval.schema import Fault
-
-
-class FaultHooks(Protocol):
-    """A fault: injected at T2, removed at T3; ``remove`` must be safe to call twice, and
-    after an interrupted ``inject``. ``restore=False`` (teardown) undoes what would
-    outlive the run (a delay) without restoring what teardown stops anyway (no restart
-    of a crashed worker just to stop it). Optional: ``problem() -> str | None``, why the
-    fault stopped acting before T3."""
-
-    name: str
-
-    def inject(self) -> dict[str, Any]: ...
-
-    def remove(self, restore: bool = True) -> dict[str, Any]: ...
 
 
 class NoFault:

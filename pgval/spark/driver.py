@@ -26,6 +26,7 @@ from typing import Any
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.host.procs import Managed, spawn
+from pgval.schema import Guarantee
 
 #: The driver's environment variables holding the user's Kafka client settings and Spark
 #: settings as JSON (read by pgval.topologies.driver); a launcher into a container must
@@ -82,7 +83,7 @@ class DriverSpec:
     sink_trigger: Path | None = None
 
     def __post_init__(self) -> None:
-        if self.sabotage and self.pg != "e1":
+        if self.sabotage and self.pg != Guarantee.E1:
             raise ValueError("sabotage only applies to pg e1 (the transactional sink)")
 
     def _path(self, path: Path) -> str:

@@ -27,8 +27,7 @@ from pgval.deploy.compose.stack import (
     worker_container,
 )
 from pgval.errors import RuntimeErrorPlain
-from pgval.faults.network import DELAYS
-from pgval.schema import Fault
+from pgval.schema import DELAY_FAULTS, Fault
 from pgval.spark.driver import SETTINGS_ENV
 
 if TYPE_CHECKING:
@@ -101,7 +100,7 @@ class ComposeDeployment(Deployment):
     def fault_makers(self) -> dict[Fault, FaultMaker]:
         """pumba on the target worker's container: a kill, or netem on its egress."""
         return {**super().fault_makers(), Fault.CRASH: self.container_kill,
-                **dict.fromkeys(DELAYS, self.container_delay)}
+                **dict.fromkeys(DELAY_FAULTS, self.container_delay)}
 
     def container_kill(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                        ctx: FaultContext) -> PumbaFault:
