@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.faults.executor import ExecutorKill
+from pgval.faults.executor import MECHANISM, ExecutorKill
 from pgval.spark.driver import DriverControl, DriverSpec, _ProgressTail
-from pgval.topologies.control import MECHANISM, ControlLoop, choose_executor
+from pgval.topologies.control import ControlLoop, choose_executor
 from pgval.topologies.driver import ProgressLog, parse_args
 
 

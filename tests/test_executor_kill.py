@@ -20,10 +20,11 @@ from pgval.cluster.local import ClusterConfig, LocalCluster
 from pgval.datasets.generator import GeneratorConfig, ProducerGroup
 from pgval.datasets.sinks import KafkaSink
 from pgval.faults.evidence import fault_reasons
-from pgval.faults.executor import ExecutorKill
+from pgval.faults.executor import MECHANISM, ExecutorKill
+from pgval.kafka.admin import create_topics
+from pgval.schema import Topics
 from pgval.spark.daemons import WorkerHandle, _cmdline
 from pgval.spark.driver import DriverProcess, DriverSpec
-from pgval.topologies.control import MECHANISM
 from tests.conftest import processes_mentioning, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -64,6 +65,10 @@ def test_executor_kill_is_replaced_and_the_query_runs_on(tmp_path: Path) -> None
         cluster.start()
         spark = cluster.spark
         assert spark is not None and cluster.kafka is not None
+        # The embedded cluster makes no topics (each run makes its own, prefixed); the
+        # driver and the generator here use the plain names.
+        plain = Topics()
+        create_topics(cluster.kafka.client_config, plain.all(), 3, compacted=[plain.marker])
         spec = DriverSpec(topology="sst", pg="a1", bootstrap=cluster.bootstrap,
                           master=spark.master_url, checkpoint=run_dir / "checkpoint",
                           progress_file=run_dir / "progress.jsonl", window_ms=2000,

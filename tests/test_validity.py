@@ -84,7 +84,7 @@ def test_fault_reasons_need_evidence() -> None:
 def test_crash_as_executor_kill_needs_the_drivers_evidence() -> None:
     """``crash`` on a cluster pgval does not own (pgval.faults.executor): no worker pid and
     no log pattern; the driver's executor list must lose the executor and gain another."""
-    from pgval.topologies.control import MECHANISM
+    from pgval.faults.executor import MECHANISM
 
     inject = {"step": "inject", "mechanism": MECHANISM, "executor": "1",
               "executors_before": ["0", "1"], "removed_after_s": 0.6}
