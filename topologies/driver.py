@@ -8,6 +8,9 @@ Its record of what happened is the progress file (JSON lines, appended and flush
   with ``checkpoint``, the directory this start used: m1 gets a new one per start),
 * ``{"event": "progress", ...}`` one line per StreamingQueryProgress (offsets, watermark,
   state rows, rows dropped by the watermark) — the evidence that explains losses,
+* ``{"event": "abandoned", ...}`` at an m1 restart, before ``started``: the batch the last
+  start logged offsets for and never committed (:func:`abandoned_batch`), which no progress
+  line can show — its inputs were read and died with that driver,
 * ``{"event": "sink_batch", ...}`` per batch the e1 sink committed or skipped,
 * ``{"event": "sabotage", ...}`` once, only with ``--sabotage`` (a SELF-TEST of pgval:
   the e1 sink drops or duplicates one batch on purpose; see pgval.topologies.sinks),
@@ -377,6 +380,56 @@ def m1_start(checkpoint: str) -> tuple[str, str]:
     return str(Path(checkpoint) / f"m1-start-{time.time_ns()}"), "latest"
 
 
+def _logged_offsets(text: str, header_lines: int) -> dict[str, dict[str, int]]:
+    """Kafka offsets of a checkpoint log file, all sources merged (``{topic: {part: off}}``).
+
+    ``offsets/N`` is ``v1``, the batch metadata, then one line per source (``-`` for a
+    source without offsets); a Kafka source's initial offsets (``sources/I/0``) are a zero
+    byte, ``v1``, then the JSON (Spark's ``OffsetSeqLog`` and
+    ``KafkaSourceInitialOffsetWriter``).
+    """
+    merged: dict[str, dict[str, int]] = {}
+    for line in text.lstrip("\x00").splitlines()[header_lines:]:
+        if line.strip() in ("", "-"):
+            continue
+        for topic, parts in json.loads(line).items():
+            merged.setdefault(topic, {}).update({p: int(o) for p, o in parts.items()})
+    return merged
+
+
+def abandoned_batch(checkpoint_root: Path) -> dict[str, Any] | None:
+    """The batch the newest m1 start under ``checkpoint_root`` planned and never committed.
+
+    Spark writes ``offsets/N`` before it runs batch N and ``commits/N`` after (the offset
+    log is the write-ahead log, ``MicroBatchExecution``); a driver killed in between leaves
+    batch N planned and read, and a new m1 query starts from the latest offsets
+    (``KafkaMicroBatchStream.getOrCreateInitialPartitionOffsets``), never to read it again.
+    Its ``sources`` have a progress line's shape: the range starts where batch N − 1 ended
+    (or at the query's initial offsets) and ends at batch N's logged offsets. Read before
+    the new query starts, while the dead query's files are final.
+    """
+    from pgval.faults.process import open_batch
+    from pgval.topologies.sinks import _checkpoint_query_id
+
+    found = open_batch(checkpoint_root)
+    if found is None:
+        return None
+    root, batch = found
+    try:
+        end = _logged_offsets((root / "offsets" / str(batch)).read_text(), 2)
+        if batch > 0:
+            start = _logged_offsets((root / "offsets" / str(batch - 1)).read_text(), 2)
+        else:
+            start = {}
+            for initial in sorted(root.glob("sources/*/0")):
+                start.update(_logged_offsets(initial.read_text(), 1))
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        return {"id": _checkpoint_query_id(str(root)), "batchId": batch,
+                "checkpoint": str(root), "error": _first_line(exc)}
+    return {"id": _checkpoint_query_id(str(root)), "batchId": batch, "checkpoint": str(root),
+            "sources": [{"startOffset": start, "endOffset": end}]}
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
@@ -452,6 +505,9 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     source_options = {f"kafka.{k}": v for k, v in java_options.items()}
     checkpoint = str(Path(args.checkpoint).resolve())
     if args.pg == Guarantee.M1:
+        abandoned = abandoned_batch(Path(checkpoint))
+        if abandoned is not None:
+            log.write("abandoned", **abandoned)
         checkpoint, source_options["startingOffsets"] = m1_start(checkpoint)
     cfg = TopologyConfig(topology=args.topology, bootstrap=args.bootstrap,
                          window_ms=args.window_ms, watermark_ms=args.watermark_ms,

@@ -57,14 +57,14 @@ def _interval(ms: int) -> str:
     return f"{int(ms)} milliseconds"
 
 
-def read_events(spark: SparkSession, cfg: TopologyConfig, topic: str) -> DataFrame:
-    """One input topic as (id, type, resource, ts) with a watermark on ``ts``.
+def kafka_records(spark: SparkSession, cfg: TopologyConfig, topic: str) -> DataFrame:
+    """One input topic's records as Spark's Kafka source gives them (``value``, ``partition``,
+    ``offset``, ...).
 
     ``startingOffsets=earliest`` so a run consumes everything the generators wrote, also
     what arrived before the query started; ``failOnDataLoss=false`` so a broker fault that
     makes offsets vanish is recorded as lost data (the validator sees it) instead of
-    killing the query. Records whose value is not the expected JSON are dropped here,
-    the validator counts them as malformed inputs.
+    killing the query.
     """
     reader = (
         spark.readStream.format("kafka")
@@ -77,18 +77,35 @@ def read_events(spark: SparkSession, cfg: TopologyConfig, topic: str) -> DataFra
         reader = reader.option("maxOffsetsPerTrigger", str(int(cfg.max_offsets_per_trigger)))
     for key, value in cfg.source_options.items():
         reader = reader.option(key, value)
-    parsed = reader.load().select(
-        F.from_json(F.col("value").cast("string"), INPUT_VALUE_DDL).alias("e")
+    return reader.load()
+
+
+def events(records: DataFrame, watermark_ms: int) -> DataFrame:
+    """Records (``value``, ``partition``, ``offset``) as (id, type, resource, ts, partition,
+    offset) with a watermark on ``ts``.
+
+    ``partition`` and ``offset`` say which record an event is: MST collapses its join's
+    pair multiplicity by them, so an ID that is in the topic twice stays twice. Records
+    whose value is not the expected JSON are dropped here; the validator counts them as
+    malformed inputs. Any streaming source with those three columns gives the plan pgval
+    runs (the tests feed files).
+    """
+    parsed = records.select(
+        F.from_json(F.col("value").cast("string"), INPUT_VALUE_DDL).alias("e"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
     )
-    events = parsed.select(
+    rows = parsed.select(
         F.col("e.id").alias("id"),
         F.col("e.type").alias("type"),
         F.col("e.resource").alias("resource"),
         F.timestamp_millis(F.col("e.event_ts")).alias("ts"),
+        "partition",
+        "offset",
     ).where(
         F.col("id").isNotNull() & F.col("resource").isNotNull() & F.col("ts").isNotNull()
     )
-    return events.withWatermark("ts", _interval(cfg.watermark_ms))
+    return rows.withWatermark("ts", _interval(watermark_ms))
 
 
 def _window(ts: Column | str, window_ms: int) -> Column:
@@ -109,67 +126,81 @@ def _to_output(df: DataFrame, fields: tuple[str, ...]) -> DataFrame:
     )
 
 
-def sst(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
+def sst(gets: DataFrame, window_ms: int) -> DataFrame:
     """Single-stream topology: GETs per (window, resource) -> count and IDs.
 
-    ``count`` is ``count(*)`` and ``ids`` is ``collect_list`` (not a set), so an input that
-    reached Spark twice is visible in the output as a duplicate rather than hidden.
+    ``count`` is ``count(*)`` and ``ids`` is ``collect_list`` (not a set): every record
+    read is one occurrence, so an input that is in Kafka twice, or that reached Spark's
+    state twice, is visible in the output as a duplicate rather than hidden.
     """
-    gets = read_events(spark, cfg, cfg.topics.get).where(F.col("type") == schema.GET)
-    agg = gets.groupBy(_window("ts", cfg.window_ms).alias("window"), "resource").agg(
+    agg = gets.groupBy(_window("ts", window_ms).alias("window"), "resource").agg(
         F.count(F.lit(1)).alias("count"),
         F.collect_list("id").alias("ids"),
     )
     return _to_output(agg, schema.SST_OUTPUT_FIELDS)
 
 
-def mst(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
+def mst(gets: DataFrame, posts: DataFrame, window_ms: int) -> DataFrame:
     """Multi-stream topology: GET ⋈ POST on (resource, window), then counted per key.
 
     The join is an inner stream-stream join whose condition includes equality of the two
     event-time windows: that is what lets Spark evict a window's join state once the
     watermark passes its end (without it, join state would grow forever). The join emits
-    one row per (GET, POST) pair, so the aggregation counts *distinct* IDs on each side
-    (``size(collect_set)``; ``count_distinct`` is rejected in streaming aggregations) and
-    a key without a partner produces no row at all, exactly the semantics' "one output per
-    key having at least one GET and one POST". The second window is taken over
-    ``window_time(window)`` (window end minus 1 µs), the join output's event-time column,
-    so it is the same window again and is emitted when the watermark passes its end.
+    one row per (GET, POST) pair, so the aggregation collapses that multiplicity by the
+    *record* (``collect_set`` of (id, partition, offset) per side; ``count_distinct`` is
+    rejected in streaming aggregations), not by the ID: like SST, every record is one
+    occurrence, and an ID that is in Kafka twice is listed twice (docs/semantics.md,
+    "Input events"). ``gets``/``posts`` count those records. A key without a partner
+    produces no row at all, exactly the semantics' "one output per key having at least one
+    GET and one POST". The second window is taken over ``window_time(window)`` (window end
+    minus 1 µs), the join output's event-time column, so it is the same window again and
+    is emitted when the watermark passes its end.
     """
-    gets = read_events(spark, cfg, cfg.topics.get).where(F.col("type") == schema.GET)
-    posts = read_events(spark, cfg, cfg.topics.post).where(F.col("type") == schema.POST)
-    g = gets.select(
-        F.col("id").alias("get_id"),
-        F.col("resource").alias("g_resource"),
-        _window("ts", cfg.window_ms).alias("g_window"),
-    )
-    p = posts.select(
-        F.col("id").alias("post_id"),
-        F.col("resource").alias("p_resource"),
-        _window("ts", cfg.window_ms).alias("p_window"),
-    )
-    joined = g.join(
-        p,
+    def side(df: DataFrame, name: str) -> DataFrame:
+        return df.select(
+            F.struct("id", "partition", "offset").alias(name),
+            F.col("resource").alias(f"{name}_resource"),
+            _window("ts", window_ms).alias(f"{name}_window"),
+        )
+
+    joined = side(gets, "g").join(
+        side(posts, "p"),
         (F.col("g_resource") == F.col("p_resource")) & (F.col("g_window") == F.col("p_window")),
         "inner",
     )
     agg = joined.groupBy(
-        _window(F.window_time(F.col("g_window")), cfg.window_ms).alias("window"),
+        _window(F.window_time(F.col("g_window")), window_ms).alias("window"),
         F.col("g_resource").alias("resource"),
     ).agg(
-        F.collect_set("get_id").alias("get_ids"),
-        F.collect_set("post_id").alias("post_ids"),
+        F.collect_set("g").alias("get_records"),
+        F.collect_set("p").alias("post_records"),
     )
     counted = agg.select(
         "window",
         "resource",
-        F.size("get_ids").cast("long").alias("gets"),
-        F.size("post_ids").cast("long").alias("posts"),
-        F.array_union("get_ids", "post_ids").alias("ids"),
+        F.size("get_records").cast("long").alias("gets"),
+        F.size("post_records").cast("long").alias("posts"),
+        F.concat(F.col("get_records.id"), F.col("post_records.id")).alias("ids"),
     )
     return _to_output(counted, schema.MST_OUTPUT_FIELDS)
 
 
+def plan(topology: str, get_records: DataFrame, post_records: DataFrame | None,
+         window_ms: int, watermark_ms: int) -> DataFrame:
+    """The (key, value) output stream of ``topology`` over raw input records (see
+    :func:`events`); MST needs ``post_records``."""
+    gets = events(get_records, watermark_ms).where(F.col("type") == schema.GET)
+    if topology == schema.Topology.SST:
+        return sst(gets, window_ms)
+    if post_records is None:
+        raise ValueError("MST joins two streams: post_records is missing")
+    posts = events(post_records, watermark_ms).where(F.col("type") == schema.POST)
+    return mst(gets, posts, window_ms)
+
+
 def build_topology(spark: SparkSession, cfg: TopologyConfig) -> DataFrame:
-    """The (key, value) output stream of ``cfg.topology``."""
-    return sst(spark, cfg) if cfg.topology == schema.Topology.SST else mst(spark, cfg)
+    """The (key, value) output stream of ``cfg.topology``, read from the run's topics."""
+    posts = (kafka_records(spark, cfg, cfg.topics.post)
+             if cfg.topology == schema.Topology.MST else None)
+    return plan(cfg.topology, kafka_records(spark, cfg, cfg.topics.get), posts,
+                cfg.window_ms, cfg.watermark_ms)
