@@ -11,6 +11,9 @@ Jepsen's rule: a run's store holds everything needed to check it again. After th
   reconciliation with the generator, the validity verdict and the run's config.
 * ``progress.jsonl`` — the driver's per-batch progress (offsets, watermarks), which the
   why-unprocessed attribution needs.
+* ``anomalies.parquet`` — every anomaly the run's evaluation found, one row each (kind,
+  ID, phase, cause, the outputs involved: :mod:`pgval.checker.anomalies`); derived from the
+  records, kept so the full set is with the run, and compared by ``recheck``.
 * ``SHA256SUMS`` — the SHA-256 of each file above and the run id (``sha256sum -c``
   reads it). It proves nothing by itself (it sits in the same editable folder): the same
   hashes are stored with the run in the results database by :func:`seal`, and ``recheck``
@@ -51,11 +54,13 @@ from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, resource_name
 EVIDENCE_DIR = "evidence"
 MANIFEST = "run.json"
 PROGRESS = "progress.jsonl"
+ANOMALIES = "anomalies.parquet"
 SUMS = "SHA256SUMS"
 INPUT_TOPICS = (GET_TOPIC, POST_TOPIC)
 #: Every file a re-check or an export reads, in the order they are verified; the progress
-#: file only when the driver wrote one.
-EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOPIC)), PROGRESS)
+#: file only when the driver wrote one, the anomalies only in runs stored since they are.
+EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOPIC)), PROGRESS,
+                  ANOMALIES)
 
 
 class EvidenceError(Exception):
@@ -358,6 +363,29 @@ def load_topic(run_dir: Path, topic: str) -> TopicRecords:
     return TopicRecords.from_table(table, topic)
 
 
+def save_anomalies(run_dir: Path, table: pa.Table) -> Path:
+    """Keep a run's full anomaly set with its evidence (Parquet, zstd), before :func:`seal`."""
+    path = evidence_dir(run_dir) / ANOMALIES
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(path)
+    return path
+
+
+def load_anomalies(run_dir: Path) -> pa.Table | None:
+    """The anomaly set a run kept (None: stored before anomaly sets were kept)."""
+    from pgval.checker.anomalies import SCHEMA
+
+    path = evidence_dir(run_dir) / ANOMALIES
+    if not path.exists():
+        return None
+    try:
+        return pq.read_table(path, schema=SCHEMA)
+    except (OSError, pa.ArrowException) as exc:
+        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+
+
 def save_progress(run_dir: Path, progress_file: Path) -> None:
     """Keep the driver's progress lines with the evidence (the attribution reads them)."""
     if progress_file.exists():
@@ -460,7 +488,9 @@ def set_aside_control(outputs: OutputRecords, control_ids: Sequence[int] | None
         ingress_ts=outputs.ingress_ts[keep_out], position=outputs.position[keep_out],
         ids=outputs.ids[keep_id & keep_out[owner]], offsets=offsets,
         resources=outputs.resources, malformed=outputs.malformed,
-        malformed_samples=outputs.malformed_samples)
+        malformed_samples=outputs.malformed_samples, missing=outputs.missing,
+        partition=None if outputs.partition is None else outputs.partition[keep_out],
+        offset=None if outputs.offset is None else outputs.offset[keep_out])
     return kept, int(control_only.sum()), int(control.sum())
 
 

@@ -1,8 +1,9 @@
 """A stored run's streams as plain JSON lines, for ``pgval check`` or any other tool.
 
-``export`` writes ``inputs.jsonl``, ``outputs.jsonl`` and ``run.json`` from evidence
-verified first against the results database (:func:`pgval.recheck.anchor`), so another
-checker reading them can reach the same counts as pgval.
+``export`` writes ``inputs.jsonl``, ``outputs.jsonl``, ``anomalies.jsonl`` and ``run.json``
+from evidence verified first against the results database (:func:`pgval.recheck.anchor`),
+so another checker reading them can reach the same counts as pgval, and compare its
+anomalies with pgval's one by one.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
-from pgval.evidence import EvidenceError, Manifest, load_streams
+from pgval.checker.evaluate import evaluate
+from pgval.evidence import EvidenceError, Manifest, load_anomalies, load_progress, load_streams
 from pgval.recheck import anchor
 from pgval.records import InputEvents, OutputRecords
 
@@ -23,7 +26,15 @@ from pgval.records import InputEvents, OutputRecords
 MALFORMED_LINE = b'{"pgval_malformed": true}\n'
 
 
-#: The note of a re-check or export of a run directory given without a database.
+def write_anomalies(table: pa.Table, path: Path) -> int:
+    """An anomaly set (:mod:`pgval.checker.anomalies`) as JSON lines, one object per
+    anomaly in the table's order; returns how many."""
+    with open(path, "wb") as fh:
+        for batch in table.to_batches(max_chunksize=65_536):
+            rows = batch.to_pylist()
+            if rows:
+                fh.write(b"\n".join(map(orjson.dumps, rows)) + b"\n")
+    return len(table)
 
 
 def export(run_dir: Path, out_dir: Path, db: Path | None = None,
@@ -33,14 +44,24 @@ def export(run_dir: Path, out_dir: Path, db: Path | None = None,
     evidence = anchor(run_dir, db, run_id)
     manifest = Manifest.read(run_dir)
     streams = load_streams(run_dir, manifest)
+    found = load_anomalies(run_dir)
+    if found is None:  # a run stored before its anomaly set was kept: computed now
+        found = evaluate(streams.events, streams.outputs, manifest.topology,
+                         manifest.window_ms, manifest.phase_bounds,
+                         progress=load_progress(run_dir)).anomalies()
+        source = "recomputed from the evidence (the run kept none)"
+    else:
+        source = "as kept with the run's evidence"
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         n_in = _write_inputs(streams.events, out_dir / "inputs.jsonl")
         n_out = _write_outputs(streams.outputs, out_dir / "outputs.jsonl")
+        n_anomalies = write_anomalies(found, out_dir / "anomalies.jsonl")
         info = {"topology": manifest.topology, "window_ms": manifest.window_ms,
                 "phases": list(manifest.phases), "t4": manifest.t4, "source": str(run_dir),
                 "run_id": manifest.run_id, "inputs": n_in, "outputs": n_out,
+                "anomalies": n_anomalies, "anomalies_source": source,
                 "control_ids_set_aside": manifest.control_ids,
                 "evidence": evidence.as_dict()}
         (out_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n")

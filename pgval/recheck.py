@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
+from pgval.checker.anomalies import counts as anomaly_counts
 from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.checker.result import Reason, ReasonKind, reasons_from_records
 from pgval.checker.validity import (
@@ -40,6 +44,7 @@ from pgval.evidence import (
     Manifest,
     Streams,
     evidence_dir,
+    load_anomalies,
     load_progress,
     load_topic,
     streams_from_records,
@@ -78,6 +83,8 @@ class Recheck:
     validity_changes: dict[str, list[str]] = field(default_factory=dict)
     #: Kinds whose inputs the run did not keep: their reasons are the stored ones.
     carried: list[str] = field(default_factory=list)
+    #: The recomputed anomaly set against the one the run kept (:func:`compare_anomalies`).
+    anomalies: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """The ``pgval check --json`` object plus validity, evidence check and run id."""
@@ -87,7 +94,29 @@ class Recheck:
         out["evidence"] = self.evidence.as_dict()
         out["validity_changes"] = self.validity_changes
         out["validity_carried"] = self.carried
+        out["anomalies"] = self.anomalies
         return out
+
+
+def compare_anomalies(stored: pa.Table | None, now: pa.Table) -> dict[str, Any]:
+    """The recomputed anomaly set beside the kept one: ``same`` (None: the run kept none),
+    the counts per kind of both, and a sentence."""
+    counted = anomaly_counts(now)
+    if stored is None:
+        return {"same": None, "now": counted,
+                "note": "the run kept no anomaly set (stored before they were kept)"}
+    kept = anomaly_counts(stored)
+    if stored.equals(now):
+        return {"same": True, "now": counted, "stored": kept,
+                "note": f"anomaly set: the {len(now):,} kept anomalies recomputed exactly"}
+    moved = [f"{k} {kept[k]:,} kept, {counted[k]:,} now" for k in kept if kept[k] != counted[k]]
+    if not moved:
+        rows = np.flatnonzero(~np.array([a == b for a, b in zip(
+            stored.to_pylist(), now.to_pylist(), strict=True)]))
+        moved = [f"the same counts, {len(rows):,} rows differ (the first is row "
+                 f"{int(rows[0]):,})"]
+    return {"same": False, "now": counted, "stored": kept,
+            "note": f"the recomputed anomaly set differs from the kept one: {'; '.join(moved)}"}
 
 
 def parse_run_id(text: str) -> int | None:
@@ -245,7 +274,8 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
     now = validity.kinds()
     changes = {"only_stored": sorted(before - now), "only_now": sorted(now - before)}
     return Recheck(manifest, streams, evaluation, validity, evidence,
-                   {k: v for k, v in changes.items() if v}, carried)
+                   {k: v for k, v in changes.items() if v}, carried,
+                   compare_anomalies(load_anomalies(run_dir), evaluation.anomalies()))
 
 
 def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],

@@ -84,6 +84,10 @@ class InputEvents:
     ingress_ts: np.ndarray
     resources: ResourceTable
     malformed: int = 0
+    #: Malformed records that lacked a required field, per field (a record lacking two
+    #: counts for both): ``pgval check`` refuses a file whose records lack a field rather
+    #: than judge what is left (:mod:`pgval.checker.questions`).
+    missing: dict[str, int] = field(default_factory=dict)
     #: Where each event sits in Kafka (set when read from Kafka): topic code (0 get, 1 post),
     #: partition and offset. They let the explainer find the micro-batch that read it.
     topic: np.ndarray | None = None
@@ -105,8 +109,8 @@ class InputEvents:
 
         return InputEvents(self.id[index], self.is_get[index], self.resource[index],
                            self.event_ts[index], self.ingress_ts[index], self.resources,
-                           self.malformed, opt(self.topic), opt(self.partition),
-                           opt(self.offset))
+                           self.malformed, self.missing, opt(self.topic),
+                           opt(self.partition), opt(self.offset))
 
     @staticmethod
     def concat(parts: Sequence[InputEvents], resources: ResourceTable) -> InputEvents:
@@ -125,6 +129,7 @@ class InputEvents:
             np.concatenate([p.ingress_ts for p in parts]),
             resources,
             sum(p.malformed for p in parts),
+            add_counts(p.missing for p in parts),
             opt("topic"), opt("partition"), opt("offset"),
         )
 
@@ -151,6 +156,12 @@ class OutputRecords:
     resources: ResourceTable
     malformed: int = 0
     malformed_samples: list[str] = field(default_factory=list)
+    #: As :attr:`InputEvents.missing`: malformed records that lacked a required field.
+    missing: dict[str, int] = field(default_factory=dict)
+    #: Where each output sits in Kafka (set when read from Kafka), so an anomaly can name
+    #: the record: partition and offset.
+    partition: np.ndarray | None = None
+    offset: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.window_start)
@@ -158,6 +169,15 @@ class OutputRecords:
     @property
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+
+def add_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Per-field counts of several parts added up."""
+    total: dict[str, int] = {}
+    for part in parts:
+        for name, n in part.items():
+            total[name] = total.get(name, 0) + n
+    return total
 
 
 # --------------------------------------------------------------------------- reading
@@ -276,16 +296,21 @@ def _split_lines(block: bytes) -> list[bytes]:
     return lines[:-1] if lines and lines[-1] == b"" else lines
 
 
-def _parse_block(block: bytes, schema: pa.Schema) -> tuple[pa.Table, int, list[str]]:
+def _parse_block(block: bytes, schema: pa.Schema
+                 ) -> tuple[pa.Table, int, list[str], np.ndarray, int]:
     """Parse one block of JSON lines; fall back to per-line parsing if pyarrow cannot.
 
-    The strict attempt (unknown fields are an error) is ~15 % faster than ignoring them;
-    a block with extra fields pays for a second, lenient attempt, still in C++.
+    Returns (table, malformed, samples, each row's record number in the block, records):
+    a record is a non-blank line. The strict attempt (unknown fields are an error) is ~15 %
+    faster than ignoring them; a block with extra fields pays for a second, lenient
+    attempt, still in C++.
     """
     table = _read_exact(block, schema, ("error", "ignore"))
     if table is not None:
-        return table, 0, []
-    return _parse_lines_tolerant(_split_lines(block), schema)
+        return table, 0, [], np.arange(len(table), dtype=np.int64), len(table)
+    lines = [line for line in _split_lines(block) if line.strip(JSON_SPACE)]
+    table, malformed, samples, kept = _parse_lines_tolerant(lines, schema)
+    return table, malformed, samples, kept, len(lines)
 
 
 def _is_int64(value: object) -> bool:
@@ -360,12 +385,15 @@ def _row(line: bytes, schema: pa.Schema) -> dict[str, object]:
 
 
 def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
-                          ) -> tuple[pa.Table, int, list[str]]:
-    """Slow path, used only for blocks with bad lines: keep the good ones, count the rest."""
+                          ) -> tuple[pa.Table, int, list[str], np.ndarray]:
+    """Slow path, used only for blocks with bad lines: keep the good ones, count the rest.
+
+    Returns (table, malformed, samples, the index among ``lines`` of each row kept)."""
     columns: dict[str, list[object]] = {name: [] for name in schema.names}
     malformed = 0
     samples: list[str] = []
-    for line in lines:
+    kept: list[int] = []
+    for k, line in enumerate(lines):
         if not line.strip(JSON_SPACE):
             continue
         try:
@@ -375,26 +403,34 @@ def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
             if len(samples) < 5:
                 samples.append(line[:200].decode(errors="replace"))
             continue
+        kept.append(k)
         for name, value in row.items():
             columns[name].append(value)
     table = pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in schema},
                      schema=schema)
-    return table, malformed, samples
+    return table, malformed, samples, np.array(kept, dtype=np.int64)
 
 
-def read_table(path: Path, schema: pa.Schema) -> tuple[pa.Table, int, list[str]]:
-    """Read a JSON-lines file into an Arrow table; returns (table, malformed, samples)."""
+def read_table(path: Path, schema: pa.Schema
+               ) -> tuple[pa.Table, int, list[str], np.ndarray]:
+    """Read a JSON-lines file into an Arrow table; returns (table, malformed, samples,
+    record numbers): each row's place among the file's records (its non-blank lines,
+    from 0), so a judged output can be found in the file."""
     tables: list[pa.Table] = []
+    records: list[np.ndarray] = []
     malformed = 0
     samples: list[str] = []
+    base = 0
     for block in _iter_blocks(Path(path)):
-        table, bad, bad_samples = _parse_block(block, schema)
+        table, bad, bad_samples, kept, lines = _parse_block(block, schema)
         tables.append(table)
+        records.append(base + kept)
+        base += lines
         malformed += bad
         samples.extend(bad_samples[: 5 - len(samples)])
     if not tables:
-        return schema.empty_table(), 0, []
-    return pa.concat_tables(tables), malformed, samples
+        return schema.empty_table(), 0, [], np.zeros(0, dtype=np.int64)
+    return pa.concat_tables(tables), malformed, samples, np.concatenate(records)
 
 
 KAFKA_INPUT_SCHEMA = pa.schema([f for f in INPUT_SCHEMA if f.name != "ingress_ts"])
@@ -525,11 +561,11 @@ def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
     ok = np.zeros(len(lines), dtype=bool)
     good: list[bytes] = []
     for k, line in enumerate(lines):
-        table, bad, _ = _parse_lines_tolerant([line], schema)
+        table, bad, _, _ = _parse_lines_tolerant([line], schema)
         if not bad and len(table):
             ok[k] = True
             good.append(line)
-    table, _, _ = _parse_lines_tolerant(good, schema)
+    table, _, _, _ = _parse_lines_tolerant(good, schema)
     samples = [lines[k][:200].decode(errors="replace") for k in np.flatnonzero(~ok)[:5]]
     return table, ok, int((~ok).sum()), samples
 
@@ -561,7 +597,9 @@ def outputs_from_kafka(values: Values, timestamps: np.ndarray,
     position[order] = np.arange(len(order))
     table, kept, malformed, samples = parse_values(values, KAFKA_OUTPUT_SCHEMA)
     table = table.append_column("ingress_ts", pa.array(timestamps[kept], type=pa.int64()))
-    return outputs_from_table(table, resources, malformed, samples, position=position[kept])
+    return outputs_from_table(table, resources, malformed, samples, position=position[kept],
+                              partition=np.asarray(partitions)[kept],
+                              offset=np.asarray(offsets)[kept])
 
 
 def _is_time(table: pa.Table, name: str) -> pa.ChunkedArray:
@@ -572,6 +610,17 @@ def _is_time(table: pa.Table, name: str) -> pa.ChunkedArray:
     """
     col = table.column(name)
     return pc.and_(pc.greater_equal(col, -MAX_MS), pc.less_equal(col, MAX_MS))
+
+
+#: The fields without which a record cannot be judged (a record lacking one is malformed).
+INPUT_REQUIRED = ("id", "type", "resource", "event_ts", "ingress_ts")
+OUTPUT_REQUIRED = ("window_start", "resource", "ids", "ingress_ts")
+
+
+def _missing(table: pa.Table, names: Sequence[str]) -> dict[str, int]:
+    """Records lacking each field (absent or null), for the fields some record lacks."""
+    counts = {name: table.column(name).null_count for name in names}
+    return {name: n for name, n in counts.items() if n}
 
 
 def _int_column(table: pa.Table, name: str) -> np.ndarray:
@@ -605,14 +654,17 @@ def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int 
         ingress_ts=_int_column(good, "ingress_ts").astype(np.int64, copy=False),
         resources=resources,
         malformed=malformed + int(bad),
+        missing=_missing(table, INPUT_REQUIRED),
     )
 
 
 def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0,
-                       samples: list[str] | None = None, position: np.ndarray | None = None
+                       samples: list[str] | None = None, position: np.ndarray | None = None,
+                       partition: np.ndarray | None = None, offset: np.ndarray | None = None
                        ) -> OutputRecords:
     """Validate and convert an output table; records lacking required fields, or with an
-    ingress time beyond ±MAX_MS, are malformed."""
+    ingress time beyond ±MAX_MS, are malformed. ``position``, ``partition`` and
+    ``offset`` are per row of ``table``."""
     n = len(table)
     if position is None:
         position = np.arange(n, dtype=np.int64)
@@ -654,20 +706,24 @@ def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int
         resources=resources,
         malformed=malformed + bad,
         malformed_samples=list(samples or []),
+        missing=_missing(table, OUTPUT_REQUIRED),
+        partition=None if partition is None else np.asarray(partition, np.int64)[ok_np],
+        offset=None if offset is None else np.asarray(offset, np.int64)[ok_np],
     )
 
 
 def read_inputs(path: Path, resources: ResourceTable | None = None) -> InputEvents:
     """Read input events from JSON lines (id, type, resource, event_ts, ingress_ts)."""
     resources = resources if resources is not None else ResourceTable()
-    table, malformed, _ = read_table(path, INPUT_SCHEMA)
+    table, malformed, _, _ = read_table(path, INPUT_SCHEMA)
     return inputs_from_table(table, resources, malformed)
 
 
 def read_outputs(path: Path, resources: ResourceTable) -> OutputRecords:
-    """Read produced outputs from a JSON-lines file (the output record plus ``ingress_ts``)."""
-    table, malformed, samples = read_table(path, OUTPUT_SCHEMA)
-    return outputs_from_table(table, resources, malformed, samples)
+    """Read produced outputs from a JSON-lines file (the output record plus ``ingress_ts``);
+    an output's ``position`` is its record number in the file."""
+    table, malformed, samples, records = read_table(path, OUTPUT_SCHEMA)
+    return outputs_from_table(table, resources, malformed, samples, position=records)
 
 
 def read_streams(inputs: Path, outputs: Path) -> tuple[InputEvents, OutputRecords]:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
+from pgval.checker.anomalies import per_second
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.validity import Validity, evaluation_reasons
 from pgval.dbfile import StoreError, connect, plain_error
@@ -58,7 +59,14 @@ RUN_COLUMNS = {
     # The validity reasons with their kinds, a JSON list of {"kind", "text"} (what recheck
     # compares, by kind); NULL in runs stored before kinds (validity_reasons only).
     "validity": str,
+    # Incorrect occurrences whose output arrived before their input (part of incorrect);
+    # NULL in runs stored before they were told apart.
+    "output_before_input": int,
 }
+#: Anomalies per second by kind, columns of ``series`` (the run plot's anomaly panel);
+#: NULL in runs stored before they were counted.
+SERIES_ANOMALIES = {"unprocessed": "unprocessed", "duplicate": "duplicate",
+                    "incorrect": "incorrect", "output-before-input": "output_before_input"}
 #: The recovery columns of ``runs`` (a test keeps them equal to Recovery's fields).
 RECOVERY_COLUMNS = ("downtime_s", "control_max_gap_s", "recovery_throughput_s",
                     "recovery_latency_s", "catchup_s", "recovered", "censored",
@@ -92,7 +100,8 @@ TABLES: tuple[Table, ...] = (
     Table("witnesses", {"run_id": int, "kind": str, "window_start": int, "id": int},
           indexes=(("run_id", "kind"),)),
     Table("series", {"run_id": int, "t_ms": int, "inputs": int, "outputs": int,
-                     "reliable": int, "latency_p50_s": float, "latency_max_s": float},
+                     "reliable": int, "latency_p50_s": float, "latency_max_s": float,
+                     **dict.fromkeys(SERIES_ANOMALIES.values(), int)},
           pk=("run_id", "t_ms")),
     Table("batches", {"run_id": int, "seq": int, "batch_id": int, "timestamp": str,
                       "num_input_rows": int, "input_rows_per_s": float,
@@ -177,11 +186,19 @@ def _v5_reason_kinds(db: sqlite_utils.Database) -> None:
     _ensure_declared(db)
 
 
+def _v6_anomaly_series(db: sqlite_utils.Database) -> None:
+    """5 → 6: runs count incorrect occurrences before their input apart
+    (``output_before_input``), and the 1 s series counts anomalies by kind; rows stored
+    before keep them NULL (the run plot then shows no anomaly panel)."""
+    _ensure_declared(db)
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_v1_declared_schema,
                                                                     _v2_oir_bracket,
                                                                     _v3_oir_shape,
                                                                     _v4_evidence_hashes,
-                                                                    _v5_reason_kinds)
+                                                                    _v5_reason_kinds,
+                                                                    _v6_anomaly_series)
 SCHEMA_VERSION = len(MIGRATIONS)
 #: The first schema whose runs carry evidence hashes (older ones are re-checked unverified).
 EVIDENCE_SCHEMA = MIGRATIONS.index(_v4_evidence_hashes) + 1
@@ -334,6 +351,7 @@ class ResultsStore:
                 "expected": v.expected, "processed": v.processed, "duplicate": v.duplicate,
                 "incorrect": v.incorrect, "unprocessed": v.unprocessed, "malformed": v.malformed,
                 "malformed_inputs": v.malformed_inputs, "reliability": v.reliability,
+                "output_before_input": v.output_before_input,
                 "correctness": v.correctness, "outputs": v.outputs,
                 "failure_cost_s": m.failure_cost_s,
                 "t_start": ph.start if bounded else None, "t2": ph.t2 if bounded else None,
@@ -479,6 +497,8 @@ def _series_rows(run_id: int, evaluation: Evaluation) -> Iterable[dict[str, Any]
     lat = m.latency_per_output_ms
     sec = (m.output_ingress_ms - m.series_start_ms) // 1000
     ok = ~np.isnan(lat) & (sec >= 0) & (sec < n)
+    per_kind = ({} if evaluation.outputs is None else
+                per_second(evaluation.anomalies(), m.series_start_ms, n))
     p50 = np.full(n, np.nan)
     mx = np.full(n, np.nan)
     if ok.any():
@@ -494,7 +514,9 @@ def _series_rows(run_id: int, evaluation: Evaluation) -> Iterable[dict[str, Any]
                "inputs": int(m.inputs_per_s[i]), "outputs": int(m.outputs_per_s[i]),
                "reliable": int(m.reliable_per_s[i]),
                "latency_p50_s": None if np.isnan(p50[i]) else p50[i],
-               "latency_max_s": None if np.isnan(mx[i]) else mx[i]}
+               "latency_max_s": None if np.isnan(mx[i]) else mx[i],
+               **{column: int(per_kind[kind][i]) for kind, column in SERIES_ANOMALIES.items()
+                  if kind in per_kind}}
 
 
 def _json_default(obj: object) -> object:

@@ -96,7 +96,8 @@ def ref_validate(events: list[Event], outputs: list[Output], topology: str, wind
         p = _phase(out["ingress_ts"], phases)
         key = (out["window_start"], out["resource"])
         for i in out["ids"]:
-            if key_of.get(i) == key:  # Algorithm 1: "id in expected.list"
+            # Algorithm 1: "id in expected.list", and not before the input arrived
+            if key_of.get(i) == key and out["ingress_ts"] >= first_ingress[i]:
                 own_count[i] += 1
                 if i in processed:
                     res.duplicate += 1

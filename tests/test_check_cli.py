@@ -38,13 +38,25 @@ def make_inputs() -> list[dict]:
 
 
 def faithful(inputs: list[dict], topology: str, tmp: Path) -> list[dict]:
-    result = CliRunner().invoke(main, ["oracle", "--topology", topology, "--inputs",
-                                       str(write_jsonl(tmp / "in.jsonl", inputs)),
-                                       "--window-ms", str(W)])
-    assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in result.output.splitlines()]
-    for k, r in enumerate(rows):
-        r["ingress_ts"] = r["window_end"] + 500 + k
+    """What a faithful processor writes, built here record by record from the topologies'
+    definition (docs/semantics.md), not by pgval's oracle: one output per (window,
+    resource) with a GET (MST: a GET and a POST), in window then resource order."""
+    keys: dict[tuple[int, str], list[dict]] = {}
+    for e in inputs:
+        if topology == "sst" and e["type"] != "GET":
+            continue
+        keys.setdefault((e["event_ts"] // W * W, e["resource"]), []).append(e)
+    rows = []
+    for (start, res), events in sorted(keys.items()):
+        gets = sum(e["type"] == "GET" for e in events)
+        if topology == "mst" and gets in (0, len(events)):
+            continue
+        row = {"window_start": start, "window_end": start + W, "resource": res,
+               "ids": sorted(e["id"] for e in events)}
+        row.update({"count": gets} if topology == "sst" else
+                   {"gets": gets, "posts": len(events) - gets})
+        row["ingress_ts"] = start + W + 500 + len(rows)
+        rows.append(row)
     return rows
 
 
@@ -61,17 +73,28 @@ def run_check(tmp: Path, topology: str, inputs: list[dict], outputs: list[dict],
     return json.loads(result.output)
 
 
+def oracle_rows(inputs: list[dict], topology: str, tmp: Path) -> list[dict]:
+    result = CliRunner().invoke(main, ["oracle", "--topology", topology, "--inputs",
+                                       str(write_jsonl(tmp / "in.jsonl", inputs)),
+                                       "--window-ms", str(W)])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.output.splitlines()]
+
+
 def test_oracle_prints_contract_fields(tmp_path: Path) -> None:
-    sst = faithful(make_inputs(), "sst", tmp_path)
+    sst = oracle_rows(make_inputs(), "sst", tmp_path)
     assert [(r["window_start"], r["resource"], r["count"]) for r in sst] == [
         (0, "r0000", 4), (0, "r0001", 5), (1000, "r0000", 4), (1000, "r0001", 5)]
     assert all(r["ids"] == sorted(r["ids"]) and r["window_end"] == r["window_start"] + W
                for r in sst)
-    mst = faithful(make_inputs(), "mst", tmp_path)
+    mst = oracle_rows(make_inputs(), "mst", tmp_path)
     assert [(r["window_start"], r["resource"], r["gets"], r["posts"]) for r in mst] == [
         (0, "r0000", 4, 1), (1000, "r0000", 4, 1)]
-    assert set(mst[0]) == {"window_start", "window_end", "resource", "gets", "posts", "ids",
-                           "ingress_ts"}
+    assert set(mst[0]) == {"window_start", "window_end", "resource", "gets", "posts", "ids"}
+    # The oracle and the test's own faithful processor agree (ingress time aside).
+    for topology, rows in (("sst", sst), ("mst", mst)):
+        assert [{k: v for k, v in r.items() if k != "ingress_ts"}
+                for r in faithful(make_inputs(), topology, tmp_path)] == rows
 
 
 @pytest.mark.parametrize("topology", ["sst", "mst"])
@@ -131,8 +154,7 @@ def test_planted_foreign_id_and_unknown_key_are_incorrect(tmp_path: Path) -> Non
 def test_malformed_output_lines_are_counted_not_fatal(tmp_path: Path) -> None:
     inputs = make_inputs()
     outputs = faithful(inputs, "sst", tmp_path)
-    bad = ['{"window_start": 0, "resource": "r0000"}',  # no ids
-           "this is not json", '{"window_start": "x", "resource": "r0000", "ids": [1]}',
+    bad = ["this is not json", '{"window_start": "x", "resource": "r0000", "ids": [1]}',
            '{"window_start": 0, "resource": "r0000", "ids": ["a"], "ingress_ts": 1}', "[1,2]"]
     out = run_check(tmp_path, "sst", inputs, outputs, extra_output_lines=bad)
     assert out["malformed"] == len(bad)
@@ -264,13 +286,13 @@ def test_huge_window_is_a_usage_error(tmp_path: Path) -> None:
     "id": 1, "type": "POST", "resource": "r0000", "event_ts": 10, "ingress_ts": 20}])],
     ids=["empty", "all-garbage", "only-posts"])
 def test_nothing_expected_is_unknown(tmp_path: Path, inputs: bytes) -> None:
-    out = check_files(tmp_path, inputs, b"", "--phases", "0,100,200")
+    out = check_files(tmp_path, inputs, b"", "--phases", "0,100,200", "--allow-malformed")
     assert out["expected"] == 0
     assert out["reliability"] is None and out["guarantee"] == "unknown"
     assert out["phase_reliability"] == {"control": None, "failure": None, "recovery": None}
     result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs",
                                        str(tmp_path / "raw-in.jsonl"), "--outputs",
-                                       str(tmp_path / "raw-out.jsonl")])
+                                       str(tmp_path / "raw-out.jsonl"), "--allow-malformed"])
     assert result.exit_code == 0, result.output
     assert "guarantee: unknown" in result.output and "reliability –" in result.output
     assert "100.0000 %" not in result.output and "exactly-once" not in result.output
@@ -346,7 +368,8 @@ def test_bad_db_path_is_one_line_not_a_traceback(tmp_path: Path, case: str) -> N
     db = {"not-a-database": i, "under-a-file": i / "r.db",
           "markup-in-name": tmp_path / "[/x].db"}[case]
     result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs", str(i),
-                                       "--outputs", str(i), "--db", str(db)])
+                                       "--outputs", str(i), "--db", str(db),
+                                       "--allow-malformed"])
     assert isinstance(result.exception, SystemExit) or result.exception is None
     if case == "markup-in-name":
         assert result.exit_code == 0 and f"stored as run 1 in {db}" in result.stdout
@@ -356,3 +379,137 @@ def test_bad_db_path_is_one_line_not_a_traceback(tmp_path: Path, case: str) -> N
     assert result.stderr.startswith("error: ") and str(db) in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- wrong questions
+
+def run_raw(tmp: Path, inputs: list[dict], outputs: list[dict], *extra: str):
+    return CliRunner().invoke(main, [
+        "check", "--topology", "sst", "--inputs", str(write_jsonl(tmp / "in.jsonl", inputs)),
+        "--outputs", str(write_jsonl(tmp / "out.jsonl", outputs)), *extra])
+
+
+def test_window_size_of_the_outputs_is_checked(tmp_path: Path) -> None:
+    """Was: --window-ms 5000 on 10 s outputs gave `none`, most IDs unprocessed, valid."""
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)  # W = 1000 ms windows
+    result = run_raw(tmp_path, inputs, outputs, "--window-ms", "500")
+    assert result.exit_code == 2
+    assert result.stderr == ("error: --window-ms is 500 ms but the outputs' windows are "
+                             "1,000 ms long (window_end − window_start in 4 of 4 outputs); "
+                             "pass --window-ms 1000\n")
+    assert run_raw(tmp_path, inputs, outputs, "--window-ms", str(W)).exit_code == 0
+    # Outputs without window_end cannot say: judged as asked.
+    bare = [{k: v for k, v in o.items() if k != "window_end"} for o in outputs]
+    assert run_raw(tmp_path, inputs, bare, "--window-ms", "500", "--json").exit_code == 0
+
+
+def test_oracle_output_as_outputs_names_the_missing_field(tmp_path: Path) -> None:
+    """Was: `pgval oracle` output fed back as --outputs: 'none', 0 %, valid."""
+    inputs = make_inputs()
+    rows = oracle_rows(inputs, "sst", tmp_path)
+    result = run_raw(tmp_path, inputs, rows, "--window-ms", str(W))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: 4 output records lack the field 'ingress_ts' "
+                                    "(is it `pgval oracle` output?")
+    assert len(result.stderr.splitlines()) == 1
+    allowed = run_raw(tmp_path, inputs, rows, "--window-ms", str(W), "--json",
+                      "--allow-malformed")
+    assert allowed.exit_code == 0
+    assert json.loads(allowed.stdout)["malformed"] == 4
+    # Inputs too, by the field they lack.
+    broken = [*inputs[:3], {k: v for k, v in inputs[3].items() if k != "resource"}]
+    result = run_raw(tmp_path, broken, faithful(inputs, "sst", tmp_path), "--window-ms",
+                     str(W))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: 1 input record lacks the field 'resource', 3 "
+                                    "inputs are usable")
+
+
+def test_phases_in_seconds_are_refused(tmp_path: Path) -> None:
+    """Was: --phases in seconds accepted, "first output 1698300012 s into it"."""
+    base = 1_698_300_000_000
+    inputs = [{**e, "event_ts": e["event_ts"] + base, "ingress_ts": e["ingress_ts"] + base}
+              for e in make_inputs()]
+    outputs = faithful(inputs, "sst", tmp_path)
+    seconds = f"{base // 1000},{base // 1000 + 1},{base // 1000 + 2}"
+    result = run_raw(tmp_path, inputs, outputs, "--window-ms", str(W), "--phases", seconds)
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: --phases START = {base // 1000} is no time of these "
+                             f"records (their ingress times run from {base + 110} to "
+                             f"{outputs[-1]['ingress_ts']}); it looks like seconds: --phases "
+                             "takes epoch milliseconds\n")
+    ms = f"{base + 100},{base + 1000},{base + 3000}"
+    assert run_raw(tmp_path, inputs, outputs, "--window-ms", str(W), "--phases",
+                   ms).exit_code == 0
+
+
+def test_empty_outputs_without_phases_are_unknown(tmp_path: Path) -> None:
+    """Was: an empty output file gave at-most-once, valid."""
+    out = run_check(tmp_path, "sst", make_inputs(), [])
+    assert out["valid"] is False
+    assert out["validity_reasons"] == ["no usable output records and no phases: nothing shows "
+                                       "that the processor ran (an empty output file?)"]
+    # With phases the silence is measured, not a reason of this check.
+    assert run_check(tmp_path, "sst", make_inputs(), [], phases="100,1000,3000")[
+        "validity_reasons"] != out["validity_reasons"]
+
+
+def test_output_before_its_input_is_incorrect_not_processed(tmp_path: Path) -> None:
+    """Was: counted processed, with a negative latency."""
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)
+    early = outputs[1]  # window 0, r0001: inputs 6..10 ingress at 110..510
+    early["ingress_ts"] = 300  # before inputs 8, 9 and 10 arrived (310, 410, 510)
+    out = run_check(tmp_path, "sst", inputs, outputs)
+    assert out["output_before_input"] == 3 and out["incorrect"] == 3
+    assert (out["processed"], out["unprocessed"]) == (15, 3)
+    assert out["guarantee"] == "none"
+    anomalies_file = tmp_path / "anomalies.jsonl"
+    result = run_raw(tmp_path, inputs, outputs, "--window-ms", str(W), "--anomalies",
+                     str(anomalies_file))
+    assert result.exit_code == 0 and "output before input: 3" in result.stdout
+    rows = [json.loads(line) for line in anomalies_file.read_text().splitlines()]
+    assert sorted((r["kind"], r["id"]) for r in rows) == [
+        *[("output-before-input", i) for i in (8, 9, 10)],
+        *[("unprocessed", i) for i in (8, 9, 10)]]
+    assert {r["output"] for r in rows if r["kind"] == "output-before-input"} == {1}
+
+
+def test_anomaly_file_holds_every_planted_anomaly(tmp_path: Path) -> None:
+    """Each planted anomaly is in the set once, with its kind, phase, cause and output."""
+    inputs = make_inputs()
+    outputs = faithful(inputs, "sst", tmp_path)  # ingress 1500, 1501 (w0), 2502, 2503 (w1)
+    dropped = outputs.pop(3)  # window 1, r0001: IDs 16..20 (failure phase by input)
+    outputs.append(dict(outputs[0], ingress_ts=5_000))  # window 0 r0000 again: recovery
+    outputs[1]["ids"].append(999)  # not an input
+    outputs.append({"window_start": 0, "window_end": W, "resource": "r0009", "count": 1,
+                    "ids": [2], "ingress_ts": 2_600})  # a key nobody expected
+    path = tmp_path / "a.jsonl"
+    result = run_raw(tmp_path, inputs, outputs, "--window-ms", str(W), "--phases",
+                     "100,1000,3000", "--anomalies", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    got = sorted((r["kind"], r["id"], r["phase"], r["input_phase"], r["cause"], r["output"],
+                  r["first_output"]) for r in rows)
+    assert got == sorted([
+        *[("unprocessed", i, "failure", "failure", None, None, None)
+          for i in dropped["ids"]],
+        *[("duplicate", i, "recovery", "control", None, 3, 0) for i in outputs[0]["ids"]],
+        ("incorrect", 999, "failure", None, "not expected", 1, None),
+        ("incorrect", 2, "failure", "control", "unknown key", 4, None)])
+    for kind in ("unprocessed", "duplicate", "incorrect"):
+        assert summary[kind] == sum(r["kind"] == kind for r in rows)
+
+
+def test_every_command_says_its_exit_statuses(tmp_path: Path) -> None:
+    from pgval.cli.docs import render
+
+    text = render()
+    sections = text.split("\n## `")[1:]
+    assert sections and all("Exit status: 0 done" in s for s in sections if "```text" in s)
+    check_help = " ".join(text.split("## `pgval check`")[1].split("## `")[0].split())
+    assert "--window-ms that is not the outputs' window" in check_help
+    # And the verdict is not an exit status: an unknown, at-most-once run exits 0.
+    assert run_raw(tmp_path, make_inputs(), [], "--window-ms", str(W)).exit_code == 0

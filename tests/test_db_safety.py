@@ -201,7 +201,7 @@ def test_an_empty_file_becomes_a_results_database(tmp_path: Path) -> None:
     inputs.write_text('{"id": 1, "type": "GET", "resource": "r0", "event_ts": 5, '
                       '"ingress_ts": 5}\n')
     res = run_cli(["check", "--topology", "sst", "--inputs", str(inputs), "--outputs",
-                   str(inputs), "--db", str(db)])
+                   str(inputs), "--db", str(db), "--allow-malformed"])
     assert res.exit_code == 0 and "stored as run 1" in res.stdout
 
 

@@ -12,9 +12,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgval.checker.explain import explain_unprocessed
+import numpy as np
+import pyarrow as pa
+
+from pgval.checker import anomalies
+from pgval.checker.explain import CAUSES, summarize_causes, unprocessed_cause_codes
 from pgval.checker.metrics import Metrics, compute_metrics
-from pgval.checker.recovery import Recovery, recovery_metrics
+from pgval.checker.recovery import Recovery, recovery_bounds, recovery_metrics
 from pgval.checker.validator import Validation, validate
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs
 from pgval.phases import Phases
@@ -33,6 +37,26 @@ class Evaluation:
     recovery: Recovery = field(default_factory=Recovery)
     #: Counts and examples per cause (pgval/checker/explain.py); empty without batch progress.
     unprocessed_causes: dict[str, Any] = field(default_factory=dict)
+    #: The outputs judged, and each unprocessed ID's cause code (None without progress):
+    #: what the full anomaly set (:meth:`anomalies`) names.
+    outputs: OutputRecords | None = field(default=None, repr=False)
+    cause_codes: np.ndarray | None = field(default=None, repr=False)
+    _anomalies: pa.Table | None = field(default=None, init=False, repr=False)
+
+    def anomalies(self) -> pa.Table:
+        """Every anomaly, one row each (:mod:`pgval.checker.anomalies`); built once."""
+        if self.outputs is None:
+            raise ValueError("this evaluation kept no outputs to name its anomalies by")
+        if self._anomalies is None:
+            self._anomalies = anomalies.build(self.expected, self.outputs, self.validation,
+                                              self.phases, self.cause_codes, CAUSES)
+        return self._anomalies
+
+    def _recovery(self) -> dict[str, object]:
+        """The recovery numbers with a ``*_bound`` sibling for each the schedule capped."""
+        rec = self.recovery.as_dict()
+        outage = self.metrics.outage_at_t3
+        return {**rec, **recovery_bounds(rec, None if outage is None else outage.as_dict())}
 
     def summary(self) -> dict[str, object]:
         """The ``pgval check --json`` object: contract keys first, then extras."""
@@ -51,6 +75,7 @@ class Evaluation:
         out.update({
             "topology": self.topology,
             "window_ms": self.window_ms,
+            "output_before_input": v.output_before_input,
             "malformed_inputs": v.malformed_inputs,
             "duplicate_inputs": v.duplicate_inputs,
             "outputs": v.outputs,
@@ -60,7 +85,7 @@ class Evaluation:
             "correctness": v.correctness,
             "phase_reliability": {p: v.phases[p].reliability for p in PHASES},
             **self.metrics.as_dict(),
-            "recovery": self.recovery.as_dict(),
+            "recovery": self._recovery(),
             "unprocessed_causes": self.unprocessed_causes,
             "witnesses": {k: [[w, i] for w, i in pairs] for k, pairs in v.witnesses.items()},
         })
@@ -81,8 +106,10 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
     validation.malformed_inputs = events.malformed
     metrics = compute_metrics(events, outputs, validation, window_ms, phases)
     recovery = recovery_metrics(phases, metrics, window_ms)
-    causes = ({} if progress is None
-              else explain_unprocessed(events, expected, validation, progress))
+    codes = (None if progress is None
+             else unprocessed_cause_codes(events, expected, validation, progress))
+    causes = ({} if codes is None else
+              summarize_causes(expected.id_sorted[validation.unprocessed_slots], codes))
     return Evaluation(topology, window_ms, phases, expected, validation, metrics, recovery,
-                      causes)
+                      causes, outputs, codes)
 

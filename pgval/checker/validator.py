@@ -6,6 +6,11 @@ not in the expected output is incorrect. Algorithm 3 counts expected IDs never
 processed. Algorithm 2 (late side output) does not apply to Spark, which has no
 late-data side output; see docs/semantics.md.
 
+One refinement of Algorithm 1, which has no clock: an occurrence in the right output whose
+output arrived before its input did (output ingress < input ingress) cannot be that
+input's processing. It is *incorrect*, of its own sub-kind ``output_before_input``, and
+does not make the ID processed (docs/semantics.md, "Output before input").
+
 Here the walk is done for all occurrences at once: occurrences are put in
 stream order (output ingress time, then position), each is looked up in the
 sorted expected-ID index with ``searchsorted``, and "first own occurrence" is
@@ -26,6 +31,35 @@ from pgval.schema import Topology
 
 WITNESSES_PER_WINDOW = 5
 ANOMALIES = ("unprocessed", "duplicate", "incorrect")
+
+
+@dataclass
+class Occurrences:
+    """Every anomalous occurrence and ID, for the full anomaly set
+    (:mod:`pgval.checker.anomalies`); rows of outputs are indices into the
+    :class:`OutputRecords` the validator read, slots index ``expected.id_sorted``.
+
+    One row per counted anomaly: ``duplicate`` has ``Validation.duplicate`` rows,
+    ``incorrect`` ``Validation.incorrect`` (those before their input among them), and
+    ``unprocessed`` ``Validation.unprocessed``.
+    """
+
+    #: Duplicates: the expected slot, the output of the extra occurrence, and the output
+    #: of the ID's first own occurrence (the one that made it processed).
+    duplicate_slot: np.ndarray
+    duplicate_output: np.ndarray
+    duplicate_first: np.ndarray
+    #: Incorrect occurrences: the ID, the output, the expected slot (-1: not expected) and
+    #: whether it is there before its input arrived (else: wrong key, unknown key or ID).
+    incorrect_id: np.ndarray
+    incorrect_output: np.ndarray
+    incorrect_slot: np.ndarray
+    incorrect_early: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Occurrences:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, z, z, z, z, np.zeros(0, dtype=bool))
 
 
 @dataclass
@@ -90,6 +124,11 @@ class Validation:
     #: ID-level totals of the phase rows' ``duplicated_ids`` and ``incorrect_ids``).
     duplicated_ids: int = 0
     incorrect_ids: int = 0
+    #: Incorrect occurrences in the ID's own output that arrived before the ID's input
+    #: (a subset of ``incorrect``).
+    output_before_input: int = 0
+    #: Every anomaly, for the full set (:mod:`pgval.checker.anomalies`).
+    occurrences: Occurrences = field(repr=False, default_factory=Occurrences.empty)
     # For :meth:`ids`: every expected ID (ascending), its own-occurrence count, and the ID
     # of every incorrect occurrence. Views of arrays the validator builds anyway.
     expected_ids: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
@@ -203,7 +242,11 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
     else:
         slot_c = np.zeros(len(occ_id), dtype=np.int64)
         found = np.zeros(len(occ_id), dtype=bool)
-    own = found & (expected.id_output[slot_c] == out_row[occ_output]) if n_exp else found
+    own_key = found & (expected.id_output[slot_c] == out_row[occ_output]) if n_exp else found
+    # An output that arrived before the ID's input cannot hold its processing.
+    early = (own_key & (outputs.ingress_ts[occ_output] < expected.id_ingress[slot_c])
+             if n_exp else found)
+    own = own_key & ~early
     own_slots = slot_c[own]
     own_count = np.bincount(own_slots, minlength=n_exp)
     foreign_count = np.bincount(slot_c[found & ~own], minlength=n_exp)
@@ -260,6 +303,16 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
             outputs.window_start[occ_output[incorrect_occ]], occ_id[incorrect_occ], k),
     }
 
+    first_output = np.full(n_exp, -1, dtype=np.int64)
+    first_output[own_slots[is_first]] = own_output[is_first]
+    dup_slots = own_slots[~is_first]
+    occurrences = Occurrences(
+        duplicate_slot=dup_slots, duplicate_output=dup_occ_out,
+        duplicate_first=first_output[dup_slots],
+        incorrect_id=occ_id[incorrect_occ], incorrect_output=occ_output[incorrect_occ],
+        incorrect_slot=np.where(found[incorrect_occ], slot_c[incorrect_occ], -1),
+        incorrect_early=early[incorrect_occ])
+
     processed = int(processed_mask.sum())
     return Validation(
         topology=expected.topology,
@@ -287,4 +340,6 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         expected_ids=expected.id_sorted,
         own_count=own_count,
         incorrect_occurrence_ids=occ_id[incorrect_occ],
+        output_before_input=int(early.sum()),
+        occurrences=occurrences,
     )

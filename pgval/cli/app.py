@@ -13,7 +13,7 @@ import sys
 import click
 
 from pgval.cli import bench, campaigns, cluster, evidence, housekeeping, offline, report, validate
-from pgval.cli.errors import UserError, err_console, print_error
+from pgval.cli.errors import UserError, err_console, exit_status, print_error
 from pgval.dbfile import StoreError
 from pgval.errors import RuntimeErrorPlain
 
@@ -39,10 +39,21 @@ def main() -> None:
     """Validate processing guarantees of stream-processing jobs, with evidence."""
 
 
+def _with_exit_status(command: click.Command) -> None:
+    """Give ``command`` (and a group's subcommands) its exit statuses as ``--help``
+    epilog, so every command's help and docs/cli.md say them."""
+    command.epilog = exit_status(command.name or "")
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_exit_status(sub)
+
+
+main.epilog = exit_status("")
 for command in (offline.oracle, offline.check, validate.validate, evidence.recheck,
                 evidence.export, campaigns.matrix, campaigns.oir, report.report,
                 cluster.cluster, housekeeping.cleanup, housekeeping.soak,
                 housekeeping.setup_jars, bench.bench):
+    _with_exit_status(command)
     main.add_command(command)
 
 

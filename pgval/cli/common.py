@@ -43,6 +43,14 @@ def print_validity(validity: object) -> None:
         console.print(f"  • {r}")
 
 
+def print_output_before_input(evaluation: object) -> None:
+    """One line when outputs held IDs before their input arrived (part of incorrect)."""
+    n = getattr(getattr(evaluation, "validation", None), "output_before_input", 0)
+    if n:
+        console.print(f"[bold]output before input:[/] {n:,} of the incorrect occurrences are "
+                      "in their ID's own output, which arrived before the ID's input did")
+
+
 def check_db(db: Path) -> None:
     """Open (create or migrate) the results database first: a bad --db is one line before
     a run directory exists or a cluster starts."""

@@ -35,10 +35,13 @@ EXIT_CODES = """
 Every command ends in one of three, and a failure is one plain line on stderr
 (`error: …`, or click's usage block ending in one `Error: …` line), never a traceback:
 
-* **0** — done. A verdict (at-most-once, validity unknown, …) is output, not an exit code.
+* **0** — done. A verdict (at-most-once, validity unknown, …) is output, not an exit code
+  (a CI job that must fail on a verdict reads `--json`'s `guarantee` and `valid`).
 * **1** — the environment failed: a process, Kafka or Spark error, a signal
   (`Aborted!`); `matrix` with a failed cell; `soak` that found something left behind.
-* **2** — the input: a flag, a file, a run directory or its evidence (damaged, edited),
+* **2** — the input: a flag, a file, a question the files cannot answer (`check`: a
+  window size the outputs contradict, records lacking a field, phases in another unit),
+  a run directory or its evidence (damaged, edited),
   a results database that cannot be used (damaged, newer, another program's), or one that
   failed to store a finished run (the message says how to import the run later).
 """

@@ -26,3 +26,27 @@ class UserError(click.ClickException):
 
     def show(self, file: object = None) -> None:
         print_error(self.format_message())
+
+
+#: Every command's exit status, shown under its ``--help`` (so docs/cli.md carries it).
+EXIT_STATUS = ("Exit status: 0 done (a verdict, valid or unknown, is output, not a status); "
+               "1 the environment failed (Kafka, Spark, a process, a signal); 2 bad input (a "
+               "flag, a file, a run's evidence, the results database).")
+#: What a command adds to :data:`EXIT_STATUS`, by command name.
+EXIT_STATUS_MORE = {
+    "check": "2 also for a question the files cannot answer: --window-ms that is not the "
+             "outputs' window, records lacking a required field (unless --allow-malformed), "
+             "--phases that are no times of the records.",
+    "recheck": "2 also for evidence edited since the run was stored, and for --store when "
+               "the re-check does not reproduce the stored counts.",
+    "validate": "2 also when the run finished but could not be stored (the message says how "
+                "to import it later).",
+    "matrix": "1 also when a cell failed.",
+    "soak": "1 also when something was left behind.",
+}
+
+
+def exit_status(name: str) -> str:
+    """The ``--help`` epilog of command ``name``: its exit statuses."""
+    more = EXIT_STATUS_MORE.get(name)
+    return f"{EXIT_STATUS} {more}" if more else EXIT_STATUS

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from pgval.cli.common import console, print_json, print_validity
+from pgval.cli.common import console, print_json, print_output_before_input, print_validity
 from pgval.cli.errors import UserError
 from pgval.dbfile import plain_error
 from pgval.files import is_dir
@@ -65,9 +65,11 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
     m = result.manifest
     render_evaluation(result.evaluation, console,
                       title=f"re-check of {m.topology.upper()} run {m.run_id} — per phase")
+    print_output_before_input(result.evaluation)
     print_validity(result.validity)
     if result.validity_changes:
         console.print(f"  stored validity differs by kind: {result.validity_changes}")
+    console.print(escape(result.anomalies["note"]))
     console.print(result.evidence.note)
 
 
@@ -77,7 +79,8 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
               help="Results database: where a run id is looked up, and whose hashes of the "
                    "run's evidence it must match (without it nothing is verified).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              required=True, help="Folder for inputs.jsonl, outputs.jsonl and run.json.")
+              required=True,
+              help="Folder for inputs.jsonl, outputs.jsonl, anomalies.jsonl and run.json.")
 def export(run: str, db: Path | None, out_dir: Path) -> None:
     """Write a stored run's streams in the `pgval check` format (RUN: directory or run id)."""
     from pgval.evidence import EvidenceError
@@ -93,7 +96,8 @@ def export(run: str, db: Path | None, out_dir: Path) -> None:
     except sqlite3.Error as exc:
         raise UserError(str(plain_error(db or "--db", exc))) from exc
     start, t2, t3 = info["phases"]
-    console.print(f"wrote {info['inputs']:,} inputs and {info['outputs']:,} outputs to "
+    console.print(f"wrote {info['inputs']:,} inputs, {info['outputs']:,} outputs and "
+                  f"{info['anomalies']:,} anomalies ({info['anomalies_source']}) to "
                   f"{out_dir}; check them with:\n  pgval check --topology {info['topology']} "
                   f"--inputs {out_dir / 'inputs.jsonl'} --outputs {out_dir / 'outputs.jsonl'} "
                   f"--window-ms {info['window_ms']} --phases {start},{t2},{t3} --json")

@@ -11,7 +11,7 @@ import click
 import orjson
 from rich.markup import escape
 
-from pgval.cli.common import console, print_json, print_validity
+from pgval.cli.common import console, print_json, print_output_before_input, print_validity
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import config_option
 from pgval.phases import Phases
@@ -54,9 +54,17 @@ def oracle(topology: str, inputs: Path, window_ms: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
               help="Also store the result in this SQLite database.")
+@click.option("--allow-malformed", is_flag=True,
+              help="Judge what is left when records lack a required field (they are counted "
+                   "as malformed) instead of refusing the files.")
+@click.option("--anomalies", "anomalies_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write every anomaly (unprocessed, duplicate, incorrect, output before "
+                   "input), one JSON object per line, to this file.")
 def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_text: str | None,
-          as_json: bool, db: Path | None) -> None:
+          as_json: bool, db: Path | None, allow_malformed: bool,
+          anomalies_path: Path | None) -> None:
     """Validate recorded input and output streams of any stream processor."""
+    from pgval.checker import questions
     from pgval.checker.evaluate import evaluate
     from pgval.records import read_streams
 
@@ -68,8 +76,23 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
     from pgval.store import ResultsStore
 
     store = ResultsStore(db) if db is not None else None  # a bad --db: before the work
-    ev = evaluate(*read_streams(inputs, outputs), topology, window_ms, phases)
-    validity = Validity(evaluation_reasons(ev))
+    events, produced = read_streams(inputs, outputs)
+    for problem in (None if allow_malformed else questions.missing_fields(events, produced),
+                    questions.window_mismatch(produced, window_ms),
+                    questions.phases_off(phases, events, produced, window_ms)):
+        if problem is not None:
+            raise UserError(problem)
+    ev = evaluate(events, produced, topology, window_ms, phases)
+    validity = Validity(evaluation_reasons(ev), [r for r in (
+        questions.nothing_to_judge(produced, phases),) if r is not None])
+    if anomalies_path is not None:
+        from pgval.export import write_anomalies
+
+        try:
+            write_anomalies(ev.anomalies(), anomalies_path)
+        except OSError as exc:
+            raise UserError(f"cannot write the anomalies to {anomalies_path}: "
+                            f"{exc.strerror or exc}") from exc
     if store is not None:
         try:
             run_id = store.save_check(
@@ -85,4 +108,8 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         from pgval.checker.render import render_evaluation
 
         render_evaluation(ev, console)
+        print_output_before_input(ev)
         print_validity(validity)
+        if anomalies_path is not None:
+            console.print(f"{len(ev.anomalies()):,} anomalies written to "
+                          f"{escape(str(anomalies_path))}")

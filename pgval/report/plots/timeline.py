@@ -1,8 +1,11 @@
 """One run over time, like the paper's Figures 9/12/15 (:func:`plot_run`).
 
-Input rate, reliable throughput and output rate (top), latency p50/max (bottom), phases
-shaded, the fault's *actual* injection and removal marked (they lag the intended T2/T3
-by however long the fault mechanism took).
+Input rate, reliable throughput and output rate (top), latency p50/max (middle), anomalies
+per second by kind (bottom: unprocessed IDs at their input's time, duplicate and incorrect
+occurrences at their output's; runs stored before the series counted them have no such
+panel), phases shaded, the fault's *actual* injection and removal marked (they lag the
+intended T2/T3 by however long the fault mechanism took). Unknown runs are drawn alike:
+their caption says so.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ C_RELIABLE_BIN = "#a9cce8"  # opaque, so bins look the same over every phase's s
 C_OUTPUT = "#9467bd"
 C_P50 = "#2ca02c"
 C_MAX = "#d62728"
+#: The anomaly panel: series column, colour, label.
+ANOMALY_SERIES = (("unprocessed", "#e08214", "unprocessed IDs (at input time)"),
+                  ("duplicate", "#8073ac", "duplicate occurrences"),
+                  ("incorrect", "#b2182b", "incorrect occurrences"),
+                  ("output_before_input", "#4d4d4d", "of which output before input"))
 
 
 def run_caption(run: RunData) -> str:
@@ -53,16 +61,24 @@ def run_caption(run: RunData) -> str:
         text += f", reliability {100 * r['reliability']:.2f} %"
     if r.get("status") not in (None, "complete"):
         text += f" [{r['status']}]"
+    if r.get("valid") == 0:
+        text += " [validity unknown]"
     return text
 
 
 def _series(conn: sqlite3.Connection, run_id: int) -> dict[str, np.ndarray]:
-    cols = ("t_ms", "inputs", "outputs", "reliable", "latency_p50_s", "latency_max_s")
+    """The run's 1 s series; an anomaly column the database lacks (stored before anomalies
+    were counted) is left out, a NULL in it is NaN."""
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    have = ({r[1] for r in conn.execute("PRAGMA table_info(series)")}
+            if "series" in names else set())
+    cols = ("t_ms", "inputs", "outputs", "reliable", "latency_p50_s", "latency_max_s",
+            *(c for c, _, _ in ANOMALY_SERIES if c in have))
     rows = [] if "series" not in names else conn.execute(
         f"SELECT {', '.join(cols)} FROM series WHERE run_id = ? ORDER BY t_ms",
         [run_id]).fetchall()
-    arr = np.array(rows, dtype=float).reshape(-1, len(cols)) if rows else np.zeros((0, 6))
+    arr = (np.array(rows, dtype=float).reshape(-1, len(cols)) if rows
+           else np.zeros((0, len(cols))))
     return {c: arr[:, k] for k, c in enumerate(cols)}
 
 
@@ -127,6 +143,30 @@ def _shade(ax: Axes, spans: list[tuple[str, float, float]]) -> None:
             ax.axvspan(a, b, color=SHADE[name], zorder=0, lw=0)
 
 
+def _anomalies(ax: Axes, x: np.ndarray, series: dict[str, np.ndarray]) -> list[Any]:
+    """Anomalies per second by kind (a symmetric-log axis: a burst of 100,000 duplicates
+    and a handful of incorrect IDs stay visible together); the legend's handles."""
+    handles: list[Any] = []
+    present = [(c, colour, label) for c, colour, label in ANOMALY_SERIES if c in series]
+    if not present or not len(x):
+        ax.text(0.5, 0.5, "no anomaly series stored (a run stored before they were counted)",
+                transform=ax.transAxes, ha="center", va="center", color="#777777")
+    total = 0.0
+    for column, colour, label in present:
+        values = np.nan_to_num(series[column])
+        total += float(values.sum())
+        if values.any():
+            (line,) = ax.step(x, values, where="mid", color=colour, lw=1.1, label=label)
+            handles.append(line)
+    if present and len(x) and total == 0:
+        ax.text(0.5, 0.5, "no anomaly", transform=ax.transAxes, ha="center", va="center",
+                color="#777777")
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("anomalies per s")
+    return handles
+
+
 def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
     """Write the timeline figure of one run to ``path`` (PNG) and return the path."""
     with opened(db) as conn:
@@ -153,9 +193,9 @@ def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
     reliable_mean = _trailing_mean(s["reliable"], k)
 
     with plt.rc_context(style()):
-        fig: Figure = plt.figure(figsize=(12, 7.5), dpi=DPI, layout="constrained")
-        top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 2])
-        for ax in (top, bottom):
+        fig: Figure = plt.figure(figsize=(12, 9.5), dpi=DPI, layout="constrained")
+        top, bottom, panel = fig.subplots(3, 1, sharex=True, height_ratios=[3, 2, 1.6])
+        for ax in (top, bottom, panel):
             _shade(ax, spans)
             ax.grid(True, axis="y", color="#dddddd", lw=0.6)
             ax.set_axisbelow(True)
@@ -206,14 +246,15 @@ def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
                 handles.append(line)
         bottom.set_ylim(bottom=0)
         bottom.set_ylabel("latency (s), paper's definition")
-        bottom.set_xlabel(xlabel)
-        bottom.set_xlim(begin, end)
+        handles += _anomalies(panel, x, s)
+        panel.set_xlabel(xlabel)
+        panel.set_xlim(begin, end)
 
         styles = {"inject": ("#b2182b", "fault injected (actual)"),
                   "remove": ("#2166ac", "fault removed (actual)")}
         for step, when in faults.items():
             colour, label = styles[step]
-            for ax in (top, bottom):
+            for ax in (top, bottom, panel):
                 ax.axvline(when, color=colour, ls="--", lw=1.4, zorder=6)
             handles.append(Line2D([], [], color=colour, ls="--", lw=1.4, label=label))
         handles += [Patch(color=SHADE[name], label=name) for name, a, b in spans if b > a]
