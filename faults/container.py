@@ -10,7 +10,10 @@ below the deployments) must judge a stored compose run from its log. So this mod
 the fault's evidence: PumbaFault writes its entries with :meth:`ContainerKill.entry`,
 :meth:`ContainerDelay.entry` and :func:`entry`, and the ``reasons`` here read them. The
 evidence is Docker's own state, since there is no host pid to record: the container seen
-``exited``/``dead`` after a kill, a netem qdisc seen on it during a delay.
+``exited``/``dead`` after a kill, a netem qdisc seen on it during a delay. Whether a delay
+was above or below the time-outs is the driver's log, as for pgval's own delay (the driver
+runs in the compose stack with its log in the run's ``logs/``, which the time-out scan
+reads): :func:`pgval.faults.network.timeout_reasons`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
 from pgval.faults.log import Entries, finding, first
+from pgval.faults.network import timeout_reasons
 from pgval.schema import DELAY_FAULTS, Fault
 
 #: The fault log's ``mechanism`` of every container fault: the tool that acts.
@@ -76,4 +80,4 @@ class ContainerDelay:
             # died, and with it (its own teardown) the delay, before T3.
             found.append(finding(f"pumba ended before the delay on {inject.get('target')} was "
                                  "removed: the delay may have stopped early"))
-        return found
+        return found + timeout_reasons(entries)

@@ -100,5 +100,8 @@ def fault_reasons(fault: Fault | str, log: Iterable[Mapping[str, Any]]) -> list[
     if rule is None:
         texts.append(f"{fault}: no rule knows mechanism {mechanism!r}")
     else:
-        texts.extend(f"{fault}: {found.text}" for found in rule.reasons(entries))
+        # Every entry names the fault it is about (the schedule writes it); one that does not
+        # (a hand-made or older log) is about this run's fault, which some rules read.
+        named = [{"fault": str(fault), **e} for e in entries]
+        texts.extend(f"{fault}: {found.text}" for found in rule.reasons(named))
     return [Reason("fault", text) for text in texts]

@@ -12,6 +12,8 @@ line may carry a token anywhere; :mod:`pgval.redact`). Errors name the program o
 pgval cannot see a link it does not own, so it has no probe here: a nemesis delay is judged
 by the probe rule of pgval's own delay (:func:`pgval.faults.network.probe_reasons`), which
 without a probe says there is no evidence the delay took effect, and the run stays unknown.
+Which side of the time-outs it was on is read from the driver's log, which runs here
+(:func:`pgval.faults.network.timeout_reasons`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any, ClassVar
 from pgval.checker.result import Reason
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults.log import Entries, first
-from pgval.faults.network import probe_reasons
+from pgval.faults.network import probe_reasons, timeout_reasons
 from pgval.host import undo
 from pgval.redact import redact_argv, scrub
 from pgval.schema import DELAY_FAULTS, Fault
@@ -95,8 +97,9 @@ class NemesisDelay:
 
     @staticmethod
     def reasons(entries: Entries) -> list[Reason]:
-        """The probe rule (see the module docstring): no probe, no evidence."""
-        return probe_reasons(first(entries, "inject"))
+        """The probe rule (see the module docstring): no probe, no evidence; and the
+        time-out rule."""
+        return probe_reasons(first(entries, "inject")) + timeout_reasons(entries)
 
 
 def _run(argv: list[str]) -> dict[str, Any]:

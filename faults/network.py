@@ -5,6 +5,11 @@ does not) lives in :mod:`pgval.faults.delay`; this class ties it to a worker and
 to the time-out profile, and afterwards reads the logs to say which time-out
 fired (the evidence that PD really was above, or below, the time-outs). Whether the delay
 took effect is a TCP handshake to the worker before and after injection (the probe).
+
+The labels hold only with that evidence (:func:`timeout_reasons`, every delay mechanism's
+rule): ``delay-gt-timeout`` needs an executor the driver reported lost, and
+``delay-lt-timeout`` with one behaved as a delay above the time-outs; a log with no scan
+of the logs says so, rather than pass.
 """
 
 from __future__ import annotations
@@ -25,14 +30,15 @@ from pgval.faults.log import Entries, finding, first
 from pgval.faults.timeouts import TimeoutProfile
 from pgval.schema import DELAY_FAULTS, Fault
 
-#: The faults a packet delay is.
-
+#: The time-out scan's key for the driver's "Lost executor N": what a delay above the
+#: time-outs does, and one below them must not.
+EXECUTOR_LOST = "executor lost (driver)"
 #: Log lines that show a time-out fired, by who noticed.
 TIMEOUT_PATTERNS = {
     "executor heartbeat (driver)": re.compile(r"Executor heartbeat timed out|"
                                               r"Lost executor .*(?:heartbeat|timed out)", re.I),
     "worker timeout (master)": re.compile(r"Removing worker .* because we got no heartbeat", re.I),
-    "executor lost (driver)": re.compile(r"Lost executor \d+", re.I),
+    EXECUTOR_LOST: re.compile(r"Lost executor \d+", re.I),
     "rpc timeout": re.compile(r"RpcTimeoutException|Futures timed out", re.I),
     "kafka client timeout": re.compile(r"TimeoutException: .*(?:Kafka|metadata|fetch)", re.I),
 }
@@ -96,11 +102,32 @@ class WorkerDelay:
 
     @staticmethod
     def reasons(entries: Entries) -> list[Reason]:
-        """The probe saw the delay, and the packet holder lived until T3."""
+        """The probe saw the delay, the packet holder lived until T3, and the time-outs
+        fired as the label says."""
         found = probe_reasons(first(entries, "inject"))
         if any(e.get("step") == "holder-died" for e in entries):
             found.append(finding("the packet holder died during the fault"))
-        return found
+        return found + timeout_reasons(entries)
+
+
+def timeout_reasons(entries: Entries) -> list[Reason]:
+    """Did the delay act as its label says? ``delay-gt-timeout``: the driver reported an
+    executor lost (the ``timeouts`` entry's ``fired``, a scan of the run's logs written after
+    the run); ``delay-lt-timeout``: it did not, or the run measured a delay above the
+    time-outs under the wrong name. No scan, or a damaged one, tells nothing: a reason."""
+    kind = first(entries, "inject").get("fault") or first(entries, "timeouts").get("fault")
+    fired = first(entries, "timeouts").get("fired")
+    if not isinstance(fired, Mapping):
+        return [finding("no scan of the logs tells whether an executor was lost, so nothing "
+                        "shows the delay was on the side of the time-outs its name says")]
+    lost = fired.get(EXECUTOR_LOST)
+    if kind == Fault.DELAY_GT_TIMEOUT and not lost:
+        return [finding("the driver reported no executor lost: the delay did not act as one "
+                        "above the time-outs")]
+    if kind == Fault.DELAY_LT_TIMEOUT and lost:
+        return [finding(f"the driver reported an executor lost ({lost}×): the delay behaved "
+                        "as one above the time-out")]
+    return []
 
 
 def probe_reasons(inject: Mapping[str, Any]) -> list[Reason]:

@@ -19,10 +19,13 @@ from pgval.faults.container import ContainerDelay, ContainerKill
 from pgval.faults.evidence import RULE_CLASSES, RULES, fault_reasons, rule_for
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.nemesis import NemesisDelay
-from pgval.faults.network import WorkerDelay
+from pgval.faults.network import EXECUTOR_LOST, WorkerDelay
 from pgval.faults.process import JVM_HALT, SIGKILL_GROUP, DriverCrash, WorkerCrash
 from pgval.run.schedule import FaultSchedule
 from pgval.schema import Fault
+
+NO_SCAN = ("no scan of the logs tells whether an executor was lost, so nothing shows the "
+           "delay was on the side of the time-outs its name says")
 
 
 class Worker:
@@ -82,9 +85,12 @@ def test_each_fault_class_logs_a_mechanism_its_own_rule_judges(tmp_path: Path) -
           "no batch with outputs came to its commit within 0 s (the driver was killed then)"]),
         (ExecutorKill(Control(), sleep=lambda _: None, gone_timeout_s=0, replace_timeout_s=0),
          ExecutorKill, []),
-        # pgval cannot probe a link it does not own: a nemesis delay is no evidence.
+        # pgval cannot probe a link it does not own: a nemesis delay is no evidence. Nor is
+        # a delay whose log has no scan of the time-outs (the experiment adds it after the
+        # run; this log ends at the removal).
         (NemesisDelay("delay-lt-timeout", "true", "true", 0, 500), NemesisDelay,
-         ["delay-lt-timeout: no probe evidence that the delay took effect"]),
+         ["delay-lt-timeout: no probe evidence that the delay took effect",
+          f"delay-lt-timeout: {NO_SCAN}"]),
     ]
     for fault, cls, expected in faults:
         log = logged(fault)
@@ -162,3 +168,38 @@ def test_a_damaged_time_out_scan_is_no_evidence_of_a_lost_executor() -> None:
            {"step": "remove"}, {"step": "timeouts", "fired": "executor lost (driver)"}]
     assert [r.text for r in fault_reasons("crash", log)] == [
         "crash: the driver never reported an executor lost"]
+
+
+def _delay_log(fault: str, mechanism: str, fired: object) -> list[dict[str, Any]]:
+    """A delay's log as the experiment leaves it: inject (what each mechanism counts as
+    having acted), remove, and the scan of the run's logs for time-outs that fired."""
+    inject = {"step": "inject", "fault": fault, "mechanism": mechanism, "delay_ms": 500,
+              "probe_connect_ms_before": 0.2, "probe_connect_ms_after": 1001.0,
+              "qdisc": "qdisc netem 8001: root delay 500ms", "target": "worker-0"}
+    return [inject, {"step": "remove", "fault": fault},
+            {"step": "timeouts", "fault": fault, "fired": fired}]
+
+
+@pytest.mark.parametrize("mechanism", ["nfqueue", "pumba", "user nemesis"])
+def test_a_delay_label_needs_the_executor_loss_it_names(mechanism: str) -> None:
+    """delay-gt-timeout is evidence only with an executor the driver reported lost;
+    delay-lt-timeout with one behaved as above the time-out; no scan is said, not passed."""
+    gt, lt = Fault.DELAY_GT_TIMEOUT, Fault.DELAY_LT_TIMEOUT
+    lost = {EXECUTOR_LOST: 1, "rpc timeout": 4}
+    quiet = {"rpc timeout": 2}
+
+    def texts(fault: Fault, fired: object) -> list[str]:
+        found = [r.text for r in fault_reasons(fault, _delay_log(fault, mechanism, fired))]
+        # The user's nemesis has no probe: that reason comes first, whatever the time-outs.
+        return [t for t in found if "no probe evidence" not in t]
+
+    assert texts(gt, lost) == []
+    assert texts(gt, quiet) == ["delay-gt-timeout: the driver reported no executor lost: the "
+                                "delay did not act as one above the time-outs"]
+    assert texts(lt, quiet) == []
+    assert texts(lt, {EXECUTOR_LOST: 2}) == [
+        "delay-lt-timeout: the driver reported an executor lost (2×): the delay behaved as "
+        "one above the time-out"]
+    for damaged in (None, "executor lost (driver)", [EXECUTOR_LOST]):
+        assert texts(gt, damaged) == [f"delay-gt-timeout: {NO_SCAN}"]
+        assert texts(lt, damaged) == [f"delay-lt-timeout: {NO_SCAN}"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.checker.metrics import compute_metrics, reference_ingress
+from pgval.checker.recovery import recovery_bounds
 from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
 from pgval.phases import Phases
@@ -99,3 +101,69 @@ def test_series_span_ignores_a_stray_timestamp_and_counts_it() -> None:
     assert m.series_outside == {"inputs": 1, "outputs": 1}
     assert int(m.reliable_per_s.sum()) == val.processed - 1  # all but the stray one
     assert val.processed == 601  # still validated and counted
+
+
+def _stalled(hold: str) -> Evaluation:
+    """One GET per 100 ms for 60 s, 1 s windows, each out 300 ms after it closes, phases
+    0 / 20 s / 40 s / T4 60 s. The windows closing in the failure phase are held: ``t3``
+    until just after T3 (the removal ends the stall, as a delay below the time-outs does),
+    ``early`` until 8 s after T2 (Spark recovers on its own), ``slow`` 5 s each."""
+    rt = ResourceTable()
+    events = to_inputs([ev(i, "a", 100 * i, 100 * i) for i in range(600)], rt)
+    exp = expected_outputs(events, "sst", 1000)
+    t2, t3 = 20_000, 40_000
+    outs = []
+    for row in exp.to_records():
+        at = int(row["window_end"]) + 300
+        if t2 <= at < t3:
+            at = {"t3": t3 + 500 + (at - t2) // 100, "early": max(at, t2 + 8_000),
+                  "slow": at + 5_000}[hold]
+        outs.append({**row, "ingress_ts": at})
+    return evaluate(events, to_outputs(outs, rt), "sst", 1000, Phases(0, t2, t3, 60_000))
+
+
+def test_a_stall_that_ends_only_at_t3_is_a_lower_bound() -> None:
+    """The outage lasts until the fault is removed: the failure cost, the slowest outputs
+    and the recovery's numbers measure the failure phase's length, so they are flagged."""
+    held = _stalled("t3")
+    m = held.metrics
+    # The slowest output: window [19 s, 20 s), closed by the input at 20 s, out at 40.503 s;
+    # control's median latency 0.3 s.
+    assert m.failure_cost_s == pytest.approx(20.503 - 0.3)
+    assert m.outage_at_t3 is not None and m.outage_at_t3.kind == "silent"
+    summary = held.summary()
+    assert summary["failure_cost_bound"] == "lower"
+    assert "20.0 s after T2" in str(summary["failure_cost_bound_why"])
+    assert summary["latency"]["recovery"]["max_bound"] == "lower"  # type: ignore[index]
+    assert "max_bound" not in summary["latency"]["control"]  # type: ignore[index]
+    rec = held.recovery.as_dict()
+    bounds = recovery_bounds(rec, m.outage_at_t3.as_dict())
+    # Silent from T2 to the first output after it: window [39 s, 40 s), on time at 40.3 s.
+    assert rec["downtime_s"] == pytest.approx(20.3)
+    assert {k for k in bounds if not k.endswith("_why")} == {
+        "downtime_bound", "recovery_throughput_bound", "recovery_latency_bound"}
+    # --json's recovery object carries the same siblings as the stored run's columns give.
+    assert {k: v for k, v in summary["recovery"].items()  # type: ignore[union-attr]
+            if k.endswith(("_bound", "_bound_why"))} == bounds
+
+
+def test_a_stall_that_ends_before_t3_is_measured() -> None:
+    """Spark recovers 8 s into a 20 s failure phase: the numbers are Spark's, not flagged."""
+    early = _stalled("early")
+    assert early.metrics.failure_cost_s == pytest.approx(8.0 - 0.3, abs=0.05)
+    assert early.metrics.outage_at_t3 is None
+    summary = early.summary()
+    assert "failure_cost_bound" not in summary and summary["schedule_bound"] is None
+    assert "max_bound" not in summary["latency"]["recovery"]  # type: ignore[index]
+    assert recovery_bounds(early.recovery.as_dict(), None) == {}
+
+
+def test_outputs_still_slow_at_t3_bound_the_latency_but_not_the_downtime() -> None:
+    slow = _stalled("slow")
+    outage = slow.metrics.outage_at_t3
+    assert outage is not None and outage.kind == "slow"
+    assert "latency was still 5.3 s (control's p50 0.3 s)" in outage.why
+    assert slow.summary()["failure_cost_bound"] == "lower"
+    bounds = recovery_bounds({"downtime_s": 1.0, "recovery_latency_s": 21.0},
+                             outage.as_dict())
+    assert set(bounds) == {"recovery_latency_bound", "recovery_latency_bound_why"}

@@ -24,7 +24,7 @@ from pgval.cli import main
 from pgval.oracle import expected_outputs
 from pgval.phases import Phases
 from pgval.records import InputEvents, OutputRecords, ResourceTable
-from pgval.report import ReportError, Selection, build_report, load_runs
+from pgval.report import ReportError, Selection, build_report, group_runs, load_runs
 from pgval.report.plots import plot_matrix, plot_run
 from pgval.store import ResultsStore
 from tests.strategies import to_inputs, to_outputs
@@ -151,7 +151,10 @@ def test_markdown_has_the_aggregated_numbers(db: tuple[Path, dict]) -> None:
     assert e1 and all("±" not in line for line in e1)
     # Table 4 layout: paper's fault names, one column per system.
     assert "| Topology | PG | Fault | n | Spark |" in md
-    assert re.search(r"\| SST \| A1 \| Process crash \| 2 \| \d+\.\d ± \d+\.\d \|", md)
+    # The synthetic crash holds its outputs until T3 + 1 s: the removal ends the stall, so
+    # the failure cost is the failure phase's length, a lower bound.
+    assert re.search(r"\| SST \| A1 \| Process crash \| 2 \| ≥ \d+\.\d ± \d+\.\d \|", md)
+    assert re.search(r"\| SST \| A1 \| No fault \| 2 \| -?\d+\.\d ± \d+\.\d \|", md)
     assert "| SST | A1 | No fault | 2 |" in md
     # Verdicts and the latency table with Karimov's definition beside the paper's.
     assert "at-least-once ×2" in md and "exactly-once ×2" in md
@@ -254,7 +257,9 @@ def test_optional_recovery_columns_and_causes(tmp_path: Path) -> None:
     assert isinstance(md, str)
     rec = md.split("## (f) Recovery")[1].split("##")[0]
     crash = next(line for line in rec.splitlines() if line.startswith("| sst | a1 | crash | 2 |"))
-    assert crash.startswith("| sst | a1 | crash | 2 | 5.0 ± 1.4 |") and "| 1/2 |" in crash
+    # Downtime and latency back are lower bounds: the synthetic crash's stall lasts until T3.
+    assert crash.startswith("| sst | a1 | crash | 2 | ≥ 5.0 ± 1.4 | 2.0 ± 0.0 | – | ≥ 18.0")
+    assert "| 1/2 |" in crash
     assert "| sst | a1 | delay-lt-timeout | 1 | – | – | – | – | – | – | – |" in rec
     causes = md.split("## (g)")[1].split("##")[0]
     # The crash runs lost nothing (no rows, nothing unprocessed): zeros, not unknown.
@@ -442,3 +447,46 @@ def test_only_oir_trials_report_their_table_and_no_matrix(tmp_path: Path) -> Non
     assert "0 runs in 0 groups and 1 OIR trial" in md and "## OIR trials" in md
     assert "(a) Reliability" not in md
     assert plot_matrix(tmp_path / "oir.db", tmp_path / "m-") == []
+
+
+def test_crash_points_are_one_group_per_shape_and_verdicts_say_what_the_kill_hit(
+        tmp_path: Path) -> None:
+    """Runs of crash (timed) are one shape in every cell: labelled "@timed" in a cell whose
+    other runs crashed elsewhere and in one where all are timed alike, so the matrix has one
+    cluster per crash point. Verdicts say how many kills caught a batch in flight; a phase
+    without outputs reads "undefined", not a blank."""
+    store = ResultsStore(tmp_path / "crash.db")
+    inputs, outputs, phases = synthetic_streams("none", 0)
+    ev = evaluate(inputs, outputs, "sst", W, phases)
+    # The same stream with the failure phase silent: every output of it comes after T3.
+    moved = outputs.ingress_ts.copy()
+    moved[(moved >= phases.t2) & (moved < phases.t3)] = phases.t3 + 500
+    silent = evaluate(inputs, OutputRecords(**{**vars(outputs), "ingress_ts": moved}), "sst",
+                      W, phases)
+    assert silent.validation.guarantee == "exactly-once" and silent.metrics.throughput[
+        "failure"] == 0
+    runs = [("a1", "timed", {"in_flight_batch": 41}, ev),
+            ("a1", "timed", {"in_flight_batch": None}, silent),
+            ("a1", "during-sink-write", {"hit_ms": phases.t2 + 900, "batch": 42}, ev),
+            ("e1", "timed", {"in_flight_batch": None}, ev)]
+    for pg, point, detail, evaluation in runs:
+        run_id = store.start_run("validate", "sst", W, pg=pg, fault="crash",
+                                 params={"crash_point": point})
+        store.finish_run(run_id, evaluation, fault_log=[
+            {"step": "inject", "fault": "crash", "intended_ms": phases.t2,
+             "actual_ms": phases.t2 + 300, "crash_point": point, **detail}])
+    groups = group_runs(load_runs(tmp_path / "crash.db"))
+    assert [(g.key[1], g.shape_label, g.n) for g in groups] == [
+        ("a1", "@during-sink-write", 1), ("a1", "@timed", 2), ("e1", "@timed", 1)]
+    md = build_report(tmp_path / "crash.db", fmt="markdown")
+    assert isinstance(md, str)
+    verdicts = md.split("## (e)")[1].split("##")[0]
+    assert "| sst | a1 | crash | @timed | 2 |" in verdicts
+    assert "exactly-once ×2 (1/2 hit a batch in flight)" in verdicts
+    assert "exactly-once ×1 (1/1 killed during a sink write)" in verdicts
+    assert "exactly-once ×1 (0/1 hit a batch in flight)" in verdicts
+    latency = md.split("## (c)")[1].split("##")[0]
+    failure = next(line for line in latency.splitlines()
+                   if line.startswith("| sst | a1 | crash | @timed | failure | 2 |"))
+    assert "(n=1, 1 undefined)" in failure
+    assert len(plot_matrix(tmp_path / "crash.db", tmp_path / "m-")) == 3

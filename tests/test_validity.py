@@ -16,7 +16,6 @@ from pgval.checker.validity import (
 from pgval.faults.evidence import fault_reasons
 from pgval.phases import Phases
 from pgval.records import ResourceTable
-from pgval.schema import Fault
 from tests.strategies import to_inputs, to_outputs
 
 
@@ -70,10 +69,11 @@ def test_fault_reasons_need_evidence() -> None:
     failed_removal = [{"step": "inject", "driver_pid": 3}, {"step": "remove", "error": "x"}]
     assert fault_texts("driver-crash", failed_removal) == ["removing driver-crash failed: x"]
     delayed = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_before": 0.2,
-                "probe_connect_ms_after": 1000.8}, {"step": "remove"}]
+                "probe_connect_ms_after": 1000.8}, {"step": "remove"},
+               {"step": "timeouts", "fired": {}}]
     assert fault_texts("delay-lt-timeout", delayed) == []
     not_delayed = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_before": 0.2,
-                    "probe_connect_ms_after": 0.3}, {"step": "remove"}]
+                    "probe_connect_ms_after": 0.3}, {"step": "remove"}, delayed[2]]
     assert fault_texts("delay-lt-timeout", not_delayed) == [
         "delay-lt-timeout: the probe saw no delay after injection"]
     no_probe = [{"step": "inject", "delay_ms": 500, "probe_connect_ms_after": None},
@@ -125,33 +125,67 @@ def test_a_compose_crash_is_judged_by_the_containers_state() -> None:
         "crash: container pgval-spark-worker-1 was not seen stopped (status 'running')"]
 
 
-def test_evaluation_reasons_flag_phases_that_measured_nothing() -> None:
+def test_a_silent_phase_is_a_measurement_not_a_reason() -> None:
+    """Every ID classified, the failure and recovery phases without outputs: the run is valid,
+    those phases' throughput is 0 and their latency undefined, with the reason."""
     rt = ResourceTable()
     events = [{"id": i, "type": "GET", "resource": "a", "event_ts": 10 * i, "ingress_ts": 10 * i}
-              for i in range(30)]
-    # One output per window of 100 ms, all emitted during control.
+              for i in range(40)]
+    # Windows of 100 ms; the one closing in the failure phase [150, 250) comes out only at 255.
     outputs = [{"window_start": w, "resource": "a", "count": 10,
-                "ids": list(range(w // 10, w // 10 + 10)), "ingress_ts": 5 + w // 10}
-               for w in (0, 100, 200)]
+                "ids": list(range(w // 10, w // 10 + 10)), "ingress_ts": at}
+               for w, at in ((0, 120), (100, 255), (200, 310), (300, 395))]
     ev = evaluate(to_inputs(events, rt), to_outputs(outputs, rt), "sst", 100,
-                  Phases(0, 100, 200, 300))
-    reasons = evaluation_reasons(ev)
-    assert reasons.texts == ["the failure phase had no outputs (latency longer than the phase?)",
-                             "the recovery phase had no outputs (latency longer than the phase?)"]
-    assert reasons.kinds() == {"data"}
-    # A driver crash silences the failure phase by design (driver down from T2 to T3):
-    # that is the fault's effect, not a measurement that failed; other faults keep it.
-    assert Fault.DRIVER_CRASH.silences_outputs and not Fault.CRASH.silences_outputs
-    assert evaluation_reasons(ev, Fault.DRIVER_CRASH).texts == [
-        "the recovery phase had no outputs (latency longer than the phase?)"]
-    assert evaluation_reasons(ev, "driver-crash") == evaluation_reasons(ev, Fault.DRIVER_CRASH)
-    assert evaluation_reasons(ev, Fault.CRASH) == reasons
+                  Phases(0, 150, 250, 400))
+    assert ev.validation.guarantee == "exactly-once"
+    assert evaluation_reasons(ev).valid
+    m = ev.metrics
+    assert m.throughput["failure"] == 0 and m.throughput["recovery"] > 0
+    assert m.latency["failure"].p50 is None
+    assert m.latency["failure"].undefined == "no output in this phase"
+    assert m.latency["recovery"].p50 is not None and m.latency["recovery"].undefined is None
+    summary = ev.summary()
+    assert summary["latency"]["failure"] == {  # type: ignore[index]
+        "n": 0, "p50_s": None, "p95_s": None, "p99_s": None, "max_s": None,
+        "undefined": "no output in this phase"}
+    assert "undefined" not in summary["latency"]["control"]  # type: ignore[index]
+    assert summary["failure_cost_s"] == pytest.approx((55 - 20) / 1000)
+    assert "failure_cost_undefined" not in summary and "failure_cost_bound" not in summary
     empty = evaluate(to_inputs([], rt), to_outputs([], rt), "sst", 100, Phases(0, 100, 200))
     assert evaluation_reasons(empty) == Result((Reason("data", "nothing was expected: no "
                                                        "usable inputs"),))
     # Without phases (a recorded stream) only "nothing expected" applies.
     whole = evaluate(to_inputs(events, rt), to_outputs(outputs, rt), "sst", 100)
     assert evaluation_reasons(whole).valid
+    assert whole.metrics.latency["failure"].undefined == "no such phase (no phases given)"
+
+
+def test_a_phase_without_inputs_and_duplicated_inputs_put_the_verdict_in_doubt() -> None:
+    rt = ResourceTable()
+    # Inputs only in control and recovery; the failure phase [100, 200) has none.
+    events = [{"id": i, "type": "GET", "resource": "a", "event_ts": t, "ingress_ts": t}
+              for i, t in enumerate((10, 20, 250, 260))]
+    outputs = [{"window_start": 0, "resource": "a", "count": 2, "ids": [0, 1],
+                "ingress_ts": 50},
+               {"window_start": 200, "resource": "a", "count": 2, "ids": [2, 3],
+                "ingress_ts": 290}]
+    ev = evaluate(to_inputs(events, rt), to_outputs(outputs, rt), "sst", 100,
+                  Phases(0, 100, 200, 300))
+    assert evaluation_reasons(ev) == Result((Reason(
+        "data", "the failure phase had no expected inputs: no load went through it, so the "
+                "verdict says nothing about it"),))
+    # Input 1 sent twice (two Kafka records): the output lists it twice, which looks like a
+    # duplicate the job made. The verdict cannot tell, so the run is unknown.
+    twice = [*events, {"id": 1, "type": "GET", "resource": "a", "event_ts": 20,
+                       "ingress_ts": 120}]
+    dup = evaluate(to_inputs(twice, rt), to_outputs([{**outputs[0], "ids": [0, 1, 1]},
+                                                     outputs[1]], rt),
+                   "sst", 100, Phases(0, 100, 200, 300))
+    assert dup.validation.duplicate_inputs == 1
+    reasons = evaluation_reasons(dup)
+    assert reasons.kinds() == {"data"}
+    assert reasons.texts[0] == ("1 input records repeat an ID already in the inputs: their "
+                                "outputs show duplicates the job did not make")
 
 
 def test_validity_composes_typed_reasons() -> None:

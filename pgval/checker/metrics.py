@@ -9,11 +9,19 @@
   partition p of every topic is led by the same broker. Both are summarised over
   the same outputs (those where both are defined), so they can be compared.
 * Failure cost (§3.4.4): max latency in failure+recovery − median control latency.
+
+A phase without outputs is a measurement, not a broken run: its throughput is 0 and its
+latency is *undefined*, with the reason (``undefined`` in ``--json``). A number the run's
+own schedule bounds is a *lower bound*: when the fault's outage was still on at T3 (no
+output for longer than control's longest gap, or latency above control's), what ended it
+was the removal, so the slowest output, the failure cost and the outage's length grow with
+the time the fault was left in place (:func:`outage_at_removal`; ``*_bound: "lower"``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -29,6 +37,15 @@ PERCENTILES = (50, 95, 99)
 SERIES_GAP_S = 3600
 SERIES_TAIL_S = 3600
 MAX_SERIES_S = 7 * 86_400
+#: Latency is back to normal within control's p50 × (1 + TOLERANCE) + LATENCY_SLACK_S (a
+#: per-second p50 of a few outputs is coarse: sub-second noise is no outage); shared with
+#: :mod:`pgval.checker.recovery`, which judges "latency back" by the same rule.
+TOLERANCE = 0.15
+LATENCY_SLACK_S = 1.0
+#: Why a phase's latency is undefined.
+NO_OUTPUT = "no output in this phase"
+NO_LATENCY = "no output in this phase has a defined latency (no later input closed its window)"
+NO_PHASE = "no such phase (no phases given)"
 
 
 @dataclass
@@ -38,18 +55,42 @@ class LatencyStats:
     p95: float | None = None
     p99: float | None = None
     max: float | None = None
+    #: Why there is no latency (None when there is one): e.g. :data:`NO_OUTPUT`.
+    undefined: str | None = None
+    #: Why ``max`` is a lower bound (the outage lasted until the removal), or None.
+    max_bound_why: str | None = None
 
     @classmethod
-    def of(cls, values_ms: np.ndarray) -> LatencyStats:
+    def of(cls, values_ms: np.ndarray, undefined: str = NO_OUTPUT) -> LatencyStats:
+        """Percentiles of ``values_ms`` (NaN ignored); ``undefined`` says why, if none."""
         v = values_ms[~np.isnan(values_ms)]
         if len(v) == 0:
-            return cls()
+            return cls(undefined=undefined)
         p50, p95, p99 = (float(x) / 1000.0 for x in np.percentile(v, PERCENTILES))
         return cls(n=len(v), p50=p50, p95=p95, p99=p99, max=float(v.max()) / 1000.0)
 
-    def as_dict(self) -> dict[str, float | int | None]:
-        return {"n": self.n, "p50_s": self.p50, "p95_s": self.p95, "p99_s": self.p99,
-                "max_s": self.max}
+    def as_dict(self) -> dict[str, float | int | str | None]:
+        out: dict[str, float | int | str | None] = {
+            "n": self.n, "p50_s": self.p50, "p95_s": self.p95, "p99_s": self.p99,
+            "max_s": self.max}
+        if self.undefined is not None:
+            out["undefined"] = self.undefined
+        if self.max_bound_why is not None:
+            out.update(max_bound="lower", max_bound_why=self.max_bound_why)
+        return out
+
+
+@dataclass(frozen=True)
+class Outage:
+    """The fault's outage, still on when the fault was removed (T3): ``silent`` (no output
+    for longer than control's longest gap) or ``slow`` (outputs, with latency above
+    control's). ``why`` is the sentence every bounded number carries."""
+
+    kind: Literal["silent", "slow"]
+    why: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "why": self.why}
 
 
 @dataclass
@@ -69,15 +110,26 @@ class Metrics:
     #: Inputs and outputs whose ingress falls outside the series span (not in the 1 s
     #: series and plots, still validated and in every count).
     series_outside: dict[str, int] = field(default_factory=dict)
+    #: Why the failure cost is undefined (None when it is a number).
+    failure_cost_undefined: str | None = None
+    #: The fault's outage when it was still on at T3 (then failure cost, max latencies and
+    #: the recovery's numbers are lower bounds), else None.
+    outage_at_t3: Outage | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "reliable_throughput": {p: round(v, 3) for p, v in self.throughput.items()},
             "latency": {p: s.as_dict() for p, s in self.latency.items()},
             "latency_karimov": {p: s.as_dict() for p, s in self.latency_karimov.items()},
             "failure_cost_s": self.failure_cost_s,
-            "series_outside": self.series_outside,
         }
+        if self.failure_cost_undefined is not None:
+            out["failure_cost_undefined"] = self.failure_cost_undefined
+        elif self.outage_at_t3 is not None:
+            out.update(failure_cost_bound="lower", failure_cost_bound_why=self.outage_at_t3.why)
+        out["schedule_bound"] = None if self.outage_at_t3 is None else self.outage_at_t3.as_dict()
+        out["series_outside"] = self.series_outside
+        return out
 
 
 def topology_inputs(events: InputEvents, topology: str) -> InputEvents:
@@ -144,11 +196,14 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
     lat_karimov = out_ing - karimov_ref
     out_phase = phases.of(outputs.ingress_ts)
     both = ~np.isnan(lat_paper) & ~np.isnan(lat_karimov)
-
-    latency = {p: LatencyStats.of(lat_paper[both & (out_phase == c)])
-               for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)}
-    latency_k = {p: LatencyStats.of(lat_karimov[both & (out_phase == c)])
-                 for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)}
+    codes = dict(zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True))
+    why = {p: (NO_PHASE if not phases.bounded() and p != "control"
+               else NO_LATENCY if (out_phase == c).any() else NO_OUTPUT)
+           for p, c in codes.items()}
+    latency = {p: LatencyStats.of(lat_paper[both & (out_phase == c)], why[p])
+               for p, c in codes.items()}
+    latency_k = {p: LatencyStats.of(lat_karimov[both & (out_phase == c)], why[p])
+                 for p, c in codes.items()}
 
     # Reliable throughput per phase: first own occurrences / phase length (s).
     first = validation.first_own_ingress
@@ -173,6 +228,18 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
     after = lat_paper[((out_phase == FAILURE) | (out_phase == RECOVERY)) & ~np.isnan(lat_paper)]
     if len(ctrl) and len(after):
         failure_cost = float(after.max() - np.median(ctrl)) / 1000.0
+    cost_undefined = (None if failure_cost is not None
+                      else NO_PHASE if not phases.bounded()
+                      else "no control latency to compare with" if not len(ctrl)
+                      else "no latency after T2")
+    outage = None
+    if phases.bounded() and len(ctrl):
+        outage = outage_at_removal(phases, outputs.ingress_ts, lat_paper,
+                                   float(np.median(ctrl)))
+    if outage is not None:
+        for p in ("failure", "recovery"):
+            if latency[p].max is not None:
+                latency[p].max_bound_why = outage.why
 
     series_start, n_bins = series_span(events, outputs)
     outside = {"inputs": _outside(events.ingress_ts, series_start, n_bins),
@@ -189,7 +256,61 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
         latency_per_output_ms=lat_paper,
         output_ingress_ms=outputs.ingress_ts,
         series_outside=outside,
+        failure_cost_undefined=cost_undefined,
+        outage_at_t3=outage,
     )
+
+
+def control_max_gap_ms(out_ts: np.ndarray, phases: Phases) -> float | None:
+    """The longest gap between consecutive outputs (``out_ts`` sorted) within control:
+    windows make outputs bursty, so a silence is an outage only when longer than this."""
+    if len(out_ts) < 2:
+        return None
+    starts, ends = out_ts[:-1], out_ts[1:]
+    ctrl = (starts >= phases.start) & (ends < phases.t2)
+    return float((ends - starts)[ctrl].max()) if ctrl.any() else None
+
+
+def outage_at_removal(phases: Phases, output_ingress_ms: np.ndarray, latency_ms: np.ndarray,
+                      control_p50_ms: float) -> Outage | None:
+    """The fault's outage if it was still on when the fault was removed (T3), else None.
+
+    On at T3 means: no output since T2 (or since the last one before it) for longer than
+    control's longest gap, or the outputs of the last second with outputs before T3 had a
+    median latency above control's p50 × (1 + TOLERANCE) + LATENCY_SLACK_S. Then the
+    removal is what ended the outage (a delay lifted, a process restarted at T3), and every
+    number measured from it grows with the time the fault stayed: a lower bound.
+    """
+    t2, t3 = phases.t2, phases.t3
+    if t3 <= t2:
+        return None
+    order = np.argsort(output_ingress_ms, kind="stable")
+    ts = output_ingress_ms[order]
+    gap = control_max_gap_ms(ts, phases)
+    held = f"{(t3 - t2) / 1000:.1f} s after T2"
+    before = ts[ts < t3]
+    silent_from = max(int(before[-1]), t2) if len(before) else t2
+    if gap is not None and t3 - silent_from > gap:
+        return Outage("silent", f"no output for the last {(t3 - silent_from) / 1000:.1f} s "
+                                f"before the fault was removed at T3 ({held}; control's "
+                                f"longest gap {gap / 1000:.1f} s): the removal ended the "
+                                "outage, so a longer failure phase would give a larger number")
+    in_failure = (ts >= t2) & (ts < t3)
+    lat = latency_ms[order][in_failure]
+    sec = ts[in_failure] // 1000
+    if not len(sec):
+        return None
+    last = (sec == sec[-1]) & ~np.isnan(lat)
+    if not last.any():
+        return None
+    p50 = float(np.median(lat[last]))
+    limit = control_p50_ms * (1 + TOLERANCE) + 1000 * LATENCY_SLACK_S
+    if p50 <= limit:
+        return None
+    return Outage("slow", f"latency was still {p50 / 1000:.1f} s (control's p50 "
+                          f"{control_p50_ms / 1000:.1f} s) when the fault was removed at T3 "
+                          f"({held}): the removal ended the outage, so a longer failure "
+                          "phase would give a larger number")
 
 
 def series_span(events: InputEvents, outputs: OutputRecords) -> tuple[int, int]:

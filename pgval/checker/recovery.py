@@ -18,6 +18,10 @@
   *censored* and flagged;
 * catch-up (paper 002): latency recovery time minus downtime.
 
+When the fault's outage was still on at T3 (:func:`pgval.checker.metrics.outage_at_removal`),
+the removal ended it: downtime (for a silent outage) and the recovery times are then lower
+bounds, set by how long the run left the fault in place (:func:`recovery_bounds`).
+
 The throughput baseline is the median of the smoothed series over the *steady*
 part of control: seconds whose trailing window lies wholly after the first output.
 Counting the ramp from zero (no output before the first window closes) would put
@@ -30,19 +34,19 @@ transient would be worse than no number.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
-from pgval.checker.metrics import Metrics
+from pgval.checker.metrics import LATENCY_SLACK_S, TOLERANCE, Metrics, control_max_gap_ms
 from pgval.phases import CONTROL, Phases
 
-TOLERANCE = 0.15
 HOLD_S = 10.0
-#: Latency counts as recovered within baseline × (1 + tolerance) + this: a per-second p50
-#: of a few outputs is coarse, and sub-second noise must not censor a recovery.
-LATENCY_SLACK_S = 1.0
 SMOOTH_S = 5
+#: The recovery numbers a fault's outage at T3 bounds (downtime only for a silent outage).
+BOUNDED = ("downtime_s", "recovery_throughput_s", "recovery_latency_s")
 
 
 @dataclass
@@ -61,7 +65,27 @@ class Recovery:
     note: str | None = None
 
     def as_dict(self) -> dict[str, float | bool | None]:
+        """The fields, as stored (``runs``' recovery columns)."""
         return asdict(self)
+
+
+def recovery_bounds(recovery: Mapping[str, Any], outage: Mapping[str, Any] | None
+                    ) -> dict[str, str]:
+    """Sibling keys for the recovery numbers the schedule bounds (``downtime_bound: "lower"``,
+    ``downtime_bound_why``, …), from a recovery's fields and the metrics' ``schedule_bound``
+    (:class:`pgval.checker.metrics.Outage` as a dict): a stored run's columns and summary
+    give the same answer as the live run."""
+    if not outage:
+        return {}
+    out: dict[str, str] = {}
+    for name in BOUNDED:
+        if recovery.get(name) is None or (name == "downtime_s"
+                                          and outage.get("kind") != "silent"):
+            continue
+        key = name.removesuffix("_s")
+        out[f"{key}_bound"] = "lower"
+        out[f"{key}_bound_why"] = str(outage.get("why"))
+    return out
 
 
 def _trailing_mean(values: np.ndarray, width: int) -> np.ndarray:
@@ -122,14 +146,13 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
     # a crash point lands after T2, and the calm seconds before it are not a recovery.
     outage_end_ms = ph.t2
     if len(out_ts) >= 2:
-        gaps = np.diff(out_ts)
         ends = out_ts[1:]
         starts = out_ts[:-1]
-        ctrl = (starts >= ph.start) & (ends < ph.t2)
         # The fault's gaps begin in the failure phase. One that begins after T3 is the
         # removal's (a restarted worker's cold executor), not an outage of the fault.
         after = (ends >= ph.t2) & (starts < min(end_ms, ph.t3))
-        rec.control_max_gap_s = float(gaps[ctrl].max()) / 1000 if ctrl.any() else None
+        ctrl_gap = control_max_gap_ms(out_ts, ph)
+        rec.control_max_gap_s = None if ctrl_gap is None else ctrl_gap / 1000
         if after.any():
             # A gap that straddles T2 counts from T2, one that straddles T4 up to T4.
             begin = np.maximum(starts[after], ph.t2)

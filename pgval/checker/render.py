@@ -2,7 +2,9 @@
 
 A phase row has two clocks (docs/semantics.md): ``duplicate`` and ``incorrect`` count
 occurrences by the output's ingress time; ``dup IDs``, ``inc IDs`` and reliability
-count expected IDs by the input's ingress time, so they can be read together.
+count expected IDs by the input's ingress time, so they can be read together. A phase
+without outputs shows its latency as "undefined (no output)": a measurement, not a gap in
+the table; a number the run's schedule bounds shows as a lower bound, "≥ 90.20".
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pgval.checker.evaluate import Evaluation
+from pgval.checker.metrics import NO_OUTPUT, LatencyStats
+from pgval.checker.recovery import recovery_bounds
 from pgval.schema import PHASES
 
 VERDICT_STYLE = {"exactly-once": "bold green", "at-least-once": "bold yellow",
@@ -21,9 +25,26 @@ def _fmt_s(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
+def _fmt_bound(value: float | None, bounded: bool) -> str:
+    """Seconds, "≥ " in front when the number is a lower bound."""
+    return ("≥ " if bounded and value is not None else "") + _fmt_s(value)
+
+
+def _fmt_latency(stats: LatencyStats, value: float | None) -> str:
+    """A latency cell: the number, or why there is none."""
+    if stats.undefined is None:
+        return _fmt_s(value)
+    return "undefined (no output)" if stats.undefined == NO_OUTPUT else "undefined"
+
+
 def _fmt_pct(value: float | None, decimals: int = 2) -> str:
     """A share as a percentage; "–" when there was nothing to measure (nothing expected)."""
     return "–" if value is None else f"{value:.{decimals}%}"
+
+
+def _back(value: float | None, bounded: bool) -> str:
+    """A recovery time: seconds, or "not back" (censored)."""
+    return "– (not back)" if value is None else f"{_fmt_bound(value, bounded)} s"
 
 
 def render_evaluation(ev: Evaluation, console: Console, title: str | None = None) -> None:
@@ -49,8 +70,9 @@ def render_evaluation(ev: Evaluation, console: Console, title: str | None = None
         table.add_row(p, f"{c.expected:,}", f"{c.processed:,}", f"{c.unprocessed:,}",
                       f"{c.duplicate:,}", f"{c.incorrect:,}", f"{c.duplicated_ids:,}",
                       f"{c.incorrect_ids:,}", _fmt_pct(c.reliability),
-                      f"{m.throughput[p]:,.0f}", _fmt_s(lat.p50), _fmt_s(lat.p99),
-                      _fmt_s(m.latency_karimov[p].p50))
+                      f"{m.throughput[p]:,.0f}", _fmt_latency(lat, lat.p50),
+                      _fmt_latency(lat, lat.p99),
+                      _fmt_latency(m.latency_karimov[p], m.latency_karimov[p].p50))
     table.add_section()
     table.add_row("total", f"{v.expected:,}", f"{v.processed:,}", f"{v.unprocessed:,}",
                   f"{v.duplicate:,}", f"{v.incorrect:,}", f"{v.duplicated_ids:,}",
@@ -66,18 +88,28 @@ def render_evaluation(ev: Evaluation, console: Console, title: str | None = None
     if v.missing_outputs:
         extras.append(f"{v.missing_outputs} of {v.expected_outputs} expected outputs never "
                       "appeared")
+    if ev.phases.bounded():
+        extras += [f"{p} latency undefined: {m.latency[p].undefined}" for p in PHASES
+                   if m.latency[p].undefined is not None]
+    outage = m.outage_at_t3
     if m.failure_cost_s is not None:
-        extras.append(f"failure cost {m.failure_cost_s:.2f} s")
+        extras.append(f"failure cost {_fmt_bound(m.failure_cost_s, outage is not None)} s")
+    elif ev.phases.bounded():
+        extras.append(f"failure cost undefined: {m.failure_cost_undefined}")
     rec = ev.recovery
     if ev.phases.bounded() and rec.note:
         extras.append(f"recovery: {rec.note}")
     elif ev.phases.bounded() and rec.recovered is not None:
+        bound = recovery_bounds(rec.as_dict(), None if outage is None else outage.as_dict())
         extras.append(
-            f"recovery: downtime {_fmt_s(rec.downtime_s)} s (control's longest gap "
-            f"{_fmt_s(rec.control_max_gap_s)} s), throughput back after "
-            f"{_fmt_s(rec.recovery_throughput_s)} s, latency back after "
-            f"{_fmt_s(rec.recovery_latency_s)} s"
+            f"recovery: downtime {_fmt_bound(rec.downtime_s, 'downtime_bound' in bound)} s "
+            f"(control's longest gap {_fmt_s(rec.control_max_gap_s)} s), throughput back "
+            f"after {_back(rec.recovery_throughput_s, 'recovery_throughput_bound' in bound)}, "
+            f"latency back after "
+            f"{_back(rec.recovery_latency_s, 'recovery_latency_bound' in bound)}"
             + (" — censored: not back by the end of the load" if rec.censored else ""))
+    if outage is not None:
+        extras.append(f"≥ marks a lower bound: {outage.why} (--phase-seconds sets it)")
     counts = ev.unprocessed_causes.get("counts") or {}
     if any(counts.values()):
         examples = ev.unprocessed_causes.get("examples") or {}

@@ -10,12 +10,17 @@ any of these holds, and each gives one plain reason of one kind
 * ``reconcile``: the records read do not reconcile with what the generator and pgval itself
   wrote;
 * ``generator``: the generator had failed or unacknowledged sends;
-* ``data``: nothing was expected, or a phase had no expected inputs or no outputs (so that
-  phase measured nothing: e.g. latency longer than warm-up plus a phase);
+* ``data``: nothing was expected, a phase had no expected inputs (the load did not go
+  through it: the judged run is not the experiment the phases describe), or an input ID
+  occurs more than once in the input topics (its duplicate outputs are not the job's doing);
 * ``observed``: the drain timed out, or the driver died outside a driver-crash fault (seen
   live, made by :mod:`pgval.run.monitor` and :mod:`pgval.experiment`);
 * ``fault``: the fault has no evidence of taking effect, or its removal failed (made by
   :mod:`pgval.faults.evidence` from the fault log).
+
+A phase without outputs is no reason: it is a measurement (throughput 0, latency undefined,
+:mod:`pgval.checker.metrics`), since every ID is still classified. A run is unknown only when
+the verdict itself is in doubt.
 
 Each check here returns a :class:`~pgval.checker.result.Result`; :class:`Validity` composes
 them. What was read is stored either way; ``pgval report`` leaves unknown runs out of its
@@ -73,21 +78,21 @@ class Validity:
 
 
 def evaluation_reasons(ev: Evaluation, fault: Fault | str | None = None) -> Result:
-    """Reasons visible in the data alone (``pgval check`` has nothing else), given the
-    run's fault when there was one."""
+    """Reasons visible in the data alone (``pgval check`` has nothing else).
+
+    ``fault`` is accepted from the callers and judges nothing: since a silent phase is a
+    measurement, no rule here depends on the fault."""
     v = ev.validation
     if v.expected == 0:
         return Result((Reason("data", "nothing was expected: no usable inputs"),))
-    if not ev.phases.bounded():
-        return Result()
-    silenced = fault is not None and Fault.parse(fault).silences_outputs
-    out_phase = ev.phases.of(v.output_ingress)
     reasons = []
-    for code, name in enumerate(PHASES, start=1):
-        if v.phases[name].expected == 0:
-            reasons.append(f"the {name} phase had no expected inputs")
-        if not (out_phase == code).any() and not (name == "failure" and silenced):
-            reasons.append(f"the {name} phase had no outputs (latency longer than the phase?)")
+    if v.duplicate_inputs:
+        reasons.append(f"{v.duplicate_inputs:,} input records repeat an ID already in the "
+                       "inputs: their outputs show duplicates the job did not make")
+    if ev.phases.bounded():
+        reasons += [f"the {name} phase had no expected inputs: no load went through it, so "
+                    "the verdict says nothing about it" for name in PHASES
+                    if v.phases[name].expected == 0]
     return _of("data", reasons)
 
 

@@ -114,7 +114,8 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
             for path in plot_matrix(conn, target / "matrix-", selection):
                 images.append((f"matrix: {path.stem.removeprefix('matrix-')}", path))
             if run_plots:
-                for run in loaded:
+                # Every listed run, unknown ones too: their plot shows why they are unknown.
+                for run in listed:
                     path = plot_run(conn, run.id, target / f"run-{run.id}.png")
                     run_images.append((run_caption(run), path))
         if fmt == "terminal":

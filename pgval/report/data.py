@@ -9,6 +9,11 @@ anomalies on the input's clock) are read when present.
 Runs whose validity is ``unknown`` (``runs.valid = 0``: the run is no evidence,
 docs/semantics.md) stay out unless the :class:`Selection` includes them or names runs by
 id. Databases from before validity existed (``valid`` NULL) count as valid.
+
+A number is carried with what it is: *undefined* (a phase without outputs has no latency;
+runs say why in their summary, older ones by ``latency_n = 0``) and *a lower bound* (the
+run's schedule bounded it: the summary's ``*_bound`` keys, :mod:`pgval.checker.metrics`).
+A :class:`Stat` counts both, so the tables print "undefined" and "≥", never a blank or 0.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgval.checker.recovery import recovery_bounds
 from pgval.dbfile import StoreError, connect_readonly, json_object_cell
-from pgval.schema import Fault, Guarantee, Topology
+from pgval.schema import CrashPoint, Fault, Guarantee, Topology
 from pgval.shape import REPORTED, RunShape
 
 #: Display order of the matrix axes; unknown values sort after these, alphabetically.
@@ -39,6 +45,11 @@ RECOVERY_METRICS = (("downtime_s", "downtime"), ("control_max_gap_s", "control m
                     ("recovery_latency_s", "latency back"), ("catchup_s", "catch-up"))
 RECOVERY_FLAGS = (("recovered", "recovered"), ("censored", "censored"))
 DASH = "–"
+UNDEFINED = "undefined"
+#: What "hit the window that matters" means per crash point, said after "k/n".
+CRASH_WINDOW = {CrashPoint.TIMED: "hit a batch in flight",
+                CrashPoint.AFTER_SINK_WRITE: "halted after a sink write",
+                CrashPoint.DURING_SINK_WRITE: "killed during a sink write"}
 
 
 class ReportError(ValueError):
@@ -169,6 +180,52 @@ class RunData:
         if not p or not p.get("expected"):
             return None
         return number(p.get(column))
+
+    def latency_undefined(self, phase: str) -> str | None:
+        """Why the phase's latency is undefined (None when it has one): the summary's reason,
+        or, for runs stored before reasons, a stored phase with no latency measured."""
+        stats = (self.summary.get("latency") or {}).get(phase)
+        if isinstance(stats, dict) and "undefined" in stats:
+            return str(stats["undefined"])
+        row = self.phases.get(phase)
+        if row and row.get("latency_n") == 0 and number(row.get("latency_p50_s")) is None:
+            return "no output with a latency in this phase"
+        return None
+
+    def bounded(self, name: str, phase: str | None = None) -> bool:
+        """Whether the number ``name`` is a lower bound: ``failure_cost``, a phase's latency
+        ``max``, or a recovery number (``downtime``, ``recovery_throughput``, …)."""
+        if phase is not None:
+            stats = (self.summary.get("latency") or {}).get(phase)
+            return isinstance(stats, dict) and stats.get(f"{name}_bound") == "lower"
+        if self.summary.get(f"{name}_bound") == "lower":
+            return True
+        outage = self.summary.get("schedule_bound")
+        return (isinstance(outage, dict)
+                and f"{name}_bound" in recovery_bounds(self.row, outage))
+
+    def undefined(self, name: str) -> bool:
+        """Whether a run-level number (``failure_cost``) is undefined, by the summary's
+        reason; older runs leave it blank (NULL), which says nothing."""
+        return f"{name}_undefined" in self.summary
+
+    @functools.cached_property
+    def crash_window(self) -> tuple[str, bool] | None:
+        """(what the window is, whether this run's crash hit it), from the inject entry of
+        a crash fault's log; None when the log does not say (not a crash, an older log)."""
+        inject = next((e for e in self.fault_log if e.get("step") == "inject"), None)
+        if inject is None:
+            return None
+        entry = {**json_object_cell(inject.get("detail")), **inject}
+        point = entry.get("crash_point")
+        if point not in CRASH_WINDOW:
+            return None
+        if point == CrashPoint.TIMED:
+            if "in_flight_batch" not in entry:
+                return None
+            return CRASH_WINDOW[point], entry["in_flight_batch"] is not None
+        key = "batch" if point == CrashPoint.AFTER_SINK_WRITE else "hit_ms"
+        return CRASH_WINDOW[point], entry.get(key) is not None and not entry.get("error")
 
 
 @dataclass
@@ -333,19 +390,30 @@ def group_runs(runs: Iterable[RunData]) -> list[Group]:
         groups.setdefault((run.key, run.shape), []).append(run)
     order = sorted(groups, key=lambda ks: (group_key_order(ks[0]), _shape_order(ks[1])))
     out = [Group(key, groups[(key, shape)], shape) for key, shape in order]
-    by_key: dict[tuple, list[Group]] = {}
-    for g in out:
-        by_key.setdefault(g.key, []).append(g)
-    for same in by_key.values():
-        for g, label in zip(same, shape_labels([g.shape for g in same]), strict=True):
-            g.shape_label = label
+    for g, label in zip(out, cell_labels([(g.key, g.shape) for g in out]), strict=True):
+        g.shape_label = label
     return out
 
 
-def shape_labels(shapes: Sequence[tuple[Any, ...]]) -> list[str]:
-    """Each shape said by the parameters that differ among ``shapes`` (all "" if none do)."""
-    varying = [i for i in range(len(REPORTED)) if len({s[i] for s in shapes}) > 1]
-    return [", ".join(shape_part(REPORTED[i], s[i]) for i in varying) for s in shapes]
+def cell_labels(cells: Sequence[tuple[tuple, tuple[Any, ...]]]) -> list[str]:
+    """Each (topology × pg × fault, shape) said by the parameters that differ within some
+    topology × pg × fault of the same fault, named for every one of that fault. Named only
+    where it differed, a crash point labelled "@timed" in one cell and nothing in another
+    split one shape into two groups ("crash", "crash @timed"), with empty panels in every
+    matrix plot; a rate that differs only between cells (each at its own OIR) is no label."""
+    shapes: dict[tuple, set[tuple[Any, ...]]] = {}
+    for key, shape in cells:
+        shapes.setdefault(key, set()).add(shape)
+    named: dict[Any, set[int]] = {}
+    for key, same in shapes.items():
+        named.setdefault(key[2], set()).update(_varying(list(same)))
+    return [", ".join(shape_part(REPORTED[i], shape[i]) for i in sorted(named[key[2]]))
+            for key, shape in cells]
+
+
+def _varying(shapes: Sequence[tuple[Any, ...]]) -> list[int]:
+    """Indexes (into :data:`REPORTED`) of the parameters that differ among ``shapes``."""
+    return [i for i in range(len(REPORTED)) if len({s[i] for s in shapes}) > 1]
 
 
 def shape_part(name: str, value: Any) -> str:
@@ -360,37 +428,54 @@ def shape_part(name: str, value: Any) -> str:
         return f"W {value:,.0f} ms"
     if name == "crash_point":
         return f"@{value}"
+    if name == "restart":
+        return f"restart {value}"
+    if name == "restart_delay_s":
+        return f"restart delay {value:g} s"
     return str(value)
 
 
 # ---------------------------------------------------------------------------- aggregation
 @dataclass(frozen=True)
 class Stat:
-    """Mean ± sample stdev over the runs that have a value; ``of`` = runs in the group."""
+    """Mean ± sample stdev over the runs that have a value; ``of`` = runs in the group;
+    ``undefined`` = runs whose value is undefined (a measurement, e.g. no output in the
+    phase), ``bounded`` = runs whose value is a lower bound (then so is the mean)."""
 
     mean: float | None
     sd: float | None
     n: int
     of: int
+    undefined: int = 0
+    bounded: int = 0
 
     @classmethod
-    def of_values(cls, values: Iterable[float | None], of: int | None = None) -> Stat:
+    def of_values(cls, values: Iterable[float | None], of: int | None = None,
+                  undefined: int = 0, bounded: int = 0) -> Stat:
         vals = [x for x in map(number, values) if x is not None]
         total = len(vals) if of is None else of
         if not vals:
-            return cls(None, None, 0, total)
+            return cls(None, None, 0, total, undefined)
         sd = statistics.stdev(vals) if len(vals) >= 2 else None
-        return cls(statistics.fmean(vals), sd, len(vals), total)
+        return cls(statistics.fmean(vals), sd, len(vals), total, undefined, bounded)
 
     def text(self, decimals: int = 2, scale: float = 1.0) -> str:
         if self.mean is None:
-            return DASH
-        out = f"{self.mean * scale:,.{decimals}f}"
+            return UNDEFINED if self.undefined else DASH
+        out = ("≥ " if self.bounded else "") + f"{self.mean * scale:,.{decimals}f}"
         if self.sd is not None:
             out += f" ± {self.sd * scale:,.{decimals}f}"
         if self.n < self.of:
-            out += f" (n={self.n})"
+            out += f" (n={self.n}" + (f", {self.undefined} {UNDEFINED}" if self.undefined
+                                      else "") + ")"
         return out
+
+    def flags(self) -> str:
+        """What the number is besides a mean, for a format without "≥" (the CSV's text)."""
+        parts = [f"lower bound ({self.bounded}/{self.n} runs)"] if self.bounded else []
+        if self.undefined:
+            parts.append(f"{UNDEFINED} in {self.undefined}/{self.of} runs")
+        return "; ".join(parts)
 
 
 #: No metric pgval stores comes near this (counts stay below 2^63 ≈ 9.2e18, times and rates

@@ -6,7 +6,8 @@
 
       table, topology, pg, fault, phase, metric, unit, mean, sd, n, text
 
-  one line per table cell; ``text`` holds non-numeric cells (verdicts, k/n flags);
+  one line per table cell; ``text`` holds non-numeric cells (verdicts, k/n flags) and what
+  a number is besides a mean (a lower bound; undefined in some runs);
 * HTML — one self-contained page with the plots inlined as data URIs.
 """
 
@@ -107,7 +108,7 @@ def render_csv(tables: list[ReportTable]) -> str:
                        "metric": c.metric, "unit": c.unit}
                 if isinstance(v, Stat):
                     rec.update(mean=_csv_num(v.mean, c.scale), sd=_csv_num(v.sd, c.scale),
-                               n=v.n)
+                               n=v.n, text=v.flags())
                 elif v is not None:
                     rec["text"] = v
                 w.writerow(rec)

@@ -20,9 +20,9 @@ from pgval.report.data import (
     Group,
     RunData,
     Stat,
+    cell_labels,
     group_runs,
     number,
-    shape_labels,
 )
 from pgval.schema import PHASES, Fault
 
@@ -89,8 +89,15 @@ def group_keys(groups: list[Group], headers: list[tuple[str, str]] = GROUP_KEYS
     return [*headers, SHAPE_KEY] if any(g.shape_label for g in groups) else headers
 
 
-def _stat(group: Group, fn: Any) -> Stat:
-    return Stat.of_values((fn(r) for r in group.runs), of=group.n)
+def _stat(group: Group, fn: Any, undefined: Any = None, bounded: Any = None) -> Stat:
+    """Mean ± stdev of ``fn`` over the group's runs, counting the runs for which
+    ``undefined(run)`` (the value is undefined, a measurement) or ``bounded(run)`` (a lower
+    bound) holds."""
+    return Stat.of_values((fn(r) for r in group.runs), of=group.n,
+                          undefined=sum(bool(undefined(r)) for r in group.runs)
+                          if undefined else 0,
+                          bounded=sum(bool(bounded(r)) and fn(r) is not None
+                                      for r in group.runs) if bounded else 0)
 
 
 def reliability_table(groups: list[Group]) -> ReportTable:
@@ -131,35 +138,56 @@ def latency_table(groups: list[Group]) -> ReportTable:
     for g in groups:
         for p in PHASES:
             vals: list[Cell] = [
-                _stat(g, lambda r, p=p, s=s: number((r.phases.get(p) or {}).get(s)))
+                _stat(g, lambda r, p=p, s=s: number((r.phases.get(p) or {}).get(s)),
+                      lambda r, p=p: r.latency_undefined(p),
+                      (lambda r, p=p: r.bounded("max", p)) if s == "latency_max_s" else None)
                 for s in sources]
             rows.append(Row({**g.keys, "phase": p}, g.n, vals))
     return ReportTable("latency", "(c) Latency per phase (s): paper's definition, Karimov's "
                        "beside it", [*group_keys(groups), ("phase", "phase")], cols, rows,
                        "Paper: output ingress − ingress of the first input that closes the "
-                       "window. Karimov: − ingress of the window's last input.")
+                       "window. Karimov: − ingress of the window's last input. undefined: no "
+                       "output in that phase (a measurement: the run stays valid). ≥: a lower "
+                       "bound, the fault's outage was still on when it was removed at T3.")
+
+
+def _failure_cost(group: Group) -> Stat:
+    return _stat(group, lambda r: number(r.row.get("failure_cost_s")),
+                 lambda r: r.undefined("failure_cost"), lambda r: r.bounded("failure_cost"))
 
 
 def failure_cost_table(groups: list[Group]) -> ReportTable:
-    rows = [Row(g.keys, g.n, [_stat(g, lambda r: number(r.row.get("failure_cost_s")))])
-            for g in groups]
+    rows = [Row(g.keys, g.n, [_failure_cost(g)]) for g in groups]
     return ReportTable("failure_cost", "(d) Failure cost (s), the paper's Table 4 layout",
                        group_keys(groups, [("topology", "Topology"), ("pg", "PG"),
                                            ("fault", "Fault")]),
                        [Column("Spark", "failure_cost", "s", None, 1)], rows,
-                       "Max paper latency in failure + recovery − median control latency.",
+                       "Max paper latency in failure + recovery − median control latency. "
+                       "≥: a lower bound — the fault's outage was still on when it was removed "
+                       "at T3, so the number is the failure phase's length, not Spark's cost "
+                       "(lengthen --phase-seconds to measure it). undefined: no control latency "
+                       "or none after T2.",
                        key_format={"topology": str.upper, "pg": str.upper,
                                    "fault": lambda f: FAULT_LABELS.get(f, f)})
 
 
 def _verdicts(group: Group) -> str:
-    counts: dict[str, int] = {}
+    """Each verdict with its count and, for crashes whose log says, how many of its runs hit
+    the window that matters ("exactly-once ×2 (0/2 hit a batch in flight)"): a crash that
+    caught no batch tested nothing of the guarantee."""
+    runs: dict[str, list[RunData]] = {}
     for r in group.runs:
-        v = r.row.get("guarantee") or "?"
-        counts[v] = counts.get(v, 0) + 1
+        runs.setdefault(r.row.get("guarantee") or "?", []).append(r)
     order = ("exactly-once", "at-least-once", "at-most-once", "none", "unknown")
-    keys = sorted(counts, key=lambda v: (order.index(v) if v in order else len(order), v))
-    return ", ".join(f"{v} ×{counts[v]}" for v in keys)
+    keys = sorted(runs, key=lambda v: (order.index(v) if v in order else len(order), v))
+    texts = []
+    for v in keys:
+        windows = [w for w in (r.crash_window for r in runs[v]) if w is not None]
+        hit = {what for what, _ in windows}
+        share = (f" ({sum(h for _, h in windows)}/{len(windows)} {hit.pop()})"
+                 if len(hit) == 1 else "")
+        texts.append(f"{v} ×{len(runs[v])}{share}")
+    return ", ".join(texts)
 
 
 def anomalies_table(groups: list[Group]) -> ReportTable:
@@ -173,7 +201,9 @@ def anomalies_table(groups: list[Group]) -> ReportTable:
         rows.append(Row(g.keys, g.n, vals))
     return ReportTable("anomalies", "(e) Anomalies (mean per run) and guarantee verdicts",
                        group_keys(groups), cols, rows,
-                       "A verdict is the strongest guarantee a run is consistent with.")
+                       "A verdict is the strongest guarantee a run is consistent with. (k/n …): "
+                       "the runs whose kill hit the window that matters (a batch in flight, a "
+                       "sink write); one between batches tests little of the guarantee.")
 
 
 #: Per-phase anomalies on both clocks (docs/semantics.md, "Two clocks in a phase row"):
@@ -225,14 +255,17 @@ def recovery_table(groups: list[Group], present: set[str]) -> ReportTable | None
     cols += [Column(h, c) for c, h in flags]
     rows = []
     for g in groups:
-        vals: list[Cell] = [_stat(g, lambda r, c=c: number(r.row.get(c))) for c, _ in metrics]
+        vals: list[Cell] = [_stat(g, lambda r, c=c: number(r.row.get(c)), None,
+                                  lambda r, c=c: r.bounded(c.removesuffix("_s")))
+                            for c, _ in metrics]
         vals += [_flag_text(g, c) for c, _ in flags]
         rows.append(Row(g.keys, g.n, vals))
     return ReportTable("recovery", "(f) Recovery", group_keys(groups), cols, rows,
                        "Seconds. Downtime: longest output gap ending after T2 (beside "
                        "control's longest). Throughput/latency back: from T2 until back near the "
                        "control baseline. Catch-up: latency back − downtime. recovered/censored: "
-                       "runs flagged / runs with the flag.")
+                       "runs flagged / runs with the flag (censored: not back by T4). ≥: a "
+                       "lower bound, the outage lasted until the fault was removed at T3.")
 
 
 def causes_table(groups: list[Group]) -> ReportTable | None:
@@ -261,7 +294,7 @@ def runs_table(runs: list[RunData]) -> ReportTable:
             Column("inject lag s", "inject_lag", "s", None, 2),
             Column("remove lag s", "remove_lag", "s", None, 2)]
     rows = []
-    labels = shape_labels([r.shape for r in runs])
+    labels = cell_labels([(r.key, r.shape) for r in runs])
     show_shape = any(labels) or any(r.oir_trial for r in runs)
     for r, label in zip(runs, labels, strict=True):
         lags = fault_lags(r)
@@ -273,7 +306,7 @@ def runs_table(runs: list[RunData]) -> ReportTable:
                         1, [_str(r.row.get("seed")), _str(r.row.get("repeat")),
                             r.row.get("guarantee") or DASH, r.validity_text,
                             Stat.of_values([number(r.row.get("reliability"))]),
-                            Stat.of_values([number(r.row.get("failure_cost_s"))]),
+                            _failure_cost(Group(r.key, [r])),
                             Stat.of_values([lags.get("inject")]),
                             Stat.of_values([lags.get("remove")])]))
     keys = [("run", "run"), *GROUP_KEYS, *([SHAPE_KEY] if show_shape else [])]
@@ -336,7 +369,8 @@ def oir_trials_table(trials: list[RunData]) -> ReportTable:
         rows.append(Row(keys, 1, [
             Stat.of_values([number(r.params.get("rate"))]),
             Stat.of_values([number(r.row.get("reliability"))]),
-            *[Stat.of_values([number((r.phases.get(p) or {}).get("latency_p50_s"))])
+            *[Stat.of_values([number((r.phases.get(p) or {}).get("latency_p50_s"))],
+                             undefined=int(r.latency_undefined(p) is not None))
               for p in PHASES],
             r.row.get("guarantee") or DASH, r.validity_text]))
     return ReportTable("oir_trials", "OIR trials (rate probes, no fault; not in the tables "

@@ -1,7 +1,9 @@
 """A matrix of runs, like the paper's Figures 8/11/14 (:func:`plot_matrix`).
 
 Reliability, reliable throughput and latency per phase by fault, one panel per
-topology × PG, mean over repetitions with stdev error bars.
+topology × PG, mean over repetitions with stdev error bars. Throughput panels share a y
+axis per topology only (SST at 12k ev/s beside MST at 1.75k would flatten MST's bars); a
+latency with no output in the phase is labelled "undefined", not drawn as 0.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class BarSeries:
     value: Callable[[RunData], float | None]
     #: Optional second value drawn as a marker on the bar (e.g. p99 over p50 bars).
     marker: Callable[[RunData], float | None] | None = None
+    #: Whether a run's value is undefined (a measurement: no output in the phase).
+    undefined: Callable[[RunData], bool] | None = None
 
 
 #: A bar cluster: a fault, and the run shape when shapes differ (never averaged together).
@@ -89,7 +93,9 @@ def _bar_panel(ax: Axes, groups: list[Group], faults: list[Cluster],
             xpos = i - 0.4 + width * (j + 0.5)
             st = Stat.of_values((bs.value(r) for r in g.runs), of=g.n)
             if st.mean is None:  # e.g. no outputs at all in that phase: say so, not 0
-                ax.annotate("n/a", (xpos, 0), xytext=(0, 2), textcoords="offset points",
+                undefined = bs.undefined is not None and any(map(bs.undefined, g.runs))
+                ax.annotate("undefined" if undefined else "n/a", (xpos, 0), xytext=(0, 2),
+                            textcoords="offset points",
                             ha="center", va="bottom", fontsize=6.5, rotation=90,
                             color="#777777", annotation_clip=False)
                 continue
@@ -139,7 +145,10 @@ def _bar_panel(ax: Axes, groups: list[Group], faults: list[Cluster],
 
 def _matrix_figure(groups: list[Group], title: str, ylabel: str, series: Sequence[BarSeries],
                    scale: float, fmt: str, path: Path, percent: bool = False,
-                   extra_handles: Sequence[Any] = (), legend_title: str = "") -> Path:
+                   extra_handles: Sequence[Any] = (), legend_title: str = "",
+                   per_topology: bool = False) -> Path:
+    """One panel per topology × PG; ``per_topology``: each topology's panels share a y
+    axis of their own (rates differ by topology), else all panels share one."""
     panels = _panels(groups)
     faults = _faults_in(groups)
     annotate = len(faults) * len(series) <= 24
@@ -149,29 +158,33 @@ def _matrix_figure(groups: list[Group], title: str, ylabel: str, series: Sequenc
         panel_w = max(4.5, 0.4 * len(faults) * len(series))
         fig = plt.figure(figsize=(min(20.0, 1.0 + ncols * panel_w), 1.3 + 3.6 * nrows),
                          dpi=DPI, layout="constrained")
-        grid = fig.subplots(nrows, ncols, sharey=True, squeeze=False)
+        grid = fig.subplots(nrows, ncols, sharey=not per_topology, squeeze=False)
         axes = grid.ravel()
         for ax in axes[len(panels):]:
             ax.set_visible(False)
-        extent: list[float] = []
+        extents: dict[str | None, list[float]] = {}
         for ax, (topo, pg) in zip(axes, panels, strict=False):
             sub = [g for g in groups if g.key[:2] == (topo, pg)]
-            extent += _bar_panel(ax, sub, faults, series, scale, annotate, fmt,
-                                 cap=100.0 if percent else None)
+            extents.setdefault(topo if per_topology else None, []).extend(
+                _bar_panel(ax, sub, faults, series, scale, annotate, fmt,
+                           cap=100.0 if percent else None))
             ax.set_title(f"{(topo or DASH).upper()} {(pg or DASH).upper()}")
-        hi = max(extent, default=1.0) or 1.0
-        lo = 0.0
-        if percent:
-            # Reliability near 100 % everywhere: zoom in (and say so), or nothing is visible.
-            low = min(extent, default=100.0)
-            if low >= 90.0:
-                lo = max(0.0, float(np.floor(low - 0.5)))
-                ylabel += f" — axis starts at {lo:g} %"
-            hi = max(hi, 100.0)
         headroom = (0.24 if any(bs.marker for bs in series) else 0.16) if annotate else 0.05
-        axes[0].set_ylim(lo, hi + headroom * (hi - lo))
-        for row in grid:
-            row[0].set_ylabel(ylabel)
+        for ax, (topo, _) in zip(axes, panels, strict=False):
+            extent = extents[topo if per_topology else None]
+            hi = max(extent, default=1.0) or 1.0
+            lo = 0.0
+            label = ylabel
+            if percent:
+                # Reliability near 100 % everywhere: zoom in (and say so), or nothing shows.
+                low = min(extent, default=100.0)
+                if low >= 90.0:
+                    lo = max(0.0, float(np.floor(low - 0.5)))
+                    label += f" — axis starts at {lo:g} %"
+                hi = max(hi, 100.0)
+            ax.set_ylim(lo, hi + headroom * (hi - lo))
+            if per_topology or ax in grid[:, 0]:
+                ax.set_ylabel(label)
         handles = [Patch(color=bs.colour, label=bs.label) for bs in series]
         handles += list(extra_handles)
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
@@ -214,15 +227,16 @@ def plot_matrix(db: Path | str | Any, path_prefix: Path | str,
     rel.append(BarSeries("whole run", BAR["run"], lambda r: r.row.get("reliability")))
     tp = [BarSeries(p, BAR[p], _phase_column(p, "throughput")) for p in PHASES]
     lat = [BarSeries(p, BAR[p], _latency_column(p, "latency_p50_s"),
-                     _latency_column(p, "latency_p99_s")) for p in PHASES]
+                     _latency_column(p, "latency_p99_s"),
+                     lambda r, p=p: r.latency_undefined(p) is not None) for p in PHASES]
     p99 = Line2D([], [], marker="_", ls="", color="#222222", ms=10, mew=2.2,
                  label="p99 (mean)")
     return [
         _matrix_figure(groups, "Reliability by fault and phase", "reliability (%)", rel,
                        100.0, "{:.2f}", Path(base + "reliability.png"), percent=True),
-        _matrix_figure(groups, "Reliable throughput by fault and phase",
+        _matrix_figure(groups, "Reliable throughput by fault and phase (y axis per topology)",
                        "reliable throughput (events/s)", tp, 1.0, "{:,.0f}",
-                       Path(base + "throughput.png")),
+                       Path(base + "throughput.png"), per_topology=True),
         _matrix_figure(groups, "Latency by fault and phase (paper's definition): p50 bars, "
                        "p99 markers", "latency (s)", lat, 1.0, "{:.2f}",
                        Path(base + "latency.png"), extra_handles=[p99],
