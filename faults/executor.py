@@ -13,7 +13,9 @@ experiment. At T2 it asks for the kill and waits (bounded) until the executor ha
 the driver's list; at T3 it waits (bounded) for a replacement: an executor id that was
 not registered before the kill. Its evidence (:meth:`ExecutorKill.reasons`) is the driver's
 own executor list, not a log line (on Kubernetes Spark logs such a kill at INFO as "killed
-by driver", which the WARN-level driver log omits).
+by driver", which the WARN-level driver log omits). The kill took effect (``effective_ms``)
+when the driver's list lost the executor, and ended when the replacement registered; when
+the driver never reported either, the schedule's own clock stands in.
 """
 
 from __future__ import annotations
@@ -73,10 +75,14 @@ class ExecutorKill:
                                     f"{answer.get('error') or 'no reason given'}")
         self._kill = answer
         removed = self._wait_for(self._removed_after_s, self.gone_timeout_s)
-        return {"mechanism": MECHANISM, "target": f"executor {answer['executor']}",
-                "executor": answer["executor"], "host": answer.get("host"),
-                "executors_before": answer.get("executors_before", []),
-                "kill_ts": answer.get("kill_ts"), "removed_after_s": removed}
+        detail = {"mechanism": MECHANISM, "target": f"executor {answer['executor']}",
+                  "executor": answer["executor"], "host": answer.get("host"),
+                  "executors_before": answer.get("executors_before", []),
+                  "kill_ts": answer.get("kill_ts"), "removed_after_s": removed}
+        kill_ts = answer.get("kill_ts")
+        if isinstance(kill_ts, int) and removed is not None:  # the driver saw it gone
+            detail["effective_ms"] = kill_ts + round(removed * 1000)
+        return detail
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
         """At T3 wait for the replacement; at teardown (``restore=False``) only look."""
@@ -93,7 +99,7 @@ class ExecutorKill:
             event, new_id, after = found
             detail.update(replacement=new_id, replacement_host=(event.get("hosts") or {})
                           .get(new_id), replaced_after_s=_seconds(event, kill),
-                          executors_after=after)
+                          executors_after=after, effective_ms=event["ts"])
         else:
             detail["replacement"] = None
             if restore:

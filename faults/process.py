@@ -6,6 +6,11 @@ same namespace and address. ``driver-crash`` kills the driver at T2 and
 restarts the same query from its checkpoint at T3 (paper 002's driver failure,
 which PGVal did not measure). Each gets only its target: a worker handle, the driver.
 Each also judges its own log (``reasons``, see :mod:`pgval.faults.evidence`).
+
+When (T2 or T3 from the experiment's schedule) is not when the fault acts: every step logs
+``effective_ms``, the moment it took effect or ended — a kill once no process of the group
+is left, an ``after-sink-write`` halt at the hook's own clock, a restart once the worker
+re-registered or the driver's query runs again. The run's phases start there.
 """
 
 from __future__ import annotations
@@ -86,13 +91,14 @@ class WorkerCrash:
         executors = worker.executor_pids()
         if self.sink_trigger is None and self.checkpoint is not None:
             point.update(in_flight(self.checkpoint))  # the driver goes on: just before the kill
-        worker.kill()
+        worker.kill()  # returns once no live member of the group is left (or after 5 s)
         self._killed = True
+        killed_ms = _now_ms()
         if "hit_ms" in point:
-            point["worker_killed_ms"] = int(time.time() * 1000)
+            point["worker_killed_ms"] = killed_ms
         return {"mechanism": SIGKILL_GROUP, "target": worker.name,
                 "worker_pid": worker.pid, "executor_pids": executors,
-                "left_alive": worker.group_pids(), **point}
+                "left_alive": worker.group_pids(), "effective_ms": killed_ms, **point}
 
     @staticmethod
     def reasons(entries: Entries) -> list[Reason]:
@@ -168,9 +174,9 @@ class WorkerCrash:
         if not restore:
             return {"target": self.worker.name, "restarted": False}
         t0 = time.monotonic()
-        self.worker.restart()
+        self.worker.restart()  # returns once the master lists the new worker
         return {"target": self.worker.name, "restarted_pid": self.worker.pid,
-                "reregistered_s": round(time.monotonic() - t0, 3)}
+                "reregistered_s": round(time.monotonic() - t0, 3), "effective_ms": _now_ms()}
 
 
 class DriverCrash:
@@ -202,10 +208,10 @@ class DriverCrash:
         pid = self.driver.pid()
         if self.trigger is not None:
             return self._crash_before_commit(pid, self.trigger)
-        self.driver.kill()
+        self.driver.kill()  # returns once the driver's process group is gone
         self._killed = True
         entry = {"mechanism": SIGKILL_GROUP, "target": "driver", "driver_pid": pid,
-                 "crash_point": CrashPoint.TIMED}
+                 "crash_point": CrashPoint.TIMED, "effective_ms": _now_ms()}
         # The checkpoint's only writer is dead, so the read is exact (the deployment passes
         # the checkpoint only when its driver's JVM dies with the kill).
         if self.checkpoint is not None:
@@ -263,13 +269,17 @@ class DriverCrash:
         finally:
             trigger.unlink(missing_ok=True)  # the restarted driver must not stop again
             self.driver.kill()  # the halted JVM's Python parent, or a driver never hit
+            killed_ms = _now_ms()
             hit = _read_json(files["hit"])
             for f in files.values():
                 f.unlink(missing_ok=True)
+        # The halt is the crash: the hook's clock when it confirmed one, else the kill.
+        halted_ms = hit.get("ts_ms") if hit is not None else None
         entry: dict[str, Any] = {
             "mechanism": JVM_HALT,
             "target": "driver", "driver_pid": pid, "crash_point": CrashPoint.AFTER_SINK_WRITE,
-            "armed_ms": armed_ms, "batches_passed": passed}
+            "armed_ms": armed_ms, "batches_passed": passed,
+            "effective_ms": halted_ms if isinstance(halted_ms, int) else killed_ms}
         if halted is None:
             entry["error"] = (f"the crash point after-sink-write was not reached: no batch "
                               f"with outputs came to its commit within "
@@ -292,9 +302,9 @@ class DriverCrash:
         self._killed = False
         if not restore:
             return {"target": "driver", "restarted": False}
-        start_s = self.driver.start()
+        start_s = self.driver.start()  # returns once the restarted query runs
         return {"target": "driver", "restarted_pid": self.driver.pid(),
-                "query_restarted_s": round(start_s, 3)}
+                "query_restarted_s": round(start_s, 3), "effective_ms": _now_ms()}
 
 
 def _query_checkpoint(checkpoint: Path) -> Path | None:
@@ -343,6 +353,10 @@ def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ and cannot disagree on defaults.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,12 +21,14 @@ from pgval.schema import (
     DEPLOYMENTS,
     FAULTS,
     PROCESSING_GUARANTEES,
+    RESTARTS,
     TOPOLOGIES,
     CrashPoint,
     Deploy,
     Fault,
     FaultSpec,
     Guarantee,
+    Restart,
     Topology,
 )
 from pgval.shape import RunShape
@@ -58,6 +61,16 @@ class ExperimentConfig:
         "for crash during-sink-write (the worker of the first executor whose sink task has "
         "a record in Kafka and has not finished).",
         choices=CRASH_POINTS))
+    #: As given; None: the fault's default (:attr:`restart_policy` resolves it).
+    restart: Restart | None = field(default=None, metadata=opt(
+        "When a crashed process comes back: immediate (as a supervisor restarts it: as soon "
+        "as it is gone, after --restart-delay-s; T3 is when it is back) or at-remove (at T3, "
+        "the paper's process crash). Default: immediate for driver-crash, at-remove for "
+        "crash; not for other faults, nor for crash on a cluster pgval does not own (Spark "
+        "replaces the executor itself).", choices=RESTARTS))
+    restart_delay_s: float = field(default=0.0, metadata=opt(
+        "With --restart immediate: seconds between the crash taking effect and the restart "
+        "(a supervisor's back-off).", min=0))
     rate: float = field(default=2_000.0, metadata=opt(
         "Generator rate, events/s over all producers, or 'oir' for the optimum ingestion "
         "rate stored for this topology, pg and run shape (see `pgval oir`)."))
@@ -70,7 +83,11 @@ class ExperimentConfig:
     phase_seconds: float = field(default=90.0, metadata=opt(
         "Length of each of control, failure and recovery (the paper: 90 s).", min=1))
     warmup_seconds: float = field(default=5.0, metadata=opt(
-        "ε: generated but not judged, before control starts.", min=0))
+        "ε, at least: generated but not judged; control starts once the pipeline is steady "
+        "(outputs flowing, their latency no longer falling) and this has passed.", min=0))
+    warmup_max_seconds: float = field(default=180.0, metadata=opt(
+        "At most this long a warm-up: then control starts anyway and the run says why the "
+        "pipeline never settled.", min=0))
     window_ms: int = field(default=10_000, metadata=opt("Tumbling event-time window (ms).",
                                                                min=1, max=10**12))
     watermark_ms: int = field(default=2_000, metadata=opt("Allowed lateness (ms).", min=0))
@@ -146,6 +163,8 @@ class ExperimentConfig:
         self.fault = Fault.parse(self.fault)
         self.crash_point = CrashPoint.parse(self.crash_point)
         self.deploy = Deploy.parse(self.deploy)
+        if self.restart is not None:
+            self.restart = Restart.parse(self.restart)
 
     @property
     def fault_spec(self) -> FaultSpec:
@@ -156,11 +175,36 @@ class ExperimentConfig:
         """What this run is comparable by (the matrix key, the OIR shape, the report)."""
         return RunShape.of(asdict(self))
 
-    def validate(self) -> None:
+    @property
+    def spark_replaces_executor(self) -> bool:
+        """A ``crash`` here is an executor kill through the driver, on a cluster pgval does
+        not own, whose cluster manager starts the replacement (:mod:`pgval.faults.executor`)."""
+        return self.deploy is Deploy.EXTERNAL or bool(
+            self.deploy is Deploy.LOCAL and self.running_cluster)
+
+    @property
+    def restart_policy(self) -> Restart | None:
+        """When a crashed process comes back in this run: ``--restart``, else the fault's
+        default (:func:`default_restart`); None where nothing restarts."""
+        return (self.restart or default_restart(self)) if default_restart(self) else None
+
+    def restart_for(self, fault: Fault) -> dict[str, Any]:
+        """The restart settings a cell of ``fault`` takes from this config (a matrix's, whose
+        fault is an axis): the policy where a process restarts, the delay where it restarts
+        at once; a fault-free or delay cell gets neither."""
+        policy = dataclasses.replace(self, fault=fault).restart_policy
+        return {"restart": self.restart if policy else None,
+                "restart_delay_s": self.restart_delay_s if policy is Restart.IMMEDIATE else 0.0}
+
+    def validate(self, fault_axis: bool = False) -> None:
+        """Refuse a configuration that cannot run, in one sentence. ``fault_axis``: the fault
+        is a grid's axis (a matrix's base), so what depends on it is each cell's to check."""
         if self.rate <= 0:
             raise RuntimeErrorPlain("the rate must be a positive number of events per second")
         if self.phase_seconds <= 0 or self.warmup_seconds < 0:
             raise RuntimeErrorPlain("phase and warm-up lengths must be positive")
+        if self.warmup_max_seconds < self.warmup_seconds:
+            raise RuntimeErrorPlain("--warmup-max-seconds must not be below --warmup-seconds")
         if self.window_ms <= 0 or self.watermark_ms < 0 or self.trigger_ms < 0:
             raise RuntimeErrorPlain("window, watermark and trigger must be non-negative (ms)")
         if (self.target is not None and self.deploy is Deploy.LOCAL
@@ -174,6 +218,8 @@ class ExperimentConfig:
                                     "during-sink-write: the worker whose executor writes is "
                                     "the one that dies")
         if reason := not_applicable(self):
+            raise RuntimeErrorPlain(reason)
+        if not fault_axis and (reason := restart_problem(self)):
             raise RuntimeErrorPlain(reason)
         if self.sabotage is not None and self.pg is not Guarantee.E1:
             raise RuntimeErrorPlain("--sabotage is a self-test of the e1 sink; use --pg e1")
@@ -210,8 +256,9 @@ class ExperimentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The config as stored (run.json, ``runs.params``): secrets redacted, keys kept
-        (:func:`pgval.redact.redact_record`). What needs the real values reads the fields."""
-        return redact_record(asdict(self))
+        (:func:`pgval.redact.redact_record`). What needs the real values reads the fields.
+        The restart policy is stored as the run applied it, so a report groups by it."""
+        return redact_record({**asdict(self), "restart": self.restart_policy})
 
     def scrubbed(self, text: str) -> str:
         """``text`` (an error message to store) without any of this run's secret values:
@@ -223,6 +270,34 @@ class ExperimentConfig:
             except ValueError:  # unbalanced quotes: refused elsewhere; hide every word
                 values += command.split()[1:]
         return scrub(redact_url(text), values)
+
+
+def default_restart(cfg: ExperimentConfig) -> Restart | None:
+    """The restart policy of a run that names none: the driver comes back at once, as under
+    a supervisor (``spark-submit --supervise``, YARN's application attempts, a Kubernetes
+    restart policy); a worker at T3, as the paper's process crash. None where nothing
+    restarts: no crash, or a crash whose executor the cluster manager replaces itself."""
+    if cfg.fault is Fault.DRIVER_CRASH:
+        return Restart.IMMEDIATE
+    if cfg.fault is Fault.CRASH and not cfg.spark_replaces_executor:
+        return Restart.AT_REMOVE
+    return None
+
+
+def restart_problem(cfg: ExperimentConfig) -> str | None:
+    """Why the restart settings mean nothing for this run (one sentence), or None."""
+    if cfg.restart is not None and default_restart(cfg) is None:
+        if cfg.fault.restarts:
+            return ("--restart does not apply to crash on a cluster pgval does not own: Spark's "
+                    "cluster manager replaces the killed executor itself")
+        return (f"--restart applies to --fault crash and driver-crash (nothing restarts under "
+                f"--fault {cfg.fault})")
+    if cfg.restart_delay_s > 0 and cfg.restart_policy is not Restart.IMMEDIATE:
+        return "--restart-delay-s applies to --restart immediate"
+    if cfg.restart_delay_s >= cfg.phase_seconds:
+        return ("--restart-delay-s must be shorter than a phase (the restart belongs in the "
+                "failure phase; use --restart at-remove to restart at T3)")
+    return None
 
 
 def not_applicable(cfg: ExperimentConfig) -> str | None:

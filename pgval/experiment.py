@@ -1,10 +1,15 @@
 """One experiment, end to end: the paper's timeline (Fig. 4) on a deployment.
 
-T0 deploy (cluster, the run's topics, driver) → priming → T1 generators start → ε warm-up
-→ control [T1+ε, T2) → failure [T2, T3) → recovery [T3, …) → T4 generators stop →
-closing events → drain until the query has processed everything → read what Kafka holds,
-proving the read complete → evidence on disk → oracle, validator, metrics → validity →
-SQLite.
+T0 deploy (cluster, the run's topics, driver) → priming → T1 generators start → warm-up
+until the pipeline is steady (:mod:`pgval.run.warmup`) → control [start, T2) → failure
+[T2, T3) → recovery [T3, …) → T4 = start + 3 phases, generators stop → closing events →
+drain until the query has processed everything → read what Kafka holds, proving the read
+complete → evidence on disk → oracle, validator, metrics → validity → SQLite.
+
+T2 and T3 are judged where the fault acted: the inject's and the removal's
+``effective_ms`` (:mod:`pgval.run.schedule`), not the schedule's times, so outputs before
+the fault took effect are control's. The removal runs at T3, or, under the restart policy
+``immediate``, ``restart_delay_s`` after the crash took effect (docs/faults.md).
 
 The parts live in :mod:`pgval.run` (pgval's own events, watching the query, the fault
 schedule, read-back) and :mod:`pgval.deploy` (where Kafka and Spark come from); this module
@@ -49,6 +54,7 @@ from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger,
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
+from pgval.run.warmup import WarmUp
 from pgval.schema import OUTPUT_TOPIC, CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Topics
 from pgval.spark.driver import DriverProcess, DriverSpec
 from pgval.store import ResultsStore, unstored_error
@@ -102,8 +108,13 @@ class Experiment:
         self.generators: ProducerGroup | None = None
         self.schedule = FaultSchedule(NoFault())
         self.timings: dict[str, float] = {}
-        self.phase_bounds: dict[str, int] = {}
+        #: t1, settled (None: never), start, the schedule's t2/t3 (``_intended``), the
+        #: judged t2/t3 (when the fault took effect and ended), t4; epoch ms.
+        self.phase_bounds: dict[str, int | None] = {}
+        #: The warm-up's own measurement (:meth:`pgval.run.warmup.WarmUp.record`).
+        self.warmup: dict[str, Any] = {}
         self._phase = "deploy"
+        self._rate_mark = (0, time.monotonic())
         self._reasons = Validity()
         self._log_offsets: dict[str, int] = {}
         self.control: ControlEvents | None = None
@@ -166,7 +177,9 @@ class Experiment:
         validity.add(evaluation_reasons(result.evaluation, self.fault.kind),
                      fault_reasons(self.fault.kind, self.fault_log))
         self.timings["total_s"] = time.monotonic() - wall0
-        phase_total = cfg.warmup_seconds + 3 * cfg.phase_seconds
+        # T1 to T4: the warm-up is the pipeline settling, a finding, not pgval's overhead.
+        bounds = self.phase_bounds
+        phase_total = (bounds["t4"] - bounds["t1"]) / 1000 if "t4" in bounds else 0.0
         self.timings["overhead_s"] = self.timings["total_s"] - phase_total
         self.manifest.valid, self.manifest.validity_reasons = validity.valid, validity.texts
         self.manifest.validity = validity.records()
@@ -191,6 +204,7 @@ class Experiment:
         if store and run_id is not None:
             extra = {"timings": self.timings, "generator": result.generator,
                      "readback": result.readback, "fault_log": self.fault_log,
+                     "phase_bounds_ms": self.phase_bounds, "warmup": self.warmup,
                      "cluster": self._describe_deployment(), "run_dir": str(self.run_dir)}
             try:
                 store.finish_run(run_id, result.evaluation, extra=extra, validity=validity,
@@ -269,6 +283,8 @@ class Experiment:
         bounds = self.phase_bounds
         self.manifest.phases = [bounds["start"], bounds["t2"], bounds["t3"]]
         self.manifest.t4 = bounds["t4"]
+        # The judged phases above are what a re-check uses; these say where they came from.
+        self.manifest.config.update(phase_bounds_ms=bounds, warmup=self.warmup)
         self.manifest.write(self.run_dir)
         self.timings["read_back_s"] = time.monotonic() - t_read
         inputs = {k: v for k, v in back.records.items() if k != OUTPUT_TOPIC}
@@ -282,7 +298,8 @@ class Experiment:
         return ExperimentResult(
             run_id=run_id, evaluation=evaluation, timings=self.timings, phases=phases,
             generator=report, batches=progress, fault_log=self.fault_log,
-            validity=self._reasons, readback=self.manifest.readback, run_dir=self.run_dir)
+            validity=self._reasons, readback=self.manifest.readback, run_dir=self.run_dir,
+            bounds=bounds, warmup=self.warmup)
 
     def _deploy(self) -> None:
         """The deployment up (or checked, when warm), the run's topics, the fault, the driver."""
@@ -359,13 +376,15 @@ class Experiment:
         return time.monotonic() - t0
 
     def _phases(self, monitor: OutputMonitor) -> tuple[dict[str, Any], bool]:
-        """T1 … T4 with the fault, then closing events and the drain. Returns the
-        generator's report and whether the driver died on its own."""
+        """T1, the warm-up until steady, control, failure and recovery with the fault, T4,
+        then closing events and the drain. Returns the generator's report and whether the
+        driver died on its own."""
         cfg = self.config
         assert self.driver is not None and self.control is not None
+        # No count: the generators run until T4, which the warm-up's end decides.
         gen_cfg = GeneratorConfig(
             resources=cfg.resources, get_share=cfg.get_share, producers=cfg.producers,
-            rate=cfg.rate, duration_s=cfg.warmup_seconds + 3 * cfg.phase_seconds, seed=cfg.seed)
+            rate=cfg.rate, duration_s=None, seed=cfg.seed)
         client = self.deployment.client_config()
         topics = self._topics()
         # log_level 3: keep librdkafka's transient retry warnings off the live display.
@@ -374,18 +393,18 @@ class Experiment:
                                     if k != "bootstrap.servers"}, "log_level": 3})
         self.generators = ProducerGroup(gen_cfg, sink, pid_dir=self.run_dir / "pids")
         self.generators.start()
-        t1 = self.generators.started_ms or now_ms()
-        start = t1 + int(cfg.warmup_seconds * 1000)
-        t2 = start + int(cfg.phase_seconds * 1000)
-        t3 = t2 + int(cfg.phase_seconds * 1000)
-        t4 = t3 + int(cfg.phase_seconds * 1000)
-        self.phase_bounds = {"t1": t1, "start": start, "t2": t2, "t3": t3, "t4": t4}
+        self.phase_bounds = {"t1": self.generators.started_ms or now_ms()}
         driver_died = False
         try:
+            self._warm_up(monitor)
             self._follow_timeline(monitor)
         except _DriverDied as exc:
             driver_died = True
             self._reasons.add(Reason("observed", f"the driver died at {self._phase}: {exc}"))
+            if "start" not in self.phase_bounds:
+                self._start_control(now_ms(), settled=False)
+            self.generators.stop()
+        self._judged_bounds()
         report = self.generators.join(timeout_s=60).to_dict()
         self.generators.close()
         self._reasons.add(generator_reasons(report))
@@ -401,48 +420,111 @@ class Experiment:
                 self._reasons.add(outcome.reason)
         return report, driver_died
 
+    def _warm_up(self, monitor: OutputMonitor) -> None:
+        """From T1 until the pipeline is steady (:mod:`pgval.run.warmup`), at least
+        ``warmup_seconds`` and at most ``warmup_max_seconds``; then control starts."""
+        cfg = self.config
+        assert self.driver is not None
+        t1 = self.phase_bounds["t1"]
+        earliest = t1 + int(cfg.warmup_seconds * 1000)
+        latest = t1 + int(cfg.warmup_max_seconds * 1000)
+        warm = WarmUp(t1)
+        self._phase = "warm-up"
+        monitor.follow()
+        try:
+            while True:
+                now = now_ms()
+                ends, stamps = monitor.new_outputs()
+                warm.add(ends, stamps, max((watermark_ms(p) for p in batches(self.driver)),
+                                           default=0))
+                steady = warm.steady()
+                if (steady and now >= earliest) or now >= latest:
+                    break
+                self._status(now, (latest - t1) / 1000 + 3 * cfg.phase_seconds,
+                             note=f"warming up: {warm.note()}")
+                self._watch(driver_down=False)
+                time.sleep(1.0)
+        finally:
+            monitor.unfollow()
+        start = now_ms()
+        self.warmup = warm.record(start, cfg.warmup_max_seconds)
+        self._start_control(start, settled=steady)
+
+    def _start_control(self, start: int, settled: bool) -> None:
+        """The schedule from the end of the warm-up: control, failure, recovery, T4."""
+        phase_ms = int(self.config.phase_seconds * 1000)
+        self.phase_bounds.update(settled=start if settled else None, start=start,
+                                 t2_intended=start + phase_ms,
+                                 t3_intended=start + 2 * phase_ms, t4=start + 3 * phase_ms)
+        self.timings["warmup_s"] = (start - self.phase_bounds["t1"]) / 1000
+
+    def _judged_bounds(self) -> None:
+        """T2 and T3 as the run judges them: when the fault took effect and when it ended
+        (the schedule's times where nothing was injected or removed)."""
+        b = self.phase_bounds
+        b["t2"] = self.schedule.effective("inject") or b["t2_intended"]
+        b["t3"] = self.schedule.effective("remove") or max(b["t3_intended"], b["t2"])
+
     def _follow_timeline(self, monitor: OutputMonitor) -> None:
-        """Sleep through the phases, injecting/removing the fault, reporting status."""
+        """Sleep through the phases, injecting and removing the fault, reporting status; the
+        generators stop at T4."""
         assert self.generators is not None and self.driver is not None
         b = self.phase_bounds
-        t1, start, t2, t3, t4 = b["t1"], b["start"], b["t2"], b["t3"], b["t4"]
+        start, t2, t4 = b["start"], b["t2_intended"], b["t4"]
+        total_s = (t4 - b["t1"]) / 1000.0
         injected = removed = False
-        total_s = (t4 - t1) / 1000.0
-        last_count, last_t = 0, time.monotonic()
-        driver_crash = self.fault.kind is Fault.DRIVER_CRASH
+        remove_at = t4
         while True:
             now = now_ms()
             if not injected and now >= t2:
                 self.schedule.step("inject", t2)
                 injected = True
-            if injected and not removed and now >= t3:
-                self.schedule.step("remove", t3)
+                remove_at = self.schedule.removal_due(
+                    self.config.restart_policy, self.config.restart_delay_s, b["t3_intended"])
+            if injected and not removed and now_ms() >= remove_at:
+                self.schedule.step("remove", remove_at)
                 removed = True
-            self._phase = ("warm-up" if now < start else "control" if now < t2 else
-                           "failure" if now < t3 else "recovery")
-            generated = sum(p.sent for p in self.generators.progress())
-            mono = time.monotonic()
-            rate = (generated - last_count) / max(mono - last_t, 1e-3)
-            last_count, last_t = generated, mono
-            self.on_status(Status(self._phase, (now - t1) / 1000.0, total_s, generated, rate,
-                                  monitor.count(), len(self.driver.progress())))
+            self._phase = ("control" if not injected else "failure" if not removed
+                           else "recovery")
+            if now >= t4 and not self.generators.stop_requested:
+                self.generators.stop()
+            self._status(now, total_s)
             if self.generators.done() and now >= t4:
                 return
             if now >= t4 + 60_000:
                 raise RuntimeErrorPlain("the generators did not finish 60 s after T4")
             if self.config.late_events and not self.planted and now >= start + (t2 - start) // 2:
                 self._plant_late_events()
-            if not driver_crash or not injected or removed:
-                try:
-                    self.driver.check()
-                except RuntimeErrorPlain as exc:
-                    raise _DriverDied(str(exc)) from exc
+            self._watch(driver_down=self.fault.kind is Fault.DRIVER_CRASH
+                        and injected and not removed)
             if injected and not removed:
                 self.schedule.check()
-            problem = self._reaper_problem()
-            if problem:
-                raise RuntimeErrorPlain(problem)
             time.sleep(1.0)
+
+    def _status(self, now: int, total_s: float, note: str = "") -> None:
+        """One live status line: the phase, time since T1, the input rate, outputs."""
+        assert self.generators is not None and self.driver is not None
+        generated = sum(p.sent for p in self.generators.progress())
+        mono = time.monotonic()
+        last_count, last_t = self._rate_mark
+        rate = (generated - last_count) / max(mono - last_t, 1e-3)
+        self._rate_mark = (generated, mono)
+        self.on_status(Status(self._phase, (now - self.phase_bounds["t1"]) / 1000.0, total_s,
+                              generated, rate, self.monitor.count() if self.monitor else -1,
+                              len(self.driver.progress()), note=note))
+
+    def _watch(self, driver_down: bool) -> None:
+        """Stop the run when the driver died on its own (not while a driver crash holds it
+        down) or a reaper died (the run would no longer be covered against a SIGKILL)."""
+        assert self.driver is not None
+        if not driver_down:
+            try:
+                self.driver.check()
+            except RuntimeErrorPlain as exc:
+                raise _DriverDied(str(exc)) from exc
+        problem = self._reaper_problem()
+        if problem:
+            raise RuntimeErrorPlain(problem)
 
     def _plant_late_events(self) -> None:
         assert self.driver is not None and self.control is not None

@@ -42,6 +42,8 @@ class LiveStatus:
                   f"batches {s.batches}")
         if s.phase in ("drain", "prime"):
             detail = f"{s.note}: outputs {max(s.outputs, 0):,}, batches {s.batches}"
+        elif s.note:  # the warm-up: how far the pipeline is from steady
+            detail = f"{s.elapsed_s:5.0f} s  {s.note}  outputs {max(s.outputs, 0):,}"
         if self._progress is not None and self._task is not None:
             frac = min(s.elapsed_s / s.total_s, 1.0) if s.total_s else 0.0
             self._progress.update(self._task, completed=frac, phase=s.phase, detail=detail)

@@ -54,6 +54,7 @@ class Cell:
         """``base`` for this cell (its own cluster config: cells never share one)."""
         return dataclasses.replace(base, topology=self.topology, pg=self.pg,
                                    fault=self.fault.kind, crash_point=self.fault.point,
+                                   **base.restart_for(self.fault.kind),
                                    seed=base.seed + self.repeat,
                                    rate=base.rate if rate is None else rate,
                                    cluster=dataclasses.replace(base.cluster))
@@ -82,7 +83,14 @@ def plan(base: ExperimentConfig, grid: Sequence[Cell],
     """The cells that will run, every one checked before anything runs: a cell whose fault
     cannot be hit for its pg (:func:`~pgval.config.not_applicable`) is left out, said once
     per grid cell through ``on_left_out``; any other bad combination raises
-    :class:`~pgval.errors.RuntimeErrorPlain` (``ExperimentConfig.validate``)."""
+    :class:`~pgval.errors.RuntimeErrorPlain` (``ExperimentConfig.validate``), and so does a
+    ``--restart``/``--restart-delay-s`` that no cell takes (each cell gets them only where
+    they mean something: :meth:`~pgval.config.ExperimentConfig.restart_for`)."""
+    configs = [cell.config(base) for cell in grid]
+    if (base.restart and not any(c.restart is base.restart for c in configs)) or (
+            base.restart_delay_s and not any(c.restart_delay_s for c in configs)):
+        raise RuntimeErrorPlain("--restart and --restart-delay-s apply to the crash and "
+                                "driver-crash cells they fit; this grid has none")
     checked: set[tuple[Topology, Guarantee, FaultSpec]] = set()
     left_out: set[tuple[Topology, Guarantee, FaultSpec]] = set()
     for cell in grid:

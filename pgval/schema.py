@@ -117,6 +117,11 @@ class Fault(Name):
         return self in (Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT)
 
     @property
+    def restarts(self) -> bool:
+        """Takes a process away that must come back: a worker (``crash``) or the driver."""
+        return self in (Fault.CRASH, Fault.DRIVER_CRASH)
+
+    @property
     def silences_outputs(self) -> bool:
         """Stops every output for the failure phase by design (the driver is down from T2
         until its restart at T3): no outputs then is the fault's effect, not a latency
@@ -150,6 +155,19 @@ class CrashPoint(Name):
     @classmethod
     def what(cls) -> str:
         return "crash point"
+
+
+class Restart(Name):
+    """When a crashed process comes back: ``immediate`` (a supervisor restarts it as soon as
+    it is gone, after ``--restart-delay-s``: T3 is when it is back) or ``at-remove`` (at T3,
+    the paper's process crash: killed at T2, back at T3). docs/faults.md, "Restart policy"."""
+
+    IMMEDIATE = "immediate"
+    AT_REMOVE = "at-remove"
+
+    @classmethod
+    def what(cls) -> str:
+        return "restart policy"
 
 
 #: The packet-delay faults (below and above the time-outs).
@@ -207,6 +225,7 @@ PROCESSING_GUARANTEES: Final = Guarantee.names()
 FAULTS: Final = Fault.names()
 DEPLOYMENTS: Final = Deploy.names()
 CRASH_POINTS: Final = CrashPoint.names()
+RESTARTS: Final = Restart.names()
 #: The grid's names for a fault at a crash point other than ``timed`` (``matrix --faults``).
 FAULTS_AT_POINTS: Final = tuple(str(FaultSpec(fault, point))
                                 for point, (fault, _) in CRASH_POINT_RULES.items())

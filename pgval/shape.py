@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pgval.redact import ALL_VALUES, REDACTED, digest_values, redact_record
-from pgval.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Name, Topology
+from pgval.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Name, Restart, Topology
 
 #: The grid's axes: a cell's own, not shared by the runs of one matrix.
 AXES: Final = ("topology", "pg", "fault", "crash_point")
@@ -41,10 +41,15 @@ OIR_FIELDS: Final = ("deploy", "bootstrap", "master", "running_cluster", "window
 OIR_CLUSTER_FIELDS: Final = ("brokers", "partitions", "workers", "cores_per_worker",
                              "worker_memory", "broker_heap")
 #: What sets a report's groups apart within one topology × pg × fault: a run at 2k ev/s
-#: is no repetition of one at 60k.
-REPORTED: Final = ("rate", "phase_seconds", "window_ms", "crash_point", "deploy")
-#: What a setting missing from an older run's params meant then.
-DEFAULTS: Final[Mapping[str, str]] = {"deploy": Deploy.LOCAL, "crash_point": CrashPoint.TIMED}
+#: is no repetition of one at 60k, a driver restarted at once none of one restarted at T3.
+REPORTED: Final = ("rate", "phase_seconds", "window_ms", "crash_point", "deploy", "restart",
+                   "restart_delay_s")
+#: What a setting missing from an older run's params meant then: runs before restart
+#: policies restarted a crashed worker or driver at T3, with no delay.
+DEFAULTS: Final[Mapping[str, Any]] = {"deploy": Deploy.LOCAL, "crash_point": CrashPoint.TIMED,
+                                      "restart": Restart.AT_REMOVE, "restart_delay_s": 0.0}
+#: Settings that mean something only for a fault that restarts a process: None for others.
+RESTART_FIELDS: Final = ("restart", "restart_delay_s")
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ class RunShape:
         """One setting, the crash point included; what it meant when missing (older runs)."""
         if name == "crash_point":
             return self.crash_point
+        if name in RESTART_FIELDS and not _restarts(self.fault):
+            return None
         found = self.values.get(name)
         return DEFAULTS.get(name) if found is None else found
 
@@ -119,6 +126,14 @@ class RunShape:
         shape["shuffle_partitions"] = shape["shuffle_partitions"] or cluster.get("partitions")
         shape["spark_conf"] = shape["spark_conf"] or {}
         return shape
+
+
+def _restarts(fault: str | None) -> bool:
+    """Whether ``fault`` (a stored name, maybe one this pgval does not know) restarts a process."""
+    try:
+        return Fault(fault).restarts
+    except ValueError:
+        return False
 
 
 def _name(cls: type[Name], value: object) -> str | None:

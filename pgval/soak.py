@@ -91,6 +91,8 @@ def _validate_argv(run_dir: Path, db: Path, fault: Fault, seed: int) -> list[str
     return [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst",
             "--fault", fault, "--brokers", "1", "--workers", workers, "--rate", "300",
             "--phase-seconds", str(PHASE_S), "--warmup-seconds", str(WARMUP_S),
+            # A warm-up of exactly WARMUP_S: the kills are timed from T1 (_reach).
+            "--warmup-max-seconds", str(WARMUP_S),
             "--window-ms", "2000", "--watermark-ms", "1000", "--trigger-ms", "500",
             "--seed", str(seed), "--run-dir", str(run_dir), "--db", str(db), "--json"]
 
@@ -226,6 +228,7 @@ def _wait_until(cond: Callable[[], bool], deadline: float) -> float | None:
 #: The shortest run shape that still reaches a delay's holder: 1 broker, 1 worker.
 SHORT_SHAPE = ["--topology", "sst", "--brokers", "1", "--workers", "1", "--rate", "300",
                "--phase-seconds", str(PHASE_S), "--warmup-seconds", str(WARMUP_S),
+               "--warmup-max-seconds", str(WARMUP_S),
                "--window-ms", "2000", "--watermark-ms", "1000", "--trigger-ms", "500"]
 
 

@@ -5,16 +5,21 @@ shape and the report's grouping — whose stored formats must not change."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from pgval.cli import main
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.errors import RuntimeErrorPlain
 from pgval.matrix import cells, matrix_key, plan, rates_at
 from pgval.oir import OirNotStored, oir_for, trial_config
-from pgval.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Topology
-from pgval.shape import RunShape
+from pgval.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Restart, Topology
+from pgval.shape import REPORTED, RunShape
 
 
 def test_names_are_parsed_once_into_members() -> None:
@@ -80,11 +85,14 @@ SECRETS = ExperimentConfig(deploy="external", bootstrap="b:9092", master="spark:
 
 
 def test_the_matrix_key_keeps_its_stored_format() -> None:
-    """Pinned values of the key before RunShape (existing databases resume by them)."""
-    assert matrix_key(SECRETS) == "aeb00d00acb9"
-    assert matrix_key(SECRETS, 0.5) == "a4c98dfef93e"
-    assert matrix_key(ExperimentConfig()) == "9ce44347584a"
-    assert matrix_key(ExperimentConfig(cluster=ClusterConfig(workers=3))) == "4df44f0642a4"
+    """Pinned values of the key (existing databases resume by them). They changed once on
+    purpose, with issue 23: the warm-up until steady and the restart policy change what a
+    run measures, so a matrix begun before must not be resumed by runs made after (the
+    settings gained warmup_max_seconds, restart and restart_delay_s)."""
+    assert matrix_key(SECRETS) == "db8179d69229"
+    assert matrix_key(SECRETS, 0.5) == "5f25c3684534"
+    assert matrix_key(ExperimentConfig()) == "26398bd4029e"
+    assert matrix_key(ExperimentConfig(cluster=ClusterConfig(workers=3))) == "69c810e1090c"
 
 
 def test_the_oir_shape_is_a_view_of_the_run_shape() -> None:
@@ -146,3 +154,124 @@ def test_a_trial_is_the_base_at_a_rate_without_a_fault(tmp_path) -> None:  # noq
     assert trial.cluster is not base.cluster
     with pytest.raises(OirNotStored, match="no optimum ingestion rate is stored for sst a1"):
         oir_for(tmp_path / "none.db", base)
+
+
+# ------------------------------------------------------------------------ restart policy
+@pytest.mark.parametrize(("fault", "deploy", "policy"), [
+    ("driver-crash", "local", Restart.IMMEDIATE),   # as under a supervisor
+    ("driver-crash", "external", Restart.IMMEDIATE),  # the driver is local everywhere
+    ("crash", "local", Restart.AT_REMOVE),          # the paper's process crash
+    ("crash", "compose", Restart.AT_REMOVE),        # pgval starts the container again
+    ("crash", "external", None),                    # Spark replaces the executor itself
+    ("delay-gt-timeout", "local", None),
+    ("none", "local", None),
+])
+def test_each_fault_has_its_default_restart_policy(fault: str, deploy: str,
+                                                   policy: Restart | None) -> None:
+    external = {"bootstrap": "b:1", "master": "spark://m:1"} if deploy == "external" else {}
+    nemesis = ({"nemesis_inject": "true", "nemesis_remove": "true"}
+               if deploy == "external" and fault.startswith("delay") else {})
+    cfg = ExperimentConfig(fault=fault, deploy=deploy, **external, **nemesis)
+    cfg.validate()
+    assert cfg.restart is None and cfg.restart_policy is policy
+    assert cfg.to_dict()["restart"] == policy  # stored as applied: the report groups by it
+
+
+def test_an_attached_cluster_replaces_its_executors_itself() -> None:
+    cfg = ExperimentConfig(fault="crash", running_cluster="/somewhere")
+    assert cfg.restart_policy is None
+    with pytest.raises(RuntimeErrorPlain, match="Spark's cluster manager replaces"):
+        dataclasses.replace(cfg, restart="at-remove").validate()
+
+
+@pytest.mark.parametrize(("changes", "sentence"), [
+    ({"fault": "none", "restart": "immediate"},
+     "--restart applies to --fault crash and driver-crash (nothing restarts under --fault none)"),
+    ({"fault": "delay-lt-timeout", "restart": "at-remove"}, "nothing restarts under --fault"),
+    ({"fault": "crash", "deploy": "external", "bootstrap": "b:1", "master": "spark://m:1",
+      "restart": "immediate"}, "does not apply to crash on a cluster pgval does not own"),
+    ({"fault": "crash", "restart_delay_s": 3.0},
+     "--restart-delay-s applies to --restart immediate"),
+    ({"fault": "driver-crash", "restart": "at-remove", "restart_delay_s": 3.0},
+     "--restart-delay-s applies to --restart immediate"),
+    ({"fault": "driver-crash", "restart_delay_s": 90.0}, "shorter than a phase"),
+    ({"fault": "crash", "restart": "sometimes"}, "unknown restart policy 'sometimes'"),
+    ({"warmup_seconds": 30.0, "warmup_max_seconds": 20.0}, "must not be below --warmup-seconds"),
+])
+def test_restart_settings_that_mean_nothing_are_refused(changes: dict, sentence: str) -> None:
+    with pytest.raises(RuntimeErrorPlain, match=re.escape(sentence)):
+        ExperimentConfig(**changes).validate()
+
+
+def test_restart_settings_that_mean_something_are_taken() -> None:
+    for changes in ({"fault": "crash", "restart": "immediate", "restart_delay_s": 5.0},
+                    {"fault": "driver-crash", "restart": "at-remove"},
+                    {"fault": "driver-crash", "restart_delay_s": 2.0}):
+        ExperimentConfig(**changes).validate()
+
+
+def test_a_matrix_gives_the_restart_policy_to_the_cells_it_fits() -> None:
+    base = ExperimentConfig(restart="immediate", restart_delay_s=2.0)
+    base.validate(fault_axis=True)  # the base's fault is a placeholder
+    with pytest.raises(RuntimeErrorPlain):
+        base.validate()
+    grid = plan(base, cells(["sst"], ["a1"], ["none", "crash", "driver-crash",
+                                              "delay-lt-timeout"], 1), lambda c, r: None)
+    got = {str(c.fault): (c.config(base).restart_policy, c.config(base).restart_delay_s)
+           for c in grid}
+    assert got == {"none": (None, 0.0), "delay-lt-timeout": (None, 0.0),
+                   "crash": (Restart.IMMEDIATE, 2.0), "driver-crash": (Restart.IMMEDIATE, 2.0)}
+    # The defaults per cell when the matrix names no policy; a delay only where immediate.
+    plain = ExperimentConfig(restart_delay_s=2.0)
+    got = {str(c.fault): (c.config(plain).restart_policy, c.config(plain).restart_delay_s)
+           for c in plan(plain, cells(["sst"], ["a1"], ["crash", "driver-crash"], 1),
+                         lambda c, r: None)}
+    assert got == {"crash": (Restart.AT_REMOVE, 0.0), "driver-crash": (Restart.IMMEDIATE, 2.0)}
+    # The key hashes the matrix's choice: the same for every cell, another for another choice.
+    assert matrix_key(base) != matrix_key(ExperimentConfig(restart="at-remove"))
+    assert matrix_key(dataclasses.replace(base, fault="crash")) == matrix_key(base)
+
+
+def test_a_matrix_refuses_a_restart_policy_no_cell_takes() -> None:
+    base = ExperimentConfig(restart="at-remove")
+    with pytest.raises(RuntimeErrorPlain, match="this grid has none"):
+        plan(base, cells(["sst"], ["a1"], ["none", "delay-gt-timeout"], 1), lambda c, r: None)
+    with pytest.raises(RuntimeErrorPlain, match="this grid has none"):  # crash: at-remove
+        plan(ExperimentConfig(restart_delay_s=1.0), cells(["sst"], ["a1"], ["crash"], 1),
+             lambda c, r: None)
+
+
+@pytest.mark.parametrize(("params", "restart", "delay"), [
+    ({"fault": "driver-crash"}, "at-remove", 0.0),       # stored before policies: at T3
+    ({"fault": "crash"}, "at-remove", 0.0),
+    ({"fault": "driver-crash", "restart": "immediate", "restart_delay_s": 2.0}, "immediate", 2.0),
+    ({"fault": "none"}, None, None),                     # nothing restarts: no value
+    ({"fault": "delay-lt-timeout", "restart": None, "restart_delay_s": 0.0}, None, None),
+])
+def test_the_shape_says_what_a_stored_run_restarted_by(params: dict, restart: str | None,
+                                                       delay: float | None) -> None:
+    shape = RunShape.of({"topology": "sst", "pg": "a1", **params})
+    assert (shape.value("restart"), shape.value("restart_delay_s")) == (restart, delay)
+    assert {"restart", "restart_delay_s"} <= set(REPORTED)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["validate", "--topology", "sst", "--restart", "immediate"],
+     "--restart applies to --fault crash and driver-crash"),
+    (["validate", "--topology", "sst", "--fault", "crash", "--restart-delay-s", "2"],
+     "--restart-delay-s applies to --restart immediate"),
+    (["matrix", "--faults", "none,delay-lt-timeout", "--restart", "at-remove"],
+     "this grid has none"),
+])
+def test_the_command_line_refuses_a_restart_that_means_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], needle: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, args)
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and needle in lines[0], res.output
+    assert os.listdir(tmp_path) == []  # refused before anything exists
+
+
+def test_oir_has_no_restart_options() -> None:
+    res = CliRunner().invoke(main, ["oir", "--topology", "sst", "--restart", "immediate"])
+    assert res.exit_code == 2 and "No such option" in res.output

@@ -20,16 +20,19 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="packet delay needs ro
 
 
 def run(tmp_path: Path, topology: str, pg: str, fault: str,
-        crash_point: str = "timed") -> ExperimentResult:
+        crash_point: str = "timed", restart: str | None = None) -> ExperimentResult:
     cfg = ExperimentConfig(
         topology=topology, pg=pg, fault=fault, crash_point=crash_point, rate=300,
         resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
-        trigger_ms=500,
+        trigger_ms=500, restart=restart,
+        # 2 s windows close every 2 s: the rule judges them quickly; the cap bounds the cost.
+        warmup_max_seconds=30,
         get_share=0.9 if topology == "mst" else 0.995, drain_timeout_s=150,
         target=None if crash_point == "during-sink-write" else 1,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db").run()
     check_consistent(result)
+    check_timeline(result, cfg)
     check_nothing_left(tmp_path / "run")
     print(fault, topology, pg, {k: result.summary()[k] for k in (
         "expected", "processed", "duplicate", "incorrect", "unprocessed", "guarantee")},
@@ -46,6 +49,23 @@ def check_consistent(result: ExperimentResult) -> None:
     assert sum(p.expected for p in phases) <= v.expected
     assert sum(p.duplicate for p in phases) <= v.duplicate
     assert all(p.processed + p.unprocessed == p.expected for p in phases)
+
+
+def check_timeline(result: ExperimentResult, cfg: ExperimentConfig) -> None:
+    """Control starts when the warm-up ended (steady, or at its cap), at least ε after T1;
+    the judged T2 and T3 are when the fault took effect and ended, never before the
+    schedule's T2."""
+    b, warm, ph = result.bounds, result.warmup, result.phases
+    assert b["start"] == ph.start and b["t4"] == ph.start + 3 * 16_000
+    assert cfg.warmup_seconds * 1000 <= ph.start - b["t1"] <= (cfg.warmup_max_seconds + 3) * 1000
+    assert warm["seconds"] == (ph.start - b["t1"]) / 1000
+    assert b["settled"] == (ph.start if warm["settled"] else None), warm
+    assert warm["settled"] or warm["why"]
+    print("warm-up", warm)
+    steps = {e["step"]: e for e in result.fault_log}
+    if "inject" in steps:
+        assert ph.t2 == steps["inject"]["effective_ms"] >= b["t2_intended"]
+        assert ph.t3 == steps["remove"]["effective_ms"] >= ph.t2
 
 
 def check_nothing_left(run_dir: Path) -> None:
@@ -85,14 +105,27 @@ def test_a_worker_crash_while_its_executor_writes_duplicates_a1(tmp_path: Path) 
     assert r.summary()["guarantee"] == "at-least-once"
 
 
-@pytest.mark.parametrize("pg", ["a1", "e1"])
-def test_driver_crash_restarts_from_checkpoint(tmp_path: Path, pg: str) -> None:
-    r = run(tmp_path, "sst", pg, "driver-crash")
-    s = steps(r)
-    assert s["inject"]["driver_pid"] and s["remove"]["query_restarted_s"] > 0
-    assert r.evaluation.validation.unprocessed == 0  # Kafka is replayable: nothing is lost
-    if pg == "e1":
-        assert r.evaluation.validation.duplicate == 0
+def test_driver_crash_restarts_from_checkpoint_at_once_or_at_t3(tmp_path: Path) -> None:
+    """a1 under the default policy, immediate: the restart begins as soon as the kill took
+    effect; e1 under at-remove: at the schedule's T3. Either way the judged failure phase
+    is the outage, from the kill to the query running again, and the failure cost follows
+    it: the window closing at the kill waits for the restarted query, so its latency is at
+    least the outage (less control's median and a window). Not compared across the two
+    runs: a restart takes 12-50 s on 2 shared cores, so the policies' costs can cross."""
+    for pg, restart in (("a1", None), ("e1", "at-remove")):
+        r = run(tmp_path / pg, "sst", pg, "driver-crash", restart=restart)
+        s = steps(r)
+        assert s["inject"]["driver_pid"] and s["remove"]["query_restarted_s"] > 0
+        assert r.evaluation.validation.unprocessed == 0  # Kafka is replayable: nothing lost
+        killed, back = s["inject"]["effective_ms"], s["remove"]["effective_ms"]
+        if restart is None:
+            assert s["remove"]["actual_ms"] - killed < 2_000, s
+        else:
+            assert s["remove"]["intended_ms"] == r.bounds["t3_intended"] <= s["remove"]["actual_ms"]
+            assert r.evaluation.validation.duplicate == 0
+        outage_s, cost = (back - killed) / 1000, r.summary()["failure_cost_s"]
+        print(pg, restart, "outage", outage_s, "failure cost", cost)
+        assert cost >= outage_s - 10, (outage_s, cost)
 
 
 @needs_root
@@ -105,6 +138,9 @@ def test_delay_below_timeout(tmp_path: Path, topology: str) -> None:
     # The handshake to the worker took at least one delayed round trip.
     assert inj["probe_connect_ms_after"] >= 400 > (inj["probe_connect_ms_before"] or 0)
     assert "removed_ms" in s["remove"]
+    # The delay acts once the probe saw it, after the schedule's T2; what came out before
+    # that is control's (judged by the effective time, check_timeline).
+    assert inj["effective_ms"] == inj["done_ms"] > inj["intended_ms"]
     assert r.evaluation.validation.unprocessed == 0
 
 

@@ -25,15 +25,14 @@ pytestmark = pytest.mark.cluster
 
 
 def small_config(topology: str, pg: str) -> ExperimentConfig:
-    # A control phase without outputs makes the run unknown (it measured nothing). On 2
-    # shared cores MST's outputs come 10-17 s after their inputs (two stateful operators,
-    # each waiting for the watermark), measured with spark.authenticate on and off alike
-    # (4 runs: control empty in one of each). So MST gets a 10 s warm-up and 9 s phases:
-    # the first outputs land inside control; SST (5-8 s) keeps 8 s and 6 s.
+    # On 2 shared cores MST's outputs come 10-17 s after their inputs (two stateful
+    # operators, each waiting for the watermark), SST's 5-8 s. The warm-up lasts until the
+    # outputs' latency stops falling (2 s windows: judged every 2 s), at least 10 s (MST) or
+    # 8 s and at most 30 s, so short phases still see outputs in control.
     mst = topology == "mst"
     return ExperimentConfig(
         topology=topology, pg=pg, rate=400, resources=4, phase_seconds=9 if mst else 6,
-        warmup_seconds=10 if mst else 8,
+        warmup_seconds=10 if mst else 8, warmup_max_seconds=30,
         window_ms=2000, watermark_ms=1000, trigger_ms=500,
         # MST needs POSTs in most windows to have outputs at all: raise their share.
         get_share=0.9 if topology == "mst" else 0.995,
@@ -238,7 +237,8 @@ def test_cli_json_and_cleanup(tmp_path: Path) -> None:
     db, runs = tmp_path / "r.db", tmp_path / "runs"
     proc = subprocess.run(
         [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst", "--brokers", "1",
-         "--workers", "1", "--phase-seconds", "4", "--warmup-seconds", "4", "--rate", "200",
+         "--workers", "1", "--phase-seconds", "4", "--warmup-seconds", "4",
+         "--warmup-max-seconds", "20", "--rate", "200",
          "--window-ms", "2000", "--watermark-ms", "1000", "--trigger-ms", "500",
          "--spark-conf", f"spark.pgval.test.password={MARK}", "--keep-data",
          "--db", str(db), "--json"],
@@ -250,7 +250,13 @@ def test_cli_json_and_cleanup(tmp_path: Path) -> None:
         assert key in out
     assert out["guarantee"] == "exactly-once"
     assert set(out["phases"]) == {"control", "failure", "recovery"}
+    # The timeline: T1, the warm-up's end (steady, or never: null), the judged phases, T4.
+    bounds, warm = out["phase_bounds_ms"], out["warmup"]
+    assert bounds["t1"] + 4_000 <= bounds["start"] <= bounds["t1"] + 23_000
+    assert bounds["settled"] == (bounds["start"] if warm["settled"] else None), warm
+    assert bounds["t4"] == bounds["start"] + 12_000 and warm["windows"]
     (row,) = ResultsStore(db).runs()
+    assert json.loads(row["summary"])["phase_bounds_ms"] == bounds
     run_dir = Path(row["run_dir"])
     assert_nothing_left(run_dir)
     assert run_dir.parent == runs and mode(runs) == 0o700

@@ -46,6 +46,8 @@ EXCLUDED: Mapping[str, Mapping[str, str]] = {
                "fault": "a grid axis (--faults)",
                "crash_point": "part of the fault axis (--faults FAULT@POINT)", **SELF_TESTS},
     "oir": {"fault": "OIR trials run without a fault",
+            "restart": "OIR trials run without a fault: nothing restarts",
+            "restart_delay_s": "OIR trials run without a fault: nothing restarts",
             "rate": "the rate is what the search finds (--start-rate)", **SELF_TESTS},
 }
 #: Options given as text although their field is a number: ``--rate`` also takes ``oir``,
@@ -130,7 +132,8 @@ def build_config(values: Mapping[str, Any], **fixed: Any) -> ExperimentConfig:
     """The config from a command's parsed config options (keys: field names), with
     ``fixed`` on top (grid axes, a resolved rate), checked by
     :meth:`ExperimentConfig.validate`: a bad combination is one line (:class:`UserError`).
-    Fields the command has no option for keep their dataclass default."""
+    Fields the command has no option for keep their dataclass default; without ``fault``
+    (a matrix: the fault is an axis) what depends on the fault is checked per cell."""
     given = {**values, **fixed}
     exp = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(NOT_OPTIONS)
     clu = {f.name for f in dataclasses.fields(ClusterConfig)} - set(NOT_OPTIONS)
@@ -138,14 +141,14 @@ def build_config(values: Mapping[str, Any], **fixed: Any) -> ExperimentConfig:
         raise TypeError(f"not config fields: {sorted(unknown)}")
     cfg = ExperimentConfig(**{k: v for k, v in given.items() if k in exp},
                            cluster=ClusterConfig(**{k: v for k, v in given.items() if k in clu}))
-    validate_config(cfg)
+    validate_config(cfg, fault_axis="fault" not in given)
     return cfg
 
 
-def validate_config(cfg: ExperimentConfig) -> None:
+def validate_config(cfg: ExperimentConfig, fault_axis: bool = False) -> None:
     """:meth:`ExperimentConfig.validate`, its one sentence as a :class:`UserError`."""
     try:
-        cfg.validate()
+        cfg.validate(fault_axis=fault_axis)
     except RuntimeErrorPlain as exc:
         raise UserError(str(exc)) from exc
 

@@ -52,6 +52,8 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, **values: Any) -> No
     render_evaluation(result.evaluation, console,
                       title=f"{cfg.topology.upper()} {cfg.pg} fault={cfg.fault} — per phase")
     print_validity(result.validity)
+    if line := result.warmup_line():
+        console.print(f"  • {line}")
     t = result.timings
     inputs = result.readback.get("inputs", {})
     console.print(f"  • read back {inputs.get('read', 0):,} input records (= end offsets, = "

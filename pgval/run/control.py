@@ -9,7 +9,8 @@ only move the watermark, like the paper's "first input of the next window".
 
 Priming events: Spark's first micro-batches are slow (executors start, classes load, state
 stores open). Before T1 a few events with negative IDs go into an old window, and the run
-waits until a batch has read them, so the control phase measures a warm query. Exactly
+waits until a batch has read them; the warm-up after T1 (:mod:`pgval.run.warmup`) then
+waits until the query's latency stops falling, which priming alone does not reach. Exactly
 the range of negative IDs written here is set aside before validation
 (:func:`pgval.evidence.set_aside_control`); any other ID is judged.
 """

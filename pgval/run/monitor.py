@@ -1,5 +1,6 @@
-"""Watching the query: the output topic's size, the query's progress against the input
-topics' end offsets — when priming is done, and when the drain is."""
+"""Watching the query: the output topic's size and, during the warm-up, its records; the
+query's progress against the input topics' end offsets — when priming is done, and when the
+drain is."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from pgval.checker.explain import watermark_ms
@@ -21,7 +24,8 @@ from pgval.spark.driver import DriverProcess
 
 
 class OutputMonitor:
-    """Counts records in the output topic (sum of high watermarks), cheaply, once a second."""
+    """Counts records in the output topic (sum of high watermarks), cheaply, once a second;
+    during the warm-up it also reads the new outputs (:meth:`follow`, :meth:`new_outputs`)."""
 
     def __init__(self, client_config: dict[str, Any], topics: Topics) -> None:
         self.topics = topics
@@ -31,17 +35,49 @@ class OutputMonitor:
             **client_config, "group.id": "pgval-monitor", "enable.auto.commit": False}))
         self._partitions: list[int] | None = None
 
+    def _output_partitions(self) -> list[int]:
+        if self._partitions is None:
+            out = self.topics.output
+            md = self.consumer.list_topics(out, timeout=5)
+            self._partitions = sorted(md.topics[out].partitions)
+        return self._partitions
+
+    def _output_end(self, partition: int) -> int:
+        return int(self.consumer.get_watermark_offsets(
+            TopicPartition(self.topics.output, partition), timeout=5, cached=False)[1])
+
     def count(self) -> int:
-        out = self.topics.output
         try:
-            if self._partitions is None:
-                md = self.consumer.list_topics(out, timeout=5)
-                self._partitions = sorted(md.topics[out].partitions)
-            return sum(self.consumer.get_watermark_offsets(
-                TopicPartition(out, p), timeout=5, cached=False)[1]
-                for p in self._partitions)
+            return sum(self._output_end(p) for p in self._output_partitions())
         except Exception:
             return -1
+
+    def follow(self) -> None:
+        """Read the output topic from its end now on (read_committed, librdkafka's default:
+        e1's aborted writes never count)."""
+        self.consumer.assign([TopicPartition(self.topics.output, p, self._output_end(p))
+                              for p in self._output_partitions()])
+
+    def new_outputs(self, limit: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
+        """``(window_end, ingress ms)`` of the outputs written since the last call (at most
+        ``limit``); a record without a usable ``window_end`` is skipped: the warm-up only
+        times outputs, the read-back judges them."""
+        ends, stamps = [], []
+        for msg in self.consumer.consume(num_messages=limit, timeout=0.2):
+            if msg.error() is not None:
+                continue
+            try:
+                end = orjson.loads(msg.value() or b"").get("window_end")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(end, int) and not isinstance(end, bool):
+                ends.append(end)
+                stamps.append(msg.timestamp()[1])
+        return np.array(ends, dtype=np.int64), np.array(stamps, dtype=np.int64)
+
+    def unfollow(self) -> None:
+        with contextlib.suppress(Exception):
+            self.consumer.unassign()
 
     def input_end_offsets(self) -> dict[str, dict[int, int]]:
         """Current high watermarks of the input topics, per partition."""

@@ -1,5 +1,12 @@
 """The fault schedule: inject at T2, remove at T3 (and always on the way out), every step
-in the fault log — the evidence :func:`pgval.faults.evidence.fault_reasons` reads."""
+in the fault log — the evidence :func:`pgval.faults.evidence.fault_reasons` reads.
+
+Each step keeps four clocks: ``intended_ms`` (the schedule's T2 or T3), ``actual_ms`` (the
+step began), ``done_ms`` (it returned) and ``effective_ms``: when the fault took effect or
+ended, as the mechanism saw it (a kill once the process group is gone, a halt at the hook's
+hit, a restart once the process is back; :mod:`pgval.faults.process`), else ``done_ms``
+(a delay's inject ends after its probe saw the delay). The run judges its phases by
+``effective_ms``: outputs before the fault acted belong to control."""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ import time
 from typing import Any
 
 from pgval.faults import FaultHooks
-from pgval.schema import Fault
+from pgval.schema import Fault, Restart
 
 
 class NoFault:
@@ -55,9 +62,25 @@ class FaultSchedule:
                       else self.fault.remove(restore=restore))
             entry.update(detail or {})
             entry["done_ms"] = now_ms()
+            if not isinstance(entry.get("effective_ms"), int):
+                entry["effective_ms"] = entry["done_ms"]
         except BaseException as exc:
             entry["error"] = str(exc) or type(exc).__name__
             raise
+
+    def effective(self, step: str) -> int | None:
+        """When the first ``step`` (inject, remove) of the timeline took effect (None: not
+        done, or it failed); a teardown's removal is not the timeline's."""
+        return next((e["effective_ms"] for e in self.log if e["step"] == step
+                     and not e.get("teardown") and "effective_ms" in e), None)
+
+    def removal_due(self, restart: Restart | None, delay_s: float, t3_ms: int) -> int:
+        """When the removal step is due: under the restart policy ``immediate`` ``delay_s``
+        after the inject took effect (a supervisor restarts what it saw die), else at T3."""
+        if restart is Restart.IMMEDIATE:
+            crashed = self.effective("inject")
+            return (crashed if crashed is not None else now_ms()) + round(delay_s * 1000)
+        return t3_ms
 
     def check(self) -> None:
         """Record (once) a fault that stopped acting before T3, e.g. a dead packet holder:

@@ -1,0 +1,101 @@
+"""The warm-up rule (pgval/run/warmup.py) on hand-built latency sequences: when is a pipeline
+steady, and what a run keeps when it never is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pgval.run.warmup import WarmUp, holds, is_steady, window_medians
+
+#: Per-window medians (s) by window end after T1, default cluster, 40 s phases: the lead's
+#: SST probe, and pgval's MST run of this change (a cold plateau, then a fall).
+SST = [11.7, 6.7, 5.1, 4.6, 4.75, 3.5, 3.47, 3.5, 3.4, 3.4, 3.4, 4.4]
+MST = [32.6, 32.9, 30.1, 20.1, 16.5, 18.2, 17.8, 12.2, 14.0, 14.9, 12.7, 10.4]
+
+
+def settles_at(medians: list[float] | np.ndarray) -> int | None:
+    """The window at which a run seeing these windows one by one would start control."""
+    return next((k for k in range(len(medians) + 1) if is_steady(medians[:k + 1])), None)
+
+
+def test_a_window_holds_unless_it_fell_below_both_before_it() -> None:
+    assert holds([10.0, 8.0, 6.9, 5.5, 7.0]).tolist() == [True, False, True]
+    #             6.9 >= 0.85 x 8.0; 5.5 < 0.85 x 6.9; 7.0 >= 0.85 x 5.5 (the smaller before)
+    assert holds([1.0, 2.0]).tolist() == []
+
+
+@pytest.mark.parametrize("medians,expected", [
+    (SST, 4),                                  # falling, then flat: 4.6 and 4.75 hold
+    (MST, 6),                                  # a flat cold plateau is not enough alone
+    ([10.0, 8.0, 6.0, 4.5, 3.3, 2.4, 1.8], None),  # falls by > 15 % every window: never
+    ([4.0, 4.0, 4.0], None),                   # too few windows to judge twice
+    ([], None),
+    ([4.0, 4.1, 3.9, 4.0], 3),                 # flat from the start: as soon as allowed
+    ([3.4, 4.4, 3.4, 3.5, 3.4], 3),            # one high outlier before is not a fall
+    ([9.0, 5.0, 4.8, 4.9, 4.85], 3),           # a fall of 4 % is noise
+])
+def test_steady_once_the_latest_two_windows_hold(medians: list[float],
+                                                 expected: int | None) -> None:
+    assert settles_at(medians) == expected
+
+
+def test_a_steady_window_followed_by_a_fall_is_not_steady() -> None:
+    """Windows close together in one slow batch: what counts is the latest."""
+    assert is_steady(MST[:3] + [30.0]) and not is_steady(MST[:4])
+
+
+def test_noise_around_a_level_settles_as_soon_as_allowed() -> None:
+    """±5 % noise around a flat level: steady at the fourth window whatever the draw, while
+    the same noise on a series that halves every window never is."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        noise = 1 + rng.uniform(-0.05, 0.05, 10)
+        assert settles_at(4.0 * noise) == 3
+        assert settles_at(40.0 * 0.5 ** np.arange(10) * noise) is None
+
+
+def test_window_medians_per_window_end() -> None:
+    ends = np.array([20, 10, 10, 10, 20, 30])
+    ingress = np.array([25, 13, 11, 18, 23, 40])
+    got_ends, medians, counts = window_medians(ends, ingress)
+    assert got_ends.tolist() == [10, 20, 30]
+    assert medians.tolist() == [3.0, 4.0, 10.0]  # [1, 3, 8] → 3; [3, 5] → 4; [10]
+    assert counts.tolist() == [3, 2, 1]
+
+
+def _windows(t1: int, medians_s: list[float], step: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
+    ends = t1 + step * np.arange(1, len(medians_s) + 1)
+    return ends, ends + (np.array(medians_s) * 1000).astype(np.int64)
+
+
+def test_only_closed_windows_after_t1_are_judged() -> None:
+    t1 = 1_000_000
+    warm = WarmUp(t1)
+    ends, ingress = _windows(t1, [11.7, 6.7, 5.1, 4.6, 4.75])
+    priming = np.array([t1 - 50_000, t1])  # old windows: pgval's priming events only
+    warm.add(np.r_[priming, ends], np.r_[priming + 99_000, ingress], watermark=int(ends[3]))
+    assert warm.closed()[0].tolist() == ends[:4].tolist()  # the 5th is not closed yet
+    assert not warm.steady() and warm.note() == "window 4, latency 4.6 s, falling"
+    warm.add(np.zeros(0, np.int64), np.zeros(0, np.int64), watermark=int(ends[4]))
+    assert warm.steady() and warm.note().endswith("steady")
+    kept = warm.record(started_ms=t1 + 51_000, max_seconds=180)
+    assert kept["settled"] and kept["seconds"] == 51.0
+    assert kept["steady_window_end"] == int(ends[4])
+    assert [w["median_ms"] for w in kept["windows"]] == [11700, 6700, 5100, 4600, 4750]
+
+
+@pytest.mark.parametrize("medians,why", [
+    ([], "no window's outputs came within --warmup-max-seconds 30"),
+    ([9.0, 6.0, 5.8], "only 3 window(s) with outputs closed within --warmup-max-seconds 30"),
+    ([20.0, 12.0, 8.0, 5.0], "latency was still falling within --warmup-max-seconds 30 "
+                             "(last window medians 20.0, 12.0, 8.0, 5.0 s)"),
+])
+def test_a_warm_up_that_never_settles_says_why(medians: list[float], why: str) -> None:
+    t1 = 5_000_000
+    warm = WarmUp(t1)
+    ends, ingress = _windows(t1, medians)
+    warm.add(ends, ingress, watermark=t1 + 10**9)
+    kept = warm.record(started_ms=t1 + 30_000, max_seconds=30)
+    assert not kept["settled"] and "steady_window_end" not in kept
+    assert kept["why"].startswith(why), kept["why"]
