@@ -96,11 +96,15 @@ class Manifest:
     #: None in manifests written before kinds (``validity_reasons`` alone, read by
     #: :func:`pgval.recheck.legacy_reason_kind`).
     validity: list[dict[str, str]] | None = None
+    #: Whether T3 was the schedule's (:attr:`pgval.phases.Phases.removal_scheduled`); None
+    #: in manifests written before restart policies, whose removals were all at T3.
+    removal_scheduled: bool | None = None
 
     @property
     def phase_bounds(self) -> Phases:
         start, t2, t3 = self.phases
-        return Phases(start, t2, t3, self.t4)
+        return Phases(start, t2, t3, self.t4,
+                      removal_scheduled=self.removal_scheduled is not False)
 
     def write(self, run_dir: Path) -> Path:
         path = evidence_dir(run_dir) / MANIFEST

@@ -41,13 +41,12 @@ from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.deploy import Deployment, FaultContext, make_deployment
 from pgval.errors import RuntimeErrorPlain
-from pgval.evidence import Manifest, seal, streams_from_records
+from pgval.evidence import Manifest, save_anomalies, seal, streams_from_records
 from pgval.faults import default_target, profile_for
 from pgval.faults.evidence import fault_reasons
 from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.faults.network import log_sizes, timeouts_fired
 from pgval.host import registry, signals, undo
-from pgval.phases import Phases
 from pgval.redact import private_dir, private_umask
 from pgval.run.control import LATE_ID_BASE, ControlEvents
 from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger, wait_primed
@@ -55,7 +54,16 @@ from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
 from pgval.run.warmup import WarmUp
-from pgval.schema import OUTPUT_TOPIC, CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Topics
+from pgval.schema import (
+    OUTPUT_TOPIC,
+    CrashPoint,
+    Deploy,
+    Fault,
+    FaultSpec,
+    Guarantee,
+    Restart,
+    Topics,
+)
 from pgval.spark.driver import DriverProcess, DriverSpec
 from pgval.store import ResultsStore, unstored_error
 
@@ -174,7 +182,7 @@ class Experiment:
                                    "fired": timeouts_fired(list(dict.fromkeys(dirs)),
                                                            self._log_offsets)})
         validity = result.validity
-        validity.add(evaluation_reasons(result.evaluation, self.fault.kind),
+        validity.add(evaluation_reasons(result.evaluation),
                      fault_reasons(self.fault.kind, self.fault_log))
         self.timings["total_s"] = time.monotonic() - wall0
         # T1 to T4: the warm-up is the pipeline settling, a finding, not pgval's overhead.
@@ -192,6 +200,7 @@ class Experiment:
         # (the only other copy of the records) is deleted.
         try:
             self.manifest.write(self.run_dir)
+            save_anomalies(self.run_dir, result.evaluation.anomalies())  # sealed with the rest
             sealed = seal(self.run_dir, run_id)
         except OSError as exc:  # disk full, say: the broker data is kept, the row says why
             why = (f"writing the evidence of the run to {self.run_dir / 'evidence'} failed "
@@ -283,6 +292,8 @@ class Experiment:
         bounds = self.phase_bounds
         self.manifest.phases = [bounds["start"], bounds["t2"], bounds["t3"]]
         self.manifest.t4 = bounds["t4"]
+        # Under --restart immediate T3 is the job's own recovery, not a time pgval chose.
+        self.manifest.removal_scheduled = self.config.restart_policy is not Restart.IMMEDIATE
         # The judged phases above are what a re-check uses; these say where they came from.
         self.manifest.config.update(phase_bounds_ms=bounds, warmup=self.warmup)
         self.manifest.write(self.run_dir)
@@ -291,7 +302,7 @@ class Experiment:
         streams = streams_from_records(inputs, back.records[OUTPUT_TOPIC], cfg.resources,
                                        self.manifest.control_ids)
         t_val = time.monotonic()
-        phases = Phases(bounds["start"], bounds["t2"], bounds["t3"], bounds["t4"])
+        phases = self.manifest.phase_bounds
         evaluation = evaluate(streams.events, streams.outputs, cfg.topology, cfg.window_ms,
                               phases, progress=progress)
         self.timings["validate_s"] = time.monotonic() - t_val

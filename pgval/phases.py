@@ -25,12 +25,18 @@ class Phases:
     metrics judge nothing after it. Without boundaries everything is control
     (``Phases.unbounded()``), which is what validating a recorded stream without a
     fault means.
+
+    ``removal_scheduled``: T3 is a time the experimenter chose (the fault removed at the
+    planned T3), so an outage that lasts until T3 is capped by the schedule and what it
+    makes is a lower bound. False when the removal is the job's own recovery (a crashed
+    process restarted at once, as a supervisor does): an outage until then is Spark's.
     """
 
     start: int
     t2: int
     t3: int
     t4: int | None = None
+    removal_scheduled: bool = True
 
     @classmethod
     def unbounded(cls) -> Phases:

@@ -320,7 +320,7 @@ def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],
         validity.add(Reason("observed", str(r)) for r in manifest.observed_reasons)
     else:
         carry("observed")
-    validity.add(evaluation_reasons(evaluation, fault))
+    validity.add(evaluation_reasons(evaluation))
     if fault_log is not None and fault is not None:
         validity.add(fault_reasons(fault, fault_log))
     elif fault not in (None, Fault.NONE):

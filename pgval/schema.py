@@ -121,13 +121,6 @@ class Fault(Name):
         """Takes a process away that must come back: a worker (``crash``) or the driver."""
         return self in (Fault.CRASH, Fault.DRIVER_CRASH)
 
-    @property
-    def silences_outputs(self) -> bool:
-        """Stops every output for the failure phase by design (the driver is down from T2
-        until its restart at T3): no outputs then is the fault's effect, not a latency
-        longer than the phase."""
-        return self is Fault.DRIVER_CRASH
-
 
 class Deploy(Name):
     """Where a run's Kafka and Spark come from: pgval's embedded cluster, the compose

@@ -83,7 +83,7 @@ def stored_sealed_run(tmp_path: Path, fault: str = "none",
     manifest.readback = _readback(run_dir, incomplete)
     validity = Validity(readback_reasons({k: v for k, v in manifest.readback.items()
                                           if k != "inputs"}),
-                        generator_reasons(GENERATOR), evaluation_reasons(evaluation, fault),
+                        generator_reasons(GENERATOR), evaluation_reasons(evaluation),
                         fault_reasons(fault, fault_log or []))
     manifest.config = {"fault": fault}
     manifest.valid, manifest.validity_reasons = validity.valid, validity.texts
@@ -481,3 +481,16 @@ def test_a_damaged_database_validity_falls_back_to_the_sentences(cell: object) -
     texts = json.dumps(["the drain timed out after 1 s: x"])
     assert stored_reasons(cell, texts) == [Reason("observed", "the drain timed out after 1 s: x")]
     assert all(isinstance(r, Reason) for r in stored_reasons(cell, cell))
+
+
+def test_the_restart_policys_t3_survives_the_manifest(tmp_path: Path) -> None:
+    """A run whose T3 was the job's own restart says so in run.json, and a re-check judges it
+    the same way; a manifest from before restart policies had every removal at T3."""
+    manifest = Manifest(topology="sst", window_ms=W, phases=[0, 20_000, 40_000], t4=60_000,
+                        resources=2, removal_scheduled=False)
+    manifest.write(tmp_path)
+    assert Manifest.read(tmp_path).phase_bounds.removal_scheduled is False
+    old = json.loads((tmp_path / "evidence" / "run.json").read_text())
+    del old["removal_scheduled"]
+    (tmp_path / "evidence" / "run.json").write_text(json.dumps(old))
+    assert Manifest.read(tmp_path).phase_bounds.removal_scheduled is True

@@ -323,4 +323,4 @@ def test_control_still_starting_up_gives_no_baseline_and_says_why() -> None:
     ev = evaluate(events, outs, "sst", 1000, Phases(T0, T0 + 30_000, T0 + 60_000, T0 + 90_000))
     rec = ev.recovery
     assert rec.recovered is None and not rec.censored and rec.recovery_throughput_s is None
-    assert rec.note is not None and "lengthen --warmup-seconds" in rec.note
+    assert rec.note is not None and "lengthen --phase-seconds" in rec.note

@@ -103,7 +103,7 @@ def test_series_span_ignores_a_stray_timestamp_and_counts_it() -> None:
     assert val.processed == 601  # still validated and counted
 
 
-def _stalled(hold: str) -> Evaluation:
+def _stalled(hold: str, removal_scheduled: bool = True) -> Evaluation:
     """One GET per 100 ms for 60 s, 1 s windows, each out 300 ms after it closes, phases
     0 / 20 s / 40 s / T4 60 s. The windows closing in the failure phase are held: ``t3``
     until just after T3 (the removal ends the stall, as a delay below the time-outs does),
@@ -119,7 +119,8 @@ def _stalled(hold: str) -> Evaluation:
             at = {"t3": t3 + 500 + (at - t2) // 100, "early": max(at, t2 + 8_000),
                   "slow": at + 5_000}[hold]
         outs.append({**row, "ingress_ts": at})
-    return evaluate(events, to_outputs(outs, rt), "sst", 1000, Phases(0, t2, t3, 60_000))
+    return evaluate(events, to_outputs(outs, rt), "sst", 1000,
+                    Phases(0, t2, t3, 60_000, removal_scheduled=removal_scheduled))
 
 
 def test_a_stall_that_ends_only_at_t3_is_a_lower_bound() -> None:
@@ -145,6 +146,17 @@ def test_a_stall_that_ends_only_at_t3_is_a_lower_bound() -> None:
     # --json's recovery object carries the same siblings as the stored run's columns give.
     assert {k: v for k, v in summary["recovery"].items()  # type: ignore[union-attr]
             if k.endswith(("_bound", "_bound_why"))} == bounds
+
+
+def test_a_stall_until_a_restart_the_job_made_is_measured() -> None:
+    """Under --restart immediate T3 is when the restarted process was back: an outage until
+    then is Spark's own recovery, so the same stall is a measurement, not a bound."""
+    own = _stalled("t3", removal_scheduled=False)
+    assert own.metrics.failure_cost_s == pytest.approx(20.503 - 0.3)
+    assert own.metrics.outage_at_t3 is None
+    summary = own.summary()
+    assert "failure_cost_bound" not in summary and summary["schedule_bound"] is None
+    assert not any(k.endswith("_bound") for k in summary["recovery"])  # type: ignore[union-attr]
 
 
 def test_a_stall_that_ends_before_t3_is_measured() -> None:

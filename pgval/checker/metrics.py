@@ -233,7 +233,7 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
                       else "no control latency to compare with" if not len(ctrl)
                       else "no latency after T2")
     outage = None
-    if phases.bounded() and len(ctrl):
+    if phases.bounded() and phases.removal_scheduled and len(ctrl):
         outage = outage_at_removal(phases, outputs.ingress_ts, lat_paper,
                                    float(np.median(ctrl)))
     if outage is not None:

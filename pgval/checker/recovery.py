@@ -188,7 +188,7 @@ def recovery_metrics(phases: Phases, metrics: Metrics, window_ms: int,
     if ph.t2 > ph.start and rec.steady_control_s < needed:
         rec.note = (f"no baseline: control had {rec.steady_control_s:.0f} s of steady output "
                     f"(first output {max(0, first_out - ph.start) / 1000:.0f} s into it), "
-                    f"{needed} s needed; lengthen --warmup-seconds or --phase-seconds")
+                    f"{needed} s needed; lengthen --phase-seconds")
         return rec
     if in_ctrl.any() and after_t2.any():
         base = float(np.median(thr[steady]))

@@ -34,7 +34,7 @@ from typing import Any
 
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.result import Reason, ReasonKind, Result, Status, compose
-from pgval.schema import PHASES, Fault
+from pgval.schema import PHASES
 
 
 class Validity:
@@ -77,11 +77,9 @@ class Validity:
         return [r.as_record() for r in self.reasons]
 
 
-def evaluation_reasons(ev: Evaluation, fault: Fault | str | None = None) -> Result:
-    """Reasons visible in the data alone (``pgval check`` has nothing else).
-
-    ``fault`` is accepted from the callers and judges nothing: since a silent phase is a
-    measurement, no rule here depends on the fault."""
+def evaluation_reasons(ev: Evaluation) -> Result:
+    """Reasons visible in the data alone (``pgval check`` has nothing else); none depends on
+    the fault, since a silent phase is a measurement."""
     v = ev.validation
     if v.expected == 0:
         return Result((Reason("data", "nothing was expected: no usable inputs"),))
