@@ -14,8 +14,11 @@ the driver's list; at T3 it waits (bounded) for a replacement: an executor id th
 not registered before the kill. Its evidence (:meth:`ExecutorKill.reasons`) is the driver's
 own executor list, not a log line (on Kubernetes Spark logs such a kill at INFO as "killed
 by driver", which the WARN-level driver log omits). The kill took effect (``effective_ms``)
-when the driver's list lost the executor, and ended when the replacement registered; when
-the driver never reported either, the schedule's own clock stands in.
+when the driver's list lost the executor (when the driver never reported it, the schedule's
+clock stands in). The removal is the schedule's T3: the replacement is Spark's own recovery,
+often registered within a second of the kill (before the driver's list even showed the
+loss), so it is recorded (``replaced_after_s``) and measured by the recovery metrics, not
+made the end of the failure phase, which would leave that phase empty.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ class ExecutorKill:
             event, new_id, after = found
             detail.update(replacement=new_id, replacement_host=(event.get("hosts") or {})
                           .get(new_id), replaced_after_s=_seconds(event, kill),
-                          executors_after=after, effective_ms=event["ts"])
+                          executors_after=after)
         else:
             detail["replacement"] = None
             if restore:

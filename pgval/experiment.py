@@ -474,7 +474,9 @@ class Experiment:
         (the schedule's times where nothing was injected or removed)."""
         b = self.phase_bounds
         b["t2"] = self.schedule.effective("inject") or b["t2_intended"]
-        b["t3"] = self.schedule.effective("remove") or max(b["t3_intended"], b["t2"])
+        # Never before T2: a removal logged earlier than the fault's effect (clocks of two
+        # processes) would leave the failure phase inverted.
+        b["t3"] = max(self.schedule.effective("remove") or b["t3_intended"], b["t2"])
 
     def _follow_timeline(self, monitor: OutputMonitor) -> None:
         """Sleep through the phases, injecting and removing the fault, reporting status; the
