@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgval.oracle import expected_outputs
+from tests.spark_local import local_session
 from tests.strategies import input_events, to_inputs
 from tests.test_oracle_properties import colliding_events
 
@@ -24,17 +25,7 @@ F = pyspark_sql.functions
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[object]:
-    session = (pyspark_sql.SparkSession.builder.master("local[1]")
-               .appName("pgval-oracle-differential")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "512m")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    try:
-        yield session
-    finally:
-        session.stop()
+    yield from local_session("pgval-oracle-differential", cores=1)
 
 
 def spark_expected(spark, events: list[dict], topology: str, w: int) -> dict:

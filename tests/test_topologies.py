@@ -8,6 +8,7 @@ the validator, which must find every expected ID exactly once in the right outpu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -414,18 +415,18 @@ def test_checkpoint_query_id(tmp_path: Path) -> None:
 # ---- with Kafka and Spark ------------------------------------------------------------------
 
 
-@pytest.mark.cluster
-@pytest.mark.parametrize("pg", ("a1", "e1"))  # m1: test_m1_restart_skips_…
-def test_topologies_exactly_once_without_faults(kafka: KafkaCluster, tmp_path: Path,
-                                                pg: str) -> None:
-    """SST and MST side by side on one live input stream; both must be exact."""
-    bs = kafka.bootstrap
+@contextlib.contextmanager
+def _both_topologies_through(bs: str, tmp_path: Path, pg: str,
+                             **produce: Any) -> Iterator[tuple[Driver, ...]]:
+    """SST and MST drivers side by side on one live input stream (``_produce_live``'s
+    ``produce`` arguments), taken through every input and the closing events to a graceful
+    stop; yields them to be judged, and stops whatever still runs afterwards."""
     drivers = tuple(_driver(tmp_path, bs, t, pg) for t in schema.TOPOLOGIES)
     try:
         for d in drivers:
             d.start()
         _wait_started(drivers)
-        _produce_live(bs, seconds=7.0, rate=30.0, first_id=1)
+        _produce_live(bs, **produce)
         sizes = _topic_sizes(bs)
         for d in drivers:
             wanted = {schema.GET_TOPIC: sizes[schema.GET_TOPIC]} if d.topology == "sst" else sizes
@@ -436,18 +437,29 @@ def test_topologies_exactly_once_without_faults(kafka: KafkaCluster, tmp_path: P
             _wait_outputs(bs, d, _expected_outputs(bs, d.topology))
         for d in drivers:
             assert _stop_gracefully(d) == 0, d.proc.log_tail(30) if d.proc else ""
-            assert d.events("terminated")[-1].get("stopped_by") == "signal"
+        yield drivers
+    finally:
         for d in drivers:
+            if d.proc is not None:
+                d.proc.stop(grace_s=10)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("pg", ("a1", "e1"))  # m1: test_m1_restart_skips_…
+def test_topologies_exactly_once_without_faults(kafka: KafkaCluster, tmp_path: Path,
+                                                pg: str) -> None:
+    """SST and MST side by side on one live input stream; both must be exact."""
+    bs = kafka.bootstrap
+    with _both_topologies_through(bs, tmp_path, pg, seconds=7.0, rate=30.0,
+                                  first_id=1) as drivers:
+        for d in drivers:
+            assert d.events("terminated")[-1].get("stopped_by") == "signal"
             _judge(bs, d)
             print(d.name, json.dumps(_batch_stats(d)))
         if pg == "e1":
             for d in drivers:
                 batches = d.events("sink_batch")
                 assert batches and not any(b["skipped"] for b in batches)
-    finally:
-        for d in drivers:
-            if d.proc is not None:
-                d.proc.stop(grace_s=10)
 
 
 @pytest.mark.cluster
@@ -458,22 +470,8 @@ def test_an_input_in_kafka_twice_is_listed_twice_by_sst_and_mst(kafka: KafkaClus
     record, nothing incorrect or lost), and each count field counts records. Before, MST's
     ``collect_set`` of IDs hid the second record. About 60 s."""
     bs = kafka.bootstrap
-    drivers = tuple(_driver(tmp_path, bs, t, "a1") for t in schema.TOPOLOGIES)
-    try:
-        for d in drivers:
-            d.start()
-        _wait_started(drivers)
-        _produce_live(bs, seconds=5.0, rate=30.0, first_id=1, twice_every=6)
-        sizes = _topic_sizes(bs)
-        for d in drivers:
-            wanted = {schema.GET_TOPIC: sizes[schema.GET_TOPIC]} if d.topology == "sst" else sizes
-            _wait(lambda d=d, w=wanted: all(_consumed(d).get(t) == n for t, n in w.items()),
-                  60, f"{d.name} to read all inputs", drivers)
-        _produce_closing(bs)
-        for d in drivers:
-            _wait_outputs(bs, d, _expected_outputs(bs, d.topology))
-        for d in drivers:
-            assert _stop_gracefully(d) == 0, d.proc.log_tail(30) if d.proc else ""
+    with _both_topologies_through(bs, tmp_path, "a1", seconds=5.0, rate=30.0, first_id=1,
+                                  twice_every=6) as drivers:
         for d in drivers:
             events, outputs, _ = _read_back(bs, d.output_topic)
             ev = evaluate(events, outputs, d.topology, W)
@@ -490,10 +488,6 @@ def test_an_input_in_kafka_twice_is_listed_twice_by_sst_and_mst(kafka: KafkaClus
                 obj = json.loads(rec)
                 n = obj["count"] if d.topology == "sst" else obj["gets"] + obj["posts"]
                 assert n == len(obj["ids"]), (d.name, obj)
-    finally:
-        for d in drivers:
-            if d.proc is not None:
-                d.proc.stop(grace_s=10)
 
 
 def _wait_first_trigger(d: Driver, after: int = 0) -> None:

@@ -25,6 +25,7 @@ import pytest
 from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
 from tests.reference import ref_validate
+from tests.spark_local import local_session
 from tests.strategies import to_inputs, to_outputs
 
 pyspark_sql = pytest.importorskip("pyspark.sql")
@@ -38,17 +39,7 @@ RAW_DDL = "value STRING, partition INT, offset LONG"
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[object]:
-    session = (pyspark_sql.SparkSession.builder.master("local[2]")
-               .appName("pgval-streaming-plan")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "512m")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    try:
-        yield session
-    finally:
-        session.stop()
+    yield from local_session("pgval-streaming-plan", cores=2)
 
 
 def records_with_duplicates(seed: int, n: int = 300) -> list[dict]:
