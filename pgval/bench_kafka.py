@@ -3,7 +3,8 @@
 ``pgval bench generator`` and ``pgval bench readback`` start one KRaft broker of their own
 (small heap), owned like a run: ``state.json`` and a reaper first, so even a SIGKILL of
 pgval leaves nothing behind, and the broker is stopped (teardown shielded from a second
-Ctrl-C) however the bench ends. Broker data is deleted afterwards.
+Ctrl-C) however the bench ends. Broker data is deleted afterwards (a broker that did not
+start keeps its log).
 
 Every rate counts acknowledged or read events over wall-clock seconds of the stage alone;
 the setup (broker start, topic creation, writing the outputs) is not timed.
@@ -57,8 +58,10 @@ def bench_broker(run_dir: Path, partitions: int = 3, heap: str = "256m",
                                  "complete": False}))
     reaper = start_reaper(run_dir, owner)
     cluster = KafkaCluster(run_dir, brokers=1, partitions=partitions, heap=heap, sasl=sasl)
+    started = False
     try:
         cluster.start()
+        started = True
         yield cluster
     finally:
         with signals.shielded():
@@ -68,7 +71,8 @@ def bench_broker(run_dir: Path, partitions: int = 3, heap: str = "256m",
                 if not cluster.procs:
                     state.unlink(missing_ok=True)
                     stop_reaper(reaper)
-                    shutil.rmtree(run_dir / "kafka", ignore_errors=True)
+                    if started:  # a broker that never started keeps its log for the error
+                        shutil.rmtree(run_dir / "kafka", ignore_errors=True)
 
 
 def _wall_ms() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,6 +252,38 @@ def test_a_new_cluster_starts_on_fresh_storage_where_an_old_one_stopped(tmp_path
         create_topics(new.client_config, ["kept"], 1)  # the name is free again
     finally:
         new.stop()
+    assert not _jvms_mentioning(tmp_path)
+
+
+@pytest.mark.cluster
+def test_a_broker_whose_port_was_taken_starts_again_on_new_ports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between choosing a port and the broker's bind, another process can take it (CI saw
+    "kafka-broker-0 exited before listening"): a new cluster is planned again, once; the
+    planted squatter keeps its port and the error of a second failure names the cause."""
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    real_plan = KafkaCluster._plan
+    plans: list[list[int]] = []
+
+    def plan_first_on_taken_port(self: KafkaCluster) -> list:
+        nodes = real_plan(self)
+        if not plans:
+            nodes[0].port = taken
+        plans.append([n.port for n in nodes])
+        return nodes
+
+    monkeypatch.setattr(KafkaCluster, "_plan", plan_first_on_taken_port)
+    c = KafkaCluster(tmp_path, brokers=1, partitions=1, sasl=False)
+    try:
+        c.start()
+        assert len(plans) == 2 and plans[0][0] == taken and taken not in plans[1]
+        assert is_reachable(c.bootstrap, timeout_s=10.0)
+    finally:
+        c.stop()
+        squatter.close()
     assert not _jvms_mentioning(tmp_path)
 
 

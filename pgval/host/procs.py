@@ -18,6 +18,8 @@ import contextlib
 import fcntl
 import json
 import os
+import random
+import re
 import signal
 import socket
 import subprocess
@@ -190,11 +192,76 @@ def kill_recorded(pid_dir: Path) -> list[str]:
     return stopped
 
 
+#: Where the kernel takes the local ports of outgoing connections from.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: The lowest port :func:`free_port` hands out (clear of the registered services below it).
+_LISTEN_PORT_FLOOR = 10_000
+
+
+def listen_port_range() -> tuple[int, int] | None:
+    """The ports below the kernel's ephemeral range (10000-32767 by default), or None.
+
+    A port the OS picks with ``bind(0)`` comes from the ephemeral range, and so does the local
+    port of every outgoing connection on the machine. Between choosing a port and the daemon
+    binding it (seconds: a JVM starts), any client could connect out from that very port and
+    the daemon would exit with "Address already in use" (CI saw a Kafka broker do so). Below
+    the range only a process that binds that exact port on purpose can take it."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if low - 1 - _LISTEN_PORT_FLOOR < 1000:
+        return None
+    return _LISTEN_PORT_FLOOR, low - 1
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now (the OS picks it)."""
+    """A TCP port that is free right now, for a daemon to listen on.
+
+    Chosen at random below the ephemeral range (see :func:`listen_port_range`), so no
+    outgoing connection can take it before the daemon binds it; the OS's pick only where
+    the range leaves no room below it."""
+    span = listen_port_range()
+    if span is not None:
+        for _ in range(200):
+            port = random.randint(*span)
+            if _bindable(host, port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def log_cause(log_path: Path, limit: int = 240) -> str:
+    """The line of a daemon's log that best says why it failed ("" when none does), for an
+    error message that stands on its own even after the log is gone: the last line naming a
+    known cause (a taken port, memory), else the last exception, else the last error."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 256_000))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    for cause in _CAUSES:
+        for line in reversed(lines):
+            if cause.search(line):
+                line = line.strip()
+                return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+#: What a failed daemon's log says, most telling first.
+_CAUSES = (re.compile(r"Address already in use|OutOfMemoryError|No space left"),
+           re.compile(r"Exception|Error:"), re.compile(r"\b(ERROR|FATAL)\b"))
 
 
 
@@ -203,8 +270,10 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None =
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and not proc.alive():
+            cause = log_cause(proc.log_path)
             raise RuntimeErrorPlain(
-                f"{proc.name} exited before listening on {host}:{port}; see {proc.log_path}"
+                f"{proc.name} exited before listening on {host}:{port}"
+                + (f" ({cause})" if cause else "") + f"; see {proc.log_path}"
             )
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.settimeout(0.5)

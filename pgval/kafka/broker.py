@@ -37,7 +37,7 @@ from confluent_kafka import KafkaException
 from pgval.errors import RuntimeErrorPlain
 from pgval.files import write_private
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
-from pgval.host.procs import Managed, free_port, spawn, wait_for_port
+from pgval.host.procs import Managed, free_port, log_cause, spawn, wait_for_port
 from pgval.kafka.admin import MAX_REPLICATION, admin_client
 from pgval.kafka.client import jaas_quote, read_client_properties
 
@@ -193,42 +193,52 @@ class KafkaCluster:
         return [b.proc for b in self._nodes if b.proc is not None]
 
     def start(self) -> KafkaCluster:
-        """Format storage, start every broker and wait until all are registered."""
+        """Format storage, start every broker and wait until all are registered.
+
+        A new cluster whose broker found its port taken after all (another process bound it
+        between the choice and the broker's bind) is planned again on new ports, once."""
         if self.procs:
             return self
         t0 = time.monotonic()
         check_java()
-        jars = self.jars or ensure_jars()
-        self.jars = jars
-        try:
-            if not self._nodes:  # a restart after stop() keeps ports, cluster id and data
-                # A new cluster never starts on an old one's storage (a warm cluster started
-                # again whole, `cluster up` after a forced `down`): the metadata log holds
-                # the old cluster id and SCRAM login, so the brokers could not log in, and
-                # its topics would still be there.
-                _clear_storage(self.run_dir / "kafka")
-                nodes = self._plan()
-                if self.credentials is not None:
-                    self.credentials.write(self.credentials_file)
-                for node in nodes:
-                    self._write_config(node, nodes)
-                with ThreadPoolExecutor(max_workers=min(self.brokers, 4)) as pool:
-                    list(pool.map(self._format, nodes))
-                self._nodes = nodes
-            for node in self._nodes:
-                self._spawn(node)
-            deadline = t0 + self.start_timeout_s
-            for node in self._nodes:
-                assert node.proc is not None
-                wait_for_port(
-                    self.host, node.port, max(1.0, deadline - time.monotonic()), node.proc
-                )
-            self._wait_registered(deadline)
-        except BaseException:
-            self.stop(grace_s=2.0)
-            raise
+        self.jars = self.jars or ensure_jars()
+        for attempt in (1, 2):
+            new = not self._nodes  # a restart after stop() keeps ports, cluster id and data
+            try:
+                self._start_nodes(new, deadline=t0 + attempt * self.start_timeout_s)
+                break
+            except BaseException as exc:
+                self.stop(grace_s=2.0)
+                if (attempt == 1 and new and isinstance(exc, RuntimeErrorPlain)
+                        and any("Address already in use" in log_cause(n.dir / "broker.log")
+                                for n in self._nodes)):
+                    self._nodes = []
+                    continue
+                raise
         self.startup_seconds = time.monotonic() - t0
         return self
+
+    def _start_nodes(self, new: bool, deadline: float) -> None:
+        if new:
+            # A new cluster never starts on an old one's storage (a warm cluster started
+            # again whole, `cluster up` after a forced `down`): the metadata log holds
+            # the old cluster id and SCRAM login, so the brokers could not log in, and
+            # its topics would still be there.
+            _clear_storage(self.run_dir / "kafka")
+            nodes = self._plan()
+            if self.credentials is not None:
+                self.credentials.write(self.credentials_file)
+            for node in nodes:
+                self._write_config(node, nodes)
+            with ThreadPoolExecutor(max_workers=min(self.brokers, 4)) as pool:
+                list(pool.map(self._format, nodes))
+            self._nodes = nodes
+        for node in self._nodes:
+            self._spawn(node)
+        for node in self._nodes:
+            assert node.proc is not None
+            wait_for_port(self.host, node.port, max(1.0, deadline - time.monotonic()), node.proc)
+        self._wait_registered(deadline)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop every broker (SIGTERM, SIGKILL after ``grace_s``); safe to call repeatedly.
@@ -416,9 +426,10 @@ class KafkaCluster:
         while time.monotonic() < deadline:
             for node in self._nodes:
                 if node.proc is not None and not node.proc.alive():
+                    cause = log_cause(node.proc.log_path)
                     raise RuntimeErrorPlain(
-                        f"Kafka broker {node.node_id} exited during startup; "
-                        f"see {node.proc.log_path}"
+                        f"Kafka broker {node.node_id} exited during startup"
+                        + (f" ({cause})" if cause else "") + f"; see {node.proc.log_path}"
                     )
             with contextlib.suppress(KafkaException):
                 md = admin.list_topics(timeout=2.0)
