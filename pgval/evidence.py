@@ -345,12 +345,21 @@ def verify(run_dir: Path, stored: Mapping[str, str], run_id: int) -> None:
 # --------------------------------------------------------------------------- records
 
 
+#: How a topic's records are encoded in Parquet: offsets and append times rise within a
+#: partition, so their deltas are small; dictionaries only where values repeat (partition,
+#: key). On a real run's input topic this keeps 41 % less than zstd over the default
+#: dictionaries (2.29 → 1.36 MB, MST without fault), and writes faster.
+TOPIC_PARQUET: dict[str, Any] = {
+    "compression": "zstd", "use_dictionary": ["partition", "key"],
+    "column_encoding": {"offset": "DELTA_BINARY_PACKED", "timestamp": "DELTA_BINARY_PACKED"}}
+
+
 def save_topic(run_dir: Path, records: TopicRecords, name: str | None = None) -> Path:
-    """Write one topic's records as read back (Parquet, zstd)."""
+    """Write one topic's records as read back (Parquet, zstd, :data:`TOPIC_PARQUET`)."""
     path = evidence_dir(run_dir) / f"{name or records.topic}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    pq.write_table(records.to_table(), tmp, compression="zstd")
+    pq.write_table(records.to_table(), tmp, **TOPIC_PARQUET)
     tmp.replace(path)
     return path
 

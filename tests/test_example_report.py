@@ -28,3 +28,21 @@ def test_the_committed_report_is_reproduced_from_the_committed_database(
     assert isinstance(made, str)
     assert _tables(made) == _tables((EXAMPLE / "report.md").read_text(encoding="utf-8"))
     assert (EXAMPLE / "results.db").read_bytes() == before  # reading changed nothing
+
+
+def _table_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_the_readme_table_is_what_the_database_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example README's results table is table (h) of the report of results.db, as is:
+    a number changed by hand, or a database re-made without the README, fails here."""
+    monkeypatch.chdir(ROOT)
+    made = build_report(EXAMPLE / "results.db", fmt="markdown")
+    assert isinstance(made, str)
+    table_h = made.split("## (h) Every cell, run by run\n", 1)[1].split("\n## ", 1)[0]
+    readme = (EXAMPLE / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- table (h) of `pgval report`", 1)[1]
+    block = block.split("<!-- end of table (h) -->", 1)[0]
+    assert _table_lines(block) == _table_lines(table_h)
+    assert len(_table_lines(block)) > 2

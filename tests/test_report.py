@@ -312,7 +312,8 @@ def test_unknown_runs_stay_out_of_aggregates(tmp_path: Path) -> None:
     assert runs.count("| valid |") == 2
     with_unknown = build_report(path, Selection(include_unknown=True), fmt="markdown")
     assert isinstance(with_unknown, str)
-    assert "| sst | a1 | crash | 3 |" in with_unknown and "at-most-once ×1" in with_unknown
+    aggregates = with_unknown.split("## Runs")[0]
+    assert "| sst | a1 | crash | 3 |" in aggregates and "at-most-once ×1" in aggregates
     assert "1 unknown run included" in with_unknown and "left out" not in with_unknown
     # The CLI flag reaches the report.
     for extra, needle in (([], "| sst | a1 | crash | 2 |"),
@@ -320,9 +321,30 @@ def test_unknown_runs_stay_out_of_aggregates(tmp_path: Path) -> None:
         result = CliRunner().invoke(main, ["report", "--db", str(path), "--format",
                                            "markdown", *extra])
         assert result.exit_code == 0, result.output
-        assert needle in result.output
+        assert needle in result.output.split("## Runs")[0]  # (h), after it, lists all
     # Matrix plots are aggregates too: they follow the same selection.
     assert len(load_runs(path)) == 2 and len(load_runs(path, Selection(include_unknown=True))) == 3
+
+
+def test_every_cell_run_by_run_names_unknown_runs_and_bounds(tmp_path: Path) -> None:
+    """Table (h): each run's own numbers side by side, the unknown one too (named), with
+    the lower-bound mark on the runs whose number the schedule capped."""
+    path = _unknown_db(tmp_path / "u.db")
+    md = build_report(path, fmt="markdown")
+    assert isinstance(md, str)
+    table = md.split("## (h) Every cell, run by run")[1].split("\n## ")[0]
+    row = next(line for line in table.splitlines() if line.startswith("| sst | a1 | crash |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    runs = load_runs(path, Selection(include_unknown=True))
+    assert cells[3] == "3" and cells[5] == "1, 2, 3" and cells[7] == "3"
+    assert cells[6] == "at-least-once ×2, 1 unknown"  # verdicts of valid runs only
+    want = " / ".join(f"{100 * r.row['reliability']:.2f}" for r in runs)
+    assert cells[8] == want
+    assert cells[10] == " / ".join(f"{r.row['unprocessed']:,}" for r in runs)
+    # The crash runs' stall lasts until T3: their failure cost is a lower bound, each marked.
+    costs = cells[-1].split(" / ")
+    assert [c.startswith("≥") for c in costs] == [r.bounded("failure_cost") for r in runs]
+    assert costs[0] == f"≥{runs[0].row['failure_cost_s']:.1f}"
 
 
 def test_only_unknown_runs_is_a_plain_error(tmp_path: Path) -> None:
@@ -345,7 +367,7 @@ def test_old_databases_count_as_valid_and_lack_the_input_clock(tmp_path: Path) -
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     md = build_report(path, fmt="markdown")
     assert isinstance(md, str)
-    assert "| sst | a1 | crash | 3 |" in md and "left out" not in md
+    assert "| sst | a1 | crash | 3 |" in md.split("## Runs")[0] and "left out" not in md
     two_clocks = md.split("## (e2)")[1].split("##")[0]
     assert "duplicate occ. (output time)" in two_clocks
     assert "duplicated IDs" not in two_clocks and "reliable IDs" not in two_clocks

@@ -224,21 +224,33 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
+#: Ports :func:`free_port` handed out in this process: never handed out twice, so the
+#: several ports one cluster asks for (two per broker, Spark's master and web UIs) differ.
+_HANDED_OUT: set[int] = set()
+#: Not the module ``random``: a seeded global generator (Hypothesis seeds it per example)
+#: would have two processes draw the same ports.
+_DRAW = random.SystemRandom()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free right now, for a daemon to listen on.
 
     Chosen at random below the ephemeral range (see :func:`listen_port_range`), so no
     outgoing connection can take it before the daemon binds it; the OS's pick only where
-    the range leaves no room below it."""
+    the range leaves no room below it. Never one this process handed out before."""
     span = listen_port_range()
-    if span is not None:
-        for _ in range(200):
-            port = random.randint(*span)
-            if _bindable(host, port):
-                return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    draws = (_DRAW.randint(*span) for _ in range(200)) if span is not None else ()
+    for port in draws:
+        if port not in _HANDED_OUT and _bindable(host, port):
+            _HANDED_OUT.add(port)
+            return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def log_cause(log_path: Path, limit: int = 240) -> str:

@@ -196,7 +196,8 @@ class KafkaCluster:
         """Format storage, start every broker and wait until all are registered.
 
         A new cluster whose broker found its port taken after all (another process bound it
-        between the choice and the broker's bind) is planned again on new ports, once."""
+        between the choice and the broker's bind) is planned again on new ports, once; the
+        failed attempt's logs are kept as ``kafka/port-taken-broker-N.log``."""
         if self.procs:
             return self
         t0 = time.monotonic()
@@ -205,18 +206,27 @@ class KafkaCluster:
         for attempt in (1, 2):
             new = not self._nodes  # a restart after stop() keeps ports, cluster id and data
             try:
-                self._start_nodes(new, deadline=t0 + attempt * self.start_timeout_s)
+                self._start_nodes(new, deadline=time.monotonic() + self.start_timeout_s)
                 break
             except BaseException as exc:
                 self.stop(grace_s=2.0)
-                if (attempt == 1 and new and isinstance(exc, RuntimeErrorPlain)
-                        and any("Address already in use" in log_cause(n.dir / "broker.log")
-                                for n in self._nodes)):
+                if attempt == 1 and new and isinstance(exc, RuntimeErrorPlain) \
+                        and self._keep_logs_if_port_taken():
                     self._nodes = []
                     continue
                 raise
         self.startup_seconds = time.monotonic() - t0
         return self
+
+    def _keep_logs_if_port_taken(self) -> bool:
+        """Whether a broker exited because its port was taken; if so its log is kept beside
+        the storage the next attempt clears."""
+        taken = [n for n in self._nodes
+                 if "Address already in use" in log_cause(n.dir / "broker.log")]
+        for n in taken:
+            shutil.copyfile(n.dir / "broker.log",
+                            self.run_dir / "kafka" / f"port-taken-broker-{n.node_id}.log")
+        return bool(taken)
 
     def _start_nodes(self, new: bool, deadline: float) -> None:
         if new:
@@ -297,10 +307,9 @@ class KafkaCluster:
 
     def _plan(self) -> list[_Broker]:
         base = self.run_dir / "kafka"
-        used: set[int] = set()
         nodes = []
         for i in range(self.brokers):
-            port, cport = _distinct_port(self.host, used), _distinct_port(self.host, used)
+            port, cport = free_port(self.host), free_port(self.host)
             nodes.append(_Broker(node_id=i, port=port, controller_port=cport,
                                  dir=base / f"broker-{i}"))
         return nodes
@@ -475,14 +484,6 @@ def _new_cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cid.startswith("-"):
             return cid
-
-
-def _distinct_port(host: str, used: set[int]) -> int:
-    while True:
-        port = free_port(host)
-        if port not in used:
-            used.add(port)
-            return port
 
 
 def _clear_storage(kafka_dir: Path) -> None:

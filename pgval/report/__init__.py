@@ -11,7 +11,8 @@ HTML page with the plots inlined, so every format shows the same numbers.
 The package, one job per module, each importing only the ones before it:
 
 * :mod:`.data` — open the database read-only, load runs, group them, mean ± stdev;
-* :mod:`.tables` — tables (a)–(g) and the run list, as a model independent of format;
+* :mod:`.tables` — tables (a)–(g), the run list and (h) every cell run by run, as a model
+  independent of format;
 * :mod:`.formats` — that model as terminal, Markdown, CSV or HTML text;
 * :mod:`.plots` — matplotlib figures (reads :mod:`.data` only): one run over time
   (``plots/timeline.py``), the matrix (``plots/matrix.py``), shared PNG writing;

@@ -1,4 +1,5 @@
-"""The paper's tables (a)–(g) and the run list, as one model every output format renders.
+"""The paper's tables (a)–(g), the run list and (h) every cell run by run, as one model
+every output format renders.
 
 A table is rows of :class:`~pgval.report.data.Stat` cells (mean ± sample stdev over a
 group's repetitions; the stdev is omitted when a group has one run, since one run says
@@ -25,6 +26,7 @@ from pgval.report.data import (
     number,
 )
 from pgval.schema import PHASES, Fault
+from pgval.shape import REPORTED
 
 #: The paper's names for the faults (Table 4).
 FAULT_LABELS: dict[str, str] = {Fault.NONE: "No fault", Fault.DELAY_LT_TIMEOUT: "PD < TO",
@@ -285,6 +287,65 @@ def causes_table(groups: list[Group]) -> ReportTable | None:
                        "stopped; lost = read, on time, still missing.")
 
 
+#: Where a group's shape holds its rate.
+RATE_AT = REPORTED.index("rate")
+
+#: Table (h)'s per-run columns: (header, runs column, unit, decimals, scale, what
+#: :meth:`RunData.bounded` / :meth:`RunData.undefined` call it).
+CELL_RUN_VALUES = (("reliability %", "reliability", "%", 2, 100.0, None),
+                   ("duplicated IDs", "duplicate", "count", 0, 1.0, None),
+                   ("unprocessed IDs", "unprocessed", "count", 0, 1.0, None),
+                   ("downtime s", "downtime_s", "s", 1, 1.0, "downtime"),
+                   ("latency back s", "recovery_latency_s", "s", 1, 1.0, "recovery_latency"),
+                   ("catch-up s", "catchup_s", "s", 1, 1.0, "catchup"),
+                   ("failure cost s", "failure_cost_s", "s", 1, 1.0, "failure_cost"))
+
+
+def _run_value(run: RunData, column: str, decimals: int, scale: float,
+               name: str | None) -> str:
+    value = number(run.row.get(column))
+    stat = Stat.of_values([value], undefined=int(name is not None and run.undefined(name)),
+                          bounded=int(name is not None and value is not None
+                                      and run.bounded(name)))
+    return stat.text(decimals, scale).replace("≥ ", "≥")
+
+
+def cells_by_run_table(groups: list[Group], run_columns: set[str],
+                       unknown_aggregated: bool = False) -> ReportTable:
+    """Every cell with each run's own numbers side by side ("a / b / c", in run order),
+    unknown runs included and named: the spread a mean ± sd hides, and the table the
+    example README shows (tests/test_example_report.py holds them equal). Recovery columns
+    only where the database stores them, as in (f)."""
+    recovery = {c for c, _ in RECOVERY_METRICS}
+    values = [v for v in CELL_RUN_VALUES if v[1] not in recovery or v[1] in run_columns]
+    cols = [Column("rate ev/s", "rate", "events/s"), Column("runs", "runs"),
+            Column("verdicts", "guarantee"), Column("unknown", "validity")]
+    cols += [Column(h, c.removesuffix("_s"), unit, "total" if unit == "%" else None, d, sc)
+             for h, c, unit, d, sc, _ in values]
+    rows = []
+    for g in groups:
+        runs = sorted(g.runs, key=lambda r: r.id)
+        rate = number(g.shape[RATE_AT]) if len(g.shape) > RATE_AT else None
+        unknown = [r for r in runs if not r.valid]
+        valid = [r for r in runs if r.valid]
+        verdicts = ", ".join(t for t in (_verdicts(Group(g.key, valid)) if valid else "",
+                                         f"{len(unknown)} unknown" if unknown else "") if t)
+        vals: list[Cell] = [DASH if rate is None else f"{rate:,.0f}",
+                            ", ".join(str(r.id) for r in runs), verdicts,
+                            ", ".join(str(r.id) for r in unknown) or DASH]
+        vals += [" / ".join(_run_value(r, c, d, sc, name) for r in runs)
+                 for _, c, _, d, sc, name in values]
+        rows.append(Row(g.keys, g.n, vals))
+    where = ("they are in tables (a)–(g) too (--include-unknown)" if unknown_aggregated
+             else "tables (a)–(g) leave them out")
+    return ReportTable("cells_by_run", "(h) Every cell, run by run", group_keys(groups), cols,
+                       rows, "Each run's own value, in run order (the runs column); verdicts "
+                       f"count valid runs. Unknown runs are listed and named; {where}. "
+                       "Downtime: the longest output gap after T2; latency back: from T2 until "
+                       "latency is back near control's; catch-up: their difference; failure "
+                       "cost: the paper's. ≥: a lower bound (the outage lasted until T3).")
+
+
 def runs_table(runs: list[RunData]) -> ReportTable:
     """One line per run, to find a run's plot and the fault's actual timing."""
     cols = [Column("seed", "seed"), Column("repeat", "repeat"), Column("verdict", "guarantee"),
@@ -333,7 +394,8 @@ def fault_lags(run: RunData) -> dict[str, float]:
 
 def build_tables(runs: list[RunData], run_columns: set[str],
                  listed: list[RunData] | None = None) -> list[ReportTable]:
-    """Tables (a)–(g) over ``runs``, then the run list of ``listed`` (default: ``runs``).
+    """Tables (a)–(g) over ``runs``, then the run list and (h) of ``listed`` (default:
+    ``runs``).
 
     Optional tables only when stored.
     """
@@ -346,10 +408,15 @@ def build_tables(runs: list[RunData], run_columns: set[str],
         for extra in (recovery_table(groups, run_columns), causes_table(groups)):
             if extra is not None:
                 tables.append(extra)
+    listed = runs if listed is None else listed
     trials = [r for r in runs if r.oir_trial]
     if trials:
         tables.append(oir_trials_table(trials))
-    tables.append(runs_table(runs if listed is None else listed))
+    tables.append(runs_table(listed))
+    every = group_runs([r for r in listed if not r.oir_trial])
+    if every:
+        tables.append(cells_by_run_table(every, run_columns,
+                                         unknown_aggregated=any(not r.valid for r in runs)))
     return tables
 
 
