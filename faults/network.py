@@ -83,10 +83,16 @@ class WorkerDelay:
         self._delay = PacketDelay(path.netns, self.profile.delay_ms, self.run_dir,
                                   max_seconds=self.max_seconds)
         detail = self._delay.inject()
+        # The delay acts from the moment its rules are in place. The probe that confirms it
+        # waits one delayed round trip (67.5 s for the default delay above the time-outs):
+        # judging T2 at the probe's end put that much of the fault into control.
+        in_place = detail.get("injected_ms")
+        effective = in_place if isinstance(in_place, int) else time.time_ns() // 1_000_000
         after = probe_connect_ms(path.host, path.probe_port,
                                  timeout_s=max(5.0, 4 * self.profile.delay_ms / 1000))
         return {"target": path.name, **detail, **self.profile.describe(),
-                "probe_connect_ms_before": before, "probe_connect_ms_after": after}
+                "probe_connect_ms_before": before, "probe_connect_ms_after": after,
+                "effective_ms": effective}
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
         """End the delay (also at teardown: a delay is never left in place)."""
@@ -94,6 +100,8 @@ class WorkerDelay:
             return {}
         detail = self._delay.remove()
         self._delay = None
+        if isinstance(detail.get("removed_ms"), int):
+            detail = {**detail, "effective_ms": detail["removed_ms"]}  # the rules are gone
         return detail
 
     def problem(self) -> str | None:
