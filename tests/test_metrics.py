@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pgval.checker.evaluate import Evaluation, evaluate
-from pgval.checker.metrics import compute_metrics, reference_ingress
+from pgval.checker.metrics import compute_metrics, emission_lags_ms, reference_ingress
 from pgval.checker.recovery import recovery_bounds
 from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
@@ -107,18 +107,30 @@ def _stalled(hold: str, removal_scheduled: bool = True) -> Evaluation:
     """One GET per 100 ms for 60 s, 1 s windows, each out 300 ms after it closes, phases
     0 / 20 s / 40 s / T4 60 s. The windows closing in the failure phase are held: ``t3``
     until just after T3 (the removal ends the stall, as a delay below the time-outs does),
-    ``early`` until 8 s after T2 (Spark recovers on its own), ``slow`` 5 s each."""
+    ``early`` until 8 s after T2 (Spark recovers on its own), ``slow`` 5 s each (a steady,
+    slower pipeline). Two shapes hold the windows after T3 too, until the catch-up batch 2 s
+    after T3 (in order, as Spark emits them): ``rising`` holds each failure-phase window
+    5 s plus a quarter of its time since T2 (falling behind until the removal); ``burst``
+    holds those closing 10 s or more before T3 until 0.5 s before T3 — the flagship MST
+    delay-gt run's shape: Spark ends its long batch itself just before T3, still behind."""
     rt = ResourceTable()
     events = to_inputs([ev(i, "a", 100 * i, 100 * i) for i in range(600)], rt)
     exp = expected_outputs(events, "sst", 1000)
     t2, t3 = 20_000, 40_000
-    outs = []
-    for row in exp.to_records():
-        at = int(row["window_end"]) + 300
-        if t2 <= at < t3:
-            at = {"t3": t3 + 500 + (at - t2) // 100, "early": max(at, t2 + 8_000),
-                  "slow": at + 5_000}[hold]
-        outs.append({**row, "ingress_ts": at})
+    catch_up = t3 + 2_000
+
+    def out_at(at: int) -> int:
+        if at < t2 or (at >= t3 and hold in ("t3", "early", "slow")):
+            return at
+        if hold == "rising" and at + 5_000 + (at - t2) // 4 < t3:
+            return at + 5_000 + (at - t2) // 4
+        if hold == "burst" and at < t3 - 10_000:
+            return t3 - 500
+        return {"t3": t3 + 500 + (at - t2) // 100, "early": max(at, t2 + 8_000),
+                "slow": at + 5_000}.get(hold, max(at, catch_up))
+
+    outs = [{**row, "ingress_ts": out_at(int(row["window_end"]) + 300)}
+            for row in exp.to_records()]
     return evaluate(events, to_outputs(outs, rt), "sst", 1000,
                     Phases(0, t2, t3, 60_000, removal_scheduled=removal_scheduled))
 
@@ -170,12 +182,66 @@ def test_a_stall_that_ends_before_t3_is_measured() -> None:
     assert recovery_bounds(early.recovery.as_dict(), None) == {}
 
 
-def test_outputs_still_slow_at_t3_bound_the_latency_but_not_the_downtime() -> None:
-    slow = _stalled("slow")
-    outage = slow.metrics.outage_at_t3
-    assert outage is not None and outage.kind == "slow"
-    assert "latency was still 5.3 s (control's p50 0.3 s)" in outage.why
-    assert slow.summary()["failure_cost_bound"] == "lower"
+def test_outputs_falling_behind_until_t3_bound_the_latency_but_not_the_downtime() -> None:
+    rising = _stalled("rising")
+    outage = rising.metrics.outage_at_t3
+    assert outage is not None and outage.kind == "rising" and outage.bounds_peak
+    # The last window out before T3, [30 s, 31 s), closed at 31 s and was held 5 + 2.825 s
+    # (out at 39.125 s): the outputs were 8.1 s behind the newest input they covered. The
+    # catch-up 2 s after T3 brings [31 s, 32 s) at latency 10.0 s, above 8.1 s + 1 s.
+    assert "still 8.1 s behind their inputs" in outage.why
+    assert "control's at most 0.3 s" in outage.why and "came after it" in outage.why
+    summary = rising.summary()
+    assert summary["failure_cost_bound"] == "lower"
+    assert summary["latency"]["failure"]["max_bound"] == "lower"  # type: ignore[index]
     bounds = recovery_bounds({"downtime_s": 1.0, "recovery_latency_s": 21.0},
                              outage.as_dict())
     assert set(bounds) == {"recovery_latency_bound", "recovery_latency_bound_why"}
+
+
+def test_a_steadily_slower_pipeline_at_t3_bounds_the_recovery_not_the_slowest_output() -> None:
+    """5 s late throughout: the slowest output is no slower for a longer failure phase (it
+    came before T3), but the pipeline was not back when the fault was removed."""
+    slow = _stalled("slow")
+    outage = slow.metrics.outage_at_t3
+    assert outage is not None and outage.kind == "behind" and not outage.bounds_peak
+    assert "still 5.3 s behind" in outage.why
+    summary = slow.summary()
+    assert "failure_cost_bound" not in summary
+    assert "max_bound" not in summary["latency"]["failure"]  # type: ignore[index]
+    assert summary["schedule_bound"] == outage.as_dict()
+    assert "recovery_latency_bound" in recovery_bounds({"recovery_latency_s": 21.0},
+                                                       outage.as_dict())
+
+
+def test_a_stall_spark_ends_just_before_t3_is_measured_and_its_catch_up_bounded() -> None:
+    """The flagship run's shape: the old-rule sentence "latency was still 54.4 s when the
+    fault was removed" came from the catch-up burst's own old windows; what counts is how
+    far behind the outputs were and whether the slowest came after the removal."""
+    burst = _stalled("burst")
+    m = burst.metrics
+    outage = m.outage_at_t3
+    assert outage is not None and outage.kind == "behind"
+    # The burst at 39.5 s carried windows up to [28 s, 29 s), closed by the input at 29 s:
+    # 10.5 s behind at T3. The catch-up after T3 is no slower (its oldest window, 12 s).
+    assert "still 10.5 s behind" in outage.why and "Spark ended the stall itself" in outage.why
+    # The slowest output, window [19 s, 20 s) out at 39.5 s, is Spark's: measured.
+    assert m.failure_cost_s == pytest.approx(19.5 - 0.3)
+    summary = burst.summary()
+    assert "failure_cost_bound" not in summary
+    assert "max_bound" not in summary["latency"]["failure"]  # type: ignore[index]
+    bounds = recovery_bounds(burst.recovery.as_dict(), outage.as_dict())
+    assert "downtime_bound" not in bounds  # not silent at T3
+    assert "recovery_latency_bound" in bounds
+
+
+def test_emission_lag_is_cut_by_a_burst_whatever_its_own_latencies() -> None:
+    """Outputs at 10.2 s (input at 10 s), then a burst at 50.5 s of windows whose closing
+    inputs came at 11 … 50 s: the burst's latencies run 0.5–39.5 s, its lag is 0.5 s."""
+    out = np.array([10_200] + [50_500] * 40, np.int64)
+    ref = np.array([10_000] + [11_000 + 1000 * k for k in range(40)], np.float64)
+    at, lag = emission_lags_ms(out, out - ref)
+    assert list(at) == [10_200, 50_500] and list(lag) == [200, 500]
+    lat = (out - ref).astype(np.float64)
+    lat[-1] = np.nan  # an output without a paper latency covers nothing
+    assert list(emission_lags_ms(out, lat)[1]) == [200, 1_500]

@@ -93,7 +93,8 @@ def render_evaluation(ev: Evaluation, console: Console, title: str | None = None
                    if m.latency[p].undefined is not None]
     outage = m.outage_at_t3
     if m.failure_cost_s is not None:
-        extras.append(f"failure cost {_fmt_bound(m.failure_cost_s, outage is not None)} s")
+        peak_bound = outage is not None and outage.bounds_peak
+        extras.append(f"failure cost {_fmt_bound(m.failure_cost_s, peak_bound)} s")
     elif ev.phases.bounded():
         extras.append(f"failure cost undefined: {m.failure_cost_undefined}")
     rec = ev.recovery
