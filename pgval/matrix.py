@@ -30,6 +30,7 @@ from pgval.config import ExperimentConfig, not_applicable
 from pgval.deploy.warm import WarmDeployments, daemon_key
 from pgval.errors import RuntimeErrorPlain
 from pgval.experiment import Experiment
+from pgval.gate import Case
 from pgval.redact import private_dir
 from pgval.schema import FaultSpec, Guarantee, Topology
 from pgval.store import ResultsStore, owner_alive
@@ -138,6 +139,45 @@ def completed(store: ResultsStore, key: str) -> dict[Cell, set[float]]:
             continue
         done.setdefault(cell, set()).add(r["rate"])
     return done
+
+
+def cell_cases(db: Path, base: ExperimentConfig, grid: Sequence[Cell],
+               failed: Mapping[Cell, str], oir_fraction: float | None = None) -> list[Case]:
+    """The grid's verdicts for the CI gate, one :class:`~pgval.gate.Case` per cell
+    (topology × pg × fault) with one run per repetition: the newest complete run of the
+    matrix in ``db`` (so a resumed matrix judges the cells it skipped too), else the error
+    of a repetition that failed now, else unknown (no complete run: another pgval has it)."""
+    store = ResultsStore(db)
+    key = matrix_key(base, oir_fraction)
+    rows = store.db.query(
+        f"select id, topology, pg, fault, repeat, {_POINT} as crash_point, guarantee, valid, "
+        "validity_reasons, expected, processed, duplicate, incorrect, unprocessed, "
+        "reliability, failure_cost_s, created_at, finished_at from runs where "
+        "kind = 'validate' and status = 'complete' and "
+        "json_extract(params, '$.matrix_key') = ? order by id", [key])
+    newest: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+    for r in rows:
+        spec = str(FaultSpec(r["fault"], r["crash_point"]))
+        newest[(r["topology"], r["pg"], spec, r["repeat"])] = r
+    groups: dict[tuple[Topology, Guarantee, FaultSpec], list[Case]] = {}
+    for cell in grid:
+        run_name = f"#{cell.repeat}"
+        row = newest.get((str(cell.topology), str(cell.pg), str(cell.fault), cell.repeat))
+        if row is not None:
+            summary = {**row, "run_id": row["id"],
+                       "validity_reasons": json.loads(row["validity_reasons"] or "[]")}
+            seconds = (row["finished_at"] or 0) - (row["created_at"] or 0)
+            case = Case.of_summary(f"{run_name} run {row['id']}", "", summary,
+                                   max(seconds, 0.0))
+        elif cell in failed:
+            case = Case.failed(run_name, "", failed[cell])
+        else:
+            case = Case(run_name, "", reasons=(
+                "no complete run of this repetition in the database (not run: interrupted, "
+                "or another pgval is running it)",))
+        groups.setdefault((cell.topology, cell.pg, cell.fault), []).append(case)
+    return [Case.cell(f"{t} {pg} {fault}", f"pgval.matrix.{t}.{pg}", runs)
+            for (t, pg, fault), runs in groups.items()]
 
 
 def mark_stale(store: ResultsStore, key: str) -> int:

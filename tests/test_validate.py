@@ -9,6 +9,7 @@ import secrets
 import subprocess
 import sys
 import threading
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -269,13 +270,22 @@ def test_cli_json_and_cleanup(tmp_path: Path) -> None:
     assert MARK not in proc.stdout + proc.stderr
 
 
-def test_missing_java_is_one_plain_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("gate", [(), ("--expect", "exactly-once", "--junit", "ci.xml")],
+                         ids=["plain", "expect"])
+def test_missing_java_is_one_plain_line(tmp_path: Path, gate: tuple[str, ...]) -> None:
+    """The environment failed: exit 1, or 4 under --expect (1 then means a weaker
+    verdict only), and the JUnit case is an error saying why."""
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = str(Path(sys.executable).parent)
     proc = subprocess.run(
         [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst", "--brokers", "1",
          "--workers", "1", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "r.db"),
-         "--json"], capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 1
+         "--json", *gate], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == (4 if gate else 1)
     assert "Java" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert_nothing_left(tmp_path / "run")
+    if gate:
+        error = ET.parse(tmp_path / "ci.xml").getroot().find("testsuite/testcase/error")
+        assert error is not None and error.get("type") == "failed"
+        assert "Java" in str(error.get("message"))

@@ -10,7 +10,16 @@ from typing import Any
 
 import click
 
-from pgval.cli.common import OIR_PENDING, check_db, console, parse_rate, stored_oir_rate
+from pgval.cli.common import (
+    OIR_PENDING,
+    RunDidNotFinish,
+    check_db,
+    console,
+    finish_gate,
+    gate_options,
+    parse_rate,
+    stored_oir_rate,
+)
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import build_config, config_options, grid_options
 from pgval.errors import RuntimeErrorPlain
@@ -35,12 +44,14 @@ def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
                    "at the OIR, 1.0) [default: 1.0].")
 @config_options("matrix")
 @_runs_and_db
+@gate_options
 def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int,
-           rate_fraction: float | None, runs_dir: Path, db: Path, **values: Any) -> None:
+           rate_fraction: float | None, runs_dir: Path, db: Path, expect: str | None,
+           junit_path: Path | None, **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from pgval.matrix import cells, plan, rates_at, run_matrix
+    from pgval.matrix import cell_cases, cells, plan, rates_at, run_matrix
 
     rate = parse_rate(values["rate"])
     if rate is not None and rate_fraction is not None:
@@ -58,6 +69,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     rate_for = (None if rate is not None
                 else rates_at(grid, base, fraction, lambda cfg: stored_oir_rate(db, cfg)))
     check_db(db)
+    failed: dict[Any, str] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=err_console) as progress:
         task = progress.add_task("matrix", total=len(grid))
@@ -73,15 +85,30 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
                     extra += f" [unknown: {'; '.join(info.get('validity_reasons', []))}]"
             elif info and "error" in info:
                 extra = f" error: {info['error']}"
+                failed[cell] = str(info["error"])
             if state == "taken":
                 state, extra = "skipped", " (being run by another pgval on this database)"
             progress.console.print(f"{cell.label():32} {state}{extra}")
 
-        counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell, rate_for=rate_for,
-                            oir_fraction=None if rate is not None else fraction)
+        try:
+            counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell, rate_for=rate_for,
+                                oir_fraction=None if rate is not None else fraction)
+        except KeyboardInterrupt:  # cancelled: the cells not run are no verdict
+            if expect is None and junit_path is None:
+                raise
+            finish_gate(cell_cases(db, base, grid, failed,
+                                   None if rate is not None else fraction),
+                        None, junit_path, "pgval matrix")
+            if expect is None:
+                raise
+            raise RunDidNotFinish("interrupted by a signal before every cell ran") from None
     taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
     console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
                   f"{counts['failed']} failed — results in {db}")
+    if expect is not None or junit_path is not None:
+        finish_gate(cell_cases(db, base, grid, failed,
+                               None if rate is not None else fraction),
+                    expect, junit_path, "pgval matrix")
     if counts["failed"]:
         sys.exit(1)
 

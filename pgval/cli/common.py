@@ -10,13 +10,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import click
 import orjson
 from rich.console import Console
 
-from pgval.cli.errors import UserError
+from pgval.cli.errors import UserError, err_console
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
+    from pgval.gate import Case
 
 console = Console()
 if not console.is_terminal:  # pipes and CI logs: wide enough for the phase table
@@ -83,3 +85,42 @@ def stored_oir_rate(db: Path, cfg: ExperimentConfig) -> float:
         raise UserError(str(exc)) from exc
     console.print(f"{cfg.topology} {cfg.pg}: using the stored OIR, {stored.describe()}")
     return stored.rate
+
+
+def gate_options(f):  # noqa: ANN001, ANN201 - click decorator
+    """``--expect`` and ``--junit``: the CI gate of a command that gives verdicts."""
+    from pgval.gate import EXPECTATIONS
+
+    f = click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Also write a JUnit XML file: one test case per run (per cell in "
+                          "a matrix) with its verdict, validity reasons and key numbers.")(f)
+    return click.option("--expect", type=click.Choice(EXPECTATIONS),
+                        help="Exit 1 unless every run is valid and its verdict at least this "
+                             "strong (exactly-once meets all three); 3 when a run's validity "
+                             "is unknown, 4 when a run did not finish.")(f)
+
+
+class RunDidNotFinish(UserError):
+    """A gated command's run failed in the environment: exit 4, so that 1 under --expect
+    only ever means a verdict weaker than expected."""
+
+    exit_code = 4
+
+
+def finish_gate(cases: list[Case], expect: str | None, junit_path: Path | None,
+                suite: str, *, quiet: bool = False) -> None:
+    """Write ``--junit`` and exit with ``--expect``'s status (0 returns)."""
+    from pgval.gate import exit_status, sentence, write_junit
+
+    if junit_path is not None:
+        try:
+            write_junit(junit_path, cases, expect, suite)
+        except OSError as exc:
+            raise UserError(f"cannot write the JUnit file {junit_path}: "
+                            f"{exc.strerror or exc}") from exc
+    if expect is None:
+        return
+    status = exit_status(cases, expect)
+    (err_console if quiet else console).print(sentence(cases, expect))
+    if status:
+        sys.exit(status)

@@ -35,8 +35,8 @@ EXIT_CODES = """
 Every command ends in one of three, and a failure is one plain line on stderr
 (`error: …`, or click's usage block ending in one `Error: …` line), never a traceback:
 
-* **0** — done. A verdict (at-most-once, validity unknown, …) is output, not an exit code
-  (a CI job that must fail on a verdict reads `--json`'s `guarantee` and `valid`).
+* **0** — done. A verdict (at-most-once, validity unknown, …) is output, not an exit code,
+  unless `--expect` says which verdict the job must keep (below).
 * **1** — the environment failed: a process, Kafka or Spark error, a signal
   (`Aborted!`); `matrix` with a failed cell; `soak` that found something left behind.
 * **2** — the input: a flag, a file, a question the files cannot answer (`check`: a
@@ -44,6 +44,26 @@ Every command ends in one of three, and a failure is one plain line on stderr
   a run directory or its evidence (damaged, edited),
   a results database that cannot be used (damaged, newer, another program's), or one that
   failed to store a finished run (the message says how to import the run later).
+
+**The CI gate.** `validate`, `matrix`, `check` and `recheck` take `--expect
+exactly-once|at-least-once|at-most-once`. A run meets it when it is valid and its verdict
+is at least as strong: exactly-once meets all three, at-least-once and at-most-once only
+themselves, `none` nothing; a matrix cell is judged by its weakest repetition, including
+repetitions stored by an earlier (resumed) invocation. Then the status is:
+
+* **0** — every run met it;
+* **1** — a verdict weaker than expected (only this: a finding about the job);
+* **3** — a run's validity unknown (the evidence cannot say; the reasons are printed);
+* **4** — a run that did not finish (the environment failed, or a signal stopped it);
+* **2** — bad input, as without `--expect`.
+
+When cases differ the first of 1, 4, 3 that applies wins. `--junit FILE` (with or
+without `--expect`) writes JUnit XML: one `testcase` per run (per cell in a matrix, its
+repetitions as properties), a weaker verdict as `failure`, an unknown or unfinished run as
+`error` (`type="unknown"` / `"failed"`), the verdict line with the anomaly counts as the
+message, key numbers (run id, expected, duplicate, unprocessed, incorrect, reliability,
+failure cost) as properties. Under `--json` the gate's line goes to stderr, so stdout stays
+one JSON object.
 """
 
 

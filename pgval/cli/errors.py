@@ -46,7 +46,16 @@ EXIT_STATUS_MORE = {
 }
 
 
+#: The commands with ``--expect`` (:mod:`pgval.gate`) and what it does to their status.
+GATED = ("validate", "matrix", "check", "recheck")
+EXIT_STATUS_GATED = ("With --expect: 0 every run valid and at least as strong; 1 a verdict "
+                     "weaker than expected; 3 a run's validity unknown; 4 a run that did not "
+                     "finish (the environment failed); the first of 1, 4, 3 that applies "
+                     "wins; 2 stays bad input.")
+
+
 def exit_status(name: str) -> str:
     """The ``--help`` epilog of command ``name``: its exit statuses."""
-    more = EXIT_STATUS_MORE.get(name)
-    return f"{EXIT_STATUS} {more}" if more else EXIT_STATUS
+    text = " ".join(t for t in (EXIT_STATUS, EXIT_STATUS_MORE.get(name),
+                                EXIT_STATUS_GATED if name in GATED else None) if t)
+    return text

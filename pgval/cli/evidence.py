@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from pgval.cli.common import console, print_json, print_output_before_input, print_validity
+from pgval.cli.common import (
+    console,
+    finish_gate,
+    gate_options,
+    print_json,
+    print_output_before_input,
+    print_validity,
+)
 from pgval.cli.errors import UserError
 from pgval.dbfile import plain_error
 from pgval.files import is_dir
@@ -26,7 +33,9 @@ from pgval.files import is_dir
                    "unprocessed causes (after a definition improved), only if the verdict "
                    "and counts equal the stored ones. With a run directory and --db: store "
                    "a run whose storing failed (its evidence unedited since).")
-def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> None:
+@gate_options
+def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expect: str | None,
+            junit_path: Path | None) -> None:
     """Recompute a stored run's results from its kept evidence (RUN: directory or run id)."""
     from pgval.evidence import EvidenceError
     from pgval.recheck import locate_run, parse_run_id
@@ -36,6 +45,10 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
     if store_derived and db is not None and is_dir(Path(run, "evidence")):
         from pgval.run_import import import_run
 
+        if expect is not None or junit_path is not None:
+            raise UserError("--expect and --junit judge a re-check, and --store of a run "
+                            "directory only imports it: import first, then run `pgval "
+                            "recheck RUN_ID --db DB --expect ...`")
         try:
             run_id = import_run(Path(run), db)
         except EvidenceError as exc:
@@ -57,8 +70,13 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
         raise UserError(str(exc)) from exc
     except sqlite3.Error as exc:  # the row or hashes of a damaged database
         raise UserError(str(plain_error(db or "--db", exc))) from exc
+    from pgval.gate import Case
+
+    summary = result.summary()
+    case = Case.of_summary(f"run {result.manifest.run_id}", "pgval.recheck", summary)
     if as_json:
-        print_json(result.summary())
+        print_json(summary)
+        finish_gate([case], expect, junit_path, "pgval recheck", quiet=True)
         return
     from pgval.checker.render import render_evaluation
 
@@ -71,6 +89,7 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool) -> No
         console.print(f"  stored validity differs by kind: {result.validity_changes}")
     console.print(escape(result.anomalies["note"]))
     console.print(result.evidence.note)
+    finish_gate([case], expect, junit_path, "pgval recheck")
 
 
 @click.command()

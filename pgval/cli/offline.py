@@ -11,7 +11,14 @@ import click
 import orjson
 from rich.markup import escape
 
-from pgval.cli.common import console, print_json, print_output_before_input, print_validity
+from pgval.cli.common import (
+    console,
+    finish_gate,
+    gate_options,
+    print_json,
+    print_output_before_input,
+    print_validity,
+)
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import config_option
 from pgval.phases import Phases
@@ -60,9 +67,10 @@ def oracle(topology: str, inputs: Path, window_ms: int) -> None:
 @click.option("--anomalies", "anomalies_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write every anomaly (unprocessed, duplicate, incorrect, output before "
                    "input), one JSON object per line, to this file.")
+@gate_options
 def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_text: str | None,
           as_json: bool, db: Path | None, allow_malformed: bool,
-          anomalies_path: Path | None) -> None:
+          anomalies_path: Path | None, expect: str | None, junit_path: Path | None) -> None:
     """Validate recorded input and output streams of any stream processor."""
     from pgval.checker import questions
     from pgval.checker.evaluate import evaluate
@@ -102,8 +110,9 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
             raise UserError(f"cannot store the result in {db}: {exc}") from exc
         if not as_json:
             console.print(f"stored as run {run_id} in {escape(str(db))}")
+    summary = {**ev.summary(), **validity.as_dict()}
     if as_json:
-        print_json({**ev.summary(), **validity.as_dict()})
+        print_json(summary)
     else:
         from pgval.checker.render import render_evaluation
 
@@ -113,3 +122,7 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         if anomalies_path is not None:
             console.print(f"{len(ev.anomalies()):,} anomalies written to "
                           f"{escape(str(anomalies_path))}")
+    from pgval.gate import Case
+
+    case = Case.of_summary(outputs.name, f"pgval.check.{topology}", summary)
+    finish_gate([case], expect, junit_path, "pgval check", quiet=as_json)

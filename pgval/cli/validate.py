@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,11 @@ import click
 
 from pgval.cli.common import (
     OIR_PENDING,
+    RunDidNotFinish,
     check_db,
     console,
+    finish_gate,
+    gate_options,
     parse_rate,
     print_json,
     print_validity,
@@ -29,11 +33,17 @@ from pgval.cli.options import build_config, config_options
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("results.db"), show_default=True, help="SQLite results database.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
-def validate(run_dir: Path | None, db: Path, as_json: bool, **values: Any) -> None:
+@gate_options
+def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
+             junit_path: Path | None, **values: Any) -> None:
     """Run one experiment on Kafka + Spark (the embedded cluster unless --deploy) and
     validate its guarantee."""
+    from confluent_kafka import KafkaException
+
     from pgval.checker.render import render_evaluation
+    from pgval.errors import RuntimeErrorPlain
     from pgval.experiment import Experiment, default_run_dir
+    from pgval.gate import Case
     from pgval.live import LiveStatus
 
     _sabotage_spec(values["sabotage"])
@@ -44,10 +54,27 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, **values: Any) -> No
         cfg = dataclasses.replace(cfg, rate=stored_oir_rate(db, cfg))
     run_dir = run_dir or default_run_dir()
     live = LiveStatus(err_console, enabled=not as_json)
-    with live:
-        result = Experiment(cfg, run_dir, db=db, on_status=live.update).run()
+    name = f"{cfg.topology} {cfg.pg} {cfg.fault}"
+    started = time.monotonic()
+    try:
+        with live:
+            result = Experiment(cfg, run_dir, db=db, on_status=live.update).run()
+    except (RuntimeErrorPlain, KafkaException, KeyboardInterrupt) as exc:
+        if expect is None and junit_path is None:
+            raise
+        why = (f"Kafka: {_plain(exc)}" if isinstance(exc, KafkaException)
+               else "interrupted by a signal" if isinstance(exc, KeyboardInterrupt)
+               else _plain(exc))
+        finish_gate([Case.failed(name, "pgval.validate", why, time.monotonic() - started)],
+                    None, junit_path, "pgval validate")
+        if expect is None:
+            raise
+        raise RunDidNotFinish(why) from exc
+    summary = result.summary()
+    case = Case.of_summary(name, "pgval.validate", summary, time.monotonic() - started)
     if as_json:
-        print_json(result.summary())
+        print_json(summary)
+        finish_gate([case], expect, junit_path, "pgval validate", quiet=True)
         return
     render_evaluation(result.evaluation, console,
                       title=f"{cfg.topology.upper()} {cfg.pg} fault={cfg.fault} — per phase")
@@ -69,6 +96,13 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, **values: Any) -> No
     gen = result.generator
     console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
                   f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")
+    finish_gate([case], expect, junit_path, "pgval validate")
+
+
+def _plain(exc: BaseException) -> str:
+    """The one sentence of a runtime or Kafka error (as :func:`pgval.cli.app.run` says it)."""
+    err = exc.args[0] if exc.args else exc
+    return err.str() if hasattr(err, "str") else str(err)
 
 
 

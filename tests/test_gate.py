@@ -1,0 +1,239 @@
+"""The CI gate (``--expect``, ``--junit``): which verdict meets which expectation, the exit
+statuses of every gated command on constructed runs, and JUnit XML a CI system can read
+whatever a run's reasons say."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgval.cli import main
+from pgval.gate import EXPECTATIONS, FAILED, MET, UNKNOWN, WEAKER, Case, exit_status, junit, meets
+from tests.test_evidence_seal import stored_sealed_run
+
+VERDICTS = ("exactly-once", "at-least-once", "at-most-once", "none")
+
+
+def test_meets_is_the_guarantee_lattice() -> None:
+    """Written out, not derived: exactly-once meets all; the two weaker guarantees meet
+    only themselves; none meets nothing."""
+    table = {
+        "exactly-once": {"exactly-once", "at-least-once", "at-most-once"},
+        "at-least-once": {"at-least-once"},
+        "at-most-once": {"at-most-once"},
+        "none": set(),
+    }
+    for verdict in VERDICTS:
+        for expected in EXPECTATIONS:
+            assert meets(verdict, expected) == (expected in table[verdict]), (verdict, expected)
+    with pytest.raises(ValueError, match="--expect must be one of"):
+        meets("exactly-once", "exactly-twice")
+
+
+def _run(guarantee: str = "exactly-once", valid: bool = True, **kw: Any) -> Case:
+    return Case("r", "pgval.test", guarantee=guarantee, valid=valid, **kw)
+
+
+def test_outcomes_and_the_status_the_worst_one_sets() -> None:
+    met, weaker = _run(), _run("at-most-once")
+    unknown = _run(valid=False, reasons=("the read-back did not reach the end offsets",))
+    failed = Case.failed("r", "pgval.test", "Kafka: broker down")
+    assert [c.outcome("at-least-once") for c in (met, weaker, unknown, failed)] == [
+        MET, WEAKER, UNKNOWN, FAILED]
+    # An unknown run is unknown whatever its verdict, and with no --expect only validity
+    # and completion count.
+    assert _run("none", valid=False).outcome("at-most-once") == UNKNOWN
+    assert weaker.outcome(None) == MET
+    assert exit_status([met, met], "exactly-once") == 0
+    assert exit_status([met, unknown], "exactly-once") == 3
+    assert exit_status([unknown, failed], "exactly-once") == 4
+    assert exit_status([failed, unknown, weaker], "exactly-once") == 1
+    # A matrix cell is its weakest repetition.
+    cell = Case.cell("sst a1 crash", "pgval.matrix.sst.a1", [met, unknown, weaker])
+    assert cell.outcome("at-least-once") == WEAKER
+    assert cell.outcome("at-most-once") == UNKNOWN  # the weaker run meets at-most-once
+
+
+def test_junit_counts_and_elements() -> None:
+    cases = [_run(numbers={"duplicate": 0, "unprocessed": 0, "incorrect": 0, "expected": 9}),
+             _run("at-least-once", numbers={"duplicate": 3, "unprocessed": 0, "incorrect": 0,
+                                            "expected": 9, "run_id": 7}),
+             _run(valid=False, reasons=("no output at all",)),
+             Case.failed("r", "pgval.test", "Spark did not start")]
+    root = junit(cases, "exactly-once", "pgval test").getroot()
+    suite = root.find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "1", "2")
+    tcs = suite.findall("testcase")
+    assert tcs[0].find("failure") is None and tcs[0].find("error") is None
+    failure = tcs[1].find("failure")
+    assert failure is not None and failure.get("message") == (
+        "expected exactly-once, got at-least-once (3 duplicate, 0 unprocessed, 0 incorrect "
+        "of 9 IDs), valid")
+    props = {p.get("name"): p.get("value") for p in tcs[1].iter("property")}
+    assert props["run_id"] == "7" and props["guarantee"] == "at-least-once"
+    assert props["valid"] == "true"
+    assert [tc.find("error").get("type") for tc in tcs[2:]] == ["unknown", "failed"]  # type: ignore[union-attr]
+    assert "no output at all" in tcs[2].find("error").get("message")  # type: ignore[union-attr,operator]
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.text(), reason=st.text(), error=st.text())
+def test_junit_is_well_formed_whatever_the_text(name: str, reason: str, error: str) -> None:
+    """Names, reasons and errors come from users and processes: control characters XML
+    cannot hold are dropped, everything else survives a parse."""
+    cases = [Case(name, name, guarantee="none", valid=False, reasons=(reason,)),
+             Case.failed(name, name, error)]
+    text = ET.tostring(junit(cases, "exactly-once", name).getroot(), encoding="unicode")
+    parsed = ET.fromstring(text)
+    tcs = parsed.find("testsuite").findall("testcase")  # type: ignore[union-attr]
+
+    def legal(s: str) -> str:
+        kept = "".join(c for c in s if c in "\t\n\r" or (c >= " " and c not in "\ufffe\uffff"))
+        return kept.replace("\r\n", "\n").replace("\r", "\n")
+
+    assert tcs[0].get("name") == legal(name)
+    assert legal(reason) in tcs[0].find("error").get("message")  # type: ignore[union-attr,operator]
+    assert legal(error) in tcs[1].find("error").text  # type: ignore[union-attr,operator]
+
+
+# ------------------------------------------------------------------ the commands, offline
+
+
+def _check_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """30 GETs (one per 100 ms, 1 s windows) and three outputs: faithful, and the same
+    with window [1 s, 2 s) emitted twice (10 IDs duplicated: at-least-once)."""
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text("".join(json.dumps({"id": i, "type": "GET", "resource": "a",
+                                          "event_ts": 100 * i, "ingress_ts": 100 * i}) + "\n"
+                              for i in range(30)))
+    rows = [{"resource": "a", "window_start": 1000 * w, "window_end": 1000 * w + 1000,
+             "count": 10, "ids": list(range(10 * w, 10 * w + 10)), "ingress_ts": 1000 * w + 1300}
+            for w in range(3)]
+    ok, dup = tmp_path / "ok.jsonl", tmp_path / "dup.jsonl"
+    ok.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dup.write_text("".join(json.dumps(r) + "\n" for r in [*rows, rows[1]]))
+    return inputs, ok, dup
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, list(args))
+    assert "Traceback" not in res.output
+    return res.exit_code, res.output
+
+
+@pytest.mark.parametrize(("outputs", "expect", "status"), [
+    ("ok", "exactly-once", 0), ("ok", "at-most-once", 0),
+    ("dup", "exactly-once", 1), ("dup", "at-least-once", 0), ("dup", "at-most-once", 1)])
+def test_check_exits_by_its_verdict(tmp_path: Path, outputs: str, expect: str,
+                                    status: int) -> None:
+    inputs, ok, dup = _check_files(tmp_path)
+    junit_path = tmp_path / "ci" / "check.xml"
+    code, out = _cli("check", "--topology", "sst", "--inputs", str(inputs), "--outputs",
+                     str(ok if outputs == "ok" else dup), "--window-ms", "1000",
+                     "--expect", expect, "--junit", str(junit_path))
+    assert code == status, out
+    assert f"expect {expect}: 1 {'met' if status == 0 else 'weaker'} — exit {status}" in out
+    suite = ET.parse(junit_path).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == str(int(status == 1))
+    # Without --expect a verdict is output, not a status (and --junit still writes).
+    code, _ = _cli("check", "--topology", "sst", "--inputs", str(inputs), "--outputs",
+                   str(dup), "--window-ms", "1000", "--junit", str(junit_path))
+    assert code == 0 and ET.parse(junit_path).getroot().get("failures") == "0"
+
+
+def test_check_with_nothing_to_judge_is_unknown_and_json_stays_clean(tmp_path: Path) -> None:
+    inputs, _, _ = _check_files(tmp_path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    res = CliRunner().invoke(main, [
+        "check", "--topology", "sst", "--inputs", str(inputs), "--outputs", str(empty),
+        "--window-ms", "1000", "--expect", "at-most-once", "--json"])
+    assert res.exit_code == 3, res.output
+    summary = json.loads(res.stdout)  # the gate's line went to stderr
+    assert summary["valid"] is False
+    assert "exit 3" in res.stderr
+
+
+def test_a_junit_file_that_cannot_be_written_is_one_sentence(tmp_path: Path) -> None:
+    inputs, ok, _ = _check_files(tmp_path)
+    (tmp_path / "blocked").write_text("a file where a folder should be")
+    code, out = _cli("check", "--topology", "sst", "--inputs", str(inputs), "--outputs",
+                     str(ok), "--window-ms", "1000", "--junit", str(tmp_path / "blocked" / "x"))
+    assert code == 2 and "cannot write the JUnit file" in out
+
+
+def test_recheck_exits_by_the_stored_runs_verdict(tmp_path: Path) -> None:
+    """The sealed run has one duplicated ID (at-least-once); a read-back that did not reach
+    the end makes another unknown."""
+    _, db, run_id = stored_sealed_run(tmp_path)
+    assert _cli("recheck", str(run_id), "--db", str(db), "--expect", "at-least-once")[0] == 0
+    code, out = _cli("recheck", str(run_id), "--db", str(db), "--expect", "exactly-once")
+    assert code == 1 and "expect exactly-once: 1 weaker — exit 1" in out
+    run_dir, db2, run2 = stored_sealed_run(tmp_path / "b", incomplete="output")
+    code, out = _cli("recheck", str(run2), "--db", str(db2), "--expect", "at-least-once",
+                     "--junit", str(tmp_path / "r.xml"))
+    assert code == 3, out
+    error = ET.parse(tmp_path / "r.xml").getroot().find("testsuite/testcase/error")
+    assert error is not None and "validity unknown" in str(error.get("message"))
+    code, out = _cli("recheck", str(run_dir), "--db", str(db2), "--store", "--expect",
+                     "exactly-once")
+    assert code == 2 and "import first" in " ".join(out.split())
+
+
+def _matrix_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["matrix", "--topologies", "sst", "--pgs", "a1,e1", "--faults", "none",
+            "--rate", "1000", "--repeat", "2", "--db", str(tmp_path / "r.db"),
+            "--runs-dir", str(tmp_path / "runs"), *extra]
+
+
+def test_matrix_judges_every_cell_from_the_database(tmp_path: Path) -> None:
+    """A resumed matrix whose runs are all stored runs nothing and judges them all: a1
+    at-least-once in one repetition, e1 exactly-once but one repetition unknown."""
+    from pgval.cli.common import parse_rate
+    from pgval.cli.options import build_config
+    from pgval.matrix import cells, matrix_key
+    from pgval.store import ResultsStore
+
+    ctx = main.commands["matrix"].make_context("matrix", _matrix_args(tmp_path)[1:])
+    grid_keys = ("topologies", "pgs", "faults", "repeat", "rate_fraction", "runs_dir", "db",
+                 "expect", "junit_path")
+    values = {k: v for k, v in ctx.params.items() if k not in grid_keys}
+    key = matrix_key(build_config(values, rate=parse_rate(values["rate"])))
+    store = ResultsStore(tmp_path / "r.db")
+    verdicts = {("a1", 0): ("exactly-once", 1), ("a1", 1): ("at-least-once", 1),
+                ("e1", 0): ("exactly-once", 1), ("e1", 1): ("exactly-once", 0)}
+    for cell in cells(["sst"], ["a1", "e1"], ["none"], 2):
+        rid = store.start_run("validate", cell.topology, 10_000, pg=cell.pg,
+                              fault=cell.fault.kind, repeat=cell.repeat,
+                              params={"matrix_key": key})
+        guarantee, valid = verdicts[(str(cell.pg), cell.repeat)]
+        store.db["runs"].update(rid, {
+            "status": "complete", "guarantee": guarantee, "valid": valid,
+            "validity_reasons": json.dumps([] if valid else ["the drain timed out"]),
+            "expected": 100, "processed": 100, "duplicate": 0 if valid else 3,
+            "incorrect": 0, "unprocessed": 0})
+    store.close()
+    junit_path = tmp_path / "m.xml"
+    code, out = _cli(*_matrix_args(tmp_path, "--expect", "exactly-once", "--junit",
+                                   str(junit_path)))
+    assert "matrix: 0 run, 4 already complete" in out
+    assert code == 1, out  # a1 is weaker: that wins over e1's unknown repetition
+    suite = ET.parse(junit_path).getroot().find("testsuite")
+    assert suite is not None
+    tcs = {tc.get("name"): tc for tc in suite.findall("testcase")}
+    assert set(tcs) == {"sst a1 none", "sst e1 none"}
+    assert tcs["sst a1 none"].find("failure") is not None
+    error = tcs["sst e1 none"].find("error")
+    assert error is not None and "the drain timed out" in str(error.get("message"))
+    assert _cli(*_matrix_args(tmp_path, "--expect", "at-least-once"))[0] == 3
+    with sqlite3.connect(tmp_path / "r.db") as con:  # the gate only read the database
+        assert con.execute("select count(*) from runs").fetchone() == (4,)
