@@ -112,8 +112,10 @@ def _bar_panel(ax: Axes, groups: list[Group], faults: list[Cluster],
                     texts[-1] += " / " + fmt.format(marks[-1][1])
         if not xs:
             continue
-        # Whiskers stop at 0 (and at ``cap``, e.g. 100 %): values beyond are impossible.
-        lower = [min(sd, m) for m, sd in zip(means, sds, strict=True)]
+        # Whiskers stop at 0 (and at ``cap``, e.g. 100 %): values beyond are impossible. A
+        # negative mean (outputs stamped before their closing input: clocks of other
+        # engines' brokers, constructed runs) has its whisker whole.
+        lower = [sd if m < 0 else min(sd, m) for m, sd in zip(means, sds, strict=True)]
         upper = [sd if cap is None else max(0.0, min(sd, cap - m))
                  for m, sd in zip(means, sds, strict=True)]
         ax.bar(xs, means, width=width * 0.92, color=bs.colour, yerr=[lower, upper],
