@@ -55,8 +55,8 @@ def export(run_dir: Path, out_dir: Path, db: Path | None = None,
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        n_in = _write_inputs(streams.events, out_dir / "inputs.jsonl")
-        n_out = _write_outputs(streams.outputs, out_dir / "outputs.jsonl")
+        n_in = write_inputs(streams.events, out_dir / "inputs.jsonl")
+        n_out = write_outputs(streams.outputs, out_dir / "outputs.jsonl")
         n_anomalies = write_anomalies(found, out_dir / "anomalies.jsonl")
         info = {"topology": manifest.topology, "window_ms": manifest.window_ms,
                 "phases": list(manifest.phases), "t4": manifest.t4, "source": str(run_dir),
@@ -71,7 +71,7 @@ def export(run_dir: Path, out_dir: Path, db: Path | None = None,
     return info
 
 
-def _write_inputs(events: InputEvents, path: Path) -> int:
+def write_inputs(events: InputEvents, path: Path) -> int:
     """One JSON object per event in read order; malformed records as malformed lines."""
     names = events.resources.names
     ids, is_get = events.id.tolist(), events.is_get.tolist()
@@ -85,7 +85,7 @@ def _write_inputs(events: InputEvents, path: Path) -> int:
     return len(ids) + events.malformed
 
 
-def _write_outputs(outputs: OutputRecords, path: Path) -> int:
+def write_outputs(outputs: OutputRecords, path: Path) -> int:
     """Outputs in stream order (ingress time, then position), so line order = stream order."""
     order = np.lexsort((outputs.position, outputs.ingress_ts))
     names = outputs.resources.names

@@ -352,3 +352,72 @@ def test_read_back_proves_completeness_or_says_why_not(cluster: KafkaCluster) ->
     # No time to read: short, with the reason, never a silent partial result.
     rushed = read_topic(cluster.bootstrap, topic, timeout_s=0.0, strict=False)
     assert not rushed.complete and rushed.problems
+
+
+@pytest.mark.cluster
+def test_another_engine_is_judged_through_generate_record_and_check(
+        cluster: KafkaCluster, tmp_path: Path) -> None:
+    """The flow for a Flink or Kafka Streams job: `pgval generate` into new topics, the
+    engine's outputs in an output topic (here the oracle's outputs of what Kafka holds,
+    written by a plain producer, one window written twice), `pgval record`, then `pgval
+    check --expect`: the duplicated window's IDs, no more, fail exactly-once. An output
+    topic stamping CreateTime is recorded, with a warning."""
+    import json
+    import subprocess
+    import sys
+
+    from confluent_kafka.admin import NewTopic
+
+    from pgval.oracle import expected_outputs
+    from pgval.records import read_inputs
+
+    boot = cluster.bootstrap
+
+    def pgval(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pgval.cli", *args], capture_output=True,
+                              text=True, timeout=180)
+
+    gen = pgval("generate", "--bootstrap", boot, "--topic-prefix", "other-", "--rate", "0",
+                "--events", "3000", "--resources", "4", "--seed", "5", "--json")
+    assert gen.returncode == 0, gen.stderr
+    assert json.loads(gen.stdout)["delivered"] == 3000
+    # The engine: reads the inputs (pgval record of the inputs alone gives them) ...
+    first = pgval("record", "--bootstrap", boot, "--inputs", "other-get,other-post",
+                  "--outputs", schema.OUTPUT_TOPIC, "--out", str(tmp_path / "in"))
+    assert first.returncode == 0, first.stderr
+    events = read_inputs(tmp_path / "in" / "inputs.jsonl")
+    assert len(events) == 3000
+    rows = expected_outputs(events, "sst", 100).to_records()
+    assert len(rows) > 4
+    # ... and writes its outputs, window 0 twice, to a topic of its own.
+    create_topics(cluster.client_config, ["other-output"], 3)
+    p = _producer(boot)
+    for row in [*rows, rows[0]]:
+        p.produce("other-output", key=row["resource"].encode(), value=json.dumps(row).encode())
+    assert p.flush(30) == 0
+    rec = pgval("record", "--bootstrap", boot, "--inputs", "other-get,other-post",
+                "--outputs", "other-output", "--out", str(tmp_path / "rec"))
+    assert rec.returncode == 0, rec.stderr
+    assert "warning" not in rec.stderr
+    info = json.loads((tmp_path / "rec" / "record.json").read_text())
+    assert info["inputs"] == 3000 and info["outputs"] == len(rows) + 1
+    assert sum(int(o) for t in ("other-get", "other-post")
+               for o in info["topics"][t]["end_offsets"].values()) == 3000
+    assert {t["timestamp_type"] for t in info["topics"].values()} == {"LogAppendTime"}
+    files = ["--topology", "sst", "--inputs", str(tmp_path / "rec" / "inputs.jsonl"),
+             "--outputs", str(tmp_path / "rec" / "outputs.jsonl"), "--window-ms", "100"]
+    strict = pgval("check", *files, "--expect", "exactly-once", "--json")
+    assert strict.returncode == 1, strict.stderr
+    summary = json.loads(strict.stdout)
+    assert summary["guarantee"] == "at-least-once"
+    assert summary["duplicate"] == len(rows[0]["ids"]) and summary["unprocessed"] == 0
+    assert pgval("check", *files, "--expect", "at-least-once").returncode == 0
+    # A topic made with the broker's default stamps CreateTime: recorded, and said.
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic("other-created", 1, 1)])["other-created"].result(30)
+    ct = pgval("record", "--bootstrap", boot, "--inputs", "other-get", "--outputs",
+               "other-created", "--out", str(tmp_path / "ct"))
+    assert ct.returncode == 0, ct.stderr
+    assert "other-created stamp CreateTime" in " ".join(ct.stderr.split())
+    info = json.loads((tmp_path / "ct" / "record.json").read_text())
+    assert info["create_time_topics"] == ["other-created"]

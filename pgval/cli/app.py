@@ -12,7 +12,17 @@ import sys
 
 import click
 
-from pgval.cli import bench, campaigns, cluster, evidence, housekeeping, offline, report, validate
+from pgval.cli import (
+    bench,
+    campaigns,
+    cluster,
+    evidence,
+    housekeeping,
+    offline,
+    report,
+    streams,
+    validate,
+)
 from pgval.cli.errors import UserError, err_console, exit_status, print_error
 from pgval.dbfile import StoreError
 from pgval.errors import RuntimeErrorPlain
@@ -49,7 +59,8 @@ def _with_exit_status(command: click.Command) -> None:
 
 
 main.epilog = exit_status("")
-for command in (offline.oracle, offline.check, validate.validate, evidence.recheck,
+for command in (offline.oracle, offline.check, streams.generate, streams.record,
+                validate.validate, evidence.recheck,
                 evidence.export, campaigns.matrix, campaigns.oir, report.report,
                 cluster.cluster, housekeeping.cleanup, housekeeping.soak,
                 housekeeping.setup_jars, bench.bench):
