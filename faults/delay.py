@@ -131,7 +131,7 @@ def _holder_importable() -> str | None:
         import netfilterqueue  # noqa: F401
     except ImportError as exc:
         return (f"the Python package NetfilterQueue in {sys.executable} ({exc}; "
-                "`pip install NetfilterQueue`, which builds against the Debian package "
+                "`pip install 'pgval[netdelay]'`, which builds against the Debian package "
                 "libnetfilter-queue-dev)")
     return None
 

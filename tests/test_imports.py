@@ -253,10 +253,10 @@ def test_no_import_cycle_at_all() -> None:
 #: placed here (and in docs/design.md) before it can be imported at all.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"pgval", "pgval.schema", "pgval.errors", "pgval.redact",
-                              "pgval.files", "pgval.shape"})),
+                              "pgval.files", "pgval.shape", "pgval.extras"})),
     ("records", frozenset({"pgval.phases", "pgval.records"})),
     ("oracle", frozenset({"pgval.oracle"})),
-    ("checker", frozenset({"pgval.checker", "pgval.bench"})),
+    ("checker", frozenset({"pgval.checker", "pgval.bench", "pgval.gate"})),
     ("host", frozenset({"pgval.host"})),
     ("services", frozenset({"pgval.kafka", "pgval.spark"})),
     ("faults", frozenset({"pgval.faults"})),
@@ -264,7 +264,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("what a run keeps", frozenset({"pgval.evidence", "pgval.dbfile", "pgval.store",
                                     "pgval.recheck", "pgval.run_import", "pgval.export",
                                     "pgval.report"})),
-    ("pipeline parts", frozenset({"pgval.config", "pgval.datasets", "pgval.topologies"})),
+    ("pipeline parts", frozenset({"pgval.config", "pgval.datasets", "pgval.topologies",
+                                  "pgval.streams"})),
     ("deployments", frozenset({"pgval.deploy"})),
     ("one run's steps", frozenset({"pgval.run", "pgval.live"})),
     ("experiment", frozenset({"pgval.experiment", "pgval.soak", "pgval.bench_kafka"})),

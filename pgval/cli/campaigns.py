@@ -18,6 +18,7 @@ from pgval.cli.common import (
     finish_gate,
     gate_options,
     parse_rate,
+    require_spark,
     stored_oir_rate,
 )
 from pgval.cli.errors import UserError, err_console
@@ -57,6 +58,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     if rate is not None and rate_fraction is not None:
         raise UserError("--rate-fraction applies to --rate oir only")
     base = build_config(values, rate=OIR_PENDING if rate is None else rate)
+    require_spark(base.deploy)
 
     def left_out(cell, reason):  # noqa: ANN001, ANN202
         err_console.print(f"{cell.topology} {cell.pg} {cell.fault}: left out — {reason}")
@@ -135,6 +137,7 @@ def oir(start_rate: float, max_trials: int, precision: float, max_rate: float, r
     if start_rate > max_rate:
         raise UserError(f"--start-rate {start_rate:,.0f} is above --max-rate {max_rate:,.0f}")
     base = build_config(values, fault="none")
+    require_spark(base.deploy)
     check_db(db)
 
     def on_trial(t):  # noqa: ANN001, ANN202

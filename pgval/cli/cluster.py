@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from pgval.cli.common import console, print_json
+from pgval.cli.common import console, print_json, require_spark
 from pgval.cli.errors import UserError
 from pgval.cli.options import cluster_options
 
@@ -31,6 +31,7 @@ def cluster_up(run_dir: Path, **values: Any) -> None:
     from pgval.cluster.guard import read_state
     from pgval.cluster.local import ClusterConfig, LocalCluster
 
+    require_spark()
     if (read_state(run_dir) or {}).get("complete"):
         raise UserError(f"a cluster is already up in {run_dir}; run `pgval cluster down` first")
     c = LocalCluster(run_dir, ClusterConfig(**values), held=True)

@@ -124,3 +124,12 @@ def finish_gate(cases: list[Case], expect: str | None, junit_path: Path | None,
     (err_console if quiet else console).print(sentence(cases, expect))
     if status:
         sys.exit(status)
+
+
+def require_spark(deploy: str = "local") -> None:
+    """One sentence before anything starts when pyspark is missing (``pip install pgval``
+    without the ``spark`` extra); ``--deploy compose`` runs Spark in its containers."""
+    from pgval.extras import require
+
+    if str(deploy) != "compose":
+        require("spark")

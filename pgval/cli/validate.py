@@ -19,6 +19,7 @@ from pgval.cli.common import (
     parse_rate,
     print_json,
     print_validity,
+    require_spark,
     stored_oir_rate,
 )
 from pgval.cli.errors import UserError, err_console
@@ -49,6 +50,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     _sabotage_spec(values["sabotage"])
     rate = parse_rate(values["rate"])
     cfg = build_config(values, rate=OIR_PENDING if rate is None else rate)
+    require_spark(cfg.deploy)
     check_db(db)
     if rate is None:
         cfg = dataclasses.replace(cfg, rate=stored_oir_rate(db, cfg))

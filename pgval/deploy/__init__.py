@@ -20,6 +20,9 @@ def make_deployment(cfg: ExperimentConfig, cluster_dir: Path) -> Deployment:
         return ExternalDeployment(cfg.bootstrap, cfg.master, cfg.cluster.partitions,
                                   cfg.kafka_config, cfg.spark_conf, workers=cfg.cluster.workers)
     if deploy is Deploy.COMPOSE:
+        from pgval.extras import require
+
+        require("docker")
         from pgval.deploy.compose.deployment import ComposeDeployment
 
         return ComposeDeployment(cluster_dir, cfg.cluster.partitions,

@@ -70,6 +70,9 @@ REST_ENABLED = "spark.master.rest.enabled"
 
 def spark_home() -> Path:
     """pyspark's install dir; it holds ``bin/spark-class`` and ``jars/``."""
+    from pgval.extras import require
+
+    require("spark")
     import pyspark
 
     home = Path(pyspark.__file__).resolve().parent
