@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.checker.metrics import compute_metrics, emission_lags_ms, reference_ingress
@@ -245,3 +247,22 @@ def test_emission_lag_is_cut_by_a_burst_whatever_its_own_latencies() -> None:
     lat = (out - ref).astype(np.float64)
     lat[-1] = np.nan  # an output without a paper latency covers nothing
     assert list(emission_lags_ms(out, lat)[1]) == [200, 1_500]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 20_000), st.integers(-5_000, 60_000),
+                               st.booleans()), max_size=40))
+def test_emission_lag_is_the_per_second_brute_force(rows: list[tuple[int, int, bool]]) -> None:
+    """For each second with outputs (with a paper latency): its last output's time minus
+    the newest closing input of any output up to then, written out the slow way."""
+    out = np.array([r[0] for r in rows], np.int64)
+    lat = np.array([np.nan if r[2] else float(r[1]) for r in rows], np.float64)
+    at, lag = emission_lags_ms(out, lat)
+    known = [(t, t - la) for t, la in zip(out.tolist(), lat.tolist(), strict=True)
+             if not np.isnan(la)]
+    want = []
+    for sec in sorted({t // 1000 for t, _ in known}):
+        last = max(t for t, _ in known if t // 1000 == sec)
+        newest = max(ref for t, ref in known if t <= last)
+        want.append((last, last - newest))
+    assert list(zip(at.tolist(), lag.tolist(), strict=True)) == want
