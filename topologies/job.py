@@ -1,0 +1,186 @@
+"""A user's own job: what ``--job PATH.py:FUNCTION`` (or ``package.module:FUNCTION``) names,
+how it is loaded, and which jobs pgval can judge.
+
+The job is one function::
+
+    def build(spark: SparkSession, sources: Mapping[str, DataFrame]) -> DataFrame
+
+``sources["get"]`` and ``sources["post"]`` are the generator's two streams, parsed by pgval
+from Kafka exactly as for SST and MST: ``id`` (long), ``type`` (string), ``resource``
+(string), ``event_ts`` (timestamp), plus ``partition`` and ``offset`` (which Kafka record a
+row is, for jobs that must tell two records with one ID apart). The job returns a streaming
+DataFrame with a column ``ids`` (array<long>): the input IDs that made the row. Every other
+column is the job's own; the job sets its own watermark, windows and joins, and pgval writes
+the result in append mode. ``build.key = ["col", …]`` declares the columns that identify an
+output (one output per key is what the validator expects); without it every column but
+``ids`` is the key.
+
+Judged by Structured Streaming's own promise: the streaming result equals the same
+``build`` run as a batch over the same input, less what the watermark drops. So the checks
+here refuse, before anything starts and in one sentence, what that promise cannot cover: no
+``ids`` column or one of another type, a key that names no column, a function that is not
+one of two arguments. This module imports no pyspark: schemas arrive as ``(name, type)``
+pairs (``field.dataType.simpleString()``), so the rules are tested without a JVM.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pgval.errors import RuntimeErrorPlain
+
+#: The column every job's output carries: the input IDs behind the row.
+IDS = "ids"
+#: The Spark types ``ids`` may have (``array<int>`` is widened when read).
+IDS_TYPES = ("array<bigint>", "array<int>")
+#: The names of the streams a job gets.
+SOURCES = ("get", "post")
+#: The columns of each source, in order, as Spark names their types.
+SOURCE_COLUMNS = (("id", "bigint"), ("type", "string"), ("resource", "string"),
+                  ("event_ts", "timestamp"), ("partition", "int"), ("offset", "bigint"))
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+class JobError(RuntimeErrorPlain):
+    """A job pgval cannot load or judge (one sentence, before anything starts)."""
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """``PATH.py:FUNCTION`` or ``package.module:FUNCTION``, as given on the command line."""
+
+    target: str
+    function: str
+
+    @classmethod
+    def parse(cls, text: str) -> JobRef:
+        target, sep, function = text.strip().rpartition(":")
+        if not sep or not target or not function.isidentifier():
+            raise JobError(f"--job {text!r}: expected PATH.py:FUNCTION or "
+                           "package.module:FUNCTION")
+        if not target.endswith(".py") and not _MODULE.fullmatch(target):
+            raise JobError(f"--job {text!r}: {target!r} is neither a .py file nor a module "
+                           "name")
+        return cls(target, function)
+
+    @property
+    def is_file(self) -> bool:
+        return self.target.endswith(".py")
+
+    def __str__(self) -> str:
+        return f"{self.target}:{self.function}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A loaded job: its ``build`` function and declared key (None: every column but ids)."""
+
+    ref: JobRef
+    build: Callable[..., Any]
+    key: tuple[str, ...] | None = None
+
+    def key_columns(self, columns: Sequence[str]) -> tuple[str, ...]:
+        """The output's key among ``columns`` (the declared one, else all but ``ids``)."""
+        if self.key is not None:
+            return self.key
+        return tuple(c for c in columns if c != IDS)
+
+
+def _import(ref: JobRef) -> Any:
+    """The module ``ref`` names: a file loaded under a private name, or an importable module."""
+    if ref.is_file:
+        path = Path(ref.target)
+        if not path.is_file():
+            raise JobError(f"--job {ref}: no such file {path}")
+        name = f"pgval_job_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise JobError(f"--job {ref}: cannot load {path} as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except SyntaxError as exc:
+            raise JobError(f"--job {ref}: {path} line {exc.lineno}: {exc.msg}") from exc
+        except Exception as exc:  # the user's module failed while importing
+            raise JobError(f"--job {ref}: importing {path} failed: "
+                           f"{type(exc).__name__}: {exc}") from exc
+        return module
+    try:
+        return importlib.import_module(ref.target)
+    except ModuleNotFoundError as exc:
+        raise JobError(f"--job {ref}: no module {exc.name} (is it on PYTHONPATH?)") from exc
+    except Exception as exc:
+        raise JobError(f"--job {ref}: importing {ref.target} failed: "
+                       f"{type(exc).__name__}: {exc}") from exc
+
+
+def load(ref: JobRef | str) -> Job:
+    """Import the job and check its shape: a function of (spark, sources) and, if declared,
+    a key that is a list of column names other than ``ids``."""
+    ref = JobRef.parse(ref) if isinstance(ref, str) else ref
+    module = _import(ref)
+    build = getattr(module, ref.function, None)
+    if build is None:
+        raise JobError(f"--job {ref}: {ref.target} has no {ref.function}")
+    if not callable(build):
+        raise JobError(f"--job {ref}: {ref.function} is not a function")
+    try:
+        sig = inspect.signature(build)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        try:
+            sig.bind(object(), object())
+        except TypeError as exc:
+            raise JobError(f"--job {ref}: {ref.function}{sig} must take two arguments, "
+                           "(spark, sources)") from exc
+    key = getattr(build, "key", None)
+    if key is not None:
+        if isinstance(key, str) or not isinstance(key, Sequence) or not key or not all(
+                isinstance(k, str) and k for k in key):
+            raise JobError(f"--job {ref}: {ref.function}.key must be a non-empty list of "
+                           f"column names, not {key!r}")
+        if IDS in key:
+            raise JobError(f"--job {ref}: {ref.function}.key names {IDS!r}, the column of "
+                           "input IDs; the key is what identifies an output")
+        key = tuple(key)
+    return Job(ref, build, key)
+
+
+def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool = True
+                 ) -> tuple[str, ...]:
+    """Refuse an output pgval cannot judge; else its key columns. ``schema``: the result's
+    ``(name, simpleString type)`` pairs; ``streaming``: ``DataFrame.isStreaming``."""
+    where = f"--job {job.ref}"
+    if not streaming:
+        raise JobError(f"{where}: the result is not a streaming DataFrame (build it from "
+                       "sources, not from a batch read alone)")
+    names = [n for n, _ in schema]
+    types = dict(schema)
+    if len(set(names)) != len(names):
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        raise JobError(f"{where}: the result has two columns named {', '.join(dupes)}")
+    if IDS not in types:
+        raise JobError(f"{where}: the result has no {IDS!r} column (array<long>: the input "
+                       f"IDs behind each row); it has {', '.join(names) or 'no columns'}")
+    if types[IDS] not in IDS_TYPES:
+        raise JobError(f"{where}: {IDS!r} is {types[IDS]}, not array<bigint> (collect the "
+                       "input IDs, e.g. F.collect_list('id'))")
+    key = job.key_columns(names)
+    missing = [k for k in key if k not in types]
+    if missing:
+        raise JobError(f"{where}: the key names {', '.join(missing)}, which the result does "
+                       f"not have (it has {', '.join(names)})")
+    if not key:
+        raise JobError(f"{where}: the result has only {IDS!r}: nothing says which output a "
+                       "row is (add the columns that identify it)")
+    return key
