@@ -8,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgval.checker.evaluate import Evaluation, evaluate
-from pgval.checker.metrics import compute_metrics, emission_lags_ms, reference_ingress
+from pgval.checker.metrics import (
+    compute_metrics,
+    emission_lags_ms,
+    outage_at_removal,
+    reference_ingress,
+)
 from pgval.checker.recovery import recovery_bounds
 from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
@@ -251,18 +256,41 @@ def test_emission_lag_is_cut_by_a_burst_whatever_its_own_latencies() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 20_000), st.integers(-5_000, 60_000),
-                               st.booleans()), max_size=40))
-def test_emission_lag_is_the_per_second_brute_force(rows: list[tuple[int, int, bool]]) -> None:
-    """For each second with outputs (with a paper latency): its last output's time minus
-    the newest closing input of any output up to then, written out the slow way."""
+                               st.booleans()), max_size=40),
+       breaks=st.lists(st.integers(0, 20_000), max_size=2, unique=True).map(sorted))
+def test_emission_lag_is_the_per_second_brute_force(rows: list[tuple[int, int, bool]],
+                                                    breaks: list[int]) -> None:
+    """For each second with outputs (with a paper latency), split at the breaks: its last
+    output's time minus the newest closing input of any output up to then, the slow way."""
     out = np.array([r[0] for r in rows], np.int64)
     lat = np.array([np.nan if r[2] else float(r[1]) for r in rows], np.float64)
-    at, lag = emission_lags_ms(out, lat)
+    at, lag = emission_lags_ms(out, lat, breaks)
     known = [(t, t - la) for t, la in zip(out.tolist(), lat.tolist(), strict=True)
              if not np.isnan(la)]
+
+    def group(t: int) -> tuple[int, int]:
+        return t // 1000, sum(t >= b for b in breaks)
+
     want = []
-    for sec in sorted({t // 1000 for t, _ in known}):
-        last = max(t for t, _ in known if t // 1000 == sec)
+    for g in sorted({group(t) for t, _ in known}):
+        last = max(t for t, _ in known if group(t) == g)
         newest = max(ref for t, ref in known if t <= last)
         want.append((last, last - newest))
     assert list(zip(at.tolist(), lag.tolist(), strict=True)) == want
+
+
+def test_the_lag_at_t3_is_the_last_output_before_it_even_mid_second() -> None:
+    """Control: one output a second, 0.3 s behind. Failure (T2 = 20 s): falling behind
+    (out at 25, 30, 35 s covering inputs of 20, 21, 22 s), then a catch-up output at 40.5 s
+    covering the input of 40.4 s, and one more at 40.8 s. T3 = 40.7 s: the lag at T3 is
+    the catch-up's 0.1 s, so nothing was on at T3. Grouping by whole seconds dropped the
+    second holding T3 and judged the run by 35 s (13 s behind)."""
+    out = [k * 1000 + 300 for k in range(1, 20)] + [25_000, 30_000, 35_000, 40_500, 40_800]
+    ref = [k * 1000 for k in range(1, 20)] + [20_000, 21_000, 22_000, 40_400, 40_450]
+    ts = np.array(out, np.int64)
+    lat = (ts - np.array(ref)).astype(np.float64)
+    for t3 in (40_700, 41_000):
+        assert outage_at_removal(Phases(0, 20_000, t3, 60_000), ts, lat, 300.0) is None
+    # Without the catch-up before T3 the same run is behind at T3 (and silent from 35 s).
+    early = outage_at_removal(Phases(0, 20_000, 36_000, 60_000), ts, lat, 300.0)
+    assert early is not None and early.kind == "behind" and "still 13.0 s behind" in early.why

@@ -21,6 +21,7 @@ the stall before the removal (:func:`outage_at_removal`; ``*_bound: "lower"``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -281,13 +282,15 @@ def control_max_gap_ms(out_ts: np.ndarray, phases: Phases) -> float | None:
     return float((ends - starts)[ctrl].max()) if ctrl.any() else None
 
 
-def emission_lags_ms(output_ingress_ms: np.ndarray, latency_ms: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """(second, lag) at the end of each second with outputs: how far the outputs were behind
+def emission_lags_ms(output_ingress_ms: np.ndarray, latency_ms: np.ndarray,
+                     breaks: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """(time, lag) at the end of each second with outputs: how far the outputs were behind
     their inputs, i.e. the second's last output time minus the newest input (paper latency's
-    reference ingress) any output so far had covered. A stall makes the lag grow a second a
-    second; a catch-up burst cuts it at once, however old the windows it emits (their own
-    latencies stay high, so a burst's median latency says nothing about being back)."""
+    reference ingress) any output so far had covered. A second is split at each of
+    ``breaks`` (T2, T3), so no group straddles a phase boundary. A stall makes the lag grow
+    a second a second; a catch-up burst cuts it at once, however old the windows it emits
+    (their own latencies stay high, so a burst's median latency says nothing about being
+    back)."""
     ok = ~np.isnan(latency_ms)
     ts = output_ingress_ms[ok].astype(np.float64)
     ref = ts - latency_ms[ok]
@@ -295,8 +298,9 @@ def emission_lags_ms(output_ingress_ms: np.ndarray, latency_ms: np.ndarray
     ts, ref = ts[order], ref[order]
     if not len(ts):
         return np.empty(0, np.float64), np.empty(0, np.float64)
-    sec = np.floor(ts / 1000)
-    last = np.r_[np.nonzero(np.diff(sec))[0], len(ts) - 1]
+    group = np.floor(ts / 1000) * (len(breaks) + 1) + np.searchsorted(
+        np.asarray(breaks, np.float64), ts, side="right")
+    last = np.r_[np.nonzero(np.diff(group))[0], len(ts) - 1]
     newest = np.maximum.accumulate(ref)
     return ts[last], ts[last] - newest[last]
 
@@ -329,7 +333,7 @@ def outage_at_removal(phases: Phases, output_ingress_ms: np.ndarray, latency_ms:
                                 f"before the fault was removed at T3 ({held}; control's "
                                 f"longest gap {gap / 1000:.1f} s): the removal ended the "
                                 "outage, so a longer failure phase would give a larger number")
-    at, lag = emission_lags_ms(output_ingress_ms, latency_ms)
+    at, lag = emission_lags_ms(output_ingress_ms, latency_ms, (t2, t3))
     ctrl = (at >= phases.start) & (at < t2)
     final = (at >= t2) & (at < t3)
     if not ctrl.any() or not final.any():
