@@ -3,9 +3,9 @@
 ``pip install pgval`` gives the commands that need no cluster — ``check``, ``oracle``,
 ``report``, ``recheck``, ``export``, ``generate``, ``record`` — without pyspark (485 MB),
 the packet holder's C build or the Docker SDK. The extras bring the rest: ``spark`` for
-``validate``, ``matrix``, ``oir`` and ``cluster``, ``netdelay`` for the delay faults on the
-embedded cluster, ``docker`` for ``--deploy compose``; ``all`` is the three. A command that
-needs a missing one says so in one sentence before it starts anything.
+``validate``, ``matrix``, ``oir``, ``cluster`` and ``soak``, ``netdelay`` for the delay
+faults on the embedded cluster, ``docker`` for ``--deploy compose``; ``all`` is the three.
+A command that needs a missing one says so in one sentence before it starts anything.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pgval.errors import RuntimeErrorPlain
 
 #: extra -> (the module it brings, what needs it).
 EXTRAS = {
-    "spark": ("pyspark", "Spark (validate, matrix, oir, cluster)"),
+    "spark": ("pyspark", "Spark (validate, matrix, oir, cluster, soak)"),
     "netdelay": ("netfilterqueue", "the packet holder of the delay faults"),
     "docker": ("docker", "--deploy compose"),
 }

@@ -9,8 +9,9 @@ cannot say, and CI is told so by its own exit status.
 
 Exit statuses with ``--expect`` (:func:`exit_status`): 0 every case met, 1 a case weaker
 than expected (a finding about the job), 3 a case unknown, 4 a run that did not finish (the
-environment failed: no verdict at all). The worst wins in that order: 1, 4, 3, 0 — a
-weaker verdict is news whatever else happened. Bad input stays 2, before anything runs.
+environment failed, or a signal stopped it: no verdict at all). The worst wins in that
+order: 1, 4, 3, 0 — a weaker verdict is news whatever else happened; no case at all is 3.
+Bad input stays 2, before anything runs.
 """
 
 from __future__ import annotations
@@ -121,7 +122,10 @@ def worst(outcomes: Iterable[Outcome]) -> Outcome:
 
 
 def exit_status(cases: Sequence[Case], expected: str) -> int:
-    """The exit status of a command gated by ``--expect expected`` over ``cases``."""
+    """The exit status of a command gated by ``--expect expected`` over ``cases``; no case
+    at all (a grid whose every cell was left out) is unknown, not a pass."""
+    if not cases:
+        return EXIT[UNKNOWN]
     return EXIT[worst(c.outcome(expected) for c in cases)]
 
 
@@ -129,12 +133,13 @@ def sentence(cases: Sequence[Case], expected: str) -> str:
     """What the gate decided, in one line for the terminal."""
     outcomes = [c.outcome(expected) for c in cases]
     counts = {o: outcomes.count(o) for o in PRECEDENCE if o in outcomes}
-    what = ", ".join(f"{n} {o}" for o, n in counts.items())
-    status = EXIT[worst(outcomes)]
-    return f"expect {expected}: {what} — exit {status}"
+    what = ", ".join(f"{n} {o}" for o, n in counts.items()) or "nothing to judge"
+    return f"expect {expected}: {what} — exit {exit_status(cases, expected)}"
 
 
-_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+#: What XML 1.0 cannot hold: control characters, lone surrogates (a file name that is not
+#: UTF-8 reaches Python as them), U+FFFE and U+FFFF.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _text(value: object) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,61 +123,68 @@ def rates_at(grid: Sequence[Cell], base: ExperimentConfig, fraction: float,
 _POINT = "coalesce(json_extract(params, '$.crash_point'), 'timed')"
 
 
-def completed(store: ResultsStore, key: str) -> dict[Cell, set[float]]:
-    """The complete cells of matrix ``key``, each with the rates it was run at."""
+def _complete_runs(store: ResultsStore, key: str) -> Iterator[tuple[Cell, dict[str, Any]]]:
+    """The complete runs of matrix ``key`` in id order, each with its cell; a row whose
+    names this pgval does not know belongs to no cell of its grid and is skipped."""
     rows = store.db.query(
-        f"select topology, pg, fault, repeat, {_POINT} as crash_point, "
-        "json_extract(params, '$.rate') as rate from runs where "
+        f"select id, topology, pg, fault, repeat, {_POINT} as crash_point, "
+        "json_extract(params, '$.rate') as rate, guarantee, valid, validity_reasons, "
+        "expected, processed, duplicate, incorrect, unprocessed, reliability, "
+        "failure_cost_s, created_at, finished_at from runs where "
         "kind = 'validate' and status = 'complete' and "
-        "json_extract(params, '$.matrix_key') = ?", [key])
-    done: dict[Cell, set[float]] = {}
+        "json_extract(params, '$.matrix_key') = ? order by id", [key])
     for r in rows:
         try:
             cell = Cell(Topology.parse(r["topology"]), Guarantee.parse(r["pg"]),
                         FaultSpec(r["fault"], r["crash_point"]), r["repeat"])
-        except RuntimeErrorPlain:  # a name this pgval does not know: no cell of its grid
+        except RuntimeErrorPlain:
             continue
+        yield cell, r
+
+
+def completed(store: ResultsStore, key: str) -> dict[Cell, set[float]]:
+    """The complete cells of matrix ``key``, each with the rates it was run at."""
+    done: dict[Cell, set[float]] = {}
+    for cell, r in _complete_runs(store, key):
         done.setdefault(cell, set()).add(r["rate"])
     return done
 
 
 def cell_cases(db: Path, base: ExperimentConfig, grid: Sequence[Cell],
-               failed: Mapping[Cell, str], oir_fraction: float | None = None) -> list[Case]:
+               failed: Mapping[Cell, str], oir_fraction: float | None = None,
+               rate_for: Callable[[Cell], float] | None = None,
+               not_run: str = "no complete run of this repetition in the database (another "
+                              "pgval is running it)") -> list[Case]:
     """The grid's verdicts for the CI gate, one :class:`~pgval.gate.Case` per cell
     (topology × pg × fault) with one run per repetition: the newest complete run of the
-    matrix in ``db`` (so a resumed matrix judges the cells it skipped too), else the error
-    of a repetition that failed now, else unknown (no complete run: another pgval has it)."""
+    matrix in ``db`` at the cell's rate (so a resumed matrix judges the cells it skipped
+    too, as :func:`completed` counts them), else the error of a repetition that failed
+    now, else ``not_run`` as a run that did not finish."""
     store = ResultsStore(db)
-    key = matrix_key(base, oir_fraction)
-    rows = store.db.query(
-        f"select id, topology, pg, fault, repeat, {_POINT} as crash_point, guarantee, valid, "
-        "validity_reasons, expected, processed, duplicate, incorrect, unprocessed, "
-        "reliability, failure_cost_s, created_at, finished_at from runs where "
-        "kind = 'validate' and status = 'complete' and "
-        "json_extract(params, '$.matrix_key') = ? order by id", [key])
-    newest: dict[tuple[str, str, str, int], dict[str, Any]] = {}
-    for r in rows:
-        spec = str(FaultSpec(r["fault"], r["crash_point"]))
-        newest[(r["topology"], r["pg"], spec, r["repeat"])] = r
-    groups: dict[tuple[Topology, Guarantee, FaultSpec], list[Case]] = {}
+    newest = {cell: row for cell, row in _complete_runs(store, matrix_key(base, oir_fraction))
+              if rate_for is None or row["rate"] == rate_for(cell)}
+    groups: dict[tuple[Topology, Guarantee, FaultSpec], tuple[list[Cell], list[Case]]] = {}
     for cell in grid:
         run_name = f"#{cell.repeat}"
-        row = newest.get((str(cell.topology), str(cell.pg), str(cell.fault), cell.repeat))
+        row = newest.get(cell)
         if row is not None:
             summary = {**row, "run_id": row["id"],
                        "validity_reasons": json.loads(row["validity_reasons"] or "[]")}
             seconds = (row["finished_at"] or 0) - (row["created_at"] or 0)
             case = Case.of_summary(f"{run_name} run {row['id']}", "", summary,
                                    max(seconds, 0.0))
-        elif cell in failed:
-            case = Case.failed(run_name, "", failed[cell])
         else:
-            case = Case(run_name, "", reasons=(
-                "no complete run of this repetition in the database (not run: interrupted, "
-                "or another pgval is running it)",))
-        groups.setdefault((cell.topology, cell.pg, cell.fault), []).append(case)
-    return [Case.cell(f"{t} {pg} {fault}", f"pgval.matrix.{t}.{pg}", runs)
-            for (t, pg, fault), runs in groups.items()]
+            case = Case.failed(run_name, "", failed.get(cell, not_run))
+        of, cases = groups.setdefault((cell.topology, cell.pg, cell.fault), ([], []))
+        of.append(cell)
+        cases.append(case)
+    return [Case.cell(cell_case_name(runs_of[0]), f"pgval.matrix.{t}.{pg}", runs)
+            for (t, pg, fault), (runs_of, runs) in groups.items()]
+
+
+def cell_case_name(cell: Cell) -> str:
+    """A cell's name in the gate and its JUnit file: topology, pg and fault."""
+    return f"{cell.topology} {cell.pg} {cell.fault}"
 
 
 def mark_stale(store: ResultsStore, key: str) -> int:

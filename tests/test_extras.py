@@ -69,7 +69,8 @@ def test_a_command_that_needs_spark_names_the_extra(tmp_path: Path, args: list[s
                  cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip() == (
-        "error: Spark (validate, matrix, oir, cluster) needs the Python package pyspark, which "
+        "error: Spark (validate, matrix, oir, cluster, soak) needs the Python package pyspark, "
+        "which "
         "is not installed here: pip install 'pgval[spark]'")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results.db").exists()
 

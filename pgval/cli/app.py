@@ -23,7 +23,7 @@ from pgval.cli import (
     streams,
     validate,
 )
-from pgval.cli.errors import UserError, err_console, exit_status, print_error
+from pgval.cli.errors import UserError, exit_status, kafka_error_text, print_error
 from pgval.dbfile import StoreError
 from pgval.errors import RuntimeErrorPlain
 
@@ -82,9 +82,7 @@ def run() -> None:
         print_error(str(exc))
         sys.exit(1)
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else exc
-        why = err.str() if hasattr(err, "str") else str(err)
-        err_console.print(f"[bold red]error:[/] Kafka: {why}")
+        print_error(f"Kafka: {kafka_error_text(exc)}")
         sys.exit(1)
 
 

@@ -16,14 +16,17 @@ from pgval.cli.common import (
     check_db,
     console,
     finish_gate,
+    gate_failed,
     gate_options,
     parse_rate,
     require_spark,
     stored_oir_rate,
+    why_not_finished,
 )
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import build_config, config_options, grid_options
 from pgval.errors import RuntimeErrorPlain
+from pgval.gate import Case
 
 
 def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
@@ -58,7 +61,14 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     if rate is not None and rate_fraction is not None:
         raise UserError("--rate-fraction applies to --rate oir only")
     base = build_config(values, rate=OIR_PENDING if rate is None else rate)
-    require_spark(base.deploy)
+    gated = expect is not None or junit_path is not None
+    try:
+        require_spark(base.deploy)
+    except RuntimeErrorPlain as exc:
+        if not gated:
+            raise
+        gate_failed(exc, Case.failed("matrix", "pgval.matrix", why_not_finished(exc)),
+                    expect, junit_path, "pgval matrix")
 
     def left_out(cell, reason):  # noqa: ANN001, ANN202
         err_console.print(f"{cell.topology} {cell.pg} {cell.fault}: left out — {reason}")
@@ -92,25 +102,30 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
                 state, extra = "skipped", " (being run by another pgval on this database)"
             progress.console.print(f"{cell.label():32} {state}{extra}")
 
+        oir_fraction = None if rate is not None else fraction
+
+        def judged(not_run: str | None = None) -> list[Case]:
+            kw = {} if not_run is None else {"not_run": not_run}
+            return cell_cases(db, base, grid, failed, oir_fraction, rate_for, **kw)
+
         try:
             counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell, rate_for=rate_for,
-                                oir_fraction=None if rate is not None else fraction)
-        except KeyboardInterrupt:  # cancelled: the cells not run are no verdict
-            if expect is None and junit_path is None:
+                                oir_fraction=oir_fraction)
+        except click.ClickException:
+            raise
+        except (Exception, KeyboardInterrupt) as exc:  # the cells not run have no verdict
+            if not gated:
                 raise
-            finish_gate(cell_cases(db, base, grid, failed,
-                                   None if rate is not None else fraction),
-                        None, junit_path, "pgval matrix")
-            if expect is None:
-                raise
-            raise RunDidNotFinish("interrupted by a signal before every cell ran") from None
+            why = why_not_finished(exc)
+            finish_gate(judged(f"not run: {why}"), expect, junit_path, "pgval matrix")
+            if expect is not None:  # every cell judged met, and still something failed
+                raise RunDidNotFinish(why) from exc
+            raise  # --junit alone: the status is the error's, as without the gate
     taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
     console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
                   f"{counts['failed']} failed — results in {db}")
-    if expect is not None or junit_path is not None:
-        finish_gate(cell_cases(db, base, grid, failed,
-                               None if rate is not None else fraction),
-                    expect, junit_path, "pgval matrix")
+    if gated:
+        finish_gate(judged(), expect, junit_path, "pgval matrix")
     if counts["failed"]:
         sys.exit(1)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 import orjson
@@ -83,7 +83,8 @@ def stored_oir_rate(db: Path, cfg: ExperimentConfig) -> float:
         stored = oir_for(db, cfg)
     except OirNotStored as exc:
         raise UserError(str(exc)) from exc
-    console.print(f"{cfg.topology} {cfg.pg}: using the stored OIR, {stored.describe()}")
+    # stderr: a status line, and `validate --json` keeps stdout to its one JSON object.
+    err_console.print(f"{cfg.topology} {cfg.pg}: using the stored OIR, {stored.describe()}")
     return stored.rate
 
 
@@ -95,9 +96,37 @@ def gate_options(f):  # noqa: ANN001, ANN201 - click decorator
                      help="Also write a JUnit XML file: one test case per run (per cell in "
                           "a matrix) with its verdict, validity reasons and key numbers.")(f)
     return click.option("--expect", type=click.Choice(EXPECTATIONS),
-                        help="Exit 1 unless every run is valid and its verdict at least this "
-                             "strong (exactly-once meets all three); 3 when a run's validity "
-                             "is unknown, 4 when a run did not finish.")(f)
+                        help="Exit 0 when every run is valid and its verdict at least this "
+                             "strong (exactly-once meets all three), 1 when a verdict is "
+                             "weaker, 3 when a run's validity is unknown, 4 when a run did "
+                             "not finish (validate, matrix); the first of 1, 4, 3 wins.")(f)
+
+
+def why_not_finished(exc: BaseException) -> str:
+    """The one sentence of an error that stopped a run (what ``pgval`` prints for it)."""
+    from confluent_kafka import KafkaException
+
+    from pgval.cli.errors import kafka_error_text
+    from pgval.errors import RuntimeErrorPlain
+
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by a signal"
+    if isinstance(exc, KafkaException):
+        return f"Kafka: {kafka_error_text(exc)}"
+    if isinstance(exc, RuntimeErrorPlain):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def gate_failed(exc: BaseException, case: Case, expect: str | None, junit_path: Path | None,
+                suite: str) -> NoReturn:
+    """A gated command whose run did not finish: ``--junit`` gets ``case`` as an error; the
+    status is 4 under ``--expect`` (:class:`RunDidNotFinish`), else the error's own."""
+    if junit_path is not None:
+        finish_gate([case], None, junit_path, suite)
+    if expect is None:
+        raise exc
+    raise RunDidNotFinish(case.error or why_not_finished(exc)) from exc
 
 
 class RunDidNotFinish(UserError):

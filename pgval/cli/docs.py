@@ -32,8 +32,9 @@ def _commands(cmd: click.Command, ctx: click.Context) -> Iterator[tuple[str, str
 EXIT_CODES = """
 ## Exit codes
 
-Every command ends in one of three, and a failure is one plain line on stderr
-(`error: …`, or click's usage block ending in one `Error: …` line), never a traceback:
+Without `--expect` every command ends in one of three, and a failure is one plain line on
+stderr (`error: …`, or click's usage block ending in one `Error: …` line), never a
+traceback:
 
 * **0** — done. A verdict (at-most-once, validity unknown, …) is output, not an exit code,
   unless `--expect` says which verdict the job must keep (below).

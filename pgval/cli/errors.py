@@ -19,6 +19,12 @@ def print_error(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 
+def kafka_error_text(exc: BaseException) -> str:
+    """The sentence of a ``KafkaException`` (its ``KafkaError``'s ``str()``)."""
+    err = exc.args[0] if exc.args else exc
+    return err.str() if hasattr(err, "str") else str(err)
+
+
 class UserError(click.ClickException):
     """A plain one-sentence error for the user; exit code 2 like click's usage errors."""
 

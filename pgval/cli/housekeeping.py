@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import orjson
 
-from pgval.cli.common import console
+from pgval.cli.common import console, require_spark
 
 
 @click.command()
@@ -49,6 +49,8 @@ def soak(n_runs: int, root: Path, seed: int, as_json: bool) -> None:
     behind (exit 1 if anything was)."""
     from pgval.soak import KillResult
     from pgval.soak import soak as run_soak
+
+    require_spark()
 
     def show(k: KillResult) -> None:
         if not as_json:

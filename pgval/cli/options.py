@@ -95,7 +95,7 @@ def field_option(f: dataclasses.Field[Any], hint: Any) -> Decorator:
     elif kind is bool:
         kw.update(is_flag=True, default=default)
     elif typing.get_origin(kind) is dict:
-        kw.update(multiple=True, callback=_key_values, show_default=False,
+        kw.update(multiple=True, callback=key_values, show_default=False,
                   metavar=meta.get("metavar", "KEY=VALUE"))
     else:
         kw.update(type=_param_type(kind, meta), default=default)
@@ -180,8 +180,8 @@ def grid_options() -> Decorator:
     ])
 
 
-def _key_values(ctx: click.Context, param: click.Parameter,
-                values: tuple[str, ...]) -> dict[str, str]:
+def key_values(ctx: click.Context, param: click.Parameter,
+               values: tuple[str, ...]) -> dict[str, str]:
     """Repeated ``KEY=VALUE`` into a dict (a later KEY wins); anything else is one line.
     ``@FILE`` reads KEY=VALUE lines from FILE (``#`` comments skipped): a password given
     that way stays off the command line (``pgval cluster status --json`` names the

@@ -11,10 +11,8 @@ from rich.markup import escape
 
 from pgval.cli.common import console, print_json
 from pgval.cli.errors import UserError, err_console
-from pgval.cli.options import config_option
+from pgval.cli.options import config_option, key_values
 from pgval.errors import RuntimeErrorPlain
-
-kafka_config_option = config_option("kafka_config")
 
 
 @click.command()
@@ -32,16 +30,25 @@ kafka_config_option = config_option("kafka_config")
 @click.option("--events", type=click.IntRange(min=1), help="Stop after this many events.")
 @click.option("--duration-s", type=click.FloatRange(min=0, min_open=True),
               help="Stop after this many seconds (with a rate: rate × seconds events).")
+@click.option("--close-after-ms", type=click.IntRange(min=0), default=600_000,
+              show_default=True,
+              help="With --bootstrap: end with closing events (one per resource on every "
+                   "partition of both topics, IDs that `record` sets aside) this far past "
+                   "the wall clock in event time, so an event-time job closes its last "
+                   "windows; 0: none.")
 @config_option("producers")
 @config_option("resources")
 @config_option("get_share")
-@config_option("seed")
-@kafka_config_option
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Which event is which (type and resource of every ID).")
+@click.option("--kafka-config", "kafka_config", multiple=True, metavar="KEY=VALUE",
+              callback=key_values,
+              help="librdkafka settings for the brokers (login: sasl.*, ssl.*).")
 @click.option("--json", "as_json", is_flag=True, help="Print the generator's report as JSON.")
 def generate(path: Path | None, bootstrap: str | None, topic_prefix: str, partitions: int,
-             rate: float, events: int | None, duration_s: float | None, producers: int,
-             resources: int, get_share: float, seed: int, kafka_config: dict[str, str],
-             as_json: bool) -> None:
+             rate: float, events: int | None, duration_s: float | None, close_after_ms: int,
+             producers: int, resources: int, get_share: float, seed: int,
+             kafka_config: dict[str, str], as_json: bool) -> None:
     """Write the synthetic web log (GET/POST per resource) to Kafka or a file, for a job
     of any engine that `pgval record` and `pgval check` then judge."""
     from pgval.datasets.generator import GeneratorConfig, GeneratorError
@@ -65,15 +72,20 @@ def generate(path: Path | None, bootstrap: str | None, topic_prefix: str, partit
         with Progress(TextColumn("generate: {task.completed:,.0f} events delivered"),
                       console=err_console, disable=as_json, transient=True) as progress:
             task = progress.add_task("generate", total=None)
-            report = run(cfg, target,
-                         on_progress=lambda n: progress.update(task, completed=n))
-    except GeneratorError as exc:
+            done = run(cfg, target, close_after_ms,
+                       on_progress=lambda n: progress.update(task, completed=n))
+    except (GeneratorError, ValueError) as exc:
         raise UserError(str(exc)) from exc
-    info: dict[str, Any] = {**report.to_dict(), "target": target.describe()}
+    report = done.report
+    info: dict[str, Any] = {**done.as_dict(), "target": target.describe()}
     if as_json:
         print_json(info)
     else:
         console.print(escape(report.summary()))
+        if done.closing_events:
+            console.print(f"then {done.closing_events} closing events (event time "
+                          f"{close_after_ms / 1000:g} s past the wall clock; `pgval record` "
+                          "sets them aside)")
     if not report.ok:
         raise RuntimeErrorPlain(f"the generator did not deliver everything: "
                                 f"{'; '.join(report.errors) or 'see the counts above'}")
@@ -93,16 +105,19 @@ def generate(path: Path | None, bootstrap: str | None, topic_prefix: str, partit
                    "sink's consumers do.")
 @click.option("--timeout-s", type=click.FloatRange(min=1), default=120.0, show_default=True,
               help="Give up (and say what was short) after this long.")
-@kafka_config_option
+@click.option("--kafka-config", "kafka_config", multiple=True, metavar="KEY=VALUE",
+              callback=key_values,
+              help="librdkafka settings for the brokers (login: sasl.*, ssl.*).")
 def record(bootstrap: str, input_topics: str, output_topic: str, out_dir: Path,
            isolation: str, timeout_s: float, kafka_config: dict[str, str]) -> None:
     """Read topics from their beginning up to their current end (all of it, or an error
     saying what was short) into the files `pgval check` judges."""
     from pgval.streams import record as run
+    from pgval.streams import topics_problem
 
     inputs = [t.strip() for t in input_topics.split(",") if t.strip()]
-    if not inputs:
-        raise UserError("--inputs needs at least one topic")
+    if problem := topics_problem(inputs, output_topic):
+        raise UserError(problem)
     info = run(bootstrap, inputs, output_topic, out_dir, config=kafka_config,
                isolation=isolation, timeout_s=timeout_s)
     console.print(f"recorded {info['inputs']:,} inputs and {info['outputs']:,} outputs "

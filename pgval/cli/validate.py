@@ -5,22 +5,23 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from pgval.cli.common import (
     OIR_PENDING,
-    RunDidNotFinish,
     check_db,
     console,
     finish_gate,
+    gate_failed,
     gate_options,
     parse_rate,
     print_json,
     print_validity,
     require_spark,
     stored_oir_rate,
+    why_not_finished,
 )
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import build_config, config_options
@@ -39,8 +40,6 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
              junit_path: Path | None, **values: Any) -> None:
     """Run one experiment on Kafka + Spark (the embedded cluster unless --deploy) and
     validate its guarantee."""
-    from confluent_kafka import KafkaException
-
     from pgval.checker.render import render_evaluation
     from pgval.errors import RuntimeErrorPlain
     from pgval.experiment import Experiment, default_run_dir
@@ -50,28 +49,35 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     _sabotage_spec(values["sabotage"])
     rate = parse_rate(values["rate"])
     cfg = build_config(values, rate=OIR_PENDING if rate is None else rate)
-    require_spark(cfg.deploy)
+    name = f"{cfg.topology} {cfg.pg} {cfg.fault}"
+    gated = expect is not None or junit_path is not None
+    started = time.monotonic()
+
+    def not_finished(exc: BaseException) -> NoReturn:
+        gate_failed(exc, Case.failed(name, "pgval.validate", why_not_finished(exc),
+                                     time.monotonic() - started),
+                    expect, junit_path, "pgval validate")
+
+    try:
+        require_spark(cfg.deploy)
+    except RuntimeErrorPlain as exc:
+        if not gated:
+            raise
+        not_finished(exc)
     check_db(db)
     if rate is None:
         cfg = dataclasses.replace(cfg, rate=stored_oir_rate(db, cfg))
     run_dir = run_dir or default_run_dir()
     live = LiveStatus(err_console, enabled=not as_json)
-    name = f"{cfg.topology} {cfg.pg} {cfg.fault}"
-    started = time.monotonic()
     try:
         with live:
             result = Experiment(cfg, run_dir, db=db, on_status=live.update).run()
-    except (RuntimeErrorPlain, KafkaException, KeyboardInterrupt) as exc:
-        if expect is None and junit_path is None:
+    except click.ClickException:
+        raise
+    except (Exception, KeyboardInterrupt) as exc:
+        if not gated:
             raise
-        why = (f"Kafka: {_plain(exc)}" if isinstance(exc, KafkaException)
-               else "interrupted by a signal" if isinstance(exc, KeyboardInterrupt)
-               else _plain(exc))
-        finish_gate([Case.failed(name, "pgval.validate", why, time.monotonic() - started)],
-                    None, junit_path, "pgval validate")
-        if expect is None:
-            raise
-        raise RunDidNotFinish(why) from exc
+        not_finished(exc)
     summary = result.summary()
     case = Case.of_summary(name, "pgval.validate", summary, time.monotonic() - started)
     if as_json:
@@ -99,12 +105,6 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
                   f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")
     finish_gate([case], expect, junit_path, "pgval validate")
-
-
-def _plain(exc: BaseException) -> str:
-    """The one sentence of a runtime or Kafka error (as :func:`pgval.cli.app.run` says it)."""
-    err = exc.args[0] if exc.args else exc
-    return err.str() if hasattr(err, "str") else str(err)
 
 
 
