@@ -380,7 +380,11 @@ def test_another_engine_is_judged_through_generate_record_and_check(
     gen = pgval("generate", "--bootstrap", boot, "--topic-prefix", "other-", "--rate", "0",
                 "--events", "3000", "--resources", "4", "--seed", "5", "--json")
     assert gen.returncode == 0, gen.stderr
-    assert json.loads(gen.stdout)["delivered"] == 3000
+    report = json.loads(gen.stdout)
+    # Then one closing event per resource on each of the 3 partitions of both topics.
+    assert report["delivered"] == 3000 and report["closing_events"] == 2 * 3 * 4
+    again = pgval("generate", "--bootstrap", boot, "--topic-prefix", "other-", "--events", "1")
+    assert again.returncode == 2 and "already exists" in again.stderr
     # The engine: reads the inputs (pgval record of the inputs alone gives them) ...
     first = pgval("record", "--bootstrap", boot, "--inputs", "other-get,other-post",
                   "--outputs", schema.OUTPUT_TOPIC, "--out", str(tmp_path / "in"))
@@ -401,8 +405,9 @@ def test_another_engine_is_judged_through_generate_record_and_check(
     assert "warning" not in rec.stderr
     info = json.loads((tmp_path / "rec" / "record.json").read_text())
     assert info["inputs"] == 3000 and info["outputs"] == len(rows) + 1
+    assert info["closing_events_set_aside"] == 24
     assert sum(int(o) for t in ("other-get", "other-post")
-               for o in info["topics"][t]["end_offsets"].values()) == 3000
+               for o in info["topics"][t]["end_offsets"].values()) == 3000 + 24
     assert {t["timestamp_type"] for t in info["topics"].values()} == {"LogAppendTime"}
     files = ["--topology", "sst", "--inputs", str(tmp_path / "rec" / "inputs.jsonl"),
              "--outputs", str(tmp_path / "rec" / "outputs.jsonl"), "--window-ms", "100"]

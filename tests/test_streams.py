@@ -60,3 +60,17 @@ def test_record_from_no_broker_is_one_sentence_and_writes_nothing(tmp_path: Path
     assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "rec").exists()
+
+
+@pytest.mark.parametrize(("inputs", "outputs", "says"), [
+    ("a,a", "out", "an input topic is named twice"),
+    ("a,out", "out", "topic out is both an input and the output"),
+    ("a,b,c", "out", "at most 2 input topics"),
+    (",", "out", "name the input topics and the output topic"),
+])
+def test_record_refuses_topics_it_cannot_record_together(tmp_path: Path, inputs: str,
+                                                         outputs: str, says: str) -> None:
+    res = CliRunner().invoke(main, ["record", "--bootstrap", "127.0.0.1:9", "--inputs", inputs,
+                                    "--outputs", outputs, "--out", str(tmp_path / "rec")])
+    assert res.exit_code == 2 and says in res.output, res.output
+    assert not (tmp_path / "rec").exists()
