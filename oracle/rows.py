@@ -1,0 +1,95 @@
+"""Expected outputs from rows another program computed: the result of a user's job run as a
+batch over the run's inputs (Structured Streaming's promise: the streaming result equals
+it, less what the watermark drops), as the validator's :class:`ExpectedOutputs`.
+
+A row is an output key (the canonical JSON of the job's key columns, the same text the
+streaming query writes) and the input IDs that made it. The validator's index needs each
+expected ID in exactly one output, so a result that lists an ID in two rows (sliding
+windows, a join that fans one input out) or an ID that is no input of the run is refused,
+with the first such ID: such a job cannot be judged ID by ID this way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pgval.oracle.expected import ExpectedOutputs, deduplicate_inputs
+from pgval.records import InputEvents, ResourceTable
+
+#: The ``topology`` of expected outputs made from a job's rows.
+JOB = "job"
+
+
+class RowsError(ValueError):
+    """A batch result the validator cannot use (one sentence)."""
+
+
+def expected_from_rows(keys: Sequence[str], ids: np.ndarray, offsets: np.ndarray,
+                       events: InputEvents, keys_table: ResourceTable | None = None
+                       ) -> ExpectedOutputs:
+    """The expected outputs ``keys[k]`` ← ``ids[offsets[k]:offsets[k+1]]`` over ``events``.
+
+    Keys are coded with ``keys_table`` (a new table if None), the table the streaming
+    outputs' keys must be coded with too; rows come out in key order with their IDs
+    ascending, like :func:`~pgval.oracle.expected_outputs`' (``window_start`` is 0:
+    a job's key carries its window, if any). Two rows with one key are refused.
+    """
+    table = keys_table if keys_table is not None else ResourceTable()
+    ids = np.asarray(ids, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if len(offsets) != len(keys) + 1 or offsets[0] != 0 or offsets[-1] != len(ids) or (
+            np.diff(offsets) < 0).any():
+        raise ValueError("offsets must run from 0 to len(ids), one more than keys")
+    codes = np.array([table.code(k) for k in keys], dtype=np.int32)
+    if len(np.unique(codes)) != len(codes):
+        first = next(k for i, k in enumerate(keys) if k in keys[:i])
+        raise RowsError(f"the batch result has two rows with the key {first}: the key "
+                        "columns do not identify an output (declare build.key)")
+    sizes = np.diff(offsets)
+    row_of_id = np.repeat(np.arange(len(keys)), sizes)
+    order = np.lexsort((ids, codes[row_of_id]))  # by key, then ID
+    ids_sorted_by_row = ids[order]
+    row_sorted = row_of_id[order]
+    # Rows in key order: the new row index of old row r is its rank by code.
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[np.argsort(codes, kind="stable")] = np.arange(len(keys))
+    new_sizes = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(new_sizes, rank[row_sorted], 1)
+    new_offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(new_sizes, out=new_offsets[1:])
+
+    by_id = np.argsort(ids, kind="stable")
+    id_sorted = ids[by_id]
+    if len(id_sorted) > 1 and (repeat := np.flatnonzero(id_sorted[1:] == id_sorted[:-1])).size:
+        raise RowsError(f"the batch result lists input ID {int(id_sorted[repeat[0]])} in more "
+                        "than one row: pgval judges jobs where each input makes at most one "
+                        "output (not sliding windows or fan-out joins)")
+    inputs, duplicates = deduplicate_inputs(events)
+    in_order = np.argsort(inputs.id, kind="stable")
+    at = np.searchsorted(inputs.id[in_order], id_sorted)
+    found = (at < len(in_order)) & (inputs.id[in_order][np.minimum(at, len(in_order) - 1)]
+                                    == id_sorted) if len(in_order) else np.zeros(
+        len(id_sorted), dtype=bool)
+    if not found.all():
+        stray = int(id_sorted[np.flatnonzero(~found)[0]])
+        raise RowsError(f"the batch result lists ID {stray}, which is no input of the run")
+    src = in_order[at]
+    n_rows = len(keys)
+    return ExpectedOutputs(
+        topology=JOB,
+        window_ms=1,
+        window_start=np.zeros(n_rows, dtype=np.int64),
+        resource=np.sort(codes).astype(np.int32),
+        gets=new_sizes,
+        posts=np.zeros(n_rows, dtype=np.int64),
+        ids=ids_sorted_by_row,
+        offsets=new_offsets,
+        id_sorted=id_sorted,
+        id_output=rank[row_of_id[by_id]],
+        id_ingress=inputs.ingress_ts[src],
+        id_event_ts=inputs.event_ts[src],
+        resources=table,
+        duplicate_inputs=duplicates,
+    )

@@ -1,0 +1,102 @@
+"""Expected outputs from a batch result's rows (the oracle for a user's job): for SST's
+rows, written out by hand, the same expectation as the SST oracle; and the batch results
+the validator cannot use, refused with the first offending key or ID."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from pgval.checker.validator import validate
+from pgval.oracle import expected_outputs
+from pgval.oracle.rows import RowsError, expected_from_rows
+from pgval.records import ResourceTable
+from tests.strategies import input_events, to_inputs, to_outputs
+
+W = 20
+
+
+def _sst_rows(events: list[dict]) -> tuple[list[str], list[list[int]]]:
+    """SST by hand: GETs grouped by (window start, resource), the first ingress of an ID
+    kept; keys as a job's canonical JSON."""
+    first: dict[int, dict] = {}
+    for e in sorted(events, key=lambda e: e["ingress_ts"]):
+        if e["type"] == "GET":
+            first.setdefault(e["id"], e)
+    groups: dict[str, list[int]] = {}
+    for e in first.values():
+        key = json.dumps({"window_start": e["event_ts"] // W * W, "resource": e["resource"]})
+        groups.setdefault(key, []).append(e["id"])
+    keys = sorted(groups)
+    return keys, [groups[k] for k in keys]
+
+
+def _flat(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    return np.array([i for r in rows for i in r], dtype=np.int64), offsets
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=input_events())
+def test_sst_rows_expect_what_the_sst_oracle_expects(events: list[dict]) -> None:
+    gets_only = [e for e in events if e["type"] == "GET"]
+    inputs = to_inputs(gets_only)
+    keys, rows = _sst_rows(gets_only)
+    ids, offsets = _flat(rows)
+    got = expected_from_rows(keys, ids, offsets, inputs)
+    want = expected_outputs(inputs, "sst", W)
+    # The same IDs expected, each in the output of the same (window, resource).
+    assert got.id_sorted.tolist() == want.id_sorted.tolist()
+    assert got.id_ingress.tolist() == want.id_ingress.tolist()
+    assert got.id_event_ts.tolist() == want.id_event_ts.tolist()
+    names = got.resources.names
+    got_key = [json.loads(names[got.resource[r]]) for r in got.id_output]
+    want_key = [{"window_start": int(want.window_start[r]),
+                 "resource": want.resources.names[want.resource[r]]} for r in want.id_output]
+    assert got_key == want_key
+    # Rows in key order, IDs ascending within each.
+    assert got.resource.tolist() == sorted(got.resource.tolist())
+    for k in range(len(got)):
+        row = got.ids[got.offsets[k]:got.offsets[k + 1]].tolist()
+        assert row == sorted(row)
+
+
+def test_the_validator_judges_a_job_by_its_rows() -> None:
+    """A job's outputs keyed as its rows (the key text is the output's key): one row twice
+    duplicates its IDs, an ID in the wrong row is incorrect, a missing row unprocessed."""
+    events = [{"id": i, "type": "GET", "resource": "a", "event_ts": i, "ingress_ts": i}
+              for i in range(6)]
+    inputs = to_inputs(events)
+    keys = ['{"k":"x"}', '{"k":"y"}', '{"k":"z"}']
+    ids, offsets = _flat([[0, 1], [2, 3], [4, 5]])
+    table = ResourceTable()
+    expected = expected_from_rows(keys, ids, offsets, inputs, table)
+    produced = to_outputs([
+        {"window_start": 0, "resource": '{"k":"x"}', "ids": [0, 1], "ingress_ts": 10},
+        {"window_start": 0, "resource": '{"k":"x"}', "ids": [0, 1], "ingress_ts": 11},
+        {"window_start": 0, "resource": '{"k":"y"}', "ids": [2, 4], "ingress_ts": 12},
+    ], table)
+    v = validate(expected, produced)
+    # Duplicated: IDs 0 and 1. Incorrect: 4 (in y's output). Unprocessed: 3 and 5 never out
+    # and 4, never in its own output (z).
+    assert (v.duplicate, v.incorrect, v.unprocessed) == (2, 1, 3)
+    assert v.guarantee == "none"
+
+
+@pytest.mark.parametrize(("keys", "rows", "says"), [
+    (['{"k":1}', '{"k":1}'], [[1], [2]], 'two rows with the key {"k":1}'),
+    (['{"k":1}', '{"k":2}'], [[1, 2], [2]], "lists input ID 2 in more than one row"),
+    (['{"k":1}'], [[1, 99]], "lists ID 99, which is no input of the run"),
+])
+def test_a_batch_result_the_validator_cannot_use_is_refused(
+        keys: list[str], rows: list[list[int]], says: str) -> None:
+    inputs = to_inputs([{"id": i, "type": "GET", "resource": "a", "event_ts": i,
+                         "ingress_ts": i} for i in (1, 2)])
+    ids, offsets = _flat(rows)
+    with pytest.raises(RowsError) as err:
+        expected_from_rows(keys, ids, offsets, inputs)
+    assert says in str(err.value)
