@@ -156,12 +156,13 @@ def load(ref: JobRef | str) -> Job:
     return Job(ref, build, key)
 
 
-def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool = True
+def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool | None = True
                  ) -> tuple[str, ...]:
     """Refuse an output pgval cannot judge; else its key columns. ``schema``: the result's
-    ``(name, simpleString type)`` pairs; ``streaming``: ``DataFrame.isStreaming``."""
+    ``(name, simpleString type)`` pairs; ``streaming``: ``DataFrame.isStreaming`` (None:
+    the job's batch run, which is not streaming by design)."""
     where = f"--job {job.ref}"
-    if not streaming:
+    if streaming is False:
         raise JobError(f"{where}: the result is not a streaming DataFrame (build it from "
                        "sources, not from a batch read alone)")
     names = [n for n, _ in schema]
