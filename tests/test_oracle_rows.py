@@ -100,3 +100,30 @@ def test_a_batch_result_the_validator_cannot_use_is_refused(
     with pytest.raises(RowsError) as err:
         expected_from_rows(keys, ids, offsets, inputs)
     assert says in str(err.value)
+
+
+def test_a_jobs_latency_is_from_the_newest_input_of_its_ids() -> None:
+    """A job's outputs need carry no window: its latency is output ingress minus the latest
+    ingress among its IDs (Karimov's definition; for a stateless job, input to output)."""
+    from pgval.checker.evaluate import evaluate
+    from pgval.phases import Phases
+
+    events = [{"id": i, "type": "GET", "resource": "a", "event_ts": i, "ingress_ts": 100 * i}
+              for i in range(6)]
+    inputs = to_inputs(events)
+    keys = ['{"k":"x"}', '{"k":"y"}', '{"k":"z"}']
+    ids, offsets = _flat([[0, 1], [2, 3], [4, 5]])
+    table = ResourceTable()
+    expected = expected_from_rows(keys, ids, offsets, inputs, table)
+    produced = to_outputs([
+        {"window_start": 0, "resource": '{"k":"x"}', "ids": [1, 0], "ingress_ts": 150},
+        {"window_start": 0, "resource": '{"k":"y"}', "ids": [2, 3], "ingress_ts": 420},
+        {"window_start": 0, "resource": '{"k":"z"}', "ids": [4, 5, 77], "ingress_ts": 900},
+    ], table)
+    ev = evaluate(inputs, produced, "job", 1, Phases(0, 10_000, 20_000), expected=expected)
+    # x: newest input 1 (ingress 100) → 50 ms; y: 3 (300) → 120; z: 5 (500; 77 is no
+    # input) → 400.
+    assert ev.metrics.latency_per_output_ms.tolist() == [50.0, 120.0, 400.0]
+    assert ev.metrics.latency["control"].p50 == pytest.approx(0.12)
+    assert ev.metrics.latency_karimov["control"].max == pytest.approx(0.4)
+    assert (ev.validation.processed, ev.validation.incorrect) == (6, 1)  # 77: foreign

@@ -94,14 +94,18 @@ class Evaluation:
 
 def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_ms: int,
              phases: Phases | None = None,
-             progress: Iterable[Mapping[str, Any]] | None = None) -> Evaluation:
+             progress: Iterable[Mapping[str, Any]] | None = None,
+             expected: ExpectedOutputs | None = None) -> Evaluation:
     """Run oracle, validator, metrics and recovery over in-memory columns.
 
     ``progress`` (the driver's per-batch records) lets each unprocessed ID be
-    given a cause; without it the causes stay empty.
+    given a cause; without it the causes stay empty. ``expected``: outputs another oracle
+    computed (a user's job run as a batch: :func:`pgval.oracle.rows.expected_from_rows`);
+    without it the topology's own oracle runs.
     """
     phases = phases or Phases.unbounded()
-    expected = expected_outputs(events, topology, window_ms)
+    if expected is None:
+        expected = expected_outputs(events, topology, window_ms)
     validation = validate(expected, outputs, phases)
     validation.malformed_inputs = events.malformed
     metrics = compute_metrics(events, outputs, validation, window_ms, phases)

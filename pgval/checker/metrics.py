@@ -28,6 +28,8 @@ from typing import Literal
 import numpy as np
 
 from pgval.checker.validator import Validation
+from pgval.oracle.expected import deduplicate_inputs
+from pgval.oracle.rows import JOB
 from pgval.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
 from pgval.records import InputEvents, OutputRecords
 from pgval.schema import Topology
@@ -195,13 +197,37 @@ def _per_second(ts_ms: np.ndarray, start_ms: int, n_bins: int) -> np.ndarray:
     return np.bincount(sec.astype(np.int64), minlength=n_bins)
 
 
+def ids_reference_ingress(events: InputEvents, outputs: OutputRecords) -> np.ndarray:
+    """Per output: the latest ingress among its IDs that are inputs (NaN when none is) —
+    the input that completed it. The latency of a user's job, whose outputs need carry no
+    window: for a windowed job it is Karimov's definition, for a stateless one the time
+    from its input to it."""
+    ev, _ = deduplicate_inputs(events)
+    order = np.argsort(ev.id, kind="stable")
+    ids_sorted, ingress = ev.id[order], ev.ingress_ts[order].astype(np.float64)
+    out = np.full(len(outputs), np.nan)
+    if not len(ids_sorted) or not len(outputs.ids):
+        return out
+    at = np.minimum(np.searchsorted(ids_sorted, outputs.ids), len(ids_sorted) - 1)
+    per_id = np.where(ids_sorted[at] == outputs.ids, ingress[at], -np.inf)
+    owner = np.repeat(np.arange(len(outputs)), outputs.lengths)
+    latest = np.full(len(outputs), -np.inf)
+    np.maximum.at(latest, owner, per_id)
+    out[np.isfinite(latest)] = latest[np.isfinite(latest)]
+    return out
+
+
 def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Validation,
                     window_ms: int, phases: Phases | None = None) -> Metrics:
-    """Reliable throughput, latency (both definitions) and failure cost, per phase."""
+    """Reliable throughput, latency (both definitions; for a user's job, one:
+    :func:`ids_reference_ingress`) and failure cost, per phase."""
     phases = phases or Phases.unbounded()
     consumed = topology_inputs(events, validation.topology)
-    window_end = outputs.window_start + window_ms
-    paper_ref, karimov_ref = reference_ingress(consumed, outputs.resource, window_end)
+    if validation.topology == JOB:
+        paper_ref = karimov_ref = ids_reference_ingress(consumed, outputs)
+    else:
+        window_end = outputs.window_start + window_ms
+        paper_ref, karimov_ref = reference_ingress(consumed, outputs.resource, window_end)
     out_ing = outputs.ingress_ts.astype(np.float64)
     lat_paper = out_ing - paper_ref
     lat_karimov = out_ing - karimov_ref
