@@ -602,6 +602,34 @@ def outputs_from_kafka(values: Values, timestamps: np.ndarray,
                               offset=np.asarray(offsets)[kept])
 
 
+#: The field of a user's job's output value that holds its canonical key text
+#: (``to_json`` of the key columns: :mod:`pgval.topologies.batch`).
+JOB_KEY = "_pgval_key"
+KAFKA_JOB_OUTPUT_SCHEMA = pa.schema([(JOB_KEY, pa.string()), ("ids", pa.list_(pa.int64()))])
+
+
+def job_outputs_from_kafka(values: Values, timestamps: np.ndarray, partitions: np.ndarray,
+                           offsets: np.ndarray, keys: ResourceTable) -> OutputRecords:
+    """A user's job's outputs from Kafka: each value's key text (coded with ``keys``, the
+    table the batch oracle's rows were coded with) and ``ids``; every other column is the
+    job's own and not read. ``window_start`` is 0, as in the job's expected outputs."""
+    timestamps = np.asarray(timestamps, dtype=np.int64)
+    order = np.lexsort((np.asarray(offsets), np.asarray(partitions), timestamps))
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    table, kept, malformed, samples = parse_values(values, KAFKA_JOB_OUTPUT_SCHEMA)
+    n = len(table)
+    table = pa.table({
+        "window_start": pa.array(np.zeros(n, dtype=np.int64)),
+        "window_end": pa.nulls(n, pa.int64()), "resource": table.column(JOB_KEY),
+        "count": pa.nulls(n, pa.int64()), "gets": pa.nulls(n, pa.int64()),
+        "posts": pa.nulls(n, pa.int64()), "ids": table.column("ids"),
+        "ingress_ts": pa.array(timestamps[kept], type=pa.int64())})
+    return outputs_from_table(table, keys, malformed, samples, position=position[kept],
+                              partition=np.asarray(partitions)[kept],
+                              offset=np.asarray(offsets)[kept])
+
+
 def _is_time(table: pa.Table, name: str) -> pa.ChunkedArray:
     """True where the column holds a time within ±MAX_MS (year 9999 either side of 1970).
 

@@ -127,3 +127,22 @@ def test_a_jobs_latency_is_from_the_newest_input_of_its_ids() -> None:
     assert ev.metrics.latency["control"].p50 == pytest.approx(0.12)
     assert ev.metrics.latency_karimov["control"].max == pytest.approx(0.4)
     assert (ev.validation.processed, ev.validation.incorrect) == (6, 1)  # 77: foreign
+
+
+def test_a_jobs_outputs_are_read_by_their_key_text() -> None:
+    """Values as the driver writes a job's rows: the key text and ids beside the job's own
+    columns (not read); a value without the key, or with ids that are no list of
+    integers, is malformed and counted."""
+    from pgval.records import job_outputs_from_kafka
+
+    table = ResourceTable()
+    table.code('{"k":"y"}')  # coded by the batch oracle first
+    values = [b'{"_pgval_key": "{\\"k\\":\\"x\\"}", "n": 2, "ids": [1, 0], "t": "2023"}',
+              b'{"_pgval_key": "{\\"k\\":\\"y\\"}", "ids": [2, 3]}',
+              b'{"n": 2, "ids": [4]}', b'{"_pgval_key": "{}", "ids": ["a"]}', b"not json"]
+    out = job_outputs_from_kafka(values, np.array([30, 10, 20, 40, 50]), np.zeros(5, int),
+                                 np.arange(5), table)
+    assert [table.names[c] for c in out.resource] == ['{"k":"x"}', '{"k":"y"}']
+    assert out.ids.tolist() == [1, 0, 2, 3] and out.ingress_ts.tolist() == [30, 10]
+    assert out.position.tolist() == [2, 0]  # stream order: by timestamp
+    assert out.malformed == 3 and out.window_start.tolist() == [0, 0]
