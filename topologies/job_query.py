@@ -1,0 +1,72 @@
+"""A user's job as the driver runs it: the generator's streams parsed into the job's sources,
+the job's ``build``, and its rows as (key, value) for pgval's sinks.
+
+The sources have the columns :data:`pgval.topologies.job.SOURCE_COLUMNS`, parsed from the
+Kafka records exactly as SST and MST parse them (records that are not the generator's JSON
+are dropped, and the validator counts them as malformed inputs); the job sets its own
+watermark. Each output row becomes one Kafka record: key and ``_pgval_key`` the canonical
+key text (:func:`pgval.topologies.batch.key_column`, the text the batch oracle's rows
+carry), value the row as JSON with ``_pgval_key`` added.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pgval.records import JOB_KEY
+from pgval.topologies.batch import key_column
+from pgval.topologies.job import Job, check_output
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from pgval.topologies.query import TopologyConfig
+
+
+def job_source(records: DataFrame) -> DataFrame:
+    """Raw records (``value``, ``partition``, ``offset``) as a job's source."""
+    from pyspark.sql import functions as F
+
+    from pgval.topologies.query import INPUT_VALUE_DDL
+
+    parsed = records.select(
+        F.from_json(F.col("value").cast("string"), INPUT_VALUE_DDL).alias("e"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"))
+    return parsed.select(
+        F.col("e.id").alias("id"), F.col("e.type").alias("type"),
+        F.col("e.resource").alias("resource"),
+        F.timestamp_millis(F.col("e.event_ts")).alias("event_ts"), "partition", "offset",
+    ).where(F.col("id").isNotNull() & F.col("resource").isNotNull()
+            & F.col("event_ts").isNotNull())
+
+
+def job_plan(spark: SparkSession, job: Job, get_records: DataFrame,
+             post_records: DataFrame) -> DataFrame:
+    """The (key, value) stream of ``job`` over raw input records; the job's result is
+    checked (:func:`pgval.topologies.job.check_output`) before anything starts."""
+    from pyspark.sql import functions as F
+
+    result = job.build(spark, {"get": job_source(get_records),
+                               "post": job_source(post_records)})
+    fields = getattr(getattr(result, "schema", None), "fields", None)
+    if fields is None:
+        from pgval.topologies.job import JobError
+
+        raise JobError(f"--job {job.ref}: build returned {type(result).__name__}, not a "
+                       "DataFrame")
+    key = check_output(job, [(f.name, f.dataType.simpleString()) for f in fields],
+                       result.isStreaming)
+    text = key_column(key)
+    return result.select(
+        text.alias("key"),
+        F.to_json(F.struct(text.alias(JOB_KEY), *[F.col(f"`{f.name}`") for f in fields]))
+        .alias("value"))
+
+
+def build_job_topology(spark: SparkSession, cfg: TopologyConfig, job: Job) -> DataFrame:
+    """:func:`job_plan` over the run's topics."""
+    from pgval.topologies.query import kafka_records
+
+    return job_plan(spark, job, kafka_records(spark, cfg, cfg.topics.get),
+                    kafka_records(spark, cfg, cfg.topics.post))
