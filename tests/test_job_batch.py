@@ -71,12 +71,13 @@ def _parsed(name: str, key: str) -> tuple:
 
 
 @pytest.mark.parametrize("name", ["per_type_window", "enrich", "filter"])
-def test_an_example_job_as_a_batch_is_the_job_by_hand(spark: object, name: str) -> None:
+def test_an_example_job_as_a_batch_is_the_job_by_hand(spark: object, name: str,
+                                                      tmp_path: Path) -> None:
     from pgval.topologies.batch import batch_rows
 
     events = _events()
     job = load(f"{EXAMPLES / (name + '.py')}:build")
-    keys, ids, offsets = batch_rows(job, spark, _tables(events))  # type: ignore[arg-type]
+    keys, ids, offsets = batch_rows(job, spark, _tables(events), tmp_path)  # type: ignore[arg-type]
     got = {_parsed(name, k): sorted(ids[offsets[i]:offsets[i + 1]].tolist())
            for i, k in enumerate(keys)}
     want = _by_hand(name, events)
@@ -93,4 +94,4 @@ def test_a_batch_result_without_ids_is_refused(spark: object, tmp_path: Path) ->
         "def build(spark, sources):\n    return sources['get'].select('id', 'resource')\n")
     with pytest.raises(JobError, match="has no 'ids' column"):
         batch_rows(load(f"{tmp_path / 'no_ids.py'}:build"), spark,  # type: ignore[arg-type]
-                   _tables(_events(20)))
+                   _tables(_events(20)), tmp_path)

@@ -67,7 +67,7 @@ def test_a_job_streams_what_it_gives_as_a_batch(spark: object, tmp_path: Path,
     events = _events()
     values = _stream(spark, tmp_path, name, events)
     keys, ids, offsets = batch_rows(load(f"{EXAMPLES / (name + '.py')}:build"),
-                                    spark, _tables(events))  # type: ignore[arg-type]
+                                    spark, _tables(events), tmp_path / "batch")  # type: ignore[arg-type]
     table = ResourceTable()
     expected = expected_from_rows(keys, ids, offsets, to_inputs(events), table)
     n = len(values)

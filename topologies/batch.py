@@ -13,6 +13,7 @@ time zone is UTC like the driver's — with its ``ids``, ready for
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,33 +39,37 @@ def key_column(key: tuple[str, ...]) -> Any:
     return F.to_json(F.struct(*[F.col(f"`{k}`") for k in key]))
 
 
-def batch_sources(spark: SparkSession, tables: Mapping[str, pa.Table]) -> dict[str, DataFrame]:
+def batch_sources(spark: SparkSession, tables: Mapping[str, pa.Table], workdir: Path
+                  ) -> dict[str, DataFrame]:
     """Each source as a batch DataFrame of :data:`SOURCE_DDL` from an Arrow table with the
-    columns ``id``, ``type``, ``resource``, ``event_ts`` (ms), ``partition``, ``offset``."""
+    columns ``id``, ``type``, ``resource``, ``event_ts`` (ms), ``partition``, ``offset``,
+    through a Parquet file in ``workdir`` (no per-record Python, no pandas: the run's
+    inputs may be millions of events)."""
+    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
+    schema = pa.schema([("id", pa.int64()), ("type", pa.string()), ("resource", pa.string()),
+                        ("event_ts", pa.int64()), ("partition", pa.int32()),
+                        ("offset", pa.int64())])
     out = {}
+    workdir.mkdir(parents=True, exist_ok=True)
     for name in SOURCES:
         table = tables.get(name)
-        if table is None:
-            table = pa.table({"id": pa.array([], pa.int64()), "type": pa.array([], pa.string()),
-                              "resource": pa.array([], pa.string()),
-                              "event_ts": pa.array([], pa.int64()),
-                              "partition": pa.array([], pa.int32()),
-                              "offset": pa.array([], pa.int64())})
-        raw = spark.createDataFrame(table.select(
-            ["id", "type", "resource", "event_ts", "partition", "offset"]).to_pandas(),
-            schema="id BIGINT, type STRING, resource STRING, event_ts BIGINT, partition INT, "
-                   "offset BIGINT")
+        table = (schema.empty_table() if table is None
+                 else table.select(schema.names).cast(schema))
+        path = workdir / f"{name}.parquet"
+        pq.write_table(table, path)
+        raw = spark.read.schema("id BIGINT, type STRING, resource STRING, event_ts BIGINT, "
+                                "partition INT, offset BIGINT").parquet(str(path))
         out[name] = raw.withColumn("event_ts", F.timestamp_millis("event_ts"))
     return out
 
 
-def batch_rows(job: Job, spark: SparkSession, tables: Mapping[str, pa.Table]
+def batch_rows(job: Job, spark: SparkSession, tables: Mapping[str, pa.Table], workdir: Path
                ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(keys, ids, offsets) of ``job`` run as a batch over ``tables`` (see
     :func:`batch_sources`); the job's output is checked as the streaming one is."""
-    result = job.build(spark, batch_sources(spark, tables))
+    result = job.build(spark, batch_sources(spark, tables, workdir))
     fields = getattr(getattr(result, "schema", None), "fields", None)
     if fields is None:
         raise JobError(f"--job {job.ref}: build returned {type(result).__name__}, not a "
