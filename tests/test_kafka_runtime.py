@@ -392,7 +392,7 @@ def test_another_engine_is_judged_through_generate_record_and_check(
     events = read_inputs(tmp_path / "in" / "inputs.jsonl")
     assert len(events) == 3000
     rows = expected_outputs(events, "sst", 100).to_records()
-    assert len(rows) > 4
+    assert len(rows) >= 4  # 4 resources, in one or more 100 ms windows
     # ... and writes its outputs, window 0 twice, to a topic of its own.
     create_topics(cluster.client_config, ["other-output"], 3)
     p = _producer(boot)
