@@ -40,6 +40,17 @@ def _flat(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return np.array([i for r in rows for i in r], dtype=np.int64), offsets
 
 
+def _three_rows(ingress_step: int) -> tuple:
+    """Six GETs (ingress ``ingress_step`` ms apart) and a job's rows x ← 0, 1; y ← 2, 3;
+    z ← 4, 5: (inputs, the key table, the expected outputs)."""
+    inputs = to_inputs([{"id": i, "type": "GET", "resource": "a", "event_ts": i,
+                         "ingress_ts": ingress_step * i} for i in range(6)])
+    ids, offsets = _flat([[0, 1], [2, 3], [4, 5]])
+    table = ResourceTable()
+    keys = ['{"k":"x"}', '{"k":"y"}', '{"k":"z"}']
+    return inputs, table, expected_from_rows(keys, ids, offsets, inputs, table)
+
+
 @settings(max_examples=150, deadline=None)
 @given(events=input_events())
 def test_sst_rows_expect_what_the_sst_oracle_expects(events: list[dict]) -> None:
@@ -68,13 +79,7 @@ def test_sst_rows_expect_what_the_sst_oracle_expects(events: list[dict]) -> None
 def test_the_validator_judges_a_job_by_its_rows() -> None:
     """A job's outputs keyed as its rows (the key text is the output's key): one row twice
     duplicates its IDs, an ID in the wrong row is incorrect, a missing row unprocessed."""
-    events = [{"id": i, "type": "GET", "resource": "a", "event_ts": i, "ingress_ts": i}
-              for i in range(6)]
-    inputs = to_inputs(events)
-    keys = ['{"k":"x"}', '{"k":"y"}', '{"k":"z"}']
-    ids, offsets = _flat([[0, 1], [2, 3], [4, 5]])
-    table = ResourceTable()
-    expected = expected_from_rows(keys, ids, offsets, inputs, table)
+    inputs, table, expected = _three_rows(ingress_step=1)
     produced = to_outputs([
         {"window_start": 0, "resource": '{"k":"x"}', "ids": [0, 1], "ingress_ts": 10},
         {"window_start": 0, "resource": '{"k":"x"}', "ids": [0, 1], "ingress_ts": 11},
@@ -108,13 +113,7 @@ def test_a_jobs_latency_is_from_the_newest_input_of_its_ids() -> None:
     from pgval.checker.evaluate import evaluate
     from pgval.phases import Phases
 
-    events = [{"id": i, "type": "GET", "resource": "a", "event_ts": i, "ingress_ts": 100 * i}
-              for i in range(6)]
-    inputs = to_inputs(events)
-    keys = ['{"k":"x"}', '{"k":"y"}', '{"k":"z"}']
-    ids, offsets = _flat([[0, 1], [2, 3], [4, 5]])
-    table = ResourceTable()
-    expected = expected_from_rows(keys, ids, offsets, inputs, table)
+    inputs, table, expected = _three_rows(ingress_step=100)
     produced = to_outputs([
         {"window_start": 0, "resource": '{"k":"x"}', "ids": [1, 0], "ingress_ts": 150},
         {"window_start": 0, "resource": '{"k":"y"}', "ids": [2, 3], "ingress_ts": 420},
