@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pgval.topologies.job import IDS, SOURCE_COLUMNS, SOURCES, Job, JobError, check_output
+from pgval.topologies.job import IDS, SOURCE_COLUMNS, SOURCES, Job, JobError, check_result
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,12 +70,7 @@ def batch_rows(job: Job, spark: SparkSession, tables: Mapping[str, pa.Table], wo
     """(keys, ids, offsets) of ``job`` run as a batch over ``tables`` (see
     :func:`batch_sources`); the job's output is checked as the streaming one is."""
     result = job.build(spark, batch_sources(spark, tables, workdir))
-    fields = getattr(getattr(result, "schema", None), "fields", None)
-    if fields is None:
-        raise JobError(f"--job {job.ref}: build returned {type(result).__name__}, not a "
-                       "DataFrame")
-    key = check_output(job, [(f.name, f.dataType.simpleString()) for f in fields],
-                       streaming=None)
+    key = check_result(job, result, streaming=None)
     table = result.select(key_column(key).alias(KEY), f"`{IDS}`").toArrow()
     keys = table.column(KEY).to_pylist()
     ids_col = table.column(IDS).combine_chunks()

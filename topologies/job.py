@@ -185,3 +185,13 @@ def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool | 
         raise JobError(f"{where}: the result has only {IDS!r}: nothing says which output a "
                        "row is (add the columns that identify it)")
     return key
+
+
+def check_result(job: Job, result: Any, streaming: bool | None) -> tuple[str, ...]:
+    """:func:`check_output` on what ``build`` returned (a DataFrame, or one sentence); the
+    key columns. ``streaming``: as :func:`check_output`'s."""
+    fields = getattr(getattr(result, "schema", None), "fields", None)
+    if fields is None:
+        raise JobError(f"--job {job.ref}: build returned {type(result).__name__}, not a "
+                       "DataFrame")
+    return check_output(job, [(f.name, f.dataType.simpleString()) for f in fields], streaming)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pgval.records import JOB_KEY
 from pgval.topologies.batch import key_column
-from pgval.topologies.job import Job, check_output
+from pgval.topologies.job import Job, check_result
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,14 +49,8 @@ def job_plan(spark: SparkSession, job: Job, get_records: DataFrame,
 
     result = job.build(spark, {"get": job_source(get_records),
                                "post": job_source(post_records)})
-    fields = getattr(getattr(result, "schema", None), "fields", None)
-    if fields is None:
-        from pgval.topologies.job import JobError
-
-        raise JobError(f"--job {job.ref}: build returned {type(result).__name__}, not a "
-                       "DataFrame")
-    key = check_output(job, [(f.name, f.dataType.simpleString()) for f in fields],
-                       result.isStreaming)
+    key = check_result(job, result, result.isStreaming)
+    fields = result.schema.fields
     text = key_column(key)
     return result.select(
         text.alias("key"),
