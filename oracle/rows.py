@@ -11,9 +11,12 @@ with the first such ID: such a job cannot be judged ID by ID this way.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pgval.oracle.expected import ExpectedOutputs, deduplicate_inputs
 from pgval.records import InputEvents, ResourceTable
@@ -26,7 +29,18 @@ class RowsError(ValueError):
     """A batch result the validator cannot use (one sentence)."""
 
 
-def expected_from_rows(keys: Sequence[str], ids: np.ndarray, offsets: np.ndarray,
+def rows_of(table: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """(keys, flat ids, offsets) of a table of rows (``key`` string, ``ids`` list<int64>:
+    the batch oracle's), as :func:`expected_from_rows` takes them."""
+    ids_col = table.column("ids").combine_chunks()
+    lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = pc.list_flatten(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
+    return table.column("key").combine_chunks(), flat, offsets
+
+
+def expected_from_rows(keys: Sequence[str] | pa.Array, ids: np.ndarray, offsets: np.ndarray,
                        events: InputEvents, keys_table: ResourceTable | None = None
                        ) -> ExpectedOutputs:
     """The expected outputs ``keys[k]`` ← ``ids[offsets[k]:offsets[k+1]]`` over ``events``.
@@ -42,9 +56,13 @@ def expected_from_rows(keys: Sequence[str], ids: np.ndarray, offsets: np.ndarray
     if len(offsets) != len(keys) + 1 or offsets[0] != 0 or offsets[-1] != len(ids) or (
             np.diff(offsets) < 0).any():
         raise ValueError("offsets must run from 0 to len(ids), one more than keys")
-    codes = np.array([table.code(k) for k in keys], dtype=np.int32)
+    keys = keys if isinstance(keys, pa.Array) else pa.array(list(keys), pa.string())
+    if keys.null_count:
+        raise RowsError("the batch result has a row whose key is null")
+    codes = table.encode(keys).astype(np.int32)
     if len(np.unique(codes)) != len(codes):
-        first = next(k for i, k in enumerate(keys) if k in keys[:i])
+        _, first_at, counts = np.unique(codes, return_index=True, return_counts=True)
+        first = keys[int(first_at[np.flatnonzero(counts > 1)[0]])].as_py()
         raise RowsError(f"the batch result has two rows with the key {first}: the key "
                         "columns do not identify an output (declare build.key)")
     sizes = np.diff(offsets)
@@ -93,3 +111,38 @@ def expected_from_rows(keys: Sequence[str], ids: np.ndarray, offsets: np.ndarray
         resources=table,
         duplicate_inputs=duplicates,
     )
+
+
+def disagreement(batch: ExpectedOutputs, own: ExpectedOutputs) -> str | None:
+    """Where a built-in job's batch expectation (keys ``{"window_start", "resource"}``)
+    and pgval's own oracle of that topology differ, in one sentence; None when every
+    expected ID is expected in the same output by both."""
+    if not np.array_equal(batch.id_sorted, own.id_sorted):
+        only_batch = np.setdiff1d(batch.id_sorted, own.id_sorted)
+        only_own = np.setdiff1d(own.id_sorted, batch.id_sorted)
+        which = (f"ID {int(only_batch[0])} only in the batch's" if len(only_batch)
+                 else f"ID {int(only_own[0])} only in pgval's own" if len(only_own)
+                 else "an ID expected a different number of times")
+        return (f"the two oracles disagree: {len(batch.id_sorted):,} IDs expected by the "
+                f"job's batch run, {len(own.id_sorted):,} by pgval's own; {which}")
+    # Each batch row's key in the own oracle's terms (rows are few: windows x resources).
+    window = np.zeros(len(batch), dtype=np.int64)
+    resource = np.full(len(batch), -1, dtype=np.int64)
+    for row, code in enumerate(batch.resource.tolist()):
+        try:
+            key = json.loads(batch.resources.names[code])
+            window[row] = int(key["window_start"])
+            resource[row] = own.resources.codes.get(str(key["resource"]), -1)
+        except (ValueError, KeyError, TypeError):
+            return (f"the two oracles disagree: the batch's key {batch.resources.names[code]!r} "
+                    "is not a window_start and a resource")
+    same = ((window[batch.id_output] == own.window_start[own.id_output])
+            & (resource[batch.id_output] == own.resource[own.id_output]))
+    if same.all():
+        return None
+    first = int(np.flatnonzero(~same)[0])
+    return (f"the two oracles disagree on {int((~same).sum()):,} IDs' outputs, e.g. ID "
+            f"{int(batch.id_sorted[first])}: the batch's "
+            f"{batch.resources.names[batch.resource[batch.id_output[first]]]}, pgval's own "
+            f"window {int(own.window_start[own.id_output[first]])} resource "
+            f"{own.resources.names[own.resource[own.id_output[first]]]}")

@@ -17,12 +17,12 @@ from pgval.cluster.local import ClusterConfig
 from pgval.errors import RuntimeErrorPlain
 from pgval.redact import redact_record, redact_url, scrub
 from pgval.schema import (
+    BUILTIN_TOPOLOGIES,
     CRASH_POINTS,
     DEPLOYMENTS,
     FAULTS,
     PROCESSING_GUARANTEES,
     RESTARTS,
-    TOPOLOGIES,
     CrashPoint,
     Deploy,
     Fault,
@@ -32,6 +32,10 @@ from pgval.schema import (
     Topology,
 )
 from pgval.shape import RunShape
+
+#: With ``--job``: the longest window a job may have (pgval's closing events run an hour
+#: ahead, and the drain waits for a watermark past every window of ``--window-ms``).
+JOB_MAX_WINDOW_MS = 30 * 60_000
 
 
 def opt(help: str, **extra: Any) -> dict[str, Any]:  # noqa: A002 - click's own word
@@ -46,8 +50,14 @@ class ExperimentConfig:
     """Everything that defines a run; stored with its results."""
 
     topology: Topology = field(default=Topology.SST, metadata=opt(
-        "SST (windowed GET count) or MST (GET ⋈ POST, then count).", choices=TOPOLOGIES,
-        required=True))
+        "SST (windowed GET count) or MST (GET ⋈ POST, then count); or --job for your own.",
+        choices=BUILTIN_TOPOLOGIES, required_unless="job"))
+    #: A user's own job (``PATH.py:FUNCTION``, a file's path made absolute, or
+    #: ``package.module:FUNCTION``); the topology is then ``job``.
+    job: str | None = field(default=None, metadata=opt(
+        "Your own PySpark job instead of --topology: build(spark, sources) returning a "
+        "streaming DataFrame with an ids column (docs/your-job.md). Its build run as a batch "
+        "over the run's inputs is the oracle.", metavar="PATH.py:FUNCTION|MODULE:FUNCTION"))
     pg: Guarantee = field(default=Guarantee.A1, metadata=opt(
         "a1: Spark's Kafka sink (at-least-once); e1: transactional sink; m1: the Kafka "
         "sink reading from the latest offsets with a checkpoint a restart does not find "
@@ -88,9 +98,12 @@ class ExperimentConfig:
     warmup_max_seconds: float = field(default=180.0, metadata=opt(
         "At most this long a warm-up: then control starts anyway and the run says why the "
         "pipeline never settled.", min=0))
-    window_ms: int = field(default=10_000, metadata=opt("Tumbling event-time window (ms).",
-                                                               min=1, max=10**12))
-    watermark_ms: int = field(default=2_000, metadata=opt("Allowed lateness (ms).", min=0))
+    window_ms: int = field(default=10_000, metadata=opt(
+        "Tumbling event-time window (ms). With --job: the longest window of your job (the "
+        "drain waits until its watermark has closed every window that long).",
+        min=1, max=10**12))
+    watermark_ms: int = field(default=2_000, metadata=opt(
+        "Allowed lateness (ms); with --job your job sets its own watermark.", min=0))
     trigger_ms: int = field(default=1_000, metadata=opt("Micro-batch trigger interval (ms).",
                                                                  min=0))
     shuffle_partitions: int | None = field(default=None, metadata=opt(
@@ -207,6 +220,21 @@ class ExperimentConfig:
             raise RuntimeErrorPlain("--warmup-max-seconds must not be below --warmup-seconds")
         if self.window_ms <= 0 or self.watermark_ms < 0 or self.trigger_ms < 0:
             raise RuntimeErrorPlain("window, watermark and trigger must be non-negative (ms)")
+        if (self.topology is Topology.JOB) != (self.job is not None):
+            raise RuntimeErrorPlain("--job names your own job, whose topology is 'job'; "
+                                    "give --job or --topology sst|mst, not both")
+        if self.job is not None:
+            from pgval.topologies.job import JobRef
+
+            JobRef.parse(self.job)  # the form only; loading it is the command's
+            if self.deploy is Deploy.COMPOSE:
+                raise RuntimeErrorPlain("--job runs on the embedded cluster or --deploy "
+                                        "external: the compose stack's driver container does "
+                                        "not see your job's file")
+            if self.window_ms > JOB_MAX_WINDOW_MS:
+                raise RuntimeErrorPlain(
+                    f"--window-ms {self.window_ms}: with --job at most {JOB_MAX_WINDOW_MS} "
+                    "(the closing events run an hour ahead of the last real event)")
         if (self.target is not None and self.deploy is Deploy.LOCAL
                 and not 0 <= self.target < self.cluster.workers):
             raise RuntimeErrorPlain(f"--target must be a worker index from 0 to "

@@ -11,6 +11,9 @@ Jepsen's rule: a run's store holds everything needed to check it again. After th
   reconciliation with the generator, the validity verdict and the run's config.
 * ``progress.jsonl`` — the driver's per-batch progress (offsets, watermarks), which the
   why-unprocessed attribution needs.
+* ``expected.parquet`` and ``job.py`` — a user's job only (``--job``): the job's rows
+  as its ``build`` gave them run as a batch over these inputs (key text and ``ids``: the
+  oracle, :mod:`pgval.topologies.batch`), and the job's source file as it ran.
 * ``anomalies.parquet`` — every anomaly the run's evaluation found, one row each (kind,
   ID, phase, cause, the outputs involved: :mod:`pgval.checker.anomalies`); derived from the
   records, kept so the full set is with the run, and compared by ``recheck``.
@@ -19,7 +22,7 @@ Jepsen's rule: a run's store holds everything needed to check it again. After th
   hashes are stored with the run in the results database by :func:`seal`, and ``recheck``
   and ``export`` compare the files with the database (:func:`verify`) before reading them.
 
-:func:`streams_from_records` is the one conversion from raw records to the columns that
+:func:`evaluation_streams` is the one conversion from raw records to the columns that
 :func:`pgval.checker.evaluate.evaluate` reads; ``validate`` and ``recheck`` both call it, which is
 why a re-check gives the same answer.
 """
@@ -40,12 +43,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
+from pgval.oracle.expected import ExpectedOutputs
+from pgval.oracle.rows import RowsError, expected_from_rows, rows_of
 from pgval.phases import Phases
 from pgval.records import (
     InputEvents,
     OutputRecords,
     ResourceTable,
     inputs_from_kafka,
+    job_outputs_from_kafka,
     outputs_from_kafka,
 )
 from pgval.redact import redact_record
@@ -55,12 +61,15 @@ EVIDENCE_DIR = "evidence"
 MANIFEST = "run.json"
 PROGRESS = "progress.jsonl"
 ANOMALIES = "anomalies.parquet"
+#: A user's job: its batch oracle's rows and its source as it ran.
+EXPECTED = "expected.parquet"
+JOB_SOURCE = "job.py"
 SUMS = "SHA256SUMS"
 INPUT_TOPICS = (GET_TOPIC, POST_TOPIC)
 #: Every file a re-check or an export reads, in the order they are verified; the progress
 #: file only when the driver wrote one, the anomalies only in runs stored since they are.
 EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOPIC)), PROGRESS,
-                  ANOMALIES)
+                  ANOMALIES, EXPECTED, JOB_SOURCE)
 
 
 class EvidenceError(Exception):
@@ -99,6 +108,9 @@ class Manifest:
     #: Whether T3 was the schedule's (:attr:`pgval.phases.Phases.removal_scheduled`); None
     #: in manifests written before restart policies, whose removals were all at T3.
     removal_scheduled: bool | None = None
+    #: A user's job (topology ``job``): ``{"ref", "source", "sha256", "oracle"}``, the
+    #: job as named, its source file, that file's hash, and what the batch oracle said.
+    job: dict[str, Any] | None = None
 
     @property
     def phase_bounds(self) -> Phases:
@@ -184,6 +196,9 @@ def _manifest_problem(name: str, value: object) -> str | None:
         ok, want = _readback_ok(value), ("must be a JSON object of topics, each with "
                                          "end_offsets of integers, and inputs with integer "
                                          "delivered and control counts")
+    elif name == "job":
+        ok = value is None or (isinstance(value, dict) and isinstance(value.get("ref"), str))
+        want = "must be null or a JSON object naming the job (ref)"
     elif name in ("reconciliation", "config"):
         ok, want = isinstance(value, dict), "must be a JSON object"
     elif name == "generator":
@@ -507,9 +522,9 @@ def set_aside_control(outputs: OutputRecords, control_ids: Sequence[int] | None
     return kept, int(control_only.sum()), int(control.sum())
 
 
-def streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRecords,
-                         resources: int, control_ids: Sequence[int] | None) -> Streams:
-    """Raw Kafka records → input events and output records, control events set aside."""
+def _input_events(inputs: Mapping[str, TopicRecords], resources: int,
+                  control_ids: Sequence[int] | None) -> tuple[InputEvents, int]:
+    """The input records as events, pgval's own set aside: (events, control inputs)."""
     table = ResourceTable(resource_name(r) for r in range(resources))
     parts = []
     control_inputs = 0
@@ -522,16 +537,99 @@ def streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRecord
         control = is_control(ev.id, control_ids)
         control_inputs += int(control.sum())
         parts.append(ev.take(np.flatnonzero(~control)) if control.any() else ev)
-    events = InputEvents.concat(parts, table)
+    return InputEvents.concat(parts, table), control_inputs
+
+
+def streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRecords,
+                         resources: int, control_ids: Sequence[int] | None) -> Streams:
+    """Raw Kafka records → input events and output records, control events set aside."""
+    events, control_inputs = _input_events(inputs, resources, control_ids)
     outputs = outputs_from_kafka(output.values, output.timestamps, output.partitions,
-                                 output.offsets, table)
+                                 output.offsets, events.resources)
     outputs, control_outputs, control_occ = set_aside_control(outputs, control_ids)
     return Streams(events, outputs, control_inputs, control_outputs, control_occ)
+
+
+def job_streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRecords,
+                             rows: pa.Table, resources: int,
+                             control_ids: Sequence[int] | None
+                             ) -> tuple[Streams, ExpectedOutputs]:
+    """A user's job's streams and its expected outputs: the batch oracle's ``rows``
+    (:data:`pgval.topologies.batch.EXPECTED_SCHEMA`) and the outputs' key texts coded with
+    one table, so an output's key is an expected one exactly when the texts are equal. A
+    batch result the validator cannot use (an ID in two rows, an ID that is no input) is
+    an :class:`EvidenceError`, one sentence."""
+    events, control_inputs = _input_events(inputs, resources, control_ids)
+    keys = ResourceTable()
+    try:
+        expected = expected_from_rows(*rows_of(rows), events, keys)
+    except RowsError as exc:
+        raise EvidenceError(f"the job cannot be judged ID by ID: {exc}") from exc
+    outputs = job_outputs_from_kafka(output.values, output.timestamps, output.partitions,
+                                     output.offsets, keys)
+    outputs, control_outputs, control_occ = set_aside_control(outputs, control_ids)
+    return Streams(events, outputs, control_inputs, control_outputs, control_occ), expected
+
+
+def save_expected(run_dir: Path, rows: pa.Table) -> Path:
+    """Keep a job's batch-oracle rows with the evidence (Parquet, zstd), before :func:`seal`."""
+    path = evidence_dir(run_dir) / EXPECTED
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(rows, tmp, compression="zstd")
+    tmp.replace(path)
+    return path
+
+
+def load_expected(run_dir: Path) -> pa.Table:
+    """A job's batch-oracle rows (``key``, ``ids``) from the evidence."""
+    path = evidence_dir(run_dir) / EXPECTED
+    schema = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64()))])
+    try:
+        return pq.read_table(path, schema=schema)
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"the evidence of {run_dir} lacks {EXPECTED}, the batch oracle's "
+                            "rows of its job") from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+
+
+def keep_job_source(run_dir: Path, source: Path | None) -> str | None:
+    """Copy a job's source file into the evidence (what ran, for a reader of the run); its
+    SHA-256, or None when there is no single file to keep."""
+    if source is None or not source.is_file():
+        return None
+    path = evidence_dir(run_dir) / JOB_SOURCE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, path)
+    os.chmod(path, 0o600)
+    return sha256_file(path)
+
+
+def cross_check_of(manifest: Manifest) -> dict[str, Any] | None:
+    """A built-in job's topology and window, as its batch oracle named them: the run's
+    expectation is then compared with pgval's own oracle (None: a user's job)."""
+    job = manifest.job if isinstance(manifest.job, dict) else {}
+    oracle = job.get("oracle") if isinstance(job.get("oracle"), dict) else {}
+    builtin = oracle.get("builtin")
+    if (isinstance(builtin, dict) and builtin.get("topology") in ("sst", "mst")
+            and _is_int(builtin.get("window_ms"), 1)):
+        return {"topology": builtin["topology"], "window_ms": builtin["window_ms"]}
+    return None
+
+
+def evaluation_streams(run_dir: Path, manifest: Manifest, inputs: Mapping[str, TopicRecords],
+                       output: TopicRecords) -> tuple[Streams, ExpectedOutputs | None]:
+    """The streams a run is judged on and, for a user's job, its expected outputs from the
+    batch oracle's rows kept in the evidence (None: the topology's own oracle runs)."""
+    if manifest.topology == "job":
+        return job_streams_from_records(inputs, output, load_expected(run_dir),
+                                        manifest.resources, manifest.control_ids)
+    return streams_from_records(inputs, output, manifest.resources, manifest.control_ids), None
 
 
 def load_streams(run_dir: Path, manifest: Manifest | None = None) -> Streams:
     """The streams of a stored run, exactly as ``validate`` evaluated them."""
     manifest = manifest or Manifest.read(run_dir)
     inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
-    output = load_topic(run_dir, OUTPUT_TOPIC)
-    return streams_from_records(inputs, output, manifest.resources, manifest.control_ids)
+    return evaluation_streams(run_dir, manifest, inputs, load_topic(run_dir, OUTPUT_TOPIC))[0]

@@ -41,7 +41,14 @@ from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.deploy import Deployment, FaultContext, make_deployment
 from pgval.errors import RuntimeErrorPlain
-from pgval.evidence import Manifest, save_anomalies, seal, streams_from_records
+from pgval.evidence import (
+    Manifest,
+    cross_check_of,
+    evaluation_streams,
+    keep_job_source,
+    save_anomalies,
+    seal,
+)
 from pgval.faults import default_target, profile_for
 from pgval.faults.evidence import fault_reasons
 from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
@@ -49,6 +56,7 @@ from pgval.faults.network import log_sizes, timeouts_fired
 from pgval.host import registry, signals, undo
 from pgval.redact import private_dir, private_umask
 from pgval.run.control import LATE_ID_BASE, ControlEvents
+from pgval.run.job_oracle import batch_timeout_s, run_batch_oracle
 from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger, wait_primed
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
@@ -66,12 +74,15 @@ from pgval.schema import (
 )
 from pgval.spark.driver import DriverProcess, DriverSpec
 from pgval.store import ResultsStore, unstored_error
+from pgval.topologies.job import source_file
 
 __all__ = ["LATE_ID_BASE", "Experiment", "ExperimentConfig", "ExperimentResult", "Status",
            "default_run_dir", "remove_run_data"]
 
 #: Seconds the query may take to read its priming events.
 PRIME_TIMEOUT_S = 240.0
+#: How far ahead of the last real event a user's job's closing events are (event time).
+JOB_CLOSING_AHEAD_MS = 3_600_000
 
 
 class _DriverDied(Exception):
@@ -299,18 +310,37 @@ class Experiment:
         self.manifest.write(self.run_dir)
         self.timings["read_back_s"] = time.monotonic() - t_read
         inputs = {k: v for k, v in back.records.items() if k != OUTPUT_TOPIC}
-        streams = streams_from_records(inputs, back.records[OUTPUT_TOPIC], cfg.resources,
-                                       self.manifest.control_ids)
+        if cfg.job is not None:
+            self._job_oracle(sum(len(r) for r in inputs.values()))
+        streams, expected = evaluation_streams(self.run_dir, self.manifest, inputs,
+                                               back.records[OUTPUT_TOPIC])
         t_val = time.monotonic()
         phases = self.manifest.phase_bounds
         evaluation = evaluate(streams.events, streams.outputs, cfg.topology, cfg.window_ms,
-                              phases, progress=progress)
+                              phases, progress=progress, expected=expected,
+                              cross_check=cross_check_of(self.manifest))
         self.timings["validate_s"] = time.monotonic() - t_val
         return ExperimentResult(
             run_id=run_id, evaluation=evaluation, timings=self.timings, phases=phases,
             generator=report, batches=progress, fault_log=self.fault_log,
             validity=self._reasons, readback=self.manifest.readback, run_dir=self.run_dir,
             bounds=bounds, warmup=self.warmup)
+
+    def _job_oracle(self, events: int) -> None:
+        """A user's job: its source kept with the evidence, and its ``build`` run as a batch
+        over the records just read back (:mod:`pgval.run.job_oracle`), before the evidence
+        is sealed; what the oracle said goes into run.json."""
+        cfg = self.config
+        assert cfg.job is not None
+        t0 = time.monotonic()
+        source = source_file(cfg.job)
+        sha = keep_job_source(self.run_dir, source)
+        said = run_batch_oracle(cfg.job, self.run_dir, dict(cfg.spark_conf),
+                                batch_timeout_s(events))
+        self.manifest.job = {"ref": cfg.job, "source": None if source is None else str(source),
+                             "sha256": sha, "oracle": said}
+        self.manifest.write(self.run_dir)
+        self.timings["job_oracle_s"] = time.monotonic() - t0
 
     def _deploy(self) -> None:
         """The deployment up (or checked, when warm), the run's topics, the fault, the driver."""
@@ -343,7 +373,7 @@ class Experiment:
             conf=dict(self.profile.driver_conf), bootstrap=where.bootstrap,
             master=where.master, driver_host=where.driver_host, extra_env=where.extra_env,
             launcher=where.launcher, python=where.python, path_map=where.path_map,
-            signal_argv=where.signal_argv, topic_prefix=self.topics.prefix,
+            signal_argv=where.signal_argv, topic_prefix=self.topics.prefix, job=cfg.job,
             # The control channel (a thread polling the JVM twice a second) only where a
             # fault needs it: the executor kill on a cluster pgval does not own.
             control_dir=(self.run_dir / "control"
@@ -420,8 +450,17 @@ class Experiment:
         self.generators.close()
         self._reasons.add(generator_reasons(report))
         if not driver_died:
-            closing_ts = self.control.closing(now_ms(), cfg.window_ms, cfg.watermark_ms)
-            outcome = drain(self.driver, monitor, closing_ts, cfg.watermark_ms,
+            now = now_ms()
+            if cfg.job is None:
+                closing_ts = self.control.closing(now, cfg.window_ms, cfg.watermark_ms)
+                delay = cfg.watermark_ms
+            else:
+                # A job's watermark and windows are its own: closing events an hour ahead
+                # close every window of --window-ms whatever the job's watermark delay (up
+                # to the hour less the window), and the drain waits for that.
+                closing_ts = self.control.closing(now, JOB_CLOSING_AHEAD_MS, 0)
+                delay = closing_ts - (now + cfg.window_ms + 1_000)
+            outcome = drain(self.driver, monitor, closing_ts, delay,
                             cfg.drain_timeout_s, self.on_status)
             self.timings["drain_s"] = outcome.seconds
             self.timings["drain_timed_out"] = 1.0 if outcome.timed_out else 0.0
@@ -442,14 +481,19 @@ class Experiment:
         warm = WarmUp(t1)
         self._phase = "warm-up"
         monitor.follow()
+        untimed = 0  # outputs without a window_end (a user's job may have none)
         try:
             while True:
                 now = now_ms()
-                ends, stamps = monitor.new_outputs()
+                ends, stamps, seen = monitor.new_outputs()
+                untimed += seen - len(ends)
                 warm.add(ends, stamps, max((watermark_ms(p) for p in batches(self.driver)),
                                            default=0))
                 steady = warm.steady()
                 if (steady and now >= earliest) or now >= latest:
+                    break
+                if untimed and not len(warm.window_end) and now >= earliest:
+                    warm.untimed = untimed  # nothing the rule could judge: ε only
                     break
                 self._status(now, (latest - t1) / 1000 + 3 * cfg.phase_seconds,
                              note=f"warming up: {warm.note()}")

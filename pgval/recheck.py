@@ -43,11 +43,12 @@ from pgval.evidence import (
     EvidenceError,
     Manifest,
     Streams,
+    cross_check_of,
+    evaluation_streams,
     evidence_dir,
     load_anomalies,
     load_progress,
     load_topic,
-    streams_from_records,
     verify,
 )
 from pgval.faults.evidence import fault_reasons
@@ -255,11 +256,12 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
     manifest = Manifest.read(run_dir)
     fault = _fault(manifest, run_dir)
     inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
-    streams = streams_from_records(inputs, load_topic(run_dir, OUTPUT_TOPIC),
-                                   manifest.resources, manifest.control_ids)
+    streams, expected = evaluation_streams(run_dir, manifest, inputs,
+                                           load_topic(run_dir, OUTPUT_TOPIC))
     evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
                           manifest.window_ms, manifest.phase_bounds,
-                          progress=load_progress(run_dir))
+                          progress=load_progress(run_dir), expected=expected,
+                          cross_check=cross_check_of(manifest))
     row = evidence.row or {}
     stored = (stored_reasons(json_cell(row.get("validity")), row.get("validity_reasons"))
               if row else stored_reasons(manifest.validity, manifest.validity_reasons))

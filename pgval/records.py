@@ -58,14 +58,26 @@ class ResourceTable:
         return code
 
     def encode(self, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-        """Vectorised name → code for a string column (nulls become -1)."""
+        """Vectorised name → code for a string column (nulls become -1); names not seen
+        before get the next codes, in order of first appearance."""
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
         if len(column) == 0:
             return np.zeros(0, dtype=np.int32)
         encoded = pc.dictionary_encode(column)
-        lookup = np.array([self.code(str(n)) for n in encoded.dictionary.to_pylist()]
-                          + [-1], dtype=np.int32)
+        names = encoded.dictionary
+        if self.names:
+            known = pc.index_in(names, value_set=pa.array(self.names, pa.string()))
+        else:
+            known = pa.nulls(len(names), pa.int32())
+        is_new = pc.is_null(known).to_numpy(zero_copy_only=False)
+        fresh = names.filter(pa.array(is_new)).to_pylist()
+        start = len(self.names)
+        self.names.extend(fresh)
+        self.codes.update(zip(fresh, range(start, start + len(fresh)), strict=True))
+        lookup = known.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int32)
+        lookup[is_new] = np.arange(start, start + len(fresh), dtype=np.int32)
+        lookup = np.r_[lookup, np.int32(-1)]
         indices = encoded.indices.fill_null(len(lookup) - 1)
         return lookup[indices.to_numpy(zero_copy_only=False)]
 

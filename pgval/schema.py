@@ -85,8 +85,12 @@ class Name(str, Enum):
 
 
 class Topology(Name):
+    """The built-in jobs (SST, MST) and ``job``: a user's own (``--job PATH.py:FUNCTION``),
+    judged against its ``build`` run as a batch (:mod:`pgval.topologies.job`)."""
+
     SST = "sst"
     MST = "mst"
+    JOB = "job"
 
 
 class Guarantee(Name):
@@ -214,6 +218,9 @@ class FaultSpec:
 
 
 TOPOLOGIES: Final = Topology.names()
+#: The topologies pgval ships (``--topology``, a matrix's ``--topologies``); a user's own
+#: job is named by ``--job`` instead.
+BUILTIN_TOPOLOGIES: Final = (Topology.SST.value, Topology.MST.value)
 PROCESSING_GUARANTEES: Final = Guarantee.names()
 FAULTS: Final = Fault.names()
 DEPLOYMENTS: Final = Deploy.names()

@@ -105,7 +105,7 @@ def test_one_default_per_option_and_it_is_the_config_default() -> None:
         want = getattr(exp if hasattr(exp, f.name) else clu, f.name)
         for c, default in defaults.items():
             opt = per_command[c][f.name]
-            if opt.required:
+            if opt.required or f.metadata.get("required_unless"):  # --topology or --job
                 assert default is None
             elif f.name == "rate":
                 assert float(default) == want
@@ -196,11 +196,32 @@ def test_a_malformed_key_value_is_one_line(cwd: Path, command: list[str]) -> Non
      "packet delay needs workers in their own network namespaces"),
     (["matrix", "--pgs", "a1,x1"], "--pgs takes a comma-separated list of a1, e1, m1"),
     (["validate", "--topology", "sst", "--rate", "fast"], "--rate must be a number"),
+    (["validate"], "give --topology sst|mst, or --job PATH.py:FUNCTION"),
+    (["oir"], "give --topology sst|mst, or --job PATH.py:FUNCTION"),
+    (["validate", "--topology", "sst", "--job", "j.py:build"], "exclude each other"),
+    (["validate", "--job", "nothing.py:build"], "no such file nothing.py"),
+    (["validate", "--job", "j.py"], "expected PATH.py:FUNCTION or package.module:FUNCTION"),
+    (["matrix", "--job", "j.py:build", "--topologies", "sst"],
+     "--topologies and --job exclude each other"),
+    (["validate", "--job", "j.py:build", "--deploy", "compose"],
+     "--job runs on the embedded cluster or --deploy external"),
+    (["validate", "--job", "j.py:build", "--window-ms", "3600000"],
+     "with --job at most 1800000"),
 ])
 def test_a_refused_combination_is_one_line_before_anything_exists(
         cwd: Path, args: list[str], needle: str) -> None:
     _one_line_error(CliRunner().invoke(main, args), needle)
     assert os.listdir(cwd) == []  # not even the results database
+
+
+def test_a_job_that_does_not_load_is_one_line_before_anything_exists(cwd: Path) -> None:
+    (cwd / "broken.py").write_text("def build(spark, sources):\n    return (\n")
+    (cwd / "no_build.py").write_text("x = 1\n")
+    for args, needle in ((["validate", "--job", "broken.py:build"], "broken.py line 2"),
+                         (["matrix", "--job", "no_build.py:build"], "has no build")):
+        _one_line_error(CliRunner().invoke(main, args), needle)
+    assert sorted(os.listdir(cwd)) == ["__pycache__", "broken.py", "no_build.py"] or sorted(
+        os.listdir(cwd)) == ["broken.py", "no_build.py"]
 
 
 def test_self_tests_are_validate_only() -> None:

@@ -36,9 +36,15 @@ def _events(n: int = 400) -> list[dict]:
 
 
 def _tables(events: list[dict]) -> dict[str, pa.Table]:
-    cols = ("id", "type", "resource", "event_ts", "partition", "offset")
-    return {name: pa.table({c: [e[c] for e in events if e["type"] == kind] for c in cols})
-            for name, kind in (("get", "GET"), ("post", "POST"))}
+    """The events as the raw Kafka records of each topic (JSON value, partition, offset)."""
+    fields = ("id", "type", "resource", "event_ts")
+    return {name: pa.table({
+        "value": pa.array([json.dumps({f: e[f] for f in fields}).encode()
+                           for e in events if e["type"] == kind], pa.binary()),
+        "partition": pa.array([e["partition"] for e in events if e["type"] == kind],
+                              pa.int32()),
+        "offset": pa.array([e["offset"] for e in events if e["type"] == kind], pa.int64())})
+        for name, kind in (("get", "GET"), ("post", "POST"))}
 
 
 def _ms(text: str) -> int:

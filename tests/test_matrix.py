@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import random
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,36 @@ def test_key_ignores_grid_axes_but_not_run_shape() -> None:
     # 0.25 × OIR once skipped cells complete at 0.5 × OIR).
     assert matrix_key(a, 0.5) != matrix_key(a, 0.25)
     assert matrix_key(a, 0.25) == matrix_key(c, 0.25) != matrix_key(a)
+
+
+def _grid_base(*args: str) -> ExperimentConfig:
+    """The base config `pgval matrix ARGS` builds (what its key is made from)."""
+    import click
+
+    from pgval.cli import main
+    from pgval.cli.common import parse_rate
+    from pgval.cli.options import build_config, option_fields
+
+    cmd = main.commands["matrix"]
+    root = click.Context(main, info_name="pgval", **main.context_settings)
+    with cmd.make_context("matrix", list(args), parent=root) as ctx:
+        params = dict(ctx.params)
+    names = {f.name for f, _ in option_fields()}
+    values = {k: v for k, v in params.items() if k in names}
+    topology = {"topology": "job"} if values.get("job") else {}
+    return build_config(values, rate=parse_rate(values["rate"]), **topology)
+
+
+def test_a_grid_stored_before_jobs_keeps_its_key() -> None:
+    """`--job` (a setting added while experiments/grid-23 was half done) must not change
+    the key of a grid that does not set it: that grid resumes; a job is another grid."""
+    root = Path(__file__).resolve().parents[1]
+    conn = sqlite3.connect(root / "experiments" / "grid-23" / "results.db")
+    params = json.loads(conn.execute("SELECT params FROM runs WHERE id = 1").fetchone()[0])
+    conn.close()
+    grid = ("--rate", "12000", "--phase-seconds", "90", "--brokers", "1", "--workers", "2")
+    assert matrix_key(_grid_base(*grid)) == params["matrix_key"]  # experiments/grid-23/run.sh
+    assert matrix_key(_grid_base(*grid, "--job", "/j.py:build")) != params["matrix_key"]
 
 
 def test_a_crash_point_is_its_own_cell_of_the_same_matrix(tmp_path: Path) -> None:

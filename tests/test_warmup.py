@@ -99,3 +99,33 @@ def test_a_warm_up_that_never_settles_says_why(medians: list[float], why: str) -
     kept = warm.record(started_ms=t1 + 30_000, max_seconds=30)
     assert not kept["settled"] and "steady_window_end" not in kept
     assert kept["why"].startswith(why), kept["why"]
+
+
+def test_a_job_whose_outputs_carry_no_window_says_so() -> None:
+    warm = WarmUp(t1=1_000)
+    warm.untimed = 250
+    rec = warm.record(started_ms=6_000, max_seconds=180)
+    assert rec["settled"] is False and rec["seconds"] == 5.0
+    assert rec["why"] == ("the job's outputs carry no window_end (250 read), so the rule had "
+                          "no window to time: control started after --warmup-seconds")
+
+
+@pytest.mark.parametrize(("value", "ms"), [
+    (1_700_000_010_000, 1_700_000_010_000),
+    ("2023-11-14T22:13:30.000Z", 1_700_000_010_000),   # Spark's to_json of a timestamp
+    ("2023-11-14T22:13:30.000+00:00", 1_700_000_010_000),
+    ("2023-11-14T22:13:30", 1_700_000_010_000),         # no zone: UTC, the driver's
+    ("yesterday", None), (True, None), (None, None), (1.5, None), ([1], None)])
+def test_an_outputs_window_end_as_sst_or_a_job_writes_it(value: object, ms: int | None) -> None:
+    from pgval.run.monitor import window_end_ms
+
+    assert window_end_ms(value) == ms
+
+
+def test_a_query_has_a_watermark_when_spark_reports_one() -> None:
+    from pgval.run.monitor import has_watermark
+
+    assert not has_watermark([])
+    assert not has_watermark([{"eventTime": {}}, {"batchId": 1}])  # a stateless job
+    assert has_watermark([{"eventTime": {}}, {"eventTime": {
+        "watermark": "1970-01-01T00:00:00.000Z"}}])

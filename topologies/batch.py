@@ -2,82 +2,185 @@
 
 Structured Streaming promises that a streaming query's result equals the same query run
 as a batch over the same input, less what the watermark drops (``withWatermark`` does
-nothing in a batch). :func:`batch_rows` takes that promise as the oracle: it gives the job's
-``build`` the run's input events as batch DataFrames with the columns its streaming run
-gets (:data:`pgval.topologies.job.SOURCE_COLUMNS`), and returns each output row's key —
-``to_json`` of the key columns, the text the streaming query writes, in a session whose
-time zone is UTC like the driver's — with its ``ids``, ready for
-:func:`pgval.oracle.rows.expected_from_rows`.
+nothing in a batch). :func:`batch_table` takes that promise as the oracle: it gives the
+job's ``build`` the run's input records parsed by the very function the streaming query
+parses them with (:func:`pgval.topologies.job_query.job_source`), pgval's own priming and
+closing events left out, and returns each output row's key — ``to_json`` of the key
+columns, the text the streaming query writes, in a session whose time zone is UTC like the
+driver's — with its ``ids``, ready for :func:`pgval.oracle.rows.expected_from_rows`.
+
+``python -m pgval.topologies.batch --job REF --run-dir RUN`` is the batch oracle of a run:
+a ``local[1]`` Spark process over the run's evidence (``get``/``post`` as read back from
+Kafka) that writes ``evidence/expected.parquet`` (``key``, ``ids``), sealed with the rest,
+so a re-check needs no Spark and gives the same answer. Exit 0 with one JSON line, 2 when
+the job cannot be judged (one sentence on stderr), 1 when Spark failed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pgval.topologies.job import IDS, SOURCE_COLUMNS, SOURCES, Job, JobError, check_result
+from pgval.oracle.rows import rows_of
+from pgval.topologies.job import IDS, SOURCES, Job, JobError, check_result
+from pgval.topologies.job_query import key_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: The DDL of a source's columns (``event_ts`` a timestamp, as the streaming run gets it).
-SOURCE_DDL = ", ".join(f"`{name}` {kind}" for name, kind in SOURCE_COLUMNS)
-#: The column of the canonical key text, in the batch result and the driver's output.
-KEY = "_pgval_key"
+#: The raw records a source is made of: Kafka's value, partition and offset.
+RAW_SCHEMA = pa.schema([("value", pa.binary()), ("partition", pa.int32()),
+                        ("offset", pa.int64())])
+#: The batch oracle's file in a run's evidence: one row per expected output.
+EXPECTED_SCHEMA = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64()))])
 
 
-def key_column(key: tuple[str, ...]) -> Any:
-    """``to_json(struct(key columns))``: one text per output key, the same in the
-    streaming query and in the batch (both sessions in UTC)."""
-    from pyspark.sql import functions as F
-
-    return F.to_json(F.struct(*[F.col(f"`{k}`") for k in key]))
-
-
-def batch_sources(spark: SparkSession, tables: Mapping[str, pa.Table], workdir: Path
-                  ) -> dict[str, DataFrame]:
-    """Each source as a batch DataFrame of :data:`SOURCE_DDL` from an Arrow table with the
-    columns ``id``, ``type``, ``resource``, ``event_ts`` (ms), ``partition``, ``offset``,
-    through a Parquet file in ``workdir`` (no per-record Python, no pandas: the run's
-    inputs may be millions of events)."""
+def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir: Path,
+                  control_ids: Sequence[int] | None = None) -> dict[str, DataFrame]:
+    """Each source as a batch DataFrame from raw records (:data:`RAW_SCHEMA`), parsed as
+    the streaming query parses them; IDs in ``control_ids`` (pgval's own events, an
+    inclusive range) left out. Through a Parquet file in ``workdir``: no per-record Python,
+    no pandas (a run's inputs may be millions of events)."""
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    schema = pa.schema([("id", pa.int64()), ("type", pa.string()), ("resource", pa.string()),
-                        ("event_ts", pa.int64()), ("partition", pa.int32()),
-                        ("offset", pa.int64())])
-    out = {}
+    from pgval.topologies.job_query import job_source
+
     workdir.mkdir(parents=True, exist_ok=True)
+    out = {}
     for name in SOURCES:
-        table = tables.get(name)
-        table = (schema.empty_table() if table is None
-                 else table.select(schema.names).cast(schema))
+        table = records.get(name)
+        table = (RAW_SCHEMA.empty_table() if table is None
+                 else table.select(RAW_SCHEMA.names).cast(RAW_SCHEMA))
         path = workdir / f"{name}.parquet"
         pq.write_table(table, path)
-        raw = spark.read.schema("id BIGINT, type STRING, resource STRING, event_ts BIGINT, "
-                                "partition INT, offset BIGINT").parquet(str(path))
-        out[name] = raw.withColumn("event_ts", F.timestamp_millis("event_ts"))
+        source = job_source(spark.read.schema("value BINARY, partition INT, offset BIGINT")
+                            .parquet(str(path)))
+        if control_ids:
+            lo, hi = control_ids
+            source = source.where(~F.col("id").between(int(lo), int(hi)))
+        out[name] = source
     return out
 
 
-def batch_rows(job: Job, spark: SparkSession, tables: Mapping[str, pa.Table], workdir: Path
-               ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(keys, ids, offsets) of ``job`` run as a batch over ``tables`` (see
-    :func:`batch_sources`); the job's output is checked as the streaming one is."""
-    result = job.build(spark, batch_sources(spark, tables, workdir))
+def batch_table(job: Job, spark: SparkSession, sources: Mapping[str, DataFrame]) -> pa.Table:
+    """``job`` run as a batch over ``sources``: one row per output, ``key`` (the key text)
+    and ``ids`` (:data:`EXPECTED_SCHEMA`); the job's output is checked as the streaming one
+    is (``ids`` widened to array<bigint>: a job may collect ints)."""
+    from pyspark.sql import functions as F
+
+    result = job.build(spark, dict(sources))
     key = check_result(job, result, streaming=None)
-    table = result.select(key_column(key).alias(KEY), f"`{IDS}`").toArrow()
-    keys = table.column(KEY).to_pylist()
-    ids_col = table.column(IDS).combine_chunks()
-    lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = pc.list_flatten(ids_col)
-    if flat.null_count:
+    table = to_arrow(result.select(key_column(key).alias("key"),
+                                   F.col(f"`{IDS}`").cast("array<bigint>").alias("ids")))
+    table = table.cast(EXPECTED_SCHEMA)
+    if pc.list_flatten(table.column("ids")).null_count:
         raise JobError(f"--job {job.ref}: the batch result has a null among its ids")
-    return keys, flat.to_numpy(zero_copy_only=False).astype(np.int64), offsets
+    return table
+
+
+def to_arrow(df: DataFrame) -> pa.Table:
+    """A batch DataFrame collected as Arrow: ``toArrow`` (Spark 4), or the record batches
+    Spark 3.5's ``_collect_as_arrow`` gives (no pandas either way)."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    batches = df._collect_as_arrow()
+    if batches:
+        return pa.Table.from_batches(batches)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(df.schema).empty_table()
+
+
+def batch_rows(job: Job, spark: SparkSession, records: Mapping[str, pa.Table], workdir: Path,
+               control_ids: Sequence[int] | None = None
+               ) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(keys, ids, offsets) of ``job`` run as a batch over raw ``records`` (see
+    :func:`batch_sources`)."""
+    keys, ids, offsets = rows_of(batch_table(job, spark, batch_sources(
+        spark, records, workdir, control_ids)))
+    return keys.to_pylist(), ids, offsets
+
+
+# ---------------------------------------------------------------- the batch oracle process
+def _evidence_records(run_dir: Path) -> tuple[dict[str, pa.Table], list[int] | None]:
+    """The run's input records as read back (raw), and the range of pgval's own IDs."""
+    from pgval.evidence import Manifest, load_topic
+
+    manifest = Manifest.read(run_dir)
+    records = {}
+    for name in SOURCES:
+        recs = load_topic(run_dir, name)
+        records[name] = pa.table({"value": recs.values, "partition": recs.partitions,
+                                  "offset": recs.offsets}, schema=RAW_SCHEMA)
+    return records, manifest.control_ids
+
+
+def _session(conf: Mapping[str, str]) -> SparkSession:
+    """A ``local[1]`` session in UTC, small and without UI; the user's Spark settings on
+    top (their job may need a jar or a setting to read its static side)."""
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master("local[1]").appName("pgval-batch-oracle")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    # pgval's own, after the user's: the key text must be the streaming query's.
+    return (builder.config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import os
+
+    from pgval.evidence import save_expected
+    from pgval.topologies.builtin import builtin_of
+    from pgval.topologies.job_query import load_job_for_spark
+
+    ap = argparse.ArgumentParser(prog="python -m pgval.topologies.batch",
+                                 description="A run's batch oracle: its job run as a batch "
+                                             "over its evidence.")
+    ap.add_argument("--job", required=True, metavar="PATH.py:FUNCTION")
+    ap.add_argument("--run-dir", required=True, type=Path)
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:
+        job = load_job_for_spark(args.job)
+        records, control_ids = _evidence_records(args.run_dir)
+        conf = json.loads(os.environ.get("PGVAL_SPARK_CONF") or "{}")
+        spark = _session(conf)
+        try:
+            spark.sparkContext.setLogLevel("ERROR")
+            sources = batch_sources(spark, records, args.run_dir / "batch-oracle",
+                                    control_ids)
+            table = batch_table(job, spark, sources)
+        finally:
+            spark.stop()
+    except JobError as exc:
+        print(f"pgval-batch: {exc}", file=sys.stderr)
+        return 2
+    path = save_expected(args.run_dir, table)
+    n_ids = int(pc.sum(pc.list_value_length(table.column("ids"))).as_py() or 0)
+    print(json.dumps({"rows": table.num_rows, "ids": n_ids, "file": str(path),
+                      "seconds": round(time.monotonic() - t0, 3),
+                      "builtin": builtin_of(job.build)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -139,6 +139,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m pgval.topologies.driver",
                                  description="Run one pgval streaming topology.")
     ap.add_argument("--topology", required=True, choices=schema.TOPOLOGIES)
+    ap.add_argument("--job", default=None, metavar="PATH.py:FUNCTION",
+                    help="with --topology job: the user's job (pgval.topologies.job)")
     ap.add_argument("--pg", required=True, choices=schema.PROCESSING_GUARANTEES,
                     help="a1 = Spark Kafka sink, e1 = transactional foreachBatch sink")
     ap.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
@@ -183,6 +185,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          "writes twice the real output rows of the N-th committed batch "
                          "that has any (see pgval.topologies.sinks)")
     args = ap.parse_args(argv)
+    if (args.topology == schema.Topology.JOB) != (args.job is not None):
+        ap.error("--job goes with --topology job, and only with it")
     if args.query_name is None:
         args.query_name = f"pgval-{args.topology}-{args.pg}"
     if args.sabotage is not None:
@@ -489,6 +493,7 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     from pgval.kafka.client import java_client_options
     from pgval.redact import conf_summary
     from pgval.schema import Guarantee
+    from pgval.topologies.job_query import build_job_topology, load_job_for_spark
     from pgval.topologies.query import TopologyConfig, build_topology
     from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink
 
@@ -513,7 +518,10 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
                          window_ms=args.window_ms, watermark_ms=args.watermark_ms,
                          max_offsets_per_trigger=args.max_offsets_per_trigger,
                          topics=args.topics, source_options=source_options)
-    out = build_topology(spark, cfg)
+    if args.job is not None:
+        out = build_job_topology(spark, cfg, load_job_for_spark(args.job))
+    else:
+        out = build_topology(spark, cfg)
     sink = None
     if args.pg in ("a1", "m1"):
         writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name, args.trigger_ms,
@@ -531,6 +539,7 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     started_s = time.monotonic() - _T0
     log.write("started", id=str(query.id), runId=str(query.runId), name=args.query_name,
               topology=args.topology, pg=args.pg, pid=os.getpid(), checkpoint=checkpoint,
+              **({"job": args.job} if args.job else {}),
               starting_offsets=source_options.get("startingOffsets", "earliest"),
               session_s=round(session_s, 3), startup_s=round(started_s, 3),
               spark_version=spark.version,

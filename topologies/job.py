@@ -101,6 +101,9 @@ def _import(ref: JobRef) -> Any:
         if not path.is_file():
             raise JobError(f"--job {ref}: no such file {path}")
         name = f"pgval_job_{abs(hash(str(path.resolve())))}"
+        # Modules beside the job's file import as they would when the user runs it there.
+        if str(path.resolve().parent) not in sys.path:
+            sys.path.append(str(path.resolve().parent))
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise JobError(f"--job {ref}: cannot load {path} as Python")
@@ -121,6 +124,20 @@ def _import(ref: JobRef) -> Any:
     except Exception as exc:
         raise JobError(f"--job {ref}: importing {ref.target} failed: "
                        f"{type(exc).__name__}: {exc}") from exc
+
+
+def source_file(ref: JobRef | str) -> Path | None:
+    """The file a job's code is in (kept with the run's evidence): the ``.py`` named, or
+    the module's source; None when there is no single file (a namespace package)."""
+    ref = JobRef.parse(ref) if isinstance(ref, str) else ref
+    if ref.is_file:
+        return Path(ref.target)
+    try:
+        spec = importlib.util.find_spec(ref.target)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
 
 
 def load(ref: JobRef | str) -> Job:

@@ -5,22 +5,29 @@ The sources have the columns :data:`pgval.topologies.job.SOURCE_COLUMNS`, parsed
 Kafka records exactly as SST and MST parse them (records that are not the generator's JSON
 are dropped, and the validator counts them as malformed inputs); the job sets its own
 watermark. Each output row becomes one Kafka record: key and ``_pgval_key`` the canonical
-key text (:func:`pgval.topologies.batch.key_column`, the text the batch oracle's rows
+key text (:func:`key_column`, the text the batch oracle's rows
 carry), value the row as JSON with ``_pgval_key`` added.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgval.records import JOB_KEY
-from pgval.topologies.batch import key_column
-from pgval.topologies.job import Job, check_result
+from pgval.topologies.job import Job, check_result, load
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from pgval.topologies.query import TopologyConfig
+
+
+def key_column(key: tuple[str, ...]) -> Any:
+    """``to_json(struct(key columns))``: one text per output key, the same in the
+    streaming query and in the batch (both sessions in UTC)."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.struct(*[F.col(f"`{k}`") for k in key]))
 
 
 def job_source(records: DataFrame) -> DataFrame:
@@ -64,3 +71,19 @@ def build_job_topology(spark: SparkSession, cfg: TopologyConfig, job: Job) -> Da
 
     return job_plan(spark, job, kafka_records(spark, cfg, cfg.topics.get),
                     kafka_records(spark, cfg, cfg.topics.post))
+
+
+def load_job_for_spark(ref: str) -> Job:
+    """:func:`pgval.topologies.job.load`, and a job loaded from a file registered with
+    PySpark's cloudpickle to travel by value: a Python UDF the job defines then reaches the
+    executors with its code, although they cannot import the user's file."""
+    job = load(ref)
+    if job.ref.is_file:
+        import sys
+
+        from pyspark import cloudpickle
+
+        module = sys.modules.get(getattr(job.build, "__module__", ""), None)
+        if module is not None:
+            cloudpickle.register_pickle_by_value(module)
+    return job

@@ -113,21 +113,27 @@ def _window(ts: Column | str, window_ms: int) -> Column:
     return F.window(ts, _interval(window_ms))
 
 
-def _to_output(df: DataFrame, fields: tuple[str, ...]) -> DataFrame:
-    """(key, value) strings; ``value`` holds exactly ``fields`` in that order."""
-    flat = df.select(
+def flat_rows(df: DataFrame, fields: tuple[str, ...]) -> DataFrame:
+    """A topology's rows as plain columns, exactly ``fields`` in that order, the window as
+    ``window_start``/``window_end`` in epoch ms."""
+    return df.select(
         F.unix_millis(F.col("window.start")).alias("window_start"),
         F.unix_millis(F.col("window.end")).alias("window_end"),
         *[F.col(f) for f in fields if f not in ("window_start", "window_end")],
     )
+
+
+def _to_output(flat: DataFrame, fields: tuple[str, ...]) -> DataFrame:
+    """(key, value) strings; ``value`` holds exactly ``fields`` in that order."""
     return flat.select(
         F.col("resource").alias("key"),
         F.to_json(F.struct(*[F.col(f) for f in fields])).alias("value"),
     )
 
 
-def sst(gets: DataFrame, window_ms: int) -> DataFrame:
-    """Single-stream topology: GETs per (window, resource) -> count and IDs.
+def sst_rows(gets: DataFrame, window_ms: int) -> DataFrame:
+    """Single-stream topology: GETs per (window, resource) -> count and IDs, as the plain
+    columns of :data:`pgval.schema.SST_OUTPUT_FIELDS`.
 
     ``count`` is ``count(*)`` and ``ids`` is ``collect_list`` (not a set): every record
     read is one occurrence, so an input that is in Kafka twice, or that reached Spark's
@@ -137,11 +143,17 @@ def sst(gets: DataFrame, window_ms: int) -> DataFrame:
         F.count(F.lit(1)).alias("count"),
         F.collect_list("id").alias("ids"),
     )
-    return _to_output(agg, schema.SST_OUTPUT_FIELDS)
+    return flat_rows(agg, schema.SST_OUTPUT_FIELDS)
 
 
-def mst(gets: DataFrame, posts: DataFrame, window_ms: int) -> DataFrame:
-    """Multi-stream topology: GET ⋈ POST on (resource, window), then counted per key.
+def sst(gets: DataFrame, window_ms: int) -> DataFrame:
+    """:func:`sst_rows` as (key, value) for the sinks."""
+    return _to_output(sst_rows(gets, window_ms), schema.SST_OUTPUT_FIELDS)
+
+
+def mst_rows(gets: DataFrame, posts: DataFrame, window_ms: int) -> DataFrame:
+    """Multi-stream topology: GET ⋈ POST on (resource, window), then counted per key, as the
+    plain columns of :data:`pgval.schema.MST_OUTPUT_FIELDS`.
 
     The join is an inner stream-stream join whose condition includes equality of the two
     event-time windows: that is what lets Spark evict a window's join state once the
@@ -182,7 +194,12 @@ def mst(gets: DataFrame, posts: DataFrame, window_ms: int) -> DataFrame:
         F.size("post_records").cast("long").alias("posts"),
         F.concat(F.col("get_records.id"), F.col("post_records.id")).alias("ids"),
     )
-    return _to_output(counted, schema.MST_OUTPUT_FIELDS)
+    return flat_rows(counted, schema.MST_OUTPUT_FIELDS)
+
+
+def mst(gets: DataFrame, posts: DataFrame, window_ms: int) -> DataFrame:
+    """:func:`mst_rows` as (key, value) for the sinks."""
+    return _to_output(mst_rows(gets, posts, window_ms), schema.MST_OUTPUT_FIELDS)
 
 
 def plan(topology: str, get_records: DataFrame, post_records: DataFrame | None,

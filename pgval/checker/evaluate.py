@@ -21,6 +21,7 @@ from pgval.checker.metrics import Metrics, compute_metrics
 from pgval.checker.recovery import Recovery, recovery_bounds, recovery_metrics
 from pgval.checker.validator import Validation, validate
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs
+from pgval.oracle.rows import disagreement
 from pgval.phases import Phases
 from pgval.records import InputEvents, OutputRecords
 from pgval.schema import PHASES
@@ -41,6 +42,9 @@ class Evaluation:
     #: what the full anomaly set (:meth:`anomalies`) names.
     outputs: OutputRecords | None = field(default=None, repr=False)
     cause_codes: np.ndarray | None = field(default=None, repr=False)
+    #: A built-in job judged by its batch run: does pgval's own oracle of that topology
+    #: expect the same? None: not compared; "" agreed; else where they differ.
+    oracles: str | None = None
     _anomalies: pa.Table | None = field(default=None, init=False, repr=False)
 
     def anomalies(self) -> pa.Table:
@@ -89,19 +93,26 @@ class Evaluation:
             "unprocessed_causes": self.unprocessed_causes,
             "witnesses": {k: [[w, i] for w, i in pairs] for k, pairs in v.witnesses.items()},
         })
+        if self.oracles is not None:
+            out["oracles_agree"] = self.oracles == ""
+            if self.oracles:
+                out["oracles_disagreement"] = self.oracles
         return out
 
 
 def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_ms: int,
              phases: Phases | None = None,
              progress: Iterable[Mapping[str, Any]] | None = None,
-             expected: ExpectedOutputs | None = None) -> Evaluation:
+             expected: ExpectedOutputs | None = None,
+             cross_check: Mapping[str, Any] | None = None) -> Evaluation:
     """Run oracle, validator, metrics and recovery over in-memory columns.
 
     ``progress`` (the driver's per-batch records) lets each unprocessed ID be
     given a cause; without it the causes stay empty. ``expected``: outputs another oracle
     computed (a user's job run as a batch: :func:`pgval.oracle.rows.expected_from_rows`);
-    without it the topology's own oracle runs.
+    without it the topology's own oracle runs. ``cross_check``: ``{"topology",
+    "window_ms"}`` of a built-in job whose ``expected`` came from its batch run: pgval's
+    own oracle of that topology is computed too and compared (:attr:`Evaluation.oracles`).
     """
     phases = phases or Phases.unbounded()
     if expected is None:
@@ -114,6 +125,11 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
              else unprocessed_cause_codes(events, expected, validation, progress))
     causes = ({} if codes is None else
               summarize_causes(expected.id_sorted[validation.unprocessed_slots], codes))
+    oracles = None
+    if cross_check is not None and expected is not None:
+        own = expected_outputs(events, str(cross_check["topology"]),
+                               int(cross_check["window_ms"]))
+        oracles = disagreement(expected, own) or ""
     return Evaluation(topology, window_ms, phases, expected, validation, metrics, recovery,
-                      causes, outputs, codes)
+                      causes, outputs, codes, oracles)
 

@@ -84,6 +84,9 @@ def evaluation_reasons(ev: Evaluation) -> Result:
     if v.expected == 0:
         return Result((Reason("data", "nothing was expected: no usable inputs"),))
     reasons = []
+    if ev.oracles:
+        reasons.append(f"{ev.oracles}: the verdict rests on an expectation pgval cannot "
+                       "confirm")
     if v.duplicate_inputs:
         reasons.append(f"{v.duplicate_inputs:,} input records repeat an ID already in the "
                        "inputs: their outputs show duplicates the job did not make")

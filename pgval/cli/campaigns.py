@@ -20,6 +20,7 @@ from pgval.cli.common import (
     gate_options,
     parse_rate,
     require_spark,
+    resolve_job,
     stored_oir_rate,
     why_not_finished,
 )
@@ -27,6 +28,7 @@ from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import build_config, config_options, grid_options
 from pgval.errors import RuntimeErrorPlain
 from pgval.gate import Case
+from pgval.schema import Topology
 
 
 def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
@@ -60,7 +62,14 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     rate = parse_rate(values["rate"])
     if rate is not None and rate_fraction is not None:
         raise UserError("--rate-fraction applies to --rate oir only")
-    base = build_config(values, rate=OIR_PENDING if rate is None else rate)
+    if values.get("job") is not None:
+        if click.get_current_context().get_parameter_source("topologies") is not (
+                click.core.ParameterSource.DEFAULT):
+            raise UserError("--topologies and --job exclude each other: with --job the grid "
+                            "runs your job alone")
+        topologies = [Topology.JOB.value]
+    base = build_config(values, rate=OIR_PENDING if rate is None else rate,
+                        **({"topology": Topology.JOB} if values.get("job") else {}))
     gated = expect is not None or junit_path is not None
     try:
         require_spark(base.deploy)
@@ -69,6 +78,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
             raise
         gate_failed(exc, Case.failed("matrix", "pgval.matrix", why_not_finished(exc)),
                     expect, junit_path, "pgval matrix")
+    base = resolve_job(base)
 
     def left_out(cell, reason):  # noqa: ANN001, ANN202
         err_console.print(f"{cell.topology} {cell.pg} {cell.fault}: left out — {reason}")
@@ -153,6 +163,7 @@ def oir(start_rate: float, max_trials: int, precision: float, max_rate: float, r
         raise UserError(f"--start-rate {start_rate:,.0f} is above --max-rate {max_rate:,.0f}")
     base = build_config(values, fault="none")
     require_spark(base.deploy)
+    base = resolve_job(base)
     check_db(db)
 
     def on_trial(t):  # noqa: ANN001, ANN202

@@ -61,6 +61,25 @@ def check_db(db: Path) -> None:
     ResultsStore(db).close()
 
 
+def resolve_job(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The config with its ``--job`` imported and checked (a missing file or function, a
+    syntax error, a bad ``build.key``: one sentence, exit 2, before anything starts) and a
+    file's path made absolute (the driver and the batch oracle run elsewhere)."""
+    if cfg.job is None:
+        return cfg
+    import dataclasses
+
+    from pgval.topologies.job import JobError, load
+
+    try:
+        ref = load(cfg.job).ref
+    except JobError as exc:
+        raise UserError(str(exc)) from exc
+    if ref.is_file:
+        return dataclasses.replace(cfg, job=f"{Path(ref.target).resolve()}:{ref.function}")
+    return cfg
+
+
 def parse_rate(text: str) -> float | None:
     """``--rate`` in events/s, or None for ``oir`` (read from the database later)."""
     if text.strip().lower() == "oir":

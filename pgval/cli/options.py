@@ -25,7 +25,15 @@ from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.errors import RuntimeErrorPlain
 from pgval.files import key_value_lines, split_key_value
-from pgval.schema import FAULTS, FAULTS_AT_POINTS, PROCESSING_GUARANTEES, TOPOLOGIES, Fault, Name
+from pgval.schema import (
+    BUILTIN_TOPOLOGIES,
+    FAULTS,
+    FAULTS_AT_POINTS,
+    PROCESSING_GUARANTEES,
+    Fault,
+    Name,
+    Topology,
+)
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -101,6 +109,9 @@ def field_option(f: dataclasses.Field[Any], hint: Any) -> Decorator:
         kw.update(type=_param_type(kind, meta), default=default)
     if meta.get("required"):
         kw.update(required=True, default=None, show_default=False)
+    if meta.get("required_unless"):  # this or the other option: build_config checks
+        kw.update(default=None, show_default=False,
+                  help=f"{meta['help']} Required unless --{meta['required_unless']}.")
     return click.option(*decls, f.name, **kw)
 
 
@@ -135,6 +146,7 @@ def build_config(values: Mapping[str, Any], **fixed: Any) -> ExperimentConfig:
     Fields the command has no option for keep their dataclass default; without ``fault``
     (a matrix: the fault is an axis) what depends on the fault is checked per cell."""
     given = {**values, **fixed}
+    given.update(_topology_or_job(given))
     exp = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(NOT_OPTIONS)
     clu = {f.name for f in dataclasses.fields(ClusterConfig)} - set(NOT_OPTIONS)
     if unknown := set(given) - exp - clu:
@@ -143,6 +155,20 @@ def build_config(values: Mapping[str, Any], **fixed: Any) -> ExperimentConfig:
                            cluster=ClusterConfig(**{k: v for k, v in given.items() if k in clu}))
     validate_config(cfg, fault_axis="fault" not in given)
     return cfg
+
+
+def _topology_or_job(given: Mapping[str, Any]) -> dict[str, Any]:
+    """``--topology`` or ``--job``, one of them (a command that takes ``--topology``):
+    ``--job`` alone makes the topology ``job``; neither or both is one sentence."""
+    if "topology" not in given:
+        return {}
+    topology = given["topology"] not in (None, Topology.JOB)
+    job = given.get("job") is not None
+    if topology == job:
+        raise UserError("--topology and --job exclude each other: --job names your own job "
+                        "in place of a built-in topology" if job else
+                        "give --topology sst|mst, or --job PATH.py:FUNCTION for your own job")
+    return {"topology": Topology.JOB} if job else {}
 
 
 def validate_config(cfg: ExperimentConfig, fault_axis: bool = False) -> None:
@@ -172,7 +198,8 @@ def list_option(name: str, allowed: Sequence[str], default: Sequence[str],
 def grid_options() -> Decorator:
     """`matrix`'s axes: --topologies, --pgs, --faults (choices from :mod:`pgval.schema`)."""
     return _stack([
-        list_option("--topologies", TOPOLOGIES, TOPOLOGIES, "Topologies of the grid."),
+        list_option("--topologies", BUILTIN_TOPOLOGIES, BUILTIN_TOPOLOGIES,
+                    "Topologies of the grid (with --job: your job alone)."),
         list_option("--pgs", PROCESSING_GUARANTEES, PROCESSING_GUARANTEES,
                     "Processing guarantees (sinks) of the grid."),
         list_option("--faults", (*FAULTS, *FAULTS_AT_POINTS), MATRIX_FAULTS,

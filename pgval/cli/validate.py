@@ -20,6 +20,7 @@ from pgval.cli.common import (
     print_json,
     print_validity,
     require_spark,
+    resolve_job,
     stored_oir_rate,
     why_not_finished,
 )
@@ -49,7 +50,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     _sabotage_spec(values["sabotage"])
     rate = parse_rate(values["rate"])
     cfg = build_config(values, rate=OIR_PENDING if rate is None else rate)
-    name = f"{cfg.topology} {cfg.pg} {cfg.fault}"
+    name = f"{cfg.job or cfg.topology} {cfg.pg} {cfg.fault}"
     gated = expect is not None or junit_path is not None
     started = time.monotonic()
 
@@ -64,6 +65,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
         if not gated:
             raise
         not_finished(exc)
+    cfg = resolve_job(cfg)
     check_db(db)
     if rate is None:
         cfg = dataclasses.replace(cfg, rate=stored_oir_rate(db, cfg))
@@ -84,8 +86,9 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
         print_json(summary)
         finish_gate([case], expect, junit_path, "pgval validate", quiet=True)
         return
+    what = f"job {cfg.job}" if cfg.job else cfg.topology.upper()
     render_evaluation(result.evaluation, console,
-                      title=f"{cfg.topology.upper()} {cfg.pg} fault={cfg.fault} — per phase")
+                      title=f"{what} {cfg.pg} fault={cfg.fault} — per phase")
     print_validity(result.validity)
     if line := result.warmup_line():
         console.print(f"  • {line}")

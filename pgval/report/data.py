@@ -35,7 +35,7 @@ from pgval.schema import CrashPoint, Fault, Guarantee, Topology
 from pgval.shape import REPORTED, RunShape
 
 #: Display order of the matrix axes; unknown values sort after these, alphabetically.
-TOPOLOGY_ORDER: tuple[str, ...] = (Topology.SST, Topology.MST)
+TOPOLOGY_ORDER: tuple[str, ...] = (Topology.SST, Topology.MST, Topology.JOB)
 PG_ORDER: tuple[str, ...] = (Guarantee.A1, Guarantee.E1, Guarantee.M1)
 FAULT_ORDER: tuple[str, ...] = (Fault.NONE, Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT,
                                 Fault.CRASH, Fault.DRIVER_CRASH)
@@ -432,6 +432,9 @@ def shape_part(name: str, value: Any) -> str:
         return f"restart {value}"
     if name == "restart_delay_s":
         return f"restart delay {value:g} s"
+    if name == "job":  # /home/me/jobs/sessions.py:build as sessions.py:build
+        target, _, function = str(value).rpartition(":")
+        return f"{target.rsplit('/', 1)[-1]}:{function}"
     return str(value)
 
 

@@ -8,6 +8,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -58,22 +59,25 @@ class OutputMonitor:
         self.consumer.assign([TopicPartition(self.topics.output, p, self._output_end(p))
                               for p in self._output_partitions()])
 
-    def new_outputs(self, limit: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
-        """``(window_end, ingress ms)`` of the outputs written since the last call (at most
-        ``limit``); a record without a usable ``window_end`` is skipped: the warm-up only
-        times outputs, the read-back judges them."""
+    def new_outputs(self, limit: int = 50_000) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(window_end, ingress ms, records read)`` of the outputs written since the last
+        call (at most ``limit``); a record without a usable ``window_end`` (epoch ms, or an
+        ISO-8601 time as a user's job's timestamp column is written) is read but not
+        timed: the warm-up only times outputs, the read-back judges them."""
         ends, stamps = [], []
+        seen = 0
         for msg in self.consumer.consume(num_messages=limit, timeout=0.2):
             if msg.error() is not None:
                 continue
+            seen += 1
             try:
-                end = orjson.loads(msg.value() or b"").get("window_end")
+                end = window_end_ms(orjson.loads(msg.value() or b"").get("window_end"))
             except (orjson.JSONDecodeError, AttributeError):
                 continue
-            if isinstance(end, int) and not isinstance(end, bool):
+            if end is not None:
                 ends.append(end)
                 stamps.append(msg.timestamp()[1])
-        return np.array(ends, dtype=np.int64), np.array(stamps, dtype=np.int64)
+        return np.array(ends, dtype=np.int64), np.array(stamps, dtype=np.int64), seen
 
     def unfollow(self) -> None:
         with contextlib.suppress(Exception):
@@ -92,6 +96,28 @@ class OutputMonitor:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.consumer.close()
+
+
+def window_end_ms(value: object) -> int | None:
+    """An output's ``window_end`` in epoch ms: an integer as SST and MST write it, or the
+    ISO-8601 text Spark's ``to_json`` makes of a timestamp; None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        return int(when.timestamp() * 1000)
+    return None
+
+
+def has_watermark(progress: list[dict[str, Any]]) -> bool:
+    """Does the query have an event-time watermark? Spark reports ``eventTime.watermark``
+    only for a plan with one (``ProgressReporter``); a stateless job reports none."""
+    return any("watermark" in (p.get("eventTime") or {}) for p in progress)
 
 
 def processed_past(progress: list[dict[str, Any]], targets: dict[str, dict[int, int]]) -> bool:
@@ -166,11 +192,13 @@ def drain(driver: DriverProcess, monitor: OutputMonitor, closing_ts: int, waterm
 
     Done = the latest batch's end offsets reach the input topics' end offsets (closing
     events included) AND a batch has run with the watermark the closing events produce
-    (``closing_ts - watermark``, past every real window's end). Spark evicts — emits, in
-    append mode — a window in the batch whose watermark reaches its end, and reports that
-    batch's watermark in its progress, after the sink wrote it. So no "one more batch" and
-    no quiet period are needed: the drain ends in the batch that finishes the work. A
-    time-out or a dead driver is returned as a reason (the run becomes unknown).
+    (``closing_ts - watermark``, past every real window's end) — unless the query has no
+    watermark at all (a user's stateless job): then reading everything is all there is.
+    Spark evicts — emits, in append mode — a window in the batch whose watermark reaches
+    its end, and reports that batch's watermark in its progress, after the sink wrote it.
+    So no "one more batch" and no quiet period are needed: the drain ends in the batch
+    that finishes the work. A time-out or a dead driver is returned as a reason (the run
+    becomes unknown).
     """
     t0 = time.monotonic()
     deadline = t0 + timeout_s
@@ -184,7 +212,7 @@ def drain(driver: DriverProcess, monitor: OutputMonitor, closing_ts: int, waterm
         now = time.monotonic()
         if caught and caught_up_s is None:
             caught_up_s = now - t0
-        if caught and wm >= wm_target:
+        if caught and (wm >= wm_target or not has_watermark(progress)):
             return DrainOutcome(now - t0, caught_up_s, False, None)
         if now >= deadline:
             why = (f"the query read every input but its watermark stayed at {wm} < "

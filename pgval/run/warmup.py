@@ -87,6 +87,9 @@ class WarmUp:
     window_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ingress: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     watermark: int = 0
+    #: Outputs read without a ``window_end`` while nothing had one: a user's job whose
+    #: outputs carry no window, which the rule cannot time (the warm-up is then ε alone).
+    untimed: int = 0
 
     def add(self, window_end: np.ndarray, ingress: np.ndarray, watermark: int) -> None:
         keep = np.asarray(window_end, dtype=np.int64) > self.t1
@@ -131,6 +134,9 @@ class WarmUp:
     def why_not(self, max_seconds: float) -> str:
         """Why the pipeline did not settle within the maximum warm-up (one sentence)."""
         _, medians, _ = self.closed()
+        if self.untimed and not len(self.window_end):
+            return (f"the job's outputs carry no window_end ({self.untimed:,} read), so the "
+                    "rule had no window to time: control started after --warmup-seconds")
         where = f"within --warmup-max-seconds {max_seconds:g}"
         if not len(medians):
             return f"no window's outputs came {where}: control started cold"

@@ -56,6 +56,9 @@ class DriverSpec:
     conf: dict[str, str] = field(default_factory=dict)  # extra Spark conf (time-outs)
     #: The run's topic prefix (``Topics.with_prefix``); "" for the plain names.
     topic_prefix: str = ""
+    #: With topology ``job``: the user's job (``/abs/path.py:FUNCTION`` or
+    #: ``package.module:FUNCTION``).
+    job: str | None = None
     #: Kafka client settings (a cluster's login, ``--kafka-config``) and the user's Spark
     #: settings (``--spark-conf``, every deployment): passed in the driver's environment,
     #: never on its command line, as they may hold passwords; the driver hands the Spark
@@ -100,6 +103,8 @@ class DriverSpec:
                 "--executor-memory", self.executor_memory, "--query-name", self.query_name]
         if self.topic_prefix:
             argv += ["--topic-prefix", self.topic_prefix]
+        if self.job:
+            argv += ["--job", self.job]
         if self.driver_host:
             argv += ["--driver-host", self.driver_host]
         for key, value in self.conf.items():
