@@ -54,10 +54,22 @@ def _spark_jars() -> Path:
 
 
 def _kafka_clients() -> tuple[str, str, str]:
-    """The kafka-clients artifact Spark's Kafka connector runs with (pinned in jars.py)."""
-    from pgval.host.jars import SPARK_ARTIFACTS
+    """The kafka-clients artifact Spark's Kafka connector runs with (per Spark line)."""
+    from pgval.host.jars import installed_spark
 
-    return next(a for a in SPARK_ARTIFACTS if a[1] == "kafka-clients")
+    return installed_spark().kafka_clients
+
+
+#: Where Spark keeps its checkpoint file managers: moved to a package of their own in 4.x.
+CHECKPOINTING_4 = "org.apache.spark.sql.execution.streaming.checkpointing."
+CHECKPOINTING_3 = "org.apache.spark.sql.execution.streaming."
+
+
+def _source_for(text: str, spark_version: str) -> str:
+    """A hook's source for the installed Spark: written against 4.x, the checkpoint file
+    manager's package renamed for 3.5."""
+    return text if not spark_version.startswith("3.") else text.replace(CHECKPOINTING_4,
+                                                                        CHECKPOINTING_3)
 
 
 def _compile_classpath(cache_dir: Path | None) -> str:
@@ -65,7 +77,8 @@ def _compile_classpath(cache_dir: Path | None) -> str:
     from pgval.host.jars import ensure_jars
 
     name = "-".join(_kafka_clients()[1:])
-    kafka = [str(p) for p in ensure_jars(cache_dir).spark_kafka_jars if p.stem == name]
+    kafka = [str(p) for p in ensure_jars(cache_dir, spark=True).spark_kafka_jars
+             if p.stem == name]
     if not kafka:
         raise RuntimeErrorPlain(f"pgval's Spark hooks need {name}.jar, which is not among "
                                 "the connector's jars; remove the jar cache and try again")
@@ -98,6 +111,13 @@ def ensure_hooks_jar(cache_dir: Path | None = None) -> Path:
         with tempfile.TemporaryDirectory(prefix="pgval-hooks-") as tmp:
             classes = Path(tmp) / "classes"
             classpath = _compile_classpath(cache_dir)
+            (Path(tmp) / "src").mkdir()
+            written = []
+            for src in sources:
+                copy = Path(tmp) / "src" / src.name
+                copy.write_text(_source_for(src.read_text(), pyspark.__version__))
+                written.append(copy)
+            sources = written
             try:
                 proc = subprocess.run(
                     [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d",

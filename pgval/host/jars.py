@@ -35,12 +35,26 @@ log = logging.getLogger(__name__)
 POM_PATH = Path(__file__).with_name("pom.xml")
 MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
 MIN_JAVA = 17
+#: The pyspark of a default install (pyproject's ``[spark]`` extra, the compose images).
 SPARK_VERSION = "4.2.0"
+#: The Spark lines pgval runs on, each with its Scala binary version and the versions of
+#: kafka-clients and commons-pool2 its Kafka connector depends on (Spark's own poms: 4.2
+#: ``kafka.version`` 3.9.2; 3.5 3.4.1). Maven resolves those itself; the table is for a
+#: machine without Maven, which downloads the fixed list.
+SPARK_LINES: dict[str, tuple[str, str, str]] = {
+    "4.2": ("2.13", "3.9.2", "2.13.1"),
+    "3.5": ("2.12", "3.4.1", "2.11.1"),
+}
+SUPPORTED_SPARK = "pyspark 3.5.x and 4.2.0"
+#: The connector of the same line to fall back on when a pyspark's own is not served
+#: (Maven Central here has the 3.5.0 and 3.5.1 connectors, not 3.5.9's); within a line
+#: Spark keeps the data source API the connector uses.
+CONNECTOR_FALLBACK = {"3.5": "3.5.1"}
 #: Used when a mirror lacks spark-token-provider-kafka-0-10 for SPARK_VERSION. Every member it
 #: references resolves against pyspark 4.2.0's jars except two log keys used only while fetching
 #: Kerberos delegation tokens, which pgval never does.
 TOKEN_PROVIDER_FALLBACK = "4.1.0-preview1"
-_TOKEN_PROVIDER = "spark-token-provider-kafka-0-10_2.13"
+_TOKEN_PROVIDER = "spark-token-provider-kafka-0-10"
 _STAMP = "stamp.json"
 
 #: The broker profile's resolved runtime classpath (``mvn -Pbroker dependency:list``).
@@ -93,18 +107,68 @@ BROKER_ARTIFACTS: tuple[tuple[str, str, str], ...] = (
     ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.24.3"),
 )
 
-#: The spark profile's jars: only what pyspark's own jars directory lacks.
-SPARK_ARTIFACTS: tuple[tuple[str, str, str], ...] = (
-    ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
-    ("org.apache.spark", _TOKEN_PROVIDER, SPARK_VERSION),
-    ("org.apache.kafka", "kafka-clients", "3.9.2"),
-    ("org.apache.commons", "commons-pool2", "2.13.1"),
-)
+@dataclass(frozen=True)
+class SparkLine:
+    """The pyspark installed here, and what its Kafka connector needs."""
+
+    version: str  # pyspark's, e.g. "4.2.0" or "3.5.9"
+    scala: str  # Scala binary version of its jars, "2.13" or "2.12"
+    connector: str | None = None  # the connector's version when not pyspark's own
+
+    @property
+    def line(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    def with_connector(self, version: str) -> SparkLine:
+        """This pyspark with the connector of another version of its line."""
+        return SparkLine(self.version, self.scala, version)
+
+    @property
+    def artifacts(self) -> tuple[tuple[str, str, str], ...]:
+        """The connector's jars that pyspark's own jars directory lacks."""
+        _, kafka, pool = SPARK_LINES[self.line]
+        connector = self.connector or self.version
+        return (("org.apache.spark", f"spark-sql-kafka-0-10_{self.scala}", connector),
+                ("org.apache.spark", f"{_TOKEN_PROVIDER}_{self.scala}", connector),
+                ("org.apache.kafka", "kafka-clients", kafka),
+                ("org.apache.commons", "commons-pool2", pool))
+
+    @property
+    def kafka_clients(self) -> tuple[str, str, str]:
+        return self.artifacts[2]
+
+
+def installed_spark() -> SparkLine:
+    """The pyspark of this Python, or one sentence: not installed, or a line pgval does not
+    run on. Read from its package metadata and jars, without importing it (no JVM)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        raise RuntimeErrorPlain("pyspark is not installed: pip install 'pgval[spark]'") from None
+    line = ".".join(version.split(".")[:2])
+    if line not in SPARK_LINES:
+        raise RuntimeErrorPlain(f"pgval runs on {SUPPORTED_SPARK}; this Python has pyspark "
+                                f"{version}")
+    scala = SPARK_LINES[line][0]
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("pyspark")
+        jars = Path(spec.origin).parent / "jars" if spec and spec.origin else None
+        found = sorted(jars.glob("scala-library-*.jar")) if jars else []
+        if found:
+            scala = ".".join(found[0].stem.removeprefix("scala-library-").split(".")[:2])
+    except (ImportError, ValueError, OSError):
+        pass
+    return SparkLine(version, scala)
 
 
 @dataclass(frozen=True)
 class Jars:
-    """Resolved jar paths: the broker's classpath and the jars to add to Spark."""
+    """Resolved jar paths: the broker's classpath and the jars to add to Spark (empty
+    where no pyspark is installed: the broker alone needs none)."""
 
     kafka_classpath: list[Path]
     spark_kafka_jars: list[Path]
@@ -163,46 +227,58 @@ def check_java(min_version: int = MIN_JAVA) -> int:
     return major
 
 
-def ensure_jars(cache_dir: Path | None = None) -> Jars:
-    """Resolve the broker and connector jars into ``cache_dir`` once; later calls just list them."""
+def ensure_jars(cache_dir: Path | None = None, spark: bool | None = None) -> Jars:
+    """Resolve the broker's jars and the installed pyspark's connector jars into
+    ``cache_dir`` once; later calls just list them. ``spark``: whether the connector is
+    wanted (None: when pyspark is installed)."""
     cache = (cache_dir or default_cache_dir()).expanduser()
     cache.mkdir(parents=True, exist_ok=True)
+    broker = _ensure(cache, "broker", None)
+    line = None
+    if spark or spark is None:
+        try:
+            line = installed_spark()
+        except RuntimeErrorPlain:
+            if spark:
+                raise
+    connector = _ensure(cache, f"spark-{line.version}", line) if line is not None else []
+    return Jars(kafka_classpath=broker, spark_kafka_jars=connector)
+
+
+def _ensure(cache: Path, name: str, line: SparkLine | None) -> list[Path]:
+    """One folder of jars (the broker's, or one pyspark version's connector), resolved
+    under a lock unless its stamp says it is complete for this pom."""
     pom_hash = hashlib.sha256(POM_PATH.read_bytes()).hexdigest()
-    jars = _cached(cache, pom_hash)
+    jars = _cached(cache / name, pom_hash)
     if jars is not None:
         return jars
     with _locked(cache / ".lock"):
-        jars = _cached(cache, pom_hash)  # another process may have finished meanwhile
+        jars = _cached(cache / name, pom_hash)  # another process may have finished meanwhile
         if jars is not None:
             return jars
-        (cache / _STAMP).unlink(missing_ok=True)
+        (cache / name / _STAMP).unlink(missing_ok=True)
         mvn = shutil.which("mvn")
         if mvn is not None:
-            detail = _resolve_with_maven(mvn, cache)
+            detail = _resolve_with_maven(mvn, cache, name, line)
         else:
             log.info("mvn not found; downloading jars from Maven Central directly")
-            detail = _resolve_direct(cache)
-        stamp = {"pom_sha256": pom_hash, **detail}
-        (cache / _STAMP).write_text(json.dumps(stamp, indent=1))
-    jars = _cached(cache, pom_hash)
+            detail = _resolve_direct(cache, name, line)
+        (cache / name / _STAMP).write_text(json.dumps({"pom_sha256": pom_hash, **detail},
+                                                      indent=1))
+    jars = _cached(cache / name, pom_hash)
     if jars is None:  # pragma: no cover - only if the cache was changed under us
         raise RuntimeErrorPlain(f"the jar cache {cache} is incomplete; delete it and retry")
     return jars
 
 
-def _cached(cache: Path, pom_hash: str) -> Jars | None:
-    stamp = cache / _STAMP
+def _cached(folder: Path, pom_hash: str) -> list[Path] | None:
     try:
-        info = json.loads(stamp.read_text())
+        info = json.loads((folder / _STAMP).read_text())
     except (OSError, ValueError):
         return None
     if info.get("pom_sha256") != pom_hash:
         return None
-    broker = sorted((cache / "broker").glob("*.jar"))
-    spark = sorted((cache / "spark").glob("*.jar"))
-    if not broker or not spark:
-        return None
-    return Jars(kafka_classpath=broker, spark_kafka_jars=spark)
+    return sorted(folder.glob("*.jar")) or None
 
 
 _locked = file_lock
@@ -232,37 +308,50 @@ class _CommandFailed(RuntimeErrorPlain):
         self.output = output
 
 
-def _resolve_with_maven(mvn: str, cache: Path) -> dict[str, str]:
-    """``mvn dependency:copy-dependencies`` once per profile, into fresh directories."""
-    detail = {"method": "maven", "token_provider": SPARK_VERSION}
-    _maven_copy(mvn, cache, "broker", [])
+def _resolve_with_maven(mvn: str, cache: Path, name: str,
+                        line: SparkLine | None) -> dict[str, str]:
+    """``mvn dependency:copy-dependencies`` of one profile into a fresh directory: the
+    broker's, or the connector of ``line`` (its version and Scala given to the pom)."""
+    if line is None:
+        _maven_copy(mvn, cache, "broker", name, [])
+        return {"method": "maven"}
+    detail = {"method": "maven", "spark": line.version, "connector": line.version,
+              "token_provider": line.version}
+    versions = [f"-Dspark.version={line.version}", f"-Dscala.binary.version={line.scala}"]
     try:
-        _maven_copy(mvn, cache, "spark", [])
+        _maven_copy(mvn, cache, "spark", name, versions)
     except _CommandFailed as exc:
-        if _TOKEN_PROVIDER not in exc.output:
+        fallback = CONNECTOR_FALLBACK.get(line.line)
+        if "spark-sql-kafka-0-10" in exc.output and fallback and fallback != line.version:
+            log.warning("Spark's Kafka connector %s is not served here; using %s of the same "
+                        "line", line.version, fallback)
+            _maven_copy(mvn, cache, "spark", name, [f"-Dspark.version={fallback}",
+                                                    f"-Dscala.binary.version={line.scala}"])
+            return {**detail, "connector": fallback, "token_provider": fallback}
+        if _TOKEN_PROVIDER not in exc.output or line.version != SPARK_VERSION:
             raise
         log.warning(
             "%s:%s is not available from this Maven repository; using %s instead",
-            _TOKEN_PROVIDER, SPARK_VERSION, TOKEN_PROVIDER_FALLBACK,
+            _TOKEN_PROVIDER, line.version, TOKEN_PROVIDER_FALLBACK,
         )
         override = f"-Dspark.token.provider.version={TOKEN_PROVIDER_FALLBACK}"
-        _maven_copy(mvn, cache, "spark", [override])
+        _maven_copy(mvn, cache, "spark", name, [*versions, override])
         detail["token_provider"] = TOKEN_PROVIDER_FALLBACK
     return detail
 
 
-def _maven_copy(mvn: str, cache: Path, profile: str, extra: list[str]) -> None:
-    tmp = cache / f"{profile}.tmp"
+def _maven_copy(mvn: str, cache: Path, profile: str, name: str, extra: list[str]) -> None:
+    tmp = cache / f"{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     argv = [
         mvn, "-q", "-B", "-f", str(POM_PATH), f"-P{profile}",
         "dependency:copy-dependencies", f"-DoutputDirectory={tmp}", *extra,
     ]
     try:
-        _run(f"mvn-{profile}", argv, cache / f"mvn-{profile}.log", timeout_s=1800)
+        _run(f"mvn-{name}", argv, cache / f"mvn-{name}.log", timeout_s=1800)
     except FileNotFoundError as exc:  # pragma: no cover - spawn already maps this
         raise RuntimeErrorPlain("Maven (`mvn`) vanished while resolving jars") from exc
-    _replace_dir(tmp, cache / profile)
+    _replace_dir(tmp, cache / name)
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
@@ -270,28 +359,33 @@ def _replace_dir(tmp: Path, final: Path) -> None:
     tmp.rename(final)
 
 
-def _resolve_direct(cache: Path) -> dict[str, str]:
-    """Download the fixed artifact lists from Maven Central, verifying each ``.sha1``."""
-    detail = {"method": "direct", "token_provider": SPARK_VERSION}
+def _resolve_direct(cache: Path, name: str, line: SparkLine | None) -> dict[str, str]:
+    """Download a fixed artifact list from Maven Central, verifying each ``.sha1``."""
+    artifacts = BROKER_ARTIFACTS if line is None else line.artifacts
+    detail = {"method": "direct"}
+    tmp = cache / f"{name}.tmp"
     try:
-        _download_all(BROKER_ARTIFACTS, cache / "broker.tmp")
-        _replace_dir(cache / "broker.tmp", cache / "broker")
         try:
-            _download_all(SPARK_ARTIFACTS, cache / "spark.tmp")
+            _download_all(artifacts, tmp)
         except _NotFound as exc:
-            if exc.artifact != _TOKEN_PROVIDER:
+            fallback = CONNECTOR_FALLBACK.get(line.line) if line is not None else None
+            if fallback and exc.artifact.startswith("spark-sql-kafka-0-10"):
+                log.warning("Spark's Kafka connector %s is not served here; using %s of the "
+                            "same line", line.version, fallback)
+                _download_all(line.with_connector(fallback).artifacts, tmp)
+                _replace_dir(tmp, cache / name)
+                return {**detail, "connector": fallback}
+            if line is None or not exc.artifact.startswith(_TOKEN_PROVIDER) or (
+                    line.version != SPARK_VERSION):
                 raise
             log.warning(
                 "%s:%s is not on Maven Central here; using %s instead",
-                _TOKEN_PROVIDER, SPARK_VERSION, TOKEN_PROVIDER_FALLBACK,
+                exc.artifact, line.version, TOKEN_PROVIDER_FALLBACK,
             )
-            fallback = tuple(
-                (g, a, TOKEN_PROVIDER_FALLBACK if a == _TOKEN_PROVIDER else v)
-                for g, a, v in SPARK_ARTIFACTS
-            )
-            _download_all(fallback, cache / "spark.tmp")
+            _download_all(tuple((g, a, TOKEN_PROVIDER_FALLBACK if a == exc.artifact else v)
+                                for g, a, v in artifacts), tmp)
             detail["token_provider"] = TOKEN_PROVIDER_FALLBACK
-        _replace_dir(cache / "spark.tmp", cache / "spark")
+        _replace_dir(tmp, cache / name)
     except OSError as exc:
         raise RuntimeErrorPlain(
             f"could not download jars from {MAVEN_CENTRAL} ({exc}); install Maven (`mvn`) "
