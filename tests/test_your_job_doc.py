@@ -1,0 +1,57 @@
+"""docs/your-job.md's first commands, run as they are written (from a folder holding the
+repository's examples), on the real cluster: the stateless filter under a driver crash
+after the sink's write is at-least-once, `--expect exactly-once` fails the build with a
+JUnit failure, and the re-check of the stored run from its evidence meets at-least-once."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "your-job.md"
+
+
+def doc_commands(text: str) -> list[list[str]]:
+    """The commands of the code block after the ``<!-- tested: ... -->`` marker, each as
+    argv (backslash-newline continuations joined, as a shell would)."""
+    block = re.search(r"<!-- tested:[^>]*-->\s*```bash\n(.*?)```", text, re.S)
+    assert block, "docs/your-job.md lost its tested block"
+    joined = block.group(1).replace("\\\n", " ")
+    return [shlex.split(line) for line in joined.splitlines() if line.strip()]
+
+
+def test_the_tested_block_is_what_the_doc_shows() -> None:
+    commands = doc_commands(DOC.read_text())
+    assert [c[:2] for c in commands] == [["pgval", "validate"], ["pgval", "recheck"]]
+
+
+def test_the_docs_first_verdict_runs_as_written(tmp_path: Path) -> None:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = {**os.environ, "PGVAL_RUNS": str(tmp_path / "runs")}
+    validate, recheck = doc_commands(DOC.read_text())
+    run = subprocess.run([sys.executable, "-m", "pgval.cli", *validate[1:]], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=900)
+    # at-least-once, not the exactly-once expected: 1, with the verdict said
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "at-least-once" in run.stdout and "validity: valid" in run.stdout, run.stdout
+    case = ET.parse(tmp_path / "ci.xml").getroot().find(".//testcase")
+    assert case is not None and case.find("failure") is not None
+    assert "at-least-once" in case.find("failure").get("message", "")
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert (run_dir / "evidence" / "expected.parquet").is_file()
+    assert (run_dir / "evidence" / "job.py").read_bytes() == (
+        ROOT / "examples" / "jobs" / "filter.py").read_bytes()
+    again = subprocess.run([sys.executable, "-m", "pgval.cli", *recheck[1:]], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "at-least-once" in again.stdout
