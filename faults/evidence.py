@@ -21,7 +21,7 @@ from pgval.faults.executor import ExecutorKill
 from pgval.faults.log import Entries, first
 from pgval.faults.nemesis import NemesisDelay
 from pgval.faults.network import WorkerDelay
-from pgval.faults.process import DriverCrash, WorkerCrash
+from pgval.faults.process import DriverCrash, SinkWriteCrash, WorkerCrash
 from pgval.schema import Fault
 
 
@@ -40,8 +40,8 @@ class FaultEvidence(Protocol):
 
 #: Every mechanism pgval injects a fault with.
 RULE_CLASSES: tuple[type[FaultEvidence], ...] = (
-    WorkerCrash, DriverCrash, ExecutorKill, WorkerDelay, NemesisDelay, ContainerKill,
-    ContainerDelay)
+    WorkerCrash, DriverCrash, SinkWriteCrash, ExecutorKill, WorkerDelay, NemesisDelay,
+    ContainerKill, ContainerDelay)
 
 #: An inject entry that names no mechanism and no error (a log written before mechanisms
 #: were told apart) is judged by the embedded cluster's rule for the fault. One with an

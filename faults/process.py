@@ -30,6 +30,8 @@ from pgval.schema import CrashPoint, Fault
 SIGKILL_GROUP = "SIGKILL process group"
 #: The ``mechanism`` of a driver crash at ``after-sink-write`` (:mod:`pgval.faults.hooks`).
 JVM_HALT = "JVM halt before the batch's commit (pgval.hooks.CrashBeforeCommit)"
+#: The ``mechanism`` of ``crash@during-sink-write`` on a user's foreachBatch sink.
+SIGKILL_SINK_WRITER = "SIGKILL of the driver while its foreachBatch sink writes"
 
 
 class CrashableWorker(Protocol):
@@ -195,10 +197,15 @@ class DriverCrash:
     def __init__(self, driver: RestartableDriver, trigger: Path | None = None,
                  output_count: Callable[[], int] | None = None,
                  checkpoint: Path | None = None,
-                 reach_timeout_s: float = 60.0, poll_s: float = 0.01) -> None:
+                 reach_timeout_s: float = 60.0, poll_s: float = 0.01,
+                 halt_stage: str = "commit") -> None:
         self.driver = driver
         self.checkpoint = checkpoint
         self.trigger = trigger
+        #: Where the halt comes: before the query's commit (``commit``), or, for the file
+        #: sink, before the sink's own log entry (``sink-log``: its data files are written,
+        #: the batch is in no log at all).
+        self.halt_stage = halt_stage
         self.output_count = output_count
         self.reach_timeout_s = reach_timeout_s
         self.poll_s = poll_s
@@ -252,11 +259,15 @@ class DriverCrash:
                 verdict = "go"
                 if stage == "planned":
                     baseline[batch] = now
-                elif 0 <= baseline.get(batch, -1) < now:
+                elif stage == self.halt_stage and 0 <= baseline.get(batch, -1) < now:
                     verdict = "halt"
+                    # commits/N is in the query's checkpoint; the file sink's log is not.
+                    root = (_local_path(at["file"]).parent.parent if stage == "commit"
+                            else _query_checkpoint(self.checkpoint) if self.checkpoint
+                            else None)
                     halted = {"batch": batch, "outputs_in_kafka": now - baseline[batch],
-                              "checkpoint": str(_local_path(at["file"]).parent.parent)}
-                else:
+                              "checkpoint": str(root) if root else None}
+                elif stage == "commit":
                     passed.append({"batch": batch,
                                    "outputs": now - baseline[batch] if batch in baseline
                                    and min(now, baseline[batch]) >= 0 else None})
@@ -286,9 +297,13 @@ class DriverCrash:
                               f"{self.reach_timeout_s:.0f} s (the driver was killed then)")
             return entry
         batch = halted["batch"]
-        checkpoint = Path(halted.pop("checkpoint"))
-        entry.update(halted, offsets_logged=(checkpoint / "offsets" / str(batch)).exists(),
-                     commit_logged=(checkpoint / "commits" / str(batch)).exists())
+        root = halted.pop("checkpoint")
+        checkpoint = Path(root) if root else None
+        entry.update(halted, halt_stage=self.halt_stage,
+                     offsets_logged=bool(checkpoint and (checkpoint / "offsets" / str(batch))
+                                         .exists()),
+                     commit_logged=bool(checkpoint and (checkpoint / "commits" / str(batch))
+                                        .exists()))
         if hit is None or int(hit.get("batch", -1)) != batch:
             entry["error"] = (f"the driver did not confirm halting before batch {batch}'s "
                               f"commit (hook record: {hit})")
@@ -303,6 +318,90 @@ class DriverCrash:
         if not restore:
             return {"target": "driver", "restarted": False}
         start_s = self.driver.start()  # returns once the restarted query runs
+        return {"target": "driver", "restarted_pid": self.driver.pid(),
+                "query_restarted_s": round(start_s, 3), "effective_ms": _now_ms()}
+
+
+class SinkWriteCrash:
+    """``crash@during-sink-write`` for a user's ``foreachBatch`` sink. Its writes run in the
+    driver (:class:`pgval.topologies.user_sink.SinkWriter`), so the process that dies with
+    a write unfinished is the driver: once armed, pgval waits for the first write of a
+    batch with rows to start (its ``sink_write_start`` progress line), waits half the median
+    time the last writes took, and SIGKILLs the driver's process group. Whether the write
+    was still running is evidence, not a hope: the batch's ``sink_write`` end line is not in
+    the progress file (a write that had ended is an ``error``: the crash came after it).
+    Restart from the checkpoint as the restart policy says; the batch runs again."""
+
+    name = "crash"
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.CRASH})
+    mechanisms: ClassVar[tuple[str, ...]] = (SIGKILL_SINK_WRITER,)
+
+    def __init__(self, driver: Any, reach_timeout_s: float = 60.0,
+                 poll_s: float = 0.005) -> None:
+        self.driver = driver
+        self.reach_timeout_s = reach_timeout_s
+        self.poll_s = poll_s
+        self._killed = False
+
+    def _writes(self) -> list[dict[str, Any]]:
+        return [p for p in self.driver.progress()
+                if p.get("event") in ("sink_write_start", "sink_write")]
+
+    def inject(self) -> dict[str, Any]:
+        pid = self.driver.pid()
+        armed_ms = _now_ms()
+        ended = [p for p in self._writes() if p["event"] == "sink_write" and p.get("rows")]
+        took = sorted(float(p.get("ms") or 0) for p in ended[-10:])
+        wait_s = (took[len(took) // 2] / 2000) if took else 0.02
+        deadline = time.monotonic() + self.reach_timeout_s
+        start = None
+        while start is None and time.monotonic() < deadline and self.driver.alive():
+            start = next((p for p in self._writes() if p["event"] == "sink_write_start"
+                          and p.get("rows") and int(p.get("wall_ms") or 0) >= armed_ms), None)
+            if start is None:
+                time.sleep(self.poll_s)
+        if start is not None:
+            time.sleep(wait_s)
+        self.driver.kill()
+        self._killed = True
+        killed_ms = _now_ms()
+        entry: dict[str, Any] = {
+            "mechanism": SIGKILL_SINK_WRITER, "target": "driver (the sink's writer)",
+            "driver_pid": pid, "crash_point": CrashPoint.DURING_SINK_WRITE,
+            "armed_ms": armed_ms, "effective_ms": killed_ms,
+            "wait_ms": round(wait_s * 1000, 1), "median_write_ms": took[len(took) // 2]
+            if took else None}
+        if start is None:
+            entry["error"] = (f"the crash point during-sink-write was not reached: no write "
+                              f"of a batch with rows began within {self.reach_timeout_s:.0f} s "
+                              "(the driver was killed then)")
+            return entry
+        batch = start.get("batchId")
+        finished = any(p["event"] == "sink_write" and p.get("batchId") == batch
+                       and int(p.get("wall_ms") or 0) >= int(start.get("wall_ms") or 0)
+                       for p in self._writes())
+        entry.update(batch=batch, rows=start.get("rows"), write_started_ms=start.get("wall_ms"),
+                     write_finished=finished)
+        if finished:
+            entry["error"] = (f"the write of batch {batch} had ended when the kill landed "
+                              f"({entry['wait_ms']} ms after it began): not during it")
+        return entry
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """The driver was killed, with a sink write begun and not ended (whether it was is
+        the inject entry's ``error``)."""
+        if not first(entries, "inject").get("driver_pid"):
+            return [finding("no driver process was killed")]
+        return []
+
+    def remove(self, restore: bool = True) -> dict[str, Any]:
+        if not self._killed:
+            return {}
+        self._killed = False
+        if not restore:
+            return {"target": "driver", "restarted": False}
+        start_s = self.driver.start()
         return {"target": "driver", "restarted_pid": self.driver.pid(),
                 "query_restarted_s": round(start_s, 3), "effective_ms": _now_ms()}
 

@@ -63,6 +63,14 @@ class ExperimentConfig:
         "sink reading from the latest offsets with a checkpoint a restart does not find "
         "(at-most-once).",
         choices=PROCESSING_GUARANTEES))
+    #: Where the outputs go: ``kafka`` (the pg's sink), ``files`` or a user's sink
+    #: (``PATH.py:FUNCTION``, a file's path made absolute).
+    sink: str = field(default="kafka", metadata=opt(
+        "Where the outputs go: kafka (the --pg's sink: a1, e1, m1); files (Spark's file "
+        "sink, Parquet, judged as read through its _spark_metadata log and as read raw); or "
+        "your foreachBatch sink, PATH.py:FUNCTION, whose module's read(sink_dir) gives back "
+        "what it wrote. Other than kafka: with --job and --pg a1 (docs/your-job.md).",
+        metavar="kafka|files|PATH.py:FUNCTION"))
     fault: Fault = field(default=Fault.NONE, metadata=opt(
         "Injected at T2 into one Spark worker (or the driver), removed at T3.", choices=FAULTS))
     crash_point: CrashPoint = field(default=CrashPoint.TIMED, metadata=opt(
@@ -223,6 +231,8 @@ class ExperimentConfig:
         if (self.topology is Topology.JOB) != (self.job is not None):
             raise RuntimeErrorPlain("--job names your own job, whose topology is 'job'; "
                                     "give --job or --topology sst|mst, not both")
+        if reason := sink_problem(self):
+            raise RuntimeErrorPlain(reason)
         if self.job is not None:
             from pgval.topologies.job import JobRef
 
@@ -325,6 +335,31 @@ def restart_problem(cfg: ExperimentConfig) -> str | None:
     if cfg.restart_delay_s >= cfg.phase_seconds:
         return ("--restart-delay-s must be shorter than a phase (the restart belongs in the "
                 "failure phase; use --restart at-remove to restart at T3)")
+    return None
+
+
+def sink_problem(cfg: ExperimentConfig) -> str | None:
+    """Why ``--sink`` cannot be used as asked (one sentence), or None."""
+    sink = cfg.sink
+    if sink == "kafka":
+        return None
+    if sink != "files":
+        from pgval.topologies.job import JobRef
+
+        JobRef.parse(sink, option="--sink")
+    if cfg.job is None:
+        return (f"--sink {sink} writes a job's rows: give --job (SST and MST as jobs: --job "
+                "pgval.topologies.builtin:sst)")
+    if cfg.pg is not Guarantee.A1:
+        return (f"--sink {sink} goes with --pg a1 (the query's own checkpoint; e1 and m1 are "
+                "Kafka sinks)")
+    if cfg.deploy is not Deploy.LOCAL:
+        return (f"--sink {sink} writes to this machine's disk, which pgval reads back: it "
+                "needs the embedded cluster (--deploy local, or --cluster)")
+    if cfg.crash_point is CrashPoint.DURING_SINK_WRITE and sink == "files":
+        return ("crash@during-sink-write aims at a writer of Kafka records or a foreachBatch "
+                "sink; for --sink files use driver-crash@after-sink-write (the data files "
+                "written, the sink's log not)")
     return None
 
 

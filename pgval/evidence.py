@@ -52,6 +52,7 @@ from pgval.records import (
     ResourceTable,
     inputs_from_kafka,
     job_outputs_from_kafka,
+    job_outputs_from_rows,
     outputs_from_kafka,
 )
 from pgval.redact import redact_record
@@ -64,12 +65,19 @@ ANOMALIES = "anomalies.parquet"
 #: A user's job: its batch oracle's rows and its source as it ran.
 EXPECTED = "expected.parquet"
 JOB_SOURCE = "job.py"
+#: A sink other than Kafka: its rows as read back (a file sink: through its log), and a
+#: file sink's rows as a reader listing the directory sees them ("raw").
+SINK_ROWS = "output-rows.parquet"
+SINK_RAW = "output-raw.parquet"
+SINK_ROWS_SCHEMA = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64())),
+                              ("written_ms", pa.int64()), ("batch", pa.int64()),
+                              ("origin", pa.string())])
 SUMS = "SHA256SUMS"
 INPUT_TOPICS = (GET_TOPIC, POST_TOPIC)
 #: Every file a re-check or an export reads, in the order they are verified; the progress
 #: file only when the driver wrote one, the anomalies only in runs stored since they are.
 EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOPIC)), PROGRESS,
-                  ANOMALIES, EXPECTED, JOB_SOURCE)
+                  ANOMALIES, EXPECTED, JOB_SOURCE, SINK_ROWS, SINK_RAW)
 
 
 class EvidenceError(Exception):
@@ -111,6 +119,9 @@ class Manifest:
     #: A user's job (topology ``job``): ``{"ref", "source", "sha256", "oracle"}``, the
     #: job as named, its source file, that file's hash, and what the batch oracle said.
     job: dict[str, Any] | None = None
+    #: A sink other than Kafka: ``{"kind": "files"|"user", "ref", "clock", "read"}``, the
+    #: outputs then in ``output-rows.parquet`` (and a file sink's raw read beside them).
+    sink: dict[str, Any] | None = None
 
     @property
     def phase_bounds(self) -> Phases:
@@ -154,6 +165,8 @@ class Manifest:
         return cls(**values)
 
 
+#: The sinks whose rows the evidence keeps beside the (empty) output topic.
+SINK_KINDS = ("files", "user")
 #: The manifest fields without a default; every other one may be absent (older runs).
 _REQUIRED = ("topology", "window_ms", "phases")
 #: The most resources a manifest may name: the evaluation builds a table of their names.
@@ -199,6 +212,9 @@ def _manifest_problem(name: str, value: object) -> str | None:
     elif name == "job":
         ok = value is None or (isinstance(value, dict) and isinstance(value.get("ref"), str))
         want = "must be null or a JSON object naming the job (ref)"
+    elif name == "sink":
+        ok = value is None or (isinstance(value, dict) and value.get("kind") in SINK_KINDS)
+        want = f"must be null or a JSON object whose kind is {' or '.join(SINK_KINDS)}"
     elif name in ("reconciliation", "config"):
         ok, want = isinstance(value, dict), "must be a JSON object"
     elif name == "generator":
@@ -550,8 +566,8 @@ def streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRecord
     return Streams(events, outputs, control_inputs, control_outputs, control_occ)
 
 
-def job_streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRecords,
-                             rows: pa.Table, resources: int,
+def job_streams_from_records(inputs: Mapping[str, TopicRecords],
+                             output: TopicRecords | pa.Table, rows: pa.Table, resources: int,
                              control_ids: Sequence[int] | None
                              ) -> tuple[Streams, ExpectedOutputs]:
     """A user's job's streams and its expected outputs: the batch oracle's ``rows``
@@ -565,8 +581,11 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRe
         expected = expected_from_rows(*rows_of(rows), events, keys)
     except RowsError as exc:
         raise EvidenceError(f"the job cannot be judged ID by ID: {exc}") from exc
-    outputs = job_outputs_from_kafka(output.values, output.timestamps, output.partitions,
-                                     output.offsets, keys)
+    if isinstance(output, pa.Table):  # a sink's rows (SINK_ROWS_SCHEMA)
+        outputs = job_outputs_from_rows(output, keys)
+    else:
+        outputs = job_outputs_from_kafka(output.values, output.timestamps, output.partitions,
+                                         output.offsets, keys)
     outputs, control_outputs, control_occ = set_aside_control(outputs, control_ids)
     return Streams(events, outputs, control_inputs, control_outputs, control_occ), expected
 
@@ -590,6 +609,29 @@ def load_expected(run_dir: Path) -> pa.Table:
     except FileNotFoundError as exc:
         raise EvidenceError(f"the evidence of {run_dir} lacks {EXPECTED}, the batch oracle's "
                             "rows of its job") from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+
+
+def save_sink_rows(run_dir: Path, rows: pa.Table, name: str = SINK_ROWS) -> Path:
+    """Keep a sink's rows as read back (:data:`SINK_ROWS_SCHEMA`), before :func:`seal`."""
+    path = evidence_dir(run_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(rows.select(SINK_ROWS_SCHEMA.names).cast(SINK_ROWS_SCHEMA), tmp,
+                   compression="zstd")
+    tmp.replace(path)
+    return path
+
+
+def load_sink_rows(run_dir: Path, name: str = SINK_ROWS) -> pa.Table:
+    """A sink's rows from the evidence (:func:`save_sink_rows`)."""
+    path = evidence_dir(run_dir) / name
+    try:
+        return pq.read_table(path, schema=SINK_ROWS_SCHEMA)
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"the evidence of {run_dir} lacks {name}, the rows its sink "
+                            "held") from exc
     except (OSError, pa.ArrowException) as exc:
         raise EvidenceError(f"cannot read {path}: {exc}") from exc
 
@@ -619,11 +661,15 @@ def cross_check_of(manifest: Manifest) -> dict[str, Any] | None:
 
 
 def evaluation_streams(run_dir: Path, manifest: Manifest, inputs: Mapping[str, TopicRecords],
-                       output: TopicRecords) -> tuple[Streams, ExpectedOutputs | None]:
+                       output: TopicRecords, raw: bool = False
+                       ) -> tuple[Streams, ExpectedOutputs | None]:
     """The streams a run is judged on and, for a user's job, its expected outputs from the
-    batch oracle's rows kept in the evidence (None: the topology's own oracle runs)."""
+    batch oracle's rows kept in the evidence (None: the topology's own oracle runs). A
+    sink other than Kafka: its rows as kept (``raw``: a file sink's raw read)."""
     if manifest.topology == "job":
-        return job_streams_from_records(inputs, output, load_expected(run_dir),
+        sunk = (load_sink_rows(run_dir, SINK_RAW if raw else SINK_ROWS)
+                if manifest.sink is not None else output)
+        return job_streams_from_records(inputs, sunk, load_expected(run_dir),
                                         manifest.resources, manifest.control_ids)
     return streams_from_records(inputs, output, manifest.resources, manifest.control_ids), None
 

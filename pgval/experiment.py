@@ -32,7 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pgval.checker.evaluate import evaluate
 from pgval.checker.explain import watermark_ms
 from pgval.checker.result import Reason
 from pgval.checker.validity import Validity, evaluation_reasons, generator_reasons
@@ -43,8 +42,6 @@ from pgval.deploy import Deployment, FaultContext, make_deployment
 from pgval.errors import RuntimeErrorPlain
 from pgval.evidence import (
     Manifest,
-    cross_check_of,
-    evaluation_streams,
     keep_job_source,
     save_anomalies,
     seal,
@@ -54,6 +51,7 @@ from pgval.faults.evidence import fault_reasons
 from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.faults.network import log_sizes, timeouts_fired
 from pgval.host import registry, signals, undo
+from pgval.recheck import evaluate_run
 from pgval.redact import private_dir, private_umask
 from pgval.run.control import LATE_ID_BASE, ControlEvents
 from pgval.run.job_oracle import batch_timeout_s, run_batch_oracle
@@ -61,6 +59,7 @@ from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger,
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
+from pgval.run.sinks import CLOCKS, FileSinkWatch, UserSinkWatch, read_sink, sink_kind
 from pgval.run.warmup import WarmUp
 from pgval.schema import (
     OUTPUT_TOPIC,
@@ -138,6 +137,8 @@ class Experiment:
         self._log_offsets: dict[str, int] = {}
         self.control: ControlEvents | None = None
         self.monitor: OutputMonitor | None = None
+        #: What the sink holds, watched: the monitor (Kafka), or a file or user sink's watch.
+        self.watch: OutputMonitor | FileSinkWatch | UserSinkWatch | None = None
         self.planted: dict[str, Any] = {}
         #: state.json + reaper of this run's own directory, when no cluster of its own
         #: guards it (see :meth:`_guard`).
@@ -279,12 +280,16 @@ class Experiment:
         self._deploy()
         monitor = OutputMonitor(self.deployment.client_config(), self._topics())
         self.monitor = monitor
+        assert self.driver is not None
+        self.watch = (monitor if cfg.sink == "kafka" else
+                      FileSinkWatch(self._sink_dir()) if cfg.sink == "files"
+                      else UserSinkWatch(self.driver))
         try:
             self.timings["prime_s"] = self._prime(monitor)
             self.timings["deploy_s"] = time.monotonic() - t0
             report, driver_died = self._phases(monitor)
         finally:
-            self.monitor = None
+            self.monitor = self.watch = None
             monitor.close()
         assert self.driver is not None
         if not driver_died:
@@ -310,21 +315,33 @@ class Experiment:
         self.manifest.write(self.run_dir)
         self.timings["read_back_s"] = time.monotonic() - t_read
         inputs = {k: v for k, v in back.records.items() if k != OUTPUT_TOPIC}
+        if cfg.sink != "kafka":
+            self._read_sink()
         if cfg.job is not None:
             self._job_oracle(sum(len(r) for r in inputs.values()))
-        streams, expected = evaluation_streams(self.run_dir, self.manifest, inputs,
-                                               back.records[OUTPUT_TOPIC])
         t_val = time.monotonic()
         phases = self.manifest.phase_bounds
-        evaluation = evaluate(streams.events, streams.outputs, cfg.topology, cfg.window_ms,
-                              phases, progress=progress, expected=expected,
-                              cross_check=cross_check_of(self.manifest))
+        _, evaluation = evaluate_run(self.run_dir, self.manifest, inputs,
+                                     back.records[OUTPUT_TOPIC], progress)
         self.timings["validate_s"] = time.monotonic() - t_val
         return ExperimentResult(
             run_id=run_id, evaluation=evaluation, timings=self.timings, phases=phases,
             generator=report, batches=progress, fault_log=self.fault_log,
             validity=self._reasons, readback=self.manifest.readback, run_dir=self.run_dir,
             bounds=bounds, warmup=self.warmup)
+
+    def _read_sink(self) -> None:
+        """A sink other than Kafka: its rows into the evidence, what the read showed into
+        run.json, and a read that cannot show it is complete as a reason."""
+        cfg = self.config
+        kind = sink_kind(cfg.sink)
+        sink_dir = self._sink_dir()
+        assert sink_dir is not None
+        back = read_sink(kind, cfg.sink, sink_dir, self.run_dir / "checkpoint", self.run_dir)
+        self._reasons.add(back.reasons)
+        self.manifest.sink = {"kind": kind, "ref": cfg.sink, "clock": CLOCKS[kind],
+                              "read": back.describe}
+        self.manifest.write(self.run_dir)
 
     def _job_oracle(self, events: int) -> None:
         """A user's job: its source kept with the evidence, and its ``build`` run as a batch
@@ -374,6 +391,7 @@ class Experiment:
             master=where.master, driver_host=where.driver_host, extra_env=where.extra_env,
             launcher=where.launcher, python=where.python, path_map=where.path_map,
             signal_argv=where.signal_argv, topic_prefix=self.topics.prefix, job=cfg.job,
+            sink=cfg.sink, sink_dir=self._sink_dir(),
             # The control channel (a thread polling the JVM twice a second) only where a
             # fault needs it: the executor kill on a cluster pgval does not own.
             control_dir=(self.run_dir / "control"
@@ -399,9 +417,22 @@ class Experiment:
         self.schedule = FaultSchedule(fault or NoFault())
         self.timings["driver_start_s"] = self.driver.start()
 
+    @property
+    def _driver_is_target(self) -> bool:
+        """Is the driver what the fault kills (a driver crash; a crash during a user's
+        foreachBatch sink's write, which runs in the driver)? It is down until removed."""
+        return self.fault.kind is Fault.DRIVER_CRASH or (
+            self.fault == FaultSpec(Fault.CRASH, CrashPoint.DURING_SINK_WRITE)
+            and sink_kind(self.config.sink) == "user")
+
     def _output_count(self) -> int:
-        """Records in the run's output topic now, -1 before the monitor exists (crash points)."""
-        return self.monitor.count() if self.monitor is not None else -1
+        """Outputs the sink holds now (records in the output topic; a file sink's data
+        files; rows a user's sink was given), -1 before the watch exists (crash points)."""
+        return self.watch.count() if self.watch is not None else -1
+
+    def _sink_dir(self) -> Path | None:
+        """The folder a sink other than Kafka writes to (None: Kafka)."""
+        return None if self.config.sink == "kafka" else self.run_dir / "sink"
 
     def _prime(self, monitor: OutputMonitor) -> float:
         """Warm the query up on old-window control events (:mod:`pgval.run.control`)."""
@@ -485,7 +516,7 @@ class Experiment:
         try:
             while True:
                 now = now_ms()
-                ends, stamps, seen = monitor.new_outputs()
+                ends, stamps, seen = self.watch.new_outputs()
                 untimed += seen - len(ends)
                 warm.add(ends, stamps, max((watermark_ms(p) for p in batches(self.driver)),
                                            default=0))
@@ -552,8 +583,7 @@ class Experiment:
                 raise RuntimeErrorPlain("the generators did not finish 60 s after T4")
             if self.config.late_events and not self.planted and now >= start + (t2 - start) // 2:
                 self._plant_late_events()
-            self._watch(driver_down=self.fault.kind is Fault.DRIVER_CRASH
-                        and injected and not removed)
+            self._watch(driver_down=self._driver_is_target and injected and not removed)
             if injected and not removed:
                 self.schedule.check()
             time.sleep(1.0)
@@ -567,7 +597,7 @@ class Experiment:
         rate = (generated - last_count) / max(mono - last_t, 1e-3)
         self._rate_mark = (generated, mono)
         self.on_status(Status(self._phase, (now - self.phase_bounds["t1"]) / 1000.0, total_s,
-                              generated, rate, self.monitor.count() if self.monitor else -1,
+                              generated, rate, self._output_count(),
                               len(self.driver.progress()), note=note))
 
     def _watch(self, driver_down: bool) -> None:
@@ -648,8 +678,9 @@ def default_run_dir(base: Path | None = None) -> Path:
 
 
 def remove_run_data(run_dir: Path) -> None:
-    """Delete the machinery of a stored run (broker data, checkpoints, executors' jar
-    copies), keeping its evidence and the process logs: 50-130 MB per run otherwise."""
+    """Delete the machinery of a stored run (broker data, checkpoints, a file or user sink's
+    folder, executors' jar copies), keeping its evidence (a sink's rows among it) and the
+    process logs: 50-130 MB per run otherwise."""
     run_dir = Path(run_dir)
     for data in (run_dir / "kafka").glob("broker-*/data"):
         shutil.rmtree(data, ignore_errors=True)
@@ -660,6 +691,7 @@ def remove_run_data(run_dir: Path) -> None:
         with contextlib.suppress(OSError):
             secret.unlink()
     shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)
+    shutil.rmtree(run_dir / "sink", ignore_errors=True)  # a file or user sink: rows kept
     for jar in (run_dir / "spark" / "work").rglob("*.jar"):
         with contextlib.suppress(OSError):
             jar.unlink()

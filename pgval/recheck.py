@@ -256,12 +256,8 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
     manifest = Manifest.read(run_dir)
     fault = _fault(manifest, run_dir)
     inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
-    streams, expected = evaluation_streams(run_dir, manifest, inputs,
-                                           load_topic(run_dir, OUTPUT_TOPIC))
-    evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
-                          manifest.window_ms, manifest.phase_bounds,
-                          progress=load_progress(run_dir), expected=expected,
-                          cross_check=cross_check_of(manifest))
+    streams, evaluation = evaluate_run(run_dir, manifest, inputs,
+                                       load_topic(run_dir, OUTPUT_TOPIC), load_progress(run_dir))
     row = evidence.row or {}
     stored = (stored_reasons(json_cell(row.get("validity")), row.get("validity_reasons"))
               if row else stored_reasons(manifest.validity, manifest.validity_reasons))
@@ -278,6 +274,29 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
     return Recheck(manifest, streams, evaluation, validity, evidence,
                    {k: v for k, v in changes.items() if v}, carried,
                    compare_anomalies(load_anomalies(run_dir), evaluation.anomalies()))
+
+
+def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecords],
+                 output: TopicRecords, progress: list[dict[str, Any]]
+                 ) -> tuple[Streams, Evaluation]:
+    """A run judged from its records: what ``validate`` does at the end of a run and
+    ``recheck`` does again, one function so the two cannot differ. A user's job is judged
+    by its batch oracle's rows, a built-in one also against pgval's own oracle; a file
+    sink's raw read is judged too, as what a reader listing the directory would conclude
+    (:attr:`Evaluation.views`)."""
+    streams, expected = evaluation_streams(run_dir, manifest, inputs, output)
+    evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
+                          manifest.window_ms, manifest.phase_bounds, progress=progress,
+                          expected=expected, cross_check=cross_check_of(manifest))
+    sink = manifest.sink if isinstance(manifest.sink, dict) else {}
+    if sink.get("kind") == "files":
+        raw, raw_expected = evaluation_streams(run_dir, manifest, inputs, output, raw=True)
+        evaluation.views["raw"] = evaluate(
+            raw.events, raw.outputs, manifest.topology, manifest.window_ms,
+            manifest.phase_bounds, progress=progress, expected=raw_expected).view()
+    if sink:
+        evaluation.views["clock"] = sink.get("clock")
+    return streams, evaluation
 
 
 def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],

@@ -642,6 +642,28 @@ def job_outputs_from_kafka(values: Values, timestamps: np.ndarray, partitions: n
                               offset=np.asarray(offsets)[kept])
 
 
+def job_outputs_from_rows(rows: pa.Table, keys: ResourceTable) -> OutputRecords:
+    """A user's job's outputs from a sink other than Kafka: rows of ``key`` (the key text),
+    ``ids``, ``written_ms`` (the sink's clock: the output's ingress) and ``batch``; stream
+    position = order of (written_ms, batch, row); ``partition`` holds the batch (-1: none),
+    ``offset`` the row's index in what was read."""
+    n = rows.num_rows
+    written = rows.column("written_ms").to_numpy(zero_copy_only=False).astype(np.int64)
+    batch = (rows.column("batch").fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+             if "batch" in rows.column_names else np.full(n, -1, dtype=np.int64))
+    index = np.arange(n, dtype=np.int64)
+    order = np.lexsort((index, batch, written))
+    position = np.empty(n, dtype=np.int64)
+    position[order] = index
+    table = pa.table({
+        "window_start": pa.array(np.zeros(n, dtype=np.int64)),
+        "window_end": pa.nulls(n, pa.int64()), "resource": rows.column("key"),
+        "count": pa.nulls(n, pa.int64()), "gets": pa.nulls(n, pa.int64()),
+        "posts": pa.nulls(n, pa.int64()), "ids": rows.column("ids"),
+        "ingress_ts": pa.array(written, type=pa.int64())})
+    return outputs_from_table(table, keys, position=position, partition=batch, offset=index)
+
+
 def _is_time(table: pa.Table, name: str) -> pa.ChunkedArray:
     """True where the column holds a time within ±MAX_MS (year 9999 either side of 1970).
 

@@ -44,14 +44,16 @@ OIR_CLUSTER_FIELDS: Final = ("brokers", "partitions", "workers", "cores_per_work
 #: is no repetition of one at 60k, a driver restarted at once none of one restarted at T3,
 #: one user's job none of another's.
 REPORTED: Final = ("rate", "phase_seconds", "window_ms", "crash_point", "deploy", "restart",
-                   "restart_delay_s", "job")
+                   "restart_delay_s", "job", "sink")
 #: What a setting missing from an older run's params meant then: runs before restart
 #: policies restarted a crashed worker or driver at T3, with no delay.
 DEFAULTS: Final[Mapping[str, Any]] = {"deploy": Deploy.LOCAL, "crash_point": CrashPoint.TIMED,
-                                      "restart": Restart.AT_REMOVE, "restart_delay_s": 0.0}
-#: Settings added after grids were stored, left out of a shape while unset: a matrix
-#: stored before them keeps its key (and resumes), and a run that sets one is another shape.
-UNSET_OMITTED: Final = ("job",)
+                                      "restart": Restart.AT_REMOVE, "restart_delay_s": 0.0,
+                                      "sink": "kafka"}
+#: Settings added after grids were stored, with the value that means "as before": left out
+#: of a shape while they have it, so a matrix stored before them keeps its key (and
+#: resumes), and a run that sets one is another shape.
+UNSET_OMITTED: Final[Mapping[str, Any]] = {"job": None, "sink": "kafka"}
 #: Settings that mean something only for a fault that restarts a process: None for others.
 RESTART_FIELDS: Final = ("restart", "restart_delay_s")
 
@@ -84,7 +86,7 @@ class RunShape:
             if isinstance(values, Mapping) and REDACTED not in values.values():
                 record[name] = digest_values(values)
         settings = {k: v for k, v in record.items() if k not in (*AXES, *REPETITION)
-                    and not (k in UNSET_OMITTED and v is None)}
+                    and not (k in UNSET_OMITTED and v == UNSET_OMITTED[k])}
         return cls(topology=_name(Topology, config.get("topology")),
                    pg=_name(Guarantee, config.get("pg")),
                    fault=_name(Fault, config.get("fault")),

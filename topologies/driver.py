@@ -141,6 +141,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--topology", required=True, choices=schema.TOPOLOGIES)
     ap.add_argument("--job", default=None, metavar="PATH.py:FUNCTION",
                     help="with --topology job: the user's job (pgval.topologies.job)")
+    ap.add_argument("--sink", default="kafka", metavar="kafka|files|PATH.py:FUNCTION",
+                    help="with --job: where its rows go (kafka: the --pg's sink)")
+    ap.add_argument("--sink-dir", default=None, metavar="DIR",
+                    help="the file sink's output directory, or the user's sink's folder")
     ap.add_argument("--pg", required=True, choices=schema.PROCESSING_GUARANTEES,
                     help="a1 = Spark Kafka sink, e1 = transactional foreachBatch sink")
     ap.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
@@ -187,6 +191,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if (args.topology == schema.Topology.JOB) != (args.job is not None):
         ap.error("--job goes with --topology job, and only with it")
+    if args.sink != "kafka" and (args.job is None or args.sink_dir is None
+                                 or args.pg != schema.Guarantee.A1):
+        ap.error("--sink other than kafka needs --job, --sink-dir and --pg a1")
     if args.query_name is None:
         args.query_name = f"pgval-{args.topology}-{args.pg}"
     if args.sabotage is not None:
@@ -495,9 +502,16 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     from pgval.schema import Guarantee
     from pgval.topologies.job_query import build_job_topology, load_job_for_spark
     from pgval.topologies.query import TopologyConfig, build_topology
-    from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink
+    from pgval.topologies.sinks import (
+        TransactionalSink,
+        file_sink,
+        kafka_sink,
+        transactional_sink,
+        user_sink,
+    )
+    from pgval.topologies.user_sink import SinkWriter, load_sink
 
-    conf = spark_conf(args, ensure_jars().spark_jars_csv)
+    conf = spark_conf(args, ensure_jars(spark=True).spark_jars_csv)
     start_jvm(conf)
     spark = SparkSession.builder.getOrCreate()  # the JVM's conf: every setting given above
     spark.sparkContext.setLogLevel(args.log_level)
@@ -518,28 +532,39 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
                          window_ms=args.window_ms, watermark_ms=args.watermark_ms,
                          max_offsets_per_trigger=args.max_offsets_per_trigger,
                          topics=args.topics, source_options=source_options)
-    if args.job is not None:
-        out = build_job_topology(spark, cfg, load_job_for_spark(args.job))
-    else:
-        out = build_topology(spark, cfg)
+    job = load_job_for_spark(args.job) if args.job is not None else None
     sink = None
-    if args.pg in ("a1", "m1"):
-        writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name, args.trigger_ms,
-                            topic=args.output_topic,
-                            kafka_options=sink_hook_options(java_options,
-                                                            getattr(args, "sink_trigger", None)))
+    if args.sink != "kafka":  # a job's rows into files or the user's sink (pg a1)
+        rows = build_job_topology(spark, cfg, job, rows=True)
+        sink_dir = Path(args.sink_dir).resolve()
+        if args.sink == "files":
+            writer = file_sink(rows, str(sink_dir), checkpoint, args.query_name,
+                               args.trigger_ms)
+        else:
+            writer = user_sink(rows, SinkWriter(load_sink(args.sink), sink_dir, log.write),
+                               checkpoint, args.query_name, args.trigger_ms)
     else:
-        sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
-                                 topic=args.output_topic, marker_topic=args.topics.marker,
-                                 producer_conf=dict(args.kafka_options),
-                                 on_batch=sink_event_writer(log),
-                                 sabotage=args.sabotage)
-        writer = transactional_sink(out, sink, checkpoint, args.query_name, args.trigger_ms)
+        out = (build_job_topology(spark, cfg, job) if job is not None
+               else build_topology(spark, cfg))
+        if args.pg in ("a1", "m1"):
+            writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name,
+                                args.trigger_ms, topic=args.output_topic,
+                                kafka_options=sink_hook_options(
+                                    java_options, getattr(args, "sink_trigger", None)))
+        else:
+            sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
+                                     topic=args.output_topic, marker_topic=args.topics.marker,
+                                     producer_conf=dict(args.kafka_options),
+                                     on_batch=sink_event_writer(log),
+                                     sabotage=args.sabotage)
+            writer = transactional_sink(out, sink, checkpoint, args.query_name,
+                                        args.trigger_ms)
     query = writer.start()
     started_s = time.monotonic() - _T0
     log.write("started", id=str(query.id), runId=str(query.runId), name=args.query_name,
               topology=args.topology, pg=args.pg, pid=os.getpid(), checkpoint=checkpoint,
               **({"job": args.job} if args.job else {}),
+              **({"sink": args.sink} if args.sink != "kafka" else {}),
               starting_offsets=source_options.get("startingOffsets", "earliest"),
               session_s=round(session_s, 3), startup_s=round(started_s, 3),
               spark_version=spark.version,

@@ -61,14 +61,14 @@ class JobRef:
     function: str
 
     @classmethod
-    def parse(cls, text: str) -> JobRef:
+    def parse(cls, text: str, option: str = "--job") -> JobRef:
         target, sep, function = text.strip().rpartition(":")
         if not sep or not target or not function.isidentifier():
-            raise JobError(f"--job {text!r}: expected PATH.py:FUNCTION or "
+            raise JobError(f"{option} {text!r}: expected PATH.py:FUNCTION or "
                            "package.module:FUNCTION")
         if not target.endswith(".py") and not _MODULE.fullmatch(target):
-            raise JobError(f"--job {text!r}: {target!r} is neither a .py file nor a module "
-                           "name")
+            raise JobError(f"{option} {text!r}: {target!r} is neither a .py file nor a "
+                           "module name")
         return cls(target, function)
 
     @property
@@ -94,35 +94,36 @@ class Job:
         return tuple(c for c in columns if c != IDS)
 
 
-def _import(ref: JobRef) -> Any:
-    """The module ``ref`` names: a file loaded under a private name, or an importable module."""
+def import_module(ref: JobRef, option: str = "--job") -> Any:
+    """The module ``ref`` names: a file loaded under a private name, or an importable module
+    (``option``: the command-line option that named it, for the one-sentence errors)."""
     if ref.is_file:
         path = Path(ref.target)
         if not path.is_file():
-            raise JobError(f"--job {ref}: no such file {path}")
+            raise JobError(f"{option} {ref}: no such file {path}")
         name = f"pgval_job_{abs(hash(str(path.resolve())))}"
         # Modules beside the job's file import as they would when the user runs it there.
         if str(path.resolve().parent) not in sys.path:
             sys.path.append(str(path.resolve().parent))
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise JobError(f"--job {ref}: cannot load {path} as Python")
+            raise JobError(f"{option} {ref}: cannot load {path} as Python")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except SyntaxError as exc:
-            raise JobError(f"--job {ref}: {path} line {exc.lineno}: {exc.msg}") from exc
+            raise JobError(f"{option} {ref}: {path} line {exc.lineno}: {exc.msg}") from exc
         except Exception as exc:  # the user's module failed while importing
-            raise JobError(f"--job {ref}: importing {path} failed: "
+            raise JobError(f"{option} {ref}: importing {path} failed: "
                            f"{type(exc).__name__}: {exc}") from exc
         return module
     try:
         return importlib.import_module(ref.target)
     except ModuleNotFoundError as exc:
-        raise JobError(f"--job {ref}: no module {exc.name} (is it on PYTHONPATH?)") from exc
+        raise JobError(f"{option} {ref}: no module {exc.name} (is it on PYTHONPATH?)") from exc
     except Exception as exc:
-        raise JobError(f"--job {ref}: importing {ref.target} failed: "
+        raise JobError(f"{option} {ref}: importing {ref.target} failed: "
                        f"{type(exc).__name__}: {exc}") from exc
 
 
@@ -144,7 +145,7 @@ def load(ref: JobRef | str) -> Job:
     """Import the job and check its shape: a function of (spark, sources) and, if declared,
     a key that is a list of column names other than ``ids``."""
     ref = JobRef.parse(ref) if isinstance(ref, str) else ref
-    module = _import(ref)
+    module = import_module(ref)
     build = getattr(module, ref.function, None)
     if build is None:
         raise JobError(f"--job {ref}: {ref.target} has no {ref.function}")

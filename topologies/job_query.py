@@ -48,29 +48,40 @@ def job_source(records: DataFrame) -> DataFrame:
             & F.col("event_ts").isNotNull())
 
 
-def job_plan(spark: SparkSession, job: Job, get_records: DataFrame,
+def job_rows(spark: SparkSession, job: Job, get_records: DataFrame,
              post_records: DataFrame) -> DataFrame:
-    """The (key, value) stream of ``job`` over raw input records; the job's result is
-    checked (:func:`pgval.topologies.job.check_output`) before anything starts."""
+    """The rows of ``job`` over raw input records, its key text first (``_pgval_key``), as
+    a file sink or a user's sink writes them; the job's result is checked
+    (:func:`pgval.topologies.job.check_output`) before anything starts."""
     from pyspark.sql import functions as F
 
     result = job.build(spark, {"get": job_source(get_records),
                                "post": job_source(post_records)})
     key = check_result(job, result, result.isStreaming)
-    fields = result.schema.fields
-    text = key_column(key)
-    return result.select(
-        text.alias("key"),
-        F.to_json(F.struct(text.alias(JOB_KEY), *[F.col(f"`{f.name}`") for f in fields]))
-        .alias("value"))
+    return result.select(key_column(key).alias(JOB_KEY),
+                         *[F.col(f"`{f.name}`") for f in result.schema.fields])
 
 
-def build_job_topology(spark: SparkSession, cfg: TopologyConfig, job: Job) -> DataFrame:
-    """:func:`job_plan` over the run's topics."""
+def job_plan(spark: SparkSession, job: Job, get_records: DataFrame,
+             post_records: DataFrame) -> DataFrame:
+    """The (key, value) stream of ``job`` over raw input records (:func:`job_rows` as
+    Kafka records: key and ``_pgval_key`` the key text, value the row as JSON)."""
+    from pyspark.sql import functions as F
+
+    rows = job_rows(spark, job, get_records, post_records)
+    return rows.select(F.col(JOB_KEY).alias("key"),
+                       F.to_json(F.struct(*[F.col(f"`{c}`") for c in rows.columns]))
+                       .alias("value"))
+
+
+def build_job_topology(spark: SparkSession, cfg: TopologyConfig, job: Job,
+                       rows: bool = False) -> DataFrame:
+    """:func:`job_plan` (``rows``: :func:`job_rows`) over the run's topics."""
     from pgval.topologies.query import kafka_records
 
-    return job_plan(spark, job, kafka_records(spark, cfg, cfg.topics.get),
-                    kafka_records(spark, cfg, cfg.topics.post))
+    make = job_rows if rows else job_plan
+    return make(spark, job, kafka_records(spark, cfg, cfg.topics.get),
+                kafka_records(spark, cfg, cfg.topics.post))
 
 
 def load_job_for_spark(ref: str) -> Job:

@@ -137,6 +137,21 @@ def kafka_sink(df: DataFrame, bootstrap: str, checkpoint: str, query_name: str,
     )
 
 
+def file_sink(rows: DataFrame, out_dir: str, checkpoint: str, query_name: str,
+              trigger_ms: int) -> DataStreamWriter:
+    """``--sink files``: Spark's file sink, Parquet into ``out_dir``, exactly-once for
+    readers that go through its ``_spark_metadata`` log (:mod:`pgval.run.sink_files`)."""
+    return (_base_writer(rows, checkpoint, query_name, trigger_ms).format("parquet")
+            .option("path", out_dir))
+
+
+def user_sink(rows: DataFrame, writer: Any, checkpoint: str, query_name: str,
+              trigger_ms: int) -> DataStreamWriter:
+    """``--sink PATH.py:FUNCTION``: the user's ``foreachBatch`` function, through
+    :class:`pgval.topologies.user_sink.SinkWriter`."""
+    return _base_writer(rows, checkpoint, query_name, trigger_ms).foreachBatch(writer)
+
+
 def transactional_sink(df: DataFrame, sink: TransactionalSink, checkpoint: str,
                        query_name: str, trigger_ms: int) -> DataStreamWriter:
     """e1: ``foreachBatch(sink)``; exactly-once into Kafka for read_committed consumers."""

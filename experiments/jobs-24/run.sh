@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Issue 24's acceptance on the real cluster: the three example jobs and SST/MST as built-in
-# jobs, each through `--job`, under a worker crash and a driver crash, on a1 and e1, into
-# results.db beside this script (one repetition a cell: the question is whether each gives
-# a valid verdict, and which). `pgval matrix` skips complete cells, so this resumes.
+# Issue 24's acceptance on the real cluster, into results.db beside this script:
+#  1. the three example jobs and SST/MST as built-in jobs, each through `--job`, under a
+#     worker crash and a driver crash, on a1 and e1 (one repetition a cell: does each give
+#     a valid verdict, and which?);
+#  2. the sinks: the file sink under driver-crash@after-sink-write (through its log and
+#     raw), the two example foreachBatch sinks under crash@during-sink-write (3 repetitions).
+# `pgval matrix` skips complete cells, so this resumes where it stopped.
 #
 #   experiments/jobs-24/run.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 pgval="$root/.venv/bin/pgval"
-common=(--pgs a1,e1 --faults crash,driver-crash --repeat 1 --phase-seconds 30
-        --brokers 1 --workers 2 --db "$here/results.db" --runs-dir "$root/runs/jobs-24")
+common=(--phase-seconds 30 --brokers 1 --workers 2 --db "$here/results.db"
+        --runs-dir "$root/runs/jobs-24")
 jobs="
 $root/examples/jobs/per_type_window.py:build 2000 5000
 $root/examples/jobs/enrich.py:build 2000 10000
@@ -21,5 +24,19 @@ pgval.topologies.builtin:mst 1750 10000
 while read -r job rate window; do
     [ -z "$job" ] && continue
     echo "== $(date -u +%H:%M:%S) $job"
-    "$pgval" matrix --job "$job" --rate "$rate" --window-ms "$window" "${common[@]}" </dev/null
+    "$pgval" matrix --job "$job" --rate "$rate" --window-ms "$window" --pgs a1,e1 \
+        --faults crash,driver-crash --repeat 1 "${common[@]}" </dev/null
 done <<< "$jobs"
+
+filter="$root/examples/jobs/filter.py:build"
+sinks="
+files driver-crash@after-sink-write
+$root/examples/sinks/sqlite_append.py:write crash@during-sink-write
+$root/examples/sinks/sqlite_upsert.py:write crash@during-sink-write
+"
+while read -r sink fault; do
+    [ -z "$sink" ] && continue
+    echo "== $(date -u +%H:%M:%S) --sink $sink $fault"
+    "$pgval" matrix --job "$filter" --sink "$sink" --rate 2000 --pgs a1 --faults "$fault" \
+        --repeat 3 "${common[@]}" </dev/null
+done <<< "$sinks"

@@ -52,7 +52,9 @@ public class CrashBeforeCommit extends FileContextBasedCheckpointFileManager {
         return super.createAtomic(path, overwrite);
     }
 
-    /** "planned" for offsets/N, "commit" for commits/N, null for any other file. */
+    /** "planned" for offsets/N, "commit" for commits/N, "sink-log" for the file sink's
+     *  _spark_metadata/N (written after the batch's data files, before its commit), null for
+     *  any other file. */
     private static String stageOf(Path path) {
         Path parent = path.getParent();
         if (parent == null || !path.getName().matches("[0-9]+")) {
@@ -61,6 +63,7 @@ public class CrashBeforeCommit extends FileContextBasedCheckpointFileManager {
         switch (parent.getName()) {
             case "offsets": return "planned";
             case "commits": return "commit";
+            case "_spark_metadata": return "sink-log";  // the file sink's own log
             default: return null;
         }
     }

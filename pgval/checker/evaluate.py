@@ -45,6 +45,9 @@ class Evaluation:
     #: A built-in job judged by its batch run: does pgval's own oracle of that topology
     #: expect the same? None: not compared; "" agreed; else where they differ.
     oracles: str | None = None
+    #: Other readings of the same run: ``raw`` (a file sink read by listing its directory:
+    #: :meth:`view`), ``clock`` (what the outputs' times are, for a sink without Kafka's).
+    views: dict[str, Any] = field(default_factory=dict)
     _anomalies: pa.Table | None = field(default=None, init=False, repr=False)
 
     def anomalies(self) -> pa.Table:
@@ -61,6 +64,15 @@ class Evaluation:
         rec = self.recovery.as_dict()
         outage = self.metrics.outage_at_t3
         return {**rec, **recovery_bounds(rec, None if outage is None else outage.as_dict())}
+
+    def view(self) -> dict[str, object]:
+        """The verdict and counts alone: another reading of a run beside its own."""
+        v = self.validation
+        return {"guarantee": v.guarantee, "expected": v.expected, "processed": v.processed,
+                "duplicate": v.duplicate, "incorrect": v.incorrect,
+                "unprocessed": v.unprocessed, "reliability": v.reliability,
+                "duplicated_ids": [int(i) for i in v.ids("duplicate")[:20]],
+                "unprocessed_ids": [int(i) for i in v.ids("unprocessed")[:20]]}
 
     def summary(self) -> dict[str, object]:
         """The ``pgval check --json`` object: contract keys first, then extras."""
@@ -93,6 +105,10 @@ class Evaluation:
             "unprocessed_causes": self.unprocessed_causes,
             "witnesses": {k: [[w, i] for w, i in pairs] for k, pairs in v.witnesses.items()},
         })
+        if self.views.get("clock"):
+            out["latency_clock"] = self.views["clock"]
+        if self.views.get("raw"):
+            out["raw_read"] = self.views["raw"]
         if self.oracles is not None:
             out["oracles_agree"] = self.oracles == ""
             if self.oracles:

@@ -45,6 +45,23 @@ def print_validity(validity: object) -> None:
         console.print(f"  • {r}")
 
 
+def print_views(summary: dict[str, object]) -> None:
+    """The run's other readings, one line each: a file sink read raw, the outputs' clock
+    when it is not Kafka's, whether a built-in job's two oracles agreed."""
+    raw = summary.get("raw_read")
+    if isinstance(raw, dict):
+        console.print(f"  • read raw (listing the sink's directory, not through its log): "
+                      f"{raw.get('guarantee')}, {raw.get('duplicate', 0):,} duplicated, "
+                      f"{raw.get('unprocessed', 0):,} unprocessed, "
+                      f"{raw.get('incorrect', 0):,} incorrect")
+    if summary.get("latency_clock"):
+        console.print(f"  • outputs timed by {summary['latency_clock']}")
+    if "oracles_agree" in summary:
+        said = ("agree" if summary["oracles_agree"]
+                else f"DISAGREE: {summary.get('oracles_disagreement')}")
+        console.print(f"  • the job's batch run and pgval's own oracle {said}")
+
+
 def print_output_before_input(evaluation: object) -> None:
     """One line when outputs held IDs before their input arrived (part of incorrect)."""
     n = getattr(getattr(evaluation, "validation", None), "output_before_input", 0)
@@ -62,22 +79,27 @@ def check_db(db: Path) -> None:
 
 
 def resolve_job(cfg: ExperimentConfig) -> ExperimentConfig:
-    """The config with its ``--job`` imported and checked (a missing file or function, a
-    syntax error, a bad ``build.key``: one sentence, exit 2, before anything starts) and a
-    file's path made absolute (the driver and the batch oracle run elsewhere)."""
+    """The config with its ``--job`` (and a user's ``--sink``) imported and checked (a
+    missing file or function, a syntax error, a bad ``build.key``, a sink without a reader:
+    one sentence, exit 2, before anything starts) and a file's path made absolute (the
+    driver and the batch oracle run elsewhere)."""
     if cfg.job is None:
         return cfg
     import dataclasses
 
     from pgval.topologies.job import JobError, load
+    from pgval.topologies.user_sink import load_sink
 
     try:
         ref = load(cfg.job).ref
+        sink = load_sink(cfg.sink).ref if cfg.sink not in ("kafka", "files") else None
     except JobError as exc:
         raise UserError(str(exc)) from exc
-    if ref.is_file:
-        return dataclasses.replace(cfg, job=f"{Path(ref.target).resolve()}:{ref.function}")
-    return cfg
+    changes = {}
+    for name, given in (("job", ref), ("sink", sink)):
+        if given is not None and given.is_file:
+            changes[name] = f"{Path(given.target).resolve()}:{given.function}"
+    return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
 def parse_rate(text: str) -> float | None:
@@ -176,8 +198,11 @@ def finish_gate(cases: list[Case], expect: str | None, junit_path: Path | None,
 
 def require_spark(deploy: str = "local") -> None:
     """One sentence before anything starts when pyspark is missing (``pip install pgval``
-    without the ``spark`` extra); ``--deploy compose`` runs Spark in its containers."""
+    without the ``spark`` extra) or of a line pgval does not run on; ``--deploy compose``
+    runs Spark in its containers."""
     from pgval.extras import require
+    from pgval.host.jars import installed_spark
 
     if str(deploy) != "compose":
         require("spark")
+        installed_spark()  # a pyspark line pgval does not run on: one sentence, now

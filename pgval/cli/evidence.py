@@ -15,6 +15,7 @@ from pgval.cli.common import (
     print_json,
     print_output_before_input,
     print_validity,
+    print_views,
 )
 from pgval.cli.errors import UserError
 from pgval.dbfile import plain_error
@@ -85,6 +86,7 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
                       title=f"re-check of {m.topology.upper()} run {m.run_id} — per phase")
     print_output_before_input(result.evaluation)
     print_validity(result.validity)
+    print_views(summary)
     if result.validity_changes:
         console.print(f"  stored validity differs by kind: {result.validity_changes}")
     console.print(escape(result.anomalies["note"]))

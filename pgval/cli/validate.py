@@ -19,6 +19,7 @@ from pgval.cli.common import (
     parse_rate,
     print_json,
     print_validity,
+    print_views,
     require_spark,
     resolve_job,
     stored_oir_rate,
@@ -90,6 +91,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     render_evaluation(result.evaluation, console,
                       title=f"{what} {cfg.pg} fault={cfg.fault} — per phase")
     print_validity(result.validity)
+    print_views(summary)
     if line := result.warmup_line():
         console.print(f"  • {line}")
     t = result.timings

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from pgval.faults import FaultHooks
 from pgval.faults.executor import ExecutorKill
-from pgval.faults.process import DriverCrash
+from pgval.faults.process import DriverCrash, SinkWriteCrash
 from pgval.kafka.admin import create_topics, delete_topics
-from pgval.schema import Fault, Topics
+from pgval.schema import CrashPoint, Fault, Topics
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -150,6 +150,9 @@ class Deployment(ABC):
         kind = Fault.parse(cfg.fault)
         if kind is Fault.NONE:
             return None
+        if (kind is Fault.CRASH and cfg.crash_point is CrashPoint.DURING_SINK_WRITE
+                and cfg.sink not in ("kafka", "files")):
+            return self.sink_writer_crash(cfg, target, profile, ctx)
         return self.fault_makers()[kind](cfg, target, profile, ctx)
 
     def fault_makers(self) -> dict[Fault, FaultMaker]:
@@ -165,7 +168,14 @@ class Deployment(ABC):
         exact = self.driver_placement().signal_argv is None
         return DriverCrash(ctx.driver, trigger=ctx.crash_trigger, output_count=ctx.output_count,
                            checkpoint=ctx.checkpoint if exact else None,
-                           reach_timeout_s=ctx.reach_timeout_s)
+                           reach_timeout_s=ctx.reach_timeout_s,
+                           halt_stage="sink-log" if cfg.sink == "files" else "commit")
+
+    def sink_writer_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                          ctx: FaultContext) -> SinkWriteCrash:
+        """``crash@during-sink-write`` with a user's ``foreachBatch`` sink: its writes run in
+        the driver, so the driver is the process that dies with a write unfinished."""
+        return SinkWriteCrash(ctx.driver, reach_timeout_s=ctx.reach_timeout_s)
 
     def executor_kill(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> ExecutorKill:

@@ -432,9 +432,10 @@ def shape_part(name: str, value: Any) -> str:
         return f"restart {value}"
     if name == "restart_delay_s":
         return f"restart delay {value:g} s"
-    if name == "job":  # /home/me/jobs/sessions.py:build as sessions.py:build
+    if name in ("job", "sink"):  # /home/me/jobs/sessions.py:build as sessions.py:build
         target, _, function = str(value).rpartition(":")
-        return f"{target.rsplit('/', 1)[-1]}:{function}"
+        short = f"{target.rsplit('/', 1)[-1]}:{function}" if function else str(value)
+        return short if name == "job" else f"sink {short}"
     return str(value)
 
 

@@ -59,6 +59,10 @@ class DriverSpec:
     #: With topology ``job``: the user's job (``/abs/path.py:FUNCTION`` or
     #: ``package.module:FUNCTION``).
     job: str | None = None
+    #: Where a job's rows go (``kafka``: the pg's sink; ``files``; a user's sink) and,
+    #: for the others, the folder they write to.
+    sink: str = "kafka"
+    sink_dir: Path | None = None
     #: Kafka client settings (a cluster's login, ``--kafka-config``) and the user's Spark
     #: settings (``--spark-conf``, every deployment): passed in the driver's environment,
     #: never on its command line, as they may hold passwords; the driver hands the Spark
@@ -105,6 +109,8 @@ class DriverSpec:
             argv += ["--topic-prefix", self.topic_prefix]
         if self.job:
             argv += ["--job", self.job]
+        if self.sink != "kafka" and self.sink_dir is not None:
+            argv += ["--sink", self.sink, "--sink-dir", self._path(self.sink_dir)]
         if self.driver_host:
             argv += ["--driver-host", self.driver_host]
         for key, value in self.conf.items():
