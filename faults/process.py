@@ -312,14 +312,8 @@ class DriverCrash:
         return entry
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
-        if not self._killed:
-            return {}
-        self._killed = False
-        if not restore:
-            return {"target": "driver", "restarted": False}
-        start_s = self.driver.start()  # returns once the restarted query runs
-        return {"target": "driver", "restarted_pid": self.driver.pid(),
-                "query_restarted_s": round(start_s, 3), "effective_ms": _now_ms()}
+        killed, self._killed = self._killed, False
+        return restart_driver(self.driver, restore) if killed else {}
 
 
 class SinkWriteCrash:
@@ -396,14 +390,18 @@ class SinkWriteCrash:
         return []
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
-        if not self._killed:
-            return {}
-        self._killed = False
-        if not restore:
-            return {"target": "driver", "restarted": False}
-        start_s = self.driver.start()
-        return {"target": "driver", "restarted_pid": self.driver.pid(),
-                "query_restarted_s": round(start_s, 3), "effective_ms": _now_ms()}
+        killed, self._killed = self._killed, False
+        return restart_driver(self.driver, restore) if killed else {}
+
+
+def restart_driver(driver: RestartableDriver, restore: bool) -> dict[str, Any]:
+    """A killed driver's removal: started again from its checkpoint (returns once the
+    query runs), or, without ``restore`` (teardown), left down."""
+    if not restore:
+        return {"target": "driver", "restarted": False}
+    start_s = driver.start()
+    return {"target": "driver", "restarted_pid": driver.pid(),
+            "query_restarted_s": round(start_s, 3), "effective_ms": _now_ms()}
 
 
 def _query_checkpoint(checkpoint: Path) -> Path | None:

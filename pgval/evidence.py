@@ -407,14 +407,30 @@ def load_topic(run_dir: Path, topic: str) -> TopicRecords:
     return TopicRecords.from_table(table, topic)
 
 
-def save_anomalies(run_dir: Path, table: pa.Table) -> Path:
-    """Keep a run's full anomaly set with its evidence (Parquet, zstd), before :func:`seal`."""
-    path = evidence_dir(run_dir) / ANOMALIES
+def _save_table(run_dir: Path, name: str, table: pa.Table) -> Path:
+    """One evidence table as zstd Parquet, replaced whole (before :func:`seal`)."""
+    path = evidence_dir(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     pq.write_table(table, tmp, compression="zstd")
     tmp.replace(path)
     return path
+
+
+def _load_table(run_dir: Path, name: str, schema: pa.Schema, what: str) -> pa.Table:
+    """One evidence table; a missing or unreadable one is one sentence naming ``what``."""
+    path = evidence_dir(run_dir) / name
+    try:
+        return pq.read_table(path, schema=schema)
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"the evidence of {run_dir} lacks {name}, {what}") from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+
+
+def save_anomalies(run_dir: Path, table: pa.Table) -> Path:
+    """Keep a run's full anomaly set with its evidence (Parquet, zstd), before :func:`seal`."""
+    return _save_table(run_dir, ANOMALIES, table)
 
 
 def load_anomalies(run_dir: Path) -> pa.Table | None:
@@ -592,48 +608,25 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
 
 def save_expected(run_dir: Path, rows: pa.Table) -> Path:
     """Keep a job's batch-oracle rows with the evidence (Parquet, zstd), before :func:`seal`."""
-    path = evidence_dir(run_dir) / EXPECTED
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    pq.write_table(rows, tmp, compression="zstd")
-    tmp.replace(path)
-    return path
+    return _save_table(run_dir, EXPECTED, rows)
 
 
 def load_expected(run_dir: Path) -> pa.Table:
     """A job's batch-oracle rows (``key``, ``ids``) from the evidence."""
-    path = evidence_dir(run_dir) / EXPECTED
-    schema = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64()))])
-    try:
-        return pq.read_table(path, schema=schema)
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"the evidence of {run_dir} lacks {EXPECTED}, the batch oracle's "
-                            "rows of its job") from exc
-    except (OSError, pa.ArrowException) as exc:
-        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+    return _load_table(run_dir, EXPECTED, pa.schema([("key", pa.string()),
+                                                     ("ids", pa.list_(pa.int64()))]),
+                       "the batch oracle's rows of its job")
 
 
 def save_sink_rows(run_dir: Path, rows: pa.Table, name: str = SINK_ROWS) -> Path:
     """Keep a sink's rows as read back (:data:`SINK_ROWS_SCHEMA`), before :func:`seal`."""
-    path = evidence_dir(run_dir) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    pq.write_table(rows.select(SINK_ROWS_SCHEMA.names).cast(SINK_ROWS_SCHEMA), tmp,
-                   compression="zstd")
-    tmp.replace(path)
-    return path
+    return _save_table(run_dir, name,
+                       rows.select(SINK_ROWS_SCHEMA.names).cast(SINK_ROWS_SCHEMA))
 
 
 def load_sink_rows(run_dir: Path, name: str = SINK_ROWS) -> pa.Table:
     """A sink's rows from the evidence (:func:`save_sink_rows`)."""
-    path = evidence_dir(run_dir) / name
-    try:
-        return pq.read_table(path, schema=SINK_ROWS_SCHEMA)
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"the evidence of {run_dir} lacks {name}, the rows its sink "
-                            "held") from exc
-    except (OSError, pa.ArrowException) as exc:
-        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+    return _load_table(run_dir, name, SINK_ROWS_SCHEMA, "the rows its sink held")
 
 
 def keep_job_source(run_dir: Path, source: Path | None) -> str | None:
