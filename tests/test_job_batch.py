@@ -101,3 +101,32 @@ def test_a_batch_result_without_ids_is_refused(spark: object, tmp_path: Path) ->
     with pytest.raises(JobError, match="has no 'ids' column"):
         batch_rows(load(f"{tmp_path / 'no_ids.py'}:build"), spark,  # type: ignore[arg-type]
                    _tables(_events(20)), tmp_path)
+
+
+def test_a_job_whose_rows_a_rerun_would_not_repeat_is_refused(spark: object,
+                                                               tmp_path: Path) -> None:
+    from pgval.topologies.batch import batch_rows
+
+    (tmp_path / "clock.py").write_text(
+        "from pyspark.sql import functions as F\n"
+        "def build(spark, sources):\n"
+        "    return sources['get'].select('id', F.current_timestamp().alias('seen'),\n"
+        "                                 F.array('id').alias('ids'))\n"
+        "build.key = ['id']\n")
+    with pytest.raises(JobError, match=r"calls current_timestamp\(\), whose value a re-run"):
+        batch_rows(load(f"{tmp_path / 'clock.py'}:build"), spark,  # type: ignore[arg-type]
+                   _tables(_events(20)), tmp_path)
+
+
+@pytest.mark.parametrize(("plan", "found"), [
+    ("Project [id#1, current_timestamp() AS seen#5]", "current_timestamp"),
+    ("Project [rand(42) AS r#3]", "rand"),
+    ("Project [uuid(Some(7)) AS u#3]", "uuid"),
+    ("Filter (operand#3 > 0)\n+- Project [brand(x) AS b]", None),  # a UDF named brand
+    ("Aggregate [window#3], [count(1) AS n#9, collect_list(id#1, 0, 0) AS ids#10]", None),
+])
+def test_the_functions_a_rerun_would_not_repeat_are_found_in_a_plan(plan: str,
+                                                                    found: str | None) -> None:
+    from pgval.topologies.job import not_repeatable
+
+    assert not_repeatable(plan) == found

@@ -205,11 +205,37 @@ def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool | 
     return key
 
 
+#: Functions whose value depends on when or where a row is computed (Spark's SQL names, as
+#: an analyzed plan prints them): a batch re-run of the job cannot give the rows the stream
+#: gave, so a job using one cannot be judged by its batch run.
+NOT_REPEATABLE = ("current_timestamp", "current_date", "now", "localtimestamp",
+                  "current_timezone", "rand", "randn", "uuid", "shuffle",
+                  "monotonically_increasing_id", "spark_partition_id",
+                  "input_file_name", "current_batch_id")
+_CALL = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(NOT_REPEATABLE) + r")\(")
+
+
+def not_repeatable(plan: str) -> str | None:
+    """The first function of :data:`NOT_REPEATABLE` an analyzed plan calls, or None."""
+    found = _CALL.search(plan)
+    return found.group(1) if found else None
+
+
 def check_result(job: Job, result: Any, streaming: bool | None) -> tuple[str, ...]:
     """:func:`check_output` on what ``build`` returned (a DataFrame, or one sentence); the
-    key columns. ``streaming``: as :func:`check_output`'s."""
+    key columns. ``streaming``: as :func:`check_output`'s. A plan that calls a function
+    whose value a re-run would not repeat (:data:`NOT_REPEATABLE`) is refused too."""
     fields = getattr(getattr(result, "schema", None), "fields", None)
     if fields is None:
         raise JobError(f"--job {job.ref}: build returned {type(result).__name__}, not a "
                        "DataFrame")
-    return check_output(job, [(f.name, f.dataType.simpleString()) for f in fields], streaming)
+    key = check_output(job, [(f.name, f.dataType.simpleString()) for f in fields], streaming)
+    try:
+        plan = str(result._jdf.queryExecution().analyzed().toString())
+    except Exception:  # not a JVM-backed DataFrame (a test's stand-in): nothing to read
+        plan = ""
+    if (name := not_repeatable(plan)) is not None:
+        raise JobError(f"--job {job.ref}: the job calls {name}(), whose value a re-run does "
+                       "not repeat: its batch run, the oracle, cannot give the rows the stream "
+                       "gave (use the event time, and no randomness)")
+    return key
