@@ -17,6 +17,7 @@ from pgval.cluster.local import ClusterConfig
 from pgval.errors import RuntimeErrorPlain
 from pgval.redact import redact_record, redact_url, scrub
 from pgval.schema import (
+    BUILTIN_SINKS,
     BUILTIN_TOPOLOGIES,
     CRASH_POINTS,
     DEPLOYMENTS,
@@ -67,10 +68,12 @@ class ExperimentConfig:
     #: (``PATH.py:FUNCTION``, a file's path made absolute).
     sink: str = field(default="kafka", metadata=opt(
         "Where the outputs go: kafka (the --pg's sink: a1, e1, m1); files (Spark's file "
-        "sink, Parquet, judged as read through its _spark_metadata log and as read raw); or "
-        "your foreachBatch sink, PATH.py:FUNCTION, whose module's read(sink_dir) gives back "
-        "what it wrote. Other than kafka: with --job and --pg a1 (docs/your-job.md).",
-        metavar="kafka|files|PATH.py:FUNCTION"))
+        "sink, Parquet, judged as read through its _spark_metadata log and as read raw); "
+        "delta (a Delta Lake table, foreachBatch with Delta's idempotent writes, "
+        "txnAppId/txnVersion; through its log and raw); or your foreachBatch sink, "
+        "PATH.py:FUNCTION, whose module's read(sink_dir) gives back what it wrote. Other "
+        "than kafka: with --job and --pg a1 (docs/your-job.md).",
+        metavar="kafka|files|delta|PATH.py:FUNCTION"))
     fault: Fault = field(default=Fault.NONE, metadata=opt(
         "Injected at T2 into one Spark worker (or the driver), removed at T3.", choices=FAULTS))
     crash_point: CrashPoint = field(default=CrashPoint.TIMED, metadata=opt(
@@ -343,7 +346,7 @@ def sink_problem(cfg: ExperimentConfig) -> str | None:
     sink = cfg.sink
     if sink == "kafka":
         return None
-    if sink != "files":
+    if sink not in BUILTIN_SINKS:
         from pgval.topologies.job import JobRef
 
         JobRef.parse(sink, option="--sink")

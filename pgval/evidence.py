@@ -166,7 +166,7 @@ class Manifest:
 
 
 #: The sinks whose rows the evidence keeps beside the (empty) output topic.
-SINK_KINDS = ("files", "user")
+SINK_KINDS = ("files", "delta", "user")
 #: The manifest fields without a default; every other one may be absent (older runs).
 _REQUIRED = ("topology", "window_ms", "phases")
 #: The most resources a manifest may name: the evaluation builds a table of their names.

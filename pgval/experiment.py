@@ -51,6 +51,7 @@ from pgval.faults.evidence import fault_reasons
 from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.faults.network import log_sizes, timeouts_fired
 from pgval.host import registry, signals, undo
+from pgval.host.jars import ensure_delta_jars
 from pgval.recheck import evaluate_run
 from pgval.redact import private_dir, private_umask
 from pgval.run.control import LATE_ID_BASE, ControlEvents
@@ -262,6 +263,8 @@ class Experiment:
             raise RuntimeErrorPlain("--crash-point during-sink-write needs a cluster pgval "
                                     "starts itself (drop --cluster): here a crash is an "
                                     "executor kill through the driver")
+        if cfg.sink == "delta":
+            ensure_delta_jars()  # resolved once; a failure is one sentence, now
         if point is not CrashPoint.TIMED:
             ensure_hooks_jar()  # built once (javac); a missing JDK is one sentence, now
             crash_trigger(self.run_dir).parent.mkdir(parents=True, exist_ok=True)
@@ -282,7 +285,7 @@ class Experiment:
         self.monitor = monitor
         assert self.driver is not None
         self.watch = (monitor if cfg.sink == "kafka" else
-                      FileSinkWatch(self._sink_dir()) if cfg.sink == "files"
+                      FileSinkWatch(self._sink_dir()) if cfg.sink in ("files", "delta")
                       else UserSinkWatch(self.driver))
         try:
             self.timings["prime_s"] = self._prime(monitor)
@@ -423,7 +426,7 @@ class Experiment:
         foreachBatch sink's write, which runs in the driver)? It is down until removed."""
         return self.fault.kind is Fault.DRIVER_CRASH or (
             self.fault == FaultSpec(Fault.CRASH, CrashPoint.DURING_SINK_WRITE)
-            and sink_kind(self.config.sink) == "user")
+            and sink_kind(self.config.sink) in ("user", "delta"))
 
     def _output_count(self) -> int:
         """Outputs the sink holds now (records in the output topic; a file sink's data

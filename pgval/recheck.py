@@ -289,7 +289,7 @@ def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecor
                           manifest.window_ms, manifest.phase_bounds, progress=progress,
                           expected=expected, cross_check=cross_check_of(manifest))
     sink = manifest.sink if isinstance(manifest.sink, dict) else {}
-    if sink.get("kind") == "files":
+    if sink.get("kind") in ("files", "delta"):
         raw, raw_expected = evaluation_streams(run_dir, manifest, inputs, output, raw=True)
         evaluation.views["raw"] = evaluate(
             raw.events, raw.outputs, manifest.topology, manifest.window_ms,

@@ -14,6 +14,10 @@ from pgval.errors import RuntimeErrorPlain
 
 _N = TypeVar("_N", bound="Name")
 
+#: The sinks pgval writes itself (``--sink``); anything else is a user's foreachBatch
+#: function (``PATH.py:FUNCTION``). ``kafka`` is the ``--pg``'s sink (a1, e1, m1).
+BUILTIN_SINKS: Final = ("kafka", "files", "delta")
+
 #: Input topics, one per request type; record key = resource name (UTF-8).
 GET_TOPIC: Final = "get"
 POST_TOPIC: Final = "post"

@@ -500,18 +500,27 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     from pgval.kafka.client import java_client_options
     from pgval.redact import conf_summary
     from pgval.schema import Guarantee
+    from pgval.topologies.job import JobRef
     from pgval.topologies.job_query import build_job_topology, load_job_for_spark
     from pgval.topologies.query import TopologyConfig, build_topology
     from pgval.topologies.sinks import (
         TransactionalSink,
+        delta_write,
         file_sink,
         kafka_sink,
         transactional_sink,
         user_sink,
     )
-    from pgval.topologies.user_sink import SinkWriter, load_sink
+    from pgval.topologies.user_sink import SinkWriter, UserSink, load_sink
 
-    conf = spark_conf(args, ensure_jars(spark=True).spark_jars_csv)
+    jars = ensure_jars(spark=True).spark_jars_csv
+    if args.sink == "delta":  # Delta Lake's jars and session settings, before the user's
+        from pgval.host.jars import ensure_delta_jars
+        from pgval.topologies.sinks import DELTA_CONF
+
+        jars = ",".join([jars, *map(str, ensure_delta_jars())])
+        args.conf = [*(f"{k}={v}" for k, v in DELTA_CONF.items()), *args.conf]
+    conf = spark_conf(args, jars)
     start_jvm(conf)
     spark = SparkSession.builder.getOrCreate()  # the JVM's conf: every setting given above
     spark.sparkContext.setLogLevel(args.log_level)
@@ -540,6 +549,11 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
         if args.sink == "files":
             writer = file_sink(rows, str(sink_dir), checkpoint, args.query_name,
                                args.trigger_ms)
+        elif args.sink == "delta":
+            delta = UserSink(JobRef("pgval.topologies.sinks", "delta_write"),
+                             delta_write(str(sink_dir), args.query_name), lambda _: [])
+            writer = user_sink(rows, SinkWriter(delta, sink_dir, log.write), checkpoint,
+                               args.query_name, args.trigger_ms)
         else:
             writer = user_sink(rows, SinkWriter(load_sink(args.sink), sink_dir, log.write),
                                checkpoint, args.query_name, args.trigger_ms)

@@ -152,6 +152,23 @@ def user_sink(rows: DataFrame, writer: Any, checkpoint: str, query_name: str,
     return _base_writer(rows, checkpoint, query_name, trigger_ms).foreachBatch(writer)
 
 
+#: Spark settings a session needs to write Delta tables (besides Delta's jars).
+DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+              "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
+
+
+def delta_write(table_dir: str, app_id: str) -> Callable[[DataFrame, int], None]:
+    """``--sink delta``: a ``foreachBatch`` function appending each micro-batch to a Delta
+    table with Delta's idempotent writes: ``txnAppId`` (the query's name) and
+    ``txnVersion`` (the batch id), so a batch id the table already recorded for the app id
+    is skipped — the batch Spark runs again after a crash is not written twice."""
+    def write(df: DataFrame, batch_id: int) -> None:
+        (df.write.format("delta").mode("append").option("txnAppId", app_id)
+         .option("txnVersion", batch_id).save(table_dir))
+
+    return write
+
+
 def transactional_sink(df: DataFrame, sink: TransactionalSink, checkpoint: str,
                        query_name: str, trigger_ms: int) -> DataStreamWriter:
     """e1: ``foreachBatch(sink)``; exactly-once into Kafka for read_committed consumers."""

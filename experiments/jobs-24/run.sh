@@ -3,8 +3,9 @@
 #  1. the three example jobs and SST/MST as built-in jobs, each through `--job`, under a
 #     worker crash and a driver crash, on a1 and e1 (one repetition a cell: does each give
 #     a valid verdict, and which?);
-#  2. the sinks: the file sink under driver-crash@after-sink-write (through its log and
-#     raw), the two example foreachBatch sinks under crash@during-sink-write (3 repetitions).
+#  2. the sinks: the file sink and a Delta table under driver-crash@after-sink-write
+#     (through their logs and raw), the two example foreachBatch sinks under
+#     crash@during-sink-write (3 repetitions).
 # `pgval matrix` skips complete cells, so this resumes where it stopped.
 #
 #   experiments/jobs-24/run.sh
@@ -31,6 +32,7 @@ done <<< "$jobs"
 filter="$root/examples/jobs/filter.py:build"
 sinks="
 files driver-crash@after-sink-write
+delta driver-crash@after-sink-write
 $root/examples/sinks/sqlite_append.py:write crash@during-sink-write
 $root/examples/sinks/sqlite_upsert.py:write crash@during-sink-write
 "

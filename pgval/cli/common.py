@@ -87,12 +87,13 @@ def resolve_job(cfg: ExperimentConfig) -> ExperimentConfig:
         return cfg
     import dataclasses
 
+    from pgval.schema import BUILTIN_SINKS
     from pgval.topologies.job import JobError, load
     from pgval.topologies.user_sink import load_sink
 
     try:
         ref = load(cfg.job).ref
-        sink = load_sink(cfg.sink).ref if cfg.sink not in ("kafka", "files") else None
+        sink = load_sink(cfg.sink).ref if cfg.sink not in BUILTIN_SINKS else None
     except JobError as exc:
         raise UserError(str(exc)) from exc
     changes = {}

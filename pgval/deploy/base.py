@@ -151,7 +151,7 @@ class Deployment(ABC):
         if kind is Fault.NONE:
             return None
         if (kind is Fault.CRASH and cfg.crash_point is CrashPoint.DURING_SINK_WRITE
-                and cfg.sink not in ("kafka", "files")):
+                and cfg.sink not in ("kafka", "files")):  # the writer is the driver
             return self.sink_writer_crash(cfg, target, profile, ctx)
         return self.fault_makers()[kind](cfg, target, profile, ctx)
 

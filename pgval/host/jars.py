@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +50,9 @@ SUPPORTED_SPARK = "pyspark 3.5.x and 4.2.0"
 #: (Maven Central here has the 3.5.0 and 3.5.1 connectors, not 3.5.9's); within a line
 #: Spark keeps the data source API the connector uses.
 CONNECTOR_FALLBACK = {"3.5": "3.5.1"}
+#: Delta Lake's release for each Spark line (``--sink delta``): the one whose pom names
+#: that Spark (delta-spark 4.4.0: Spark 4.2.0; 3.2.1: Spark 3.5).
+DELTA_FOR_SPARK: dict[str, str] = {"4.2": "4.4.0", "3.5": "3.2.1"}
 #: Used when a mirror lacks spark-token-provider-kafka-0-10 for SPARK_VERSION. Every member it
 #: references resolves against pyspark 4.2.0's jars except two log keys used only while fetching
 #: Kerberos delegation tokens, which pgval never does.
@@ -233,7 +236,7 @@ def ensure_jars(cache_dir: Path | None = None, spark: bool | None = None) -> Jar
     wanted (None: when pyspark is installed)."""
     cache = (cache_dir or default_cache_dir()).expanduser()
     cache.mkdir(parents=True, exist_ok=True)
-    broker = _ensure(cache, "broker", None)
+    broker = _ensure(cache, "broker", lambda: _resolve(cache, "broker", None))
     line = None
     if spark or spark is None:
         try:
@@ -241,13 +244,52 @@ def ensure_jars(cache_dir: Path | None = None, spark: bool | None = None) -> Jar
         except RuntimeErrorPlain:
             if spark:
                 raise
-    connector = _ensure(cache, f"spark-{line.version}", line) if line is not None else []
+    connector = (_ensure(cache, f"spark-{line.version}",
+                         lambda: _resolve(cache, f"spark-{line.version}", line))
+                 if line is not None else [])
     return Jars(kafka_classpath=broker, spark_kafka_jars=connector)
 
 
-def _ensure(cache: Path, name: str, line: SparkLine | None) -> list[Path]:
-    """One folder of jars (the broker's, or one pyspark version's connector), resolved
-    under a lock unless its stamp says it is complete for this pom."""
+def delta_version() -> str:
+    """The Delta Lake release for the installed Spark line (:data:`DELTA_FOR_SPARK`)."""
+    return DELTA_FOR_SPARK[installed_spark().line]
+
+
+def ensure_delta_jars(cache_dir: Path | None = None) -> list[Path]:
+    """Delta Lake's two jars for the installed Spark (``--sink delta``), resolved once:
+    ``delta-spark`` and ``delta-storage``, nothing they name that pyspark ships."""
+    cache = (cache_dir or default_cache_dir()).expanduser()
+    cache.mkdir(parents=True, exist_ok=True)
+    line = installed_spark()
+    version = DELTA_FOR_SPARK[line.line]
+    name = f"delta-{version}_{line.scala}"
+
+    def resolve() -> dict[str, str]:
+        mvn = shutil.which("mvn")
+        if mvn is not None:
+            _maven_copy(mvn, cache, "delta", name, [f"-Ddelta.version={version}",
+                                                    f"-Dscala.binary.version={line.scala}"])
+            return {"method": "maven", "delta": version}
+        _download_all((("io.delta", f"delta-spark_{line.scala}", version),
+                       ("io.delta", "delta-storage", version)), cache / f"{name}.tmp")
+        _replace_dir(cache / f"{name}.tmp", cache / name)
+        return {"method": "direct", "delta": version}
+
+    return _ensure(cache, name, resolve)
+
+
+def _resolve(cache: Path, name: str, line: SparkLine | None) -> dict[str, str]:
+    """The broker's jars (``line`` None) or ``line``'s connector, by Maven or directly."""
+    mvn = shutil.which("mvn")
+    if mvn is not None:
+        return _resolve_with_maven(mvn, cache, name, line)
+    log.info("mvn not found; downloading jars from Maven Central directly")
+    return _resolve_direct(cache, name, line)
+
+
+def _ensure(cache: Path, name: str, resolve: Callable[[], dict[str, str]]) -> list[Path]:
+    """One folder of jars, resolved (``resolve``) under a lock unless its stamp says it is
+    complete for this pom."""
     pom_hash = hashlib.sha256(POM_PATH.read_bytes()).hexdigest()
     jars = _cached(cache / name, pom_hash)
     if jars is not None:
@@ -257,12 +299,7 @@ def _ensure(cache: Path, name: str, line: SparkLine | None) -> list[Path]:
         if jars is not None:
             return jars
         (cache / name / _STAMP).unlink(missing_ok=True)
-        mvn = shutil.which("mvn")
-        if mvn is not None:
-            detail = _resolve_with_maven(mvn, cache, name, line)
-        else:
-            log.info("mvn not found; downloading jars from Maven Central directly")
-            detail = _resolve_direct(cache, name, line)
+        detail = resolve()
         (cache / name / _STAMP).write_text(json.dumps({"pom_sha256": pom_hash, **detail},
                                                       indent=1))
     jars = _cached(cache / name, pom_hash)

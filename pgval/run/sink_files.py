@@ -114,7 +114,7 @@ def data_files(out_dir: Path) -> list[Path]:
     return sorted(found)
 
 
-def _rows(path: Path, batch: int, visible_ms: int) -> pa.Table:
+def rows_of_file(path: Path, batch: int, visible_ms: int) -> pa.Table:
     """One data file's rows as :data:`SINK_ROWS_SCHEMA`."""
     table = pq.read_table(path, columns=[JOB_KEY, "ids"])
     n = table.num_rows
@@ -136,9 +136,9 @@ def read_file_sink(out_dir: Path) -> FileSinkRead:
         entry = entries.get(str(path))
         try:
             mtime = int(path.stat().st_mtime * 1000)
-            raw.append(_rows(path, -1 if entry is None else entry.batch, mtime))
+            raw.append(rows_of_file(path, -1 if entry is None else entry.batch, mtime))
             if entry is not None:
-                logged.append(_rows(path, entry.batch, entry.committed_ms))
+                logged.append(rows_of_file(path, entry.batch, entry.committed_ms))
         except (OSError, pa.ArrowException, KeyError):
             problems["unreadable"].append(path.name)
     on_disk = {str(p) for p in data_files(out_dir)}

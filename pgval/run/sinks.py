@@ -25,19 +25,22 @@ import pyarrow.parquet as pq
 
 from pgval.checker.result import Reason, Result
 from pgval.evidence import SINK_RAW, SINK_ROWS, SINK_ROWS_SCHEMA, save_sink_rows
+from pgval.run.sink_delta import read_delta
 from pgval.run.sink_files import data_files, read_file_sink
+from pgval.schema import BUILTIN_SINKS
 from pgval.spark.driver import DriverProcess
 
 #: The clock each sink's outputs are timed by (said with the latency).
 CLOCKS = {"kafka": "Kafka LogAppendTime",
           "files": "the file sink's commit (its _spark_metadata log file's time); raw: the "
                    "data file's time",
+          "delta": "the Delta commit's timestamp; raw: the data file's time",
           "user": "your sink's written_ms"}
 
 
 def sink_kind(sink: str) -> str:
-    """``kafka``, ``files`` or ``user`` for a ``--sink`` value."""
-    return sink if sink in ("kafka", "files") else "user"
+    """``kafka``, ``files``, ``delta`` or ``user`` for a ``--sink`` value."""
+    return sink if sink in BUILTIN_SINKS else "user"
 
 
 class FileSinkWatch:
@@ -133,6 +136,15 @@ def read_sink(kind: str, ref: str, sink_dir: Path, checkpoint: Path, run_dir: Pa
     before the query commits it): a log that ends earlier, a file it names that is gone or
     unreadable, is a reason (the run is unknown). A user's sink proves nothing of its own:
     what its ``read`` returns is what is judged, and said so."""
+    if kind == "delta":
+        table = read_delta(sink_dir)
+        save_sink_rows(run_dir, table.through_log, SINK_ROWS)
+        save_sink_rows(run_dir, table.raw, SINK_RAW)
+        reasons = [f"the Delta log names {len(table.problems['missing'])} files that are "
+                   f"not there ({table.problems['missing'][0]}, …)"] if table.problems.get(
+                       "missing") else []
+        return SinkReadBack(kind, table.through_log, table.raw, table.describe(),
+                            Result(tuple(Reason("readback", r) for r in reasons)))
     if kind == "files":
         read = read_file_sink(sink_dir)
         save_sink_rows(run_dir, read.through_log, SINK_ROWS)
