@@ -141,6 +141,21 @@ def test_matrix_options_reach_the_config() -> None:
     assert (cfg.phase_seconds, cfg.cluster.spark_daemon_conf) == (90.0, {})
 
 
+@pytest.mark.parametrize("command", RUN_COMMANDS)
+def test_job_and_sink_reach_every_run_commands_config(command: str) -> None:
+    """`--job` (and `--sink`) in validate, matrix and oir: the topology becomes `job`."""
+    args = ["--job", "/jobs/j.py:build", "--sink", "files"]
+    params = _parse(command, args)
+    fixed: dict[str, object] = {"rate": 100.0}
+    if command == "matrix":
+        fixed["topology"] = "job"  # as the command does: the grid's topology axis is the job
+    if command == "oir":
+        fixed.pop("rate")
+        fixed["fault"] = "none"
+    cfg = build_config(_config_values(params), **fixed)
+    assert (cfg.topology, cfg.job, cfg.sink) == ("job", "/jobs/j.py:build", "files")
+
+
 def test_repeated_key_values_become_a_dict() -> None:
     params = _parse("validate", ["--topology", "sst", "--deploy", "external",
                                  "--bootstrap", "k:9092", "--master", "spark://m:7077",
