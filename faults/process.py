@@ -265,7 +265,7 @@ class DriverCrash:
                     root = (_local_path(at["file"]).parent.parent if stage == "commit"
                             else _query_checkpoint(self.checkpoint) if self.checkpoint
                             else None)
-                    halted = {"batch": batch, "outputs_in_kafka": now - baseline[batch],
+                    halted = {"batch": batch, "outputs_written": now - baseline[batch],
                               "checkpoint": str(root) if root else None}
                 elif stage == "commit":
                     passed.append({"batch": batch,
@@ -322,9 +322,12 @@ class SinkWriteCrash:
     a write unfinished is the driver: once armed, pgval waits for the first write of a
     batch with rows to start (its ``sink_write_start`` progress line), waits half the median
     time the last writes took, and SIGKILLs the driver's process group. Whether the write
-    was still running is evidence, not a hope: the batch's ``sink_write`` end line is not in
-    the progress file (a write that had ended is an ``error``: the crash came after it).
-    Restart from the checkpoint as the restart policy says; the batch runs again."""
+    was still running is read from the progress file after the kill: the batch's
+    ``sink_write`` end line is not there (a write that had ended is an ``error``: the crash
+    came after it). The writer logs that line as its ``write`` returns, so a kill in the
+    instant between the two would pass for a hit: a window of microseconds against writes
+    of tens of milliseconds and more. Restart from the checkpoint as the restart policy
+    says; the batch runs again."""
 
     name = "crash"
     kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.CRASH})

@@ -20,9 +20,10 @@ import pyarrow.compute as pc
 
 from pgval.oracle.expected import ExpectedOutputs, deduplicate_inputs
 from pgval.records import InputEvents, ResourceTable
+from pgval.schema import Topology
 
 #: The ``topology`` of expected outputs made from a job's rows.
-JOB = "job"
+JOB: str = Topology.JOB.value
 
 
 class RowsError(ValueError):
@@ -111,6 +112,32 @@ def expected_from_rows(keys: Sequence[str] | pa.Array, ids: np.ndarray, offsets:
         resources=table,
         duplicate_inputs=duplicates,
     )
+
+
+def set_aside_rows(rows: pa.Table, control_ids: Sequence[int] | None) -> pa.Table:
+    """The batch oracle's rows without pgval's own IDs (an inclusive range), by the rule
+    the outputs are cleaned with (:func:`pgval.evidence.set_aside_control`): those IDs
+    leave every row, and a row left without an ID — it held only pgval's events — goes.
+    The batch ran over every record, pgval's priming and closing events too, exactly as
+    the stream did, so whatever those events do to a job's rows they do on both sides."""
+    if not control_ids or rows.num_rows == 0:
+        return rows
+    lo, hi = int(control_ids[0]), int(control_ids[1])
+    ids_col = rows.column("ids").combine_chunks()
+    flat = pc.list_flatten(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
+    parent = pc.list_parent_indices(ids_col).to_numpy(zero_copy_only=False)
+    keep = (flat < lo) | (flat > hi)
+    if keep.all():
+        return rows
+    old = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
+    new = np.bincount(parent[keep], minlength=rows.num_rows)
+    kept_rows = ~((new == 0) & (old > 0))
+    offsets = np.zeros(int(kept_rows.sum()) + 1, dtype=np.int32)
+    np.cumsum(new[kept_rows], out=offsets[1:])
+    values = flat[keep & kept_rows[parent]]
+    return pa.table({"key": rows.column("key").combine_chunks().filter(pa.array(kept_rows)),
+                     "ids": pa.ListArray.from_arrays(pa.array(offsets),
+                                                     pa.array(values, pa.int64()))})
 
 
 def disagreement(batch: ExpectedOutputs, own: ExpectedOutputs) -> str | None:

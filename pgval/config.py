@@ -31,6 +31,7 @@ from pgval.schema import (
     Guarantee,
     Restart,
     Topology,
+    sink_kind,
 )
 from pgval.shape import RunShape
 
@@ -359,7 +360,7 @@ def sink_problem(cfg: ExperimentConfig) -> str | None:
     if cfg.deploy is not Deploy.LOCAL:
         return (f"--sink {sink} writes to this machine's disk, which pgval reads back: it "
                 "needs the embedded cluster (--deploy local, or --cluster)")
-    if cfg.crash_point is CrashPoint.DURING_SINK_WRITE and sink == "files":
+    if cfg.crash_point is CrashPoint.DURING_SINK_WRITE and not sink_kind(sink).writer_is_driver:
         return ("crash@during-sink-write aims at a writer of Kafka records or a foreachBatch "
                 "sink; for --sink files use driver-crash@after-sink-write (the data files "
                 "written, the sink's log not)")

@@ -10,3 +10,8 @@ from __future__ import annotations
 
 class RuntimeErrorPlain(RuntimeError):
     """An error whose message is one plain sentence meant for the user (no traceback)."""
+
+
+class BadInput(RuntimeErrorPlain):
+    """A user's mistake that shows only once a command is under way (a job whose result
+    pgval cannot judge, found when Spark builds its plan): exit 2, as a bad flag."""

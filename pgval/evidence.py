@@ -42,9 +42,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pgval.errors import BadInput
+from pgval.files import write_private
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.oracle.expected import ExpectedOutputs
-from pgval.oracle.rows import RowsError, expected_from_rows, rows_of
+from pgval.oracle.rows import RowsError, expected_from_rows, rows_of, set_aside_rows
 from pgval.phases import Phases
 from pgval.records import (
     InputEvents,
@@ -56,7 +58,14 @@ from pgval.records import (
     outputs_from_kafka,
 )
 from pgval.redact import redact_record
-from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, resource_name
+from pgval.schema import (
+    BUILTIN_TOPOLOGIES,
+    GET_TOPIC,
+    OUTPUT_TOPIC,
+    POST_TOPIC,
+    SINKS,
+    resource_name,
+)
 
 EVIDENCE_DIR = "evidence"
 MANIFEST = "run.json"
@@ -82,6 +91,11 @@ EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOP
 
 class EvidenceError(Exception):
     """A run directory without usable evidence (a plain sentence for the user)."""
+
+
+class JobNotJudgeable(EvidenceError, BadInput):
+    """A job whose batch rows the validator cannot use (an ID in two rows: sliding windows,
+    fan-out): found from the evidence, a mistake of the job, not of the run."""
 
 
 @dataclass
@@ -119,8 +133,9 @@ class Manifest:
     #: A user's job (topology ``job``): ``{"ref", "source", "sha256", "oracle"}``, the
     #: job as named, its source file, that file's hash, and what the batch oracle said.
     job: dict[str, Any] | None = None
-    #: A sink other than Kafka: ``{"kind": "files"|"user", "ref", "clock", "read"}``, the
-    #: outputs then in ``output-rows.parquet`` (and a file sink's raw read beside them).
+    #: A sink other than Kafka: ``{"kind", "ref", "clock", "read"}`` (kind: one of
+    #: :data:`SINK_KINDS`), the outputs then in ``output-rows.parquet`` (and, for a sink
+    #: read raw too, ``output-raw.parquet`` beside them).
     sink: dict[str, Any] | None = None
 
     @property
@@ -166,7 +181,7 @@ class Manifest:
 
 
 #: The sinks whose rows the evidence keeps beside the (empty) output topic.
-SINK_KINDS = ("files", "delta", "user")
+SINK_KINDS = tuple(name for name in SINKS if name != "kafka")
 #: The manifest fields without a default; every other one may be absent (older runs).
 _REQUIRED = ("topology", "window_ms", "phases")
 #: The most resources a manifest may name: the evaluation builds a table of their names.
@@ -594,9 +609,10 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
     events, control_inputs = _input_events(inputs, resources, control_ids)
     keys = ResourceTable()
     try:
-        expected = expected_from_rows(*rows_of(rows), events, keys)
+        expected = expected_from_rows(*rows_of(set_aside_rows(rows, control_ids)), events,
+                                      keys)
     except RowsError as exc:
-        raise EvidenceError(f"the job cannot be judged ID by ID: {exc}") from exc
+        raise JobNotJudgeable(f"the job cannot be judged ID by ID: {exc}") from exc
     if isinstance(output, pa.Table):  # a sink's rows (SINK_ROWS_SCHEMA)
         outputs = job_outputs_from_rows(output, keys)
     else:
@@ -630,14 +646,11 @@ def load_sink_rows(run_dir: Path, name: str = SINK_ROWS) -> pa.Table:
 
 
 def keep_job_source(run_dir: Path, source: Path | None) -> str | None:
-    """Copy a job's source file into the evidence (what ran, for a reader of the run); its
-    SHA-256, or None when there is no single file to keep."""
+    """Copy a job's source file into the evidence (what ran, for a reader of the run) as
+    the run starts; its SHA-256, or None when there is no single file to keep."""
     if source is None or not source.is_file():
         return None
-    path = evidence_dir(run_dir) / JOB_SOURCE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, path)
-    os.chmod(path, 0o600)
+    path = write_private(evidence_dir(run_dir) / JOB_SOURCE, source.read_bytes())
     return sha256_file(path)
 
 
@@ -647,7 +660,7 @@ def cross_check_of(manifest: Manifest) -> dict[str, Any] | None:
     job = manifest.job if isinstance(manifest.job, dict) else {}
     oracle = job.get("oracle") if isinstance(job.get("oracle"), dict) else {}
     builtin = oracle.get("builtin")
-    if (isinstance(builtin, dict) and builtin.get("topology") in ("sst", "mst")
+    if (isinstance(builtin, dict) and builtin.get("topology") in BUILTIN_TOPOLOGIES
             and _is_int(builtin.get("window_ms"), 1)):
         return {"topology": builtin["topology"], "window_ms": builtin["window_ms"]}
     return None

@@ -45,6 +45,7 @@ from pgval.evidence import (
     keep_job_source,
     save_anomalies,
     seal,
+    sha256_file,
 )
 from pgval.faults import default_target, profile_for
 from pgval.faults.evidence import fault_reasons
@@ -60,7 +61,7 @@ from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger,
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
 from pgval.run.schedule import FaultSchedule, NoFault, now_ms
-from pgval.run.sinks import CLOCKS, FileSinkWatch, UserSinkWatch, read_sink, sink_kind
+from pgval.run.sinks import FileSinkWatch, UserSinkWatch, read_sink
 from pgval.run.warmup import WarmUp
 from pgval.schema import (
     OUTPUT_TOPIC,
@@ -71,6 +72,7 @@ from pgval.schema import (
     Guarantee,
     Restart,
     Topics,
+    sink_kind,
 )
 from pgval.spark.driver import DriverProcess, DriverSpec
 from pgval.store import ResultsStore, unstored_error
@@ -141,6 +143,8 @@ class Experiment:
         #: What the sink holds, watched: the monitor (Kafka), or a file or user sink's watch.
         self.watch: OutputMonitor | FileSinkWatch | UserSinkWatch | None = None
         self.planted: dict[str, Any] = {}
+        #: The SHA-256 of the job's file as the run started (None: no job, no single file).
+        self._job_sha: str | None = None
         #: state.json + reaper of this run's own directory, when no cluster of its own
         #: guards it (see :meth:`_guard`).
         self.guard: RunGuard | None = None
@@ -284,8 +288,9 @@ class Experiment:
         monitor = OutputMonitor(self.deployment.client_config(), self._topics())
         self.monitor = monitor
         assert self.driver is not None
-        self.watch = (monitor if cfg.sink == "kafka" else
-                      FileSinkWatch(self._sink_dir()) if cfg.sink in ("files", "delta")
+        kind = sink_kind(cfg.sink)
+        self.watch = (monitor if kind.name == "kafka" else
+                      FileSinkWatch(self._sink_dir()) if kind.raw_read
                       else UserSinkWatch(self.driver))
         try:
             self.timings["prime_s"] = self._prime(monitor)
@@ -340,9 +345,10 @@ class Experiment:
         kind = sink_kind(cfg.sink)
         sink_dir = self._sink_dir()
         assert sink_dir is not None
-        back = read_sink(kind, cfg.sink, sink_dir, self.run_dir / "checkpoint", self.run_dir)
+        back = read_sink(kind.name, cfg.sink, sink_dir, self.run_dir / "checkpoint",
+                         self.run_dir)
         self._reasons.add(back.reasons)
-        self.manifest.sink = {"kind": kind, "ref": cfg.sink, "clock": CLOCKS[kind],
+        self.manifest.sink = {"kind": kind.name, "ref": cfg.sink, "clock": kind.clock,
                               "read": back.describe}
         self.manifest.write(self.run_dir)
 
@@ -354,7 +360,12 @@ class Experiment:
         assert cfg.job is not None
         t0 = time.monotonic()
         source = source_file(cfg.job)
-        sha = keep_job_source(self.run_dir, source)
+        sha = self._job_sha
+        now = sha256_file(source) if source is not None and source.is_file() else None
+        if sha is not None and now != sha:
+            # A restarted driver imports the file again: it may have run another job.
+            self._reasons.add(Reason("observed", f"the job's file {source} changed during "
+                                     "the run: the evidence keeps the one it started with"))
         said = run_batch_oracle(cfg.job, self.run_dir, dict(cfg.spark_conf),
                                 batch_timeout_s(events))
         self.manifest.job = {"ref": cfg.job, "source": None if source is None else str(source),
@@ -418,6 +429,8 @@ class Experiment:
                                             cfg.seed, self._output_count, spec.checkpoint,
                                             spec.crash_trigger, spec.sink_trigger))
         self.schedule = FaultSchedule(fault or NoFault())
+        if cfg.job is not None:  # what runs, kept before the driver imports it
+            self._job_sha = keep_job_source(self.run_dir, source_file(cfg.job))
         self.timings["driver_start_s"] = self.driver.start()
 
     @property
@@ -426,7 +439,7 @@ class Experiment:
         foreachBatch sink's write, which runs in the driver)? It is down until removed."""
         return self.fault.kind is Fault.DRIVER_CRASH or (
             self.fault == FaultSpec(Fault.CRASH, CrashPoint.DURING_SINK_WRITE)
-            and sink_kind(self.config.sink) in ("user", "delta"))
+            and sink_kind(self.config.sink).writer_is_driver)
 
     def _output_count(self) -> int:
         """Outputs the sink holds now (records in the output topic; a file sink's data

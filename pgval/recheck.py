@@ -35,6 +35,7 @@ from pgval.checker.validity import (
     generator_reasons,
     readback_reasons,
     reconcile_inputs,
+    sink_reasons,
 )
 from pgval.dbfile import StoreError, connect_readonly, json_cell, json_object_cell
 from pgval.evidence import (
@@ -54,7 +55,7 @@ from pgval.evidence import (
 from pgval.faults.evidence import fault_reasons
 from pgval.files import is_dir
 from pgval.kafka.topic_records import TopicRecords
-from pgval.schema import FAULTS, OUTPUT_TOPIC, Fault
+from pgval.schema import FAULTS, OUTPUT_TOPIC, SINKS, Fault
 from pgval.store import SEALED_AT_IMPORT
 
 NO_ANCHOR = "evidence not verified: no results database"
@@ -289,7 +290,7 @@ def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecor
                           manifest.window_ms, manifest.phase_bounds, progress=progress,
                           expected=expected, cross_check=cross_check_of(manifest))
     sink = manifest.sink if isinstance(manifest.sink, dict) else {}
-    if sink.get("kind") in ("files", "delta"):
+    if sink.get("kind") in SINKS and SINKS[sink["kind"]].raw_read:
         raw, raw_expected = evaluation_streams(run_dir, manifest, inputs, output, raw=True)
         evaluation.views["raw"] = evaluate(
             raw.events, raw.outputs, manifest.topology, manifest.window_ms,
@@ -319,6 +320,9 @@ def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],
     per_topic = {k: v for k, v in readback.items() if k != "inputs" and isinstance(v, dict)}
     if per_topic:
         validity.add(readback_reasons(per_topic))
+        sink = manifest.sink if isinstance(manifest.sink, dict) else None
+        if sink is not None and isinstance(sink.get("read"), dict):
+            validity.add(sink_reasons(str(sink.get("kind")), sink["read"]))
     else:
         carry("readback")
     info = readback.get("inputs")

@@ -14,9 +14,41 @@ from pgval.errors import RuntimeErrorPlain
 
 _N = TypeVar("_N", bound="Name")
 
-#: The sinks pgval writes itself (``--sink``); anything else is a user's foreachBatch
-#: function (``PATH.py:FUNCTION``). ``kafka`` is the ``--pg``'s sink (a1, e1, m1).
+@dataclass(frozen=True)
+class SinkKind:
+    """What pgval must know of a sink (``--sink``), in one place: how its outputs are read
+    back, who writes them, where the crash point after-sink-write halts, their clock."""
+
+    name: str
+    #: Read back through the sink's own log *and* raw (every data file in its folder).
+    raw_read: bool
+    #: Its writes run in the driver (a ``foreachBatch`` function): the process that dies
+    #: with a write unfinished (``crash@during-sink-write``) is the driver.
+    writer_is_driver: bool
+    #: Where ``driver-crash@after-sink-write`` halts: before the query's commit
+    #: (``commit``) or before the file sink's own log entry (``sink-log``).
+    halt_stage: str
+    #: What the outputs' times are (latency is measured from them).
+    clock: str
+
+
+#: The sinks: pgval's own (``kafka`` is the ``--pg``'s sink: a1, e1, m1) and ``user``, a
+#: user's foreachBatch function (``--sink PATH.py:FUNCTION``).
+SINKS: Final = {s.name: s for s in (
+    SinkKind("kafka", False, False, "commit", "Kafka LogAppendTime"),
+    SinkKind("files", True, False, "sink-log",
+             "the file sink's commit (its _spark_metadata log file's time); raw: the data "
+             "file's time"),
+    SinkKind("delta", True, True, "commit",
+             "the Delta commit's timestamp; raw: the data file's time"),
+    SinkKind("user", False, True, "commit", "your sink's written_ms"))}
+#: The ``--sink`` values that name one of pgval's sinks; any other is a user's function.
 BUILTIN_SINKS: Final = ("kafka", "files", "delta")
+
+
+def sink_kind(value: str) -> SinkKind:
+    """The kind of a ``--sink`` value (a user's ``PATH.py:FUNCTION``: ``user``)."""
+    return SINKS[value] if value in BUILTIN_SINKS else SINKS["user"]
 
 #: Input topics, one per request type; record key = resource name (UTF-8).
 GET_TOPIC: Final = "get"

@@ -95,7 +95,7 @@ def test_batches_without_outputs_commit_and_the_first_with_outputs_is_hit(
     entry = fault.inject()
     query.join(timeout=10)
     assert verdicts == [(5, "go"), (6, "go"), (7, "halt")]
-    assert entry["batch"] == 7 and entry["outputs_in_kafka"] == 3
+    assert entry["batch"] == 7 and entry["outputs_written"] == 3
     assert entry["batches_passed"] == [{"batch": 5, "outputs": 0}, {"batch": 6, "outputs": 0}]
     assert entry["offsets_logged"] and not entry["commit_logged"] and "error" not in entry
     assert not list(trigger.parent.iterdir())  # disarmed: no trigger, no answer left

@@ -71,6 +71,38 @@ def test_each_cause_is_found() -> None:
                                "lost": [4]}
 
 
+def test_a_jobs_id_read_behind_the_watermark_is_late_or_lost_never_late() -> None:
+    """A user's job: pgval knows the event time, not the window, so an ID read behind the
+    watermark may be Spark's late drop or a loss: "late or lost"; one read on time and
+    missing is lost."""
+    from pgval.oracle.rows import expected_from_rows
+
+    rt = ResourceTable()
+    rows = [
+        {"id": 1, "type": "GET", "resource": "a", "event_ts": T0 + 100, "ingress_ts": T0 + 100},
+        {"id": 3, "type": "GET", "resource": "a", "event_ts": T0 + 300, "ingress_ts": T0 + 5000},
+        {"id": 4, "type": "GET", "resource": "a", "event_ts": T0 + 1500, "ingress_ts": T0 + 1500},
+    ]
+    events = to_inputs(rows, rt)
+    at_offsets(events, [0, 2, 1])
+    keys = ResourceTable()
+    expected = expected_from_rows(['{"id":1}', '{"id":3}', '{"id":4}'],
+                                  np.array([1, 3, 4]), np.array([0, 1, 2, 3]), events, keys)
+    import pyarrow as pa
+
+    from pgval.records import job_outputs_from_rows
+
+    outs = job_outputs_from_rows(pa.table({"key": ['{"id":1}'], "ids": [[1]],
+                                           "written_ms": [T0 + 2000]}), keys)
+    ev = evaluate(events, outs, "job", 1000, expected=expected)
+    out = explain_unprocessed(events, ev.expected, ev.validation,
+                              [progress(0, None, 1, 0), progress(1, 1, 2, T0 + 1000),
+                               progress(2, 2, 3, T0 + 9000)])
+    assert out["counts"] == {"late": 0, "skipped": 0, "in-flight at end": 0, "lost": 1,
+                             "late or lost": 1}
+    assert out["examples"]["late or lost"] == [3] and out["examples"]["lost"] == [4]
+
+
 def test_a_query_on_a_new_checkpoint_starts_without_a_watermark() -> None:
     """m1's restart is a new query (new checkpoint, batch ids from 0, no watermark): its
     batches must not inherit the crashed query's watermark, or the IDs whose window state

@@ -138,3 +138,31 @@ def test_a_builtin_jobs_rows_are_checked_against_pgvals_own_oracle(tmp_path: Pat
     build_job_run(tmp_path / "fewer", inputs, fewer, list(fewer.items()), builtin)
     s = recheck(tmp_path / "fewer").summary()
     assert "ID 4 only in pgval's own" in s["oracles_disagreement"]
+
+
+def test_a_sinks_short_log_makes_the_recheck_unknown_as_it_made_the_run(tmp_path: Path) -> None:
+    """A file sink's read-back reasons are kept in run.json's record of the read and
+    recomputed by a re-check from it (the checkpoint they came from is deleted)."""
+    from pgval.evidence import save_sink_rows
+
+    kept = [1, 5, 9]  # one in each phase
+    build_job_run(tmp_path, _inputs(), _by_id(kept), [])
+    rows = pa.table({"key": [json.dumps({"id": i}) for i in kept], "ids": [[i] for i in kept],
+                     "written_ms": [T0 + 100 * i + 50 for i in kept], "batch": [0, 1, 2],
+                     "origin": ["a", "b", "c"]})
+    save_sink_rows(tmp_path, rows)
+    save_sink_rows(tmp_path, rows, "output-raw.parquet")
+    manifest = Manifest.read(tmp_path)
+    for read, unknown in (({"log_batches": 2, "committed_batches": 2}, False),
+                          ({"log_batches": 2, "committed_batches": 3}, True),
+                          ({"log_batches": 2, "committed_batches": 2,
+                            "problem_counts": {"unreadable_logged": 1},
+                            "problems": {"unreadable_logged": ["part-0.parquet"]}}, True)):
+        manifest.sink = {"kind": "files", "ref": "files", "clock": "commit", "read": read}
+        manifest.readback = {"output": {"complete": True, "end_offsets": {}}}
+        manifest.write(tmp_path)
+        s = recheck(tmp_path).summary()
+        assert s["guarantee"] == "exactly-once" and s["raw_read"]["guarantee"] == "exactly-once"
+        assert s["valid"] is not unknown, s["validity_reasons"]
+        if unknown:
+            assert any("file sink's log names" in r for r in s["validity_reasons"])

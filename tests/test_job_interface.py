@@ -123,3 +123,14 @@ def test_the_key_of_an_output(job_file: Path) -> None:
     with pytest.raises(JobError, match="the key names window_start, which the result does "
                                        "not have"):
         check_output(load(f"{job_file}:build"), WINDOWED[1:])
+
+
+def test_a_floating_point_column_in_an_undeclared_key_is_refused(job_file: Path) -> None:
+    unkeyed = load(f"{job_file}:unkeyed")
+    with pytest.raises(JobError, match="avg is floating-point: a sum or an average"):
+        check_output(unkeyed, [("resource", "string"), ("avg", "double"),
+                               ("ids", "array<bigint>")])
+    keyed = load(f"{job_file}:build")  # build.key = window_start, resource: fine
+    assert check_output(keyed, [("window_start", "timestamp"), ("resource", "string"),
+                                ("avg", "double"), ("ids", "array<bigint>")]) == (
+        "window_start", "resource")

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
-from pgval.oracle.rows import RowsError, expected_from_rows
+from pgval.oracle.rows import RowsError, expected_from_rows, set_aside_rows
 from pgval.records import ResourceTable
 from tests.strategies import input_events, to_inputs, to_outputs
 
@@ -145,3 +147,28 @@ def test_a_jobs_outputs_are_read_by_their_key_text() -> None:
     assert out.ids.tolist() == [1, 0, 2, 3] and out.ingress_ts.tolist() == [30, 10]
     assert out.position.tolist() == [2, 0]  # stream order: by timestamp
     assert out.malformed == 3 and out.window_start.tolist() == [0, 0]
+
+
+def _rows_table(rows: list[tuple[str, list[int]]]) -> pa.Table:
+    return pa.table({"key": [k for k, _ in rows], "ids": [i for _, i in rows]},
+                    schema=pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64()))]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.text(max_size=3),
+                               st.lists(st.integers(-12, 12), max_size=5)), max_size=8),
+       lo=st.integers(-12, 12), width=st.integers(0, 10))
+def test_pgvals_own_ids_leave_the_batch_rows_as_they_leave_the_outputs(
+        rows: list[tuple[str, list[int]]], lo: int, width: int) -> None:
+    """set_aside_rows against the rule written out: drop the IDs in [lo, hi]; drop a row
+    only when that left it empty and it was not empty before."""
+    hi = lo + width
+    want = []
+    for key, ids in rows:
+        kept = [i for i in ids if not lo <= i <= hi]
+        if kept or not ids:
+            want.append((key, kept))
+    got = set_aside_rows(_rows_table(rows), [lo, hi])
+    assert list(zip(got.column("key").to_pylist(), got.column("ids").to_pylist(),
+                    strict=True)) == want
+    assert set_aside_rows(_rows_table(rows), None).equals(_rows_table(rows))

@@ -624,7 +624,7 @@ def test_crash_after_sink_write_duplicates_a1_and_not_e1(kafka: KafkaCluster, tm
         finally:
             crashed.set()
         assert "error" not in entry, entry
-        assert entry["crash_point"] == "after-sink-write" and entry["outputs_in_kafka"] > 0
+        assert entry["crash_point"] == "after-sink-write" and entry["outputs_written"] > 0
         assert entry["offsets_logged"] and not entry["commit_logged"], entry
         batch = entry["batch"]
         assert not trigger.exists()  # the restart runs without the hook armed

@@ -3,9 +3,10 @@
 Structured Streaming promises that a streaming query's result equals the same query run
 as a batch over the same input, less what the watermark drops (``withWatermark`` does
 nothing in a batch). :func:`batch_table` takes that promise as the oracle: it gives the
-job's ``build`` the run's input records parsed by the very function the streaming query
-parses them with (:func:`pgval.topologies.job_query.job_source`), pgval's own priming and
-closing events left out, and returns each output row's key — ``to_json`` of the key
+job's ``build`` every input record of the run — pgval's own priming and closing events
+too, as the stream read them — parsed by the very function the streaming query parses
+them with (:func:`pgval.topologies.job_query.job_source`), and returns each output row's
+key — ``to_json`` of the key
 columns, the text the streaming query writes, in a session whose time zone is UTC like the
 driver's — with its ``ids``, ready for :func:`pgval.oracle.rows.expected_from_rows`.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -44,14 +46,14 @@ RAW_SCHEMA = pa.schema([("value", pa.binary()), ("partition", pa.int32()),
 EXPECTED_SCHEMA = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64()))])
 
 
-def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir: Path,
-                  control_ids: Sequence[int] | None = None) -> dict[str, DataFrame]:
+def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir: Path
+                  ) -> dict[str, DataFrame]:
     """Each source as a batch DataFrame from raw records (:data:`RAW_SCHEMA`), parsed as
-    the streaming query parses them; IDs in ``control_ids`` (pgval's own events, an
-    inclusive range) left out. Through a Parquet file in ``workdir``: no per-record Python,
-    no pandas (a run's inputs may be millions of events)."""
+    the streaming query parses them. Every record, pgval's priming and closing events
+    too: the stream read them, and their IDs leave the rows afterwards, as they leave the
+    outputs (:func:`pgval.oracle.rows.set_aside_rows`). Through a Parquet file in
+    ``workdir``: no per-record Python, no pandas (a run's inputs may be millions)."""
     import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
 
     from pgval.topologies.job_query import job_source
 
@@ -63,12 +65,8 @@ def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir:
                  else table.select(RAW_SCHEMA.names).cast(RAW_SCHEMA))
         path = workdir / f"{name}.parquet"
         pq.write_table(table, path)
-        source = job_source(spark.read.schema("value BINARY, partition INT, offset BIGINT")
-                            .parquet(str(path)))
-        if control_ids:
-            lo, hi = control_ids
-            source = source.where(~F.col("id").between(int(lo), int(hi)))
-        out[name] = source
+        out[name] = job_source(spark.read.schema("value BINARY, partition INT, offset BIGINT")
+                               .parquet(str(path)))
     return out
 
 
@@ -101,33 +99,33 @@ def to_arrow(df: DataFrame) -> pa.Table:
     return to_arrow_schema(df.schema).empty_table()
 
 
-def batch_rows(job: Job, spark: SparkSession, records: Mapping[str, pa.Table], workdir: Path,
-               control_ids: Sequence[int] | None = None
+def batch_rows(job: Job, spark: SparkSession, records: Mapping[str, pa.Table], workdir: Path
                ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(keys, ids, offsets) of ``job`` run as a batch over raw ``records`` (see
     :func:`batch_sources`)."""
-    keys, ids, offsets = rows_of(batch_table(job, spark, batch_sources(
-        spark, records, workdir, control_ids)))
+    keys, ids, offsets = rows_of(batch_table(job, spark, batch_sources(spark, records,
+                                                                       workdir)))
     return keys.to_pylist(), ids, offsets
 
 
 # ---------------------------------------------------------------- the batch oracle process
-def _evidence_records(run_dir: Path) -> tuple[dict[str, pa.Table], list[int] | None]:
-    """The run's input records as read back (raw), and the range of pgval's own IDs."""
-    from pgval.evidence import Manifest, load_topic
+def _evidence_records(run_dir: Path) -> dict[str, pa.Table]:
+    """The run's input records as read back (raw)."""
+    from pgval.evidence import load_topic
 
-    manifest = Manifest.read(run_dir)
     records = {}
     for name in SOURCES:
         recs = load_topic(run_dir, name)
         records[name] = pa.table({"value": recs.values, "partition": recs.partitions,
                                   "offset": recs.offsets}, schema=RAW_SCHEMA)
-    return records, manifest.control_ids
+    return records
 
 
 def _session(conf: Mapping[str, str]) -> SparkSession:
-    """A ``local[1]`` session in UTC, small and without UI; the user's Spark settings on
-    top (their job may need a jar or a setting to read its static side)."""
+    """A ``local[1]`` session, small and without UI, with the driver's defaults (UTC) and
+    then the user's Spark settings, as the driver applies them: the key text of a
+    timestamp is the streaming query's only in the same session time zone, so a
+    ``spark.sql.session.timeZone`` the user sets applies to both."""
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master("local[1]").appName("pgval-batch-oracle")
@@ -135,11 +133,12 @@ def _session(conf: Mapping[str, str]) -> SparkSession:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", "1g")
                .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC"))
+               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+               .config("spark.sql.session.timeZone", "UTC"))
     for key, value in conf.items():
         builder = builder.config(key, value)
-    # pgval's own, after the user's: the key text must be the streaming query's.
-    return (builder.config("spark.sql.session.timeZone", "UTC")
+    # pgval's own, after the user's: a local process on loopback.
+    return (builder.config("spark.master", "local[1]")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
 
@@ -161,16 +160,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         job = load_job_for_spark(args.job)
-        records, control_ids = _evidence_records(args.run_dir)
+        records = _evidence_records(args.run_dir)
         conf = json.loads(os.environ.get("PGVAL_SPARK_CONF") or "{}")
         spark = _session(conf)
+        workdir = args.run_dir / "batch-oracle"
         try:
             spark.sparkContext.setLogLevel("ERROR")
-            sources = batch_sources(spark, records, args.run_dir / "batch-oracle",
-                                    control_ids)
-            table = batch_table(job, spark, sources)
+            table = batch_table(job, spark, batch_sources(spark, records, workdir))
         finally:
             spark.stop()
+            shutil.rmtree(workdir, ignore_errors=True)  # a copy of every input record
     except JobError as exc:
         print(f"pgval-batch: {exc}", file=sys.stderr)
         return 2

@@ -20,7 +20,8 @@ Its record of what happened is the progress file (JSON lines, appended and flush
   pgval.topologies.control; without the flag no control thread runs).
 
 Exit status: 0 after SIGTERM/SIGINT (query stopped gracefully), 1 when the query failed
-(first line of the exception on stderr), 2 when it could not be started. Re-running the
+(first line of the exception on stderr), 2 when it could not be started, 4 when the user's
+job or sink cannot be judged (``JOB_REFUSED``). Re-running the
 same command with the same ``--checkpoint`` resumes where the checkpoint left off.
 For a graceful stop signal the driver's own pid; signalling the whole group also reaches
 the gateway JVM, whose shutdown hook then races the graceful stop (still exit 0).
@@ -457,14 +458,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
 
-    # Executors must use this venv's Python should they ever need one (they do not: no UDFs).
+    # Executors use this venv's Python for a user's job's Python UDFs (SST and MST have none).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if args.driver_host or args.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", args.driver_host or "127.0.0.1")
 
+    from pgval.spark.driver import JOB_REFUSED
+    from pgval.topologies.job import JobError
+
     try:
         query, spark, sink = _start(args, log)
+    except JobError as exc:  # the user's job or sink: bad input, said as such
+        log.write("terminated", error=_first_line(exc), phase="job")
+        print(f"pgval-driver: {_first_line(exc)}", file=sys.stderr)
+        return JOB_REFUSED
     except Exception as exc:
         log.write("terminated", error=_first_line(exc), phase="start")
         print(f"pgval-driver: could not start the query: {_first_line(exc)}", file=sys.stderr)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import BadInput
 
 #: The column every job's output carries: the input IDs behind the row.
 IDS = "ids"
@@ -49,8 +49,8 @@ SOURCE_COLUMNS = (("id", "bigint"), ("type", "string"), ("resource", "string"),
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-class JobError(RuntimeErrorPlain):
-    """A job pgval cannot load or judge (one sentence, before anything starts)."""
+class JobError(BadInput):
+    """A job pgval cannot load or judge (one sentence: exit 2, bad input)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,13 @@ def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool | 
         raise JobError(f"{where}: {IDS!r} is {types[IDS]}, not array<bigint> (collect the "
                        "input IDs, e.g. F.collect_list('id'))")
     key = job.key_columns(names)
+    inexact = [k for k in key if types.get(k, "").split("(")[0] in ("double", "float")]
+    if job.key is None and inexact:
+        raise JobError(f"{where}: without build.key every column but {IDS!r} is the key, and "
+                       f"{', '.join(inexact)} is floating-point: a sum or an average can "
+                       "differ in its last digits between the stream and the batch run, so "
+                       "a correct output would count as wrong (declare build.key, the columns "
+                       "that identify an output)")
     missing = [k for k in key if k not in types]
     if missing:
         raise JobError(f"{where}: the key names {', '.join(missing)}, which the result does "

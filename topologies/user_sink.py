@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pgval.records import JOB_KEY
 from pgval.topologies.job import JobError, JobRef, import_module
@@ -85,12 +86,18 @@ def read_back(sink: UserSink, sink_dir: Path) -> pa.Table:
                          "ids": pa.array([], pa.list_(pa.int64())),
                          "written_ms": pa.array([], pa.int64())})
     try:
-        return pa.table({"key": table.column(JOB_KEY).cast(pa.string()),
-                         "ids": table.column("ids").cast(pa.list_(pa.int64())),
-                         "written_ms": table.column("written_ms").cast(pa.int64())})
+        out = pa.table({"key": table.column(JOB_KEY).cast(pa.string()),
+                        "ids": table.column("ids").cast(pa.list_(pa.int64())),
+                        "written_ms": table.column("written_ms").cast(pa.int64())})
     except pa.ArrowException as exc:
         raise JobError(f"--sink {sink.ref}: read's columns are not {JOB_KEY} text, ids a "
                        f"list of integers and written_ms an integer: {exc}") from exc
+    nulls = [c for c in out.column_names if out.column(c).null_count] + (
+        ["ids (an element)"] if pc.list_flatten(out.column("ids")).null_count else [])
+    if nulls:
+        raise JobError(f"--sink {sink.ref}: read returned rows whose {', '.join(nulls)} is "
+                       "null: each row needs a key, its IDs and when it was written")
+    return out
 
 
 class SinkWriter:

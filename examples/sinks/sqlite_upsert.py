@@ -1,9 +1,10 @@
-"""An idempotent foreachBatch sink into SQLite: each micro-batch in one transaction that
-upserts its rows by output key and records the batch id; a batch id already recorded is
-skipped. Spark runs a batch again after a crash with the same batch id and the same rows
-(its offset log), so a write the crash cut short was rolled back and is done again, and a
-write that had committed is not repeated: exactly-once (the recipe of Spark's
-foreachBatch documentation: "use the batchId to deduplicate").
+"""An idempotent foreachBatch sink into SQLite, keyed by batch id: each micro-batch in one
+transaction that replaces whatever rows that batch id wrote before. Spark runs a batch
+again after a crash with the same batch id and the same rows (its offset log), so a write
+the crash cut short was rolled back and is done again, and a write that had committed is
+replaced by the same rows: exactly-once (the recipe of Spark's foreachBatch
+documentation: "use the batchId to deduplicate"). Rows are otherwise appended: an output
+written twice by two different batches stays twice.
 
     pgval validate --job examples/jobs/filter.py:build --sink examples/sinks/sqlite_upsert.py:write
 """
@@ -19,8 +20,7 @@ def _connect(sink_dir):
     db = sqlite3.connect(Path(sink_dir) / "outputs.sqlite")
     with db:
         db.execute("CREATE TABLE IF NOT EXISTS outputs "
-                   "(key TEXT PRIMARY KEY, ids TEXT, batch INTEGER, written_ms INTEGER)")
-        db.execute("CREATE TABLE IF NOT EXISTS batches (batch INTEGER PRIMARY KEY)")
+                   "(key TEXT, ids TEXT, batch INTEGER, written_ms INTEGER)")
     return db
 
 
@@ -28,14 +28,12 @@ def write(batch, batch_id):
     rows = batch.select("_pgval_key", "ids").collect()
     db = _connect(os.environ["PGVAL_SINK_DIR"])
     try:
-        with db:  # one transaction: all of the batch, or none of it
-            if db.execute("SELECT 1 FROM batches WHERE batch = ?", (batch_id,)).fetchone():
-                return  # written before a crash, committed: not again
+        with db:  # one transaction: the batch's rows, all of them or none
+            db.execute("DELETE FROM outputs WHERE batch = ?", (batch_id,))
             now = int(time.time() * 1000)
-            db.executemany("INSERT OR REPLACE INTO outputs VALUES (?, ?, ?, ?)",
+            db.executemany("INSERT INTO outputs VALUES (?, ?, ?, ?)",
                            [(r["_pgval_key"], json.dumps(r["ids"]), batch_id, now)
                             for r in rows])
-            db.execute("INSERT INTO batches VALUES (?)", (batch_id,))
     finally:
         db.close()
 

@@ -112,6 +112,29 @@ def readback_reasons(readback: Mapping[str, Mapping[str, Any]]) -> Result:
     return _of("readback", reasons)
 
 
+def sink_reasons(kind: str, read: Mapping[str, Any]) -> Result:
+    """A sink read back through its own log (``files``, ``delta``) that cannot show it saw
+    everything: the log ends before the query's last committed batch, or names files that
+    are missing or unreadable. ``read``: what the read recorded (run.json's
+    ``sink.read``), so a re-check judges it as the run did."""
+    counts = read.get("problem_counts") if isinstance(read.get("problem_counts"), Mapping) \
+        else {}
+    named = read.get("problems") if isinstance(read.get("problems"), Mapping) else {}
+    what = "the file sink's log" if kind == "files" else "the Delta log"
+    reasons = []
+    batches, committed = read.get("log_batches"), read.get("committed_batches")
+    if isinstance(batches, int) and isinstance(committed, int) and batches < committed:
+        reasons.append(f"{what} names {batches} batches, the query committed {committed}")
+    for problem, said in (("missing", "that are not there"),
+                          ("unreadable_logged", "that cannot be read")):
+        n = counts.get(problem) or 0
+        if n:
+            first = (named.get(problem) or ["?"])[0]
+            reasons.append(f"{what} names {n} files {said} ({first}, …): their rows are "
+                           "not judged")
+    return _of("readback", reasons)
+
+
 def reconcile_inputs(read: int, end_offsets_total: int, delivered: int, control: int,
                      generator_clean: bool) -> tuple[dict[str, Any], Result]:
     """Compare the input records read with what the producers say they wrote.

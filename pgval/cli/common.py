@@ -15,6 +15,7 @@ import orjson
 from rich.console import Console
 
 from pgval.cli.errors import UserError, err_console
+from pgval.errors import BadInput
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -166,7 +167,7 @@ def gate_failed(exc: BaseException, case: Case, expect: str | None, junit_path: 
     status is 4 under ``--expect`` (:class:`RunDidNotFinish`), else the error's own."""
     if junit_path is not None:
         finish_gate([case], None, junit_path, suite)
-    if expect is None:
+    if expect is None or isinstance(exc, BadInput):  # bad input stays 2
         raise exc
     raise RunDidNotFinish(case.error or why_not_finished(exc)) from exc
 

@@ -24,7 +24,7 @@ from pgval.faults import FaultHooks
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.process import DriverCrash, SinkWriteCrash
 from pgval.kafka.admin import create_topics, delete_topics
-from pgval.schema import CrashPoint, Fault, Topics
+from pgval.schema import CrashPoint, Fault, Topics, sink_kind
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -151,7 +151,7 @@ class Deployment(ABC):
         if kind is Fault.NONE:
             return None
         if (kind is Fault.CRASH and cfg.crash_point is CrashPoint.DURING_SINK_WRITE
-                and cfg.sink not in ("kafka", "files")):  # the writer is the driver
+                and sink_kind(cfg.sink).writer_is_driver):
             return self.sink_writer_crash(cfg, target, profile, ctx)
         return self.fault_makers()[kind](cfg, target, profile, ctx)
 
@@ -169,7 +169,7 @@ class Deployment(ABC):
         return DriverCrash(ctx.driver, trigger=ctx.crash_trigger, output_count=ctx.output_count,
                            checkpoint=ctx.checkpoint if exact else None,
                            reach_timeout_s=ctx.reach_timeout_s,
-                           halt_stage="sink-log" if cfg.sink == "files" else "commit")
+                           halt_stage=sink_kind(cfg.sink).halt_stage)
 
     def sink_writer_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                           ctx: FaultContext) -> SinkWriteCrash:

@@ -45,11 +45,11 @@ SPARK_LINES: dict[str, tuple[str, str, str]] = {
     "4.2": ("2.13", "3.9.2", "2.13.1"),
     "3.5": ("2.12", "3.4.1", "2.11.1"),
 }
-SUPPORTED_SPARK = "pyspark 3.5.x and 4.2.0"
+SUPPORTED_SPARK = "pyspark 3.5.x and 4.2.x"
 #: The connector of the same line to fall back on when a pyspark's own is not served
-#: (Maven Central here has the 3.5.0 and 3.5.1 connectors, not 3.5.9's); within a line
-#: Spark keeps the data source API the connector uses.
-CONNECTOR_FALLBACK = {"3.5": "3.5.1"}
+#: (Maven Central here has the 3.5.0 and 3.5.1 connectors, not 3.5.9's, and 4.2.0's, not
+#: 4.2.1's); within a line Spark keeps the data source API the connector uses.
+CONNECTOR_FALLBACK = {"3.5": "3.5.1", "4.2": SPARK_VERSION}
 #: Delta Lake's release for each Spark line (``--sink delta``): the one whose pom names
 #: that Spark (delta-spark 4.4.0: Spark 4.2.0; 3.2.1: Spark 3.5).
 DELTA_FOR_SPARK: dict[str, str] = {"4.2": "4.4.0", "3.5": "3.2.1"}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgval.checker.explain import CAUSES
+from pgval.checker.explain import CAUSES, JOB_CAUSES
 from pgval.report.data import (
     DASH,
     RECOVERY_FLAGS,
@@ -273,18 +273,23 @@ def recovery_table(groups: list[Group], present: set[str]) -> ReportTable | None
 def causes_table(groups: list[Group]) -> ReportTable | None:
     if not any(r.causes is not None for g in groups for r in g.runs):
         return None
+    # "late or lost" is a user's job's cause: a column only where some run has it.
+    causes = [c for c in CAUSES if c not in JOB_CAUSES or any(
+        (r.causes or {}).get(c) for g in groups for r in g.runs)]
     cols = [Column(c, "unprocessed_" + c.replace(" ", "_").replace("-", "_"), "count", None, 1)
-            for c in CAUSES]
+            for c in causes]
     rows = []
     for g in groups:
         vals: list[Cell] = [_stat(g, lambda r, c=c: None if r.causes is None
-                                  else float(r.causes.get(c, 0))) for c in CAUSES]
+                                  else float(r.causes.get(c, 0))) for c in causes]
         rows.append(Row(g.keys, g.n, vals))
     return ReportTable("unprocessed_causes", "(g) Why events were unprocessed (mean per run)",
                        group_keys(groups), cols, rows,
                        "late = behind the watermark; skipped = never read, the query's offsets "
                        "went past it; in-flight at end = still in the pipeline when the run "
-                       "stopped; lost = read, on time, still missing.")
+                       "stopped; lost = read, on time, still missing." + (
+                           " late or lost (a user's job) = read behind the watermark, its "
+                           "window unknown." if "late or lost" in causes else ""))
 
 
 #: Where a group's shape holds its rate.

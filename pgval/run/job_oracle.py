@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import BadInput, RuntimeErrorPlain
 from pgval.host.procs import spawn
 from pgval.spark.driver import SPARK_CONF_ENV
 
@@ -56,7 +56,7 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
     if rc == 2:
         said = next((ln.split("pgval-batch: ", 1)[1] for ln in reversed(lines)
                      if "pgval-batch: " in ln), "the job cannot be judged")
-        raise RuntimeErrorPlain(f"the batch oracle refused the job: {said}")
+        raise BadInput(f"the batch oracle refused the job: {said}")
     if rc != 0:
         last = lines[-1] if lines else "no output"
         raise RuntimeErrorPlain(f"the batch oracle of {job} failed (exit {rc}): {last} "

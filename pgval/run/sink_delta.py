@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 
 from pgval.evidence import SINK_ROWS_SCHEMA
-from pgval.run.sink_files import data_files, rows_of_file
+from pgval.run.sink_files import PROBLEMS, data_files, describe_problems, rows_of_file
 
 #: The transaction log's folder under the table.
 DELTA_LOG = "_delta_log"
@@ -43,13 +43,13 @@ class Commit:
 class DeltaRead:
     through_log: pa.Table
     raw: pa.Table
+    #: Files per kind of problem (:data:`pgval.run.sink_files.PROBLEMS`).
     problems: dict[str, list[str]] = field(default_factory=dict)
     versions: int = 0  # the newest table version + 1
 
     def describe(self) -> dict[str, object]:
         return {"rows_through_log": self.through_log.num_rows, "rows_raw": self.raw.num_rows,
-                "table_versions": self.versions,
-                "problems": {k: v[:10] for k, v in self.problems.items() if v}}
+                "table_versions": self.versions, **describe_problems(self.problems)}
 
 
 def read_delta_log(table: Path) -> tuple[dict[str, Commit], int]:
@@ -89,7 +89,7 @@ def read_delta_log(table: Path) -> tuple[dict[str, Commit], int]:
 def read_delta(table: Path) -> DeltaRead:
     """The table's rows through its log and raw (:class:`DeltaRead`)."""
     committed, versions = read_delta_log(table)
-    problems: dict[str, list[str]] = {"unreadable": [], "missing": []}
+    problems: dict[str, list[str]] = {k: [] for k in PROBLEMS}
     logged, raw = [], []
     on_disk = data_files(table) if table.is_dir() else []
     for path in on_disk:
@@ -100,7 +100,8 @@ def read_delta(table: Path) -> DeltaRead:
             if entry is not None:
                 logged.append(rows_of_file(path, entry.batch, entry.committed_ms))
         except (OSError, pa.ArrowException, KeyError):
-            problems["unreadable"].append(path.name)
+            problems["unreadable_raw" if entry is None else "unreadable_logged"].append(
+                path.name)
     present = {str(p.resolve()) for p in on_disk}
     problems["missing"] = sorted(Path(p).name for p in committed if p not in present)
 

@@ -49,15 +49,26 @@ class FileSinkRead:
 
     through_log: pa.Table
     raw: pa.Table
-    #: Per kind of problem, how many files: unreadable (a torn Parquet file), missing (the
-    #: log names a file the directory lacks).
+    #: Files per kind of problem (:data:`PROBLEMS`).
     problems: dict[str, list[str]] = field(default_factory=dict)
     batches: int = 0  # the highest batch id the log has, + 1
 
     def describe(self) -> dict[str, object]:
         return {"rows_through_log": self.through_log.num_rows, "rows_raw": self.raw.num_rows,
-                "log_batches": self.batches,
-                "problems": {k: v[:10] for k, v in self.problems.items() if v}}
+                "log_batches": self.batches, **describe_problems(self.problems)}
+
+
+#: What can be wrong with a sink's files: the log names a file the folder lacks
+#: (``missing``), or one that cannot be read (``unreadable_logged``: its rows are in the
+#: table and pgval cannot see them); a file no log names cannot be read
+#: (``unreadable_raw``: a torn file a failed write left, which only a raw reader trips on).
+PROBLEMS = ("missing", "unreadable_logged", "unreadable_raw")
+
+
+def describe_problems(problems: dict[str, list[str]]) -> dict[str, object]:
+    """The problems as run.json keeps them: a count and the first names of each."""
+    return {"problem_counts": {k: len(problems.get(k, [])) for k in PROBLEMS},
+            "problems": {k: problems[k][:10] for k in PROBLEMS if problems.get(k)}}
 
 
 def _local(path: str) -> str:
@@ -130,7 +141,7 @@ def rows_of_file(path: Path, batch: int, visible_ms: int) -> pa.Table:
 def read_file_sink(out_dir: Path) -> FileSinkRead:
     """The file sink's rows through its log and raw (:class:`FileSinkRead`)."""
     entries, batches = read_log(out_dir)
-    problems: dict[str, list[str]] = {"unreadable": [], "missing": []}
+    problems: dict[str, list[str]] = {k: [] for k in PROBLEMS}
     logged, raw = [], []
     for path in data_files(out_dir):
         entry = entries.get(str(path))
@@ -140,7 +151,8 @@ def read_file_sink(out_dir: Path) -> FileSinkRead:
             if entry is not None:
                 logged.append(rows_of_file(path, entry.batch, entry.committed_ms))
         except (OSError, pa.ArrowException, KeyError):
-            problems["unreadable"].append(path.name)
+            problems["unreadable_raw" if entry is None else "unreadable_logged"].append(
+                path.name)
     on_disk = {str(p) for p in data_files(out_dir)}
     problems["missing"] = sorted(Path(p).name for p in entries if p not in on_disk)
 

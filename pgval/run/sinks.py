@@ -1,13 +1,14 @@
-"""A run whose outputs go to a sink other than Kafka (``--sink files`` or a user's sink):
+"""A run whose outputs go to a sink other than Kafka (``--sink files``, ``delta``, a user's):
 watching what it wrote while the run goes on, and reading it back at the end.
 
 The Kafka sinks' outputs are watched and read by :class:`pgval.run.monitor.OutputMonitor`
 and :mod:`pgval.run.readback`; here is the same for the others, so that the warm-up, the
 crash points (did a batch write?) and the evidence work alike:
 
-* **files** — the data files in the output directory: counted, and their ``window_end``
-  (when the job has one) with the file's time read once each, for the warm-up; at the end
-  the rows through the ``_spark_metadata`` log and raw (:mod:`pgval.run.sink_files`).
+* **files**, **delta** — the data files in the output folder: counted, and their
+  ``window_end`` (when the job has one) with the file's time read once each, for the
+  warm-up; at the end the rows through the sink's log (``_spark_metadata``, ``_delta_log``)
+  and raw (:mod:`pgval.run.sink_files`, :mod:`pgval.run.sink_delta`).
 * **a user's sink** — the rows its writes were given, from the driver's progress lines
   (:class:`pgval.topologies.user_sink.SinkWriter`); at the end what its ``read`` returns.
 """
@@ -23,28 +24,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pgval.checker.result import Reason, Result
+from pgval.checker.result import Result
+from pgval.checker.validity import sink_reasons
 from pgval.evidence import SINK_RAW, SINK_ROWS, SINK_ROWS_SCHEMA, save_sink_rows
 from pgval.run.sink_delta import read_delta
 from pgval.run.sink_files import data_files, read_file_sink
-from pgval.schema import BUILTIN_SINKS
 from pgval.spark.driver import DriverProcess
-
-#: The clock each sink's outputs are timed by (said with the latency).
-CLOCKS = {"kafka": "Kafka LogAppendTime",
-          "files": "the file sink's commit (its _spark_metadata log file's time); raw: the "
-                   "data file's time",
-          "delta": "the Delta commit's timestamp; raw: the data file's time",
-          "user": "your sink's written_ms"}
-
-
-def sink_kind(sink: str) -> str:
-    """``kafka``, ``files``, ``delta`` or ``user`` for a ``--sink`` value."""
-    return sink if sink in BUILTIN_SINKS else "user"
+from pgval.topologies.user_sink import load_sink, read_back, rows_written
 
 
 class FileSinkWatch:
-    """The file sink's output directory while the run goes on."""
+    """A file sink's or a Delta table's folder while the run goes on (its logs, in folders
+    whose names start with ``_``, are not data)."""
 
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = out_dir
@@ -99,8 +90,7 @@ class UserSinkWatch:
         self._rows = 0
 
     def count(self) -> int:
-        return int(sum(p.get("rows") or 0 for p in self.driver.progress()
-                       if p.get("event") == "sink_write"))
+        return rows_written(self.driver.progress())
 
     def new_outputs(self) -> tuple[np.ndarray, np.ndarray, int]:
         """No window ends (the rows stay in the sink); how many rows were written since."""
@@ -133,39 +123,20 @@ def read_sink(kind: str, ref: str, sink_dir: Path, checkpoint: Path, run_dir: Pa
     """Read the sink back, keep its rows in the evidence and say what the read shows.
 
     A file sink's log must reach the query's last committed batch (the sink logs a batch
-    before the query commits it): a log that ends earlier, a file it names that is gone or
-    unreadable, is a reason (the run is unknown). A user's sink proves nothing of its own:
-    what its ``read`` returns is what is judged, and said so."""
-    if kind == "delta":
-        table = read_delta(sink_dir)
-        save_sink_rows(run_dir, table.through_log, SINK_ROWS)
-        save_sink_rows(run_dir, table.raw, SINK_RAW)
-        reasons = [f"the Delta log names {len(table.problems['missing'])} files that are "
-                   f"not there ({table.problems['missing'][0]}, …)"] if table.problems.get(
-                       "missing") else []
-        return SinkReadBack(kind, table.through_log, table.raw, table.describe(),
-                            Result(tuple(Reason("readback", r) for r in reasons)))
-    if kind == "files":
-        read = read_file_sink(sink_dir)
+    before the query commits it): a log that ends earlier, a file it or a Delta log names
+    that is gone or unreadable, is a reason (the run is unknown;
+    :func:`pgval.checker.validity.sink_reasons`, which a re-check applies to run.json's
+    record of the read). A user's sink proves nothing of its own: what its ``read``
+    returns is what is judged, and said so."""
+    if kind in ("files", "delta"):
+        read = read_delta(sink_dir) if kind == "delta" else read_file_sink(sink_dir)
         save_sink_rows(run_dir, read.through_log, SINK_ROWS)
         save_sink_rows(run_dir, read.raw, SINK_RAW)
-        committed = committed_batches(checkpoint)
-        reasons = []
-        if read.batches < committed:
-            reasons.append(f"the file sink's log names {read.batches} batches, the query "
-                           f"committed {committed}")
-        if read.problems.get("missing"):
-            reasons.append(f"the file sink's log names {len(read.problems['missing'])} "
-                           f"files that are not there ({read.problems['missing'][0]}, …)")
-        unreadable = read.problems.get("unreadable", [])
-        described = {**read.describe(), "committed_batches": committed}
-        out = SinkReadBack(kind, read.through_log, read.raw, described,
-                           Result(tuple(Reason("readback", r) for r in reasons)))
-        if unreadable:  # a torn file: raw readers fail on it; through the log it is no row
-            out.describe["unreadable_raw"] = unreadable[:10]
-        return out
-    from pgval.topologies.user_sink import load_sink, read_back
-
+        described = read.describe()
+        if kind == "files":  # the sink logs a batch before the query commits it
+            described["committed_batches"] = committed_batches(checkpoint)
+        return SinkReadBack(kind, read.through_log, read.raw, described,
+                            sink_reasons(kind, described))
     table = read_back(load_sink(ref), sink_dir)
     n = table.num_rows
     rows = pa.table({"key": table.column("key"), "ids": table.column("ids"),

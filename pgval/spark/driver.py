@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import BadInput, RuntimeErrorPlain
 from pgval.host.procs import Managed, spawn
 from pgval.schema import Guarantee
 
@@ -34,6 +34,8 @@ from pgval.schema import Guarantee
 KAFKA_OPTIONS_ENV = "PGVAL_KAFKA_OPTIONS"
 SPARK_CONF_ENV = "PGVAL_SPARK_CONF"
 SETTINGS_ENV = (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV)
+#: The driver's exit status for a job or sink it refuses (``pgval.topologies.driver``).
+JOB_REFUSED = 4
 
 
 @dataclass
@@ -162,6 +164,10 @@ class DriverProcess:
                 self.started_at.append(time.time())
                 return time.monotonic() - t0
             if not self.proc.alive():
+                if self.proc.popen.poll() == JOB_REFUSED:  # the user's job: bad input
+                    said = [p.get("error") for p in self.progress()
+                            if p.get("event") == "terminated" and p.get("phase") == "job"]
+                    raise BadInput(str(said[-1]) if said else self._last_error())
                 raise RuntimeErrorPlain(
                     "the Spark driver exited before its query started: "
                     f"{self._last_error()} (log: {self.proc.log_path})")
