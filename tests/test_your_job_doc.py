@@ -1,13 +1,16 @@
 """docs/your-job.md's first commands, run as they are written (from a folder holding the
 repository's examples), on the real cluster: the stateless filter under a driver crash
-after the sink's write is at-least-once, `--expect exactly-once` fails the build with a
-JUnit failure, and the re-check of the stored run from its evidence meets at-least-once."""
+after the sink's write is at-least-once with exactly the halted batch's outputs
+duplicated, `--expect exactly-once` fails the build with a JUnit failure, and the re-check
+of the stored run from its evidence meets at-least-once."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import sqlite3
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -55,3 +58,15 @@ def test_the_docs_first_verdict_runs_as_written(tmp_path: Path) -> None:
                            env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "at-least-once" in again.stdout
+    # One ID per output: the duplicates are exactly the outputs the halted batch wrote
+    # before the crash (its re-run writes them again, and nothing else twice).
+    db = sqlite3.connect(tmp_path / "first.db")
+    try:
+        duplicate, unprocessed = db.execute(
+            "SELECT duplicate, unprocessed FROM runs WHERE id = 1").fetchone()
+        inject = json.loads(db.execute("SELECT detail FROM fault_log WHERE run_id = 1 AND "
+                                       "step = 'inject'").fetchone()[0])
+    finally:
+        db.close()
+    assert inject["crash_point"] == "after-sink-write" and inject["outputs_written"] > 0
+    assert (duplicate, unprocessed) == (inject["outputs_written"], 0), inject
