@@ -1,16 +1,19 @@
-"""Every fault on a real cluster (1 broker, 2 workers, short phases): it took effect, it was
-removed, nothing is left, and the validator's counts are consistent. What Spark did is
-reported, not prescribed — except where a guarantee is claimed (e1 must not duplicate)."""
+"""Every fault on a real cluster (1 broker, 2 workers, short phases; one cluster the runs
+share): it took effect, it was removed, nothing is left, and the validator's counts are
+consistent. What Spark did is reported, not prescribed — except where a guarantee is
+claimed (e1 must not duplicate)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
+from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import Experiment, ExperimentResult
 from tests.conftest import processes_mentioning, wait_until
 
@@ -19,18 +22,32 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="packet delay needs ro
                                 "(network namespaces and iptables)")
 
 
-def run(tmp_path: Path, topology: str, pg: str, fault: str,
-        crash_point: str = "timed", restart: str | None = None) -> ExperimentResult:
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
+    """One embedded cluster for the module's runs, as a warm matrix shares one (each run has
+    its own topics, checkpoint and driver; a crashed worker is restarted by its fault's
+    removal). A delay above the time-outs needs its own daemon settings: WarmDeployments
+    stops the shared cluster and starts one for it (its test is the module's last)."""
+    with WarmDeployments(tmp_path_factory.mktemp("faults"), label="faults-cluster") as shared:
+        yield shared
+
+
+def run(warm: WarmDeployments, tmp_path: Path, topology: str, pg: str, fault: str,
+        crash_point: str = "timed") -> ExperimentResult:
     cfg = ExperimentConfig(
         topology=topology, pg=pg, fault=fault, crash_point=crash_point, rate=300,
         resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
-        trigger_ms=500, restart=restart,
-        # 2 s windows close every 2 s: the rule judges them quickly; the cap bounds the cost.
-        warmup_max_seconds=30,
+        trigger_ms=500,
+        # 2 s windows close every 2 s: the rule judges them quickly (these runs settled in
+        # 12-22 s on 2 shared cores); the cap bounds the cost, and these tests judge the
+        # fault and the counts, not the latency.
+        warmup_max_seconds=15,
         get_share=0.9 if topology == "mst" else 0.995, drain_timeout_s=150,
         target=None if crash_point == "during-sink-write" else 1,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
-    result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db").run()
+    cfg.validate()
+    result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
+                        deployment=warm.for_run(cfg)).run()
     check_consistent(result)
     check_timeline(result, cfg)
     check_nothing_left(tmp_path / "run")
@@ -78,8 +95,8 @@ def steps(result: ExperimentResult) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("topology,pg", [("sst", "a1"), ("mst", "e1")])
-def test_worker_crash(tmp_path: Path, topology: str, pg: str) -> None:
-    r = run(tmp_path, topology, pg, "crash")
+def test_worker_crash(warm: WarmDeployments, tmp_path: Path, topology: str, pg: str) -> None:
+    r = run(warm, tmp_path, topology, pg, "crash")
     s = steps(r)
     assert s["inject"]["executor_pids"], "the target worker had an executor to kill"
     assert s["inject"]["left_alive"] == []
@@ -89,12 +106,13 @@ def test_worker_crash(tmp_path: Path, topology: str, pg: str) -> None:
         assert r.evaluation.validation.duplicate == 0
 
 
-def test_a_worker_crash_while_its_executor_writes_duplicates_a1(tmp_path: Path) -> None:
+def test_a_worker_crash_while_its_executor_writes_duplicates_a1(warm: WarmDeployments,
+                                                               tmp_path: Path) -> None:
     """crash@during-sink-write, aimed: the executor halts in the sink's producer hook with one
     of its records in Kafka and its task unfinished; Spark re-runs that task
     (TaskSetManager.executorLost), so a1 writes the record again — every time, whichever
     worker the seed named (the writer's worker dies)."""
-    r = run(tmp_path, "sst", "a1", "crash", crash_point="during-sink-write")
+    r = run(warm, tmp_path, "sst", "a1", "crash", crash_point="during-sink-write")
     inject = steps(r)["inject"]
     assert "error" not in inject, inject
     assert inject["crash_point"] == "during-sink-write" and inject["batch"] is not None
@@ -105,27 +123,29 @@ def test_a_worker_crash_while_its_executor_writes_duplicates_a1(tmp_path: Path) 
     assert r.summary()["guarantee"] == "at-least-once"
 
 
-def test_driver_crash_restarts_from_checkpoint_at_once_or_at_t3(tmp_path: Path) -> None:
+def test_driver_crash_restarts_from_checkpoint_at_once(warm: WarmDeployments,
+                                                       tmp_path: Path) -> None:
     """a1 under the default policy, immediate: the restart begins as soon as the kill took
-    effect; e1 under at-remove: at the schedule's T3. Either way the judged failure phase
-    is the outage, from the kill to the query running again, and the failure cost follows
-    it: the window closing at the kill waits for the restarted query, so its latency is at
-    least the outage (less control's median and a window). Not compared across the two
-    runs: a restart takes 12-50 s on 2 shared cores, so the policies' costs can cross."""
-    for pg, restart in (("a1", None), ("e1", "at-remove")):
-        r = run(tmp_path / pg, "sst", pg, "driver-crash", restart=restart)
-        s = steps(r)
-        assert s["inject"]["driver_pid"] and s["remove"]["query_restarted_s"] > 0
-        assert r.evaluation.validation.unprocessed == 0  # Kafka is replayable: nothing lost
-        killed, back = s["inject"]["effective_ms"], s["remove"]["effective_ms"]
-        if restart is None:
-            assert s["remove"]["actual_ms"] - killed < 2_000, s
-        else:
-            assert s["remove"]["intended_ms"] == r.bounds["t3_intended"] <= s["remove"]["actual_ms"]
-            assert r.evaluation.validation.duplicate == 0
-        outage_s, cost = (back - killed) / 1000, r.summary()["failure_cost_s"]
-        print(pg, restart, "outage", outage_s, "failure cost", cost)
-        assert cost >= outage_s - 10, (outage_s, cost)
+    effect. The judged failure phase is the outage, from the kill to the query running
+    again, and the failure cost follows it: the window closing at the kill waits for the
+    restarted query, so its latency is at least the outage (less control's median and a
+    window). The other policy, at-remove (a restart at the schedule's T3), under e1:
+    tests/test_job_cluster.py (SST as a user's job, one run for both: CI time)."""
+    r = run(warm, tmp_path, "sst", "a1", "driver-crash")
+    s = steps(r)
+    assert_driver_restarted(r, s)
+    assert s["remove"]["actual_ms"] - s["inject"]["effective_ms"] < 2_000, s
+
+
+def assert_driver_restarted(r: ExperimentResult, s: dict[str, dict]) -> None:
+    """The driver was killed and its query came back from the checkpoint, nothing lost; the
+    failure cost is at least the outage (less 10 s: control's median and a window)."""
+    assert s["inject"]["driver_pid"] and s["remove"]["query_restarted_s"] > 0
+    assert r.evaluation.validation.unprocessed == 0  # Kafka is replayable: nothing lost
+    outage_s = (s["remove"]["effective_ms"] - s["inject"]["effective_ms"]) / 1000
+    cost = r.summary()["failure_cost_s"]
+    print("outage", outage_s, "failure cost", cost)
+    assert cost >= outage_s - 10, (outage_s, cost)
 
 
 def assert_delay_acts_from_its_rules(s: dict[str, dict]) -> None:
@@ -141,8 +161,8 @@ def assert_delay_acts_from_its_rules(s: dict[str, dict]) -> None:
 
 @needs_root
 @pytest.mark.parametrize("topology", ["sst", "mst"])
-def test_delay_below_timeout(tmp_path: Path, topology: str) -> None:
-    r = run(tmp_path, topology, "a1", "delay-lt-timeout")
+def test_delay_below_timeout(warm: WarmDeployments, tmp_path: Path, topology: str) -> None:
+    r = run(warm, tmp_path, topology, "a1", "delay-lt-timeout")
     s = steps(r)
     inj = s["inject"]
     assert inj["mechanism"] in ("netem", "nfqueue") and inj["delay_ms"] == 500
@@ -154,8 +174,8 @@ def test_delay_below_timeout(tmp_path: Path, topology: str) -> None:
 
 
 @needs_root
-def test_delay_above_timeout(tmp_path: Path) -> None:
-    r = run(tmp_path, "sst", "a1", "delay-gt-timeout")
+def test_delay_above_timeout(warm: WarmDeployments, tmp_path: Path) -> None:
+    r = run(warm, tmp_path, "sst", "a1", "delay-gt-timeout")
     s = steps(r)
     assert s["inject"]["delay_ms"] > 1000 * s["inject"]["timeout_s"]
     fired = s["timeouts"]["fired"]

@@ -24,6 +24,7 @@ from pgval.deploy.warm import WarmDeployments
 from pgval.evidence import EXPECTED, JOB_SOURCE, evidence_dir
 from pgval.experiment import Experiment, ExperimentResult
 from pgval.recheck import recheck
+from tests.test_faults_cluster import assert_driver_restarted
 
 pytestmark = pytest.mark.cluster
 
@@ -75,8 +76,15 @@ def test_sst_as_a_builtin_job_agrees_with_pgvals_own_oracle(warm: WarmDeployment
     job = tmp_path / "sst_small.py"
     job.write_text("from pgval.topologies.builtin import make_sst\n"
                    "build = make_sst(window_ms=2000, watermark_ms=1000)\n")
-    cfg = job_config(f"{job}:build", "e1", "driver-crash", window_ms=2000)
+    # The driver restarted at the schedule's T3 (--restart at-remove), not at once: the
+    # other policy than tests/test_faults_cluster.py's driver crash, judged the same way.
+    cfg = job_config(f"{job}:build", "e1", "driver-crash", window_ms=2000,
+                     restart="at-remove")
     result = run(warm, cfg, tmp_path / "run")
+    fault_steps = {e["step"]: e for e in result.fault_log}
+    assert_driver_restarted(result, fault_steps)
+    intended = fault_steps["remove"]["intended_ms"]
+    assert intended == result.bounds["t3_intended"] <= fault_steps["remove"]["actual_ms"]
     s = assert_rechecks_the_same(tmp_path / "run", result)
     assert s["oracles_agree"] is True, s.get("oracles_disagreement")
     assert s["valid"], s["validity_reasons"]
