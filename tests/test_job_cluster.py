@@ -5,9 +5,10 @@ the crash can give, the batch oracle's rows are kept and a re-check from them (n
 gives the same answer; a built-in job's batch oracle agrees with pgval's own on a real run;
 the file sink is exactly-once through its log and not raw; a foreachBatch append
 duplicates exactly the rows a cut write had inserted, an upsert keyed by batch id does not.
-The example filter under a driver crash after the sink's write is docs/your-job.md's own
-first command (tests/test_your_job_doc.py); every example job under both crashes, SST and
-MST as jobs too, is in experiments/jobs-24."""
+Each example job runs here under a crash: the windowed count into the file sink, the
+enrichment join into the append, the filter into the upsert (and, under a driver crash
+after the sink's write, as docs/your-job.md's own first command: tests/test_your_job_doc.py).
+Every example job under both crashes, SST and MST as jobs too: experiments/jobs-24."""
 
 from __future__ import annotations
 
@@ -99,7 +100,9 @@ def test_the_file_sink_is_exactly_once_through_its_log_and_not_raw(warm: WarmDep
     """Halted after a batch's data files and before its log entry, the re-run writes the
     batch again under new names: a reader through ``_spark_metadata`` sees each row once, a
     reader listing the directory sees the first attempt's files too — exactly their IDs."""
-    cfg = job_config(f"{EXAMPLES / 'filter.py'}:build", "a1", "driver-crash",
+    # The windowed example (its windows' rows each carry many IDs): a halt waits for a
+    # batch that wrote outputs, one whose windows closed.
+    cfg = job_config(f"{EXAMPLES / 'per_type_window.py'}:build", "a1", "driver-crash",
                      crash_point="after-sink-write", sink="files")
     result = run(warm, cfg, tmp_path / "run")
     s = assert_rechecks_the_same(tmp_path / "run", result)
@@ -139,7 +142,10 @@ def test_a_crash_during_a_foreach_batch_write(warm: WarmDeployments, tmp_path: P
     duplicates are exactly those rows; the transactional upsert keyed by batch id rolls the
     cut write back and does it once."""
     sinks = Path(__file__).resolve().parents[1] / "examples" / "sinks"
-    cfg = job_config(f"{EXAMPLES / 'filter.py'}:build", "a1", "crash",
+    # One row per input in both: the enrichment join into the append, the filter into the
+    # upsert (the doc's test runs the filter too; every example runs here under a crash).
+    job = "enrich.py" if sink == "sqlite_append" else "filter.py"
+    cfg = job_config(f"{EXAMPLES / job}:build", "a1", "crash",
                      crash_point="during-sink-write", sink=f"{sinks / (sink + '.py')}:write",
                      keep_data=True)  # the SQLite file, read below
     result = run(warm, cfg, tmp_path / "run")
