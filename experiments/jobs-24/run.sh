@@ -5,7 +5,7 @@
 #     a valid verdict, and which?);
 #  2. the sinks: the file sink and a Delta table under driver-crash@after-sink-write
 #     (through their logs and raw), the two example foreachBatch sinks under
-#     crash@during-sink-write (3 repetitions).
+#     crash@during-sink-write (2 repetitions).
 # `pgval matrix` skips complete cells, so this resumes where it stopped.
 #
 #   experiments/jobs-24/run.sh
@@ -13,7 +13,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 pgval="$root/.venv/bin/pgval"
-common=(--phase-seconds 30 --brokers 1 --workers 2 --db "$here/results.db"
+common=(--phase-seconds 20 --brokers 1 --workers 2 --db "$here/results.db"
         --runs-dir "$root/runs/jobs-24")
 jobs="
 $root/examples/jobs/per_type_window.py:build 2000 5000
@@ -40,5 +40,5 @@ while read -r sink fault; do
     [ -z "$sink" ] && continue
     echo "== $(date -u +%H:%M:%S) --sink $sink $fault"
     "$pgval" matrix --job "$filter" --sink "$sink" --rate 2000 --pgs a1 --faults "$fault" \
-        --repeat 3 "${common[@]}" </dev/null
+        --repeat 2 "${common[@]}" </dev/null
 done <<< "$sinks"
