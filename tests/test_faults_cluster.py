@@ -26,15 +26,16 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="packet delay needs ro
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
     """One embedded cluster for the module's runs, as a warm matrix shares one (each run has
     its own topics, checkpoint and driver; a crashed worker is restarted by its fault's
-    removal). A delay above the time-outs needs its own daemon settings: WarmDeployments
-    stops the shared cluster and starts one for it (its test is the module's last)."""
+    removal), up before the first test looks at what exists (its namespaces are not that
+    test's leftovers). A delay above the time-outs needs its own daemon settings: its test
+    (the module's last) stops this cluster and runs on one of its own."""
     with WarmDeployments(tmp_path_factory.mktemp("faults"), label="faults-cluster") as shared:
+        shared.for_run(config("sst", "a1", "crash"))
         yield shared
 
 
-def run(warm: WarmDeployments, tmp_path: Path, topology: str, pg: str, fault: str,
-        crash_point: str = "timed") -> ExperimentResult:
-    cfg = ExperimentConfig(
+def config(topology: str, pg: str, fault: str, crash_point: str = "timed") -> ExperimentConfig:
+    return ExperimentConfig(
         topology=topology, pg=pg, fault=fault, crash_point=crash_point, rate=300,
         resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
         trigger_ms=500,
@@ -45,9 +46,15 @@ def run(warm: WarmDeployments, tmp_path: Path, topology: str, pg: str, fault: st
         get_share=0.9 if topology == "mst" else 0.995, drain_timeout_s=150,
         target=None if crash_point == "during-sink-write" else 1,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
+
+
+def run(warm: WarmDeployments | None, tmp_path: Path, topology: str, pg: str, fault: str,
+        crash_point: str = "timed") -> ExperimentResult:
+    """One run on the shared cluster (``warm``), or on a cluster of its own (None)."""
+    cfg = config(topology, pg, fault, crash_point)
     cfg.validate()
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
-                        deployment=warm.for_run(cfg)).run()
+                        deployment=warm.for_run(cfg) if warm is not None else None).run()
     check_consistent(result)
     check_timeline(result, cfg)
     check_nothing_left(tmp_path / "run")
@@ -175,7 +182,10 @@ def test_delay_below_timeout(warm: WarmDeployments, tmp_path: Path, topology: st
 
 @needs_root
 def test_delay_above_timeout(warm: WarmDeployments, tmp_path: Path) -> None:
-    r = run(warm, tmp_path, "sst", "a1", "delay-gt-timeout")
+    # Lowered time-outs are the daemons' own settings: this run starts its own cluster, and
+    # the shared one stops first (two idle clusters would only share the 2 cores).
+    warm.close()
+    r = run(None, tmp_path, "sst", "a1", "delay-gt-timeout")
     s = steps(r)
     assert s["inject"]["delay_ms"] > 1000 * s["inject"]["timeout_s"]
     fired = s["timeouts"]["fired"]
