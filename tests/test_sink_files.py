@@ -148,3 +148,26 @@ def test_a_compacted_log_names_each_file_with_its_batch(tmp_path: Path) -> None:
     want = {names[b]: (b, (1_000 + b) * 1000) for b in range(11) if b not in (3, 5)}
     want[names[3]] = (9, 1_009_000)  # its own file gone: the compaction names it first
     assert got == want  # batch 5's file deleted by the log: no file
+
+
+def test_the_watch_counts_rows_not_files(tmp_path: Path) -> None:
+    """Every micro-batch writes a file, an empty one when it has no rows (Spark's
+    FileFormatWriter keeps the first partition's file for the schema): the crash point
+    after-sink-write compares counts at a batch's start and end, so it must count rows."""
+    import pyarrow as pa
+
+    from pgval.run.sinks import FileSinkWatch
+
+    out = tmp_path / "out"
+    (out / METADATA_DIR).mkdir(parents=True)
+    (out / METADATA_DIR / "0").write_text("v1\n")
+    schema = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64()))])
+    watch = FileSinkWatch(out)
+    pq.write_table(schema.empty_table(), out / "part-00000-a.c000.snappy.parquet")
+    assert watch.count() == 0  # an empty batch's file: nothing written
+    rows = pa.table({"key": ["a", "b", "c"], "ids": [[1], [2], [3, 4]]}, schema=schema)
+    pq.write_table(rows, out / "part-00000-b.c000.snappy.parquet")
+    (out / "part-00001-c.c000.snappy.parquet").write_bytes(b"PAR1 half-written")
+    assert watch.count() == 3  # the half-written file is counted once it is whole
+    pq.write_table(rows, out / "part-00001-c.c000.snappy.parquet")
+    assert watch.count() == 6
