@@ -12,14 +12,25 @@ torn down), fails it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from pgval.config import ExperimentConfig
+from pgval.deploy.warm import WarmDeployments
 from pgval.host.leftovers import HostSnapshot, leftovers, processes_mentioning
 
-__all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "wait_until"]
+__all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "shared_cluster",
+           "wait_until"]
+
+#: Clusters that a module's tests share (:func:`shared_cluster`): their processes may
+#: change during a test — a crashed worker restarted, the executors of the next run — so
+#: each test's check spares what works under them, and the module checks, once it stopped
+#: the cluster, that nothing of it is left.
+SHARED_ROOTS: list[str] = []
 
 
 def wait_until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -39,5 +50,22 @@ def _nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     before = HostSnapshot.take()
     yield
-    left = leftovers(before)
+    left = leftovers(before, spared=SHARED_ROOTS)
     assert not left, f"left behind by {request.node.name}: {left}"
+
+
+@contextlib.contextmanager
+def shared_cluster(root: Path, label: str, first: ExperimentConfig) -> Iterator[WarmDeployments]:
+    """One embedded cluster for a module's runs (each run its own topics, checkpoint and
+    driver, as a warm matrix's cells), started for ``first`` before any test snapshots the
+    host, and checked gone, every process of it, once stopped."""
+    root = Path(root).resolve()
+    with WarmDeployments(root, label=label) as shared:
+        SHARED_ROOTS.append(str(root))
+        try:
+            shared.for_run(first)
+            yield shared
+        finally:
+            shared.close()
+            SHARED_ROOTS.remove(str(root))
+    wait_until(lambda: not processes_mentioning(str(root)), 30, f"{label}'s processes to end")

@@ -15,7 +15,7 @@ from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import Experiment, ExperimentResult
-from tests.conftest import processes_mentioning, wait_until
+from tests.conftest import processes_mentioning, shared_cluster, wait_until
 
 pytestmark = pytest.mark.cluster
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="packet delay needs root "
@@ -29,8 +29,8 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
     removal), up before the first test looks at what exists (its namespaces are not that
     test's leftovers). A delay above the time-outs needs its own daemon settings: its test
     (the module's last) stops this cluster and runs on one of its own."""
-    with WarmDeployments(tmp_path_factory.mktemp("faults"), label="faults-cluster") as shared:
-        shared.for_run(config("sst", "a1", "crash"))
+    with shared_cluster(tmp_path_factory.mktemp("faults"), "faults-cluster",
+                        config("sst", "a1", "crash")) as shared:
         yield shared
 
 

@@ -25,6 +25,7 @@ from pgval.deploy.warm import WarmDeployments
 from pgval.evidence import EXPECTED, JOB_SOURCE, evidence_dir
 from pgval.experiment import Experiment, ExperimentResult
 from pgval.recheck import recheck
+from tests.conftest import shared_cluster
 from tests.test_faults_cluster import assert_driver_restarted
 
 pytestmark = pytest.mark.cluster
@@ -47,8 +48,8 @@ def job_config(job: str, pg: str, fault: str, **extra: object) -> ExperimentConf
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
     """One embedded cluster (1 broker, 2 workers) for every run of this module, up before
     the first test looks at what exists (each checks it leaves nothing of its own)."""
-    with WarmDeployments(tmp_path_factory.mktemp("jobs"), label="jobs-cluster") as shared:
-        shared.for_run(job_config(f"{EXAMPLES / 'filter.py'}:build", "a1", "crash"))
+    with shared_cluster(tmp_path_factory.mktemp("jobs"), "jobs-cluster",
+                        job_config(f"{EXAMPLES / 'filter.py'}:build", "a1", "crash")) as shared:
         yield shared
 
 

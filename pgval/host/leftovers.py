@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,10 +105,13 @@ class HostSnapshot:
                    _rules(ns) if root else set(), _registry() if root else set(),
                    _qdiscs(ns) if root else set())
 
-    def new_since(self, before: HostSnapshot) -> dict[str, list[str]]:
+    def new_since(self, before: HostSnapshot,
+                  spared: Sequence[str] = ()) -> dict[str, list[str]]:
+        """What is here and was not in ``before``; processes working under a ``spared``
+        directory (a cluster several tests share, which may restart a worker) aside."""
         out = {
             "processes": [f"{p}: {c[:200]}" for p, c in self.processes.items()
-                          if p not in before.processes],
+                          if p not in before.processes and not _works_under(p, spared)],
             "namespaces": sorted(self.namespaces - before.namespaces),
             "links": sorted(self.links - before.links),
             "rules": sorted(self.rules - before.rules),
@@ -117,11 +121,24 @@ class HostSnapshot:
         return {k: v for k, v in out.items() if v}
 
 
-def leftovers(before: HostSnapshot, wait_s: float = 15.0) -> dict[str, list[str]]:
-    """What appeared since ``before`` and is still there after up to ``wait_s`` seconds."""
+def _works_under(pid: int, dirs: Sequence[str]) -> bool:
+    """Whether process ``pid``'s working directory is under one of ``dirs``."""
+    if not dirs:
+        return False
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    return any(cwd == d or cwd.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def leftovers(before: HostSnapshot, wait_s: float = 15.0,
+              spared: Sequence[str] = ()) -> dict[str, list[str]]:
+    """What appeared since ``before`` and is still there after up to ``wait_s`` seconds
+    (processes working under a ``spared`` directory aside)."""
     deadline = time.monotonic() + wait_s
     while True:
-        left = HostSnapshot.take().new_since(before)
+        left = HostSnapshot.take().new_since(before, spared)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
