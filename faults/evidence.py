@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Protocol
 
 from pgval.checker.result import Reason
+from pgval.faults.broker import BrokerCrash
 from pgval.faults.container import ContainerDelay, ContainerKill
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.log import Entries, first
@@ -41,7 +42,7 @@ class FaultEvidence(Protocol):
 #: Every mechanism pgval injects a fault with.
 RULE_CLASSES: tuple[type[FaultEvidence], ...] = (
     WorkerCrash, DriverCrash, SinkWriteCrash, ExecutorKill, WorkerDelay, NemesisDelay,
-    ContainerKill, ContainerDelay)
+    ContainerKill, ContainerDelay, BrokerCrash)
 
 #: An inject entry that names no mechanism and no error (a log written before mechanisms
 #: were told apart) is judged by the embedded cluster's rule for the fault. One with an
@@ -49,7 +50,8 @@ RULE_CLASSES: tuple[type[FaultEvidence], ...] = (
 #: (another deployment's failed inject must not gather the embedded cluster's findings).
 UNNAMED: dict[Fault, type[FaultEvidence]] = {
     Fault.CRASH: WorkerCrash, Fault.DRIVER_CRASH: DriverCrash,
-    Fault.DELAY_LT_TIMEOUT: WorkerDelay, Fault.DELAY_GT_TIMEOUT: WorkerDelay}
+    Fault.DELAY_LT_TIMEOUT: WorkerDelay, Fault.DELAY_GT_TIMEOUT: WorkerDelay,
+    Fault.BROKER_CRASH: BrokerCrash}
 
 
 def _registry(classes: Iterable[type[FaultEvidence]]

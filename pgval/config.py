@@ -17,6 +17,8 @@ from pgval.cluster.local import ClusterConfig
 from pgval.errors import RuntimeErrorPlain
 from pgval.redact import redact_record, redact_url, scrub
 from pgval.schema import (
+    BROKER_CRASH_WHERE,
+    BROKER_TARGETS,
     BUILTIN_SINKS,
     BUILTIN_TOPOLOGIES,
     CRASH_POINTS,
@@ -76,7 +78,8 @@ class ExperimentConfig:
         "than kafka: with --job and --pg a1 (docs/your-job.md).",
         metavar="kafka|files|delta|PATH.py:FUNCTION"))
     fault: Fault = field(default=Fault.NONE, metadata=opt(
-        "Injected at T2 into one Spark worker (or the driver), removed at T3.", choices=FAULTS))
+        "Injected at T2 into one Spark worker (or the driver, or a Kafka broker), removed at "
+        "T3.", choices=FAULTS))
     crash_point: CrashPoint = field(default=CrashPoint.TIMED, metadata=opt(
         "Where a crash lands: timed (at T2); for driver-crash after-sink-write (the first "
         "batch after T2 whose outputs are in Kafka, before its commit is in the checkpoint); "
@@ -128,11 +131,13 @@ class ExperimentConfig:
         "local: the embedded cluster pgval starts; compose: the running stack of "
         "compose/docker-compose.yml, faults through pumba; external: your own Kafka and "
         "Spark (--bootstrap, --master).", choices=DEPLOYMENTS))
-    target: int | None = field(default=None, metadata=opt(
+    target: int | str | None = field(default=None, metadata=opt(
         "Index of the worker the fault hits (default: chosen by --seed; not with "
         "crash@during-sink-write, which hits the writer's worker); on a cluster "
         "pgval does not own, of the executor a crash kills, among the sorted executor ids "
-        "registered at T2.", min=0))
+        "registered at T2. broker-crash: a broker id, 'leader' (default: the leader of the "
+        "most output partitions) or 'coordinator' (the e1 sink's transaction coordinator).",
+        min=0, words=BROKER_TARGETS, metavar="N|leader|coordinator"))
     delay_ms: int | None = field(default=None, metadata=opt(
         "Packet delay for delay faults (default: 500 ms below the time-outs; 1.5 x the "
         "lowered time-out above them).", min=1))
@@ -190,6 +195,8 @@ class ExperimentConfig:
         self.deploy = Deploy.parse(self.deploy)
         if self.restart is not None:
             self.restart = Restart.parse(self.restart)
+        if isinstance(self.target, str) and self.target.isdigit():
+            self.target = int(self.target)  # as stored before broker-crash's words
 
     @property
     def fault_spec(self) -> FaultSpec:
@@ -249,10 +256,8 @@ class ExperimentConfig:
                 raise RuntimeErrorPlain(
                     f"--window-ms {self.window_ms}: with --job at most {JOB_MAX_WINDOW_MS} "
                     "(the closing events run an hour ahead of the last real event)")
-        if (self.target is not None and self.deploy is Deploy.LOCAL
-                and not 0 <= self.target < self.cluster.workers):
-            raise RuntimeErrorPlain(f"--target must be a worker index from 0 to "
-                                    f"{self.cluster.workers - 1}")
+        if reason := self._target_problem():
+            raise RuntimeErrorPlain(reason)
         if reason := self.fault_spec.problem(self.deploy):
             raise RuntimeErrorPlain(reason)
         if self.crash_point is CrashPoint.DURING_SINK_WRITE and self.target is not None:
@@ -268,6 +273,27 @@ class ExperimentConfig:
         if self.late_events < 0:
             raise RuntimeErrorPlain("--late-events must not be negative")
         self._validate_deployment()
+
+    def _target_problem(self) -> str | None:
+        """Why ``--target`` names nothing this fault can hit (one sentence), or None."""
+        target, broker = self.target, self.fault is Fault.BROKER_CRASH
+        if isinstance(target, str) and (not broker or target not in BROKER_TARGETS):
+            return (f"--target {target}: a worker index, or with --fault broker-crash a "
+                    f"broker id, {' or '.join(BROKER_TARGETS)}")
+        if broker:
+            if self.deploy is not Deploy.LOCAL or self.running_cluster:
+                return BROKER_CRASH_WHERE
+            if self.cluster.brokers < 2:
+                return ("--fault broker-crash needs --brokers 2 or more (3 to keep writing "
+                        "with min.insync.replicas 2 while one is down): with one, Kafka "
+                        "itself is gone")
+            if isinstance(target, int) and not 0 <= target < self.cluster.brokers:
+                return f"--target must be a broker id from 0 to {self.cluster.brokers - 1}"
+            return None
+        if (target is not None and self.deploy is Deploy.LOCAL
+                and not 0 <= target < self.cluster.workers):
+            return f"--target must be a worker index from 0 to {self.cluster.workers - 1}"
+        return None
 
     def _validate_deployment(self) -> None:
         external = self.deploy is Deploy.EXTERNAL
@@ -323,6 +349,8 @@ def default_restart(cfg: ExperimentConfig) -> Restart | None:
         return Restart.IMMEDIATE
     if cfg.fault is Fault.CRASH and not cfg.spark_replaces_executor:
         return Restart.AT_REMOVE
+    if cfg.fault is Fault.BROKER_CRASH:  # as a worker: back at T3 (or --restart immediate)
+        return Restart.AT_REMOVE
     return None
 
 
@@ -332,8 +360,8 @@ def restart_problem(cfg: ExperimentConfig) -> str | None:
         if cfg.fault.restarts:
             return ("--restart does not apply to crash on a cluster pgval does not own: Spark's "
                     "cluster manager replaces the killed executor itself")
-        return (f"--restart applies to --fault crash and driver-crash (nothing restarts under "
-                f"--fault {cfg.fault})")
+        return (f"--restart applies to --fault crash, driver-crash and broker-crash "
+                f"(nothing restarts under --fault {cfg.fault})")
     if cfg.restart_delay_s > 0 and cfg.restart_policy is not Restart.IMMEDIATE:
         return "--restart-delay-s applies to --restart immediate"
     if cfg.restart_delay_s >= cfg.phase_seconds:
@@ -376,5 +404,9 @@ def not_applicable(cfg: ExperimentConfig) -> str | None:
                 "to the driver and writes it there in one Kafka transaction, so no worker is "
                 "ever writing (measured: both tries found the batch committed at the kill); "
                 "use crash (timed) or driver-crash@after-sink-write")
+    if (cfg.fault is Fault.BROKER_CRASH and cfg.target == BROKER_TARGETS[1]
+            and (cfg.pg is not Guarantee.E1 or cfg.sink != "kafka")):
+        return ("--target coordinator is the transaction coordinator of the e1 sink: use "
+                "--pg e1 with the Kafka sink")
     return None
 

@@ -64,6 +64,7 @@ from pgval.run.schedule import FaultSchedule, NoFault, now_ms
 from pgval.run.sinks import FileSinkWatch, UserSinkWatch, read_sink
 from pgval.run.warmup import WarmUp
 from pgval.schema import (
+    BROKER_TARGETS,
     OUTPUT_TOPIC,
     CrashPoint,
     Deploy,
@@ -73,6 +74,7 @@ from pgval.schema import (
     Restart,
     Topics,
     sink_kind,
+    transactional_id,
 )
 from pgval.spark.driver import DriverProcess, DriverSpec
 from pgval.store import ResultsStore, unstored_error
@@ -123,7 +125,7 @@ class Experiment:
         self.extra_params = dict(extra_params or {})
         self.repeat = repeat
         self.run_id = run_id
-        self.target: int | None = None
+        self.target: int | str | None = None
         self.topics: Topics | None = None
         self.driver: DriverProcess | None = None
         self.generators: ProducerGroup | None = None
@@ -422,12 +424,18 @@ class Experiment:
             # A driver in a container outlives the `docker exec` the pid file names.
             undo.record(self.run_dir, "driver", {"argv": where.signal_argv("KILL"),
                                                  "what": "kill the driver in its container"})
+        # A worker's index (chosen by the seed unless given); a broker crash's target is
+        # its own (a broker id, or the role it plays: pgval.faults.broker).
         self.target = (cfg.target if cfg.target is not None
+                       else BROKER_TARGETS[0] if self.fault.kind is Fault.BROKER_CRASH
                        else default_target(cfg.seed, max(1, dep.workers)))
-        fault = dep.make_fault(cfg, self.target, self.profile,
+        fault = dep.make_fault(cfg, self.target, self.profile,  # type: ignore[arg-type]
                                FaultContext(self.run_dir, cfg.phase_seconds, self.driver,
                                             cfg.seed, self._output_count, spec.checkpoint,
-                                            spec.crash_trigger, spec.sink_trigger))
+                                            spec.crash_trigger, spec.sink_trigger,
+                                            topics=self.topics,
+                                            transactional_id=transactional_id(
+                                                spec.query_name)))
         self.schedule = FaultSchedule(fault or NoFault())
         if cfg.job is not None:  # what runs, kept before the driver imports it
             self._job_sha = keep_job_source(self.run_dir, source_file(cfg.job))

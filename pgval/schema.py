@@ -88,6 +88,23 @@ class Topics:
         return (self.get, self.post, self.output, self.marker)
 
 
+#: ``--target`` words of ``broker-crash`` (else a broker id): the leader of the most output
+#: partitions, or the transaction coordinator of the e1 sink (pgval.faults.broker).
+BROKER_TARGETS: Final = ("leader", "coordinator")
+#: Where ``broker-crash`` can run, said once for the config check and the deployments.
+BROKER_CRASH_WHERE: Final = (
+    "--fault broker-crash needs the embedded cluster pgval starts (--deploy local, no "
+    "--cluster): pgval kills and restarts one of its brokers; on your own cluster, crash a "
+    "broker with your own tooling and judge the run with `pgval check`")
+
+
+def transactional_id(query_name: str) -> str:
+    """The e1 sink's ``transactional.id`` for a query: stable across driver restarts (that
+    is what fences a zombie), distinct per query (``--target coordinator`` finds its
+    transaction coordinator by it)."""
+    return query_name if query_name.startswith("pgval") else f"pgval-{query_name}"
+
+
 GET: Final = "GET"
 POST: Final = "POST"
 
@@ -151,6 +168,7 @@ class Fault(Name):
     DRIVER_CRASH = "driver-crash"
     DELAY_LT_TIMEOUT = "delay-lt-timeout"
     DELAY_GT_TIMEOUT = "delay-gt-timeout"
+    BROKER_CRASH = "broker-crash"
 
     @property
     def is_delay(self) -> bool:
@@ -158,8 +176,9 @@ class Fault(Name):
 
     @property
     def restarts(self) -> bool:
-        """Takes a process away that must come back: a worker (``crash``) or the driver."""
-        return self in (Fault.CRASH, Fault.DRIVER_CRASH)
+        """Takes a process away that must come back: a worker (``crash``), the driver or a
+        Kafka broker."""
+        return self in (Fault.CRASH, Fault.DRIVER_CRASH, Fault.BROKER_CRASH)
 
 
 class Deploy(Name):

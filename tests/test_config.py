@@ -186,7 +186,8 @@ def test_an_attached_cluster_replaces_its_executors_itself() -> None:
 
 @pytest.mark.parametrize(("changes", "sentence"), [
     ({"fault": "none", "restart": "immediate"},
-     "--restart applies to --fault crash and driver-crash (nothing restarts under --fault none)"),
+     "--restart applies to --fault crash, driver-crash and broker-crash (nothing restarts "
+     "under --fault none)"),
     ({"fault": "delay-lt-timeout", "restart": "at-remove"}, "nothing restarts under --fault"),
     ({"fault": "crash", "deploy": "external", "bootstrap": "b:1", "master": "spark://m:1",
       "restart": "immediate"}, "does not apply to crash on a cluster pgval does not own"),
@@ -257,7 +258,7 @@ def test_the_shape_says_what_a_stored_run_restarted_by(params: dict, restart: st
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["validate", "--topology", "sst", "--restart", "immediate"],
-     "--restart applies to --fault crash and driver-crash"),
+     "--restart applies to --fault crash, driver-crash and broker-crash"),
     (["validate", "--topology", "sst", "--fault", "crash", "--restart-delay-s", "2"],
      "--restart-delay-s applies to --restart immediate"),
     (["matrix", "--faults", "none,delay-lt-timeout", "--restart", "at-remove"],

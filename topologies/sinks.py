@@ -243,9 +243,7 @@ class TransactionalSink:
         self.checkpoint = checkpoint
         self.topic = topic
         self.marker_topic = marker_topic
-        # Stable across driver restarts (that is what fences a zombie), distinct per query.
-        self.transactional_id = (query_name if query_name.startswith("pgval")
-                                 else f"pgval-{query_name}")
+        self.transactional_id = schema.transactional_id(query_name)
         self.producer_conf = dict(producer_conf or {})
         self.on_batch = on_batch
         #: SELF-TEST only (module docstring): break one batch on purpose.

@@ -87,6 +87,10 @@ def field_option(f: dataclasses.Field[Any], hint: Any) -> Decorator:
     if not meta.get("help"):
         raise TypeError(f"config field {f.name} has no help text in its metadata")
     name = option_name(f)
+    if "words" in meta:  # a number or one of a few words (``--target``)
+        return click.option(name, f.name, type=IntOrWord(meta["words"], meta.get("min")),
+                            default=f.default, help=meta["help"],
+                            metavar=meta.get("metavar"), show_default=True)
     kind, optional = _unwrap(hint)
     default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
     if isinstance(default, Name):  # click shows an enum's member name, not its value
@@ -250,6 +254,30 @@ def _unwrap(hint: Any) -> tuple[Any, bool]:
             raise TypeError(f"cannot make an option of {hint}")
         return args[0], True
     return hint, False
+
+
+class IntOrWord(click.ParamType):
+    """A whole number (at least ``min``) or one of ``words``: ``--target 1``, ``--target
+    coordinator``."""
+
+    name = "number or word"
+
+    def __init__(self, words: Sequence[str], min: int | None = None) -> None:  # noqa: A002
+        self.words = tuple(words)
+        self.min = min
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value in self.words:
+            return value  # type: ignore[no-any-return]
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither a number nor one of {', '.join(self.words)}",
+                      param, ctx)
+        if self.min is not None and number < self.min:
+            self.fail(f"{number} is below {self.min}", param, ctx)
+        return number
 
 
 def _param_type(kind: Any, meta: Mapping[str, Any]) -> click.ParamType:

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgval.errors import RuntimeErrorPlain
 from pgval.faults import FaultHooks
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.process import DriverCrash, SinkWriteCrash
 from pgval.kafka.admin import create_topics, delete_topics
-from pgval.schema import CrashPoint, Fault, Topics, sink_kind
+from pgval.schema import BROKER_CRASH_WHERE, CrashPoint, Fault, Topics, sink_kind
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -73,6 +74,10 @@ class FaultContext:
     crash_trigger: Path | None = None
     #: The file that arms the sink's producer hook (crash point during-sink-write), or None.
     sink_trigger: Path | None = None
+    #: The run's topics (a broker crash reads their leaders; the output's picks its target).
+    topics: Topics | None = None
+    #: The e1 sink's transactional.id (``broker-crash --target coordinator``), or None.
+    transactional_id: str | None = None
 
     @property
     def reach_timeout_s(self) -> float:
@@ -159,7 +164,13 @@ class Deployment(ABC):
         """How this deployment injects each fault (every one but ``none``): one entry per
         fault, so a new fault is one line per deployment. The driver is local everywhere,
         so ``driver-crash`` is the same for all; the worker faults are each deployment's."""
-        return {Fault.DRIVER_CRASH: self.driver_crash}
+        return {Fault.DRIVER_CRASH: self.driver_crash, Fault.BROKER_CRASH: self.broker_crash}
+
+    def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> FaultHooks:
+        """Only where pgval runs the brokers (the embedded cluster) can it kill and restart
+        one; ExperimentConfig.validate says so first, in the same words."""
+        raise RuntimeErrorPlain(BROKER_CRASH_WHERE)
 
     def driver_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> DriverCrash:

@@ -21,10 +21,11 @@ from pgval.cluster.local import (
 )
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.broker import LEADER, BrokerCrash
 from pgval.faults.network import NetworkPath, WorkerDelay
 from pgval.faults.process import WorkerCrash
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
-from pgval.schema import DELAY_FAULTS, Fault
+from pgval.schema import DELAY_FAULTS, Fault, Topics
 from pgval.spark.daemons import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -86,17 +87,22 @@ class EmbeddedDeployment(Deployment):
             self.cluster = None
 
     def restore(self) -> list[str]:
-        """Restart any worker that is not running (a run that failed mid-crash); a cluster
-        whose master or a broker died is started again as a whole."""
+        """Restart any worker or Kafka broker that is not running (a run that failed
+        mid-crash); a cluster whose master died is started again as a whole."""
         assert self.cluster is not None
         spark, kafka = self.cluster.spark, self.cluster.kafka
         whole = (spark is not None and spark.master is not None and spark.master.alive()
-                 and kafka is not None and all(p.alive() for p in kafka.procs))
+                 and kafka is not None)
         if not whole:
             self.stop()
             self.start()
             return ["the whole cluster"]
         restored = []
+        assert kafka is not None
+        for node in kafka.node_ids:
+            if kafka.node_pid(node) is None:
+                kafka.restart_node(node)
+                restored.append(f"kafka-broker-{node}")
         for worker in self._spark().workers:
             if not worker.alive():
                 worker.restart()
@@ -128,9 +134,20 @@ class EmbeddedDeployment(Deployment):
         return dict(self.config.spark_daemon_conf)
 
     def fault_makers(self) -> dict[Fault, FaultMaker]:
-        """A worker's process group killed; packets to and from its namespace held."""
+        """A worker's process group killed; packets to and from its namespace held; one of
+        the cluster's Kafka brokers killed."""
         return {**super().fault_makers(), Fault.CRASH: self.worker_crash,
-                **dict.fromkeys(DELAY_FAULTS, self.worker_delay)}
+                **dict.fromkeys(DELAY_FAULTS, self.worker_delay),
+                Fault.BROKER_CRASH: self.broker_crash}
+
+    def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> BrokerCrash:
+        """``--target``: a broker id, ``coordinator``, or by default ``leader``."""
+        assert self.cluster is not None and self.cluster.kafka is not None
+        topics = ctx.topics or Topics()
+        return BrokerCrash(self.cluster.kafka, topics.all(), topics.output,
+                           target=cfg.target if cfg.target is not None else LEADER,
+                           transactional_id=ctx.transactional_id)
 
     def worker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerCrash:

@@ -7,9 +7,13 @@ the validator can rely on the same things everywhere:
 * ``LogAppendTime``: the broker's clock stamps ingress, which latency and the phases are
   measured with; ``retention.ms=-1``: nothing a run wrote is deleted before it is read.
 * Partition ``p`` of every topic is led by the same broker (``brokers[p % B]``, from the
-  cluster's own metadata), with ``min(3, B)`` replicas and ``min.insync.replicas=1``: a
-  fault on one broker hits the same partitions of the inputs, the output and the marker
-  topic, and an output gets its LogAppendTime from the clock of its inputs' broker.
+  cluster's own metadata): a fault on one broker hits the same partitions of the inputs,
+  the output and the marker topic, and an output gets its LogAppendTime from the clock of
+  its inputs' broker.
+* ``min(3, B)`` replicas and ``min.insync.replicas`` 2 with three (1 with fewer,
+  :func:`min_insync`): with every writer at ``acks=all`` (pgval's producers, Spark's Kafka
+  sink, the e1 sink) a record acknowledged is on two brokers, so one broker may crash
+  without losing an acknowledged record or stopping the writes.
 * The commit-marker topic is compacted.
 * A topic that already exists is an error: it would hold someone else's records.
 * It returns only once *every* broker's metadata shows every partition with its preferred
@@ -28,11 +32,22 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pgval.errors import RuntimeErrorPlain
 from pgval.kafka.client import quiet_conf
 
-#: Settings of every topic pgval creates (see the module docstring).
-TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1",
-                "min.insync.replicas": "1"}
+#: Settings of every topic pgval creates (see the module docstring), but its replicas.
+TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1"}
 #: Replicas of a partition: as many as there are brokers, up to this.
 MAX_REPLICATION = 3
+
+
+def replication_for(brokers: int) -> int:
+    """Replicas of every partition on a cluster of ``brokers``: min(3, B)."""
+    return max(1, min(MAX_REPLICATION, brokers))
+
+
+def min_insync(replication: int) -> int:
+    """``min.insync.replicas`` for ``replication`` replicas: 2 of 3 (one broker may be down
+    and an ``acks=all`` write still lands on two); 1 of 1 or 2 (with two, 2 would stop
+    every write while one broker is down)."""
+    return 2 if replication >= 3 else 1
 
 
 def admin_client(config: Mapping[str, object]) -> AdminClient:
@@ -85,10 +100,12 @@ def create_topics(config: Mapping[str, object], names: Sequence[str], partitions
     if not addresses:
         raise RuntimeErrorPlain("Kafka reported no brokers")
     brokers = sorted(addresses)
-    assignment = aligned_assignment(brokers, partitions, min(MAX_REPLICATION, len(brokers)))
+    replication = replication_for(len(brokers))
+    assignment = aligned_assignment(brokers, partitions, replication)
     new = [NewTopic(name, num_partitions=partitions, replica_assignment=assignment,
                     # librdkafka wants the partition count *with* an assignment (not -1).
                     config={**TOPIC_CONFIG,
+                            "min.insync.replicas": str(min_insync(replication)),
                             **({"cleanup.policy": "compact"} if name in compacted else {})})
            for name in names]
     futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)

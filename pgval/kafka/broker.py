@@ -38,7 +38,7 @@ from pgval.errors import RuntimeErrorPlain
 from pgval.files import write_private
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
 from pgval.host.procs import Managed, free_port, log_cause, spawn, wait_for_port
-from pgval.kafka.admin import MAX_REPLICATION, admin_client
+from pgval.kafka.admin import admin_client, min_insync, replication_for
 from pgval.kafka.client import jaas_quote, read_client_properties
 
 #: Main class of ``kafka-storage.sh`` in Kafka 4.1 (lives in kafka_2.13, not in kafka-tools).
@@ -164,7 +164,7 @@ class KafkaCluster:
     def replication(self) -> int:
         """Replication factor of the internal topics: what pgval.kafka.admin gives every
         topic, min(3, B)."""
-        return min(MAX_REPLICATION, self.brokers)
+        return replication_for(self.brokers)
 
     @property
     def bootstrap(self) -> str:
@@ -282,6 +282,48 @@ class KafkaCluster:
             node.proc.stop(grace_s=0.0)
             node.proc = None
 
+    # ---- one broker (the broker-crash fault) -------------------------------------------
+
+    @property
+    def node_ids(self) -> list[int]:
+        """The brokers' node ids (also their ids in Kafka's metadata)."""
+        return [n.node_id for n in self._nodes]
+
+    def node_pid(self, node_id: int) -> int | None:
+        """The running process of broker ``node_id``, or None when it is down."""
+        node = self._node(node_id)
+        return node.proc.pid if node.proc is not None and node.proc.alive() else None
+
+    def kill_node(self, node_id: int) -> int | None:
+        """SIGKILL broker ``node_id``'s process group (a crash, no controlled shutdown);
+        returns the pid killed, None if it was not running."""
+        node = self._node(node_id)
+        if node.proc is None or not node.proc.alive():
+            return None
+        pid = node.proc.pid
+        node.proc.kill()
+        node.proc = None
+        return pid
+
+    def restart_node(self, node_id: int, timeout_s: float = 90.0) -> int:
+        """Start broker ``node_id`` again on its ports, storage and config (it recovers its
+        logs and rejoins); returns once it listens and the cluster lists every broker."""
+        node = self._node(node_id)
+        if node.proc is not None and node.proc.alive():
+            return node.proc.pid
+        deadline = time.monotonic() + timeout_s
+        proc = self._spawn(node)
+        wait_for_port(self.host, node.port, timeout_s, proc)
+        self._wait_registered(deadline)
+        return proc.pid
+
+    def _node(self, node_id: int) -> _Broker:
+        for node in self._nodes:
+            if node.node_id == node_id:
+                return node
+        raise RuntimeErrorPlain(f"no Kafka broker {node_id} in this cluster "
+                                f"(brokers {self.node_ids})")
+
     def __enter__(self) -> KafkaCluster:
         return self.start()
 
@@ -343,15 +385,16 @@ class KafkaCluster:
             "background.threads": 2,
             "num.partitions": self.partitions,
             "default.replication.factor": rf,
-            "min.insync.replicas": 1,
+            # As pgval.kafka.admin's topics: one broker may fail without a lost write.
+            "min.insync.replicas": min_insync(rf),
             "auto.create.topics.enable": "false",
             "offsets.topic.replication.factor": rf,
             "offsets.topic.num.partitions": internal_partitions,
             "transaction.state.log.replication.factor": rf,
-            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.min.isr": min_insync(rf),
             "transaction.state.log.num.partitions": internal_partitions,
             "share.coordinator.state.topic.replication.factor": rf,
-            "share.coordinator.state.topic.min.isr": 1,
+            "share.coordinator.state.topic.min.isr": min_insync(rf),
             "group.initial.rebalance.delay.ms": 0,
             # Keep everything an experiment wrote; runs are short-lived.
             "log.retention.ms": -1,

@@ -1,0 +1,228 @@
+"""``broker-crash``: SIGKILL of one Kafka broker at T2, started again at T3 (or at once).
+
+The broker that dies is the one whose loss the run's sink feels: by default the leader of
+the most partitions of the run's output topic (``--target leader``); with ``--target
+coordinator`` the transaction coordinator of the e1 sink's ``transactional.id`` — the
+leader of the ``__transaction_state`` partition Kafka maps that id to
+(``TransactionStateManager.partitionFor``: ``Utils.abs(id.hashCode) % partitions``);
+or broker ``K`` (``--target K``). On the embedded cluster the first three brokers are also
+the KRaft controller voters, so a crash of one of them can move the active controller too.
+
+What the fault log keeps, so a re-check judges it from the log alone: the leaders and
+in-sync replicas of every partition of the run's topics (and the coordinator's partition)
+before the kill, after the kill once the dead broker led nothing, and after the restart
+once it was back in the in-sync set of every partition it holds. Each step logs
+``effective_ms``: the kill once the process group is gone, the removal once the restarted
+broker is registered again (the run's phases start there).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol
+
+from confluent_kafka import KafkaException
+
+from pgval.checker.result import Reason
+from pgval.faults.log import Entries, finding, first
+from pgval.schema import BROKER_TARGETS, Fault
+
+#: The ``mechanism`` of a broker crash.
+SIGKILL_BROKER = "SIGKILL of a Kafka broker's process group"
+#: Kafka's internal topic of transaction state; its partition leaders are the coordinators.
+TRANSACTION_STATE = "__transaction_state"
+#: ``--target`` words of a broker crash (else a broker id).
+LEADER, COORDINATOR = BROKER_TARGETS
+
+
+class KillableBrokers(Protocol):
+    """What :class:`BrokerCrash` needs of the cluster (``pgval.kafka.broker.KafkaCluster``)."""
+
+    @property
+    def node_ids(self) -> list[int]: ...
+
+    @property
+    def client_config(self) -> dict[str, str]: ...
+
+    def node_pid(self, node_id: int) -> int | None: ...
+
+    def kill_node(self, node_id: int) -> int | None: ...
+
+    def restart_node(self, node_id: int, timeout_s: float = 90.0) -> int: ...
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    units = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinator_partition(transactional_id: str, partitions: int) -> int:
+    """The ``__transaction_state`` partition of ``transactional_id`` (Kafka's
+    ``Utils.abs(id.hashCode) % partitions``; ``Utils.abs(MIN_VALUE)`` is 0)."""
+    h = java_string_hash(transactional_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+PartitionState = dict[str, Any]  # {"leader": id, "replicas": [...], "isr": [...]}
+
+
+def partition_states(admin: Any, topics: Sequence[str], timeout_s: float = 5.0
+                     ) -> dict[str, dict[int, PartitionState]]:
+    """Leader, replicas and in-sync replicas of every partition of ``topics`` that the
+    cluster reports (a topic it does not know is left out)."""
+    md = admin.list_topics(timeout=timeout_s)
+    out: dict[str, dict[int, PartitionState]] = {}
+    for name in topics:
+        topic = md.topics.get(name)
+        if topic is None or topic.error is not None:
+            continue
+        out[name] = {p.id: {"leader": p.leader, "replicas": list(p.replicas),
+                            "isr": list(p.isrs)} for p in topic.partitions.values()}
+    return out
+
+
+def led_by(states: Mapping[str, Mapping[int, PartitionState]], broker: int) -> list[str]:
+    """``topic/partition`` of every partition ``broker`` leads in ``states``."""
+    return [f"{t}/{p}" for t, parts in states.items() for p, s in sorted(parts.items())
+            if s["leader"] == broker]
+
+
+def out_of_isr(states: Mapping[str, Mapping[int, PartitionState]], broker: int) -> list[str]:
+    """``topic/partition`` of every partition ``broker`` replicates but is not in sync for."""
+    return [f"{t}/{p}" for t, parts in states.items() for p, s in sorted(parts.items())
+            if broker in s["replicas"] and broker not in s["isr"]]
+
+
+def choose_broker(states: Mapping[str, Mapping[int, PartitionState]], target: str | int,
+                  output_topic: str, transactional_id: str | None,
+                  brokers: Sequence[int]) -> tuple[int, str]:
+    """The broker a crash hits and why (one phrase for the log)."""
+    if isinstance(target, int):
+        return target, f"broker {target}, as --target said"
+    if target == COORDINATOR:
+        if transactional_id is None:
+            raise ValueError("--target coordinator needs the e1 sink's transactional.id")
+        txn = states.get(TRANSACTION_STATE)
+        if not txn:
+            raise ValueError(f"{TRANSACTION_STATE} does not exist yet: no transactional "
+                             "producer has started")
+        partition = coordinator_partition(transactional_id, len(txn))
+        leader = txn[partition]["leader"]
+        return leader, (f"the transaction coordinator of {transactional_id!r} (leader of "
+                        f"{TRANSACTION_STATE}/{partition})")
+    counts = {b: 0 for b in brokers}
+    for state in states.get(output_topic, {}).values():
+        if state["leader"] in counts:
+            counts[state["leader"]] += 1
+    # The most output partitions; ties to the lowest id (a seeded choice needs no more).
+    broker = max(sorted(counts), key=lambda b: counts[b])
+    return broker, f"the leader of {counts[broker]} of the output topic's partitions"
+
+
+class BrokerCrash:
+    """Kill one broker at T2 (see the module docstring); start it again in ``remove``."""
+
+    name = "broker-crash"
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.BROKER_CRASH})
+    mechanisms: ClassVar[tuple[str, ...]] = (SIGKILL_BROKER,)
+
+    def __init__(self, kafka: KillableBrokers, topics: Sequence[str], output_topic: str,
+                 target: str | int = LEADER, transactional_id: str | None = None,
+                 settle_timeout_s: float = 45.0, poll_s: float = 0.5) -> None:
+        self.kafka = kafka
+        self.topics = [*topics, TRANSACTION_STATE]
+        self.output_topic = output_topic
+        self.target = target
+        self.transactional_id = transactional_id
+        self.settle_timeout_s = settle_timeout_s
+        self.poll_s = poll_s
+        self.broker: int | None = None
+        self._admin: Any = None
+
+    def _states(self) -> dict[str, dict[int, PartitionState]]:
+        if self._admin is None:
+            from pgval.kafka.admin import admin_client
+
+            self._admin = admin_client(self.kafka.client_config)
+        return partition_states(self._admin, self.topics)
+
+    def _wait(self, done: Any) -> tuple[dict[str, dict[int, PartitionState]], bool]:
+        """Poll the metadata until ``done(states)`` or the settle time-out; the last
+        states read and whether ``done`` held."""
+        deadline = time.monotonic() + self.settle_timeout_s
+        states: dict[str, dict[int, PartitionState]] = {}
+        while True:
+            try:
+                states = self._states()
+                if done(states):
+                    return states, True
+            except KafkaException:
+                pass  # a metadata request to the dead broker: ask again
+            if time.monotonic() > deadline:
+                return states, False
+            time.sleep(self.poll_s)
+
+    def inject(self) -> dict[str, Any]:
+        before = self._states()
+        broker, why = choose_broker(before, self.target, self.output_topic,
+                                    self.transactional_id, self.kafka.node_ids)
+        self.broker = broker
+        led = led_by(before, broker)
+        pid = self.kafka.kill_node(broker)
+        killed_ms = _now_ms()
+        entry: dict[str, Any] = {
+            "mechanism": SIGKILL_BROKER, "target": f"kafka-broker-{broker}",
+            "broker": broker, "chosen": why, "broker_pid": pid, "effective_ms": killed_ms,
+            "led_before": led, "before": before}
+        if pid is None:
+            entry["error"] = f"Kafka broker {broker} was not running at T2"
+            return entry
+        # Kafka moves leadership once the controller fences the broker (its session ends).
+        after, moved = self._wait(lambda s: not led_by(s, broker))
+        entry.update(after=after, leadership_moved=moved, moved_ms=_now_ms() if moved else None,
+                     led_after=led_by(after, broker))
+        return entry
+
+    def remove(self, restore: bool = True) -> dict[str, Any]:
+        if self.broker is None:
+            return {"skipped": "no broker was killed"}
+        if not restore:
+            return {"skipped": "teardown stops the cluster"}
+        broker = self.broker
+        pid = self.kafka.restart_node(broker)
+        back_ms = _now_ms()
+        states, in_sync = self._wait(lambda s: not out_of_isr(s, broker))
+        return {"broker": broker, "restarted_pid": pid, "effective_ms": back_ms,
+                "in_sync": in_sync, "in_sync_ms": _now_ms() if in_sync else None,
+                "out_of_isr": out_of_isr(states, broker), "after_restart": states}
+
+    def problem(self) -> str | None:
+        """Why the fault stopped acting before T3: the killed broker came back by itself."""
+        if self.broker is not None and self.kafka.node_pid(self.broker) is not None:
+            return f"Kafka broker {self.broker} is running again before T3"
+        return None
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """A broker was killed; the partitions it led got other leaders; restarted, it came
+        back into the in-sync set of every partition it holds."""
+        inject, remove = first(entries, "inject"), first(entries, "remove")
+        found = []
+        if not inject.get("broker_pid"):
+            found.append(finding("no Kafka broker was killed"))
+        elif inject.get("led_before") and not inject.get("leadership_moved"):
+            found.append(finding("the partitions the killed broker led got no other leader: "
+                                 + ", ".join(inject.get("led_after") or [])))
+        if remove and "skipped" not in remove and not remove.get("in_sync"):
+            found.append(finding("the restarted broker did not catch up: out of the in-sync "
+                                 "replicas of " + ", ".join(remove.get("out_of_isr") or [])))
+        return found
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
