@@ -118,23 +118,27 @@ class WorkerDelay:
         return found + timeout_reasons(entries)
 
 
-def timeout_reasons(entries: Entries) -> list[Reason]:
-    """Did the delay act as its label says? ``delay-gt-timeout``: the driver reported an
-    executor lost (the ``timeouts`` entry's ``fired``, a scan of the run's logs written after
-    the run); ``delay-lt-timeout``: it did not, or the run measured a delay above the
-    time-outs under the wrong name. No scan, or a damaged one, tells nothing: a reason."""
+def timeout_reasons(entries: Entries, what: str = "delay") -> list[Reason]:
+    """Did the delay (or pause) act as its label says? ``-gt-timeout``: the driver reported
+    an executor lost (the ``timeouts`` entry's ``fired``, a scan of the run's logs written
+    after the run); ``-lt-timeout``: it did not, or the run measured one above the time-outs
+    under the wrong name. No scan, or a damaged one, tells nothing: a reason."""
     kind = first(entries, "inject").get("fault") or first(entries, "timeouts").get("fault")
     fired = first(entries, "timeouts").get("fired")
     if not isinstance(fired, Mapping):
-        return [finding("no scan of the logs tells whether an executor was lost, so nothing "
-                        "shows the delay was on the side of the time-outs its name says")]
+        return [finding(f"no scan of the logs tells whether an executor was lost, so nothing "
+                        f"shows the {what} was on the side of the time-outs its name says")]
     lost = fired.get(EXECUTOR_LOST)
-    if kind == Fault.DELAY_GT_TIMEOUT and not lost:
-        return [finding("the driver reported no executor lost: the delay did not act as one "
-                        "above the time-outs")]
-    if kind == Fault.DELAY_LT_TIMEOUT and lost:
-        return [finding(f"the driver reported an executor lost ({lost}×): the delay behaved "
-                        "as one above the time-out")]
+    try:
+        above = Fault(kind).above_timeouts
+    except ValueError:
+        above = None
+    if above is True and not lost:
+        return [finding(f"the driver reported no executor lost: the {what} did not act as "
+                        "one above the time-outs")]
+    if above is False and lost:
+        return [finding(f"the driver reported an executor lost ({lost}×): the {what} "
+                        "behaved as one above the time-out")]
     return []
 
 

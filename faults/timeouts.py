@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pgval.schema import Fault
 
 DEFAULT_LT_DELAY_MS = 500
+#: Spark's default for declaring a silent executor lost (``spark.network.timeout``, which
+#: HeartbeatReceiver's executor time-out and the block manager's default to).
+SPARK_EXECUTOR_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ def profile_for(fault: Fault | str, phase_seconds: float,
                 delay_ms: int | None = None) -> TimeoutProfile:
     """Time-outs and packet delay for ``fault``; explicit ``delay_ms`` overrides the derived one."""
     kind = Fault.parse(fault)
-    if kind is Fault.DELAY_GT_TIMEOUT:
+    if kind in (Fault.DELAY_GT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT):
         # Fit detection well inside the failure phase: time-out = phase/4, clamped to [4, 30] s.
         timeout_s = max(4.0, min(30.0, phase_seconds / 4))
         heartbeat_s = max(1.0, timeout_s / 4)
@@ -61,4 +64,6 @@ def profile_for(fault: Fault | str, phase_seconds: float,
     if kind is Fault.DELAY_LT_TIMEOUT:
         pd = delay_ms or DEFAULT_LT_DELAY_MS
         return TimeoutProfile(name="default", delay_ms=pd, timeout_s=60.0)
+    if kind is Fault.PAUSE_LT_TIMEOUT:  # the pause is the failure phase, below these
+        return TimeoutProfile(name="default", timeout_s=SPARK_EXECUTOR_TIMEOUT_S)
     return TimeoutProfile(name="default")

@@ -15,6 +15,7 @@ from typing import Any
 
 from pgval.cluster.local import ClusterConfig
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.timeouts import SPARK_EXECUTOR_TIMEOUT_S
 from pgval.redact import redact_record, redact_url, scrub
 from pgval.schema import (
     BROKER_CRASH_WHERE,
@@ -24,6 +25,8 @@ from pgval.schema import (
     CRASH_POINTS,
     DEPLOYMENTS,
     FAULTS,
+    PAUSE_DRIVER,
+    PAUSE_WHERE,
     PROCESSING_GUARANTEES,
     RESTARTS,
     CrashPoint,
@@ -136,8 +139,9 @@ class ExperimentConfig:
         "crash@during-sink-write, which hits the writer's worker); on a cluster "
         "pgval does not own, of the executor a crash kills, among the sorted executor ids "
         "registered at T2. broker-crash: a broker id, 'leader' (default: the leader of the "
-        "most output partitions) or 'coordinator' (the e1 sink's transaction coordinator).",
-        min=0, words=BROKER_TARGETS, metavar="N|leader|coordinator"))
+        "most output partitions) or 'coordinator' (the e1 sink's transaction coordinator). "
+        "The pauses: a worker index (its executors), or 'driver'.",
+        min=0, words=(*BROKER_TARGETS, PAUSE_DRIVER), metavar="N|leader|coordinator|driver"))
     delay_ms: int | None = field(default=None, metadata=opt(
         "Packet delay for delay faults (default: 500 ms below the time-outs; 1.5 x the "
         "lowered time-out above them).", min=1))
@@ -277,9 +281,19 @@ class ExperimentConfig:
     def _target_problem(self) -> str | None:
         """Why ``--target`` names nothing this fault can hit (one sentence), or None."""
         target, broker = self.target, self.fault is Fault.BROKER_CRASH
+        if self.fault.is_pause:
+            if self.deploy is not Deploy.LOCAL or self.running_cluster:
+                return PAUSE_WHERE
+            if (self.fault is Fault.PAUSE_LT_TIMEOUT
+                    and self.phase_seconds >= 0.8 * SPARK_EXECUTOR_TIMEOUT_S):
+                return (f"--fault pause-lt-timeout pauses for the failure phase, which must "
+                        f"stay below Spark's {SPARK_EXECUTOR_TIMEOUT_S:.0f} s time-out: "
+                        f"--phase-seconds below {0.8 * SPARK_EXECUTOR_TIMEOUT_S:.0f}")
+            if target == PAUSE_DRIVER:
+                return None
         if isinstance(target, str) and (not broker or target not in BROKER_TARGETS):
-            return (f"--target {target}: a worker index, or with --fault broker-crash a "
-                    f"broker id, {' or '.join(BROKER_TARGETS)}")
+            return (f"--target {target}: a worker index; with --fault broker-crash a broker "
+                    f"id, {' or '.join(BROKER_TARGETS)}; with a pause, {PAUSE_DRIVER}")
         if broker:
             if self.deploy is not Deploy.LOCAL or self.running_cluster:
                 return BROKER_CRASH_WHERE

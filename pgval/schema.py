@@ -91,11 +91,19 @@ class Topics:
 #: ``--target`` words of ``broker-crash`` (else a broker id): the leader of the most output
 #: partitions, or the transaction coordinator of the e1 sink (pgval.faults.broker).
 BROKER_TARGETS: Final = ("leader", "coordinator")
+#: ``--target`` word of a pause that stops the streaming driver (pgval.faults.pause).
+PAUSE_DRIVER: Final = "driver"
 #: Where ``broker-crash`` can run, said once for the config check and the deployments.
 BROKER_CRASH_WHERE: Final = (
     "--fault broker-crash needs the embedded cluster pgval starts (--deploy local, no "
     "--cluster): pgval kills and restarts one of its brokers; on your own cluster, crash a "
     "broker with your own tooling and judge the run with `pgval check`")
+
+
+#: Where the pauses can run (the same check and deployments).
+PAUSE_WHERE: Final = (
+    "--fault pause-lt-timeout and pause-gt-timeout need the embedded cluster pgval starts "
+    "(--deploy local, no --cluster): pgval stops and resumes its processes by signal")
 
 
 def transactional_id(query_name: str) -> str:
@@ -169,10 +177,26 @@ class Fault(Name):
     DELAY_LT_TIMEOUT = "delay-lt-timeout"
     DELAY_GT_TIMEOUT = "delay-gt-timeout"
     BROKER_CRASH = "broker-crash"
+    PAUSE_LT_TIMEOUT = "pause-lt-timeout"
+    PAUSE_GT_TIMEOUT = "pause-gt-timeout"
 
     @property
     def is_delay(self) -> bool:
         return self in (Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT)
+
+    @property
+    def is_pause(self) -> bool:
+        return self in (Fault.PAUSE_LT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT)
+
+    @property
+    def above_timeouts(self) -> bool | None:
+        """True for a fault meant to outlast Spark's time-outs (the lowered ones: a delay
+        or pause ``-gt-``), False for one meant to stay below them, None otherwise."""
+        if self in (Fault.DELAY_GT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT):
+            return True
+        if self in (Fault.DELAY_LT_TIMEOUT, Fault.PAUSE_LT_TIMEOUT):
+            return False
+        return None
 
     @property
     def restarts(self) -> bool:
@@ -224,6 +248,7 @@ class Restart(Name):
 
 #: The packet-delay faults (below and above the time-outs).
 DELAY_FAULTS: Final = frozenset(f for f in Fault if f.is_delay)
+PAUSE_FAULTS: Final = frozenset(f for f in Fault if f.is_pause)
 
 #: What applies where: each crash point other than ``timed``, the one fault it is for and
 #: the deployments that can place it (it needs the driver on this machine, and

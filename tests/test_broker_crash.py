@@ -128,7 +128,7 @@ def config(**kw: Any) -> ExperimentConfig:
     ({"target": 3}, "--target must be a broker id from 0 to 2"),
     ({"target": "coordinator", "pg": "a1"}, "--target coordinator is the transaction "
                                            "coordinator of the e1 sink"),
-    ({"target": "elsewhere"}, "--target elsewhere: a worker index, or with --fault "
+    ({"target": "elsewhere"}, "--target elsewhere: a worker index; with --fault "
                               "broker-crash a broker id, leader or coordinator"),
     ({"running_cluster": "/x"}, BROKER_CRASH_WHERE),
     ({"deploy": "compose"}, BROKER_CRASH_WHERE),
@@ -143,7 +143,7 @@ def test_a_broker_crash_that_cannot_run_is_one_sentence(kw: dict[str, Any],
 def test_a_word_target_is_broker_crash_only_and_numbers_stay_numbers() -> None:
     config(target="coordinator", pg="e1").validate()
     config(target=2).validate()
-    with pytest.raises(RuntimeErrorPlain, match="a worker index, or with --fault"):
+    with pytest.raises(RuntimeErrorPlain, match="a worker index; with --fault"):
         ExperimentConfig(fault="crash", target="leader").validate()
     assert ExperimentConfig(target="1").target == 1  # a stored "1" reads back as 1
     assert config().restart_policy == "at-remove"

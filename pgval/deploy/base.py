@@ -25,7 +25,15 @@ from pgval.faults import FaultHooks
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.process import DriverCrash, SinkWriteCrash
 from pgval.kafka.admin import create_topics, delete_topics
-from pgval.schema import BROKER_CRASH_WHERE, CrashPoint, Fault, Topics, sink_kind
+from pgval.schema import (
+    BROKER_CRASH_WHERE,
+    PAUSE_FAULTS,
+    PAUSE_WHERE,
+    CrashPoint,
+    Fault,
+    Topics,
+    sink_kind,
+)
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -164,7 +172,13 @@ class Deployment(ABC):
         """How this deployment injects each fault (every one but ``none``): one entry per
         fault, so a new fault is one line per deployment. The driver is local everywhere,
         so ``driver-crash`` is the same for all; the worker faults are each deployment's."""
-        return {Fault.DRIVER_CRASH: self.driver_crash, Fault.BROKER_CRASH: self.broker_crash}
+        return {Fault.DRIVER_CRASH: self.driver_crash, Fault.BROKER_CRASH: self.broker_crash,
+                **dict.fromkeys(PAUSE_FAULTS, self.process_pause)}
+
+    def process_pause(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                      ctx: FaultContext) -> FaultHooks:
+        """Only where pgval runs the processes can it stop them by signal."""
+        raise RuntimeErrorPlain(PAUSE_WHERE)
 
     def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> FaultHooks:

@@ -23,9 +23,10 @@ from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMa
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults.broker import LEADER, BrokerCrash
 from pgval.faults.network import NetworkPath, WorkerDelay
+from pgval.faults.pause import ProcessPause, group_members
 from pgval.faults.process import WorkerCrash
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
-from pgval.schema import DELAY_FAULTS, Fault, Topics
+from pgval.schema import DELAY_FAULTS, PAUSE_DRIVER, PAUSE_FAULTS, Fault, Topics
 from pgval.spark.daemons import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -138,7 +139,19 @@ class EmbeddedDeployment(Deployment):
         the cluster's Kafka brokers killed."""
         return {**super().fault_makers(), Fault.CRASH: self.worker_crash,
                 **dict.fromkeys(DELAY_FAULTS, self.worker_delay),
-                Fault.BROKER_CRASH: self.broker_crash}
+                Fault.BROKER_CRASH: self.broker_crash,
+                **dict.fromkeys(PAUSE_FAULTS, self.process_pause)}
+
+    def process_pause(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                      ctx: FaultContext) -> ProcessPause:
+        """The executors of worker ``target``, or with ``--target driver`` the driver's
+        process group (found at T2: the processes running then)."""
+        if cfg.target == PAUSE_DRIVER:
+            driver = ctx.driver
+            return ProcessPause(cfg.fault, "driver",
+                                lambda: group_members(driver.pid()) if driver.pid() else [])
+        worker = self._spark().workers[target]
+        return ProcessPause(cfg.fault, f"{worker.name}'s executors", worker.executor_pids)
 
     def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> BrokerCrash:

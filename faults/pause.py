@@ -1,0 +1,150 @@
+"""``pause-lt-timeout`` / ``pause-gt-timeout``: SIGSTOP at T2, SIGCONT at T3.
+
+A stopped JVM is what a long garbage-collection pause or a frozen VM looks like from
+outside: the process exists, holds its connections and its work, and answers nothing. It
+is the classic way a process writes after it was declared dead (a *zombie write*): Spark
+gives up on it after its time-outs and runs its tasks elsewhere, and when it resumes it
+may go on with what it was doing.
+
+The target is the executor JVMs of one worker (``--target N``, by default chosen by the
+seed) or, with ``--target driver``, the streaming driver's process group. Below the
+time-outs (``pause-lt-timeout``: Spark's defaults, 120 s, the pause the failure phase) the
+executor stays registered and its batch waits; above them (``pause-gt-timeout``: the
+time-outs lowered as for ``delay-gt-timeout``) the driver declares it lost, and its worker
+may kill it while it is stopped (SIGKILL reaches a stopped process; SIGTERM waits for the
+SIGCONT).
+
+The log keeps each paused pid with its state read from ``/proc`` after the stop (``T``:
+stopped) and after the resume (running, or gone: killed while stopped), and the time-out
+scan (the ``timeouts`` entry) says whether an executor was declared lost; the rule reads
+them (:meth:`ProcessPause.reasons`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pgval.checker.result import Reason
+from pgval.faults.log import Entries, finding, first
+from pgval.faults.network import timeout_reasons
+from pgval.schema import PAUSE_FAULTS, Fault
+
+#: The ``mechanism`` of a pause.
+SIGSTOP = "SIGSTOP, SIGCONT at removal"
+#: ``--target`` word of a pause that stops the driver instead of a worker's executors.
+DRIVER = "driver"
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from ``/proc/PID/stat`` (``T``: stopped, ``Z``:
+    zombie), None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """The pids whose process group is ``pgid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == pgid:
+                out.append(int(entry))
+    return sorted(out)
+
+
+class ProcessPause:
+    """SIGSTOP the processes ``find()`` returns at T2; SIGCONT them in ``remove``."""
+
+    kinds: ClassVar[frozenset[Fault]] = PAUSE_FAULTS
+    mechanisms: ClassVar[tuple[str, ...]] = (SIGSTOP,)
+
+    def __init__(self, fault: Fault, target: str, find: Callable[[], Sequence[int]],
+                 settle_s: float = 2.0, poll_s: float = 0.02) -> None:
+        self.fault = fault
+        self.name = str(fault)
+        self.target = target
+        self.find = find
+        self.settle_s = settle_s
+        self.poll_s = poll_s
+        self.paused: list[int] = []
+
+    def inject(self) -> dict[str, Any]:
+        pids = sorted(set(self.find()))
+        entry: dict[str, Any] = {"mechanism": SIGSTOP, "fault": self.name,
+                                 "target": self.target, "pids": pids}
+        if not pids:
+            entry["error"] = f"{self.target} had no process to pause at T2"
+            entry["effective_ms"] = _now_ms()
+            return entry
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                self.paused.append(pid)
+            except ProcessLookupError:
+                pass
+        # A stop is asynchronous: it has acted once every process reports state T.
+        deadline = time.monotonic() + self.settle_s
+        while time.monotonic() < deadline and any(
+                process_state(p) not in ("T", "t", None) for p in self.paused):
+            time.sleep(self.poll_s)
+        states = {str(p): process_state(p) for p in pids}
+        entry.update(effective_ms=_now_ms(), states=states,
+                     stopped=[p for p in pids if states[str(p)] in ("T", "t")])
+        return entry
+
+    def remove(self, restore: bool = True) -> dict[str, Any]:
+        """SIGCONT every paused process (teardown too: a stopped process would block the
+        SIGTERM that stops the cluster)."""
+        if not self.paused:
+            return {"skipped": "nothing was paused"}
+        resumed, gone = [], []
+        for pid in self.paused:
+            try:
+                os.kill(pid, signal.SIGCONT)
+                resumed.append(pid)
+            except ProcessLookupError:
+                gone.append(pid)
+        cont_ms = _now_ms()
+        time.sleep(0.2)
+        states = {str(p): process_state(p) for p in self.paused}
+        self.paused = []
+        return {"effective_ms": cont_ms, "resumed": resumed, "gone": gone, "states": states,
+                "still_stopped": [int(p) for p, st in states.items() if st in ("T", "t")]}
+
+    def problem(self) -> str | None:
+        """Why the pause ended before T3: every paused process is gone or running."""
+        if self.paused and not any(process_state(p) in ("T", "t") for p in self.paused):
+            return f"no paused process of {self.target} is still stopped"
+        return None
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """Every process found was stopped (state T); SIGCONT left none stopped; the
+        time-outs fired as the label says (as for a delay)."""
+        inject, remove = first(entries, "inject"), first(entries, "remove")
+        found = []
+        pids, stopped = inject.get("pids") or [], inject.get("stopped") or []
+        if not stopped:
+            found.append(finding("no process was seen stopped"))
+        elif len(stopped) < len(pids):
+            missed = sorted(set(pids) - set(stopped))
+            found.append(finding(f"not every process was stopped: {missed}"))
+        if remove.get("still_stopped"):
+            found.append(finding(f"processes still stopped after SIGCONT: "
+                                 f"{remove['still_stopped']}"))
+        return found + timeout_reasons(entries, what="pause")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
