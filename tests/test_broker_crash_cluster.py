@@ -25,17 +25,23 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
+    """Up before the first test snapshots the host (tests/conftest.py)."""
     with WarmDeployments(tmp_path_factory.mktemp("brokers"), label="broker-cluster") as shared:
+        shared.for_run(config("a1", None))
         yield shared
 
 
-def run(warm: WarmDeployments, tmp_path: Path, pg: str,
-        target: str | int | None = None) -> ExperimentResult:
-    cfg = ExperimentConfig(
+def config(pg: str, target: str | int | None) -> ExperimentConfig:
+    return ExperimentConfig(
         topology="sst", pg=pg, fault="broker-crash", target=target, rate=300, resources=4,
         phase_seconds=16, warmup_seconds=4, warmup_max_seconds=15, window_ms=2000,
         watermark_ms=1000, trigger_ms=500, drain_timeout_s=150,
         cluster=ClusterConfig(brokers=3, partitions=3, workers=2))
+
+
+def run(warm: WarmDeployments, tmp_path: Path, pg: str,
+        target: str | int | None = None) -> ExperimentResult:
+    cfg = config(pg, target)
     cfg.validate()
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
                         deployment=warm.for_run(cfg)).run()
