@@ -18,6 +18,7 @@ from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import Experiment, ExperimentResult
 from pgval.faults.broker import TRANSACTION_STATE, coordinator_partition
 from pgval.schema import transactional_id
+from tests.conftest import shared_cluster
 from tests.test_faults_cluster import check_consistent, check_nothing_left, check_timeline
 
 pytestmark = pytest.mark.cluster
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
     """Up before the first test snapshots the host (tests/conftest.py)."""
-    with WarmDeployments(tmp_path_factory.mktemp("brokers"), label="broker-cluster") as shared:
-        shared.for_run(config("a1", None))
+    with shared_cluster(tmp_path_factory.mktemp("brokers"), "broker-cluster",
+                        config("a1", None)) as shared:
         yield shared
 
 

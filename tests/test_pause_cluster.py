@@ -16,6 +16,7 @@ from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import Experiment, ExperimentResult
+from tests.conftest import shared_cluster
 from tests.test_faults_cluster import check_consistent, check_nothing_left, check_timeline
 
 pytestmark = pytest.mark.cluster
@@ -25,8 +26,8 @@ pytestmark = pytest.mark.cluster
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
     """Up before the first test snapshots the host (tests/conftest.py); the pause above
     the time-outs needs the daemons' lowered time-outs: its test stops this cluster first."""
-    with WarmDeployments(tmp_path_factory.mktemp("pauses"), label="pause-cluster") as shared:
-        shared.for_run(config("pause-lt-timeout", 1))
+    with shared_cluster(tmp_path_factory.mktemp("pauses"), "pause-cluster",
+                        config("pause-lt-timeout", 1)) as shared:
         yield shared
 
 
