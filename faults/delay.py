@@ -282,6 +282,9 @@ class PacketDelay:
     the namespace or the holder already went away (a crashed or torn-down worker).
     """
 
+    #: The holder's process name (and log file): ``<label>-<namespace>``.
+    holder_label = "delay-holder"
+
     def __init__(self, ns: str, delay_ms: int, run_dir: Path, jitter_ms: int = 0,
                  mechanism: str | None = None, queue_num: int | None = None,
                  max_seconds: float = DEFAULT_MAX_SECONDS,
@@ -473,16 +476,20 @@ class PacketDelay:
             _checked(_iptables(where, "-t", "mangle", "-I", *spec[:1], "1", *spec[1:]))
             self._rules.append((where, spec))
 
+    def _verdict_args(self) -> list[str]:
+        """What the holder does with each packet: hold it ``delay_ms`` (+/- jitter)."""
+        return ["--delay-ms", str(self.delay_ms), "--jitter-ms", str(self.jitter_ms)]
+
     def _start_holder(self, places: list[str]) -> None:
         """Start the holder bound to ``self.queue_num`` in ``places``; wait until it is."""
-        name = f"delay-holder-{self.ns}"
+        name = f"{self.holder_label}-{self.ns}"
         ready = self.run_dir / "pids" / f"{name}.ready"
         ready.parent.mkdir(parents=True, exist_ok=True)
         ready.unlink(missing_ok=True)
         owner = Owner.me()
         argv = [sys.executable, "-m", HOLDER_MODULE, "--queue", str(self.queue_num),
-                "--delay-ms", str(self.delay_ms), "--jitter-ms", str(self.jitter_ms),
-                "--target", self.ns, "--ready-file", str(ready), "--comment", self.comment,
+                *self._verdict_args(), "--target", self.ns, "--ready-file", str(ready),
+                "--comment", self.comment,
                 "--owner-pid", str(owner.pid), "--owner-start", str(owner.start),
                 "--max-seconds", f"{self.max_seconds:g}"]
         if self.max_held is not None:

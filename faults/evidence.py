@@ -22,6 +22,7 @@ from pgval.faults.executor import ExecutorKill
 from pgval.faults.log import Entries, first
 from pgval.faults.nemesis import NemesisDelay
 from pgval.faults.network import WorkerDelay
+from pgval.faults.partition import WorkerPartition
 from pgval.faults.pause import ProcessPause
 from pgval.faults.process import DriverCrash, SinkWriteCrash, WorkerCrash
 from pgval.schema import Fault
@@ -43,7 +44,7 @@ class FaultEvidence(Protocol):
 #: Every mechanism pgval injects a fault with.
 RULE_CLASSES: tuple[type[FaultEvidence], ...] = (
     WorkerCrash, DriverCrash, SinkWriteCrash, ExecutorKill, WorkerDelay, NemesisDelay,
-    ContainerKill, ContainerDelay, BrokerCrash, ProcessPause)
+    ContainerKill, ContainerDelay, BrokerCrash, ProcessPause, WorkerPartition)
 
 #: An inject entry that names no mechanism and no error (a log written before mechanisms
 #: were told apart) is judged by the embedded cluster's rule for the fault. One with an
@@ -53,7 +54,7 @@ UNNAMED: dict[Fault, type[FaultEvidence]] = {
     Fault.CRASH: WorkerCrash, Fault.DRIVER_CRASH: DriverCrash,
     Fault.DELAY_LT_TIMEOUT: WorkerDelay, Fault.DELAY_GT_TIMEOUT: WorkerDelay,
     Fault.BROKER_CRASH: BrokerCrash, Fault.PAUSE_LT_TIMEOUT: ProcessPause,
-    Fault.PAUSE_GT_TIMEOUT: ProcessPause}
+    Fault.PAUSE_GT_TIMEOUT: ProcessPause, Fault.PARTITION: WorkerPartition}
 
 
 def _registry(classes: Iterable[type[FaultEvidence]]

@@ -1,4 +1,5 @@
-"""Packet holder: delay every packet of one NFQUEUE by D ms, then accept it.
+"""Packet holder: delay every packet of one NFQUEUE by D ms, then accept it (or, with
+``--drop``, drop every packet at once: the ``partition`` fault).
 
 Why it exists: this kernel has no ``sch_netem``, so :mod:`pgval.faults.delay` sends the
 delayed worker's packets to an NFQUEUE (``iptables-legacy -t mangle ... PREROUTING -j
@@ -33,6 +34,11 @@ Design points:
   delete the rules carrying ``--comment``, print a summary line, exit 0. If the holder
   dies instead, ``--queue-bypass`` makes the kernel accept new packets unqueued (fail
   open); packets held at that moment are dropped by the kernel and retransmitted by TCP.
+* ``--drop`` (a partition): every packet gets a DROP verdict the moment it arrives and is
+  counted. Nothing is held, so nothing is flushed at exit. A partition fails safe the
+  same way a delay does: when the holder dies, stalls or stops, ``--queue-bypass`` and the
+  fail-open queue let packets through, so an instrument failure heals the partition (a
+  weaker fault, which the run sees: ``holder-died``) and never leaves a link cut.
 * Never outlives its owner or its phase: it stops as above when the pgval that started
   it dies (``PR_SET_PDEATHSIG`` plus a twice-a-second check of ``--owner-pid`` /
   ``--owner-start``, which also covers an owner that died before the holder started)
@@ -96,6 +102,8 @@ _HIST_BINS = 10_000  # ... up to 1 s, the last bin collects the rest
 
 class Verdictable(Protocol):
     def accept(self) -> None: ...
+
+    def drop(self) -> None: ...
 
 
 class Schedule:
@@ -197,11 +205,48 @@ class Schedule:
                 "late_max_ms": round(self.late_max_s * 1000, 3)}
 
 
+class Dropper:
+    """``--drop``: every packet is dropped on arrival and counted; the same face as
+    :class:`Schedule` so the loop does not care which verdict it gives."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.dropped = 0
+        self.errors = 0
+
+    def __len__(self) -> int:
+        return 0
+
+    def push(self, pkt: Verdictable, now: float) -> None:
+        self.received += 1
+        try:
+            pkt.drop()
+        except (RuntimeError, OSError):
+            self.errors += 1
+            return
+        self.dropped += 1
+
+    def next_due(self) -> float | None:
+        return None
+
+    def release_due(self, now: float) -> int:
+        return 0
+
+    def release_all(self) -> int:
+        return 0
+
+    def stats(self) -> dict[str, Any]:
+        return {"received": self.received, "dropped": self.dropped, "held": 0,
+                "verdict_errors": self.errors}
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pgval.faults.holder",
                                 description="Hold NFQUEUE packets D ms, then accept them.")
     p.add_argument("--queue", type=int, required=True, help="NFQUEUE number (0..65535)")
-    p.add_argument("--delay-ms", type=float, required=True)
+    p.add_argument("--delay-ms", type=float, default=0.0)
+    p.add_argument("--drop", action="store_true",
+                   help="drop every packet instead of delaying it (a network partition)")
     p.add_argument("--jitter-ms", type=float, default=0.0,
                    help="uniform +/- jitter; reorders packets, as netem's does")
     p.add_argument("--netns", action="append", default=[], metavar="NAME",
@@ -443,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         return HOLDER_RC_OWNER_GONE
     policy = _set_priority(args.nice, args.rt_priority)
 
-    sched = Schedule(args.delay_ms, args.jitter_ms)
+    sched: Schedule | Dropper = Dropper() if args.drop else Schedule(args.delay_ms,
+                                                                     args.jitter_ms)
     stop = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -483,9 +529,10 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 3
     _log({"event": "ready", "pid": os.getpid(), "queue": args.queue, "netns": args.netns,
-          "target": args.target, "delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms,
-          "max_held": args.max_held, "scheduling": policy, "fail_open": args.fail_open,
-          "owner_pid": args.owner_pid, "max_seconds": args.max_seconds})
+          "target": args.target, "drop": args.drop, "delay_ms": args.delay_ms,
+          "jitter_ms": args.jitter_ms, "max_held": args.max_held, "scheduling": policy,
+          "fail_open": args.fail_open, "owner_pid": args.owner_pid,
+          "max_seconds": args.max_seconds})
     if args.ready_file is not None:
         tmp = args.ready_file.with_name(args.ready_file.name + ".tmp")
         tmp.write_text(json.dumps({"pid": os.getpid(), "queue": args.queue}))

@@ -25,6 +25,8 @@ from pgval.schema import (
     CRASH_POINTS,
     DEPLOYMENTS,
     FAULTS,
+    PARTITION_WHERE,
+    PARTITIONS,
     PAUSE_DRIVER,
     PAUSE_WHERE,
     PROCESSING_GUARANTEES,
@@ -34,6 +36,7 @@ from pgval.schema import (
     Fault,
     FaultSpec,
     Guarantee,
+    Partition,
     Restart,
     Topology,
     sink_kind,
@@ -145,6 +148,10 @@ class ExperimentConfig:
     delay_ms: int | None = field(default=None, metadata=opt(
         "Packet delay for delay faults (default: 500 ms below the time-outs; 1.5 x the "
         "lowered time-out above them).", min=1))
+    partition: Partition | None = field(default=None, metadata=opt(
+        "With --fault partition, the link of worker --target it cuts: worker-kafka (the "
+        "default: to and from the brokers), worker-driver, worker-all (everything) or "
+        "one-way (everything the worker sends).", choices=PARTITIONS))
     drain_timeout_s: float = field(default=300.0, metadata=opt(
         "After T4, how long the query may take to process everything (else: unknown).",
         min=1))
@@ -199,6 +206,8 @@ class ExperimentConfig:
         self.deploy = Deploy.parse(self.deploy)
         if self.restart is not None:
             self.restart = Restart.parse(self.restart)
+        if self.partition is not None:
+            self.partition = Partition.parse(self.partition)
         if isinstance(self.target, str) and self.target.isdigit():
             self.target = int(self.target)  # as stored before broker-crash's words
 
@@ -272,6 +281,9 @@ class ExperimentConfig:
             raise RuntimeErrorPlain(reason)
         if not fault_axis and (reason := restart_problem(self)):
             raise RuntimeErrorPlain(reason)
+        if self.partition is not None and self.fault is not Fault.PARTITION and not fault_axis:
+            raise RuntimeErrorPlain("--partition says which link --fault partition cuts; "
+                                    f"it does not apply to --fault {self.fault}")
         if self.sabotage is not None and self.pg is not Guarantee.E1:
             raise RuntimeErrorPlain("--sabotage is a self-test of the e1 sink; use --pg e1")
         if self.late_events < 0:
@@ -327,13 +339,15 @@ class ExperimentConfig:
         if bool(self.nemesis_inject) != bool(self.nemesis_remove):
             raise RuntimeErrorPlain("--nemesis-inject and --nemesis-remove go together: pgval "
                                     "must be able to undo what it started")
+        if self.fault is Fault.PARTITION and self.deploy is not Deploy.LOCAL:
+            raise RuntimeErrorPlain(PARTITION_WHERE)
         if external and self.fault.is_delay and not self.nemesis_inject:
             raise RuntimeErrorPlain(
                 f"--fault {self.fault} on an external cluster needs your own nemesis: "
                 "--nemesis-inject ARGV and --nemesis-remove ARGV (see docs/deploy.md)")
-        if (self.fault.is_delay and self.deploy is Deploy.LOCAL
+        if (self.fault.is_network and self.deploy is Deploy.LOCAL
                 and self.cluster.isolate is False):
-            raise RuntimeErrorPlain("packet delay needs workers in their own network "
+            raise RuntimeErrorPlain(f"--fault {self.fault} needs workers in their own network "
                                     "namespaces; drop --no-isolate")
 
     def to_dict(self) -> dict[str, Any]:

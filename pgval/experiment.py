@@ -274,7 +274,7 @@ class Experiment:
         if point is not CrashPoint.TIMED:
             ensure_hooks_jar()  # built once (javac); a missing JDK is one sentence, now
             crash_trigger(self.run_dir).parent.mkdir(parents=True, exist_ok=True)
-        if self.fault.kind.is_delay and cfg.deploy == Deploy.LOCAL:
+        if self.fault.kind.is_network and cfg.deploy == Deploy.LOCAL:
             if os.geteuid() != 0:
                 raise RuntimeErrorPlain(f"--fault {cfg.fault} needs root (it puts the worker "
                                         "in a network namespace and changes its packet path)")

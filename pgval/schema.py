@@ -104,6 +104,11 @@ BROKER_CRASH_WHERE: Final = (
 PAUSE_WHERE: Final = (
     "--fault pause-lt-timeout and pause-gt-timeout need the embedded cluster pgval starts "
     "(--deploy local, no --cluster): pgval stops and resumes its processes by signal")
+#: Where a partition can run (the same check and deployments).
+PARTITION_WHERE: Final = (
+    "--fault partition needs the embedded cluster pgval starts (--deploy local, no "
+    "--cluster): pgval drops the worker's packets in its network namespace; on your own "
+    "cluster, cut the link with your own tooling and judge the run with `pgval check`")
 
 
 def transactional_id(query_name: str) -> str:
@@ -179,6 +184,13 @@ class Fault(Name):
     BROKER_CRASH = "broker-crash"
     PAUSE_LT_TIMEOUT = "pause-lt-timeout"
     PAUSE_GT_TIMEOUT = "pause-gt-timeout"
+    PARTITION = "partition"
+
+    @property
+    def is_network(self) -> bool:
+        """Acts on a worker's packets (a delay or a partition): needs root and the workers
+        in their own network namespaces."""
+        return self.is_delay or self is Fault.PARTITION
 
     @property
     def is_delay(self) -> bool:
@@ -231,6 +243,20 @@ class CrashPoint(Name):
     @classmethod
     def what(cls) -> str:
         return "crash point"
+
+
+class Partition(Name):
+    """Which link of a worker ``partition`` cuts (``--partition``): to the brokers, to the
+    driver, all of it, or only what it sends (pgval.faults.partition)."""
+
+    WORKER_KAFKA = "worker-kafka"
+    WORKER_DRIVER = "worker-driver"
+    WORKER_ALL = "worker-all"
+    ONE_WAY = "one-way"
+
+    @classmethod
+    def what(cls) -> str:
+        return "partition"
 
 
 class Restart(Name):
@@ -306,6 +332,7 @@ FAULTS: Final = Fault.names()
 DEPLOYMENTS: Final = Deploy.names()
 CRASH_POINTS: Final = CrashPoint.names()
 RESTARTS: Final = Restart.names()
+PARTITIONS: Final = Partition.names()
 #: The grid's names for a fault at a crash point other than ``timed`` (``matrix --faults``).
 FAULTS_AT_POINTS: Final = tuple(str(FaultSpec(fault, point))
                                 for point, (fault, _) in CRASH_POINT_RULES.items())

@@ -23,10 +23,11 @@ from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMa
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults.broker import LEADER, BrokerCrash
 from pgval.faults.network import NetworkPath, WorkerDelay
+from pgval.faults.partition import PartitionLink, WorkerPartition
 from pgval.faults.pause import ProcessPause, group_members
 from pgval.faults.process import WorkerCrash
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
-from pgval.schema import DELAY_FAULTS, PAUSE_DRIVER, PAUSE_FAULTS, Fault, Topics
+from pgval.schema import DELAY_FAULTS, PAUSE_DRIVER, PAUSE_FAULTS, Fault, Partition, Topics
 from pgval.spark.daemons import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -58,8 +59,19 @@ def kafka_credentials_file(cluster_dir: Path) -> Path:
 
 
 def delay_cap_s(phase_seconds: float) -> float:
-    """A delay ends by itself this long after T2 whatever happens to pgval."""
+    """A delay (or partition) ends by itself this long after T2 whatever happens to pgval."""
     return 1.5 * phase_seconds + 60
+
+
+def partition_of(cfg: ExperimentConfig, worker: str, ns: str | None, bootstrap: str,
+                 master: str | None, ctx: FaultContext) -> WorkerPartition:
+    """The partition ``--partition`` asks for on one worker: the brokers' and the master's
+    ports read from the cluster's addresses (``HOST:PORT,...``, ``spark://HOST:PORT``)."""
+    brokers = tuple(int(a.rsplit(":", 1)[1]) for a in bootstrap.split(",") if ":" in a)
+    master_port = int(master.rsplit(":", 1)[1]) if master and ":" in master else None
+    link = PartitionLink(worker, ns, cfg.partition or Partition.WORKER_KAFKA, brokers,
+                         master_port)
+    return WorkerPartition(link, ctx.run_dir, delay_cap_s(ctx.phase_seconds))
 
 
 class EmbeddedDeployment(Deployment):
@@ -140,7 +152,16 @@ class EmbeddedDeployment(Deployment):
         return {**super().fault_makers(), Fault.CRASH: self.worker_crash,
                 **dict.fromkeys(DELAY_FAULTS, self.worker_delay),
                 Fault.BROKER_CRASH: self.broker_crash,
-                **dict.fromkeys(PAUSE_FAULTS, self.process_pause)}
+                **dict.fromkeys(PAUSE_FAULTS, self.process_pause),
+                Fault.PARTITION: self.worker_partition}
+
+    def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                         ctx: FaultContext) -> WorkerPartition:
+        """One link of worker ``target`` cut (``--partition``)."""
+        worker = self._spark().workers[target]
+        assert self.cluster is not None
+        return partition_of(cfg, worker.name, worker.netns, self.cluster.bootstrap,
+                            self._spark().master_url, ctx)
 
     def process_pause(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> ProcessPause:
@@ -250,7 +271,14 @@ class AttachedDeployment(Deployment):
         """Not pgval's processes to kill: an executor kill through the driver; the delay
         on the namespaces the cluster recorded."""
         return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
-                **dict.fromkeys(DELAY_FAULTS, self.worker_delay)}
+                **dict.fromkeys(DELAY_FAULTS, self.worker_delay),
+                Fault.PARTITION: self.worker_partition}
+
+    def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                         ctx: FaultContext) -> WorkerPartition:
+        worker = self.state["workers"][target]
+        return partition_of(cfg, f"spark-worker-{worker['index']}", worker.get("netns"),
+                            self.state["bootstrap"], self.state["master"], ctx)
 
     def worker_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerDelay:
