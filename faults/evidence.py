@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 
 from pgval.checker.result import Reason
 from pgval.faults.broker import BrokerCrash
+from pgval.faults.composite import CompositeFault, part_logs
 from pgval.faults.container import ContainerDelay, ContainerKill
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.log import Entries, first
@@ -44,7 +45,8 @@ class FaultEvidence(Protocol):
 #: Every mechanism pgval injects a fault with.
 RULE_CLASSES: tuple[type[FaultEvidence], ...] = (
     WorkerCrash, DriverCrash, SinkWriteCrash, ExecutorKill, WorkerDelay, NemesisDelay,
-    ContainerKill, ContainerDelay, BrokerCrash, ProcessPause, WorkerPartition)
+    ContainerKill, ContainerDelay, BrokerCrash, ProcessPause, WorkerPartition,
+    CompositeFault)
 
 #: An inject entry that names no mechanism and no error (a log written before mechanisms
 #: were told apart) is judged by the embedded cluster's rule for the fault. One with an
@@ -109,4 +111,7 @@ def fault_reasons(fault: Fault | str, log: Iterable[Mapping[str, Any]]) -> list[
         # (a hand-made or older log) is about this run's fault, which some rules read.
         named = [{"fault": str(fault), **e} for e in entries]
         texts.extend(f"{fault}: {found.text}" for found in rule.reasons(named))
+    if fault == Fault.SCHEDULE:  # each part by its own mechanism's rule
+        texts.extend(f"part {i}: {reason.text}" for i, kind, own in part_logs(entries)
+                     for reason in fault_reasons(kind, own))
     return [Reason("fault", text) for text in texts]

@@ -118,11 +118,19 @@ class WorkerDelay:
         return found + timeout_reasons(entries)
 
 
+#: Faults that cost an executor whatever the time-outs: in a schedule with one of them, a
+#: ``-lt-`` part's "no executor lost" cannot be judged from the logs (the scan is per run).
+LOSES_EXECUTORS: frozenset[Fault] = frozenset(
+    {Fault.CRASH, Fault.DELAY_GT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT, Fault.PARTITION})
+
+
 def timeout_reasons(entries: Entries, what: str = "delay") -> list[Reason]:
     """Did the delay (or pause) act as its label says? ``-gt-timeout``: the driver reported
     an executor lost (the ``timeouts`` entry's ``fired``, a scan of the run's logs written
     after the run); ``-lt-timeout``: it did not, or the run measured one above the time-outs
-    under the wrong name. No scan, or a damaged one, tells nothing: a reason."""
+    under the wrong name — unless it shared the run with a part that costs executors itself
+    (``shared_with``, :func:`pgval.faults.composite.part_logs`). No scan, or a damaged one,
+    tells nothing: a reason."""
     kind = first(entries, "inject").get("fault") or first(entries, "timeouts").get("fault")
     fired = first(entries, "timeouts").get("fired")
     if not isinstance(fired, Mapping):
@@ -137,6 +145,10 @@ def timeout_reasons(entries: Entries, what: str = "delay") -> list[Reason]:
         return [finding(f"the driver reported no executor lost: the {what} did not act as "
                         "one above the time-outs")]
     if above is False and lost:
+        shared = set(first(entries, "timeouts").get("shared_with") or ()) & {
+            str(k) for k in LOSES_EXECUTORS}
+        if shared:  # in a schedule, another part may have cost the executor
+            return []
         return [finding(f"the driver reported an executor lost ({lost}×): the {what} "
                         "behaved as one above the time-out")]
     return []

@@ -119,7 +119,13 @@ class ProcessPause:
         time.sleep(0.2)
         states = {str(p): process_state(p) for p in self.paused}
         self.paused = []
+        # Gone at SIGCONT: killed while stopped (a SIGKILL acts on a stopped process; Spark's
+        # worker sends one 10 s after its SIGTERM, ExecutorRunner.killProcess). Such a
+        # process cannot write again; one that resumes after the driver declared it lost can
+        # (a zombie): both are kept, so the report can say which happened.
         return {"effective_ms": cont_ms, "resumed": resumed, "gone": gone, "states": states,
+                "killed_while_stopped": gone + [int(p) for p, st in states.items()
+                                                if st is None and int(p) in resumed],
                 "still_stopped": [int(p) for p, st in states.items() if st in ("T", "t")]}
 
     def problem(self) -> str | None:

@@ -11,6 +11,7 @@ far below Spark's defaults.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pgval.schema import Fault
@@ -36,10 +37,17 @@ class TimeoutProfile:
                 "driver_conf": self.driver_conf, "daemon_conf": self.daemon_conf}
 
 
-def profile_for(fault: Fault | str, phase_seconds: float,
-                delay_ms: int | None = None) -> TimeoutProfile:
-    """Time-outs and packet delay for ``fault``; explicit ``delay_ms`` overrides the derived one."""
+def profile_for(fault: Fault | str, phase_seconds: float, delay_ms: int | None = None,
+                parts: Sequence[Fault] = ()) -> TimeoutProfile:
+    """Time-outs and packet delay for ``fault``; explicit ``delay_ms`` overrides the derived one.
+    A schedule (``parts``: its faults' kinds) takes the profile of the part that sets the
+    run's time-outs: one meant to outlast them lowers them for the whole run (a schedule
+    cannot also hold a delay below them), else the first ``-lt-`` part's."""
     kind = Fault.parse(fault)
+    if kind is Fault.SCHEDULE:
+        governing = ([p for p in parts if p.above_timeouts]
+                     or [p for p in parts if p.above_timeouts is False] or [Fault.NONE])
+        kind = governing[0]
     if kind in (Fault.DELAY_GT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT):
         # Fit detection well inside the failure phase: time-out = phase/4, clamped to [4, 30] s.
         timeout_s = max(4.0, min(30.0, phase_seconds / 4))

@@ -11,10 +11,19 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pgval.cluster.local import ClusterConfig
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.composite import (
+    RANDOM,
+    ScheduledFault,
+    draw_random,
+    load_schedule,
+    parse_plus,
+    schedule_problem,
+)
 from pgval.faults.timeouts import SPARK_EXECUTOR_TIMEOUT_S
 from pgval.redact import redact_record, redact_url, scrub
 from pgval.schema import (
@@ -85,7 +94,11 @@ class ExperimentConfig:
         metavar="kafka|files|delta|PATH.py:FUNCTION"))
     fault: Fault = field(default=Fault.NONE, metadata=opt(
         "Injected at T2 into one Spark worker (or the driver, or a Kafka broker), removed at "
-        "T3.", choices=FAULTS))
+        "T3. A+B: several at once (T2 to T3); random: --fault-count faults of random kinds, "
+        "targets and times inside the failure phase, drawn from --seed (docs/faults.md, "
+        "'Several faults in one run').",
+        choices=(*(f for f in FAULTS if f != Fault.SCHEDULE), RANDOM), composable=True,
+        metavar="FAULT|A+B|random"))
     crash_point: CrashPoint = field(default=CrashPoint.TIMED, metadata=opt(
         "Where a crash lands: timed (at T2); for driver-crash after-sink-write (the first "
         "batch after T2 whose outputs are in Kafka, before its commit is in the checkpoint); "
@@ -148,6 +161,18 @@ class ExperimentConfig:
     delay_ms: int | None = field(default=None, metadata=opt(
         "Packet delay for delay faults (default: 500 ms below the time-outs; 1.5 x the "
         "lowered time-out above them).", min=1))
+    schedule_file: str | None = field(default=None, metadata=opt(
+        "A fault schedule, JSON (or YAML with PyYAML): a list of {fault, at, for, target}, "
+        "seconds from the start of the failure phase (for omitted: until T3). Replaces "
+        "--fault.", metavar="FILE", name="--schedule"))
+    fault_count: int = field(default=2, metadata=opt(
+        "With --fault random: how many faults the schedule draws.", min=1, max=20))
+    #: The schedule the run follows (from --fault A+B, --schedule or --fault random), as
+    #: records: what the run stores, so a re-check needs no file and no re-draw.
+    schedule: list[dict[str, Any]] | None = None
+    #: Where the schedule came from, for people: ``crash+partition``, ``random: 3 faults,
+    #: seed 7``, ``file: chaos.json``.
+    schedule_origin: str | None = None
     partition: Partition | None = field(default=None, metadata=opt(
         "With --fault partition, the link of worker --target it cuts: worker-kafka (the "
         "default: to and from the brokers), worker-driver, worker-all (everything) or "
@@ -201,6 +226,7 @@ class ExperimentConfig:
         and everything after compares members, never text."""
         self.topology = Topology.parse(self.topology)
         self.pg = Guarantee.parse(self.pg)
+        self._read_schedule()
         self.fault = Fault.parse(self.fault)
         self.crash_point = CrashPoint.parse(self.crash_point)
         self.deploy = Deploy.parse(self.deploy)
@@ -210,6 +236,38 @@ class ExperimentConfig:
             self.partition = Partition.parse(self.partition)
         if isinstance(self.target, str) and self.target.isdigit():
             self.target = int(self.target)  # as stored before broker-crash's words
+
+    def _read_schedule(self) -> None:
+        """``--fault A+B``, ``--schedule FILE`` and ``--fault random`` become one thing: the
+        fault ``schedule`` and its parts as records (kept; a stored config is not re-read
+        or re-drawn)."""
+        text = str(self.fault)
+        if self.schedule_file is not None and text not in (Fault.NONE, Fault.SCHEDULE):
+            raise RuntimeErrorPlain(f"--schedule replaces --fault; drop --fault {text}")
+        if self.schedule is None:
+            parts = None
+            if self.schedule_file is not None:
+                parts = load_schedule(self.schedule_file)
+                self.schedule_origin = f"file: {Path(self.schedule_file).name}"
+            elif text == RANDOM:
+                parts = draw_random(self.fault_count, self.seed, self.phase_seconds,
+                                    self.cluster.workers, self.cluster.brokers)
+                self.schedule_origin = (f"random: {self.fault_count} faults, "
+                                        f"seed {self.seed}")
+            elif "+" in text:
+                parts = parse_plus(text)
+                self.schedule_origin = text
+            elif text == Fault.SCHEDULE:
+                raise RuntimeErrorPlain("--fault schedule needs --schedule FILE")
+            if parts is not None:
+                self.schedule = [p.as_record() for p in parts]
+        if self.schedule is not None:
+            self.fault = Fault.SCHEDULE
+
+    @property
+    def schedule_parts(self) -> list[ScheduledFault]:
+        """The schedule's parts (empty for a run with one fault or none)."""
+        return [ScheduledFault.from_record(r) for r in self.schedule or []]
 
     @property
     def fault_spec(self) -> FaultSpec:
@@ -269,7 +327,10 @@ class ExperimentConfig:
                 raise RuntimeErrorPlain(
                     f"--window-ms {self.window_ms}: with --job at most {JOB_MAX_WINDOW_MS} "
                     "(the closing events run an hour ahead of the last real event)")
-        if reason := self._target_problem():
+        if self.fault is Fault.SCHEDULE:
+            if reason := self._schedule_problem():
+                raise RuntimeErrorPlain(reason)
+        elif reason := self._target_problem():
             raise RuntimeErrorPlain(reason)
         if reason := self.fault_spec.problem(self.deploy):
             raise RuntimeErrorPlain(reason)
@@ -289,6 +350,31 @@ class ExperimentConfig:
         if self.late_events < 0:
             raise RuntimeErrorPlain("--late-events must not be negative")
         self._validate_deployment()
+
+    def _schedule_problem(self) -> str | None:
+        """Why the schedule cannot run here (one sentence), or None: its own shape
+        (:func:`pgval.faults.composite.schedule_problem`), then each part as a run of that
+        fault alone would be checked (where it can run, its target)."""
+        parts = self.schedule_parts
+        if reason := schedule_problem(parts, self.phase_seconds, self.cluster.workers):
+            return reason
+        if self.deploy is not Deploy.LOCAL or self.running_cluster:
+            return ("a schedule of several faults runs on the embedded cluster pgval starts "
+                    "(--deploy local, no --cluster)")
+        if self.target is not None:
+            return "--target does not apply to a schedule: each fault names its own target"
+        if self.restart is not None or self.crash_point is not CrashPoint.TIMED:
+            return ("a schedule's crashes are timed and restart at their end: --restart and "
+                    "--crash-point do not apply")
+        for part in parts:
+            alone = dataclasses.replace(self, fault=part.fault, target=part.target,
+                                        schedule=None, schedule_file=None,
+                                        schedule_origin=None)
+            if part.fault is Fault.PAUSE_LT_TIMEOUT and part.for_s is not None:
+                alone = dataclasses.replace(alone, phase_seconds=max(1.0, part.for_s))
+            if reason := alone._target_problem() or not_applicable(alone):
+                return f"in the schedule, {part.label()}: {reason}"
+        return None
 
     def _target_problem(self) -> str | None:
         """Why ``--target`` names nothing this fault can hit (one sentence), or None."""
@@ -379,6 +465,8 @@ def default_restart(cfg: ExperimentConfig) -> Restart | None:
         return Restart.AT_REMOVE
     if cfg.fault is Fault.BROKER_CRASH:  # as a worker: back at T3 (or --restart immediate)
         return Restart.AT_REMOVE
+    if cfg.fault is Fault.SCHEDULE and any(p.fault.restarts for p in cfg.schedule_parts):
+        return Restart.AT_REMOVE  # each crashed process at its part's end
     return None
 
 

@@ -113,7 +113,8 @@ class Experiment:
         self.db = db
         #: The fault and where it lands, parsed once (every fault test below reads it).
         self.fault = FaultSpec(config.fault, config.crash_point)
-        self.profile = profile_for(config.fault, config.phase_seconds, config.delay_ms)
+        self.profile = profile_for(config.fault, config.phase_seconds, config.delay_ms,
+                                   [p.fault for p in config.schedule_parts])
         self.owns_deployment = deployment is None
         if deployment is None:
             if self.profile.daemon_conf:
@@ -274,7 +275,9 @@ class Experiment:
         if point is not CrashPoint.TIMED:
             ensure_hooks_jar()  # built once (javac); a missing JDK is one sentence, now
             crash_trigger(self.run_dir).parent.mkdir(parents=True, exist_ok=True)
-        if self.fault.kind.is_network and cfg.deploy == Deploy.LOCAL:
+        network = self.fault.kind.is_network or any(p.fault.is_network
+                                                     for p in cfg.schedule_parts)
+        if network and cfg.deploy == Deploy.LOCAL:
             if os.geteuid() != 0:
                 raise RuntimeErrorPlain(f"--fault {cfg.fault} needs root (it puts the worker "
                                         "in a network namespace and changes its packet path)")

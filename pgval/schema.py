@@ -185,6 +185,8 @@ class Fault(Name):
     PAUSE_LT_TIMEOUT = "pause-lt-timeout"
     PAUSE_GT_TIMEOUT = "pause-gt-timeout"
     PARTITION = "partition"
+    #: Several faults on one timeline (``--fault A+B``, ``--schedule``, ``--fault random``).
+    SCHEDULE = "schedule"
 
     @property
     def is_network(self) -> bool:

@@ -53,7 +53,9 @@ DEFAULTS: Final[Mapping[str, Any]] = {"deploy": Deploy.LOCAL, "crash_point": Cra
 #: Settings added after grids were stored, with the value that means "as before": left out
 #: of a shape while they have it, so a matrix stored before them keeps its key (and
 #: resumes), and a run that sets one is another shape.
-UNSET_OMITTED: Final[Mapping[str, Any]] = {"job": None, "sink": "kafka"}
+UNSET_OMITTED: Final[Mapping[str, Any]] = {
+    "job": None, "sink": "kafka", "partition": None, "schedule": None, "schedule_file": None,
+    "schedule_origin": None, "fault_count": 2}
 #: Settings that mean something only for a fault that restarts a process: None for others.
 RESTART_FIELDS: Final = ("restart", "restart_delay_s")
 

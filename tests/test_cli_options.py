@@ -208,7 +208,7 @@ def test_a_malformed_key_value_is_one_line(cwd: Path, command: list[str]) -> Non
     (["oir", "--topology", "sst", "--nemesis-inject", "x"], "only apply to --deploy external"),
     (["validate", "--topology", "sst", "--target", "2"], "--target must be a worker index"),
     (["matrix", "--faults", "none,delay-lt-timeout", "--no-isolate"],
-     "packet delay needs workers in their own network namespaces"),
+     "needs workers in their own network namespaces"),
     (["matrix", "--pgs", "a1,x1"], "--pgs takes a comma-separated list of a1, e1, m1"),
     (["validate", "--topology", "sst", "--rate", "fast"], "--rate must be a number"),
     (["validate"], "give --topology sst|mst, or --job PATH.py:FUNCTION"),

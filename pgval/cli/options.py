@@ -41,6 +41,8 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 NOT_OPTIONS: Mapping[str, str] = {
     "cluster": "its own fields are the options (--brokers, --workers, …)",
     "spark_daemon_conf": "set by the faults (lowered time-outs), not by users",
+    "schedule": "set by --fault A+B, --schedule FILE or --fault random",
+    "schedule_origin": "set with the schedule",
 }
 #: Self-tests of pgval itself: options of `validate` only, never part of a measurement.
 SELF_TESTS: Mapping[str, str] = {
@@ -52,11 +54,16 @@ EXCLUDED: Mapping[str, Mapping[str, str]] = {
     "validate": {},
     "matrix": {"topology": "a grid axis (--topologies)", "pg": "a grid axis (--pgs)",
                "fault": "a grid axis (--faults)",
-               "crash_point": "part of the fault axis (--faults FAULT@POINT)", **SELF_TESTS},
+               "crash_point": "part of the fault axis (--faults FAULT@POINT)",
+               "schedule_file": "a schedule is one run's (validate --schedule)",
+               "fault_count": "a random schedule is one run's (validate --fault random)",
+               **SELF_TESTS},
     "oir": {"fault": "OIR trials run without a fault",
             "restart": "OIR trials run without a fault: nothing restarts",
             "restart_delay_s": "OIR trials run without a fault: nothing restarts",
-            "rate": "the rate is what the search finds (--start-rate)", **SELF_TESTS},
+            "rate": "the rate is what the search finds (--start-rate)",
+            "schedule_file": "OIR trials run without a fault",
+            "fault_count": "OIR trials run without a fault", **SELF_TESTS},
 }
 #: Options given as text although their field is a number: ``--rate`` also takes ``oir``,
 #: which the command resolves to the stored optimum ingestion rate.
@@ -256,6 +263,24 @@ def _unwrap(hint: Any) -> tuple[Any, bool]:
     return hint, False
 
 
+class FaultNames(click.Choice):
+    """One fault, or several joined by ``+`` (``--fault crash+partition``): each checked
+    against the choices, the text kept whole for the config to read as a schedule."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        text = str(value)
+        if "+" not in text:
+            return super().convert(value, param, ctx)
+        names = [n.strip() for n in text.split("+")]
+        for name in names:
+            if name == "random" or name not in self.choices:
+                self.fail(f"{name!r} in {text!r} is not a fault that can be combined; use "
+                          f"names from {', '.join(c for c in self.choices if c != 'random')}",
+                          param, ctx)
+        return "+".join(names)
+
+
 class IntOrWord(click.ParamType):
     """A whole number (at least ``min``) or one of ``words``: ``--target 1``, ``--target
     coordinator``."""
@@ -282,6 +307,8 @@ class IntOrWord(click.ParamType):
 
 def _param_type(kind: Any, meta: Mapping[str, Any]) -> click.ParamType:
     """The click type: a choice, a bounded int or float, or text."""
+    if meta.get("composable"):
+        return FaultNames(meta["choices"])
     if "choices" in meta:
         return click.Choice(meta["choices"])
     lo, hi = meta.get("min"), meta.get("max")

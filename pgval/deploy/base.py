@@ -12,6 +12,7 @@ creates on it (its topics).
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import sys
 from abc import ABC, abstractmethod
@@ -21,9 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.faults import FaultHooks
+from pgval.faults import FaultHooks, default_target
+from pgval.faults.broker import LEADER
+from pgval.faults.composite import CompositeFault
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.process import DriverCrash, SinkWriteCrash
+from pgval.faults.timeouts import TimeoutProfile, profile_for
 from pgval.kafka.admin import create_topics, delete_topics
 from pgval.schema import (
     BROKER_CRASH_WHERE,
@@ -37,7 +41,6 @@ from pgval.schema import (
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
-    from pgval.faults.timeouts import TimeoutProfile
     from pgval.spark.driver import DriverProcess
 
 #: Makes one fault on a deployment: (the run's configuration, the target worker, the
@@ -163,10 +166,31 @@ class Deployment(ABC):
         kind = Fault.parse(cfg.fault)
         if kind is Fault.NONE:
             return None
+        if kind is Fault.SCHEDULE:
+            return self.schedule_fault(cfg, ctx)
         if (kind is Fault.CRASH and cfg.crash_point is CrashPoint.DURING_SINK_WRITE
                 and sink_kind(cfg.sink).writer_is_driver):
             return self.sink_writer_crash(cfg, target, profile, ctx)
         return self.fault_makers()[kind](cfg, target, profile, ctx)
+
+    def schedule_fault(self, cfg: ExperimentConfig, ctx: FaultContext) -> CompositeFault:
+        """Each part of the schedule as this deployment makes that fault alone: on its own
+        target, or by default the seed's worker for the first part and the next worker for
+        each next part (the parts of ``A+B`` land on different workers where there are
+        enough), a broker crash on the output's leader."""
+        parts = []
+        workers = max(1, self.workers)
+        first = default_target(cfg.seed, workers)
+        for i, part in enumerate(cfg.schedule_parts):
+            target = (part.target if part.target is not None
+                      else LEADER if part.fault is Fault.BROKER_CRASH
+                      else (first + i) % workers)
+            alone = dataclasses.replace(cfg, fault=part.fault, target=target, schedule=None,
+                                        schedule_file=None, schedule_origin=None)
+            profile = profile_for(part.fault, cfg.phase_seconds, cfg.delay_ms)
+            hooks = self.make_fault(alone, target, profile, ctx)  # type: ignore[arg-type]
+            parts.append((dataclasses.replace(part, target=target), hooks))
+        return CompositeFault(parts, cfg.phase_seconds)
 
     def fault_makers(self) -> dict[Fault, FaultMaker]:
         """How this deployment injects each fault (every one but ``none``): one entry per

@@ -24,7 +24,8 @@ from pgval.schema import Deploy
 
 def daemon_conf(cfg: ExperimentConfig) -> dict[str, str]:
     """The Spark daemons' settings a run of ``cfg`` needs (its fault's time-out profile)."""
-    return {**profile_for(cfg.fault, cfg.phase_seconds, cfg.delay_ms).daemon_conf,
+    return {**profile_for(cfg.fault, cfg.phase_seconds, cfg.delay_ms,
+                             [p.fault for p in cfg.schedule_parts]).daemon_conf,
             **cfg.cluster.spark_daemon_conf}
 
 

@@ -37,6 +37,9 @@ class FaultSchedule:
     def __init__(self, fault: FaultHooks) -> None:
         self.fault = fault
         self.log: list[dict[str, Any]] = []
+        bind = getattr(fault, "bind_log", None)
+        if callable(bind):  # a schedule's parts log their own steps (pgval.faults.composite)
+            bind(self.log.append)
 
     @property
     def name(self) -> str:

@@ -1,0 +1,360 @@
+"""Several faults in one run: ``--fault A+B``, ``--schedule FILE`` and ``--fault random``.
+
+A schedule is data, as in Jepsen: a list of ``{fault, at, for, target}``, ``at`` and ``for``
+in seconds from the start of the failure phase (T2; ``for`` omitted: until T3). ``A+B``
+is the schedule with every fault at 0 until T3; ``random`` draws ``--fault-count`` faults of
+random kinds, targets and intervals inside the failure phase from ``--seed`` (the drawn
+schedule is the run's config, logged and stored before anything runs, so a re-run with the
+same seed draws it again). The run keeps its three phases around the whole schedule: T2 is
+the schedule's start (its first fault at 0 taking effect), T3 its end (the last removal).
+
+:class:`CompositeFault` is one :class:`~pgval.faults.FaultHooks` over the parts' own
+mechanisms (each a deployment's fault class, unchanged): the faults at 0 are injected at T2
+in the calling thread, the later steps by a timer thread; every part step is a
+``part-inject`` / ``part-remove`` entry of the fault log with its ``part`` index, its own
+four clocks and its mechanism's detail, and :func:`part_logs` hands each part's entries to
+its own rule (:func:`pgval.faults.evidence.fault_reasons`). Removal at T3 (and at teardown)
+stops the timer and removes every part still in place.
+
+What is refused, in one sentence each: a kind a schedule cannot time (``driver-crash``:
+the driver's restart is the run's timeline; crash points other than ``timed``), a fault
+outside the failure phase, and two faults on one worker's packets at once (each needs the
+worker's packet path to itself).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pgval.checker.result import Reason
+from pgval.errors import RuntimeErrorPlain
+from pgval.faults.log import Entries, finding
+from pgval.schema import BROKER_TARGETS, Fault
+
+#: ``--fault random``: a schedule drawn from the seed.
+RANDOM = "random"
+#: The ``mechanism`` of a schedule's own inject/remove entries.
+SCHEDULE_MECHANISM = "schedule"
+#: The faults a schedule can place (driver-crash is the run's timeline, not a part's).
+SCHEDULABLE: tuple[Fault, ...] = (
+    Fault.CRASH, Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT, Fault.PARTITION,
+    Fault.PAUSE_LT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT, Fault.BROKER_CRASH)
+#: What ``--fault random`` draws from (the ``-gt-`` faults lower the whole run's time-outs,
+#: which a random draw should not decide for the other parts).
+RANDOM_KINDS: tuple[Fault, ...] = (
+    Fault.CRASH, Fault.DELAY_LT_TIMEOUT, Fault.PARTITION, Fault.PAUSE_LT_TIMEOUT,
+    Fault.BROKER_CRASH)
+
+
+@dataclass(frozen=True)
+class ScheduledFault:
+    """One part of a schedule: ``fault`` on ``target`` from T2 + ``at_s`` for ``for_s``
+    seconds (None: until T3)."""
+
+    fault: Fault
+    at_s: float = 0.0
+    for_s: float | None = None
+    target: int | str | None = None
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any], where: str = "the schedule") -> ScheduledFault:
+        """``{fault, at, for, target}`` (``at_s``/``for_s`` accepted too)."""
+        if not isinstance(rec, Mapping) or "fault" not in rec:
+            raise RuntimeErrorPlain(f"{where}: every entry needs a 'fault' ({rec!r})")
+        unknown = set(rec) - {"fault", "at", "for", "target", "at_s", "for_s"}
+        if unknown:
+            raise RuntimeErrorPlain(f"{where}: unknown key {sorted(unknown)[0]!r} in {dict(rec)!r}"
+                                    " (use fault, at, for, target)")
+        at, dur = rec.get("at", rec.get("at_s", 0.0)), rec.get("for", rec.get("for_s"))
+        for name, value in (("at", at), ("for", dur)):
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float)) or value < 0):
+                raise RuntimeErrorPlain(f"{where}: '{name}' must be seconds >= 0 ({rec!r})")
+        target = rec.get("target")
+        if target is not None and not isinstance(target, (int, str)):
+            raise RuntimeErrorPlain(f"{where}: 'target' is a worker index or a word ({rec!r})")
+        return cls(Fault.parse(rec["fault"]), float(at), None if dur is None else float(dur),
+                   target)
+
+    def as_record(self) -> dict[str, Any]:
+        return {"fault": str(self.fault), "at": self.at_s, "for": self.for_s,
+                "target": self.target}
+
+    def end_s(self, phase_s: float) -> float:
+        return phase_s if self.for_s is None else self.at_s + self.for_s
+
+    def label(self) -> str:
+        where = "" if self.target is None else f" on {self.target}"
+        until = "T3" if self.for_s is None else f"{self.at_s + self.for_s:g} s"
+        return f"{self.fault}{where} ({self.at_s:g} s to {until})"
+
+
+def parse_plus(text: str) -> list[ScheduledFault]:
+    """``A+B``: every fault at T2 until T3."""
+    return [ScheduledFault(Fault.parse(name.strip())) for name in text.split("+")]
+
+
+def load_schedule(path: str | Path) -> list[ScheduledFault]:
+    """A schedule file: JSON (a list, or ``{"faults": [...]}``) or, with PyYAML installed,
+    YAML of the same shape."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise RuntimeErrorPlain(f"cannot read the schedule {p}: {exc.strerror or exc}") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml  # type: ignore[import-untyped]
+        except ImportError:
+            raise RuntimeErrorPlain(f"{p} is YAML, and PyYAML is not installed here: "
+                                    "`pip install pyyaml`, or write the schedule as JSON"
+                                    ) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise RuntimeErrorPlain(f"{p} is not valid YAML: {exc}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise RuntimeErrorPlain(f"{p} is not valid JSON: {exc}") from None
+    if isinstance(data, Mapping):
+        data = data.get("faults")
+    if not isinstance(data, list) or not data:
+        raise RuntimeErrorPlain(f"{p}: a schedule is a non-empty list of "
+                                "{fault, at, for, target}")
+    return [ScheduledFault.from_record(rec, where=str(p)) for rec in data]
+
+
+def draw_random(count: int, seed: int, phase_s: float, workers: int, brokers: int,
+                kinds: Sequence[Fault] = RANDOM_KINDS) -> list[ScheduledFault]:
+    """``count`` faults of random kinds, targets and intervals inside the failure phase,
+    from ``seed`` alone (the same seed draws the same schedule). Each lasts between a
+    quarter and a half of the phase; two faults on one target, or two broker crashes,
+    never overlap (a redraw: :func:`_crowded`), and broker-crash is drawn only with 2
+    brokers or more."""
+    pool = [k for k in kinds if k is not Fault.BROKER_CRASH or brokers >= 2]
+    rng = random.Random(f"pgval-random-schedule-{seed}")
+    for _ in range(1000):
+        parts = []
+        for _ in range(count):
+            kind = rng.choice(pool)
+            length = round(rng.uniform(0.25, 0.5) * phase_s, 1)
+            at = round(rng.uniform(0.0, phase_s - length), 1)
+            target: int | str | None = (BROKER_TARGETS[0] if kind is Fault.BROKER_CRASH
+                                        else rng.randrange(max(1, workers)))
+            parts.append(ScheduledFault(kind, at, length, target))
+        parts.sort(key=lambda p: p.at_s)
+        if schedule_problem(parts, phase_s, workers) is None and not _crowded(parts, phase_s):
+            return parts
+    raise RuntimeErrorPlain(f"no valid random schedule of {count} faults fits {workers} "
+                            "workers; lower --fault-count")
+
+
+def _crowded(parts: Sequence[ScheduledFault], phase_s: float) -> bool:
+    """Two drawn faults on one target at once (the second would find its target already
+    down or stopped: a part with nothing to act on), or two brokers down at once (with 3
+    brokers and min.insync.replicas 2 Kafka would refuse every write: the draw keeps
+    Kafka available, as Jepsen's nemeses keep a majority)."""
+    def target(p: ScheduledFault) -> tuple[str, object]:
+        return ("broker", None) if p.fault is Fault.BROKER_CRASH else ("worker", p.target)
+
+    return any(target(a) == target(b) and a.at_s < b.end_s(phase_s)
+               and b.at_s < a.end_s(phase_s)
+               for i, a in enumerate(parts) for b in parts[i + 1:])
+
+
+def schedule_problem(parts: Sequence[ScheduledFault], phase_s: float,
+                     workers: int) -> str | None:
+    """Why a schedule cannot run (one sentence), or None."""
+    if not parts:
+        return "a schedule needs at least one fault"
+    for p in parts:
+        if p.fault not in SCHEDULABLE:
+            return (f"{p.fault} cannot be part of a schedule (use one of "
+                    f"{', '.join(map(str, SCHEDULABLE))})")
+        if p.end_s(phase_s) > phase_s + 1e-9:
+            return (f"{p.label()} ends after the failure phase ({phase_s:g} s): a schedule "
+                    "stays inside it")
+        if p.for_s is not None and p.for_s <= 0:
+            return f"{p.label()} lasts no time"
+        if isinstance(p.target, int) and p.fault is not Fault.BROKER_CRASH and not (
+                0 <= p.target < workers):
+            return f"{p.label()}: the target must be a worker index from 0 to {workers - 1}"
+    if sum(1 for p in parts if p.fault.above_timeouts) and any(
+            p.fault is Fault.DELAY_LT_TIMEOUT for p in parts):
+        return ("delay-lt-timeout and a -gt-timeout fault cannot share a run: the -gt fault "
+                "lowers the run's time-outs, and the delay below them is defined against "
+                "Spark's defaults")
+    network = [p for p in parts if p.fault.is_network]
+    for i, a in enumerate(network):
+        for b in network[i + 1:]:
+            if (a.target == b.target and a.target is not None
+                    and a.at_s < b.end_s(phase_s) and b.at_s < a.end_s(phase_s)):
+                return (f"{a.label()} and {b.label()} act on worker {a.target}'s packets at "
+                        "the same time; give them different workers or times")
+    return None
+
+
+def schedule_label(parts: Sequence[ScheduledFault]) -> str:
+    """``crash+partition`` for faults all at T2 until T3, else ``schedule(crash, ...)``."""
+    names = "+".join(str(p.fault) for p in parts)
+    whole = all(p.at_s == 0 and p.for_s is None for p in parts)
+    return names if whole else f"schedule({', '.join(str(p.fault) for p in parts)})"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CompositeFault:
+    """The parts of a schedule, each through its own mechanism, on one timeline."""
+
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.SCHEDULE})
+    mechanisms: ClassVar[tuple[str, ...]] = (SCHEDULE_MECHANISM,)
+
+    def __init__(self, parts: Sequence[tuple[ScheduledFault, Any]], phase_s: float,
+                 log: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.name = str(Fault.SCHEDULE)
+        self.parts = list(parts)
+        self.phase_s = phase_s
+        self._log = log or (lambda entry: None)
+        self._state = ["pending"] * len(self.parts)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        self._t2_ms: int | None = None
+        self._effective: dict[tuple[str, int], int] = {}
+
+    def bind_log(self, log: Callable[[dict[str, Any]], None]) -> None:
+        """Where the parts' steps go: the run's fault log (:class:`pgval.run.schedule.
+        FaultSchedule` binds its own), so they are evidence like the schedule's."""
+        self._log = log
+
+    # -- the parts' steps ----------------------------------------------------------------
+    def _step(self, kind: str, i: int, intended_ms: int, restore: bool = True) -> None:
+        spec, hooks = self.parts[i]
+        entry: dict[str, Any] = {"step": f"part-{kind}", "part": i, "fault": str(spec.fault),
+                                 "scheduled": spec.as_record(), "intended_ms": intended_ms,
+                                 "actual_ms": now_ms()}
+        if not restore:
+            entry["teardown"] = True
+        self._log(entry)
+        self._state[i] = "injecting" if kind == "inject" else "removing"
+        try:
+            detail = hooks.inject() if kind == "inject" else hooks.remove(restore=restore)
+            entry.update(detail or {})
+        except Exception as exc:  # one part failing must not stop the others' removal
+            entry["error"] = str(exc) or type(exc).__name__
+        entry["done_ms"] = now_ms()
+        if not isinstance(entry.get("effective_ms"), int):
+            entry["effective_ms"] = entry["done_ms"]
+        self._effective[(kind, i)] = entry["effective_ms"]
+        self._state[i] = "in place" if kind == "inject" else "removed"
+
+    def _events(self) -> list[tuple[float, str, int]]:
+        out = []
+        for i, (spec, _) in enumerate(self.parts):
+            out.append((spec.at_s, "inject", i))
+            if spec.for_s is not None:
+                out.append((spec.at_s + spec.for_s, "remove", i))
+        return sorted(out, key=lambda e: (e[0], e[1] != "remove"))  # removals first
+
+    def _run_timer(self, events: list[tuple[float, str, int]]) -> None:
+        assert self._t2_ms is not None
+        for at_s, kind, i in events:
+            due = self._t2_ms + round(at_s * 1000)
+            if self._stop.wait(max(0.0, (due - now_ms()) / 1000)):
+                return
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                if kind == "remove" and self._state[i] != "in place":
+                    continue
+                self._step(kind, i, due)
+
+    def inject(self) -> dict[str, Any]:
+        """The parts at 0 now; the rest on a timer thread."""
+        self._t2_ms = now_ms()
+        events = self._events()
+        now = [e for e in events if e[0] == 0 and e[1] == "inject"]
+        with self._lock:
+            for _, kind, i in now:
+                self._step(kind, i, self._t2_ms)
+        later = [e for e in events if e not in now]
+        if later:
+            self._timer = threading.Thread(target=self._run_timer, args=(later,),
+                                           name="pgval-schedule", daemon=True)
+            self._timer.start()
+        at_zero = [self._effective[("inject", i)] for _, _, i in now]
+        return {"mechanism": SCHEDULE_MECHANISM,
+                "schedule": [spec.as_record() for spec, _ in self.parts],
+                "label": schedule_label([spec for spec, _ in self.parts]),
+                "effective_ms": min(at_zero) if at_zero else self._t2_ms}
+
+    def remove(self, restore: bool = True) -> dict[str, Any]:
+        """Stop the timer, then remove every part still in place (teardown too)."""
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join(timeout=600)
+        t3 = now_ms()
+        with self._lock:
+            for i, state in enumerate(self._state):
+                if state in ("in place", "injecting"):
+                    self._step("remove", i, t3, restore=restore)
+        ends = [ms for (kind, _), ms in self._effective.items() if kind == "remove"]
+        never = [i for i, s in enumerate(self._state) if s == "pending"]
+        return {"effective_ms": max(ends) if ends else t3,
+                **({"never_injected": never} if never else {})}
+
+    def problem(self) -> str | None:
+        """A part that stopped acting early (its own ``problem``)."""
+        for i, (spec, hooks) in enumerate(self.parts):
+            check = getattr(hooks, "problem", None)
+            why = check() if callable(check) and self._state[i] == "in place" else None
+            if why:
+                return f"part {i} ({spec.fault}): {why}"
+        return None
+
+    @staticmethod
+    def reasons(entries: Entries) -> list[Reason]:
+        """The schedule's own findings: every part was injected (the parts' rules are run
+        by :func:`pgval.faults.evidence.fault_reasons`, on :func:`part_logs`)."""
+        found = []
+        removal = next((e for e in entries if e.get("step") == "remove"), {})
+        never = removal.get("never_injected")
+        if never:
+            found.append(finding(f"parts {never} were never injected (the run ended first)"))
+        return found
+
+
+def part_logs(entries: Entries) -> list[tuple[int, Fault, list[dict[str, Any]]]]:
+    """Each part's own log, as its mechanism's rule reads one: its ``part-inject`` /
+    ``part-remove`` entries as ``inject`` / ``remove``, the run's ``timeouts`` scan (with
+    the kinds of the other parts, which its rule may not blame on this one), and any
+    ``holder-died`` naming this part."""
+    parts: dict[int, list[dict[str, Any]]] = {}
+    kinds: dict[int, Fault] = {}
+    for e in entries:
+        if e.get("step") in ("part-inject", "part-remove") and isinstance(e.get("part"), int):
+            i = e["part"]
+            kinds[i] = Fault.parse(e.get("fault"))
+            parts.setdefault(i, []).append({**e, "step": str(e["step"])[5:]})
+    timeouts = next((e for e in entries if e.get("step") == "timeouts"), None)
+    out = []
+    for i in sorted(parts):
+        own = list(parts[i])
+        others = sorted({str(k) for j, k in kinds.items() if j != i})
+        if timeouts is not None:
+            own.append({**timeouts, "fault": str(kinds[i]), "shared_with": others})
+        own += [e for e in entries if e.get("step") == "holder-died"
+                and str(e.get("error", "")).startswith(f"part {i} ")]
+        out.append((i, kinds[i], own))
+    return out

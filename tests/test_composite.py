@@ -1,0 +1,198 @@
+"""Several faults in one run: the schedule as data (``A+B``, a file, a seeded draw), its
+refusals, the timeline that injects and removes each part, and the evidence that judges
+each part by its own rule.
+
+Why: a schedule that silently skipped a part, drew a different schedule on a re-run, or
+let one part's rule be fooled by another part's effect would make a composite run's
+verdict worth less than a single fault's.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgval.cluster.local import ClusterConfig
+from pgval.config import ExperimentConfig
+from pgval.errors import RuntimeErrorPlain
+from pgval.faults.composite import (
+    CompositeFault,
+    ScheduledFault,
+    draw_random,
+    load_schedule,
+    schedule_label,
+    schedule_problem,
+)
+from pgval.faults.evidence import fault_reasons
+from pgval.faults.timeouts import profile_for
+from pgval.run.schedule import FaultSchedule
+from pgval.schema import Fault
+
+
+def test_a_plus_b_is_a_schedule_at_t2_until_t3() -> None:
+    cfg = ExperimentConfig(fault="crash+partition")
+    assert cfg.fault is Fault.SCHEDULE and cfg.schedule_origin == "crash+partition"
+    assert cfg.schedule_parts == [ScheduledFault(Fault.CRASH), ScheduledFault(Fault.PARTITION)]
+    assert schedule_label(cfg.schedule_parts) == "crash+partition"
+    cfg.validate()
+    again = ExperimentConfig(**{**cfg.to_dict(), "cluster": cfg.cluster})  # as stored
+    assert again.schedule == cfg.schedule and again.fault is Fault.SCHEDULE
+
+
+def test_a_schedule_file_json(tmp_path: Path) -> None:
+    f = tmp_path / "chaos.json"
+    f.write_text(json.dumps([{"fault": "partition", "at": 2, "for": 10, "target": 0},
+                             {"fault": "pause-lt-timeout", "at": 5, "target": 1}]))
+    cfg = ExperimentConfig(schedule_file=str(f), phase_seconds=30)
+    cfg.validate()
+    assert cfg.schedule_origin == "file: chaos.json"
+    assert [p.label() for p in cfg.schedule_parts] == [
+        "partition on 0 (2 s to 12 s)", "pause-lt-timeout on 1 (5 s to T3)"]
+    assert load_schedule(f) == cfg.schedule_parts
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{", "not valid JSON"),
+    ("[]", "non-empty list"),
+    ('[{"at": 1}]', "needs a 'fault'"),
+    ('[{"fault": "crash", "when": 1}]', "unknown key 'when'"),
+    ('[{"fault": "crash", "at": -1}]', "seconds >= 0"),
+    ('[{"fault": "meteor"}]', "unknown fault 'meteor'"),
+])
+def test_a_bad_schedule_file_is_one_sentence(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "s.json"
+    f.write_text(text)
+    with pytest.raises(RuntimeErrorPlain, match=message):
+        ExperimentConfig(schedule_file=str(f))
+
+
+@pytest.mark.parametrize(("parts", "message"), [
+    ([ScheduledFault(Fault.DRIVER_CRASH)], "cannot be part of a schedule"),
+    ([ScheduledFault(Fault.CRASH, at_s=50, for_s=20)], "ends after the failure phase"),
+    ([ScheduledFault(Fault.CRASH, target=5)], "worker index from 0 to 1"),
+    ([ScheduledFault(Fault.DELAY_LT_TIMEOUT), ScheduledFault(Fault.PAUSE_GT_TIMEOUT)],
+     "cannot share a run"),
+    ([ScheduledFault(Fault.PARTITION, target=0), ScheduledFault(Fault.DELAY_LT_TIMEOUT, 5, 5, 0)],
+     "same time"),
+])
+def test_schedules_that_cannot_run_are_refused(parts: list[ScheduledFault], message: str
+                                               ) -> None:
+    assert message in (schedule_problem(parts, 60, 2) or "")
+
+
+def test_a_schedule_is_refused_where_its_parts_are() -> None:
+    with pytest.raises(RuntimeErrorPlain, match="embedded cluster"):
+        ExperimentConfig(fault="crash+partition", deploy="external", bootstrap="h:1",
+                         master="spark://h:2").validate()
+    with pytest.raises(RuntimeErrorPlain, match="broker-crash.*--brokers 2"):
+        ExperimentConfig(fault="crash+broker-crash",
+                         cluster=ClusterConfig(brokers=1)).validate()
+    with pytest.raises(RuntimeErrorPlain, match="--target does not apply"):
+        ExperimentConfig(fault="crash+partition", target=1).validate()
+    with pytest.raises(RuntimeErrorPlain, match="replaces --fault"):
+        ExperimentConfig(fault="crash", schedule_file="x.json")
+
+
+@settings(max_examples=60, deadline=None)
+@given(count=st.integers(1, 5), seed=st.integers(0, 10**6),
+       phase=st.floats(10, 300), brokers=st.integers(1, 3))
+def test_a_random_schedule_is_valid_inside_the_phase_and_the_seed_alone_draws_it(
+        count: int, seed: int, phase: float, brokers: int) -> None:
+    parts = draw_random(count, seed, phase, 2, brokers)
+    assert len(parts) == count and schedule_problem(parts, phase, 2) is None
+    assert all(p.at_s >= 0 and p.end_s(phase) <= phase + 1e-6 for p in parts)
+    assert brokers >= 2 or all(p.fault is not Fault.BROKER_CRASH for p in parts)
+    assert draw_random(count, seed, phase, 2, brokers) == parts
+
+
+def test_random_is_drawn_once_and_stored() -> None:
+    cfg = ExperimentConfig(fault="random", fault_count=3, seed=7, phase_seconds=60)
+    assert cfg.schedule_origin == "random: 3 faults, seed 7" and len(cfg.schedule or []) == 3
+    stored = ExperimentConfig(**{**cfg.to_dict(), "cluster": cfg.cluster, "seed": 8})
+    assert stored.schedule == cfg.schedule  # a stored draw is not re-drawn
+
+
+def test_the_run_takes_the_time_outs_of_the_part_that_sets_them() -> None:
+    gt = profile_for(Fault.SCHEDULE, 60, parts=[Fault.CRASH, Fault.PAUSE_GT_TIMEOUT])
+    assert gt.name == "short" and gt.daemon_conf
+    lt = profile_for(Fault.SCHEDULE, 60, parts=[Fault.CRASH, Fault.DELAY_LT_TIMEOUT])
+    assert lt.name == "default" and lt.delay_ms == 500
+
+
+class Recorder:
+    """A part that records when it is injected and removed."""
+
+    def __init__(self, name: str, calls: list[tuple[str, str, float]],
+                 fail: bool = False) -> None:
+        self.name, self.calls, self.fail = name, calls, fail
+
+    def inject(self) -> dict[str, Any]:
+        self.calls.append((self.name, "inject", time.monotonic()))
+        if self.fail:
+            raise RuntimeErrorPlain("no such worker")
+        return {"mechanism": "SIGKILL of the worker's process group", "killed": [1]}
+
+    def remove(self, restore: bool = True) -> dict[str, Any]:
+        self.calls.append((self.name, "remove", time.monotonic()))
+        return {"restarted": restore}
+
+
+def test_the_timeline_injects_and_removes_each_part_at_its_time() -> None:
+    calls: list[tuple[str, str, float]] = []
+    parts = [(ScheduledFault(Fault.CRASH, 0.0, 0.4, 0), Recorder("a", calls)),
+             (ScheduledFault(Fault.CRASH, 0.2, None, 1), Recorder("b", calls)),
+             (ScheduledFault(Fault.CRASH, 5.0, None, 1), Recorder("never", calls))]
+    composite = CompositeFault(parts, phase_s=6)
+    schedule = FaultSchedule(composite)
+    t0 = time.monotonic()
+    schedule.step("inject", 0)
+    assert [(n, s) for n, s, _ in calls] == [("a", "inject")]  # at 0: in the caller
+    time.sleep(0.8)
+    schedule.step("remove", 0)
+    order = [(n, s, round(t - t0, 1)) for n, s, t in calls]
+    assert [o[:2] for o in order] == [("a", "inject"), ("b", "inject"), ("a", "remove"),
+                                      ("b", "remove")]
+    assert 0.15 <= order[1][2] <= 0.35 and 0.35 <= order[2][2] <= 0.6
+    assert not any(t.name == "pgval-schedule" for t in threading.enumerate())
+    steps = [(e["step"], e.get("part")) for e in schedule.log]
+    assert steps == [("inject", None), ("part-inject", 0), ("part-inject", 1),
+                     ("part-remove", 0), ("remove", None), ("part-remove", 1)]
+    # The never-injected part is the schedule's own finding; each part is judged by its rule.
+    reasons = [r.text for r in fault_reasons(Fault.SCHEDULE, schedule.log)]
+    assert any("never injected" in r for r in reasons), reasons
+
+
+def test_a_part_that_fails_is_judged_and_the_others_still_run() -> None:
+    calls: list[tuple[str, str, float]] = []
+    parts = [(ScheduledFault(Fault.CRASH, 0.0, None, 0), Recorder("bad", calls, fail=True)),
+             (ScheduledFault(Fault.CRASH, 0.0, None, 1), Recorder("ok", calls))]
+    schedule = FaultSchedule(CompositeFault(parts, phase_s=6))
+    schedule.step("inject", 0)
+    schedule.step("remove", 0)
+    assert ("ok", "remove") in [(n, s) for n, s, _ in calls]
+    reasons = [r.text for r in fault_reasons(Fault.SCHEDULE, schedule.log)]
+    assert any(r.startswith("part 0: injecting crash failed: no such worker") for r in reasons)
+    assert not any(r.startswith("part 1: injecting") for r in reasons)
+
+
+def test_a_below_time_out_part_is_not_blamed_for_another_parts_lost_executor() -> None:
+    def log(kinds: list[str]) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = [
+            {"step": "inject", "mechanism": "schedule"}, {"step": "remove"}]
+        for i, kind in enumerate(kinds):
+            entries += [{"step": "part-inject", "part": i, "fault": kind,
+                         "mechanism": "SIGSTOP, SIGCONT at removal", "pids": [1], "stopped": [1]},
+                        {"step": "part-remove", "part": i, "fault": kind, "still_stopped": []}]
+        return entries + [{"step": "timeouts", "fired": {"executor lost (driver)": 1}}]
+
+    alone = [r.text for r in fault_reasons(Fault.SCHEDULE, log(["pause-lt-timeout"]))]
+    assert any("behaved as one above" in r for r in alone), alone
+    both = log(["pause-lt-timeout", "pause-gt-timeout"])
+    assert fault_reasons(Fault.SCHEDULE, both) == []

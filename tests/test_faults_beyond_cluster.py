@@ -1,0 +1,141 @@
+"""Beyond the paper's failure model, on the real cluster (3 brokers, 2 workers, one cluster
+the runs share): broker-crash, partition, the pause below the time-outs, several faults in
+one run and a random schedule (the pause above the time-outs needs lowered time-outs:
+tests/test_pause_cluster.py).
+
+broker-crash: the broker is killed, the partitions it led get other leaders, it comes back
+into every in-sync set, and no acknowledged record is lost (replication 3,
+min.insync.replicas 2, every writer at acks=all); e1 claims exactly-once, and with its
+transaction coordinator killed it must not duplicate. Every run: each fault (each part of
+a schedule, by its own rule) took effect and was removed, nothing of the run is left, the
+run is valid evidence (the read-back proves its completeness across the faults)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pgval.cluster.local import ClusterConfig
+from pgval.config import ExperimentConfig
+from pgval.deploy.warm import WarmDeployments
+from pgval.evidence import Manifest
+from pgval.experiment import Experiment, ExperimentResult
+from pgval.faults.broker import TRANSACTION_STATE, coordinator_partition
+from pgval.schema import transactional_id
+from tests.conftest import shared_cluster
+from tests.test_faults_cluster import check_consistent, check_nothing_left, check_timeline
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
+    """Up before the first test snapshots the host (tests/conftest.py)."""
+    with shared_cluster(tmp_path_factory.mktemp("brokers"), "broker-cluster",
+                        config("a1", None)) as shared:
+        yield shared
+
+
+def config(pg: str, target: str | int | None, fault: str = "broker-crash",
+           **more: object) -> ExperimentConfig:
+    return ExperimentConfig(
+        topology="sst", pg=pg, fault=fault, target=target, rate=300, resources=4,
+        phase_seconds=16, warmup_seconds=4, warmup_max_seconds=15, window_ms=2000,
+        watermark_ms=1000, trigger_ms=500, drain_timeout_s=150,
+        cluster=ClusterConfig(brokers=3, partitions=3, workers=2), **more)  # type: ignore[arg-type]
+
+
+def run(warm: WarmDeployments, tmp_path: Path, pg: str, target: str | int | None = None,
+        fault: str = "broker-crash", **more: object) -> ExperimentResult:
+    cfg = config(pg, target, fault, **more)
+    cfg.validate()
+    result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
+                        deployment=warm.for_run(cfg)).run()
+    check_consistent(result)
+    check_timeline(result, cfg)
+    check_nothing_left(tmp_path / "run")
+    print(pg, target, fault, result.summary()["guarantee"], result.validity.reasons,
+          {k: v for k, v in steps(result)["inject"].items() if k not in ("before", "after")})
+    return result
+
+
+def steps(result: ExperimentResult) -> dict[str, dict]:
+    return {e["step"]: e for e in result.fault_log}
+
+
+def assert_failed_over_and_back(result: ExperimentResult, inject: dict | None = None,
+                                remove: dict | None = None) -> dict:
+    s = steps(result)
+    inject, remove = inject or s["inject"], remove or s["remove"]
+    assert "error" not in inject, inject
+    broker = inject["broker"]
+    assert inject["broker_pid"] and inject["led_before"], inject
+    assert inject["leadership_moved"] is True and inject["led_after"] == [], inject
+    assert remove["restarted_pid"] != inject["broker_pid"] and remove["in_sync"] is True, remove
+    assert result.validity.valid, result.validity.reasons
+    assert result.evaluation.validation.unprocessed == 0  # replicated: nothing acked is lost
+    assert all(result.readback[t]["complete"] for t in ("get", "post", "output"))
+    assert f"kafka-broker-{broker}" == inject["target"]
+    return inject
+
+
+def test_e1_with_its_transaction_coordinator_killed_stays_exactly_once(
+        warm: WarmDeployments, tmp_path: Path) -> None:
+    result = run(warm, tmp_path, "e1", target="coordinator")
+    inject = assert_failed_over_and_back(result)
+    txn = inject["before"][TRANSACTION_STATE]
+    query = next(b for b in result.batches if b.get("event") == "started")["name"]
+    partition = coordinator_partition(transactional_id(query), len(txn))
+    coordinator = (txn.get(partition) or txn[str(partition)])["leader"]  # str: as stored
+    assert inject["broker"] == coordinator, (inject["chosen"], txn)
+    assert result.evaluation.validation.duplicate == 0
+    assert result.summary()["guarantee"] == "exactly-once"
+
+
+def parts(result: ExperimentResult, step: str) -> dict[int, dict]:
+    return {e["part"]: e for e in result.fault_log if e["step"] == f"part-{step}"}
+
+
+def test_a_broker_crash_a_partition_and_a_pause_in_one_run(warm: WarmDeployments,
+                                                           tmp_path: Path) -> None:
+    """``--fault broker-crash+partition+pause-lt-timeout``: all three at T2, all removed at
+    T3, each judged by its own rule; the broker is the output's leader (the default), the
+    partition cuts worker 0 from the brokers, the pause stops worker 1's executors."""
+    result = run(warm, tmp_path, "a1", None, "broker-crash+partition+pause-lt-timeout",
+                 seed=1)  # the seed puts the partition on worker 0, the pause on worker 1
+    injected, removed = parts(result, "inject"), parts(result, "remove")
+    assert sorted(injected) == sorted(removed) == [0, 1, 2]
+    assert all(e["intended_ms"] == steps(result)["inject"]["intended_ms"]
+               for e in injected.values())  # together at T2
+    broker = assert_failed_over_and_back(result, injected[0], removed[0])
+    leaders = [p["leader"] for name, parts_ in broker["before"].items()
+               if name.endswith("output") for p in parts_.values()]
+    assert leaders.count(broker["broker"]) == max(leaders.count(b) for b in set(leaders))
+    assert injected[1]["partition"] == "worker-kafka" and removed[1]["dropped"] > 0
+    assert injected[2]["stopped"] == injected[2]["pids"] and removed[2]["still_stopped"] == []
+    assert injected[1]["target"] != injected[2]["target"].split("'")[0]  # two workers
+    assert result.validity.valid, result.validity.reasons
+
+
+def test_a_random_schedule_runs_as_drawn_and_is_stored(warm: WarmDeployments,
+                                                       tmp_path: Path) -> None:
+    """``--fault random --fault-count 3 --seed 3``: the drawn schedule (a pause, a broker
+    crash, a delay, each at its own time) is in the config before the run, each part is
+    injected and removed at its time, and the stored config draws nothing new."""
+    cfg = config("a1", None, "random", fault_count=3, seed=3)
+    drawn = cfg.schedule_parts
+    assert [p.fault for p in drawn] == ["pause-lt-timeout", "broker-crash", "delay-lt-timeout"]
+    result = run(warm, tmp_path, "a1", None, "random", fault_count=3, seed=3)
+    injected, removed = parts(result, "inject"), parts(result, "remove")
+    assert sorted(injected) == sorted(removed) == [0, 1, 2]
+    t2 = steps(result)["inject"]["actual_ms"]
+    for i, part in enumerate(drawn):
+        assert abs(injected[i]["intended_ms"] - t2 - part.at_s * 1000) < 1500, (i, part)
+        assert removed[i]["intended_ms"] - injected[i]["intended_ms"] == round(
+            (part.for_s or 0) * 1000), (i, part)
+    stored = Manifest.read(tmp_path / "run").config
+    assert stored["schedule"] == [p.as_record() for p in drawn]
+    assert stored["schedule_origin"] == "random: 3 faults, seed 3"
+    assert result.validity.valid, result.validity.reasons
