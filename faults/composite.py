@@ -142,20 +142,30 @@ def draw_random(count: int, seed: int, phase_s: float, workers: int, brokers: in
     brokers or more."""
     pool = [k for k in kinds if k is not Fault.BROKER_CRASH or brokers >= 2]
     rng = random.Random(f"pgval-random-schedule-{seed}")
-    for _ in range(1000):
-        parts = []
+
+    def one() -> ScheduledFault:
+        kind = rng.choice(pool)
+        length = round(rng.uniform(0.25, 0.5) * phase_s, 1)
+        at = round(rng.uniform(0.0, phase_s - length), 1)
+        target: int | str | None = (BROKER_TARGETS[0] if kind is Fault.BROKER_CRASH
+                                    else rng.randrange(max(1, workers)))
+        return ScheduledFault(kind, at, length, target)
+
+    for _ in range(200):  # fault by fault, each redrawn until it fits beside the others
+        parts: list[ScheduledFault] = []
         for _ in range(count):
-            kind = rng.choice(pool)
-            length = round(rng.uniform(0.25, 0.5) * phase_s, 1)
-            at = round(rng.uniform(0.0, phase_s - length), 1)
-            target: int | str | None = (BROKER_TARGETS[0] if kind is Fault.BROKER_CRASH
-                                        else rng.randrange(max(1, workers)))
-            parts.append(ScheduledFault(kind, at, length, target))
-        parts.sort(key=lambda p: p.at_s)
-        if schedule_problem(parts, phase_s, workers) is None and not _crowded(parts, phase_s):
+            for _ in range(100):
+                trial = sorted([*parts, one()], key=lambda p: p.at_s)
+                if schedule_problem(trial, phase_s, workers) is None and not _crowded(
+                        trial, phase_s):
+                    parts = trial
+                    break
+            else:
+                break
+        if len(parts) == count:
             return parts
-    raise RuntimeErrorPlain(f"no valid random schedule of {count} faults fits {workers} "
-                            "workers; lower --fault-count")
+    raise RuntimeErrorPlain(f"no valid random schedule of {count} faults fits "
+                            f"{workers} workers in {phase_s:g} s; lower --fault-count")
 
 
 def _crowded(parts: Sequence[ScheduledFault], phase_s: float) -> bool:
@@ -267,18 +277,36 @@ class CompositeFault:
                 out.append((spec.at_s + spec.for_s, "remove", i))
         return sorted(out, key=lambda e: (e[0], e[1] != "remove"))  # removals first
 
+    def _together(self, steps: list[tuple[str, int]], intended_ms: int,
+                  restore: bool = True) -> None:
+        """Steps due at one time, each in its own thread: a part whose step waits for its
+        evidence (a broker crash waits for the new leaders, a restart for the in-sync set)
+        must not hold back the others' "at the same time"."""
+        if len(steps) <= 1:
+            for kind, i in steps:
+                self._step(kind, i, intended_ms, restore)
+            return
+        threads = [threading.Thread(target=self._step, args=(kind, i, intended_ms, restore),
+                                    name=f"pgval-part-{i}", daemon=True) for kind, i in steps]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     def _run_timer(self, events: list[tuple[float, str, int]]) -> None:
         assert self._t2_ms is not None
+        groups: dict[float, list[tuple[str, int]]] = {}
         for at_s, kind, i in events:
+            groups.setdefault(at_s, []).append((kind, i))
+        for at_s, due_steps in groups.items():  # in time order (events are sorted)
             due = self._t2_ms + round(at_s * 1000)
             if self._stop.wait(max(0.0, (due - now_ms()) / 1000)):
                 return
             with self._lock:
                 if self._stop.is_set():
                     return
-                if kind == "remove" and self._state[i] != "in place":
-                    continue
-                self._step(kind, i, due)
+                self._together([(kind, i) for kind, i in due_steps
+                                if kind == "inject" or self._state[i] == "in place"], due)
 
     def inject(self) -> dict[str, Any]:
         """The parts at 0 now; the rest on a timer thread."""
@@ -286,8 +314,7 @@ class CompositeFault:
         events = self._events()
         now = [e for e in events if e[0] == 0 and e[1] == "inject"]
         with self._lock:
-            for _, kind, i in now:
-                self._step(kind, i, self._t2_ms)
+            self._together([(kind, i) for _, kind, i in now], self._t2_ms)
         later = [e for e in events if e not in now]
         if later:
             self._timer = threading.Thread(target=self._run_timer, args=(later,),
@@ -306,9 +333,8 @@ class CompositeFault:
             self._timer.join(timeout=600)
         t3 = now_ms()
         with self._lock:
-            for i, state in enumerate(self._state):
-                if state in ("in place", "injecting"):
-                    self._step("remove", i, t3, restore=restore)
+            self._together([("remove", i) for i, state in enumerate(self._state)
+                            if state in ("in place", "injecting")], t3, restore=restore)
         ends = [ms for (kind, _), ms in self._effective.items() if kind == "remove"]
         never = [i for i, s in enumerate(self._state) if s == "pending"]
         return {"effective_ms": max(ends) if ends else t3,

@@ -119,14 +119,18 @@ class ProcessPause:
         time.sleep(0.2)
         states = {str(p): process_state(p) for p in self.paused}
         self.paused = []
-        # Gone at SIGCONT: killed while stopped (a SIGKILL acts on a stopped process; Spark's
-        # worker sends one 10 s after its SIGTERM, ExecutorRunner.killProcess). Such a
-        # process cannot write again; one that resumes after the driver declared it lost can
-        # (a zombie): both are kept, so the report can say which happened.
+        # What became of each paused process, for the zombie question: gone at SIGCONT =
+        # killed while stopped (a SIGKILL acts on a stopped process; Spark's worker sends
+        # one 10 s after its SIGTERM, ExecutorRunner.killProcess); gone right after = ended
+        # on resume (a SIGTERM waits for the SIGCONT); running = it can write again, after
+        # the driver may have declared it lost (a possible zombie).
+        after = {int(p): st for p, st in states.items()}
         return {"effective_ms": cont_ms, "resumed": resumed, "gone": gone, "states": states,
-                "killed_while_stopped": gone + [int(p) for p, st in states.items()
-                                                if st is None and int(p) in resumed],
-                "still_stopped": [int(p) for p, st in states.items() if st in ("T", "t")]}
+                "killed_while_stopped": gone,
+                "ended_on_resume": [p for p in resumed if after.get(p) is None],
+                "running_after_resume": [p for p in resumed
+                                         if after.get(p) not in (None, "T", "t", "Z")],
+                "still_stopped": [p for p, st in after.items() if st in ("T", "t")]}
 
     def problem(self) -> str | None:
         """Why the pause ended before T3: every paused process is gone or running."""

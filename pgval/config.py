@@ -33,13 +33,13 @@ from pgval.schema import (
     BUILTIN_TOPOLOGIES,
     CRASH_POINTS,
     DEPLOYMENTS,
-    FAULTS,
     PARTITION_WHERE,
     PARTITIONS,
     PAUSE_DRIVER,
     PAUSE_WHERE,
     PROCESSING_GUARANTEES,
     RESTARTS,
+    SINGLE_FAULTS,
     CrashPoint,
     Deploy,
     Fault,
@@ -97,7 +97,7 @@ class ExperimentConfig:
         "T3. A+B: several at once (T2 to T3); random: --fault-count faults of random kinds, "
         "targets and times inside the failure phase, drawn from --seed (docs/faults.md, "
         "'Several faults in one run').",
-        choices=(*(f for f in FAULTS if f != Fault.SCHEDULE), RANDOM), composable=True,
+        choices=(*SINGLE_FAULTS, RANDOM), composable=True,
         metavar="FAULT|A+B|random"))
     crash_point: CrashPoint = field(default=CrashPoint.TIMED, metadata=opt(
         "Where a crash lands: timed (at T2); for driver-crash after-sink-write (the first "

@@ -331,6 +331,9 @@ TOPOLOGIES: Final = Topology.names()
 BUILTIN_TOPOLOGIES: Final = (Topology.SST.value, Topology.MST.value)
 PROCESSING_GUARANTEES: Final = Guarantee.names()
 FAULTS: Final = Fault.names()
+#: The faults one option names alone (``--fault``, a matrix's ``--faults``): every one but
+#: ``schedule``, which ``--fault A+B``, ``--schedule`` and ``--fault random`` make.
+SINGLE_FAULTS: Final = tuple(f for f in FAULTS if f != Fault.SCHEDULE)
 DEPLOYMENTS: Final = Deploy.names()
 CRASH_POINTS: Final = CrashPoint.names()
 RESTARTS: Final = Restart.names()

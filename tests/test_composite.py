@@ -196,3 +196,21 @@ def test_a_below_time_out_part_is_not_blamed_for_another_parts_lost_executor() -
     assert any("behaved as one above" in r for r in alone), alone
     both = log(["pause-lt-timeout", "pause-gt-timeout"])
     assert fault_reasons(Fault.SCHEDULE, both) == []
+
+
+class Slow(Recorder):
+    def inject(self) -> dict[str, Any]:
+        detail = super().inject()
+        time.sleep(0.5)  # a broker crash waits this way for the new leaders
+        return detail
+
+
+def test_parts_due_together_do_not_wait_for_each_other() -> None:
+    calls: list[tuple[str, str, float]] = []
+    parts = [(ScheduledFault(Fault.BROKER_CRASH), Slow("slow", calls)),
+             (ScheduledFault(Fault.CRASH, target=0), Recorder("fast", calls))]
+    schedule = FaultSchedule(CompositeFault(parts, phase_s=6))
+    schedule.step("inject", 0)
+    starts = {n: t for n, s, t in calls if s == "inject"}
+    assert abs(starts["slow"] - starts["fast"]) < 0.2, starts
+    schedule.step("remove", 0)

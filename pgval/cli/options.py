@@ -27,9 +27,9 @@ from pgval.errors import RuntimeErrorPlain
 from pgval.files import key_value_lines, split_key_value
 from pgval.schema import (
     BUILTIN_TOPOLOGIES,
-    FAULTS,
     FAULTS_AT_POINTS,
     PROCESSING_GUARANTEES,
+    SINGLE_FAULTS,
     Fault,
     Name,
     Topology,
@@ -213,7 +213,7 @@ def grid_options() -> Decorator:
                     "Topologies of the grid (with --job: your job alone)."),
         list_option("--pgs", PROCESSING_GUARANTEES, PROCESSING_GUARANTEES,
                     "Processing guarantees (sinks) of the grid."),
-        list_option("--faults", (*FAULTS, *FAULTS_AT_POINTS), MATRIX_FAULTS,
+        list_option("--faults", (*SINGLE_FAULTS, *FAULTS_AT_POINTS), MATRIX_FAULTS,
                     "Faults of the grid; FAULT@POINT runs a crash at that crash point."),
     ])
 

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from pgval.dbfile import json_object_cell
 from pgval.report.data import DASH, ReportError, RunData, Selection, load_runs, opened
 from pgval.report.plots.png import DPI, save_png, style
 from pgval.schema import Fault
@@ -35,6 +36,7 @@ C_RELIABLE_BIN = "#a9cce8"  # opaque, so bins look the same over every phase's s
 C_OUTPUT = "#9467bd"
 C_P50 = "#2ca02c"
 C_MAX = "#d62728"
+C_PART = "#444444"  # a schedule's parts
 #: The anomaly panel: series column, colour, label.
 ANOMALY_SERIES = (("unprocessed", "#e08214", "unprocessed IDs (at input time)"),
                   ("duplicate", "#8073ac", "duplicate occurrences"),
@@ -135,6 +137,24 @@ def _fault_times(run: RunData) -> dict[str, float]:
         if e.get("step") in ("inject", "remove") and e.get("actual_ms") is not None:
             out.setdefault(e["step"], float(e["actual_ms"]))
     return out
+
+
+def part_intervals(run: RunData) -> list[tuple[str, float, float | None]]:
+    """Each part of a schedule: (label, from, to) in epoch ms, by when it took effect and
+    ended (``effective_ms``; ``to`` None: never removed). Empty for a single fault."""
+    found: dict[int, list[Any]] = {}
+    for e in run.fault_log:
+        entry = {**json_object_cell(e.get("detail")), **{k: v for k, v in e.items()
+                                                          if v is not None}}
+        part, step = entry.get("part"), entry.get("step")
+        if not isinstance(part, int) or step not in ("part-inject", "part-remove"):
+            continue
+        when = entry.get("effective_ms", entry.get("actual_ms"))
+        slot = found.setdefault(part, [f"{entry.get('fault')} → {entry.get('target')}",
+                                       None, None])
+        slot[1 if step == "part-inject" else 2] = when
+    return [(label, float(a), None if b is None else float(b))
+            for label, a, b in (found[k] for k in sorted(found)) if a is not None]
 
 
 def _shade(ax: Axes, spans: list[tuple[str, float, float]]) -> None:
@@ -258,6 +278,18 @@ def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
                 ax.axvline(when, color=colour, ls="--", lw=1.4, zorder=6)
             handles.append(Line2D([], [], color=colour, ls="--", lw=1.4, label=label))
         handles += [Patch(color=SHADE[name], label=name) for name, a, b in spans if b > a]
+        # A schedule: each part's interval as a bar across the top of the latency panel.
+        parts = part_intervals(run)
+        for k, (label, a_ms, b_ms) in enumerate(parts):
+            a = (a_ms - t0) / 1000.0
+            b = end if b_ms is None else (b_ms - t0) / 1000.0
+            y = 0.97 - 0.09 * k
+            bottom.plot([a, b], [y, y], transform=bottom.get_xaxis_transform(),
+                        color=C_PART, lw=5, solid_capstyle="butt", zorder=7)
+            bottom.text(b, y, f"  {label}", transform=bottom.get_xaxis_transform(),
+                        va="center", fontsize=7, color=C_PART, zorder=7)
+        if parts:
+            handles.append(Line2D([], [], color=C_PART, lw=5, label="each fault of the schedule"))
 
         fig.suptitle(run_caption(run), fontsize=11)
         fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
