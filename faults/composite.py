@@ -225,7 +225,16 @@ def now_ms() -> int:
 
 
 class CompositeFault:
-    """The parts of a schedule, each through its own mechanism, on one timeline."""
+    """The parts of a schedule, each through its own mechanism, on one timeline.
+
+    Each part lives on a thread of its own from T2 until it is removed: it waits for its
+    ``at``, injects, waits for its end (or T3), removes. One thread per part, living as
+    long as the part, because what a part starts may be tied to the thread that started
+    it: the packet holder asks for ``PR_SET_PDEATHSIG``, which Linux sends when the
+    *thread* that forked it exits, not the process (a short-lived thread per step killed
+    the holder at once: measured, "holder exited early (signal)"). Parts due together
+    therefore also act together: a broker crash waiting for its new leaders holds back no
+    other part."""
 
     kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.SCHEDULE})
     mechanisms: ClassVar[tuple[str, ...]] = (SCHEDULE_MECHANISM,)
@@ -237,10 +246,12 @@ class CompositeFault:
         self.phase_s = phase_s
         self._log = log or (lambda entry: None)
         self._state = ["pending"] * len(self.parts)
-        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._timer: threading.Thread | None = None
+        self._injected = [threading.Event() for _ in self.parts]
+        self._threads: list[threading.Thread] = []
         self._t2_ms: int | None = None
+        self._t3_ms: int | None = None
+        self._restore = True
         self._effective: dict[tuple[str, int], int] = {}
 
     def bind_log(self, log: Callable[[dict[str, Any]], None]) -> None:
@@ -269,76 +280,61 @@ class CompositeFault:
         self._effective[(kind, i)] = entry["effective_ms"]
         self._state[i] = "in place" if kind == "inject" else "removed"
 
-    def _events(self) -> list[tuple[float, str, int]]:
-        out = []
-        for i, (spec, _) in enumerate(self.parts):
-            out.append((spec.at_s, "inject", i))
-            if spec.for_s is not None:
-                out.append((spec.at_s + spec.for_s, "remove", i))
-        return sorted(out, key=lambda e: (e[0], e[1] != "remove"))  # removals first
+    def _wait_until(self, due_ms: int) -> bool:
+        """Sleep until ``due_ms``; True if the schedule was stopped (T3) first."""
+        return self._stop.wait(max(0.0, (due_ms - now_ms()) / 1000))
 
-    def _together(self, steps: list[tuple[str, int]], intended_ms: int,
-                  restore: bool = True) -> None:
-        """Steps due at one time, each in its own thread: a part whose step waits for its
-        evidence (a broker crash waits for the new leaders, a restart for the in-sync set)
-        must not hold back the others' "at the same time"."""
-        if len(steps) <= 1:
-            for kind, i in steps:
-                self._step(kind, i, intended_ms, restore)
-            return
-        threads = [threading.Thread(target=self._step, args=(kind, i, intended_ms, restore),
-                                    name=f"pgval-part-{i}", daemon=True) for kind, i in steps]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def _run_timer(self, events: list[tuple[float, str, int]]) -> None:
+    def _life(self, i: int) -> None:
+        """One part from T2 to its removal (its own thread)."""
         assert self._t2_ms is not None
-        groups: dict[float, list[tuple[str, int]]] = {}
-        for at_s, kind, i in events:
-            groups.setdefault(at_s, []).append((kind, i))
-        for at_s, due_steps in groups.items():  # in time order (events are sorted)
-            due = self._t2_ms + round(at_s * 1000)
-            if self._stop.wait(max(0.0, (due - now_ms()) / 1000)):
+        spec, _ = self.parts[i]
+        due = self._t2_ms + round(spec.at_s * 1000)
+        try:
+            if spec.at_s > 0 and self._wait_until(due):
+                return  # T3 came first: never injected
+            self._step("inject", i, due)
+        finally:
+            self._injected[i].set()
+        if spec.for_s is not None:
+            end = due + round(spec.for_s * 1000)
+            if not self._wait_until(end):
+                self._step("remove", i, end)
                 return
-            with self._lock:
-                if self._stop.is_set():
-                    return
-                self._together([(kind, i) for kind, i in due_steps
-                                if kind == "inject" or self._state[i] == "in place"], due)
+        else:
+            self._stop.wait()
+        self._step("remove", i, self._t3_ms or now_ms(), restore=self._restore)
 
     def inject(self) -> dict[str, Any]:
-        """The parts at 0 now; the rest on a timer thread."""
+        """Start every part's thread; return once the parts due at 0 have acted."""
         self._t2_ms = now_ms()
-        events = self._events()
-        now = [e for e in events if e[0] == 0 and e[1] == "inject"]
-        with self._lock:
-            self._together([(kind, i) for _, kind, i in now], self._t2_ms)
-        later = [e for e in events if e not in now]
-        if later:
-            self._timer = threading.Thread(target=self._run_timer, args=(later,),
-                                           name="pgval-schedule", daemon=True)
-            self._timer.start()
-        at_zero = [self._effective[("inject", i)] for _, _, i in now]
+        self._threads = [threading.Thread(target=self._life, args=(i,), daemon=True,
+                                          name=f"pgval-schedule-part-{i}")
+                         for i in range(len(self.parts))]
+        for t in self._threads:
+            t.start()
+        at_zero = [i for i, (spec, _) in enumerate(self.parts) if spec.at_s == 0]
+        for i in at_zero:
+            self._injected[i].wait()
+        took = [self._effective[("inject", i)] for i in at_zero
+                if ("inject", i) in self._effective]
         return {"mechanism": SCHEDULE_MECHANISM,
                 "schedule": [spec.as_record() for spec, _ in self.parts],
                 "label": schedule_label([spec for spec, _ in self.parts]),
-                "effective_ms": min(at_zero) if at_zero else self._t2_ms}
+                "effective_ms": min(took) if took else self._t2_ms}
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
-        """Stop the timer, then remove every part still in place (teardown too)."""
+        """T3 (or teardown): every part still in place is removed by its thread; wait for
+        them all."""
+        self._t3_ms, self._restore = now_ms(), restore
         self._stop.set()
-        if self._timer is not None:
-            self._timer.join(timeout=600)
-        t3 = now_ms()
-        with self._lock:
-            self._together([("remove", i) for i, state in enumerate(self._state)
-                            if state in ("in place", "injecting")], t3, restore=restore)
+        for t in self._threads:
+            t.join(timeout=600)
+        stuck = [t.name for t in self._threads if t.is_alive()]
         ends = [ms for (kind, _), ms in self._effective.items() if kind == "remove"]
         never = [i for i, s in enumerate(self._state) if s == "pending"]
-        return {"effective_ms": max(ends) if ends else t3,
-                **({"never_injected": never} if never else {})}
+        return {"effective_ms": max(ends) if ends else self._t3_ms,
+                **({"never_injected": never} if never else {}),
+                **({"error": f"parts still acting after 600 s: {stuck}"} if stuck else {})}
 
     def problem(self) -> str | None:
         """A part that stopped acting early (its own ``problem``)."""

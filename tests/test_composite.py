@@ -10,6 +10,8 @@ verdict worth less than a single fault's.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -160,7 +162,7 @@ def test_the_timeline_injects_and_removes_each_part_at_its_time() -> None:
     assert [o[:2] for o in order] == [("a", "inject"), ("b", "inject"), ("a", "remove"),
                                       ("b", "remove")]
     assert 0.15 <= order[1][2] <= 0.35 and 0.35 <= order[2][2] <= 0.6
-    assert not any(t.name == "pgval-schedule" for t in threading.enumerate())
+    assert not any(t.name.startswith("pgval-schedule") for t in threading.enumerate())
     steps = [(e["step"], e.get("part")) for e in schedule.log]
     assert steps == [("inject", None), ("part-inject", 0), ("part-inject", 1),
                      ("part-remove", 0), ("remove", None), ("part-remove", 1)]
@@ -214,3 +216,48 @@ def test_parts_due_together_do_not_wait_for_each_other() -> None:
     starts = {n: t for n, s, t in calls if s == "inject"}
     assert abs(starts["slow"] - starts["fast"]) < 0.2, starts
     schedule.step("remove", 0)
+
+
+CHILD = """
+import ctypes, signal, sys, time
+ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG, as the holder does
+print("up", flush=True)
+time.sleep(30)
+"""
+
+
+class Spawner:
+    """A part that starts a process asking for PR_SET_PDEATHSIG (as the packet holder
+    does) and, at removal, says whether it still lives."""
+
+    name = "spawner"
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+
+    def inject(self) -> dict[str, Any]:
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
+                                     text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == "up\n"
+        return {}
+
+    def remove(self, restore: bool = True) -> dict[str, Any]:
+        assert self.proc is not None
+        alive = self.proc.poll() is None
+        self.proc.kill()
+        self.proc.wait()
+        return {"alive_at_removal": alive}
+
+
+def test_what_a_part_starts_lives_until_the_part_is_removed() -> None:
+    """PR_SET_PDEATHSIG follows the thread that forked, not the process: a part's thread
+    lives as long as the part (the first design ran each step on a short thread, and the
+    partition's packet holder was killed the moment its step returned)."""
+    parts = [(ScheduledFault(Fault.PARTITION), Spawner()),
+             (ScheduledFault(Fault.PARTITION, at_s=0.2, target=1), Spawner())]
+    schedule = FaultSchedule(CompositeFault(parts, phase_s=6))
+    schedule.step("inject", 0)
+    time.sleep(0.8)
+    schedule.step("remove", 0)
+    removed = [e for e in schedule.log if e["step"] == "part-remove"]
+    assert [e["alive_at_removal"] for e in removed] == [True, True], removed
