@@ -42,9 +42,10 @@ OIR_CLUSTER_FIELDS: Final = ("brokers", "partitions", "workers", "cores_per_work
                              "worker_memory", "broker_heap")
 #: What sets a report's groups apart within one topology × pg × fault: a run at 2k ev/s
 #: is no repetition of one at 60k, a driver restarted at once none of one restarted at T3,
-#: one user's job none of another's.
+#: one user's job none of another's, a broker crash of the coordinator none of the
+#: leader's (an explicit ``--target``), one partitioned link or schedule none of another.
 REPORTED: Final = ("rate", "phase_seconds", "window_ms", "crash_point", "deploy", "restart",
-                   "restart_delay_s", "job", "sink")
+                   "restart_delay_s", "job", "sink", "target", "partition", "schedule")
 #: What a setting missing from an older run's params meant then: runs before restart
 #: policies restarted a crashed worker or driver at T3, with no delay.
 DEFAULTS: Final[Mapping[str, Any]] = {"deploy": Deploy.LOCAL, "crash_point": CrashPoint.TIMED,

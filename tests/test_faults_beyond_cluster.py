@@ -1,7 +1,7 @@
 """Beyond the paper's failure model, on the real cluster (3 brokers, 2 workers, one cluster
-the runs share): broker-crash, partition and the delay as a schedule of three faults in one
-run, and a random schedule, which draws the pause below the time-outs (the pause above
-them needs lowered time-outs: tests/test_pause_cluster.py).
+the runs share): e1 with its transaction coordinator killed and a worker paused at once
+(a --schedule), and a random schedule of a partition, a crash and a pause at their own
+times (the pause above the time-outs needs lowered time-outs: tests/test_pause_cluster.py).
 
 broker-crash: the broker is killed, the partitions it led get other leaders, it comes back
 into every in-sync set, and no acknowledged record is lost (replication 3,
@@ -88,19 +88,20 @@ def parts(result: ExperimentResult, step: str) -> dict[int, dict]:
     return {e["part"]: e for e in result.fault_log if e["step"] == f"part-{step}"}
 
 
-def test_e1_with_its_coordinator_killed_a_worker_cut_from_kafka_and_one_slowed(
+def test_e1_with_its_coordinator_killed_and_a_worker_paused_at_once(
         warm: WarmDeployments, tmp_path: Path) -> None:
-    """``--schedule`` of three faults at T2 until T3 on e1: its transaction coordinator
-    killed (e1 claims exactly-once: it must not duplicate), worker 1 cut from the brokers,
-    worker 0's packets delayed. Each part judged by its own rule; the coordinator is the
-    leader of the __transaction_state partition Kafka's partitionFor names."""
+    """``--schedule`` of two faults at T2 until T3 on e1: its transaction coordinator
+    killed (e1 claims exactly-once: it must not duplicate) and worker 1's executors paused.
+    Each part judged by its own rule; the coordinator is the leader of the
+    __transaction_state partition Kafka's partitionFor names. (Why not a partition here:
+    a broker crash stalls every batch for ~22 s — the driver's latestOffset waits on the
+    dead leader — so a cut link carried nothing and its rule said so: docs/faults.md.)"""
     plan = tmp_path / "schedule.json"
     plan.write_text(json.dumps([{"fault": "broker-crash", "target": "coordinator"},
-                                {"fault": "partition", "target": 1},
-                                {"fault": "delay-lt-timeout", "target": 0}]))
+                                {"fault": "pause-lt-timeout", "target": 1}]))
     result = run(warm, tmp_path, "e1", None, "none", schedule_file=str(plan))
     injected, removed = parts(result, "inject"), parts(result, "remove")
-    assert sorted(injected) == sorted(removed) == [0, 1, 2]
+    assert sorted(injected) == sorted(removed) == [0, 1]
     schedule = steps(result)["inject"]
     assert all(schedule["actual_ms"] <= e["actual_ms"] <= schedule["actual_ms"] + 1000
                for e in injected.values())  # together at T2, none waiting for another
@@ -110,29 +111,22 @@ def test_e1_with_its_coordinator_killed_a_worker_cut_from_kafka_and_one_slowed(
     partition = coordinator_partition(transactional_id(query), len(txn))
     coordinator = (txn.get(partition) or txn[str(partition)])["leader"]  # str: as stored
     assert broker["broker"] == coordinator, (broker["chosen"], txn)
-    assert injected[1]["partition"] == "worker-kafka" and removed[1]["dropped"] > 0, removed[1]
-    assert injected[2]["probe_connect_ms_after"] >= 400, injected[2]
-    assert result.validity.valid, result.validity.reasons
+    assert injected[1]["stopped"] == injected[1]["pids"] and removed[1]["still_stopped"] == []
     assert result.evaluation.validation.duplicate == 0
     assert result.summary()["guarantee"] == "exactly-once"
-    # The run plot draws each part's interval (from the stored log, as a report does).
-    stored = load_runs(tmp_path / "r.db", Selection(run_ids=(result.run_id,), status=None))[0]
-    intervals = part_intervals(stored)
-    assert [label.split(" →")[0] for label, _, _ in intervals] == [
-        "broker-crash", "partition", "delay-lt-timeout"]
-    assert all(b is not None and b > a for _, a, b in intervals)
-    assert plot_run(tmp_path / "r.db", result.run_id, tmp_path / "run.png").stat().st_size
 
 
 def test_a_random_schedule_runs_as_drawn_and_is_stored(warm: WarmDeployments,
                                                        tmp_path: Path) -> None:
-    """``--fault random --fault-count 3 --seed 3``: the drawn schedule (a pause, a broker
-    crash, a delay, each at its own time) is in the config before the run, each part is
-    injected and removed at its time, and the stored config draws nothing new."""
-    cfg = config("a1", None, "random", fault_count=3, seed=3)
+    """``--fault random --fault-count 3 --seed 27``: the drawn schedule (worker 1 cut from
+    the brokers, worker 0 crashed, worker 1 paused, each at its own time) is in the config
+    before the run, each part is injected and removed at its time and judged by its own
+    rule, the stored config draws nothing new, and the run plot draws each interval."""
+    cfg = config("a1", None, "random", fault_count=3, seed=27)
     drawn = cfg.schedule_parts
-    assert [p.fault for p in drawn] == ["pause-lt-timeout", "broker-crash", "delay-lt-timeout"]
-    result = run(warm, tmp_path, "a1", None, "random", fault_count=3, seed=3)
+    assert [(p.fault, p.target) for p in drawn] == [
+        ("partition", 1), ("crash", 0), ("pause-lt-timeout", 1)]
+    result = run(warm, tmp_path, "a1", None, "random", fault_count=3, seed=27)
     injected, removed = parts(result, "inject"), parts(result, "remove")
     assert sorted(injected) == sorted(removed) == [0, 1, 2]
     t2 = steps(result)["inject"]["actual_ms"]
@@ -140,7 +134,16 @@ def test_a_random_schedule_runs_as_drawn_and_is_stored(warm: WarmDeployments,
         assert abs(injected[i]["intended_ms"] - t2 - part.at_s * 1000) < 1500, (i, part)
         assert removed[i]["intended_ms"] - injected[i]["intended_ms"] == round(
             (part.for_s or 0) * 1000), (i, part)
+    assert injected[0]["partition"] == "worker-kafka" and removed[0]["dropped"] > 0, removed[0]
+    assert injected[1]["worker_pid"] and "error" not in injected[1], injected[1]
+    assert injected[2]["stopped"] == injected[2]["pids"] and removed[2]["still_stopped"] == []
     stored = Manifest.read(tmp_path / "run").config
     assert stored["schedule"] == [p.as_record() for p in drawn]
-    assert stored["schedule_origin"] == "random: 3 faults, seed 3"
+    assert stored["schedule_origin"] == "random: 3 faults, seed 27"
     assert result.validity.valid, result.validity.reasons
+    rows = load_runs(tmp_path / "r.db", Selection(run_ids=(result.run_id,), status=None))
+    intervals = part_intervals(rows[0])
+    assert [label.split(" →")[0] for label, _, _ in intervals] == [
+        "partition", "crash", "pause-lt-timeout"]
+    assert all(b is not None and b > a for _, a, b in intervals)
+    assert plot_run(tmp_path / "r.db", result.run_id, tmp_path / "run.png").stat().st_size

@@ -436,6 +436,16 @@ def shape_part(name: str, value: Any) -> str:
         target, _, function = str(value).rpartition(":")
         short = f"{target.rsplit('/', 1)[-1]}:{function}" if function else str(value)
         return short if name == "job" else f"sink {short}"
+    if name == "target":
+        return f"target {value}"
+    if name == "partition":
+        return f"cut {value}"
+    if name == "schedule":  # the parts' kinds, in order (the report's column stays short)
+        try:
+            parts = json.loads(value) if isinstance(value, str) else value
+            return "schedule " + "+".join(str(p.get("fault")) for p in parts)
+        except (ValueError, TypeError, AttributeError):
+            return "schedule"
     return str(value)
 
 
