@@ -56,7 +56,8 @@ UNNAMED: dict[Fault, type[FaultEvidence]] = {
     Fault.CRASH: WorkerCrash, Fault.DRIVER_CRASH: DriverCrash,
     Fault.DELAY_LT_TIMEOUT: WorkerDelay, Fault.DELAY_GT_TIMEOUT: WorkerDelay,
     Fault.BROKER_CRASH: BrokerCrash, Fault.PAUSE_LT_TIMEOUT: ProcessPause,
-    Fault.PAUSE_GT_TIMEOUT: ProcessPause, Fault.PARTITION: WorkerPartition}
+    Fault.PAUSE_GT_TIMEOUT: ProcessPause, Fault.PARTITION: WorkerPartition,
+    Fault.SCHEDULE: CompositeFault}
 
 
 def _registry(classes: Iterable[type[FaultEvidence]]

@@ -95,8 +95,10 @@ CONFIG = {"bootstrap.servers": "h4:9092", "sasl.password": "pw"}
 
 
 def test_every_topic_gets_the_one_rule(fake: Callable[..., FakeCluster]) -> None:
-    """LogAppendTime, kept forever, min ISR 1; partition p first on broker ids[p % B] of
-    the cluster's own ids; min(3, B) replicas; only the marker compacted; duplicates once."""
+    """LogAppendTime, kept forever; partition p first on broker ids[p % B] of the cluster's
+    own ids; min(3, B) replicas and, with 3, min ISR 2 (one broker down loses nothing
+    acknowledged: docs/faults.md, "Broker crash"); only the marker compacted; duplicates
+    once."""
     cluster = fake()
     create_topics(CONFIG, ["a", "b", "a", "m"], 4, compacted=["m"])
     assert [t.topic for t in cluster.created] == ["a", "b", "m"]
@@ -104,7 +106,7 @@ def test_every_topic_gets_the_one_rule(fake: Callable[..., FakeCluster]) -> None
         assert t.num_partitions == 4
         assert t.replica_assignment == [[4, 7, 9], [7, 9, 4], [9, 4, 7], [4, 7, 9]]
         assert t.config == {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1",
-                            "min.insync.replicas": "1",
+                            "min.insync.replicas": "2",
                             **({"cleanup.policy": "compact"} if t.topic == "m" else {})}
 
 

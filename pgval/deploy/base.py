@@ -31,6 +31,7 @@ from pgval.faults.timeouts import TimeoutProfile, profile_for
 from pgval.kafka.admin import create_topics, delete_topics
 from pgval.schema import (
     BROKER_CRASH_WHERE,
+    PARTITION_WHERE,
     PAUSE_FAULTS,
     PAUSE_WHERE,
     CrashPoint,
@@ -193,11 +194,18 @@ class Deployment(ABC):
         return CompositeFault(parts, cfg.phase_seconds)
 
     def fault_makers(self) -> dict[Fault, FaultMaker]:
-        """How this deployment injects each fault (every one but ``none``): one entry per
+        """How this deployment injects each fault (every one but ``none`` and ``schedule``,
+        whose parts are each made here: :meth:`schedule_fault`): one entry per
         fault, so a new fault is one line per deployment. The driver is local everywhere,
         so ``driver-crash`` is the same for all; the worker faults are each deployment's."""
         return {Fault.DRIVER_CRASH: self.driver_crash, Fault.BROKER_CRASH: self.broker_crash,
-                **dict.fromkeys(PAUSE_FAULTS, self.process_pause)}
+                **dict.fromkeys(PAUSE_FAULTS, self.process_pause),
+                Fault.PARTITION: self.worker_partition}
+
+    def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                         ctx: FaultContext) -> FaultHooks:
+        """Only in the namespaces pgval made for its workers can it drop their packets."""
+        raise RuntimeErrorPlain(PARTITION_WHERE)
 
     def process_pause(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> FaultHooks:

@@ -152,8 +152,7 @@ class EmbeddedDeployment(Deployment):
         return {**super().fault_makers(), Fault.CRASH: self.worker_crash,
                 **dict.fromkeys(DELAY_FAULTS, self.worker_delay),
                 Fault.BROKER_CRASH: self.broker_crash,
-                **dict.fromkeys(PAUSE_FAULTS, self.process_pause),
-                Fault.PARTITION: self.worker_partition}
+                **dict.fromkeys(PAUSE_FAULTS, self.process_pause)}
 
     def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                          ctx: FaultContext) -> WorkerPartition:
@@ -271,8 +270,7 @@ class AttachedDeployment(Deployment):
         """Not pgval's processes to kill: an executor kill through the driver; the delay
         on the namespaces the cluster recorded."""
         return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
-                **dict.fromkeys(DELAY_FAULTS, self.worker_delay),
-                Fault.PARTITION: self.worker_partition}
+                **dict.fromkeys(DELAY_FAULTS, self.worker_delay)}
 
     def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                          ctx: FaultContext) -> WorkerPartition:
