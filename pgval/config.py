@@ -330,7 +330,7 @@ class ExperimentConfig:
         if self.fault is Fault.SCHEDULE:
             if reason := self._schedule_problem():
                 raise RuntimeErrorPlain(reason)
-        elif reason := self._target_problem():
+        elif not fault_axis and (reason := self._target_problem()):  # a grid: per cell
             raise RuntimeErrorPlain(reason)
         if reason := self.fault_spec.problem(self.deploy):
             raise RuntimeErrorPlain(reason)

@@ -147,3 +147,18 @@ def test_a_word_target_is_broker_crash_only_and_numbers_stay_numbers() -> None:
         ExperimentConfig(fault="crash", target="leader").validate()
     assert ExperimentConfig(target="1").target == 1  # a stored "1" reads back as 1
     assert config().restart_policy == "at-remove"
+
+
+def test_a_grid_checks_a_target_word_per_cell() -> None:
+    """`pgval matrix --faults broker-crash --target coordinator`: the base config (no fault
+    yet) takes the word; each cell is checked with its fault."""
+    from pgval.matrix import cells, plan
+
+    base = ExperimentConfig(target="coordinator", topology="sst")
+    base.validate(fault_axis=True)
+    left_out: list[str] = []
+    grid = plan(base, cells(["sst"], ["e1", "a1"], ["broker-crash"], 1),
+                lambda cell, why: left_out.append(why))
+    assert [c.pg for c in grid] == ["e1"] and "coordinator" in left_out[0]
+    with pytest.raises(RuntimeErrorPlain, match="--target coordinator"):
+        plan(base, cells(["sst"], ["e1"], ["pause-lt-timeout"], 1), lambda c, w: None)
