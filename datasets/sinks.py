@@ -35,6 +35,12 @@ if TYPE_CHECKING:
     from pgval.datasets.generator import EventBatch, GeneratorConfig, ProducerReport
 
 log = logging.getLogger(__name__)
+# librdkafka's own log lines ("Connect to ... failed: Connection refused") come here; without
+# a handler Python's last-resort handler printed them into the run's progress display
+# whenever a broker was down (broker-crash). They are expected then, and what matters is
+# counted: each undelivered event by its delivery report, the run's completeness by the
+# read-back (as pgval's other clients: pgval.kafka.client.quiet_conf).
+log.addHandler(logging.NullHandler())
 
 #: Distinct error texts kept per producer; further ones are counted under one key.
 MAX_ERROR_KINDS = 20
