@@ -147,3 +147,36 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
                   f"{sum(result.cpu_s.values()):.2f}")
     console.print(table)
     console.print(f"validation: {result.verdict}")
+
+
+@bench.command("report")
+@click.option("--db", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=Path("docs/example-report/results.db"), show_default=True,
+              help="The results database to report on.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path(".cache/bench-report"), show_default=True,
+              help="Where the page and its plots go (emptied first).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def bench_report(db: Path, workdir: Path, as_json: bool) -> None:
+    """Time `pgval report --format html --plots` on DB: every plot drawn (cold), then again
+    with every plot kept (warm); the page's size."""
+    from pgval.bench import run_report_bench
+    from pgval.cli.common import print_json
+
+    with console.status("drawing the report's plots, cold then warm…") as status:
+        result = run_report_bench(db, workdir, progress=lambda line: status.update(line))
+    if as_json:
+        print_json(result)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"pgval report --format html --plots, {result['runs']} runs "
+                        f"({result['workers']} drawing processes)")
+    for col in ("", "wall s", "CPU s", "plots drawn"):
+        table.add_column(col, justify="right" if col else "left")
+    for name in ("cold", "warm"):
+        r = result[name]
+        table.add_row(name, f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}", str(r["drawn"]))
+    console.print(table)
+    console.print(f"page {result['page_bytes'] / 1e3:,.0f} kB, plots "
+                  f"{result['plots_bytes'] / 1e6:,.1f} MB in {workdir}")

@@ -18,11 +18,13 @@ from pgval.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
               help="SQLite results database to report on.")
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "csv", "html"]),
               default="terminal", show_default=True,
-              help="Tables in the terminal, Markdown, CSV, or one self-contained HTML page.")
+              help="Tables in the terminal, Markdown, CSV, or one HTML page.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here instead of printing it.")
 @click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Also write PNG plots (per run, and per matrix) into this folder.")
+              help="Also write PNG plots (per run, and per matrix) into this folder, drawn in "
+                   "parallel; a run's plot already there and unchanged is kept. Markdown and "
+                   "HTML link them (HTML without --plots inlines them).")
 @click.option("--topology", type=click.Choice(TOPOLOGIES), default=None,
               help="Only runs of this topology.")
 @click.option("--pg", type=click.Choice(PROCESSING_GUARANTEES), default=None,
@@ -46,7 +48,8 @@ def report(db: Path, fmt: str, out: Path | None, plots_dir: Path | None,
         result = build_report(db, runs=Selection(topology=topology, pg=pg, fault=fault,
                                                  kind=kind, include_unknown=include_unknown),
                               fmt=fmt, out=out, plots_dir=plots_dir,
-                              console=console if fmt == "terminal" and out is None else None)
+                              console=console if fmt == "terminal" and out is None else None,
+                              progress=lambda line: click.echo(line, err=True))
     except ReportError as exc:
         raise UserError(str(exc)) from exc
     if out is not None:

@@ -13,7 +13,7 @@ import io
 import sqlite3
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,14 +42,16 @@ from pgval.report.tables import build_tables
 def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = None,
                  fmt: Format = "terminal", out: Path | None = None,
                  plots_dir: Path | None = None, *, console: Console | None = None,
-                 run_plots: bool = True, width: int = 160) -> str | Path:
+                 run_plots: bool = True, width: int = 160,
+                 progress: Callable[[str], None] | None = None) -> str | Path:
     """Render the report; returns the text, or ``out`` once the text is written there.
 
     ``runs``: a :class:`Selection` (default: all complete runs) or explicit run ids.
     ``plots_dir``: also write PNGs there (matrix + one per run unless ``run_plots`` is
-    False) and reference them (Markdown links; HTML always inlines its plots, rendering
-    them in a temporary directory when ``plots_dir`` is None). ``console``: for
-    ``terminal``, also print the tables there with colours.
+    False; a run's figure already there and unchanged is kept) and link them (Markdown
+    and HTML); without it, HTML inlines its plots (one self-contained page), rendering
+    them in a temporary directory. ``console``: for ``terminal``, also print the tables
+    there with colours. ``progress``: gets a line per plot drawn.
     """
     if fmt not in FORMATS:
         raise ReportError(f"unknown report format {fmt!r}; choose from {', '.join(FORMATS)}")
@@ -58,7 +60,7 @@ def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = N
     try:
         with opened(db_path) as conn:
             text = _build(conn, str(db_path), selection, fmt, out, plots_dir, console,
-                          run_plots, width)
+                          run_plots, width, progress)
     except sqlite3.Error as exc:  # a damaged file, a table without a column pgval reads, …
         raise ReportError(str(plain_error(db_path, exc))) from exc
     except OSError as exc:  # the --plots folder cannot be made or written
@@ -78,7 +80,7 @@ def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = N
 
 def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: str,
            out: Path | None, plots_dir: Path | None, console: Console | None,
-           run_plots: bool, width: int) -> str:
+           run_plots: bool, width: int, progress: Callable[[str], None] | None) -> str:
     listed = load_runs(conn, replace(selection, include_unknown=True))
     loaded = [r for r in listed if selection.keeps(r)]
     left_out = len(listed) - len(loaded)
@@ -106,18 +108,18 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
     run_images: list[tuple[str, Path]] = []
     with contextlib.ExitStack() as stack:
         if plots_dir is not None or fmt == "html":
-            from pgval.report.plots import plot_matrix, plot_run, run_caption
+            from pgval.report.plots import plot_report, run_caption
 
             target = (Path(plots_dir) if plots_dir is not None else
                       Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pgval-"))))
-            target.mkdir(parents=True, exist_ok=True)
-            for path in plot_matrix(conn, target / "matrix-", selection):
-                images.append((f"matrix: {path.stem.removeprefix('matrix-')}", path))
-            if run_plots:
-                # Every listed run, unknown ones too: their plot shows why they are unknown.
-                for run in listed:
-                    path = plot_run(conn, run.id, target / f"run-{run.id}.png")
-                    run_images.append((run_caption(run), path))
+            # Every listed run, unknown ones too: their plot shows why they are unknown.
+            shown = listed if run_plots else []
+            matrix, paths = plot_report(db_name, [run.id for run in shown], target,
+                                        selection, progress)
+            images = [(f"matrix: {path.stem.removeprefix('matrix-')}", path)
+                      for path in matrix]
+            run_images = [(run_caption(run), path)
+                          for run, path in zip(shown, paths, strict=True)]
         if fmt == "terminal":
             rec = Console(record=True, width=width, file=io.StringIO(), color_system=None)
             render_terminal(tables, rec, header)
@@ -135,8 +137,10 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
             text = render_markdown(tables, header, refs)
         elif fmt == "csv":
             text = render_csv(tables)
-        else:  # inline the PNGs before the temporary directory goes away
-            text = render_html(tables, header, images, run_images)
+        else:  # with --plots, link the PNGs; else inline them before the folder goes
+            base = Path(out).parent if out is not None else Path.cwd()
+            text = render_html(tables, header, images, run_images,
+                               link=(lambda p: _relative(p, base)) if plots_dir else None)
     return text
 
 

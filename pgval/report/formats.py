@@ -17,7 +17,7 @@ import base64
 import csv
 import html
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -119,12 +119,17 @@ def _csv_num(v: float | None, scale: float) -> str:
     return "" if v is None else f"{v * scale:.6g}"
 
 
+#: A cell longer than this wraps (a reason, a list of IDs) instead of widening its table.
+LONG_CELL = 60
+
 HTML_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
 max-width:1400px;padding:0 1rem;color:#222;line-height:1.4}
 h1{margin-bottom:.2rem}h2{margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}
 th,td{padding:.25rem .6rem;border-bottom:1px solid #e5e5e5;white-space:nowrap}
+td.long{white-space:normal;min-width:24rem;max-width:48rem;overflow-wrap:anywhere}
+div.wide{max-width:100%;overflow-x:auto}
 th{background:#f4f4f4;text-align:left;position:sticky;top:0}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.sep td{border-top:2px solid #bbb}
@@ -141,13 +146,21 @@ def _data_uri(path: Path) -> str:
 
 def render_html(tables: list[ReportTable], header: str,
                 matrix_images: Sequence[tuple[str, Path]] = (),
-                run_images: Sequence[tuple[str, Path]] = ()) -> str:
+                run_images: Sequence[tuple[str, Path]] = (),
+                link: Callable[[Path], str] | None = None) -> str:
+    """One HTML page. ``link``: where the page finds each PNG (files beside it, loaded
+    lazily: the page stays small); without it every PNG is inlined (self-contained)."""
     esc = html.escape
+
+    def src(path: Path) -> str:
+        return (f"src=\"{esc(link(path))}\" loading=\"lazy\"" if link is not None
+                else f"src=\"{_data_uri(path)}\"")
+
     parts = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
              "<title>pgval report</title>", f"<style>{HTML_CSS}</style></head><body>",
              "<h1>pgval report</h1>", f"<p class=\"meta\">{esc(header)}</p>"]
     for t in tables:
-        parts.append(f"<h2>{esc(t.title)}</h2><table><thead><tr>")
+        parts.append(f"<h2>{esc(t.title)}</h2><div class=\"wide\"><table><thead><tr>")
         heads = [h for _, h in t.key_headers] + (["n"] if t.name != "runs" else [])
         heads += [c.header for c in t.columns]
         parts.append("".join(f"<th>{esc(h)}</th>" for h in heads) + "</tr></thead><tbody>")
@@ -161,21 +174,24 @@ def render_html(tables: list[ReportTable], header: str,
                 cells.append(f"<td class=\"num\">{row.n}</td>")
             for c, v in zip(t.columns, row.values, strict=True):
                 klass = "" if c.metric == "guarantee" else " class=\"num\""
-                cells.append(f"<td{klass}>{esc(t.cell_text(c, v))}</td>")
+                text = t.cell_text(c, v)
+                if len(text) > LONG_CELL:
+                    klass = " class=\"long\""
+                cells.append(f"<td{klass}>{esc(text)}</td>")
             parts.append(f"<tr{cls}>{''.join(cells)}</tr>")
-        parts.append("</tbody></table>")
+        parts.append("</tbody></table></div>")
         if t.note:
             parts.append(f"<p class=\"note\">{esc(t.note)}</p>")
     if matrix_images:
         parts.append("<h2>Matrix plots</h2>")
         for caption, path in matrix_images:
-            parts.append(f"<figure><img alt=\"{esc(caption)}\" src=\"{_data_uri(path)}\">"
+            parts.append(f"<figure><img alt=\"{esc(caption)}\" {src(path)}>"
                          f"<figcaption>{esc(caption)}</figcaption></figure>")
     if run_images:
         parts.append("<h2>Runs over time</h2>")
         for caption, path in run_images:
             parts.append(f"<details><summary>{esc(caption)}</summary><figure>"
-                         f"<img alt=\"{esc(caption)}\" src=\"{_data_uri(path)}\"></figure>"
+                         f"<img alt=\"{esc(caption)}\" {src(path)}></figure>"
                          "</details>")
     parts.append("</body></html>")
     return "\n".join(parts)

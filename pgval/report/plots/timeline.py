@@ -10,8 +10,10 @@ their caption says so.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +159,16 @@ def part_intervals(run: RunData) -> list[tuple[str, float, float | None]]:
             for label, a, b in (found[k] for k in sorted(found)) if a is not None]
 
 
+def _bins(ax: Axes, x: np.ndarray, values: np.ndarray, **kw: Any) -> Any:
+    """One bar per 1 s bin centred on ``x``: a single filled step outline where the bins
+    are contiguous (hundreds of bar rectangles cost most of a figure's drawing time),
+    bars where seconds are missing."""
+    if len(x) > 1 and np.allclose(np.diff(x), 1.0):
+        return ax.stairs(np.nan_to_num(values), np.r_[x - 0.5, x[-1] + 0.5], fill=True,
+                         lw=0, **kw)
+    return ax.bar(x, values, width=1.0, lw=0, **kw)
+
+
 def _shade(ax: Axes, spans: list[tuple[str, float, float]]) -> None:
     for name, a, b in spans:
         if b > a:
@@ -187,14 +199,46 @@ def _anomalies(ax: Axes, x: np.ndarray, series: dict[str, np.ndarray]) -> list[A
     return handles
 
 
-def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
-    """Write the timeline figure of one run to ``path`` (PNG) and return the path."""
+#: Changes when the figure changes: a cached plot of an older drawing is drawn again.
+PLOT_VERSION = 2
+
+
+@dataclass
+class RunPlot:
+    """What one run's timeline is drawn from (read from the database in one go, so the
+    drawing can happen in another process and be skipped when its :meth:`key` is known)."""
+
+    run: RunData
+    series: dict[str, np.ndarray]
+
+    def key(self) -> str:
+        """A digest of everything the figure shows: same key, same picture."""
+        h = hashlib.sha256(f"{PLOT_VERSION}|{run_caption(self.run)}".encode())
+        h.update(json.dumps([self.run.row, self.run.summary.get("generator"),
+                             self.run.fault_log], sort_keys=True, default=str).encode())
+        for name in sorted(self.series):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(self.series[name], dtype=float).tobytes())
+        return h.hexdigest()[:32]
+
+
+def load_run_plot(db: Path | str | Any, run_id: int) -> RunPlot:
+    """The run and its 1 s series (a plain error if the run is not there)."""
     with opened(db) as conn:
         runs = load_runs(conn, Selection(run_ids=(int(run_id),), status=None))
         if not runs:
             raise ReportError(f"no run {run_id} in the database")
-        run = runs[0]
-        s = _series(conn, run.id)
+        return RunPlot(runs[0], _series(conn, runs[0].id))
+
+
+def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
+    """Write the timeline figure of one run to ``path`` (PNG) and return the path."""
+    return draw_run(load_run_plot(db, run_id), path)
+
+
+def draw_run(data: RunPlot, path: Path | str) -> Path:
+    """Draw :class:`RunPlot` ``data`` to ``path`` (PNG)."""
+    run, s = data.run, data.series
     t0, xlabel = _origin(run, s)
     x = (s["t_ms"] - t0) / 1000.0 + 0.5  # bin centres
     end = float(x[-1] + 0.5) if len(x) else 1.0
@@ -222,9 +266,8 @@ def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
 
         handles: list[Any] = []
         if len(x):
-            width = 1.0
-            bars = top.bar(x, s["reliable"], width=width, color=C_RELIABLE_BIN, lw=0,
-                           zorder=2, label="reliable IDs per 1 s bin")
+            bars = _bins(top, x, s["reliable"], color=C_RELIABLE_BIN, zorder=2,
+                         label="reliable IDs per 1 s bin")
             handles.append(bars)
             (line,) = top.plot(x, reliable_mean, color=C_RELIABLE, lw=2, zorder=4,
                                label=f"reliable throughput (trailing {k} s mean)")
