@@ -329,6 +329,22 @@ def test_bench_readback_command_runs_and_finds_the_planted_anomalies(tmp_path: P
     assert not list(tmp_path.glob("*/kafka"))
 
 
+def test_every_bench_prints_its_figures_as_json(tmp_path: Path) -> None:
+    """`pgval bench … --json`: one JSON object on stdout, the same figures as the table
+    (offline here; the others print theirs the same way, report's in
+    tests/test_report_page.py)."""
+    import json
+
+    offline = subprocess.run(
+        [sys.executable, "-m", "pgval.cli", "bench", "offline", "--events", "20000",
+         "--workdir", str(tmp_path / "off"), "--json"],
+        capture_output=True, text=True, timeout=300)
+    assert offline.returncode == 0, offline.stderr
+    figures = json.loads(offline.stdout)
+    assert figures["events"] == 20000 and figures["events_per_s"] > 0
+    assert set(figures["stages_s"]) == set(figures["cpu_s"])
+
+
 @FAST
 @given(sizes=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 400)), max_size=8),
        workers=st.integers(1, 5))

@@ -64,6 +64,25 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def test_a_report_made_again_draws_only_what_changed(page: Path) -> None:
+    """The plots folder remembers what each figure shows: the same report again draws
+    nothing; a figure deleted is drawn again, alone."""
+    lines: list[str] = []
+    again = page.with_name("again.html")
+    selection = Selection(fault="crash", pg="e1", include_unknown=True)
+    build_report(EXAMPLE, selection, fmt="html", out=again, plots_dir=page.parent / "plots",
+                 progress=lines.append)
+    runs = [line for line in lines if line.startswith("plot ") and "/" in line]
+    assert runs and all(line.endswith("(unchanged, kept)") for line in runs), runs
+    first = sorted((page.parent / "plots").glob("run-*.png"))[0]
+    first.unlink()
+    lines.clear()
+    build_report(EXAMPLE, selection, fmt="html", out=again, plots_dir=page.parent / "plots",
+                 progress=lines.append)
+    drawn = [line for line in lines if "/" in line and not line.endswith("kept)")]
+    assert len(drawn) == 1 and first.name in drawn[0] and first.is_file(), lines
+
+
 def test_the_page_links_its_plots_and_stays_small(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     assert "data:image/png" not in text

@@ -1,19 +1,32 @@
-"""`pgval bench offline|generator|readback`: the numbers of docs/performance.md."""
+"""`pgval bench offline|generator|readback|report`: the numbers of docs/performance.md,
+as tables or (``--json``) one JSON object each."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.markup import escape
 
-from pgval.cli.common import console
-from pgval.cli.errors import UserError
+from pgval.cli.common import console, print_json
+from pgval.cli.errors import UserError, err_console
 
 
 @click.group()
 def bench() -> None:
     """Benchmarks (numbers for docs/performance.md)."""
+
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print the figures as one JSON object (progress on stderr).")
+
+
+def _figures(result: Any, **derived: Any) -> dict[str, Any]:
+    """A bench result as JSON: its fields and the rates derived from them."""
+    import dataclasses
+
+    return {**dataclasses.asdict(result), **derived}
 
 
 @bench.command("offline")
@@ -22,14 +35,18 @@ def bench() -> None:
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".cache/bench"), show_default=True,
               help="Where the synthetic files are written (reused when the size matches).")
-def bench_offline(events: int, workdir: Path) -> None:
+@json_option
+def bench_offline(events: int, workdir: Path, as_json: bool) -> None:
     """Time read → oracle → validator → metrics over synthetic files of EVENTS inputs."""
     from rich.table import Table
 
     from pgval.bench import run_offline_bench
 
-    with console.status(f"preparing and timing {events:,} events…"):
+    with err_console.status(f"preparing and timing {events:,} events…"):
         result = run_offline_bench(workdir, events)
+    if as_json:
+        print_json(_figures(result, total_s=result.total_s, events_per_s=result.events_per_s))
+        return
     table = Table(title=f"offline path, {result.events:,} events, {result.outputs:,} outputs, "
                         f"{result.file_mb:,.0f} MB of JSON lines")
     table.add_column("stage")
@@ -64,6 +81,11 @@ def _say(line: str) -> None:
     console.print(escape(line), highlight=False)
 
 
+def _say_err(line: str) -> None:
+    err_console.print(escape(line), highlight=False)
+
+
+
 @bench.command("generator")
 @click.option("--events", type=click.IntRange(min=1000), default=5_000_000, show_default=True,
               help="Events to produce per run.")
@@ -80,9 +102,10 @@ def _say(line: str) -> None:
 @click.option("--batch-bytes", type=click.IntRange(min=1000), default=None,
               help="librdkafka batch.size [default: the sink's].")
 @bench_runs_option
+@json_option
 def bench_generator(events: int, producers: int, partitions: int, repeat: int,
                     linger_ms: int | None, compression: str | None, batch_bytes: int | None,
-                    runs: Path | None) -> None:
+                    runs: Path | None, as_json: bool) -> None:
     """Events/s from the generator into a Kafka broker the bench starts (1 broker, small
     heap, acks=all, idempotent), counted until every event is acknowledged."""
     from rich.table import Table
@@ -92,7 +115,15 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
     options = {k: v for k, v in (("linger_ms", linger_ms), ("compression", compression),
                                  ("batch_bytes", batch_bytes)) if v is not None}
     results = run_bench(_bench_run_dir(runs, "generator"), events, producers, partitions,
-                        options, repeat, say=_say)
+                        options, repeat, say=_say_err if as_json else _say)
+    bad = [k for k, r in enumerate(results, 1) if not r.ok]
+    if as_json:
+        print_json({"runs": [_figures(r, acked_per_s=r.acked_per_s,
+                                      handover_per_s=r.handover_per_s, ok=r.ok)
+                             for r in results]})
+        if bad:
+            raise UserError(f"run(s) {bad} did not deliver every event exactly once into Kafka")
+        return
     table = Table(title=f"generator → Kafka, {producers} producer process(es), "
                         f"{partitions} partitions, sink {results[0].sink}")
     for col in ("run", "acknowledged ev/s", "handed over ev/s", "delivered", "failed",
@@ -103,7 +134,6 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
                       f"{r.delivered:,}", f"{r.failed:,}", f"{r.undelivered:,}",
                       f"{r.in_kafka:,}")
     console.print(table)
-    bad = [k for k, r in enumerate(results, 1) if not r.ok]
     if bad:
         raise UserError(f"run(s) {bad} did not deliver every event exactly once into Kafka")
 
@@ -119,8 +149,9 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
 @click.option("--window-ms", type=click.IntRange(min=1), default=1000, show_default=True,
               help="SST window of the outputs (event time runs at 100k ev/s).")
 @bench_runs_option
+@json_option
 def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
-                   runs: Path | None) -> None:
+                   runs: Path | None, as_json: bool) -> None:
     """Write EVENTS inputs with the generator and their SST outputs into a Kafka broker the
     bench starts, then time read-back (read_committed), records → columns and validation."""
     from rich.table import Table
@@ -130,7 +161,12 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
 
     workers = workers or default_workers()
     result = run_bench(_bench_run_dir(runs, "readback"), events, window_ms=window_ms,
-                       partitions=partitions, workers=workers, say=_say)
+                       partitions=partitions, workers=workers, say=_say_err if as_json else _say)
+    if as_json:
+        print_json(_figures(result, workers=workers, total_s=result.total_s,
+                            per_s={stage: result.per_s(stage) for stage in result.stages_s},
+                            total_per_s=result.per_s()))
+        return
     gen = result.generator
     console.print(f"generator: {gen.delivered:,} events acknowledged at "
                   f"{gen.acked_per_s:,.0f} ev/s (one producer process)")
@@ -156,14 +192,13 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".cache/bench-report"), show_default=True,
               help="Where the page and its plots go (emptied first).")
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@json_option
 def bench_report(db: Path, workdir: Path, as_json: bool) -> None:
     """Time `pgval report --format html --plots` on DB: every plot drawn (cold), then again
     with every plot kept (warm); the page's size."""
     from pgval.bench import run_report_bench
-    from pgval.cli.common import print_json
 
-    with console.status("drawing the report's plots, cold then warm…") as status:
+    with err_console.status("drawing the report's plots, cold then warm…") as status:
         result = run_report_bench(db, workdir, progress=lambda line: status.update(line))
     if as_json:
         print_json(result)
