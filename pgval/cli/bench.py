@@ -196,7 +196,7 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
 def bench_report(db: Path, workdir: Path, as_json: bool) -> None:
     """Time `pgval report --format html --plots` on DB: every plot drawn (cold), then again
     with every plot kept (warm); the page's size."""
-    from pgval.bench import run_report_bench
+    from pgval.report.bench import run_report_bench
 
     with err_console.status("drawing the report's plots, cold then warm…") as status:
         result = run_report_bench(db, workdir, progress=lambda line: status.update(line))
