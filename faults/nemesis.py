@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
 from pgval.errors import RuntimeErrorPlain
+from pgval.faults.broker import NEMESIS_BROKER
 from pgval.faults.log import Entries, first
 from pgval.faults.network import probe_reasons, timeout_reasons
 from pgval.host import undo
@@ -37,20 +38,25 @@ TIMEOUT_S = 120.0
 MECHANISM = "user nemesis"
 
 
-def nemesis_argv(template: str, worker: int, delay_ms: int) -> list[str]:
-    """The argv of ``template`` with its placeholders filled in (no shell involved)."""
+def nemesis_argv(template: str, worker: int | None = None, delay_ms: int | None = None,
+                 broker: int | None = None) -> list[str]:
+    """The argv of ``template`` with its placeholders filled in (no shell involved): a
+    delay's ``{worker}`` and ``{delay_ms}``, a broker crash's ``{broker}``."""
     try:
         parts = shlex.split(template)
     except ValueError as exc:
         raise RuntimeErrorPlain(f"cannot split a nemesis command: {exc}") from exc
     if not parts:
         raise RuntimeErrorPlain("the nemesis command is empty")
-    values = {"worker": str(worker), "delay_ms": str(delay_ms)}
+    values = {name: str(value) for name, value in
+              (("worker", worker), ("delay_ms", delay_ms), ("broker", broker))
+              if value is not None}
     try:
         return [part.format_map(values) for part in parts]
     except (KeyError, ValueError, IndexError) as exc:
+        allowed = " and ".join(f"{{{name}}}" for name in values) or "none"
         raise RuntimeErrorPlain(f"the nemesis command {parts[0]!r} has a placeholder other "
-                                "than {worker} and {delay_ms}") from exc
+                                f"than {allowed}") from exc
 
 
 class NemesisDelay:
@@ -65,8 +71,8 @@ class NemesisDelay:
         #: Where the remove command is persisted before inject runs (an undo record,
         #: 0600, the real argv): the run's reaper runs it if pgval is killed meanwhile.
         self.run_dir = run_dir
-        self.inject_argv = nemesis_argv(inject_cmd, worker, delay_ms)
-        self.remove_argv = nemesis_argv(remove_cmd, worker, delay_ms)
+        self.inject_argv = nemesis_argv(inject_cmd, worker=worker, delay_ms=delay_ms)
+        self.remove_argv = nemesis_argv(remove_cmd, worker=worker, delay_ms=delay_ms)
         self.worker = worker
         self.delay_ms = delay_ms
         self._injected = False
@@ -115,3 +121,65 @@ def _run(argv: list[str]) -> dict[str, Any]:
     tail = " ".join(scrub(proc.stdout + proc.stderr, argv[1:]).split())[-300:]
     return {"argv": redact_argv(argv), "exit_code": proc.returncode, "output_tail": tail,
             "took_s": round(time.monotonic() - t0, 3)}
+
+
+class NemesisBrokers:
+    """``broker-crash`` on an external cluster: the user's inject command stops broker
+    ``{broker}`` at T2, the remove command starts it again at T3 (and, as an undo record,
+    if pgval dies meanwhile). pgval cannot see the process, so the evidence is the
+    cluster's own: the broker leaves the metadata's broker list (fenced) and the partitions
+    it led get other leaders (:class:`pgval.faults.broker.BrokerCrash`)."""
+
+    def __init__(self, inject_cmd: str, remove_cmd: str, client_config: dict[str, str],
+                 timeout_s: float = 90.0) -> None:
+        self.inject_cmd, self.remove_cmd = inject_cmd, remove_cmd
+        for command in (inject_cmd, remove_cmd):
+            nemesis_argv(command, broker=0)  # a wrong placeholder is an error before T2
+        self.client_config = dict(client_config)
+        self.timeout_s = timeout_s
+        self._ids: list[int] | None = None
+        self._admin: Any = None
+
+    mechanism = NEMESIS_BROKER
+
+    @property
+    def node_ids(self) -> list[int]:
+        if self._ids is None:
+            from pgval.kafka.admin import broker_ids
+
+            self._ids = broker_ids(self.client_config)
+        return self._ids
+
+    def kill(self, node_id: int) -> dict[str, Any]:
+        detail = _run(nemesis_argv(self.inject_cmd, broker=node_id))
+        if detail["exit_code"] != 0:
+            raise RuntimeErrorPlain(f"the nemesis inject command failed (exit "
+                                    f"{detail['exit_code']}): {detail['output_tail']}")
+        return {"killed": True, "nemesis": detail}
+
+    def restart(self, node_id: int) -> dict[str, Any]:
+        from pgval.kafka.admin import wait_for_brokers
+
+        detail = _run(nemesis_argv(self.remove_cmd, broker=node_id))
+        if detail["exit_code"] != 0:
+            raise RuntimeErrorPlain(f"the nemesis remove command failed (exit "
+                                    f"{detail['exit_code']}): {detail['output_tail']}")
+        back = wait_for_brokers(self.client_config, {node_id}, self.timeout_s)
+        return {"nemesis": detail, "registered": back}
+
+    def running(self, node_id: int) -> bool | None:
+        """Whether the cluster lists the broker (asked about once a second by the run's
+        loop: one client, a short time-out)."""
+        from confluent_kafka import KafkaException
+
+        from pgval.kafka.admin import admin_client
+
+        if self._admin is None:
+            self._admin = admin_client(self.client_config)
+        try:
+            return node_id in self._admin.list_topics(timeout=1.0).brokers
+        except KafkaException:
+            return None
+
+    def undo_argv(self, node_id: int) -> list[str] | None:
+        return nemesis_argv(self.remove_cmd, broker=node_id)

@@ -9,6 +9,7 @@ and cannot disagree on defaults.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,12 +28,14 @@ from pgval.faults.composite import (
 from pgval.faults.timeouts import SPARK_EXECUTOR_TIMEOUT_S
 from pgval.redact import redact_record, redact_url, scrub
 from pgval.schema import (
+    BROKER_CRASH_NEMESIS,
     BROKER_CRASH_WHERE,
     BROKER_TARGETS,
     BUILTIN_SINKS,
     BUILTIN_TOPOLOGIES,
     CRASH_POINTS,
     DEPLOYMENTS,
+    MAX_RECORD_BYTES,
     PARTITION_WHERE,
     PARTITIONS,
     PAUSE_DRIVER,
@@ -210,10 +213,12 @@ class ExperimentConfig:
         "deployment; repeatable. @FILE reads KEY=VALUE lines from FILE. Values reach the "
         "driver's JVM in memory, on no command line (docs/safety.md).", metavar="KEY=VALUE"))
     nemesis_inject: str | None = field(default=None, metadata=opt(
-        "external: your command that starts a packet delay at T2 (split like a shell "
-        "would, never run by one; {worker} and {delay_ms} are filled in).", metavar="ARGV"))
+        "external: your command that starts the fault at T2 (split like a shell would, "
+        "never run by one): a packet delay ({worker} and {delay_ms} are filled in) or a "
+        "broker crash ({broker}).", metavar="ARGV"))
     nemesis_remove: str | None = field(default=None, metadata=opt(
-        "external: your command that removes the delay at T3.", metavar="ARGV"))
+        "external: your command that removes the fault at T3 (the delay, or starts the "
+        "broker again); also run if pgval dies first.", metavar="ARGV"))
     keep_topics: bool = field(default=False, metadata=opt(
         "external: keep the run's topics afterwards (default: deleted once stored)."))
     running_cluster: str | None = field(default=None, metadata=opt(
@@ -393,8 +398,14 @@ class ExperimentConfig:
             return (f"--target {target}: a worker index; with --fault broker-crash a broker "
                     f"id, {' or '.join(BROKER_TARGETS)}; with a pause, {PAUSE_DRIVER}")
         if broker:
-            if self.deploy is not Deploy.LOCAL or self.running_cluster:
+            if self.deploy is Deploy.COMPOSE:
                 return BROKER_CRASH_WHERE
+            if self.deploy is Deploy.EXTERNAL and not self.nemesis_inject:
+                return BROKER_CRASH_NEMESIS
+            if isinstance(target, int) and target < 0:
+                return "--target must be a broker id (0 or more)"
+            if self.deploy is not Deploy.LOCAL or self.running_cluster:
+                return None  # the cluster's own brokers are counted when the run starts
             if self.cluster.brokers < 2:
                 return ("--fault broker-crash needs --brokers 2 or more (3 to keep writing "
                         "with min.insync.replicas 2 while one is down): with one, Kafka "
@@ -441,6 +452,29 @@ class ExperimentConfig:
         (:func:`pgval.redact.redact_record`). What needs the real values reads the fields.
         The restart policy is stored as the run applied it, so a report groups by it."""
         return redact_record({**asdict(self), "restart": self.restart_policy})
+
+    def output_row_estimate(self) -> tuple[int, int]:
+        """(IDs, bytes) of the largest output row the built-in topologies make: one row per
+        resource and window, carrying the IDs of all its inputs (the generator spreads
+        events evenly over the resources), each ID as many digits as the run's last one."""
+        seconds = self.warmup_max_seconds + 3 * self.phase_seconds + 30  # + drain
+        ids = math.ceil(self.rate * self.window_ms / 1000 / max(1, self.resources))
+        digits = len(str(max(1, int(self.rate * seconds))))
+        return ids, ids * (digits + 1) + 200
+
+    def output_row_warning(self) -> str | None:
+        """A sentence when the largest output row would come near what a Kafka record
+        carries (:data:`pgval.schema.MAX_RECORD_BYTES`): such a run would end unknown."""
+        if self.job or self.sink != "kafka":
+            return None  # files and tables take any row; a user's job's rows are theirs
+        ids, size = self.output_row_estimate()
+        if size < 0.8 * MAX_RECORD_BYTES:
+            return None
+        return (f"an output row would carry about {ids:,} IDs ({size / 2**20:.1f} MiB; "
+                f"--rate × --window-ms ÷ --resources), near or above the "
+                f"{MAX_RECORD_BYTES / 2**20:.0f} MiB a Kafka record carries here: the run "
+                "may end unknown. More --resources or a shorter --window-ms keep rows "
+                "smaller")
 
     def scrubbed(self, text: str) -> str:
         """``text`` (an error message to store) without any of this run's secret values:

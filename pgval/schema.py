@@ -57,6 +57,12 @@ POST_TOPIC: Final = "post"
 OUTPUT_TOPIC: Final = "output"
 #: Compacted topic where the exactly-once sink records its committed batches.
 MARKER_TOPIC: Final = "pgval-commits"
+#: The largest record pgval's topics, its producers (Spark's Kafka sink, the e1 sink) and its
+#: readers carry: an output row holds the IDs of all its inputs (about 8 bytes each), so
+#: Kafka's default 1 MiB stopped SST at 180,000 ev/s with 10 s windows and 16 resources.
+#: 16 MiB is about 2 million IDs a row; it stays below the Java producer's 32 MiB
+#: ``buffer.memory``, which a single record must fit in too.
+MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
 
 
 
@@ -95,9 +101,14 @@ BROKER_TARGETS: Final = ("leader", "coordinator")
 PAUSE_DRIVER: Final = "driver"
 #: Where ``broker-crash`` can run, said once for the config check and the deployments.
 BROKER_CRASH_WHERE: Final = (
-    "--fault broker-crash needs the embedded cluster pgval starts (--deploy local, no "
-    "--cluster): pgval kills and restarts one of its brokers; on your own cluster, crash a "
-    "broker with your own tooling and judge the run with `pgval check`")
+    "--fault broker-crash runs on the embedded cluster (started by the run, or --cluster DIR) "
+    "and on --deploy external through your nemesis, not on --deploy compose: there, crash a "
+    "broker container with your own tooling and judge the run with `pgval check`")
+#: What ``broker-crash`` needs on an external cluster.
+BROKER_CRASH_NEMESIS: Final = (
+    "--fault broker-crash on an external cluster needs your own nemesis: --nemesis-inject "
+    "ARGV that stops broker {broker} and --nemesis-remove ARGV that starts it again "
+    "(see docs/deploy.md)")
 
 
 #: Where the pauses can run (the same check and deployments).

@@ -24,7 +24,7 @@ from pgval.faults.broker import (
 )
 from pgval.faults.evidence import fault_reasons
 from pgval.kafka.admin import min_insync, replication_for
-from pgval.schema import BROKER_CRASH_WHERE, transactional_id
+from pgval.schema import BROKER_CRASH_NEMESIS, BROKER_CRASH_WHERE, transactional_id
 
 
 def java_hash_reference(text: str) -> int:
@@ -107,6 +107,21 @@ def test_the_rule_wants_a_kill_a_new_leader_and_a_broker_back_in_sync() -> None:
     assert reasons(good, {"in_sync": False, "out_of_isr": ["out/2"]}) == [
         "broker-crash: the restarted broker did not catch up: out of the in-sync replicas "
         "of out/2"]
+    # Since the metadata's broker list is logged: the killed broker must leave it (the
+    # only evidence of a crash through a user's nemesis, which pgval cannot see).
+    nemesis = {"broker": 1, "killed": True, "led_before": [], "deregistered": False}
+    assert reasons(nemesis, {"in_sync": True}) == [
+        "broker-crash: Kafka broker 1 stayed in the cluster's broker list: no evidence it "
+        "went down"]
+    assert reasons({**nemesis, "deregistered": True}, {"in_sync": True}) == []
+    assert reasons({**nemesis, "no_metadata": True, "deregistered": None},
+                   {"in_sync": True}) == [
+        "broker-crash: Kafka answered no metadata request after the kill: no evidence that "
+        "leadership moved"]
+    assert reasons({**nemesis, "deregistered": True},
+                   {"broker": 1, "registered": False, "in_sync": True}) == [
+        "broker-crash: Kafka broker 1 did not register with the cluster again after the "
+        "remove command"]
     # A broker that led nothing has nothing to move; a teardown removal is not judged.
     assert reasons({**good, "led_before": [], "leadership_moved": False},
                    {"skipped": "teardown stops the cluster"}) == []
@@ -130,14 +145,24 @@ def config(**kw: Any) -> ExperimentConfig:
                                            "coordinator of the e1 sink"),
     ({"target": "elsewhere"}, "--target elsewhere: a worker index; with --fault "
                               "broker-crash a broker id, leader or coordinator"),
-    ({"running_cluster": "/x"}, BROKER_CRASH_WHERE),
     ({"deploy": "compose"}, BROKER_CRASH_WHERE),
+    ({"deploy": "external", "bootstrap": "k:9092", "master": "spark://m:7077"},
+     BROKER_CRASH_NEMESIS),
+    ({"running_cluster": "/x", "target": -1}, "--target must be a broker id (0 or more)"),
 ])
 def test_a_broker_crash_that_cannot_run_is_one_sentence(kw: dict[str, Any],
                                                         sentence: str) -> None:
     with pytest.raises(RuntimeErrorPlain) as err:
         config(**kw).validate()
     assert str(err.value).startswith(sentence), str(err.value)
+
+
+def test_a_cluster_pgval_did_not_start_is_counted_when_the_run_starts() -> None:
+    """--cluster and external: the flags say nothing of their brokers (the deployment
+    counts them: tests/test_deploy_cluster.py); external needs the nemesis."""
+    config(running_cluster="/x", brokers=1, target=5).validate()
+    config(deploy="external", bootstrap="k:9092", master="spark://m:7077",
+           nemesis_inject="stop {broker}", nemesis_remove="start {broker}").validate()
 
 
 def test_a_word_target_is_broker_crash_only_and_numbers_stay_numbers() -> None:
@@ -162,3 +187,16 @@ def test_a_grid_checks_a_target_word_per_cell() -> None:
     assert [c.pg for c in grid] == ["e1"] and "coordinator" in left_out[0]
     with pytest.raises(RuntimeErrorPlain, match="--target coordinator"):
         plan(base, cells(["sst"], ["e1"], ["pause-lt-timeout"], 1), lambda c, w: None)
+
+
+def test_a_fault_log_with_partition_keys_prints_as_json(
+        capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """`pgval validate --fault broker-crash --json`: the metadata snapshots are keyed by
+    partition number, which orjson refused (found by tests/test_deploy_cluster.py)."""
+    import json
+
+    from pgval.cli.common import print_json
+
+    print_json({"fault_log": [{"step": "inject", "before": STATES}]})
+    out = json.loads(capsysbinary.readouterr().out)
+    assert out["fault_log"][0]["before"]["out"]["2"]["isr"] == [1, 0]

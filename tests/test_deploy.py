@@ -52,6 +52,10 @@ def test_nemesis_placeholders_fill_single_arguments_without_a_shell() -> None:
         nemesis_argv("x {host}", 0, 1)
     with pytest.raises(RuntimeErrorPlain, match="cannot split"):
         nemesis_argv("x 'unclosed", 0, 1)
+    # A broker crash fills {broker} only: a delay's placeholder there is a mistake.
+    assert nemesis_argv("stop-broker --id={broker}", broker=2) == ["stop-broker", "--id=2"]
+    with pytest.raises(RuntimeErrorPlain, match=r"other than \{broker\}$"):
+        nemesis_argv("stop-broker {worker}", broker=2)
 
 
 def test_nemesis_runs_the_users_commands_and_logs_them(tmp_path: Path) -> None:

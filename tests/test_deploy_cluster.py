@@ -44,11 +44,12 @@ def pgval(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def running_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """`pgval cluster up` (1 broker, 2 workers), stopped with `pgval cluster down` always."""
+    """`pgval cluster up` (3 brokers for a broker crash, 2 workers), stopped with `pgval
+    cluster down` always."""
     base = tmp_path_factory.mktemp("held")
     cluster_dir = base / "cluster"
     try:
-        up = pgval("cluster", "up", "--run-dir", str(cluster_dir), "--brokers", "1",
+        up = pgval("cluster", "up", "--run-dir", str(cluster_dir), "--brokers", "3",
                    "--partitions", "2", "--workers", "2", cwd=base)
         assert up.returncode == 0, up.stderr
         status = pgval("cluster", "status", "--run-dir", str(cluster_dir), "--json", cwd=base)
@@ -103,21 +104,72 @@ def test_external_crash_kills_an_executor_through_spark_and_leaves_the_cluster_a
     # and went.
     status = json.loads(pgval("cluster", "status", "--run-dir", str(info["dir"]), "--json",
                               cwd=base).stdout)
-    assert status["processes"] and all(status["processes"].values()), status
     assert status["master"] == info["master"] and status["bootstrap"] == info["bootstrap"]
+    cluster_is_whole(info)
     assert topic_names(info) == before
 
 
-def test_validate_on_a_running_cluster_with_cluster_dir(running_cluster: dict[str, Any]) -> None:
+def cluster_is_whole(info: dict[str, Any]) -> None:
+    status = json.loads(pgval("cluster", "status", "--run-dir", str(info["dir"]), "--json",
+                              cwd=info["base"]).stdout)
+    assert status["processes"] and all(status["processes"].values()), status
+    assert len([p for p in status["processes"] if p.startswith("kafka-broker-")]) == 3
+
+
+def test_a_broker_crash_on_a_running_cluster_with_cluster_dir(
+        running_cluster: dict[str, Any]) -> None:
+    """--cluster: the leader of the output is killed by its recorded pid and started again
+    from its recorded command; the cluster is whole afterwards, the run valid."""
     info, base = running_cluster, running_cluster["base"]
     before = topic_names(info)
     proc = pgval("validate", "--cluster", str(info["dir"]), "--db", str(base / "r.db"),
-                 *RUN_SHAPE, cwd=base)
+                 "--fault", "broker-crash", *RUN_SHAPE, cwd=base)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["valid"], out["validity_reasons"]
     assert out["timings"]["cluster_start_s"] < 5  # nothing was started
+    inject = next(e for e in out["fault_log"] if e["step"] == "inject")
+    remove = next(e for e in out["fault_log"] if e["step"] == "remove")
+    assert inject["killed"] and inject["broker_pid"], inject
+    assert inject["led_before"] and inject["leadership_moved"] and inject["deregistered"]
+    assert remove["in_sync"] and remove["restarted_pid"] != inject["broker_pid"], remove
+    run_dir = Path(ResultsStore(base / "r.db").runs()[-1]["run_dir"])
+    assert not list((run_dir / "undo").glob("*.json"))  # the restart's undo was done
+    cluster_is_whole(info)
     assert topic_names(info) == before
+
+
+def test_a_broker_crash_through_a_users_nemesis(running_cluster: dict[str, Any],
+                                                tmp_path: Path) -> None:
+    """--deploy external's broker crash, the fault alone on the real brokers: the user's
+    commands (here `pgval cluster broker kill/start`) stop and start broker {broker};
+    pgval sees only the cluster's metadata. Until T3 the start command is an undo record,
+    which a reaper runs if pgval dies (run here as the reaper would)."""
+    from pgval.faults.broker import BrokerCrash
+    from pgval.faults.nemesis import NemesisBrokers
+    from pgval.host import undo
+
+    info = running_cluster
+    login = read_client_properties(Path(info["kafka_config_file"]))
+
+    def cli(action: str) -> str:
+        return (f"{sys.executable} -m pgval.cli cluster broker {action} "
+                f"--run-dir {info['dir']} {{broker}}")
+
+    brokers = NemesisBrokers(cli("kill"), cli("start"),
+                             {"bootstrap.servers": info["bootstrap"], **login})
+    crash = BrokerCrash(brokers, [], "none", target=1, run_dir=tmp_path)
+    inject = crash.inject()
+    assert inject["killed"] and inject["nemesis"]["exit_code"] == 0, inject
+    assert inject["deregistered"] and 1 not in inject["after"]["registered_brokers"], inject
+    assert crash.problem() is None  # still down
+    assert [u["name"] for u in undo.pending(tmp_path)] == ["broker-crash-1"]
+    assert undo.run_pending(tmp_path) and not undo.pending(tmp_path)  # the reaper's way
+    remove = crash.remove()
+    assert remove["registered"] and remove["in_sync"], remove
+    assert BrokerCrash.reasons([{"step": "inject", **inject},
+                                {"step": "remove", **remove}]) == []
+    cluster_is_whole(info)
 
 
 def test_a_warm_matrix_shares_one_cluster_and_runs_do_not_see_each_other(

@@ -76,3 +76,35 @@ def cluster_down(run_dir: Path) -> None:
     stopped = force_down(run_dir)
     console.print(f"stopped {len(stopped)} process groups/namespaces" if stopped
                   else "nothing was running")
+
+
+@cluster.group("broker")
+def cluster_broker() -> None:
+    """Crash and restart one Kafka broker of a running cluster (a broker-crash by hand, or
+    the nemesis of `pgval validate --deploy external --fault broker-crash`)."""
+
+
+def _brokers(run_dir: Path) -> Any:
+    from pgval.cluster.brokers import RecordedBrokers
+
+    return RecordedBrokers.of_cluster(run_dir)
+
+
+@cluster_broker.command("kill")
+@_cluster_dir
+@click.argument("broker", type=click.IntRange(min=0))
+def cluster_broker_kill(run_dir: Path, broker: int) -> None:
+    """SIGKILL broker BROKER's process group (no controlled shutdown)."""
+    pid = _brokers(run_dir).kill_node(broker)
+    console.print(f"killed Kafka broker {broker} (pid {pid})" if pid is not None
+                  else f"Kafka broker {broker} was not running")
+
+
+@cluster_broker.command("start")
+@_cluster_dir
+@click.argument("broker", type=click.IntRange(min=0))
+def cluster_broker_start(run_dir: Path, broker: int) -> None:
+    """Start broker BROKER again (its ports, data and settings) and wait until the cluster
+    lists it; nothing to do if it runs."""
+    pid = _brokers(run_dir).restart_node(broker)
+    console.print(f"Kafka broker {broker} is running (pid {pid})")

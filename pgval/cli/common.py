@@ -31,7 +31,10 @@ OIR_PENDING = 1.0
 
 
 def print_json(obj: object) -> None:
-    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    # Non-string keys as strings, as json.dumps writes them (and the store keeps them):
+    # a broker crash's metadata snapshots are keyed by partition number.
+    sys.stdout.buffer.write(orjson.dumps(
+        obj, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS) + b"\n")
 
 
 def print_validity(validity: object) -> None:

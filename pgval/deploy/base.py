@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.faults import FaultHooks, default_target
-from pgval.faults.broker import LEADER
+from pgval.faults.broker import LEADER, BrokerCrash, KillableBrokers
 from pgval.faults.composite import CompositeFault
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.process import DriverCrash, SinkWriteCrash
@@ -214,9 +214,28 @@ class Deployment(ABC):
 
     def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> FaultHooks:
-        """Only where pgval runs the brokers (the embedded cluster) can it kill and restart
-        one; ExperimentConfig.validate says so first, in the same words."""
+        """Only where pgval can stop a broker (its own, or through the user's nemesis);
+        ExperimentConfig.validate says so first, in the same words."""
         raise RuntimeErrorPlain(BROKER_CRASH_WHERE)
+
+    @staticmethod
+    def crash_a_broker(brokers: KillableBrokers, cfg: ExperimentConfig, ctx: FaultContext,
+                       undo: bool = True) -> BrokerCrash:
+        """``broker-crash`` through ``brokers`` on the run's topics; ``undo``: the cluster
+        outlives the run, so the broker's restart is recorded for its reaper."""
+        ids = brokers.node_ids
+        if len(ids) < 2:
+            raise RuntimeErrorPlain(f"--fault broker-crash needs a cluster of 2 brokers or "
+                                    f"more (3 to keep writing with min.insync.replicas 2 "
+                                    f"while one is down); this one has {len(ids)}")
+        if isinstance(cfg.target, int) and cfg.target not in ids:
+            raise RuntimeErrorPlain(f"--target {cfg.target}: the cluster's brokers are "
+                                    f"{', '.join(map(str, ids))}")
+        topics = ctx.topics or Topics()
+        return BrokerCrash(brokers, topics.all(), topics.output,
+                           target=cfg.target if cfg.target is not None else LEADER,
+                           transactional_id=ctx.transactional_id,
+                           run_dir=ctx.run_dir if undo else None)
 
     def driver_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> DriverCrash:

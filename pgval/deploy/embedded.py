@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgval.cluster.brokers import RecordedBrokers
 from pgval.cluster.guard import cluster_processes, read_state, reaper_problem
 from pgval.cluster.local import (
     ClusterConfig,
@@ -21,13 +22,13 @@ from pgval.cluster.local import (
 )
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
 from pgval.errors import RuntimeErrorPlain
-from pgval.faults.broker import LEADER, BrokerCrash
+from pgval.faults.broker import BrokerCrash, SignalledBrokers
 from pgval.faults.network import NetworkPath, WorkerDelay
 from pgval.faults.partition import PartitionLink, WorkerPartition
 from pgval.faults.pause import ProcessPause, group_members
 from pgval.faults.process import WorkerCrash
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
-from pgval.schema import DELAY_FAULTS, PAUSE_DRIVER, PAUSE_FAULTS, Fault, Partition, Topics
+from pgval.schema import DELAY_FAULTS, PAUSE_DRIVER, PAUSE_FAULTS, Fault, Partition
 from pgval.spark.daemons import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -95,8 +96,10 @@ class EmbeddedDeployment(Deployment):
         return self
 
     def stop(self) -> None:
+        """The cluster is this run's or this campaign's alone, and everything of it that
+        counts was read back and stored: no controlled shutdown (docs/performance.md)."""
         if self.cluster is not None:
-            self.cluster.stop()
+            self.cluster.stop(fast=True)
             self.cluster = None
 
     def restore(self) -> list[str]:
@@ -177,10 +180,7 @@ class EmbeddedDeployment(Deployment):
                      ctx: FaultContext) -> BrokerCrash:
         """``--target``: a broker id, ``coordinator``, or by default ``leader``."""
         assert self.cluster is not None and self.cluster.kafka is not None
-        topics = ctx.topics or Topics()
-        return BrokerCrash(self.cluster.kafka, topics.all(), topics.output,
-                           target=cfg.target if cfg.target is not None else LEADER,
-                           transactional_id=ctx.transactional_id)
+        return self.crash_a_broker(SignalledBrokers(self.cluster.kafka), cfg, ctx, undo=False)
 
     def worker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerCrash:
@@ -271,6 +271,16 @@ class AttachedDeployment(Deployment):
         on the namespaces the cluster recorded."""
         return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
                 **dict.fromkeys(DELAY_FAULTS, self.worker_delay)}
+
+    def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> BrokerCrash:
+        """Killed by its recorded pid and started again from its recorded command, into
+        the cluster's own pid directory (:mod:`pgval.cluster.brokers`); if this run dies
+        between the two, its reaper runs `pgval cluster broker start`."""
+        brokers = RecordedBrokers(self.cluster_dir, self.client_config())
+        restart = [sys.executable, "-m", "pgval.cli", "cluster", "broker", "start",
+                   "--run-dir", str(self.cluster_dir), "{broker}"]
+        return self.crash_a_broker(SignalledBrokers(brokers, undo=restart), cfg, ctx)
 
     def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                          ctx: FaultContext) -> WorkerPartition:

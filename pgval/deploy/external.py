@@ -8,8 +8,8 @@ client settings (``--kafka-config``, e.g. SASL/SSL) go to pgval's own clients an
 Spark's Kafka source and sink; ``--spark-conf`` to the driver.
 
 Faults: ``driver-crash`` kills the local driver; ``crash`` asks the driver to kill one
-executor through Spark's own API (any cluster manager replaces it); delay faults run the
-user's nemesis commands. See docs/deploy.md.
+executor through Spark's own API (any cluster manager replaces it); delay faults and
+``broker-crash`` run the user's nemesis commands. See docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
 from pgval.errors import RuntimeErrorPlain
-from pgval.faults.nemesis import NemesisDelay
+from pgval.faults.broker import BrokerCrash
+from pgval.faults.nemesis import NemesisBrokers, NemesisDelay
 from pgval.kafka.admin import broker_ids
-from pgval.schema import DELAY_FAULTS, Fault
+from pgval.schema import BROKER_CRASH_NEMESIS, DELAY_FAULTS, Fault
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -83,6 +84,19 @@ class ExternalDeployment(Deployment):
                                     "--nemesis-inject and --nemesis-remove")
         return NemesisDelay(cfg.fault, cfg.nemesis_inject, cfg.nemesis_remove, target,
                             profile.delay_ms or 500, run_dir=ctx.run_dir)
+
+    def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+                     ctx: FaultContext) -> BrokerCrash:
+        """The user's nemesis stops broker ``{broker}`` and starts it again; pgval judges
+        from the cluster's metadata (:class:`NemesisBrokers`)."""
+        if not (cfg.nemesis_inject and cfg.nemesis_remove):
+            raise RuntimeErrorPlain(BROKER_CRASH_NEMESIS)
+        if "{broker}" not in cfg.nemesis_inject and not isinstance(cfg.target, int):
+            raise RuntimeErrorPlain(
+                "--nemesis-inject must name {broker}: pgval chooses the broker at T2 (the "
+                "output's leader, or the coordinator); or give --target K for a fixed one")
+        brokers = NemesisBrokers(cfg.nemesis_inject, cfg.nemesis_remove, self.client_config())
+        return self.crash_a_broker(brokers, cfg, ctx)
 
     def describe(self) -> dict[str, Any]:
         return {"deploy": "external", "bootstrap": self._bootstrap, "master": self.master,

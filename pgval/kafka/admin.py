@@ -14,6 +14,10 @@ the validator can rely on the same things everywhere:
   :func:`min_insync`): with every writer at ``acks=all`` (pgval's producers, Spark's Kafka
   sink, the e1 sink) a record acknowledged is on two brokers, so one broker may crash
   without losing an acknowledged record or stopping the writes.
+* ``max.message.bytes`` :data:`pgval.schema.MAX_RECORD_BYTES` (16 MiB, not Kafka's 1 MiB):
+  an output row carries the IDs of its inputs, and the instrument must not refuse a row
+  Spark can make. Replicas fetch a larger batch anyway (``replica.fetch.max.bytes`` is
+  not an absolute maximum since KIP-74).
 * The commit-marker topic is compacted.
 * A topic that already exists is an error: it would hold someone else's records.
 * It returns only once *every* broker's metadata shows every partition with its preferred
@@ -31,9 +35,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.kafka.client import quiet_conf
+from pgval.schema import MAX_RECORD_BYTES
 
 #: Settings of every topic pgval creates (see the module docstring), but its replicas.
-TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1"}
+TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1",
+                "max.message.bytes": str(MAX_RECORD_BYTES)}
 #: Replicas of a partition: as many as there are brokers, up to this.
 MAX_REPLICATION = 3
 
@@ -79,6 +85,21 @@ def _brokers(admin: AdminClient, timeout_s: float) -> dict[int, str]:
 def broker_ids(config: Mapping[str, object], timeout_s: float = 15.0) -> list[int]:
     """The ids of the brokers the cluster at ``config`` reports, sorted."""
     return sorted(_brokers(admin_client(config), timeout_s))
+
+
+def wait_for_brokers(config: Mapping[str, object], wanted: set[int], timeout_s: float,
+                     poll_s: float = 0.2) -> bool:
+    """Whether every broker of ``wanted`` is in the cluster's metadata within ``timeout_s``
+    (a restarted broker is listed once it registered again and was unfenced)."""
+    admin = admin_client(config)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(KafkaException):
+            if wanted <= set(admin.list_topics(timeout=2.0).brokers):
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
 
 
 def aligned_assignment(brokers: list[int], partitions: int, replication: int) -> list[list[int]]:

@@ -35,11 +35,20 @@ from types import TracebackType
 from confluent_kafka import KafkaException
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.files import write_private
+from pgval.files import write_private, write_private_json
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
 from pgval.host.procs import Managed, free_port, log_cause, spawn, wait_for_port
 from pgval.kafka.admin import admin_client, min_insync, replication_for
 from pgval.kafka.client import jaas_quote, read_client_properties
+
+#: A broker's restart recipe (argv, host, port), beside its data: ``kafka/broker-N/``.
+RESTART_FILE = "restart.json"
+
+
+def broker_process_name(node_id: int) -> str:
+    """The name of broker ``node_id``'s process (its pid file, its log lines)."""
+    return f"kafka-broker-{node_id}"
+
 
 #: Main class of ``kafka-storage.sh`` in Kafka 4.1 (lives in kafka_2.13, not in kafka-tools).
 STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
@@ -338,9 +347,15 @@ class KafkaCluster:
     # ---- internals -------------------------------------------------------------------------
 
     def _spawn(self, node: _Broker) -> Managed:
+        argv = self._broker_argv(node)
+        # How to start this broker again from its directory alone: `pgval cluster broker
+        # start` on a `cluster up` cluster (a broker-crash on --cluster, or its undo by a
+        # killed run's reaper). No secret in it: the login is in server.properties.
+        write_private_json(node.dir / RESTART_FILE, {
+            "node_id": node.node_id, "argv": argv, "host": self.host, "port": node.port})
         node.proc = spawn(
-            f"kafka-broker-{node.node_id}",
-            self._broker_argv(node),
+            broker_process_name(node.node_id),
+            argv,
             node.dir / "broker.log",
             cwd=node.dir,
             pid_dir=self.run_dir / "pids",
