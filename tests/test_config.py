@@ -276,3 +276,20 @@ def test_the_command_line_refuses_a_restart_that_means_nothing(
 def test_oir_has_no_restart_options() -> None:
     res = CliRunner().invoke(main, ["oir", "--topology", "sst", "--restart", "immediate"])
     assert res.exit_code == 2 and "No such option" in res.output
+
+
+def test_an_output_row_too_big_for_a_kafka_record_is_warned_before_the_run() -> None:
+    """The estimate is what run 89 of the example database measured: at 200,000 ev/s, 10 s
+    windows and 16 resources a row was 1,138,584 bytes (125,000 IDs)."""
+    from pgval.schema import MAX_RECORD_BYTES
+
+    ids, size = ExperimentConfig(rate=200_000, window_ms=10_000, resources=16,
+                                 topology="sst").output_row_estimate()
+    assert ids == 125_000 and abs(size - 1_138_584) / 1_138_584 < 0.05
+    assert ExperimentConfig(rate=200_000, topology="sst").output_row_warning() is None
+    big = ExperimentConfig(rate=3_000_000, window_ms=10_000, resources=16, topology="sst")
+    assert big.output_row_estimate()[1] > MAX_RECORD_BYTES
+    assert "1,875,000 IDs" in (big.output_row_warning() or "")
+    # Files take any row: nothing to warn about.
+    assert ExperimentConfig(rate=3_000_000, topology="sst", sink="files",
+                            pg="e1").output_row_warning() is None

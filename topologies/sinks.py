@@ -134,6 +134,8 @@ def kafka_sink(df: DataFrame, bootstrap: str, checkpoint: str, query_name: str,
         # so that the only source of duplicates is the batch re-run, not the producer.
         .option("kafka.acks", "all")
         .option("kafka.enable.idempotence", "true")
+        # An output row carries its inputs' IDs: as large as the topic takes.
+        .option("kafka.max.request.size", str(schema.MAX_RECORD_BYTES))
     )
 
 
@@ -269,6 +271,8 @@ class TransactionalSink:
             "partitioner": "murmur2_random",
             "linger.ms": 5,
             "transaction.timeout.ms": 60_000,
+            # An output row carries its inputs' IDs: as large as the topic takes.
+            "message.max.bytes": schema.MAX_RECORD_BYTES,
             **self.producer_conf,
         }
         t0 = time.monotonic()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from rich.markup import escape
 
 from pgval.cli.common import (
     OIR_PENDING,
@@ -71,6 +72,8 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     if rate is None:
         cfg = dataclasses.replace(cfg, rate=stored_oir_rate(db, cfg))
     run_dir = run_dir or default_run_dir()
+    if warning := cfg.output_row_warning():
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}")
     live = LiveStatus(err_console, enabled=not as_json)
     try:
         with live:
