@@ -669,9 +669,11 @@ class Experiment:
             with contextlib.suppress(Exception):
                 self.generators.close()
         if self.driver is not None:
+            t0 = time.monotonic()
             with contextlib.suppress(Exception):
                 self.driver.stop()
                 undo.done(self.run_dir, "driver")
+            self.timings["driver_stop_s"] = time.monotonic() - t0
         # The run's topics go with a cluster this run stops; on one that stays up (warm,
         # attached, compose, external) they are deleted unless --keep-topics.
         stays_up = not (self.owns_deployment and self.deployment.owns_cluster)
@@ -682,8 +684,10 @@ class Experiment:
             except Exception as exc:
                 self.manifest.config["topics_deleted_error"] = str(exc)
         if self.owns_deployment:
+            t0 = time.monotonic()
             with contextlib.suppress(Exception):
                 self.deployment.stop()
+            self.timings["cluster_stop_s"] = time.monotonic() - t0
         if self.guard is not None:
             # Kept (with its reaper) while a recorded process runs or an undo is pending:
             # the reaper then finishes the job once this pgval exits.

@@ -224,9 +224,9 @@ class WorkerHandle:
         self.cluster._wait_registered([self], timeout_s, exclude_ids=previous)
 
 
-def _stop_quietly(h: WorkerHandle) -> None:
+def _stop_quietly(h: WorkerHandle, grace_s: float = 5.0) -> None:
     with contextlib.suppress(Exception):
-        h.stop(grace_s=5.0)
+        h.stop(grace_s=grace_s)
 
 
 def write_secret(path: Path) -> str:
@@ -280,6 +280,7 @@ class SparkCluster:
         self.log_dir = self.run_dir / "logs"
         self.pid_dir = self.run_dir / "pids"
         self._java = "java"
+        self._prepared = False
 
     # ---- addresses -------------------------------------------------------------------------
 
@@ -325,11 +326,26 @@ class SparkCluster:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
+    def prepare(self) -> SparkCluster:
+        """Everything but the JVMs: Java checked, the secret, the namespaces and the
+        addresses (:attr:`driver_host` is final once this returns), so the caller can start
+        Kafka on that address while the daemons start. Cleans up on failure."""
+        if self._prepared:
+            return self
+        try:
+            self._prepare()
+        except BaseException:
+            self.stop()
+            raise
+        self._prepared = True
+        return self
+
     def start(self) -> SparkCluster:
         """Start master and workers, wait until all workers are registered; clean up on failure."""
         if self.master is not None:
             raise RuntimeErrorPlain("this SparkCluster was already started; make a new one")
         t0 = time.monotonic()
+        self.prepare()
         try:
             self._start()
         except BaseException:
@@ -338,7 +354,7 @@ class SparkCluster:
         self.startup_seconds = time.monotonic() - t0
         return self
 
-    def _start(self) -> None:
+    def _prepare(self) -> None:
         self._java = _check_java()
         spark_home()
         self.isolated = self._decide_isolation()
@@ -357,6 +373,8 @@ class SparkCluster:
                 self.workers.append(WorkerHandle(i, ns.ip, ns.name, NS_WORKER_WEBUI_PORT, self))
             else:
                 self.workers.append(WorkerHandle(i, "127.0.0.1", None, 0, self))
+
+    def _start(self) -> None:
         env = self._env(self.master_host, opts_var="SPARK_MASTER_OPTS")
         master_args = ["--host", self.master_host, "--port", str(self.master_port),
                        "--webui-port", str(self.master_webui_port)]
@@ -520,13 +538,14 @@ class SparkCluster:
             return False
         return h.netns is not None or str(w.get("webuiaddress", "")).endswith(f":{h.webui_port}")
 
-    def stop(self) -> None:
-        """Stop workers (with their executors), then the master, then the namespaces; idempotent."""
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop workers (with their executors), then the master, then the namespaces;
+        idempotent. ``grace_s`` 0: SIGKILL at once (a cluster whose state nobody needs)."""
         with ThreadPoolExecutor(max_workers=max(1, len(self.workers))) as pool:
-            list(pool.map(_stop_quietly, self.workers))
+            list(pool.map(lambda h: _stop_quietly(h, grace_s), self.workers))
         if self.master is not None:
             with contextlib.suppress(Exception):
-                self.master.stop(grace_s=5.0)
+                self.master.stop(grace_s=grace_s)
         if self.net is not None:
             self.net.teardown()
         # A JVM that escaped its group (should not happen) is still ours if it runs our dirs.
