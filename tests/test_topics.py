@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 from pgval.errors import RuntimeErrorPlain
 from pgval.kafka import admin
 from pgval.kafka.admin import aligned_assignment, create_topics, delete_topics
+from pgval.schema import MAX_RECORD_BYTES
 
 BROKERS = {4: "h4:9092", 7: "h7:9092", 9: "h9:9092"}
 
@@ -95,7 +96,8 @@ CONFIG = {"bootstrap.servers": "h4:9092", "sasl.password": "pw"}
 
 
 def test_every_topic_gets_the_one_rule(fake: Callable[..., FakeCluster]) -> None:
-    """LogAppendTime, kept forever; partition p first on broker ids[p % B] of the cluster's
+    """LogAppendTime, kept forever, records up to MAX_RECORD_BYTES (an output row carries
+    its inputs' IDs); partition p first on broker ids[p % B] of the cluster's
     own ids; min(3, B) replicas and, with 3, min ISR 2 (one broker down loses nothing
     acknowledged: docs/faults.md, "Broker crash"); only the marker compacted; duplicates
     once."""
@@ -106,6 +108,7 @@ def test_every_topic_gets_the_one_rule(fake: Callable[..., FakeCluster]) -> None
         assert t.num_partitions == 4
         assert t.replica_assignment == [[4, 7, 9], [7, 9, 4], [9, 4, 7], [4, 7, 9]]
         assert t.config == {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1",
+                            "max.message.bytes": str(MAX_RECORD_BYTES),
                             "min.insync.replicas": "2",
                             **({"cleanup.policy": "compact"} if t.topic == "m" else {})}
 
