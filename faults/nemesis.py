@@ -82,20 +82,14 @@ class NemesisDelay:
         if self.run_dir is not None:
             undo.record(self.run_dir, "nemesis", {"argv": self.remove_argv,
                                                   "what": "the nemesis remove command"})
-        detail = _run(self.inject_argv)
-        if detail["exit_code"] != 0:
-            raise RuntimeErrorPlain(f"the nemesis inject command failed (exit "
-                                    f"{detail['exit_code']}): {detail['output_tail']}")
+        detail = _run_ok(self.inject_argv, "inject")
         return {"mechanism": MECHANISM, "target": f"worker {self.worker}",
                 "delay_ms": self.delay_ms, **detail}
 
     def remove(self, restore: bool = True) -> dict[str, Any]:
         if not self._injected:
             return {}
-        detail = _run(self.remove_argv)
-        if detail["exit_code"] != 0:
-            raise RuntimeErrorPlain(f"the nemesis remove command failed (exit "
-                                    f"{detail['exit_code']}): {detail['output_tail']}")
+        detail = _run_ok(self.remove_argv, "remove")
         self._injected = False
         if self.run_dir is not None:
             undo.done(self.run_dir, "nemesis")
@@ -106,6 +100,15 @@ class NemesisDelay:
         """The probe rule (see the module docstring): no probe, no evidence; and the
         time-out rule."""
         return probe_reasons(first(entries, "inject")) + timeout_reasons(entries)
+
+
+def _run_ok(argv: list[str], which: str) -> dict[str, Any]:
+    """:func:`_run`, a non-zero exit being a plain error that names the command's role."""
+    detail = _run(argv)
+    if detail["exit_code"] != 0:
+        raise RuntimeErrorPlain(f"the nemesis {which} command failed (exit "
+                                f"{detail['exit_code']}): {detail['output_tail']}")
+    return detail
 
 
 def _run(argv: list[str]) -> dict[str, Any]:
@@ -151,19 +154,13 @@ class NemesisBrokers:
         return self._ids
 
     def kill(self, node_id: int) -> dict[str, Any]:
-        detail = _run(nemesis_argv(self.inject_cmd, broker=node_id))
-        if detail["exit_code"] != 0:
-            raise RuntimeErrorPlain(f"the nemesis inject command failed (exit "
-                                    f"{detail['exit_code']}): {detail['output_tail']}")
+        detail = _run_ok(nemesis_argv(self.inject_cmd, broker=node_id), "inject")
         return {"killed": True, "nemesis": detail}
 
     def restart(self, node_id: int) -> dict[str, Any]:
         from pgval.kafka.admin import wait_for_brokers
 
-        detail = _run(nemesis_argv(self.remove_cmd, broker=node_id))
-        if detail["exit_code"] != 0:
-            raise RuntimeErrorPlain(f"the nemesis remove command failed (exit "
-                                    f"{detail['exit_code']}): {detail['output_tail']}")
+        detail = _run_ok(nemesis_argv(self.remove_cmd, broker=node_id), "remove")
         back = wait_for_brokers(self.client_config, {node_id}, self.timeout_s)
         return {"nemesis": detail, "registered": back}
 
