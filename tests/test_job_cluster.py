@@ -102,9 +102,12 @@ def test_the_file_sink_is_exactly_once_through_its_log_and_not_raw(warm: WarmDep
     batch again under new names: a reader through ``_spark_metadata`` sees each row once, a
     reader listing the directory sees the first attempt's files too — exactly their IDs."""
     # The windowed example (its windows' rows each carry many IDs): a halt waits for a
-    # batch that wrote outputs, one whose windows closed.
+    # batch that wrote outputs, one whose windows closed. Its 5 s windows close once per
+    # 5 s, in the batch after the one that moved the watermark, so the wait (half the
+    # failure phase) must exceed 5 s and two batches: with 10 s phases it was 5 s and
+    # one CI run in several timed out (unknown, as it should be). 20 s phases: a 10 s wait.
     cfg = job_config(f"{EXAMPLES / 'per_type_window.py'}:build", "a1", "driver-crash",
-                     crash_point="after-sink-write", sink="files")
+                     crash_point="after-sink-write", sink="files", phase_seconds=20)
     result = run(warm, cfg, tmp_path / "run")
     s = assert_rechecks_the_same(tmp_path / "run", result)
     assert s["valid"], s["validity_reasons"]
