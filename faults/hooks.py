@@ -14,17 +14,12 @@ Spark's versions, and shipped like the connector jars.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
-import zipfile
 from pathlib import Path
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.host.jars import default_cache_dir
-from pgval.host.procs import file_lock
+from pgval.host.javac import build_jar, jar_path
 
 HOOKS_DIR = Path(__file__).with_name("jvm_hooks")
 #: The checkpoint file manager that halts the driver before a batch's commit is written.
@@ -89,50 +84,12 @@ def ensure_hooks_jar(cache_dir: Path | None = None) -> Path:
     """The hooks jar, compiled on first use; a missing ``javac`` is one plain sentence."""
     import pyspark
 
-    sources = sorted(HOOKS_DIR.glob("*.java"))
-    digest = hashlib.sha256(pyspark.__version__.encode() + ":".join(_kafka_clients()).encode())
-    for src in sources:
-        digest.update(src.name.encode() + b"\0" + src.read_bytes())
+    sources = {src.name: _source_for(src.read_text(), pyspark.__version__)
+               for src in sorted(HOOKS_DIR.glob("*.java"))}
     cache = (cache_dir or default_cache_dir()).expanduser()
-    jar = cache / f"pgval-hooks-{digest.hexdigest()[:16]}.jar"
+    salt = pyspark.__version__.encode() + ":".join(_kafka_clients()).encode()
+    jar = jar_path(cache, "pgval-hooks", sources, salt)
     if jar.is_file():
         return jar
-    java_home = os.environ.get("JAVA_HOME")  # the JDK Spark runs on, as java_executable()
-    home_javac = Path(java_home) / "bin" / "javac" if java_home else None
-    javac = (str(home_javac) if home_javac is not None and home_javac.is_file()
-             else shutil.which("javac"))
-    if javac is None:
-        raise RuntimeErrorPlain("the crash points need javac (a JDK, not only a JRE) to "
-                                "build pgval's Spark hook; install e.g. openjdk-17-jdk-headless")
-    cache.mkdir(parents=True, exist_ok=True)
-    with file_lock(cache / ".hooks.lock"):
-        if jar.is_file():  # another process built it meanwhile
-            return jar
-        with tempfile.TemporaryDirectory(prefix="pgval-hooks-") as tmp:
-            classes = Path(tmp) / "classes"
-            classpath = _compile_classpath(cache_dir)
-            (Path(tmp) / "src").mkdir()
-            written = []
-            for src in sources:
-                copy = Path(tmp) / "src" / src.name
-                copy.write_text(_source_for(src.read_text(), pyspark.__version__))
-                written.append(copy)
-            sources = written
-            try:
-                proc = subprocess.run(
-                    [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d",
-                     str(classes), *map(str, sources)], capture_output=True, text=True,
-                    timeout=300)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise RuntimeErrorPlain(f"javac could not build pgval's Spark hook: {exc}") \
-                    from exc
-            if proc.returncode != 0:
-                raise RuntimeErrorPlain("javac could not build pgval's Spark hook: "
-                                        + (proc.stderr.strip().splitlines() or ["?"])[0])
-            part = jar.with_suffix(".part")
-            with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:
-                zf.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-                for cls in sorted(classes.rglob("*.class")):
-                    zf.write(cls, cls.relative_to(classes).as_posix())
-            part.replace(jar)
-    return jar
+    return build_jar(cache, "pgval-hooks", sources, _compile_classpath(cache_dir),
+                     "the crash points", salt)

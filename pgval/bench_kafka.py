@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import resource
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -193,6 +194,10 @@ class ReadbackRate:
     cpu_s: dict[str, float] = field(default_factory=dict)
     #: What validation found (a sanity check: the planted anomalies must show).
     verdict: dict[str, Any] = field(default_factory=dict)
+    #: The reader asked for → what read (``TopicRecords.reader``).
+    readers: dict[str, str] = field(default_factory=dict)
+    #: Seconds of the same read by each further reader asked for.
+    other_reads_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_s(self) -> float:
@@ -201,6 +206,12 @@ class ReadbackRate:
     def per_s(self, stage: str | None = None) -> float:
         secs = self.total_s if stage is None else self.stages_s[stage]
         return self.events / secs if secs > 0 else 0.0
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the Java reader)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def _expected_rows(cfg: GeneratorConfig, window_ms: int) -> list[bytes]:
@@ -242,7 +253,8 @@ def _write_outputs(bootstrap: str, topic: str, values: list[bytes],
 def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
                    synthetic_rate: float = 100_000.0, partitions: int = 3,
                    workers: int | None = None,
-                   say: Say | None = None, sasl: bool = True) -> ReadbackRate:
+                   say: Say | None = None, sasl: bool = True,
+                   readers: Sequence[str] = ("auto",)) -> ReadbackRate:
     """Write ``events`` inputs (generator, one producer) and their SST outputs (oracle, a few
     planted anomalies) into a local broker, then time what ``pgval validate`` does after the
     drain: read every topic back (read_committed, to the end offsets, ``workers`` reader
@@ -271,13 +283,13 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
         def timed(stage: str, fn: Callable[[], Any]) -> Any:
             if say:
                 say(f"{stage}…")
-            t, c = time.perf_counter(), time.process_time()
+            t, c = time.perf_counter(), _cpu_s()
             out = fn()
             result.stages_s[stage] = time.perf_counter() - t
-            result.cpu_s[stage] = time.process_time() - c
+            result.cpu_s[stage] = _cpu_s() - c
             return out
 
-        def read_all() -> None:
+        def read_all(reader: str) -> dict[str, TopicRecords]:
             last = [time.monotonic()]
 
             def progress(n: int) -> None:
@@ -285,12 +297,23 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
                     last[0] = time.monotonic()
                     say(f"  {n:,} records read")
 
-            records.update(read_topics(cluster.bootstrap,
-                                       (topics.get, topics.post, topics.output),
-                                       timeout_s=max(120.0, events / 50_000), workers=workers,
-                                       on_progress=progress, config=cluster.auth_config))
+            got = read_topics(cluster.bootstrap, (topics.get, topics.post, topics.output),
+                              timeout_s=max(120.0, events / 50_000), workers=workers,
+                              on_progress=progress, config=cluster.auth_config,
+                              reader=reader)
+            result.readers[reader] = got[topics.get].reader
+            return got
 
-        timed("read back", read_all)
+        records.update(timed("read back", lambda: read_all(readers[0])))
+        for other in readers[1:]:
+            t = time.perf_counter()
+            again = read_all(other)
+            result.other_reads_s[other] = time.perf_counter() - t
+            if any(len(again[k]) != len(records[k]) or not again[k].complete
+                   for k in records):
+                raise RuntimeErrorPlain(f"the {other} reader read other records than the "
+                                        f"{readers[0]} reader")
+            del again
         read = len(records[topics.get]) + len(records[topics.post])
         if read != gen.delivered:
             raise RuntimeErrorPlain(f"read {read:,} inputs back, but {gen.delivered:,} were "

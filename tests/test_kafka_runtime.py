@@ -15,10 +15,11 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from pgval import schema
 from pgval.errors import RuntimeErrorPlain
 from pgval.kafka import broker as kafka_mod
+from pgval.kafka import jvm_reader
 from pgval.kafka.admin import create_topics, delete_topics, is_reachable
 from pgval.kafka.broker import KafkaCluster
 from pgval.kafka.client import java_client_options, quiet_conf
-from pgval.kafka.reader import read_topic
+from pgval.kafka.reader import read_topic, read_topics, reader_conf
 from tests.conftest import wait_until
 
 PLAIN = schema.Topics()  # the unprefixed topics
@@ -221,6 +222,10 @@ def test_three_brokers_are_closed_align_leaders_and_leave_no_jvm(tmp_path: Path)
         # The one record is the authenticated one: the refused writes left nothing.
         assert read_topic(c.bootstrap, schema.POST_TOPIC,
                           config=c.auth_config).values.to_pylist() == [b"x"]
+        # The Java reader logs in with the same password (as JAAS, on its stdin).
+        by_java = read_topics(c.bootstrap, [schema.POST_TOPIC], config=c.auth_config,
+                              reader="jvm")[schema.POST_TOPIC]
+        assert by_java.values.to_pylist() == [b"x"] and by_java.reader == "jvm"
     finally:
         c.stop()
         c.stop()  # idempotent
@@ -426,3 +431,120 @@ def test_another_engine_is_judged_through_generate_record_and_check(
     assert "other-created stamp CreateTime" in " ".join(ct.stderr.split())
     info = json.loads((tmp_path / "ct" / "record.json").read_text())
     assert info["create_time_topics"] == ["other-created"]
+
+
+# ---- the Java reader reads exactly what librdkafka reads --------------------------------
+
+
+def _sorted(recs: object) -> object:
+    return recs.to_table().sort_by([("partition", "ascending"),  # type: ignore[attr-defined]
+                                    ("offset", "ascending")])
+
+
+def _ours_running() -> list[int]:
+    """Pids of live Java readers (the reader's main class on their command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and jvm_reader.MAIN_CLASS.encode() in \
+                    (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.cluster
+def test_the_java_reader_reads_what_librdkafka_reads(cluster: KafkaCluster) -> None:
+    """Committed, aborted and still open transactions, null and empty keys and values, and
+    more records than one of the Java reader's chunks: record for record the same columns
+    and the same proof from both readers, read_committed and read_uncommitted."""
+    topic = "two-readers"
+    create_topics(cluster.client_config, [topic], 3)
+    tx = _producer(cluster.bootstrap, **{"transactional.id": "pgval-two-readers"})
+    tx.init_transactions(30)
+    for outcome in ("commit", "abort"):
+        tx.begin_transaction()
+        for i in range(30):
+            tx.produce(topic, key=None if i % 4 == 0 else b"k", value=f"{outcome}-{i}".encode(),
+                       partition=i % 3)
+        tx.commit_transaction(30) if outcome == "commit" else (tx.flush(30),
+                                                               tx.abort_transaction(30))
+    plain = _producer(cluster.bootstrap, **{"compression.type": "lz4", "linger.ms": 20})
+    for i in range(150_000):  # > 2 chunks of 65,536 in partition 0
+        value = None if i % 1000 == 7 else b"" if i % 1000 == 8 else b'{"id":%d}' % i
+        while True:
+            try:
+                plain.produce(topic, key=b"r%d" % (i % 9) if i % 5 else None, value=value,
+                              partition=0 if i % 3 else 1 + i % 2)
+                break
+            except BufferError:
+                plain.poll(0.05)
+    assert plain.flush(60) == 0
+    tx.begin_transaction()  # open: holds read_committed's end back
+    tx.produce(topic, value=b"pending", partition=2)
+    tx.flush(30)
+    try:
+        for isolation in ("read_committed", "read_uncommitted"):
+            got = {r: read_topic(cluster.bootstrap, topic, isolation=isolation, reader=r)
+                   for r in ("jvm", "librdkafka")}
+            java, rdkafka = got["jvm"], got["librdkafka"]
+            assert java.reader == "jvm" and rdkafka.reader == "librdkafka"
+            assert java.complete and rdkafka.complete, (java.problems, rdkafka.problems)
+            assert (java.end_offsets, java.reached) == (rdkafka.end_offsets, rdkafka.reached)
+            assert _sorted(java).equals(_sorted(rdkafka)), isolation
+            values = java.values.to_pylist()
+            assert len(java) == 150_000 + 30 * (1 if isolation == "read_committed" else 2) \
+                + (isolation == "read_uncommitted")
+            assert None in values and b"" in values and (b"pending" in values) == (
+                isolation == "read_uncommitted")
+        # From 1M records on (here: lowered) "auto" takes the Java reader.
+        auto = read_topics(cluster.bootstrap, [topic], jvm_min_records=1000)[topic]
+        assert auto.reader == "jvm" and len(auto) == 150_030
+    finally:
+        tx.abort_transaction(30)
+    assert not _ours_running()
+
+
+@pytest.mark.cluster
+def test_a_java_read_that_fails_or_runs_out_of_time_is_short_with_its_reason(
+        cluster: KafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = "java-short"
+    create_topics(cluster.client_config, [topic], 3)
+    p = _producer(cluster.bootstrap)
+    for i in range(30):
+        p.produce(topic, value=b"v%d" % i, partition=i % 3)
+    assert p.flush(30) == 0
+    # A range that ends past what the partition holds: the reader reads the 10 records,
+    # then nothing moves, and after the idle time it says so (reached: where it stopped).
+    got: dict[str, tuple[int, dict[int, int], list[str]]] = {}
+    jvm_reader.read_tasks_jvm(reader_conf(cluster.bootstrap, "read_committed"),
+                              [(topic, 0, 0, 1000), (topic, 1, 4, 10)], 60.0, 1.0,
+                              lambda t, table, reached, why: got.update(
+                                  {t: (len(table), reached, why)}))
+    assert got == {topic: (10 + 6, {0: 10, 1: 10}, ["nothing arrived for 1 s"])}
+    # A JVM that cannot start (a heap too small for it) leaves every partition at its
+    # start, with the JVM's own words, never a silent empty read.
+    monkeypatch.setattr(jvm_reader, "HEAP", "1k")
+    broken = read_topic(cluster.bootstrap, topic, strict=False, reader="jvm")
+    assert len(broken) == 0 and broken.reached == {0: 0, 1: 0, 2: 0}
+    assert broken.problems[0].startswith("the Java reader failed"), broken.problems
+    assert "heap" in broken.problems[0].lower()
+    with pytest.raises(RuntimeErrorPlain, match="could not read all of topic java-short"):
+        read_topic(cluster.bootstrap, topic, reader="jvm")
+    assert not _ours_running()
+
+
+def test_settings_the_java_reader_cannot_translate_keep_librdkafka() -> None:
+    assert jvm_reader.jvm_unusable(reader_conf("h:1", "read_committed")) is None
+    sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "u", "sasl.password": "p"}
+    assert jvm_reader.jvm_unusable(reader_conf("h:1", "read_committed", sasl)) is None
+    java = jvm_reader.java_settings(reader_conf("h:1", "read_committed", sasl))
+    assert "sasl.password" not in java and "password=\"p\"" in java["sasl.jaas.config"]
+    assert "logger" not in java and java["isolation.level"] == "read_committed"
+    ssl = reader_conf("h:1", "read_committed", {"ssl.ca.location": "/ca.pem"})
+    assert jvm_reader.jvm_unusable(ssl) == ("client settings without a Java translation: "
+                                            "ssl.ca.location")
+    assert "tab or line break" in jvm_reader.jvm_unusable(
+        reader_conf("h:1", "read_committed", {"sasl.password": "a\tb"}))

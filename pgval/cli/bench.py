@@ -148,10 +148,17 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
                    "cores, as pgval validate].")
 @click.option("--window-ms", type=click.IntRange(min=1), default=1000, show_default=True,
               help="SST window of the outputs (event time runs at 100k ev/s).")
+@click.option("--reader", "readers", multiple=True,
+              type=click.Choice(["auto", "jvm", "librdkafka"]),
+              help="Who reads Kafka: the Java consumer (one process, columns without a "
+                   "Python object per record), librdkafka (confluent-kafka, --workers "
+                   "processes) or auto (as pgval validate: the Java one from 1M records "
+                   "on) [default: auto]. Given twice or more, the later ones read the same "
+                   "topics again, timed alone, in the same sitting.")
 @bench_runs_option
 @json_option
 def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
-                   runs: Path | None, as_json: bool) -> None:
+                   readers: tuple[str, ...], runs: Path | None, as_json: bool) -> None:
     """Write EVENTS inputs with the generator and their SST outputs into a Kafka broker the
     bench starts, then time read-back (read_committed), records → columns and validation."""
     from rich.table import Table
@@ -161,7 +168,8 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
 
     workers = workers or default_workers()
     result = run_bench(_bench_run_dir(runs, "readback"), events, window_ms=window_ms,
-                       partitions=partitions, workers=workers, say=_say_err if as_json else _say)
+                       partitions=partitions, workers=workers, say=_say_err if as_json else _say,
+                       readers=readers or ("auto",))
     if as_json:
         print_json(_figures(result, workers=workers, total_s=result.total_s,
                             per_s={stage: result.per_s(stage) for stage in result.stages_s},
@@ -170,9 +178,12 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
     gen = result.generator
     console.print(f"generator: {gen.delivered:,} events acknowledged at "
                   f"{gen.acked_per_s:,.0f} ev/s (one producer process)")
+    read_by = result.readers[(readers or ("auto",))[0]]
     table = Table(title=f"read-back and validation, {result.events:,} inputs, "
-                        f"{result.outputs:,} outputs, {partitions} partitions, "
-                        f"{workers} reader process(es)")
+                        f"{result.outputs:,} outputs, {partitions} partitions, read by "
+                        f"{read_by}"
+                        + (f" ({workers} reader process(es))" if read_by == "librdkafka"
+                           else ""))
     for col in ("stage", "seconds", "events/s", "CPU s (all threads)"):
         table.add_column(col, justify="right" if col != "stage" else "left")
     for stage, secs in result.stages_s.items():
@@ -182,6 +193,9 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
     table.add_row("read-back + validation", f"{result.total_s:.2f}", f"{result.per_s():,.0f}",
                   f"{sum(result.cpu_s.values()):.2f}")
     console.print(table)
+    for other, secs in result.other_reads_s.items():
+        console.print(f"the same read by {result.readers[other]}: {secs:.2f} s = "
+                      f"{result.events / secs:,.0f} ev/s")
     console.print(f"validation: {result.verdict}")
 
 

@@ -42,6 +42,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.kafka.client import quiet_conf
+from pgval.kafka.jvm_reader import jvm_unusable, read_tasks_jvm
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 
 #: Records asked of librdkafka per consume() call; each batch becomes one Arrow chunk.
@@ -232,6 +233,12 @@ def _short_read_problems(end: dict[int, int], reached: dict[int, int], problems:
 
 #: Below this many records in all, reading in this process is faster than starting readers.
 PARALLEL_MIN_RECORDS = 500_000
+#: From this many records on, the Java reader (:mod:`pgval.kafka.jvm_reader`) reads when it
+#: can. Measured (docs/performance.md, "The Java reader"): it costs ~0.6 s more to start
+#: than librdkafka (1.0 s against 0.4 s for three small topics) and reads ~1.4M records/s
+#: against ~0.73M, so it pays from ~0.9M records on.
+JVM_MIN_RECORDS = 1_000_000
+READERS = ("auto", "jvm", "librdkafka")
 _PR_SET_PDEATHSIG = 1
 # (topic, partition, start, end): an offset range a reader reads.
 Task = tuple[str, int, int, int]
@@ -356,7 +363,8 @@ def _reader_main(conn: mpc.Connection, parent: int, conf: dict[str, object],
 def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
                timeout_s: float = 120.0, idle_timeout_s: float = 10.0, strict: bool = True,
                batch_size: int = READ_BATCH, on_progress: Callable[[int], None] | None = None,
-               config: Mapping[str, object] | None = None) -> TopicRecords:
+               config: Mapping[str, object] | None = None, reader: str = "librdkafka"
+               ) -> TopicRecords:
     """Read all of ``topic`` from the beginning up to its current end, as columns, in this
     process (:func:`read_topics` with one topic and no reader process).
 
@@ -368,11 +376,12 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
     reasons in ``problems`` (``complete`` is then False) — the experiment stores that and
     marks the run unknown rather than guessing. ``config``: more client settings (a
     cluster's login, the user's SASL/SSL for an external cluster). ``on_progress`` gets the
-    number of records read so far after each batch.
+    number of records read so far after each batch. ``reader``: as :func:`read_topics`'s
+    ("librdkafka" by default: in this process).
     """
     return read_topics(bootstrap, [topic], isolation, timeout_s, idle_timeout_s, strict,
                        workers=1, batch_size=batch_size, on_progress=on_progress,
-                       config=config)[topic]
+                       config=config, reader=reader)[topic]
 
 
 def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_committed",
@@ -380,7 +389,8 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
                 workers: int | None = None, batch_size: int = READ_BATCH,
                 on_progress: Callable[[int], None] | None = None,
                 parallel_min_records: int = PARALLEL_MIN_RECORDS,
-                config: Mapping[str, object] | None = None) -> dict[str, TopicRecords]:
+                config: Mapping[str, object] | None = None, reader: str = "auto",
+                jvm_min_records: int = JVM_MIN_RECORDS) -> dict[str, TopicRecords]:
     """Every record of ``topics`` up to one end-offset snapshot, as :func:`read_topic`
     gives each (same columns, same proof: ``end_offsets``, ``reached``, ``problems``).
 
@@ -389,7 +399,15 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     they are read here.
     ``on_progress`` gets the number of records read so far (about once a second);
     ``config`` adds client settings (the user's SASL/SSL), for the readers too.
+
+    ``reader``: "jvm" reads with Kafka's Java consumer (:mod:`pgval.kafka.jvm_reader`,
+    one process, no per-record Python object), "librdkafka" with confluent-kafka here or
+    in ``workers`` processes; "auto" takes the Java reader from ``jvm_min_records`` records
+    on unless it cannot read with these settings. Each result's ``reader`` says which read
+    it (and why not the Java one, when that was wanted and could not be).
     """
+    if reader not in READERS:
+        raise ValueError(f"unknown reader {reader!r}: one of {', '.join(READERS)}")
     conf = reader_conf(bootstrap, isolation, config)
     ends: dict[str, dict[int, int]] = {t: {} for t in topics}
     reached: dict[str, dict[int, int]] = {t: {} for t in topics}
@@ -416,8 +434,13 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     total = sum(e - s for _, _, s, e in tasks)
     if workers is None:
         workers = default_workers()
-    groups = (split_tasks(tasks, workers) if total >= parallel_min_records
-              else [tasks] if tasks else [])
+    use_jvm, used = False, "librdkafka"
+    if reader != "librdkafka" and tasks and (reader == "jvm" or total >= jvm_min_records):
+        why_not = jvm_unusable(conf)
+        use_jvm = why_not is None
+        used = "jvm" if use_jvm else f"librdkafka (the Java reader cannot: {why_not})"
+    groups = ([tasks] if use_jvm or total < parallel_min_records else
+              split_tasks(tasks, workers)) if tasks else []
     # How far each reader's range of a partition got: (topic, partition) -> reader -> range.
     ranges: dict[tuple[str, int], dict[int, list[int]]] = {}
     for k, group in enumerate(groups):
@@ -433,7 +456,9 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
             problems[topic].extend(why)
         return take
 
-    if len(groups) == 1:
+    if use_jvm:
+        read_tasks_jvm(conf, tasks, timeout_s, idle_timeout_s, taker(0), on_progress)
+    elif len(groups) == 1:
         _read_tasks(conf, groups[0], timeout_s, idle_timeout_s, batch_size, taker(0),
                     on_progress)
     elif groups:
@@ -451,6 +476,7 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
         recs = TopicRecords.from_table(table, topic)
         recs.end_offsets, recs.reached = ends[topic], reached[topic]
         recs.problems = _short_read_problems(ends[topic], reached[topic], problems[topic])
+        recs.reader = used
         if strict and not recs.complete:
             raise RuntimeErrorPlain(f"could not read all of topic {topic} at {bootstrap}: "
                                     + "; ".join(recs.problems or ["partitions missing"]))

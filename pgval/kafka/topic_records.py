@@ -64,6 +64,9 @@ class TopicRecords:
     end_offsets: dict[int, int] = field(default_factory=dict)
     reached: dict[int, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: Which client read it: "librdkafka" or "jvm" (:mod:`pgval.kafka.jvm_reader`), and
+    #: why not the JVM one when it was not; empty for records not read from Kafka.
+    reader: str = ""
 
     def __post_init__(self) -> None:
         self.keys = binary_column(self.keys)
@@ -117,4 +120,5 @@ class TopicRecords:
         return {"topic": self.topic, "records": len(self), "complete": self.complete,
                 "end_offsets": {str(p): o for p, o in sorted(self.end_offsets.items())},
                 "reached": {str(p): o for p, o in sorted(self.reached.items())},
-                "problems": list(self.problems)}
+                "problems": list(self.problems),
+                **({"reader": self.reader} if self.reader else {})}
