@@ -392,7 +392,9 @@ def test_progress_record_keeps_offsets_watermark_and_state() -> None:
            "durationMs": {"addBatch": 4}, "eventTime": {"watermark": "w"},
            "stateOperators": [{"operatorName": "symmetricHashJoin", "numRowsTotal": 9,
                                "numRowsUpdated": 1, "numRowsDroppedByWatermark": 2,
-                               "memoryUsedBytes": 10, "customMetrics": {}}],
+                               "memoryUsedBytes": 10, "allUpdatesTimeMs": 11,
+                               "commitTimeMs": 3,
+                               "customMetrics": {"stateOnCurrentVersionSizeBytes": 8}}],
            "sources": [{"description": "kafka", "startOffset": {"get": {"0": 1}},
                         "endOffset": {"get": {"0": 6}}, "latestOffset": {"get": {"0": 6}},
                         "numInputRows": 5}],
@@ -401,6 +403,8 @@ def test_progress_record_keeps_offsets_watermark_and_state() -> None:
     assert rec["batchId"] == 3 and rec["eventTime"] == {"watermark": "w"}
     assert rec["sources"][0]["endOffset"] == {"get": {"0": 6}}
     assert rec["stateOperators"][0]["numRowsDroppedByWatermark"] == 2
+    assert rec["stateOperators"][0]["allUpdatesTimeMs"] == 11
+    assert rec["stateOperators"][0]["customMetrics"] == {"stateOnCurrentVersionSizeBytes": 8}
     assert rec["sink"] == {"description": "s", "numOutputRows": 4}
 
 

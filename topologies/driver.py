@@ -92,6 +92,13 @@ def progress_record(progress_json: str) -> dict[str, Any]:
                 "numRowsUpdated": op.get("numRowsUpdated"),
                 "numRowsDroppedByWatermark": op.get("numRowsDroppedByWatermark"),
                 "memoryUsedBytes": op.get("memoryUsedBytes"),
+                # Where a batch's time goes per stateful operator (docs/performance.md,
+                # "Where MST's time goes"); customMetrics hold the state store's own.
+                "allUpdatesTimeMs": op.get("allUpdatesTimeMs"),
+                "allRemovalsTimeMs": op.get("allRemovalsTimeMs"),
+                "commitTimeMs": op.get("commitTimeMs"),
+                "numShufflePartitions": op.get("numShufflePartitions"),
+                "customMetrics": op.get("customMetrics"),
             }
             for op in p.get("stateOperators") or []
         ],
