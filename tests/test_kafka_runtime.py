@@ -532,6 +532,11 @@ def test_a_java_read_that_fails_or_runs_out_of_time_is_short_with_its_reason(
     assert "heap" in broken.problems[0].lower()
     with pytest.raises(RuntimeErrorPlain, match="could not read all of topic java-short"):
         read_topic(cluster.bootstrap, topic, reader="jvm")
+    # Left to choose ("auto"), pgval reads again with librdkafka and says why.
+    again = read_topics(cluster.bootstrap, [topic], jvm_min_records=1)[topic]
+    assert again.complete and len(again) == 30
+    assert again.reader.startswith("librdkafka (the Java reader could not: the Java reader "
+                                   "failed"), again.reader
     assert not _ours_running()
 
 
@@ -546,5 +551,12 @@ def test_settings_the_java_reader_cannot_translate_keep_librdkafka() -> None:
     ssl = reader_conf("h:1", "read_committed", {"ssl.ca.location": "/ca.pem"})
     assert jvm_reader.jvm_unusable(ssl) == ("client settings without a Java translation: "
                                             "ssl.ca.location")
+    assert jvm_reader.jvm_unusable(reader_conf("h:1", "read_committed", {
+        **sasl, "security.protocol": "SASL_SSL"})).startswith("security.protocol SASL_SSL")
+    assert jvm_reader.jvm_unusable(reader_conf("h", "read_committed")) == \
+        "a bootstrap address without its port"
+    assert jvm_reader.jvm_unusable(reader_conf("h:1", "read_committed", {
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"})) == \
+        "sasl mechanism GSSAPI"
     assert "tab or line break" in jvm_reader.jvm_unusable(
         reader_conf("h:1", "read_committed", {"sasl.password": "a\tb"}))

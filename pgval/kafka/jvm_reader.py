@@ -10,7 +10,7 @@ this module wraps the buffers as Arrow arrays without copying a record.
 The proof is the same as :mod:`pgval.kafka.reader`'s: Python takes the end-offset snapshot,
 hands the offset ranges over, and gets back how far each partition got and every reason a
 read stopped short. The reader is used where it is known to read exactly what the
-librdkafka reader reads (tests/test_jvm_reader.py compares them, aborted transactions
+librdkafka reader reads (tests/test_kafka_runtime.py compares them, aborted transactions
 included): client settings it cannot translate, or no JDK, keep the librdkafka reader,
 and :func:`jvm_unusable` says why.
 """
@@ -26,6 +26,8 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
@@ -35,7 +37,7 @@ import pyarrow as pa
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.host.jars import default_cache_dir, ensure_jars, java_executable
-from pgval.host.javac import build_jar, find_javac, jar_path
+from pgval.host.javac import build_jar
 from pgval.kafka.client import java_client_options
 from pgval.kafka.topic_records import RECORD_SCHEMA
 
@@ -57,6 +59,8 @@ _LIBRDKAFKA_ONLY = frozenset({
     "queued.max.messages.kbytes", "fetch.wait.max.ms",
 })
 _PR_SET_PDEATHSIG = 1
+#: How a problem of a Java reader that died begins (``read_topics`` then reads again).
+JVM_FAILED = "the Java reader failed"
 # (topic, partition, start, end): an offset range to read.
 Task = tuple[str, int, int, int]
 # Takes one topic's records, how far each partition got and the problems.
@@ -64,65 +68,106 @@ Taker = Callable[[str, pa.Table, dict[int, int], list[str]], None]
 
 
 def jvm_unusable(conf: Mapping[str, object]) -> str | None:
-    """Why the Java reader cannot read with these librdkafka settings, or None."""
+    """Why the Java reader cannot read as librdkafka would with these settings, or None.
+
+    Only what both clients read the same way passes: no TLS (the JVM trusts its own
+    cacerts, librdkafka the system's), PLAIN or SCRAM logins given as user and password
+    or as JAAS, every bootstrap address with its port."""
     odd = sorted(k for k in conf if k not in TRANSLATABLE and k not in _LIBRDKAFKA_ONLY)
     if odd:
         return f"client settings without a Java translation: {', '.join(odd)}"
     for key, value in conf.items():
         if key not in _LIBRDKAFKA_ONLY and any(c in str(value) for c in "\t\n\r"):
             return f"client setting {key} holds a tab or line break"
+    protocol = str(conf.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        return f"security.protocol {protocol} (TLS trusts other certificates in Java)"
+    if protocol == "SASL_PLAINTEXT":
+        mechanism = str(conf.get("sasl.mechanism", conf.get("sasl.mechanisms", "GSSAPI")))
+        if mechanism.upper() != "PLAIN" and not mechanism.upper().startswith("SCRAM-"):
+            return f"sasl mechanism {mechanism}"
+        if "sasl.jaas.config" not in conf and "sasl.username" not in conf:
+            return "a SASL login without a user name or JAAS settings"
+    if any(":" not in host for host in str(conf.get("bootstrap.servers", "")).split(",")):
+        return "a bootstrap address without its port"
     if java_executable() is None:
         return "no java on PATH"
-    if find_javac() is None and not _cached_jar().is_file():
-        return "no javac (a JDK) to build the reader"
     return None
+
+
+def prepare() -> tuple[str, Path, str]:
+    """(java, the reader's jar, its classpath), building the jar on first use; a missing
+    JDK, Maven cache or compiler is a :class:`RuntimeErrorPlain` (the caller reads with
+    librdkafka then)."""
+    java = java_executable()
+    if java is None:
+        raise RuntimeErrorPlain("the bulk read-back needs java on PATH")
+    try:
+        classpath = _classpath()
+        return java, ensure_reader_jar(classpath), classpath
+    except OSError as exc:
+        raise RuntimeErrorPlain(f"cannot build the Java reader: {exc}") from exc
 
 
 def _classpath() -> str:
     return ensure_jars(spark=False).kafka_classpath_str
 
 
-def _cached_jar() -> Path:
-    return jar_path(default_cache_dir(), "pgval-reader", {SOURCE.name: SOURCE.read_text()})
-
-
-def ensure_reader_jar() -> Path:
-    """The reader's jar, compiled against the broker's kafka-clients on first use."""
+def ensure_reader_jar(classpath: str) -> Path:
+    """The reader's jar, compiled against the broker's kafka-clients on first use (a
+    new classpath, a new jar)."""
     return build_jar(default_cache_dir(), "pgval-reader", {SOURCE.name: SOURCE.read_text()},
-                     _classpath(), "the bulk read-back")
+                     classpath, "the bulk read-back", salt=classpath.encode())
 
 
 def java_settings(conf: Mapping[str, object]) -> dict[str, str]:
     """The Java consumer's settings for a read with librdkafka settings ``conf``."""
     kept = {k: str(v) for k, v in conf.items() if k not in _LIBRDKAFKA_ONLY}
-    return {**java_client_options(kept), "max.poll.records": "100000",
+    return {**java_client_options(kept), "max.poll.records": "10000",
             "receive.buffer.bytes": str(4 << 20), "fetch.max.wait.ms": "50",
             "client.id": "pgval-read"}
 
 
-def _archive_path(jar: Path) -> Path:
-    """The class archive of ``jar`` with this classpath and this java (a JVM refuses an
-    archive made with other ones: it would never be rebuilt)."""
-    key = hashlib.sha256(f"{java_executable()}\0{_classpath()}".encode()).hexdigest()[:12]
+def _archive_path(java: str, jar: Path) -> Path:
+    """The class archive of ``jar`` with this JVM (a JVM refuses an archive made by
+    another, and it would never be rebuilt): keyed by the real java and its libjvm."""
+    real = Path(os.path.realpath(java))
+    stamp = [str(real)]
+    for lib in real.parent.parent.glob("lib/server/libjvm.so"):
+        st = lib.stat()
+        stamp.append(f"{st.st_size}:{st.st_mtime_ns}")
+    key = hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:12]
     return jar.with_name(f"{jar.stem}-{key}.jsa")
 
 
-def _class_archive(jar: Path) -> tuple[Path | None, list[str]]:
+def _class_archive(java: str, jar: Path) -> tuple[Path | None, list[str]]:
     """The JVM flags that share the reader's classes (AppCDS): the archive of a first run
     (dumped at its exit, ~1.4 s, kept only when that run ended well) maps them in later:
     a read's fixed cost went from ~1.45 s to ~1.0 s (three small topics, SASL login).
     Returns (the archive this run dumps, or None; the flags)."""
-    kept = _archive_path(jar)
+    kept = _archive_path(java, jar)
     if kept.is_file():
         return None, [f"-XX:SharedArchiveFile={kept}"]
-    part = kept.with_suffix(f".{os.getpid()}.part")
+    for old in kept.parent.glob(f"{kept.name}.*.part"):  # a dump killed half-way
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > 3600:
+                old.unlink()
+    part = kept.with_name(f"{kept.name}.{uuid.uuid4().hex}.part")
     return part, [f"-XX:ArchiveClassesAtExit={part}"]
 
 
-def _die_with_parent() -> None:
-    """In the reader's child: SIGKILL when pgval dies (it holds nothing to clean up)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _death_signal() -> Callable[[], None]:
+    """What the reader's child runs before exec: SIGKILL when pgval dies (the reader holds
+    nothing to clean up). libc is looked up here, in the parent: no dlopen after fork."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return lambda: None
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return arm
 
 
 def _read_exactly(stream: IO[bytes], size: int) -> bytearray:
@@ -142,6 +187,9 @@ def _binary(lengths: np.ndarray, data: bytearray) -> pa.Array:
     valid = lengths >= 0
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(np.where(valid, lengths, 0), out=offsets[1:])
+    if int(offsets[-1]) != len(data):
+        raise ValueError(f"a chunk's lengths add up to {int(offsets[-1])} bytes, not "
+                         f"{len(data)}: the stream is out of step")
     nulls = len(lengths) - int(valid.sum())
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     return pa.BinaryArray.from_buffers(pa.binary(), len(lengths),
@@ -154,10 +202,10 @@ def _chunk(stream: IO[bytes]) -> pa.RecordBatch:
     head = _read_exactly(stream, 20)
     n = int(np.frombuffer(head, "<i4", 1)[0])
     key_bytes, value_bytes = (int(x) for x in np.frombuffer(head, "<i8", 2, offset=4))
-    cols = _read_exactly(stream, n * 28)  # int32, int64, int64, int32, int32 per record
-    parts = np.frombuffer(cols, "<i4", n, 0)
-    offs = np.frombuffer(cols, "<i8", n, 4 * n)
-    ts = np.frombuffer(cols, "<i8", n, 12 * n)
+    cols = _read_exactly(stream, n * 28)  # int64, int64, int32, int32, int32 per record
+    offs = np.frombuffer(cols, "<i8", n, 0)
+    ts = np.frombuffer(cols, "<i8", n, 8 * n)
+    parts = np.frombuffer(cols, "<i4", n, 16 * n)
     key_lens = np.frombuffer(cols, "<i4", n, 20 * n)
     value_lens = np.frombuffer(cols, "<i4", n, 24 * n)
     keys = _binary(key_lens, _read_exactly(stream, key_bytes))
@@ -166,17 +214,65 @@ def _chunk(stream: IO[bytes]) -> pa.RecordBatch:
                                        keys, values], schema=RECORD_SCHEMA)
 
 
+def _last_words(stderr: bytes) -> str:
+    """The JVM's explanation from its stderr: the first exception or error line, else the
+    last lines (never a bare stack frame)."""
+    lines = [ln.strip() for ln in stderr.decode(errors="replace").strip().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("at ")]
+    first = next((k for k, ln in enumerate(lines) if "Exception" in ln or "Error" in ln),
+                 max(0, len(lines) - 3))
+    said = lines[first:first + 3]
+    return f" ({' | '.join(said)})" if said else ""
+
+
+def _exchange(proc: subprocess.Popen[bytes], request: str, on_topic: Taker,
+              on_progress: Callable[[int], None] | None, done: set[str]) -> None:
+    """Send the reader its request and take its frames until 'D'."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(request.encode())
+    proc.stdin.close()
+    count = 0
+    batches: list[pa.RecordBatch] = []
+    while True:
+        tag = proc.stdout.read(1)
+        if tag == b"C":
+            batch = _chunk(proc.stdout)
+            batches.append(batch)
+            count += batch.num_rows
+            if on_progress is not None:
+                on_progress(count)
+        elif tag == b"T":
+            size = int(np.frombuffer(_read_exactly(proc.stdout, 4), "<i4")[0])
+            info = json.loads(bytes(_read_exactly(proc.stdout, size)))
+            table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+            batches = []
+            on_topic(info["topic"], table,
+                     {int(p): int(r) for p, r in info["reached"].items()},
+                     list(info["problems"]))
+            done.add(info["topic"])
+        elif tag == b"D":
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30.0)  # a first run writes its class archive
+            return
+        elif not tag:
+            raise EOFError("the reader ended without finishing")
+        else:  # not a frame: the JVM itself talking (it cannot start, say)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5.0)  # let it finish its sentence
+            proc.kill()
+            said = (tag + proc.stdout.read(4000)).decode(errors="replace")
+            raise EOFError(" | ".join(said.strip().splitlines()[:3]))
+
+
 def read_tasks_jvm(conf: Mapping[str, object], tasks: Sequence[Task], timeout_s: float,
                    idle_timeout_s: float, on_topic: Taker,
                    on_progress: Callable[[int], None] | None = None) -> None:
     """Read ``tasks`` (at most one range per partition) in one Java reader; hand every
     topic's records, how far each partition got and the problems to ``on_topic``, as
     :func:`pgval.kafka.reader._read_tasks` does. A reader that fails leaves its topics
-    short, with its last words as the problem; it never outlives this call or pgval."""
-    java = java_executable()
-    if java is None:
-        raise RuntimeErrorPlain("the bulk read-back needs java on PATH")
-    jar = ensure_reader_jar()
+    short, with its last words as the problem; it never outlives this call or pgval.
+    What keeps it from starting at all (no JDK, no jar) is a :class:`RuntimeErrorPlain`."""
+    java, jar, classpath = prepare()
     lines = [f"conf\t{k}\t{v}" for k, v in java_settings(conf).items()]
     lines.append(f"limits\t{int(timeout_s * 1000)}\t{int(idle_timeout_s * 1000)}")
     lines += [f"task\t{t}\t{p}\t{s}\t{e}" for t, p, s, e in tasks]
@@ -184,68 +280,39 @@ def read_tasks_jvm(conf: Mapping[str, object], tasks: Sequence[Task], timeout_s:
     topics = list(dict.fromkeys(t for t, *_ in tasks))
     starts = {(t, p): s for t, p, s, _ in tasks}
     done: set[str] = set()
+    problem: str | None = None
+    archive, sharing = _class_archive(java, jar)
     with tempfile.TemporaryFile() as err:
-        archive, sharing = _class_archive(jar)
-        proc = subprocess.Popen(
-            [java, f"-Xmx{HEAP}", "-XX:+UseSerialGC", "-Xss1m", *sharing,
-             "-Xlog:disable", "-Xlog:all=warning:stderr",
-             "-cp", f"{jar}:{_classpath()}", MAIN_CLASS],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-            preexec_fn=_die_with_parent)
-        assert proc.stdin is not None and proc.stdout is not None
-        # The reader stops itself at the time-out; this covers a JVM that hangs anyway.
-        watchdog = threading.Timer(timeout_s + 60.0, proc.kill)
-        watchdog.daemon = True
-        watchdog.start()
-        count = 0
-        batches: list[pa.RecordBatch] = []
-        problem: str | None = None
+        proc: subprocess.Popen[bytes] | None = None
+        watchdog = None
         try:
-            proc.stdin.write(("\n".join(lines) + "\n").encode())
-            proc.stdin.close()
-            while True:
-                tag = proc.stdout.read(1)
-                if tag == b"C":
-                    batch = _chunk(proc.stdout)
-                    batches.append(batch)
-                    count += batch.num_rows
-                    if on_progress is not None:
-                        on_progress(count)
-                elif tag == b"T":
-                    size = int(np.frombuffer(_read_exactly(proc.stdout, 4), "<i4")[0])
-                    info = json.loads(bytes(_read_exactly(proc.stdout, size)))
-                    topic = info["topic"]
-                    table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
-                    batches = []
-                    on_topic(topic, table, {int(p): int(r) for p, r in info["reached"].items()},
-                             list(info["problems"]))
-                    done.add(topic)
-                elif tag == b"D":
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=30.0)  # a first run writes its class archive
-                    break
-                elif not tag:
-                    raise EOFError("the reader ended without finishing")
-                else:  # not a frame: the JVM itself talking (it cannot start, say)
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=5.0)  # let it finish its sentence
-                    proc.kill()
-                    said = (tag + proc.stdout.read(4000)).decode(errors="replace")
-                    raise EOFError(" | ".join(said.strip().splitlines()[:3]))
-        except (EOFError, OSError, ValueError) as exc:
+            # Its own session: a Ctrl-C reaches pgval, which stops the reader in finally.
+            proc = subprocess.Popen(
+                [java, f"-Xmx{HEAP}", "-XX:+UseSerialGC", "-Xss1m", *sharing,
+                 "-XX:+DisplayVMOutputToStderr", "-Xlog:disable", "-Xlog:all=warning:stderr",
+                 "-cp", f"{jar}{os.pathsep}{classpath}", MAIN_CLASS],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                preexec_fn=_death_signal(), start_new_session=True)
+            # The reader stops itself at each topic's time-out; this covers a hung JVM.
+            watchdog = threading.Timer(len(topics) * timeout_s + 60.0, proc.kill)
+            watchdog.daemon = True
+            watchdog.start()
+            _exchange(proc, "\n".join(lines) + "\n", on_topic, on_progress, done)
+        except (EOFError, OSError, ValueError, MemoryError) as exc:
             err.seek(0)
-            tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
-            problem = f"the Java reader failed: {exc}" + (f" ({' | '.join(tail)})"
-                                                         if tail else "")
+            problem = f"{JVM_FAILED}: {exc}" + _last_words(err.read())
         finally:
-            watchdog.cancel()
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+            if watchdog is not None:
+                watchdog.cancel()
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
             if archive is not None:
-                if proc.returncode == 0 and archive.is_file():
-                    archive.replace(_archive_path(jar))
-                archive.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    if proc is not None and proc.returncode == 0 and archive.is_file():
+                        archive.replace(_archive_path(java, jar))
+                    archive.unlink(missing_ok=True)
     for topic in topics:
         if topic not in done:  # short: it got nowhere past its starts
             on_topic(topic, RECORD_SCHEMA.empty_table(),

@@ -42,7 +42,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.kafka.client import quiet_conf
-from pgval.kafka.jvm_reader import jvm_unusable, read_tasks_jvm
+from pgval.kafka.jvm_reader import JVM_FAILED, jvm_unusable, read_tasks_jvm
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 
 #: Records asked of librdkafka per consume() call; each batch becomes one Arrow chunk.
@@ -130,7 +130,9 @@ def reader_conf(bootstrap: str, isolation: str,
         "enable.auto.offset.store": False,
         "isolation.level": isolation,
         "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",
+        # Every read starts at an explicit offset; one that falls out of the log while it
+        # reads (retention, truncation) is an error, never a silent jump.
+        "auto.offset.reset": "error",
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
         "queued.min.messages": 1_000_000,
@@ -434,39 +436,62 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     total = sum(e - s for _, _, s, e in tasks)
     if workers is None:
         workers = default_workers()
-    use_jvm, used = False, "librdkafka"
+    def read_with(jvm: bool) -> tuple[dict[str, dict[int, pa.Table]], dict[str, list[str]]]:
+        """One whole read of ``tasks``: each topic's tables by reader and the problems its
+        readers met; sets ``reached``."""
+        groups = ([tasks] if jvm or total < parallel_min_records else
+                  split_tasks(tasks, workers)) if tasks else []
+        # How far each reader's range of a partition got: (topic, partition) -> reader -> range.
+        ranges: dict[tuple[str, int], dict[int, list[int]]] = {}
+        for k, group in enumerate(groups):
+            for t, p, s, e in group:
+                ranges.setdefault((t, p), {})[k] = [s, e, s]
+        tables: dict[str, dict[int, pa.Table]] = {t: {} for t in topics}
+        met: dict[str, list[str]] = {t: [] for t in topics}
+
+        def taker(k: int) -> Taker:
+            def take(topic: str, table: pa.Table, got: dict[int, int], why: list[str]) -> None:
+                tables[topic][k] = table
+                for p, r in got.items():
+                    ranges[(topic, p)][k][2] = max(ranges[(topic, p)][k][2], r)
+                met[topic].extend(why)
+            return take
+
+        if jvm:
+            read_tasks_jvm(conf, tasks, timeout_s, idle_timeout_s, taker(0), on_progress)
+        elif len(groups) == 1:
+            _read_tasks(conf, groups[0], timeout_s, idle_timeout_s, batch_size, taker(0),
+                        on_progress)
+        elif groups:
+            _run_readers(conf, groups, timeout_s, idle_timeout_s, batch_size, taker, met,
+                         on_progress)
+        for (t, p), by_reader in ranges.items():
+            reached[t][p] = merge_ranges([(s, e, r) for s, e, r in by_reader.values()],
+                                         reached[t][p])
+        return tables, met
+
+    log_starts = {t: dict(r) for t, r in reached.items()}
+    used, why_not = "librdkafka", None
     if reader != "librdkafka" and tasks and (reader == "jvm" or total >= jvm_min_records):
         why_not = jvm_unusable(conf)
-        use_jvm = why_not is None
-        used = "jvm" if use_jvm else f"librdkafka (the Java reader cannot: {why_not})"
-    groups = ([tasks] if use_jvm or total < parallel_min_records else
-              split_tasks(tasks, workers)) if tasks else []
-    # How far each reader's range of a partition got: (topic, partition) -> reader -> range.
-    ranges: dict[tuple[str, int], dict[int, list[int]]] = {}
-    for k, group in enumerate(groups):
-        for t, p, s, e in group:
-            ranges.setdefault((t, p), {})[k] = [s, e, s]
-    tables: dict[str, dict[int, pa.Table]] = {t: {} for t in topics}
-
-    def taker(k: int) -> Taker:
-        def take(topic: str, table: pa.Table, got: dict[int, int], why: list[str]) -> None:
-            tables[topic][k] = table
-            for p, r in got.items():
-                ranges[(topic, p)][k][2] = max(ranges[(topic, p)][k][2], r)
-            problems[topic].extend(why)
-        return take
-
-    if use_jvm:
-        read_tasks_jvm(conf, tasks, timeout_s, idle_timeout_s, taker(0), on_progress)
-    elif len(groups) == 1:
-        _read_tasks(conf, groups[0], timeout_s, idle_timeout_s, batch_size, taker(0),
-                    on_progress)
-    elif groups:
-        _run_readers(conf, groups, timeout_s, idle_timeout_s, batch_size, taker, problems,
-                     on_progress)
-    for (t, p), by_reader in ranges.items():
-        reached[t][p] = merge_ranges([(s, e, r) for s, e, r in by_reader.values()],
-                                     reached[t][p])
+        if why_not is None:
+            try:
+                tables, met = read_with(jvm=True)
+                used = "jvm"
+            except RuntimeErrorPlain as exc:  # it could not start: no JDK, no jar
+                why_not = str(exc)
+            else:
+                failed = next((w for ws in met.values() for w in ws
+                               if w.startswith(JVM_FAILED)), None)
+                if failed is not None and reader == "auto":  # it died: read it again
+                    why_not = failed
+                    reached.update({t: dict(r) for t, r in log_starts.items()})
+    if used != "jvm" or why_not is not None:
+        tables, met = read_with(jvm=False)
+        used = "librdkafka" if why_not is None else \
+            f"librdkafka (the Java reader could not: {why_not})"
+    for topic in topics:
+        problems[topic].extend(met[topic])
 
     out: dict[str, TopicRecords] = {}
     for topic in topics:

@@ -34,7 +34,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * {@code go}. The settings arrive on stdin so a password is on no command line and in no file.
  *
  * <p>stdout, little-endian frames: {@code 'C'} n, key bytes, value bytes (int32, int64, int64),
- * then int32 partition[n], int64 offset[n], int64 timestamp[n], int32 keyLength[n] (-1: null),
+ * then int64 offset[n], int64 timestamp[n], int32 partition[n], int32 keyLength[n] (-1: null),
  * int32 valueLength[n], the keys, the values; {@code 'T'} int32 length + UTF-8 JSON {"topic",
  * "reached": {partition: offset}, "problems": [...]} when a topic is done; {@code 'D'} at the end.
  * The chunks before a 'T' are that topic's records, in the order the consumer returned them.
@@ -70,7 +70,11 @@ public final class ColumnReader {
         long timeoutMs = 120_000, idleMs = 10_000;
         Map<String, Map<Integer, long[]>> tasks = new LinkedHashMap<>();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        for (String line = in.readLine(); line != null && !line.equals("go"); line = in.readLine()) {
+        String line;
+        while (!"go".equals(line = in.readLine())) {
+            if (line == null) {
+                throw new IllegalArgumentException("the input ended before 'go'");
+            }
             String[] f = line.split("\t", -1);
             switch (f[0]) {
                 case "conf" -> conf.setProperty(f[1], f[2]);
@@ -86,13 +90,15 @@ public final class ColumnReader {
         conf.setProperty("key.deserializer", ByteArrayDeserializer.class.getName());
         conf.setProperty("value.deserializer", ByteArrayDeserializer.class.getName());
         conf.setProperty("enable.auto.commit", "false");
+        // A position that falls out of the log (records deleted, the log truncated) must be
+        // an error, a problem of the read: a reset policy would jump over or re-read records.
+        conf.setProperty("auto.offset.reset", "none");
         // Frames go to the process's stdout; anything else printing there (a logger's
         // console appender) is sent to stderr so it cannot corrupt them.
         DataOutputStream out = new DataOutputStream(new BufferedOutputStream(
                 new FileOutputStream(FileDescriptor.out), 1 << 20));
         System.setOut(System.err);
         ColumnReader reader = new ColumnReader(out);
-        long deadline = System.currentTimeMillis() + timeoutMs;
         // One consumer for every topic, one topic at a time: its connections and login
         // are made once.
         KafkaConsumer<byte[], byte[]> consumer = null;
@@ -102,7 +108,7 @@ public final class ColumnReader {
             startProblem = "Kafka error: " + exc;
         }
         for (Map.Entry<String, Map<Integer, long[]>> e : tasks.entrySet()) {
-            reader.readTopic(consumer, e.getKey(), e.getValue(), deadline, timeoutMs, idleMs);
+            reader.readTopic(consumer, e.getKey(), e.getValue(), timeoutMs, idleMs);
         }
         if (consumer != null) {
             consumer.close(Duration.ZERO);
@@ -113,10 +119,14 @@ public final class ColumnReader {
 
     private static String startProblem;
 
-    /** One topic's ranges, its chunks and then its 'T' frame; every failure is a problem. */
+    /**
+     * One topic's ranges, its chunks and then its 'T' frame; every failure is a problem. Each
+     * topic has TIMEOUT_MS of its own, as the librdkafka reader gives each.
+     */
     private void readTopic(KafkaConsumer<byte[], byte[]> consumer, String topic,
-                           Map<Integer, long[]> ranges, long deadline, long timeoutMs, long idleMs)
+                           Map<Integer, long[]> ranges, long timeoutMs, long idleMs)
             throws IOException {
+        long deadline = System.currentTimeMillis() + timeoutMs;
         Map<Integer, Long> reached = new HashMap<>();
         List<String> problems = new ArrayList<>();
         TreeSet<Integer> todo = new TreeSet<>();
@@ -151,7 +161,8 @@ public final class ColumnReader {
                 }
                 ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofMillis(100));
                 for (ConsumerRecord<byte[], byte[]> rec : batch) {
-                    if (rec.offset() < ranges.get(rec.partition())[1]) {
+                    long[] range = rec.topic().equals(topic) ? ranges.get(rec.partition()) : null;
+                    if (range != null && rec.offset() >= range[0] && rec.offset() < range[1]) {
                         add(rec);
                     }
                 }
@@ -170,7 +181,7 @@ public final class ColumnReader {
                 }
             }
         } catch (IllegalStateException exc) {
-            problems.add(exc.getMessage());
+            problems.add(String.valueOf(exc.getMessage()));
         } catch (RuntimeException exc) {
             problems.add("Kafka error: " + exc);
         }
@@ -185,7 +196,8 @@ public final class ColumnReader {
     private void add(ConsumerRecord<byte[], byte[]> rec) throws IOException {
         byte[] k = rec.key(), v = rec.value();
         int kl = k == null ? 0 : k.length, vl = v == null ? 0 : v.length;
-        if (n == CHUNK_RECORDS || (n > 0 && valueBytes + vl > CHUNK_BYTES)) {
+        if (n == CHUNK_RECORDS || (n > 0 && (valueBytes + vl > CHUNK_BYTES
+                || keyBytes + kl > CHUNK_BYTES))) {
             flush();
         }
         parts[n] = rec.partition();
@@ -219,10 +231,10 @@ public final class ColumnReader {
         ByteBuffer head = buffer(20);
         head.putInt(n).putLong(keyBytes).putLong(valueBytes);
         out.write(head.array(), 0, head.position());
-        ByteBuffer b = buffer(n * 32);
-        for (int i = 0; i < n; i++) b.putInt(parts[i]);
+        ByteBuffer b = buffer(n * 28);  // the 8-byte columns first: aligned in Python
         for (int i = 0; i < n; i++) b.putLong(offsets[i]);
         for (int i = 0; i < n; i++) b.putLong(stamps[i]);
+        for (int i = 0; i < n; i++) b.putInt(parts[i]);
         for (int i = 0; i < n; i++) b.putInt(keyLens[i]);
         for (int i = 0; i < n; i++) b.putInt(valueLens[i]);
         out.write(b.array(), 0, b.position());
