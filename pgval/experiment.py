@@ -56,7 +56,7 @@ from pgval.host.jars import ensure_delta_jars
 from pgval.recheck import evaluate_run
 from pgval.redact import private_dir, private_umask
 from pgval.run.control import LATE_ID_BASE, ControlEvents
-from pgval.run.job_oracle import batch_timeout_s, run_batch_oracle
+from pgval.run.job_oracle import batch_heap_mb, batch_timeout_s, run_batch_oracle
 from pgval.run.monitor import OutputMonitor, batches, drain, wait_first_trigger, wait_primed
 from pgval.run.readback import read_back
 from pgval.run.result import ExperimentResult, Status
@@ -372,7 +372,7 @@ class Experiment:
             self._reasons.add(Reason("observed", f"the job's file {source} changed during "
                                      "the run: the evidence keeps the one it started with"))
         said = run_batch_oracle(cfg.job, self.run_dir, dict(cfg.spark_conf),
-                                batch_timeout_s(events))
+                                batch_timeout_s(events), batch_heap_mb(events))
         self.manifest.job = {"ref": cfg.job, "source": None if source is None else str(source),
                              "sha256": sha, "oracle": said}
         self.manifest.write(self.run_dir)

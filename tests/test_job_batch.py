@@ -93,6 +93,38 @@ def test_an_example_job_as_a_batch_is_the_job_by_hand(spark: object, name: str,
     assert expected.id_sorted.tolist() == sorted(i for v in want.values() for i in v)
 
 
+def test_mst_by_aggregation_gives_msts_rows(spark: object, tmp_path: Path) -> None:
+    """The example that drops the join's pairs (docs/performance.md, "Where MST's time
+    goes") computes MST's rows: per (window, resource) with a GET and a POST, all their
+    IDs — the same as pgval's own MST oracle."""
+    from pgval.oracle import expected_outputs
+    from pgval.topologies.batch import batch_rows
+
+    events = _events(2000)
+    job = load(f"{EXAMPLES / 'mst_by_aggregation.py'}:build")
+    keys, ids, offsets = batch_rows(job, spark, _tables(events), tmp_path)  # type: ignore[arg-type]
+    got = {(_ms(json.loads(k)["window_start"]) if isinstance(json.loads(k)["window_start"], str)
+            else json.loads(k)["window_start"], json.loads(k)["resource"]):
+           sorted(ids[offsets[i]:offsets[i + 1]].tolist()) for i, k in enumerate(keys)}
+    sides: dict[tuple, dict[str, list[int]]] = {}
+    for e in events:
+        key = ((e["event_ts"] // 10_000) * 10_000, e["resource"])
+        sides.setdefault(key, {"GET": [], "POST": []})[e["type"]].append(e["id"])
+    want = {k: sorted(v["GET"] + v["POST"]) for k, v in sides.items() if v["GET"] and v["POST"]}
+    assert got == want and len(want) > 10
+    oracle = expected_outputs(to_inputs(events), "mst", 10_000)
+    assert sorted(oracle.ids.tolist()) == sorted(i for v in want.values() for i in v)
+
+
+def test_the_batch_oracles_heap_grows_with_the_run_within_half_the_machine() -> None:
+    from pgval.run.job_oracle import BASE_HEAP_MB, batch_heap_mb
+
+    assert batch_heap_mb(0, machine_mb=24_000) == BASE_HEAP_MB == 1024
+    assert batch_heap_mb(21_000_000, machine_mb=24_000) == 1024 + 1281
+    assert batch_heap_mb(10**10, machine_mb=24_000) == 12_000
+    assert batch_heap_mb(10**10, machine_mb=1_000) == BASE_HEAP_MB  # never below the base
+
+
 def test_a_batch_result_without_ids_is_refused(spark: object, tmp_path: Path) -> None:
     from pgval.topologies.batch import batch_rows
 

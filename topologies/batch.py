@@ -121,7 +121,7 @@ def _evidence_records(run_dir: Path) -> dict[str, pa.Table]:
     return records
 
 
-def _session(conf: Mapping[str, str]) -> SparkSession:
+def _session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
     """A ``local[1]`` session, small and without UI, with the driver's defaults (UTC) and
     then the user's Spark settings, as the driver applies them: the key text of a
     timestamp is the streaming query's only in the same session time zone, so a
@@ -131,7 +131,7 @@ def _session(conf: Mapping[str, str]) -> SparkSession:
     builder = (SparkSession.builder.master("local[1]").appName("pgval-batch-oracle")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "1g")
+               .config("spark.driver.memory", f"{int(heap_mb)}m")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
                .config("spark.sql.session.timeZone", "UTC"))
@@ -155,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              "over its evidence.")
     ap.add_argument("--job", required=True, metavar="PATH.py:FUNCTION")
     ap.add_argument("--run-dir", required=True, type=Path)
+    ap.add_argument("--heap-mb", type=int, default=1024,
+                    help="the session's heap (spark.driver.memory), MiB")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -162,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         job = load_job_for_spark(args.job)
         records = _evidence_records(args.run_dir)
         conf = json.loads(os.environ.get("PGVAL_SPARK_CONF") or "{}")
-        spark = _session(conf)
+        spark = _session(conf, args.heap_mb)
         workdir = args.run_dir / "batch-oracle"
         try:
             spark.sparkContext.setLogLevel("ERROR")

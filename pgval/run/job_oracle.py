@@ -11,6 +11,7 @@ re-check reads it instead of running Spark again.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,19 +28,41 @@ BASE_TIMEOUT_S = 300.0
 PER_EVENT_S = 1 / 20_000
 
 
+#: The batch oracle's heap: this much at least, plus this per input event, at most this
+#: share of the machine's memory. Measured (docs/performance.md, "Where MST's time goes"):
+#: a 1 GiB heap carried a run of 21M inputs (MST's rows as a job, 128,000 ev/s) and ran
+#: out at ~33M (200,000 ev/s); 64 bytes an event gives that run 2 GiB.
+BASE_HEAP_MB = 1024
+HEAP_BYTES_PER_EVENT = 64
+MAX_HEAP_SHARE = 0.5
+
+
 def batch_timeout_s(events: int) -> float:
     """How long the batch oracle of a run with ``events`` inputs may take."""
     return BASE_TIMEOUT_S + events * PER_EVENT_S
 
 
+def batch_heap_mb(events: int, machine_mb: int | None = None) -> int:
+    """The batch oracle's heap (MiB) for a run with ``events`` inputs: it holds the run's
+    records and the job's rows, so it grows with them, within half the machine."""
+    if machine_mb is None:
+        try:
+            machine_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+        except (OSError, ValueError):
+            machine_mb = 4 * BASE_HEAP_MB
+    want = BASE_HEAP_MB + (max(0, events) * HEAP_BYTES_PER_EVENT >> 20)
+    return max(BASE_HEAP_MB, min(want, int(machine_mb * MAX_HEAP_SHARE)))
+
+
 def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
-                     timeout_s: float) -> dict[str, Any]:
-    """Run the batch oracle of ``job`` over ``run_dir``'s evidence; its summary (rows, IDs,
+                     timeout_s: float, heap_mb: int = BASE_HEAP_MB) -> dict[str, Any]:
+    """Run the batch oracle of ``job`` over ``run_dir``'s evidence in a heap of ``heap_mb``
+    (a ``spark.driver.memory`` among the user's settings wins); its summary (rows, IDs,
     seconds). A job that cannot be judged, a failure or a time-out is one sentence
     (:class:`RuntimeErrorPlain`) naming the log."""
     log = run_dir / "logs" / "batch-oracle.log"
     proc = spawn("batch-oracle", [sys.executable, "-m", "pgval.topologies.batch", "--job", job,
-                                  "--run-dir", str(run_dir)], log,
+                                  "--run-dir", str(run_dir), "--heap-mb", str(heap_mb)], log,
                  env={SPARK_CONF_ENV: json.dumps(spark_conf)} if spark_conf else None,
                  pid_dir=run_dir / "pids")
     t0 = time.monotonic()
@@ -58,6 +81,10 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
                      if "pgval-batch: " in ln), "the job cannot be judged")
         raise BadInput(f"the batch oracle refused the job: {said}")
     if rc != 0:
+        if any("java.lang.OutOfMemoryError" in ln for ln in lines):
+            raise RuntimeErrorPlain(
+                f"the batch oracle of {job} ran out of its {heap_mb} MiB heap; give it more "
+                f"with --spark-conf spark.driver.memory=SIZE (log: {log})")
         last = lines[-1] if lines else "no output"
         raise RuntimeErrorPlain(f"the batch oracle of {job} failed (exit {rc}): {last} "
                                 f"(log: {log})")
