@@ -42,7 +42,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.kafka.client import quiet_conf
-from pgval.kafka.jvm_reader import JVM_FAILED, jvm_unusable, read_tasks_jvm
+from pgval.kafka.jvm_reader import JVM_FAILED, Taker, Task, jvm_unusable, read_tasks_jvm
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 
 #: Records asked of librdkafka per consume() call; each batch becomes one Arrow chunk.
@@ -242,10 +242,6 @@ PARALLEL_MIN_RECORDS = 500_000
 JVM_MIN_RECORDS = 1_000_000
 READERS = ("auto", "jvm", "librdkafka")
 _PR_SET_PDEATHSIG = 1
-# (topic, partition, start, end): an offset range a reader reads.
-Task = tuple[str, int, int, int]
-# Takes one topic's records, how far each partition got and the problems.
-Taker = Callable[[str, pa.Table, dict[int, int], list[str]], None]
 
 
 def default_workers() -> int:
