@@ -51,7 +51,7 @@ from pgval.faults import default_target, profile_for
 from pgval.faults.evidence import fault_reasons
 from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.faults.network import log_sizes, timeouts_fired
-from pgval.host import registry, signals, undo
+from pgval.host import cds, registry, signals, undo
 from pgval.host.jars import ensure_delta_jars
 from pgval.recheck import evaluate_run
 from pgval.redact import private_dir, private_umask
@@ -193,6 +193,7 @@ class Experiment:
                 raise
             t_down = time.monotonic()
             with signals.shielded():
+                self._dump_class_archives()
                 self._teardown()
             self.timings["teardown_s"] = time.monotonic() - t_down
         if self.schedule.active:
@@ -421,7 +422,11 @@ class Experiment:
             crash_trigger=(crash_trigger(self.run_dir)
                            if self.fault.point is CrashPoint.AFTER_SINK_WRITE else None),
             sink_trigger=(sink_trigger(self.run_dir)
-                          if self.fault.point is CrashPoint.DURING_SINK_WRITE else None))
+                          if self.fault.point is CrashPoint.DURING_SINK_WRITE else None),
+            # Class-data sharing for a driver on this host (pgval.host.cds); the executors'
+            # where the deployment has it (the embedded cluster).
+            class_sharing=not where.launcher and cds.enabled(),
+            executor_java_flags=where.executor_java_flags)
         self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
         if where.signal_argv is not None:
             # A driver in a container outlives the `docker exec` the pid file names.
@@ -654,6 +659,22 @@ class Experiment:
         return self.topics
 
     # ------------------------------------------------------------------ cleanup
+    def _dump_class_archives(self) -> None:
+        """The first run of a kind of JVM on this machine leaves its class archive for the
+        next (pgval.host.cds): after the read-back, so nothing measured waits for it. A
+        failed dump costs the next run its speed-up, never this run its result."""
+        t0 = time.monotonic()
+        try:
+            wanted = self.deployment.class_dumps()
+            own = self.driver.class_dump() if self.driver is not None else None
+            if own is not None:
+                wanted.insert(0, own)
+            if wanted:
+                self.manifest.config["class_archives"] = cds.dump_all(wanted)
+                self.timings["class_dump_s"] = time.monotonic() - t0
+        except Exception as exc:
+            self.manifest.config["class_archives"] = {"error": str(exc)}
+
     def _teardown(self) -> None:
         """Remove the fault, stop generators and driver, delete the run's topics on a
         cluster that stays up, stop the deployment if the run started it — whatever exists.

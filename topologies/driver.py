@@ -192,6 +192,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="crash point during-sink-write (a1, m1): once FILE exists, the first "
                          "executor whose sink record Kafka acknowledges halts (FILE.hit "
                          "records which; see pgval.faults.hooks)")
+    ap.add_argument("--class-sharing", action="store_true",
+                    help="share the driver JVM's classes through an archive made once "
+                         "(pgval.host.cds); without it the JVM loads them as usual")
+    ap.add_argument("--executor-java-flags", default="", metavar="FLAGS",
+                    help="JVM flags added to the executors' (their class archive)")
     ap.add_argument("--sabotage", default=None, metavar="SPEC",
                     help="SELF-TEST of pgval only (e1): drop-batch:N / dup-batch:N drops / "
                          "writes twice the real output rows of the N-th committed batch "
@@ -278,6 +283,24 @@ def sink_hook_options(kafka_options: dict[str, str], sink_trigger: str | None
             SINK_TRIGGER_KEY: str(Path(sink_trigger).resolve())}
 
 
+def _joined(*flags: str) -> str:
+    return " ".join(f for f in flags if f)
+
+
+def driver_class_archive(args: argparse.Namespace) -> Any:
+    """The driver JVM's class archive (``--class-sharing``; pgval.host.cds): the Java and
+    the Spark jars spark-submit will run, as PySpark finds them."""
+    if not args.class_sharing:
+        return None
+    from pyspark.find_spark_home import _find_spark_home
+
+    from pgval.host import cds
+    from pgval.host.jars import java_executable
+
+    java = java_executable()
+    return cds.archive("spark-driver", java, [Path(_find_spark_home()) / "jars"]) if java else None
+
+
 def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
     """Every Spark setting the driver sets (reported by the runner as the run's config)."""
     conf = {
@@ -289,8 +312,8 @@ def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
         "spark.driver.memory": args.driver_memory,
         "spark.executor.memory": args.executor_memory,
         "spark.executor.cores": str(args.executor_cores),
-        "spark.driver.extraJavaOptions": JAVA_OPTS,
-        "spark.executor.extraJavaOptions": JAVA_OPTS,
+        "spark.driver.extraJavaOptions": _joined(JAVA_OPTS, getattr(args, "driver_java_flags", "")),
+        "spark.executor.extraJavaOptions": _joined(JAVA_OPTS, args.executor_java_flags),
         "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         # Windows must close without new data once the watermark moved (the default, pinned).
@@ -535,6 +558,8 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
 
         jars = ",".join([jars, *map(str, ensure_delta_jars())])
         args.conf = [*(f"{k}={v}" for k, v in DELTA_CONF.items()), *args.conf]
+    archive = driver_class_archive(args)
+    args.driver_java_flags = archive.flags_text() if archive is not None else ""
     conf = spark_conf(args, jars)
     start_jvm(conf)
     spark = SparkSession.builder.getOrCreate()  # the JVM's conf: every setting given above
@@ -597,6 +622,12 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
               starting_offsets=source_options.get("startingOffsets", "earliest"),
               session_s=round(session_s, 3), startup_s=round(started_s, 3),
               spark_version=spark.version,
+              # What pgval needs to dump this JVM's class archive at the run's end.
+              **({"class_archive": {
+                  "path": str(archive.path), "java": archive.java,
+                  "recording": archive.recording,
+                  "jvm_pid": spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}}
+                 if archive is not None else {}),
               # Logged without secrets: every KEY=VALUE given (--spark-conf among them) and
               # every secret-named setting shows its key only (pgval.redact).
               conf=conf_summary({k: v for k, v in conf.items() if k != "spark.jars"},

@@ -28,6 +28,7 @@ from pgval.faults.composite import CompositeFault
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.process import DriverCrash, SinkWriteCrash
 from pgval.faults.timeouts import TimeoutProfile, profile_for
+from pgval.host.cds import ClassArchive
 from pgval.kafka.admin import create_topics, delete_topics
 from pgval.schema import (
     BROKER_CRASH_WHERE,
@@ -66,6 +67,9 @@ class DriverPlacement:
     #: The user's Kafka client settings (external clusters). The user's Spark settings
     #: (``--spark-conf``) are not the placement's: they reach the driver on every deployment.
     kafka_options: dict[str, str] = field(default_factory=dict)
+    #: The executors' class-sharing flags (pgval.host.cds): only on a cluster whose
+    #: executors run on this host with pgval's cache.
+    executor_java_flags: str = ""
 
 
 @dataclass
@@ -270,6 +274,11 @@ class Deployment(ABC):
 
     def log_dirs(self) -> list[Path]:
         """Where the cluster's logs are (read for which time-out fired)."""
+        return []
+
+    def class_dumps(self) -> list[tuple[ClassArchive, int]]:
+        """The cluster's JVMs that record their classes for an archive (pgval.host.cds):
+        only a cluster pgval started here has any."""
         return []
 
     def reaper_problem(self) -> str | None:

@@ -27,6 +27,7 @@ from pgval.faults.network import NetworkPath, WorkerDelay
 from pgval.faults.partition import PartitionLink, WorkerPartition
 from pgval.faults.pause import ProcessPause, group_members
 from pgval.faults.process import WorkerCrash
+from pgval.host.cds import ClassArchive
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
 from pgval.schema import DELAY_FAULTS, PAUSE_DRIVER, PAUSE_FAULTS, Fault, Partition
 from pgval.spark.daemons import SECRET_FILE_ENV
@@ -140,7 +141,8 @@ class EmbeddedDeployment(Deployment):
         # The Kafka login reaches the driver in its environment (PGVAL_KAFKA_OPTIONS).
         return DriverPlacement(bootstrap=self.cluster.bootstrap, master=spark.master_url,
                                driver_host=spark.driver_host, extra_env=spark.driver_env(),
-                               kafka_options=self.cluster.kafka.auth_config)
+                               kafka_options=self.cluster.kafka.auth_config,
+                               executor_java_flags=spark.executor_java_flags())
 
     @property
     def workers(self) -> int:
@@ -203,6 +205,11 @@ class EmbeddedDeployment(Deployment):
 
     def log_dirs(self) -> list[Path]:
         return [self.cluster_dir.resolve() / "logs"]
+
+    def class_dumps(self) -> list[tuple[ClassArchive, int]]:
+        if self.cluster is None or self.cluster.spark is None or self.cluster.kafka is None:
+            return []
+        return [*self.cluster.spark.class_dumps(), *self.cluster.kafka.class_dumps()]
 
     def reaper_problem(self) -> str | None:
         return reaper_problem(self.cluster.reaper) if self.cluster is not None else None

@@ -36,6 +36,7 @@ from confluent_kafka import KafkaException
 
 from pgval.errors import RuntimeErrorPlain
 from pgval.files import write_private, write_private_json
+from pgval.host import cds
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
 from pgval.host.procs import Managed, free_port, log_cause, spawn, wait_for_port
 from pgval.kafka.admin import admin_client, min_insync, replication_for
@@ -129,6 +130,8 @@ class _Broker:
     controller_port: int
     dir: Path
     proc: Managed | None = None
+    #: How its JVM shares classes (pgval.host.cds); None: class sharing off.
+    archive: cds.ClassArchive | None = None
 
 
 @dataclass
@@ -293,6 +296,12 @@ class KafkaCluster:
 
     # ---- one broker (the broker-crash fault) -------------------------------------------
 
+    def class_dumps(self) -> list[tuple[cds.ClassArchive, int]]:
+        """The running brokers that record their classes for an archive (pgval.host.cds)."""
+        return [(b.archive, b.proc.pid) for b in self._nodes
+                if b.archive is not None and b.archive.recording and b.proc is not None
+                and b.proc.alive()]
+
     @property
     def node_ids(self) -> list[int]:
         """The brokers' node ids (also their ids in Kafka's metadata)."""
@@ -443,6 +452,8 @@ class KafkaCluster:
 
     def _broker_argv(self, node: _Broker) -> list[str]:
         base = self._jvm_base(node)
+        assert self.jars is not None
+        node.archive = cds.archive("kafka-broker", base[0], self.jars.kafka_classpath)
         return [
             base[0],
             f"-Xmx{self.heap}",
@@ -450,6 +461,7 @@ class KafkaCluster:
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
             "-XX:+ExitOnOutOfMemoryError",
+            *(node.archive.flags() if node.archive is not None else []),
             *base[1:],
             BROKER_MAIN,
             str(node.dir / "server.properties"),

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pgval.errors import RuntimeErrorPlain
-from pgval.host import netns
+from pgval.host import cds, netns
 from pgval.host.procs import (
     Managed,
     free_port,
@@ -281,6 +281,9 @@ class SparkCluster:
         self.pid_dir = self.run_dir / "pids"
         self._java = "java"
         self._prepared = False
+        #: How each kind of this cluster's JVMs shares classes (pgval.host.cds), as last
+        #: started; the executors' is the one :meth:`executor_java_flags` handed out.
+        self._archives: dict[str, cds.ClassArchive] = {}
 
     # ---- addresses -------------------------------------------------------------------------
 
@@ -436,6 +439,10 @@ class SparkCluster:
         if self._secret:
             daemon_conf["spark.authenticate"] = "true"
         conf = " ".join(f"-D{k}={v}" for k, v in daemon_conf.items())
+        kind = "spark-master" if opts_var == "SPARK_MASTER_OPTS" else "spark-worker"
+        found = cds.archive(kind, self._java, [spark_home() / "jars"])
+        if found is not None:
+            self._archives[kind] = found
         env = {
             "SPARK_HOME": str(spark_home()),
             # load-spark-env.sh exports these; the worker's own launcher (building executor
@@ -445,7 +452,7 @@ class SparkCluster:
             "SPARK_CONF_DIR": str(self.spark_dir / "conf"),
             "SPARK_LOG_DIR": str(self.spark_dir / "logs"),
             "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-            "SPARK_DAEMON_JAVA_OPTS": DAEMON_JAVA_OPTS,
+            "SPARK_DAEMON_JAVA_OPTS": f"{DAEMON_JAVA_OPTS} {cds.flags_text(found)}".strip(),
             "SPARK_LOCAL_IP": local_ip,
             "SPARK_LOCAL_HOSTNAME": local_ip,
             "SPARK_PUBLIC_DNS": local_ip,
@@ -486,6 +493,25 @@ class SparkCluster:
         if self.master is None or not self.master.alive():
             raise RuntimeErrorPlain("the Spark master is not running")
         self._spawn_worker(h, *self._worker_launch(h))
+
+    def executor_java_flags(self) -> str:
+        """The executors' class-sharing flags (``spark.executor.extraJavaOptions``, set by
+        the driver): they run this cluster's Spark jars with its Java."""
+        found = cds.archive("spark-executor", self._java, [spark_home() / "jars"])
+        if found is None:
+            return ""
+        self._archives[found.kind] = found
+        return found.flags_text()
+
+    def class_dumps(self) -> list[tuple[cds.ClassArchive, int]]:
+        """This cluster's running JVMs that record their classes (one per kind)."""
+        pids: dict[str, int | None] = {
+            "spark-master": self.master.pid if self.master and self.master.alive() else None,
+            "spark-worker": next((h.pid for h in self.workers if h.alive()), None),
+            "spark-executor": next((p for h in self.workers for p in h.executor_pids()),
+                                   None)}
+        return [(found, pid) for kind, found in self._archives.items()
+                if found.recording and (pid := pids.get(kind)) is not None]
 
     def master_state(self, timeout_s: float = 5.0) -> dict[str, object]:
         """The master's JSON status (``/json/``): workers, aliveworkers, activeapps, ..."""

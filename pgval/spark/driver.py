@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.errors import BadInput, RuntimeErrorPlain
+from pgval.host.cds import ClassArchive
 from pgval.host.procs import Managed, spawn
 from pgval.schema import Guarantee
 
@@ -90,6 +91,10 @@ class DriverSpec:
     #: Crash point during-sink-write: the file that arms the sink's producer hook
     #: (``--sink-trigger``, :mod:`pgval.faults.hooks`); None: no hook.
     sink_trigger: Path | None = None
+    #: Class-data sharing for the driver's JVM (a driver on this host: pgval.host.cds), and
+    #: the executors' flags from the deployment ("" for none).
+    class_sharing: bool = False
+    executor_java_flags: str = ""
 
     def __post_init__(self) -> None:
         if self.sabotage and self.pg != Guarantee.E1:
@@ -127,6 +132,10 @@ class DriverSpec:
             argv += ["--crash-trigger", self._path(self.crash_trigger)]
         if self.sink_trigger is not None:
             argv += ["--sink-trigger", self._path(self.sink_trigger)]
+        if self.class_sharing:
+            argv += ["--class-sharing"]
+        if self.executor_java_flags:
+            argv += [f"--executor-java-flags={self.executor_java_flags}"]
         return argv
 
     def env(self) -> dict[str, str]:
@@ -232,6 +241,18 @@ class DriverProcess:
         if self.spec.control_dir is None:
             raise RuntimeErrorPlain("this driver was started without a control directory")
         return DriverControl(self.spec.control_dir, self.spec.progress_file, alive=self.alive)
+
+    def class_dump(self) -> tuple[ClassArchive, int] | None:
+        """The driver's JVM, when it records its classes for an archive (pgval.host.cds):
+        the newest start's, from its ``started`` line."""
+        if not self.alive():
+            return None
+        started = [r for r in self.progress() if r.get("event") == "started"]
+        info = started[-1].get("class_archive") if started else None
+        if not isinstance(info, dict) or not info.get("recording") or not info.get("jvm_pid"):
+            return None
+        return (ClassArchive("spark-driver", Path(info["path"]), str(info["java"]),
+                             recording=True), int(info["jvm_pid"]))
 
     def _count_started(self) -> int:
         return sum(1 for r in self.progress() if r.get("event") == "started")

@@ -1,0 +1,185 @@
+"""Class-data sharing (AppCDS) for the JVMs pgval starts: Spark's driver, executors, master
+and worker, and the Kafka brokers.
+
+On 2 cores a JVM start is mostly class loading (parsing and verifying Spark's ~15,000
+classes); an archive of the classes a run loaded maps them in ready-made. A PySpark session
+and its first query took 8.6-8.9 s without and 5.4-5.6 s with the driver's archive.
+
+How an archive comes to be: a JVM whose archive is missing starts with
+``-XX:+RecordDynamicDumpInfo``; at the end of that run (after the read-back, during the
+teardown) pgval asks it through ``jcmd PID VM.cds dynamic_dump`` to write the classes it
+has loaded, into a ``.part`` file renamed into place once the dump succeeded. Every later
+JVM of that kind starts with ``-XX:SharedArchiveFile``. So the first run on a machine pays
+the dumps (a few seconds each, once) and no run depends on one: a JVM that finds the
+archive stale (another Java, other jars) ignores it and loads its classes as before
+(``-Xshare:auto``, the default), and the key below changes with the Java and the jars, so
+a fresh archive is recorded. What a JVM does is never changed, only where its classes
+come from. An archive is kept only once a JVM has mapped it (:func:`maps_cleanly`): a
+damaged one would not be ignored but crash every JVM given it. ``PGVAL_CLASS_SHARING=0``
+turns it off (docs/performance.md measures both).
+
+Archives live in ``$PGVAL_CACHE/cds`` (default ``~/.cache/pgval/cds``), 50-150 MB each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pgval.host.procs import file_lock
+
+#: Environment variable that turns class sharing off ("0").
+ENV = "PGVAL_CLASS_SHARING"
+#: The kinds of JVM pgval keeps an archive for (each loads its own set of classes).
+KINDS = ("spark-driver", "spark-executor", "spark-master", "spark-worker", "kafka-broker")
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PGVAL_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "pgval"
+    return base / "cds"
+
+
+def _stamp(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        st = path.stat()
+        return f"{path}:{st.st_size}:{st.st_mtime_ns}"
+    return f"{path}:missing"
+
+
+def _classpath_stamps(classpath: Iterable[Path]) -> list[str]:
+    """Each entry's name, size and time; a directory (Spark's ``jars/``) by its jars."""
+    stamps: list[str] = []
+    for entry in classpath:
+        if entry.is_dir():
+            stamps.extend(_stamp(j) for j in sorted(entry.glob("*.jar")))
+        else:
+            stamps.append(_stamp(entry))
+    return stamps
+
+
+def _real_java(java: str) -> Path:
+    return Path(os.path.realpath(shutil.which(java) or java))
+
+
+def _java_stamps(java: str) -> list[str]:
+    """The real JVM (an archive is refused by any other build of it)."""
+    real = _real_java(java)
+    return [str(real), *(_stamp(lib) for lib in real.parent.parent.glob("lib/server/libjvm.so"))]
+
+
+@dataclass(frozen=True)
+class ClassArchive:
+    """The archive of one kind of JVM for one Java and one classpath; ``recording`` says
+    how the JVM that :meth:`flags` was asked for starts (no archive yet: it records)."""
+
+    kind: str
+    path: Path
+    java: str
+    recording: bool
+
+    def flags(self) -> list[str]:
+        if self.recording:
+            return ["-XX:+RecordDynamicDumpInfo"]
+        return [f"-XX:SharedArchiveFile={self.path}"]
+
+    def flags_text(self) -> str:
+        return " ".join(self.flags())
+
+    def dump(self, pid: int, timeout_s: float = 120.0) -> str:
+        """Write the classes JVM ``pid`` (started with :meth:`flags` while ``recording``)
+        loaded into the archive. Returns what happened, in words; never raises: a run
+        never depends on it."""
+        if not self.recording:
+            return "not recording"
+        jcmd = _real_java(self.java).with_name("jcmd")
+        if not jcmd.is_file():
+            return f"no jcmd beside {self.java}"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.path.parent / f".{self.kind}.lock"):
+            if self.path.is_file():
+                return "already made by another run"
+            part = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:8]}.part")
+            try:
+                out = subprocess.run([str(jcmd), str(pid), "VM.cds", "dynamic_dump",
+                                      str(part)], capture_output=True, text=True,
+                                     timeout=timeout_s, check=False)
+                said = (out.stdout + out.stderr).strip().splitlines()
+                if out.returncode != 0 or not part.is_file() or part.stat().st_size == 0:
+                    return f"the dump failed: {said[-1] if said else out.returncode}"
+                if not maps_cleanly(self.java, part):
+                    return "the dump failed: a JVM could not map the archive it wrote"
+                part.replace(self.path)
+                _prune(self.path.parent, self.kind)
+                return f"dumped ({self.path.stat().st_size >> 20} MiB)"
+            except (OSError, subprocess.SubprocessError) as exc:
+                return f"the dump failed: {exc}"
+            finally:
+                part.unlink(missing_ok=True)
+
+
+#: Archives kept per kind (other Javas, other Spark lines); older ones are removed.
+KEEP_PER_KIND = 3
+
+
+def _prune(folder: Path, kind: str) -> None:
+    """Keep the newest archives of ``kind``: each is 30-130 MB, and jars change with every
+    upgrade. A JVM that maps a removed one keeps its mapping (Linux unlinks lazily)."""
+    with contextlib.suppress(OSError):
+        found = sorted(folder.glob(f"{kind}-*.jsa"), key=lambda p: p.stat().st_mtime,
+                       reverse=True)
+        for old in found[KEEP_PER_KIND:]:
+            old.unlink(missing_ok=True)
+
+
+def maps_cleanly(java: str, path: Path) -> bool:
+    """Does a JVM start with ``path`` as its archive? A damaged archive (a dump cut short,
+    a full disk) does not make a JVM fall back: it dies of SIGBUS while mapping it, so no
+    archive is kept before one ran (~0.2 s)."""
+    with tempfile.TemporaryDirectory(prefix="pgval-cds-") as tmp:
+        try:
+            out = subprocess.run([java, f"-XX:SharedArchiveFile={path}", "-Xshare:auto",
+                                  f"-XX:ErrorFile={tmp}/hs_err.log", "-version"],
+                                 capture_output=True, timeout=60, cwd=tmp, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return out.returncode == 0
+
+
+def archive(kind: str, java: str, classpath: Sequence[Path]) -> ClassArchive | None:
+    """The archive for a JVM of ``kind`` run by ``java`` on ``classpath``; None when class
+    sharing is off."""
+    if not enabled():
+        return None
+    if kind not in KINDS:
+        raise ValueError(f"unknown JVM kind {kind!r}")
+    key = hashlib.sha256("\0".join([kind, *_java_stamps(java),
+                                    *_classpath_stamps(classpath)]).encode()).hexdigest()[:16]
+    path = cache_dir() / f"{kind}-{key}.jsa"
+    return ClassArchive(kind, path, java, recording=not path.is_file())
+
+
+def flags_text(found: ClassArchive | None) -> str:
+    return found.flags_text() if found is not None else ""
+
+
+def dump_all(wanted: Iterable[tuple[ClassArchive, int]]) -> dict[str, str]:
+    """Dump each recording JVM's archive (one per kind), one after the other: each dump
+    is CPU-bound and these 2 cores are shared. Returns what happened per kind."""
+    done: dict[str, str] = {}
+    for found, pid in wanted:
+        if found.recording and found.kind not in done:
+            done[found.kind] = found.dump(pid)
+    return done
