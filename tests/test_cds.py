@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pgval.cluster.local import ClusterConfig, LocalCluster
 from pgval.host import cds
-from pgval.kafka.broker import KafkaCluster
 
 SLEEPER = "public class Sleep { public static void main(String[] a) throws Exception {" \
           " System.out.println(\"up\"); Thread.sleep(120000); } }\n"
@@ -110,18 +110,29 @@ def test_a_damaged_archive_is_never_kept(cache: Path,
 
 
 @pytest.mark.cluster
-def test_a_broker_records_its_classes_and_the_next_broker_maps_them(
+def test_the_clusters_jvms_record_their_classes_and_the_next_cluster_maps_them(
         cache: Path, tmp_path: Path) -> None:
-    with KafkaCluster(tmp_path / "one", brokers=1, sasl=False) as kafka:
-        (found, pid), = kafka.class_dumps()
-        assert found.kind == "kafka-broker" and pid == kafka.node_pid(kafka.node_ids[0])
-        assert "-XX:+RecordDynamicDumpInfo" in Path(f"/proc/{pid}/cmdline").read_text()
-        assert found.dump(pid).startswith("dumped")
-    with KafkaCluster(tmp_path / "two", brokers=1, sasl=False) as kafka:
-        assert kafka.class_dumps() == []  # it maps the archive, records nothing
-        pid = kafka.node_pid(kafka.node_ids[0])
-        assert pid is not None and os.path.exists(f"/proc/{pid}")
-        assert str(found.path) in Path(f"/proc/{pid}/maps").read_text()
+    """The brokers', master's and worker's archives are mapped by the next cluster's JVMs
+    (not only given to them: a JVM silently refuses an archive made with another classpath,
+    as each cluster's own conf folder once made every Spark one be)."""
+    cfg = ClusterConfig(brokers=1, partitions=1, workers=1)
+    with LocalCluster(tmp_path / "one", cfg) as cluster:
+        assert cluster.spark is not None and cluster.kafka is not None
+        wanted = [*cluster.spark.class_dumps(), *cluster.kafka.class_dumps()]
+        assert sorted(found.kind for found, _ in wanted) == [
+            "kafka-broker", "spark-master", "spark-worker"]
+        for _, pid in wanted:
+            assert "-XX:+RecordDynamicDumpInfo" in Path(f"/proc/{pid}/cmdline").read_text()
+        assert all(said.startswith("dumped") for said in cds.dump_all(wanted).values())
+    with LocalCluster(tmp_path / "two", cfg) as cluster:
+        assert cluster.spark is not None and cluster.kafka is not None
+        assert cluster.spark.class_dumps() == cluster.kafka.class_dumps() == []
+        for found, pid in wanted:
+            now = {"kafka-broker": cluster.kafka.node_pid(cluster.kafka.node_ids[0]),
+                   "spark-master": cluster.spark.master.pid if cluster.spark.master else None,
+                   "spark-worker": cluster.spark.workers[0].pid}[found.kind]
+            assert now is not None and now != pid
+            assert str(found.path) in Path(f"/proc/{now}/maps").read_text(), found.kind
 
 
 def test_only_the_newest_archives_of_a_kind_are_kept(tmp_path: Path) -> None:
@@ -133,3 +144,17 @@ def test_only_the_newest_archives_of_a_kind_are_kept(tmp_path: Path) -> None:
     cds._prune(tmp_path, "spark-driver")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "spark-driver-0.jsa", "spark-driver-1.jsa", "spark-driver-2.jsa", "spark-master-9.jsa"]
+
+
+def test_a_cache_others_could_write_is_not_used(cache: Path, tmp_path: Path) -> None:
+    """An archive is code the JVMs run: one another user could swap is never mapped."""
+    cache.mkdir(mode=0o700)
+    assert cds.archive("spark-worker", "java", []) is not None
+    cache.chmod(0o777)
+    assert cds.archive("spark-worker", "java", []) is None
+    cache.chmod(0o700)
+    made = cds.archive("spark-worker", "java", [])
+    assert made is not None
+    made.path.write_bytes(b"x")
+    made.path.chmod(0o666)
+    assert cds.archive("spark-worker", "java", []) is None

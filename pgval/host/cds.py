@@ -52,6 +52,22 @@ def cache_dir() -> Path:
     return base / "cds"
 
 
+def empty_dir(name: str) -> Path | None:
+    """An empty folder that stays where it is (a classpath entry every JVM of a kind
+    shares), private to this user; None when class sharing is off or someone put files
+    there."""
+    if not enabled():
+        return None
+    folder = cache_dir().parent / name
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if any(folder.iterdir()) or not _private(folder):
+            return None
+    except OSError:
+        return None
+    return folder
+
+
 def _stamp(path: Path) -> str:
     with contextlib.suppress(OSError):
         st = path.stat()
@@ -60,10 +76,12 @@ def _stamp(path: Path) -> str:
 
 
 def _classpath_stamps(classpath: Iterable[Path]) -> list[str]:
-    """Each entry's name, size and time; a directory (Spark's ``jars/``) by its jars."""
+    """Each entry's name, size and time; a directory (Spark's ``jars/``) by its name and
+    its jars (the JVM refuses an archive made with another classpath)."""
     stamps: list[str] = []
     for entry in classpath:
         if entry.is_dir():
+            stamps.append(str(entry))
             stamps.extend(_stamp(j) for j in sorted(entry.glob("*.jar")))
         else:
             stamps.append(_stamp(entry))
@@ -107,7 +125,7 @@ class ClassArchive:
         jcmd = _real_java(self.java).with_name("jcmd")
         if not jcmd.is_file():
             return f"no jcmd beside {self.java}"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with file_lock(self.path.parent / f".{self.kind}.lock"):
             if self.path.is_file():
                 return "already made by another run"
@@ -158,16 +176,29 @@ def maps_cleanly(java: str, path: Path) -> bool:
     return out.returncode == 0
 
 
+def _private(path: Path) -> bool:
+    """Ours alone: an archive is code the JVM runs (as root, perhaps), so one that another
+    user could have written or swapped is not used."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return True
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def archive(kind: str, java: str, classpath: Sequence[Path]) -> ClassArchive | None:
     """The archive for a JVM of ``kind`` run by ``java`` on ``classpath``; None when class
-    sharing is off."""
+    sharing is off or the cache is not this user's alone."""
     if not enabled():
         return None
     if kind not in KINDS:
         raise ValueError(f"unknown JVM kind {kind!r}")
     key = hashlib.sha256("\0".join([kind, *_java_stamps(java),
                                     *_classpath_stamps(classpath)]).encode()).hexdigest()[:16]
-    path = cache_dir() / f"{kind}-{key}.jsa"
+    folder = cache_dir()
+    path = folder / f"{kind}-{key}.jsa"
+    if not (_private(folder) and _private(path)):
+        return None
     return ClassArchive(kind, path, java, recording=not path.is_file())
 
 

@@ -439,8 +439,9 @@ class SparkCluster:
         if self._secret:
             daemon_conf["spark.authenticate"] = "true"
         conf = " ".join(f"-D{k}={v}" for k, v in daemon_conf.items())
+        conf = f"{self._owner_mark()} {conf}".strip()
         kind = "spark-master" if opts_var == "SPARK_MASTER_OPTS" else "spark-worker"
-        found = cds.archive(kind, self._java, [spark_home() / "jars"])
+        found = cds.archive(kind, self._java, self._classpath())
         if found is not None:
             self._archives[kind] = found
         env = {
@@ -449,7 +450,7 @@ class SparkCluster:
             # command lines) fails with "Cannot find any build directories" without them.
             "SPARK_SCALA_VERSION": scala_version(),
             "SPARK_ENV_LOADED": "1",
-            "SPARK_CONF_DIR": str(self.spark_dir / "conf"),
+            "SPARK_CONF_DIR": str(self._conf_dir()),
             "SPARK_LOG_DIR": str(self.spark_dir / "logs"),
             "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
             "SPARK_DAEMON_JAVA_OPTS": f"{DAEMON_JAVA_OPTS} {cds.flags_text(found)}".strip(),
@@ -494,14 +495,33 @@ class SparkCluster:
             raise RuntimeErrorPlain("the Spark master is not running")
         self._spawn_worker(h, *self._worker_launch(h))
 
+    def _conf_dir(self) -> Path:
+        """``SPARK_CONF_DIR``: an empty folder (Spark's defaults), first on every daemon's
+        and executor's classpath. With class sharing one folder for every cluster: a class
+        archive holds its JVM's classpath, and one made with another cluster's folder
+        there would be refused (it was, until this: docs/performance.md)."""
+        shared = cds.empty_dir("spark-conf")
+        return shared if shared is not None else self.spark_dir / "conf"
+
+    def _classpath(self) -> list[Path]:
+        """What the daemons' and executors' class archives depend on."""
+        return [self._conf_dir(), spark_home() / "jars"]
+
     def executor_java_flags(self) -> str:
         """The executors' class-sharing flags (``spark.executor.extraJavaOptions``, set by
         the driver): they run this cluster's Spark jars with its Java."""
-        found = cds.archive("spark-executor", self._java, [spark_home() / "jars"])
+        found = cds.archive("spark-executor", self._java, self._classpath())
         if found is None:
-            return ""
+            return self._owner_mark()
         self._archives[found.kind] = found
-        return found.flags_text()
+        return f"{self._owner_mark()} {found.flags_text()}".strip()
+
+    def _owner_mark(self) -> str:
+        """A system property naming the cluster's folder on its JVMs' command lines (its
+        conf folder there no longer does): a leftover is found by it (``pgval cleanup``,
+        the tests' processes_mentioning)."""
+        text = str(self.run_dir)
+        return "" if any(c.isspace() or c in "\"'\\" for c in text) else f"-Dpgval.cluster={text}"
 
     def class_dumps(self) -> list[tuple[cds.ClassArchive, int]]:
         """This cluster's running JVMs that record their classes (one per kind)."""
