@@ -670,7 +670,8 @@ class Experiment:
             if own is not None:
                 wanted.insert(0, own)
             if wanted:
-                self.manifest.config["class_archives"] = cds.dump_all(wanted)
+                self.manifest.config["class_archives"] = cds.dump_all(
+                    wanted, stop=signals.pending)
                 self.timings["class_dump_s"] = time.monotonic() - t0
         except Exception as exc:
             self.manifest.config["class_archives"] = {"error": str(exc)}

@@ -97,15 +97,20 @@ def test_a_recording_jvm_is_dumped_and_the_next_one_maps_it(
 def test_a_damaged_archive_is_never_kept(cache: Path,
                                          sleeper: tuple[Path, list[subprocess.Popen[bytes]]],
                                          tmp_path: Path) -> None:
-    """A truncated archive kills the JVM given it (SIGBUS), so one must never be kept."""
+    """A truncated archive kills the JVM given it (SIGBUS) and a changed byte is mapped as
+    it is, so neither may ever be kept."""
     source, procs = sleeper
     found = cds.archive("kafka-broker", "java", [source])
     assert found is not None
     found.dump(start(procs, found.flags(), source).pid)
     assert cds.maps_cleanly("java", found.path)
-    cut = tmp_path / "cut.jsa"
-    cut.write_bytes(found.path.read_bytes()[: found.path.stat().st_size // 3])
-    assert not cds.maps_cleanly("java", cut)
+    whole = found.path.read_bytes()
+    mid = len(whole) // 2
+    flipped = whole[:mid] + bytes([whole[mid] ^ 0xFF]) + whole[mid + 1:]
+    for name, damaged in [("third", whole[: len(whole) // 3]), ("end", whole[:-4096]),
+                          ("flipped", flipped)]:
+        (tmp_path / f"{name}.jsa").write_bytes(damaged)
+        assert not cds.maps_cleanly("java", tmp_path / f"{name}.jsa"), name
     assert list(tmp_path.glob("hs_err*")) == []
 
 
@@ -158,3 +163,18 @@ def test_a_cache_others_could_write_is_not_used(cache: Path, tmp_path: Path) -> 
     made.path.write_bytes(b"x")
     made.path.chmod(0o666)
     assert cds.archive("spark-worker", "java", []) is None
+
+
+def test_a_cache_path_a_jvm_option_cannot_carry_is_not_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark splits JVM option strings at whitespace and Java reads ``:`` as two archives."""
+    monkeypatch.setenv(cds.ENV, "1")
+    for name in ("with space", "with:colon", 'with"quote'):
+        monkeypatch.setattr(cds, "cache_dir", lambda name=name: tmp_path / name)
+        assert cds.archive("spark-master", "java", []) is None, name
+
+
+def test_dumps_wait_for_a_later_run_once_a_signal_is_pending(cache: Path) -> None:
+    found = cds.ClassArchive("spark-master", cache / "m.jsa", "java", recording=True)
+    said = cds.dump_all([(found, os.getpid())], stop=lambda: True)
+    assert said == {"spark-master": "left for a later run"} and not found.path.exists()

@@ -561,6 +561,8 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     archive = driver_class_archive(args)
     args.driver_java_flags = archive.flags_text() if archive is not None else ""
     conf = spark_conf(args, jars)
+    if archive is not None and archive.flags_text() not in conf["spark.driver.extraJavaOptions"]:
+        archive = None  # the user's extraJavaOptions replaced pgval's: nothing to dump
     start_jvm(conf)
     spark = SparkSession.builder.getOrCreate()  # the JVM's conf: every setting given above
     spark.sparkContext.setLogLevel(args.log_level)

@@ -14,8 +14,9 @@ the dumps (a few seconds each, once) and no run depends on one: a JVM that finds
 archive stale (another Java, other jars) ignores it and loads its classes as before
 (``-Xshare:auto``, the default), and the key below changes with the Java and the jars, so
 a fresh archive is recorded. What a JVM does is never changed, only where its classes
-come from. An archive is kept only once a JVM has mapped it (:func:`maps_cleanly`): a
-damaged one would not be ignored but crash every JVM given it. ``PGVAL_CLASS_SHARING=0``
+come from. An archive is kept only once a JVM has mapped it checking its checksums
+(:func:`maps_cleanly`): a damaged one would not be ignored but crash (or mislead) every
+JVM given it. ``PGVAL_CLASS_SHARING=0``
 turns it off (docs/performance.md measures both).
 
 Archives live in ``$PGVAL_CACHE/cds`` (default ``~/.cache/pgval/cds``), 50-150 MB each.
@@ -29,8 +30,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +94,7 @@ def _real_java(java: str) -> Path:
     return Path(os.path.realpath(shutil.which(java) or java))
 
 
-def _java_stamps(java: str) -> list[str]:
+def java_stamps(java: str) -> list[str]:
     """The real JVM (an archive is refused by any other build of it)."""
     real = _real_java(java)
     return [str(real), *(_stamp(lib) for lib in real.parent.parent.glob("lib/server/libjvm.so"))]
@@ -116,7 +118,7 @@ class ClassArchive:
     def flags_text(self) -> str:
         return " ".join(self.flags())
 
-    def dump(self, pid: int, timeout_s: float = 120.0) -> str:
+    def dump(self, pid: int, timeout_s: float = 60.0) -> str:
         """Write the classes JVM ``pid`` (started with :meth:`flags` while ``recording``)
         loaded into the archive. Returns what happened, in words; never raises: a run
         never depends on it."""
@@ -125,12 +127,13 @@ class ClassArchive:
         jcmd = _real_java(self.java).with_name("jcmd")
         if not jcmd.is_file():
             return f"no jcmd beside {self.java}"
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with file_lock(self.path.parent / f".{self.kind}.lock"):
-            if self.path.is_file():
-                return "already made by another run"
-            part = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:8]}.part")
-            try:
+        part = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:8]}.part")
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with file_lock(self.path.parent / f".{self.kind}.lock"):
+                if self.path.is_file():
+                    return "already made by another run"
+                _remove_stale_parts(self.path.parent)
                 out = subprocess.run([str(jcmd), str(pid), "VM.cds", "dynamic_dump",
                                       str(part)], capture_output=True, text=True,
                                      timeout=timeout_s, check=False)
@@ -142,10 +145,19 @@ class ClassArchive:
                 part.replace(self.path)
                 _prune(self.path.parent, self.kind)
                 return f"dumped ({self.path.stat().st_size >> 20} MiB)"
-            except (OSError, subprocess.SubprocessError) as exc:
-                return f"the dump failed: {exc}"
-            finally:
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"the dump failed: {exc}"
+        finally:
+            with contextlib.suppress(OSError):
                 part.unlink(missing_ok=True)
+
+
+def _remove_stale_parts(folder: Path, older_than_s: float = 3600.0) -> None:
+    """A ``.part`` a timed-out ``jcmd``'s JVM finished writing after pgval gave up."""
+    for old in folder.glob("*.part"):
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > older_than_s:
+                old.unlink()
 
 
 #: Archives kept per kind (other Javas, other Spark lines); older ones are removed.
@@ -163,17 +175,21 @@ def _prune(folder: Path, kind: str) -> None:
 
 
 def maps_cleanly(java: str, path: Path) -> bool:
-    """Does a JVM start with ``path`` as its archive? A damaged archive (a dump cut short,
-    a full disk) does not make a JVM fall back: it dies of SIGBUS while mapping it, so no
-    archive is kept before one ran (~0.2 s)."""
+    """Is ``path`` whole? A damaged archive does not make a JVM fall back: one cut short
+    kills it with SIGBUS while mapping, and a changed byte is mapped as it is (a JVM checks
+    checksums only when asked). So no archive is kept before a JVM mapped it checking
+    every region's checksum (~0.3 s; this JVM's classpath is not the recording one's, so
+    it stops using the archive after that check, which is all this needs)."""
     with tempfile.TemporaryDirectory(prefix="pgval-cds-") as tmp:
         try:
             out = subprocess.run([java, f"-XX:SharedArchiveFile={path}", "-Xshare:auto",
+                                  "-XX:+VerifySharedSpaces", "-Xlog:cds=info",
                                   f"-XX:ErrorFile={tmp}/hs_err.log", "-version"],
-                                 capture_output=True, timeout=60, cwd=tmp, check=False)
+                                 capture_output=True, text=True, timeout=60, cwd=tmp,
+                                 check=False)
         except (OSError, subprocess.SubprocessError):
             return False
-    return out.returncode == 0
+    return out.returncode == 0 and "Checksum verification failed" not in out.stdout + out.stderr
 
 
 def _private(path: Path) -> bool:
@@ -183,7 +199,15 @@ def _private(path: Path) -> bool:
         st = path.stat()
     except FileNotFoundError:
         return True
+    except OSError:
+        return False
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _carried(path: Path) -> bool:
+    """Can ``path`` travel in a JVM option string? Spark splits those at whitespace and
+    reads quotes, and Java reads ``:`` in SharedArchiveFile as two archives."""
+    return not any(c.isspace() or c in "\"'\\" + os.pathsep for c in str(path))
 
 
 def archive(kind: str, java: str, classpath: Sequence[Path]) -> ClassArchive | None:
@@ -193,11 +217,11 @@ def archive(kind: str, java: str, classpath: Sequence[Path]) -> ClassArchive | N
         return None
     if kind not in KINDS:
         raise ValueError(f"unknown JVM kind {kind!r}")
-    key = hashlib.sha256("\0".join([kind, *_java_stamps(java),
+    key = hashlib.sha256("\0".join([kind, *java_stamps(java),
                                     *_classpath_stamps(classpath)]).encode()).hexdigest()[:16]
     folder = cache_dir()
     path = folder / f"{kind}-{key}.jsa"
-    if not (_private(folder) and _private(path)):
+    if not (_carried(path) and _private(folder) and _private(path)):
         return None
     return ClassArchive(kind, path, java, recording=not path.is_file())
 
@@ -206,11 +230,19 @@ def flags_text(found: ClassArchive | None) -> str:
     return found.flags_text() if found is not None else ""
 
 
-def dump_all(wanted: Iterable[tuple[ClassArchive, int]]) -> dict[str, str]:
+def dump_all(wanted: Iterable[tuple[ClassArchive, int]], budget_s: float = 90.0,
+             stop: Callable[[], bool] = lambda: False) -> dict[str, str]:
     """Dump each recording JVM's archive (one per kind), one after the other: each dump
-    is CPU-bound and these 2 cores are shared. Returns what happened per kind."""
+    is CPU-bound and these 2 cores are shared. Past ``budget_s`` or once ``stop()`` (a
+    signal waiting for the teardown), the rest waits for a later run. Returns what
+    happened per kind."""
     done: dict[str, str] = {}
+    t0 = time.monotonic()
     for found, pid in wanted:
-        if found.recording and found.kind not in done:
-            done[found.kind] = found.dump(pid)
+        if not found.recording or found.kind in done:
+            continue
+        if stop() or time.monotonic() - t0 > budget_s:
+            done[found.kind] = "left for a later run"
+            continue
+        done[found.kind] = found.dump(pid, timeout_s=max(10.0, budget_s))
     return done

@@ -47,6 +47,11 @@ def _on_signal(signum: int, _frame: Any) -> None:
     raise Interrupted(signum)
 
 
+def pending() -> bool:
+    """Was a signal noted during a shielded block (work that can wait should stop)?"""
+    return _State.pending is not None
+
+
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """INT/TERM/HUP raise :class:`Interrupted` inside the block (main thread only;

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from pgval.errors import RuntimeErrorPlain
+from pgval.host import cds
 from pgval.host.jars import default_cache_dir, ensure_jars, java_executable
 from pgval.host.javac import build_jar
 from pgval.kafka.client import java_client_options
@@ -131,12 +132,7 @@ def java_settings(conf: Mapping[str, object]) -> dict[str, str]:
 def _archive_path(java: str, jar: Path) -> Path:
     """The class archive of ``jar`` with this JVM (a JVM refuses an archive made by
     another, and it would never be rebuilt): keyed by the real java and its libjvm."""
-    real = Path(os.path.realpath(java))
-    stamp = [str(real)]
-    for lib in real.parent.parent.glob("lib/server/libjvm.so"):
-        st = lib.stat()
-        stamp.append(f"{st.st_size}:{st.st_mtime_ns}")
-    key = hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\0".join(cds.java_stamps(java)).encode()).hexdigest()[:12]
     return jar.with_name(f"{jar.stem}-{key}.jsa")
 
 
@@ -310,7 +306,8 @@ def read_tasks_jvm(conf: Mapping[str, object], tasks: Sequence[Task], timeout_s:
                 proc.wait()
             if archive is not None:
                 with contextlib.suppress(OSError):
-                    if proc is not None and proc.returncode == 0 and archive.is_file():
+                    if (proc is not None and proc.returncode == 0 and archive.is_file()
+                            and cds.maps_cleanly(java, archive)):
                         archive.replace(_archive_path(java, jar))
                     archive.unlink(missing_ok=True)
     for topic in topics:

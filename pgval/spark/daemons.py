@@ -441,7 +441,7 @@ class SparkCluster:
         conf = " ".join(f"-D{k}={v}" for k, v in daemon_conf.items())
         conf = f"{self._owner_mark()} {conf}".strip()
         kind = "spark-master" if opts_var == "SPARK_MASTER_OPTS" else "spark-worker"
-        found = cds.archive(kind, self._java, self._classpath())
+        found = self._archive(kind)
         if found is not None:
             self._archives[kind] = found
         env = {
@@ -503,14 +503,18 @@ class SparkCluster:
         shared = cds.empty_dir("spark-conf")
         return shared if shared is not None else self.spark_dir / "conf"
 
-    def _classpath(self) -> list[Path]:
-        """What the daemons' and executors' class archives depend on."""
-        return [self._conf_dir(), spark_home() / "jars"]
+    def _archive(self, kind: str) -> cds.ClassArchive | None:
+        """The class archive of this cluster's JVMs of ``kind``: none without the shared
+        conf folder (each cluster's own would make every run record one never used)."""
+        conf = self._conf_dir()
+        if conf == self.spark_dir / "conf":
+            return None
+        return cds.archive(kind, self._java, [conf, spark_home() / "jars"])
 
     def executor_java_flags(self) -> str:
         """The executors' class-sharing flags (``spark.executor.extraJavaOptions``, set by
         the driver): they run this cluster's Spark jars with its Java."""
-        found = cds.archive("spark-executor", self._java, self._classpath())
+        found = self._archive("spark-executor")
         if found is None:
             return self._owner_mark()
         self._archives[found.kind] = found
@@ -520,7 +524,7 @@ class SparkCluster:
         """A system property naming the cluster's folder on its JVMs' command lines (its
         conf folder there no longer does): a leftover is found by it (``pgval cleanup``,
         the tests' processes_mentioning)."""
-        text = str(self.run_dir)
+        text = str(self.spark_dir)
         return "" if any(c.isspace() or c in "\"'\\" for c in text) else f"-Dpgval.cluster={text}"
 
     def class_dumps(self) -> list[tuple[cds.ClassArchive, int]]:
