@@ -79,6 +79,7 @@ def test_a_recording_jvm_is_dumped_and_the_next_one_maps_it(
     assert cds.dump_all([(found, recorder.pid)]) == {
         "spark-driver": f"dumped ({found.path.stat().st_size >> 20} MiB)"}
     assert list(cache.glob("*.part")) == []
+    assert not Path(f"/tmp/.java_pid{recorder.pid}").exists()  # jcmd's socket: gone
 
     again = cds.archive("spark-driver", "java", [source])
     assert again is not None and not again.recording

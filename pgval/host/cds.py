@@ -150,6 +150,9 @@ class ClassArchive:
         finally:
             with contextlib.suppress(OSError):
                 part.unlink(missing_ok=True)
+            # jcmd's socket into the JVM: it would outlive a JVM that is SIGKILLed.
+            with contextlib.suppress(OSError):
+                Path(f"/tmp/.java_pid{pid}").unlink(missing_ok=True)
 
 
 def _remove_stale_parts(folder: Path, older_than_s: float = 3600.0) -> None:
