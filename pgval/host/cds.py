@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pgval.host.jars import default_cache_dir
 from pgval.host.procs import file_lock
 
 #: Environment variable that turns class sharing off ("0").
@@ -49,9 +50,8 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("PGVAL_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "pgval"
-    return base / "cds"
+    """``$PGVAL_CACHE/cds``, beside the jar cache."""
+    return default_cache_dir().parent / "cds"
 
 
 def empty_dir(name: str) -> Path | None:
