@@ -251,6 +251,7 @@ class CompositeFault:
         self._threads: list[threading.Thread] = []
         self._t2_ms: int | None = None
         self._t3_ms: int | None = None
+        self._intended: dict[str, int] = {}
         self._restore = True
         self._effective: dict[tuple[str, int], int] = {}
 
@@ -258,6 +259,13 @@ class CompositeFault:
         """Where the parts' steps go: the run's fault log (:class:`pgval.run.schedule.
         FaultSchedule` binds its own), so they are evidence like the schedule's."""
         self._log = log
+
+    def intend(self, step: str, intended_ms: int) -> None:
+        """The schedule's own time for ``step`` (T2 for inject, T3 for remove): the parts
+        are timed from the intended T2, not from when the inject step began. On a loaded
+        host that step begins late (0.8 s seen in CI), and parts timed from it ended that
+        much late: a part due to end 0.1 s before T3 was cut by T3 instead."""
+        self._intended[step] = intended_ms
 
     # -- the parts' steps ----------------------------------------------------------------
     def _step(self, kind: str, i: int, intended_ms: int, restore: bool = True) -> None:
@@ -302,11 +310,12 @@ class CompositeFault:
                 return
         else:
             self._stop.wait()
-        self._step("remove", i, self._t3_ms or now_ms(), restore=self._restore)
+        self._step("remove", i, self._intended.get("remove", self._t3_ms or now_ms()),
+                   restore=self._restore)
 
     def inject(self) -> dict[str, Any]:
         """Start every part's thread; return once the parts due at 0 have acted."""
-        self._t2_ms = now_ms()
+        self._t2_ms = self._intended.get("inject", now_ms())
         self._threads = [threading.Thread(target=self._life, args=(i,), daemon=True,
                                           name=f"pgval-schedule-part-{i}")
                          for i in range(len(self.parts))]

@@ -34,7 +34,7 @@ from pgval.faults.composite import (
 )
 from pgval.faults.evidence import fault_reasons
 from pgval.faults.timeouts import profile_for
-from pgval.run.schedule import FaultSchedule
+from pgval.run.schedule import FaultSchedule, now_ms
 from pgval.schema import Fault
 
 
@@ -154,10 +154,10 @@ def test_the_timeline_injects_and_removes_each_part_at_its_time() -> None:
     composite = CompositeFault(parts, phase_s=6)
     schedule = FaultSchedule(composite)
     t0 = time.monotonic()
-    schedule.step("inject", 0)
+    schedule.step("inject", now_ms())
     assert [(n, s) for n, s, _ in calls] == [("a", "inject")]  # at 0: in the caller
     time.sleep(0.8)
-    schedule.step("remove", 0)
+    schedule.step("remove", now_ms())
     order = [(n, s, round(t - t0, 1)) for n, s, t in calls]
     assert [o[:2] for o in order] == [("a", "inject"), ("b", "inject"), ("a", "remove"),
                                       ("b", "remove")]
@@ -171,13 +171,33 @@ def test_the_timeline_injects_and_removes_each_part_at_its_time() -> None:
     assert any("never injected" in r for r in reasons), reasons
 
 
+def test_parts_are_timed_from_the_intended_t2_not_a_late_inject() -> None:
+    """On a loaded host the inject step begins late (0.8 s in CI): the parts still keep the
+    schedule's times. Timed from the late start, a part due to end just before T3 ran past
+    it and was cut by T3 (CI's random schedule: 5.07 s instead of 5.6 s)."""
+    calls: list[tuple[str, str, float]] = []
+    parts = [(ScheduledFault(Fault.CRASH, 0.4, 0.3, 0), Recorder("timed", calls)),
+             (ScheduledFault(Fault.CRASH, 0.0, None, 1), Recorder("to-t3", calls))]
+    schedule = FaultSchedule(CompositeFault(parts, phase_s=1.5))
+    t2 = now_ms() - 300  # the step begins 0.3 s after T2
+    schedule.step("inject", t2)
+    time.sleep(1.0)
+    schedule.step("remove", t2 + 1500)
+    log = {(e["step"], e.get("part")): e for e in schedule.log}
+    assert log[("part-inject", 0)]["intended_ms"] == t2 + 400
+    assert log[("part-remove", 0)]["intended_ms"] == t2 + 700
+    assert log[("part-remove", 0)]["actual_ms"] < log[("remove", None)]["actual_ms"]
+    assert (log[("part-inject", 1)]["intended_ms"], log[("part-remove", 1)]["intended_ms"]) == (
+        t2, t2 + 1500)
+
+
 def test_a_part_that_fails_is_judged_and_the_others_still_run() -> None:
     calls: list[tuple[str, str, float]] = []
     parts = [(ScheduledFault(Fault.CRASH, 0.0, None, 0), Recorder("bad", calls, fail=True)),
              (ScheduledFault(Fault.CRASH, 0.0, None, 1), Recorder("ok", calls))]
     schedule = FaultSchedule(CompositeFault(parts, phase_s=6))
-    schedule.step("inject", 0)
-    schedule.step("remove", 0)
+    schedule.step("inject", now_ms())
+    schedule.step("remove", now_ms())
     assert ("ok", "remove") in [(n, s) for n, s, _ in calls]
     reasons = [r.text for r in fault_reasons(Fault.SCHEDULE, schedule.log)]
     assert any(r.startswith("part 0: injecting crash failed: no such worker") for r in reasons)
@@ -212,10 +232,10 @@ def test_parts_due_together_do_not_wait_for_each_other() -> None:
     parts = [(ScheduledFault(Fault.BROKER_CRASH), Slow("slow", calls)),
              (ScheduledFault(Fault.CRASH, target=0), Recorder("fast", calls))]
     schedule = FaultSchedule(CompositeFault(parts, phase_s=6))
-    schedule.step("inject", 0)
+    schedule.step("inject", now_ms())
     starts = {n: t for n, s, t in calls if s == "inject"}
     assert abs(starts["slow"] - starts["fast"]) < 0.2, starts
-    schedule.step("remove", 0)
+    schedule.step("remove", now_ms())
 
 
 CHILD = """
@@ -256,8 +276,8 @@ def test_what_a_part_starts_lives_until_the_part_is_removed() -> None:
     parts = [(ScheduledFault(Fault.PARTITION), Spawner()),
              (ScheduledFault(Fault.PARTITION, at_s=0.2, target=1), Spawner())]
     schedule = FaultSchedule(CompositeFault(parts, phase_s=6))
-    schedule.step("inject", 0)
+    schedule.step("inject", now_ms())
     time.sleep(0.8)
-    schedule.step("remove", 0)
+    schedule.step("remove", now_ms())
     removed = [e for e in schedule.log if e["step"] == "part-remove"]
     assert [e["alive_at_removal"] for e in removed] == [True, True], removed

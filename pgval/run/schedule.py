@@ -60,6 +60,9 @@ class FaultSchedule:
         if not restore:
             entry["teardown"] = True
         self.log.append(entry)
+        intend = getattr(self.fault, "intend", None)
+        if callable(intend):  # a schedule times its parts from T2 as intended, not as begun
+            intend(step, intended_ms)
         try:
             detail = (self.fault.inject() if step == "inject"
                       else self.fault.remove(restore=restore))
