@@ -32,8 +32,8 @@ from tests.test_redact import MARK, assert_private_run, files_holding
 pytestmark = pytest.mark.cluster
 
 RUN_SHAPE = ["--topology", "sst", "--rate", "400", "--resources", "4", "--phase-seconds", "15",
-             "--warmup-seconds", "10", "--window-ms", "2000", "--watermark-ms", "1000",
-             "--trigger-ms", "500", "--partitions", "2", "--json"]
+             "--warmup-seconds", "10", "--warmup-max-seconds", "12", "--window-ms", "2000",
+             "--watermark-ms", "1000", "--trigger-ms", "500", "--partitions", "2", "--json"]
 
 
 def pgval(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -178,6 +178,7 @@ def test_a_warm_matrix_shares_one_cluster_and_runs_do_not_see_each_other(
     # Two workers, as in test_faults_cluster: with one, a crash leaves the failure phase
     # without outputs (correctly) and the run is unknown.
     base = ExperimentConfig(rate=400, resources=4, phase_seconds=15, warmup_seconds=10,
+                            warmup_max_seconds=12,
                             window_ms=2000, watermark_ms=1000, trigger_ms=500,
                             cluster=ClusterConfig(brokers=1, partitions=2, workers=2))
     grid = cells(["sst"], ["a1"], ["none", "crash"], 1)
