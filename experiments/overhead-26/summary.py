@@ -26,6 +26,12 @@ def main(path: Path) -> None:
     print("| **wall − 3 phases** (the issue's overhead) | " + " | ".join(
         f"**{r['wall_s'] - 3 * r['phase_s']:.0f} s**" for r in runs) + " |")
     print("| verdict | " + " | ".join(str(r["guarantee"]) for r in runs) + " |")
+    if any("p50_s" in r for r in runs):  # how warm control was: its p50 against recovery's
+        print("| latency p50 control / recovery | " + " | ".join(
+            "{} / {}".format(*(f"{v:.1f} s" if isinstance(v, (int, float)) else "–"
+                               for v in (r.get("p50_s", {}).get("control"),
+                                         r.get("p50_s", {}).get("recovery"))))
+            for r in runs) + " |")
 
 
 if __name__ == "__main__":
