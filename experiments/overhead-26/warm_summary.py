@@ -1,4 +1,6 @@
-"""The warm-cell table of docs/performance.md ("A warm cluster") from warm.sh's databases."""
+"""The warm-cell tables of docs/performance.md ("A warm cluster") from the databases of
+warm.sh (by default) or warm_priming.sh (given as arguments: one column per run, headed by
+its database's name)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,10 @@ ROWS = [("cluster start", "cluster_start_s"), ("driver start", "driver_start_s")
                                          "teardown_s")]
 
 
-def cells(here: Path) -> list[tuple[str, dict, str | None]]:
-    """(head, timings, guarantee) per run of both databases, sharing off first."""
+def cells(dbs: list[tuple[str, Path]]) -> list[tuple[str, dict, str | None]]:
+    """(head, timings, guarantee) per complete run of each (label, database), in order."""
     out = []
-    for sharing in ("0", "1"):
-        db = here / f"warm-sharing-{sharing}.db"
+    for label, db in dbs:
         if not db.exists():
             continue
         with sqlite3.connect(db) as con:
@@ -26,13 +27,12 @@ def cells(here: Path) -> list[tuple[str, dict, str | None]]:
                     "select fault, summary, guarantee from runs where status = 'complete' "
                     "order by id"):
                 timings = json.loads(summary or "{}").get("timings", {})
-                out.append((f"{fault}, sharing {'on' if sharing == '1' else 'off'}",
-                            timings, guarantee))
+                out.append((f"{fault}, {label}", timings, guarantee))
     return out
 
 
-def main(here: Path) -> None:
-    runs = cells(here)
+def main(dbs: list[tuple[str, Path]]) -> None:
+    runs = cells(dbs)
     print("| | " + " | ".join(h for h, _, _ in runs) + " |")
     print("|---|" + "---:|" * len(runs))
     for name, key in ROWS:
@@ -47,4 +47,7 @@ def main(here: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent)
+    here = Path(__file__).parent
+    main([(Path(a).stem.removeprefix("warm-"), Path(a)) for a in sys.argv[1:]] or
+         [(f"sharing {word}", here / f"warm-sharing-{flag}.db")
+          for flag, word in (("0", "off"), ("1", "on"))])
