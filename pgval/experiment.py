@@ -53,6 +53,7 @@ from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.faults.network import log_sizes, timeouts_fired
 from pgval.host import cds, registry, signals, undo
 from pgval.host.jars import ensure_delta_jars
+from pgval.host.machine import describe_machine
 from pgval.recheck import evaluate_run
 from pgval.redact import private_dir, private_umask
 from pgval.run.control import LATE_ID_BASE, ControlEvents
@@ -235,7 +236,9 @@ class Experiment:
             extra = {"timings": self.timings, "generator": result.generator,
                      "readback": result.readback, "fault_log": self.fault_log,
                      "phase_bounds_ms": self.phase_bounds, "warmup": self.warmup,
-                     "cluster": self._describe_deployment(), "run_dir": str(self.run_dir)}
+                     "cluster": self._describe_deployment(), "run_dir": str(self.run_dir),
+                     # Timings are the machine's too: a report says when runs' machines differ.
+                     "machine": describe_machine()}
             try:
                 store.finish_run(run_id, result.evaluation, extra=extra, validity=validity,
                                  run_dir=self.run_dir, batches=result.batches,

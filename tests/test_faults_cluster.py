@@ -5,7 +5,9 @@ claimed (e1 must not duplicate)."""
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import Experiment, ExperimentResult
+from pgval.host.machine import describe_machine
 from tests.conftest import processes_mentioning, shared_cluster, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -57,6 +60,9 @@ def run(warm: WarmDeployments | None, tmp_path: Path, topology: str, pg: str, fa
                         deployment=warm.for_run(cfg) if warm is not None else None).run()
     check_consistent(result)
     check_timeline(result, cfg)
+    with sqlite3.connect(tmp_path / "r.db") as con:  # the run names the machine it ran on
+        (summary,) = con.execute("select summary from runs").fetchone()
+    assert json.loads(summary)["machine"] == describe_machine()
     check_nothing_left(tmp_path / "run")
     print(fault, topology, pg, {k: result.summary()[k] for k in (
         "expected", "processed", "duplicate", "incorrect", "unprocessed", "guarantee")},

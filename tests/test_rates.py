@@ -37,6 +37,7 @@ from pgval.datasets import (
     generate_range,
 )
 from pgval.errors import RuntimeErrorPlain
+from pgval.host.machine import describe_machine
 from pgval.kafka.admin import create_topics
 from pgval.kafka.broker import KafkaCluster
 from pgval.kafka.reader import _Columns, merge_ranges, read_topic, read_topics, split_tasks
@@ -343,6 +344,7 @@ def test_every_bench_prints_its_figures_as_json(tmp_path: Path) -> None:
     figures = json.loads(offline.stdout)
     assert figures["events"] == 20000 and figures["events_per_s"] > 0
     assert set(figures["stages_s"]) == set(figures["cpu_s"])
+    assert figures["machine"] == describe_machine()  # numbers name the machine they measured
 
 
 @FAST

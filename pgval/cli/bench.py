@@ -29,6 +29,14 @@ def _figures(result: Any, **derived: Any) -> dict[str, Any]:
     return {**dataclasses.asdict(result), **derived}
 
 
+def _print_figures(figures: dict[str, Any]) -> None:
+    """The JSON of a benchmark, with the machine it measured (numbers from two machines do
+    not compare: pgval.host.machine)."""
+    from pgval.host.machine import describe_machine
+
+    print_json({**figures, "machine": describe_machine()})
+
+
 @bench.command("offline")
 @click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True,
               help="Input events in the synthetic files.")
@@ -45,7 +53,7 @@ def bench_offline(events: int, workdir: Path, as_json: bool) -> None:
     with err_console.status(f"preparing and timing {events:,} events…"):
         result = run_offline_bench(workdir, events)
     if as_json:
-        print_json(_figures(result, total_s=result.total_s, events_per_s=result.events_per_s))
+        _print_figures(_figures(result, total_s=result.total_s, events_per_s=result.events_per_s))
         return
     table = Table(title=f"offline path, {result.events:,} events, {result.outputs:,} outputs, "
                         f"{result.file_mb:,.0f} MB of JSON lines")
@@ -118,7 +126,7 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
                         options, repeat, say=_say_err if as_json else _say)
     bad = [k for k, r in enumerate(results, 1) if not r.ok]
     if as_json:
-        print_json({"runs": [_figures(r, acked_per_s=r.acked_per_s,
+        _print_figures({"runs": [_figures(r, acked_per_s=r.acked_per_s,
                                       handover_per_s=r.handover_per_s, ok=r.ok)
                              for r in results]})
         if bad:
@@ -171,7 +179,7 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
                        partitions=partitions, workers=workers, say=_say_err if as_json else _say,
                        readers=readers or ("auto",))
     if as_json:
-        print_json(_figures(result, workers=workers, total_s=result.total_s,
+        _print_figures(_figures(result, workers=workers, total_s=result.total_s,
                             per_s={stage: result.per_s(stage) for stage in result.stages_s},
                             total_per_s=result.per_s()))
         return
@@ -215,7 +223,7 @@ def bench_report(db: Path, workdir: Path, as_json: bool) -> None:
     with err_console.status("drawing the report's plots, cold then warm…") as status:
         result = run_report_bench(db, workdir, progress=lambda line: status.update(line))
     if as_json:
-        print_json(result)
+        _print_figures(result)
         return
     from rich.table import Table
 

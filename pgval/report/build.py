@@ -36,6 +36,7 @@ from pgval.report.formats import (
     render_markdown,
     render_terminal,
 )
+from pgval.report.machines import machines_note
 from pgval.report.tables import build_tables
 
 
@@ -98,6 +99,9 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
               + (f" and {trials} OIR trial{'s' if trials != 1 else ''}" if trials else "")
               + f" from {db_name} ({selection.describe()}); mean ± sample stdev over "
               f"repetitions, n = runs; generated {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    machines = machines_note(loaded)
+    if machines:
+        header += f"; {machines}"
     if left_out:
         header += (f"; {left_out} unknown run{'s' if left_out != 1 else ''} left out "
                    "(use --include-unknown)")

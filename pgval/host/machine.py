@@ -1,0 +1,70 @@
+"""The machine a run was made on, kept with the run.
+
+Timings are the machine's as much as Spark's: the same warm matrix cell, same code, cost
+25.4–25.7 s on one 2-core machine and 20.0–22.8 s on a new one of the same size
+(docs/performance.md, "A warm cluster"). So every stored run says where it ran, and a report
+whose runs come from more than one machine says so: their numbers do not compare like for
+like. The machine is named by its boot (the kernel's boot id, hashed): a machine id may be
+baked into an image that many machines share, and a reboot may land on other hardware.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from pgval.host.identity import boot_id
+
+
+def _cpu_model(cpuinfo: Path) -> str:
+    """The first ``model name`` of /proc/cpuinfo ("" when the file has none)."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model", "cpu model"):
+            return " ".join(value.split())
+    return ""
+
+
+def _memory_gib(meminfo: Path) -> float | None:
+    """MemTotal of /proc/meminfo in GiB, one decimal (None when unreadable)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024**2, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cores() -> int:
+    """The cores this process may run on (a cgroup or taskset may give fewer than exist)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 0
+
+
+def describe_machine(proc: Path = Path("/proc"), boot: str | None = None) -> dict[str, Any]:
+    """``{"boot", "cpu", "cores", "memory_gib", "kernel"}`` of this machine; ``boot`` is a
+    12-hex-digit hash of the boot id ("" when the kernel gives none)."""
+    raw = boot_id() if boot is None else boot
+    return {"boot": hashlib.sha256(raw.encode()).hexdigest()[:12] if raw else "",
+            "cpu": _cpu_model(proc / "cpuinfo"), "cores": _cores(),
+            "memory_gib": _memory_gib(proc / "meminfo"), "kernel": os.uname().release}
+
+
+def machine_label(machine: dict[str, Any]) -> str:
+    """One line for a machine: ``AMD EPYC, 2 cores, 23.4 GiB (boot 1a2b3c4d5e6f)``."""
+    parts = [str(machine.get("cpu") or "unknown CPU")]
+    if machine.get("cores"):
+        parts.append(f"{machine['cores']} cores")
+    if machine.get("memory_gib"):
+        parts.append(f"{machine['memory_gib']} GiB")
+    boot = machine.get("boot") or "?"
+    return f"{', '.join(parts)} (boot {boot})"
