@@ -127,8 +127,8 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
     bad = [k for k, r in enumerate(results, 1) if not r.ok]
     if as_json:
         _print_figures({"runs": [_figures(r, acked_per_s=r.acked_per_s,
-                                      handover_per_s=r.handover_per_s, ok=r.ok)
-                             for r in results]})
+                                          handover_per_s=r.handover_per_s, ok=r.ok)
+                                 for r in results]})
         if bad:
             raise UserError(f"run(s) {bad} did not deliver every event exactly once into Kafka")
         return
@@ -180,8 +180,8 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
                        readers=readers or ("auto",))
     if as_json:
         _print_figures(_figures(result, workers=workers, total_s=result.total_s,
-                            per_s={stage: result.per_s(stage) for stage in result.stages_s},
-                            total_per_s=result.per_s()))
+                                per_s={stage: result.per_s(stage) for stage in result.stages_s},
+                                total_per_s=result.per_s()))
         return
     gen = result.generator
     console.print(f"generator: {gen.delivered:,} events acknowledged at "
