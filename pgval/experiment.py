@@ -242,7 +242,11 @@ class Experiment:
                      "phase_bounds_ms": self.phase_bounds, "warmup": self.warmup,
                      "cluster": self._describe_deployment(), "run_dir": str(self.run_dir),
                      # Timings are the machine's too: a report says when runs' machines differ.
-                     "machine": describe_machine()}
+                     "machine": describe_machine(),
+                     # A campaign's shared driver (or why this run had its own): it changes
+                     # what a run's start costs (docs/deploy.md, "A shared driver").
+                     **({"driver": self.manifest.config["driver"]}
+                        if "driver" in self.manifest.config else {})}
             try:
                 store.finish_run(run_id, result.evaluation, extra=extra, validity=validity,
                                  run_dir=self.run_dir, batches=result.batches,

@@ -226,6 +226,7 @@ def test_a_shared_driver_runs_cells_one_after_another_and_they_never_meet(
     manifests = [Manifest.read(Path(r["run_dir"])) for r in rows]
     drivers = [m.config["driver"] for m in manifests]
     assert [d["mode"] for d in drivers] == ["shared"] * 4, drivers
+    assert [e["driver"] for e in extras] == drivers  # in the database too
     assert [d["cell"] for d in drivers] == [1, 2, 3, 4]
     assert len({d["dir"] for d in drivers}) == 1
     assert all(d["stop"]["ok"] for d in drivers), drivers
