@@ -39,6 +39,7 @@ from pgval.cluster.guard import RunGuard
 from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.deploy import Deployment, FaultContext, make_deployment
+from pgval.deploy.shared_driver import SharedDrivers, SharedQuery, own_driver_reason
 from pgval.errors import RuntimeErrorPlain
 from pgval.evidence import (
     Manifest,
@@ -106,7 +107,8 @@ class Experiment:
     def __init__(self, config: ExperimentConfig, run_dir: Path, db: Path | None = None,
                  on_status: Callable[[Status], None] | None = None,
                  extra_params: dict[str, Any] | None = None, repeat: int | None = None,
-                 run_id: int | None = None, deployment: Deployment | None = None) -> None:
+                 run_id: int | None = None, deployment: Deployment | None = None,
+                 drivers: SharedDrivers | None = None) -> None:
         config.validate()
         self.config = config
         self.run_dir = Path(run_dir).resolve()
@@ -123,13 +125,15 @@ class Experiment:
                                                     **config.cluster.spark_daemon_conf}
             deployment = make_deployment(config, self.run_dir)
         self.deployment = deployment
+        #: A campaign's shared driver (``--driver shared``); None: every run its own.
+        self.drivers = drivers
         self.on_status = on_status or (lambda s: None)
         self.extra_params = dict(extra_params or {})
         self.repeat = repeat
         self.run_id = run_id
         self.target: int | str | None = None
         self.topics: Topics | None = None
-        self.driver: DriverProcess | None = None
+        self.driver: DriverProcess | SharedQuery | None = None
         self.generators: ProducerGroup | None = None
         self.schedule = FaultSchedule(NoFault())
         self.timings: dict[str, float] = {}
@@ -198,7 +202,7 @@ class Experiment:
                 self._teardown()
             self.timings["teardown_s"] = time.monotonic() - t_down
         if self.schedule.active:
-            dirs = [self.run_dir / "logs", *self.deployment.log_dirs()]
+            dirs = [self.run_dir / "logs", *self._driver_log_dirs, *self.deployment.log_dirs()]
             self.fault_log.append({"step": "timeouts", "fault": self.schedule.name,
                                    "target": self.target, **self.profile.describe(),
                                    "fired": timeouts_fired(list(dict.fromkeys(dirs)),
@@ -238,18 +242,30 @@ class Experiment:
                      "phase_bounds_ms": self.phase_bounds, "warmup": self.warmup,
                      "cluster": self._describe_deployment(), "run_dir": str(self.run_dir),
                      # Timings are the machine's too: a report says when runs' machines differ.
-                     "machine": describe_machine()}
+                     "machine": describe_machine(),
+                     # A campaign's shared driver (or why this run had its own): it changes
+                     # what a run's start costs (docs/deploy.md, "A shared driver").
+                     **({"driver": self.manifest.config["driver"]}
+                        if "driver" in self.manifest.config else {})}
             try:
                 store.finish_run(run_id, result.evaluation, extra=extra, validity=validity,
                                  run_dir=self.run_dir, batches=result.batches,
                                  fault_log=self.fault_log, evidence=sealed)
             except sqlite3.Error as exc:  # the evidence is sealed: say how to import it
                 if not cfg.keep_data:
-                    remove_run_data(self.run_dir)
+                    self._remove_run_data()
                 raise unstored_error(self.db, run_id, self.run_dir, exc, extra) from exc
         if not cfg.keep_data:
-            remove_run_data(self.run_dir)
+            self._remove_run_data()
         return result
+
+    def _remove_run_data(self) -> None:
+        """:func:`remove_run_data`; a shared driver's query's checkpoint a while later
+        (:meth:`SharedDrivers.retire`: its state stores may still write into it)."""
+        shared = isinstance(self.driver, SharedQuery)
+        remove_run_data(self.run_dir, checkpoint=not shared)
+        if shared and self.drivers is not None:
+            self.drivers.retire(self.run_dir / "checkpoint")
 
     def _guard(self) -> None:
         """A reaper for this run's directory unless the cluster this run starts there has
@@ -430,7 +446,7 @@ class Experiment:
             # where the deployment has it (the embedded cluster).
             class_sharing=not where.launcher and cds.enabled(),
             executor_java_flags=where.executor_java_flags)
-        self.driver = DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
+        self.driver = self._driver(spec)
         if where.signal_argv is not None:
             # A driver in a container outlives the `docker exec` the pid file names.
             undo.record(self.run_dir, "driver", {"argv": where.signal_argv("KILL"),
@@ -451,6 +467,33 @@ class Experiment:
         if cfg.job is not None:  # what runs, kept before the driver imports it
             self._job_sha = keep_job_source(self.run_dir, source_file(cfg.job))
         self.timings["driver_start_s"] = self.driver.start()
+        if isinstance(self.driver, SharedQuery) and "start" in self.driver.answers:
+            # Of it: waiting for the executors a previous cell's fault took to come back.
+            self.timings["driver_setup_s"] = float(self.driver.answers["start"]["setup_s"])
+
+    def _driver(self, spec: DriverSpec) -> DriverProcess | SharedQuery:
+        """The run's own driver, or its query in the campaign's shared driver when it can
+        share one (pgval.deploy.shared_driver); which, and why, is kept in the config."""
+        if self.drivers is None:
+            return DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
+        why = own_driver_reason(self.config, spec.launcher)
+        if why is not None:
+            # The shared driver's application holds the executors' cores: an application
+            # started beside it would get none. The next run that can share starts a new one.
+            self.drivers.close(why=f"a run needed its own driver ({why})")
+            self.manifest.config["driver"] = {"mode": "fresh", "why": why}
+            return DriverProcess(spec, self.run_dir / "logs", self.run_dir / "pids")
+        query = self.drivers.query(spec)
+        # Its log holds earlier cells too: the time-out scan reads this run's part only.
+        self._log_offsets.update(log_sizes([query.shared.log_dir]))
+        self.manifest.config["driver"] = query.describe()
+        return query
+
+    @property
+    def _driver_log_dirs(self) -> list[Path]:
+        """Log folders of a driver outside the run's directory (a shared driver's: the one
+        that ran the query, should a poisoned one have been replaced at the start)."""
+        return [self.driver.shared.log_dir] if isinstance(self.driver, SharedQuery) else []
 
     @property
     def _driver_is_target(self) -> bool:
@@ -699,6 +742,8 @@ class Experiment:
                 self.driver.stop()
                 undo.done(self.run_dir, "driver")
             self.timings["driver_stop_s"] = time.monotonic() - t0
+            if isinstance(self.driver, SharedQuery):  # with the seconds of its steps
+                self.manifest.config["driver"] = self.driver.describe()
         # The run's topics go with a cluster this run stops; on one that stays up (warm,
         # attached, compose, external) they are deleted unless --keep-topics.
         stays_up = not (self.owns_deployment and self.deployment.owns_cluster)
@@ -733,7 +778,7 @@ def default_run_dir(base: Path | None = None) -> Path:
     return private_dir(path)  # the runs root too, when pgval creates it: 0700
 
 
-def remove_run_data(run_dir: Path) -> None:
+def remove_run_data(run_dir: Path, checkpoint: bool = True) -> None:
     """Delete the machinery of a stored run (broker data, checkpoints, a file or user sink's
     folder, executors' jar copies), keeping its evidence (a sink's rows among it) and the
     process logs: 50-130 MB per run otherwise."""
@@ -746,7 +791,8 @@ def remove_run_data(run_dir: Path) -> None:
                    *(run_dir / "kafka").glob("broker-*/server.properties")):
         with contextlib.suppress(OSError):
             secret.unlink()
-    shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)
+    if checkpoint:
+        shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)
     shutil.rmtree(run_dir / "sink", ignore_errors=True)  # a file or user sink: rows kept
     for jar in (run_dir / "spark" / "work").rglob("*.jar"):
         with contextlib.suppress(OSError):

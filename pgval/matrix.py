@@ -19,6 +19,7 @@ for their pg left out, with the reason; any other bad combination refused) and, 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.config import ExperimentConfig, not_applicable
+from pgval.deploy.shared_driver import needs_own_driver
 from pgval.deploy.warm import WarmDeployments, daemon_key
 from pgval.errors import RuntimeErrorPlain
 from pgval.experiment import Experiment
@@ -61,14 +63,18 @@ class Cell:
                                    cluster=dataclasses.replace(base.cluster))
 
 
-def matrix_key(base: ExperimentConfig, oir_fraction: float | None = None) -> str:
+def matrix_key(base: ExperimentConfig, oir_fraction: float | None = None,
+               shared_driver: bool = False) -> str:
     """The hash of everything but the grid axes and the seed (:meth:`RunShape.key`), so a
     changed rate is a new matrix.
 
     With ``--rate oir`` (``oir_fraction`` given) ``base.rate`` is only a placeholder: the
     fraction keys the matrix, and each cell's looked-up rate must also match for a stored
     run to count (:func:`completed`, :func:`claim_cell`), so a new stored OIR reruns it."""
-    return base.shape().key(None if oir_fraction is None else f"oir x {oir_fraction:g}")
+    key = base.shape().key(None if oir_fraction is None else f"oir x {oir_fraction:g}")
+    if shared_driver:  # it changes what a run measures: its runs are a matrix of their own
+        key = hashlib.sha256(f"{key}|shared driver".encode()).hexdigest()[:12]
+    return key
 
 
 def cells(topologies: Sequence[str], pgs: Sequence[str], faults: Sequence[str | FaultSpec],
@@ -154,14 +160,15 @@ def cell_cases(db: Path, base: ExperimentConfig, grid: Sequence[Cell],
                failed: Mapping[Cell, str], oir_fraction: float | None = None,
                rate_for: Callable[[Cell], float] | None = None,
                not_run: str = "no complete run of this repetition in the database (another "
-                              "pgval is running it)") -> list[Case]:
+                              "pgval is running it)", shared_driver: bool = False) -> list[Case]:
     """The grid's verdicts for the CI gate, one :class:`~pgval.gate.Case` per cell
     (topology × pg × fault) with one run per repetition: the newest complete run of the
     matrix in ``db`` at the cell's rate (so a resumed matrix judges the cells it skipped
     too, as :func:`completed` counts them), else the error of a repetition that failed
     now, else ``not_run`` as a run that did not finish."""
     store = ResultsStore(db)
-    newest = {cell: row for cell, row in _complete_runs(store, matrix_key(base, oir_fraction))
+    newest = {cell: row for cell, row in _complete_runs(store, matrix_key(base, oir_fraction,
+                                                                      shared_driver))
               if rate_for is None or row["rate"] == rate_for(cell)}
     groups: dict[tuple[Topology, Guarantee, FaultSpec], tuple[list[Cell], list[Case]]] = {}
     for cell in grid:
@@ -265,7 +272,8 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                make_status: Callable[[Cell], Callable[[Any], None]] | None = None,
                keep_going: bool = True,
                rate_for: Callable[[Cell], float] | None = None,
-               oir_fraction: float | None = None) -> dict[str, int]:
+               oir_fraction: float | None = None,
+               shared_driver: bool = False) -> dict[str, int]:
     """Run every cell not yet complete; returns counts of done / skipped / taken / failed
     cells (taken: claimed by another pgval that is running it now).
 
@@ -278,11 +286,12 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
     second cluster, so at most two clusters start per matrix.
     """
     store = ResultsStore(db)
-    key = matrix_key(base, oir_fraction)
+    key = matrix_key(base, oir_fraction, shared_driver)
     mark_stale(store, key)
     runs_root = Path(runs_root)
     private_dir(runs_root)  # 0700 when pgval creates it
-    with WarmDeployments(runs_root, label=f"{key}-cluster-{os.getpid()}") as warm:
+    with WarmDeployments(runs_root, label=f"{key}-cluster-{os.getpid()}",
+                         shared_driver=shared_driver) as warm:
         return _run_cells(base, grid, db, runs_root, store, key, warm, on_cell, make_status,
                           keep_going, rate_for)
 
@@ -294,7 +303,11 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                keep_going: bool, rate_for: Callable[[Cell], float] | None) -> dict[str, int]:
     done = completed(store, key)
     counts = {"done": 0, "skipped": 0, "taken": 0, "failed": 0}
-    ordered = sorted(grid, key=lambda c: daemon_key(c.config(base)))
+    # Cells that need a driver of their own after those that can share one (a fresh
+    # driver ends the shared one: their applications would compete for the executors).
+    ordered = sorted(grid, key=lambda c: (daemon_key(c.config(base)),
+                                          warm.drivers is not None and needs_own_driver(
+                                              c.config(base))))
     for cell in ordered:
         cfg = cell.config(base, rate_for(cell) if rate_for else None)
         if cell in done and (rate_for is None or cfg.rate in done[cell]):
@@ -323,7 +336,8 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                 runs_root / f"{key}-{cell.topology}-{cell.pg}-"
                 f"{str(cell.fault).replace('@', '-at-')}-{cell.repeat}-run{run_id}",
                 on_status=make_status(cell) if make_status else None,
-                extra_params={"matrix_key": key}, repeat=cell.repeat, deployment=deployment)
+                extra_params={"matrix_key": key}, repeat=cell.repeat, deployment=deployment,
+                drivers=warm.drivers)
             result = exp.run()
         except Exception as exc:  # a failed cell; Ctrl-C (KeyboardInterrupt) goes through
             counts["failed"] += 1

@@ -176,9 +176,14 @@ def trial_config(base: ExperimentConfig, rate: float) -> ExperimentConfig:
 
 def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float = 1000.0,
                max_rate: float = 200_000.0, max_trials: int = 6, precision: float = 0.1,
-               on_trial: Callable[[Trial], None] | None = None) -> OirResult:
-    """Doubling, halving, then bisection over control-only runs; stores the result."""
-    with WarmDeployments(Path(runs_root), label=f"oir-cluster-{os.getpid()}") as warm:
+               on_trial: Callable[[Trial], None] | None = None,
+               shared_driver: bool = False) -> OirResult:
+    """Doubling, halving, then bisection over control-only runs; stores the result. With
+    ``shared_driver`` the trials share one driver (pgval.deploy.shared_driver); the stored
+    shape records it (``driver``), and does not hold it against a run that looks the OIR
+    up: a trial is judged after its warm-up, where a warm and a fresh driver meet."""
+    with WarmDeployments(Path(runs_root), label=f"oir-cluster-{os.getpid()}",
+                         shared_driver=shared_driver) as warm:
         res = _search(base, db, Path(runs_root), start, max_rate, max_trials, precision,
                       on_trial, warm)
     save_oir(db, res)
@@ -189,8 +194,10 @@ def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max
             max_trials: int, precision: float, on_trial: Callable[[Trial], None] | None,
             warm: WarmDeployments) -> OirResult:
     """The trials, all on one warm cluster."""
-    res = OirResult(base.topology, base.pg, None, precision=precision,
-                    shape=base.shape().oir())
+    shape = base.shape().oir()
+    if warm.drivers is not None:
+        shape["driver"] = "shared"
+    res = OirResult(base.topology, base.pg, None, precision=precision, shape=shape)
     store = ResultsStore(db)
     while len(res.trials) < max_trials:
         rate = next_rate(res.trials, start, max_rate, precision)
@@ -203,7 +210,8 @@ def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max
         run_dir = runs_root / f"oir-{base.topology}-{base.pg}-{int(rate)}-run{run_id}"
         result = prepared_experiment(store, run_id, cfg, db, run_dir,
                                      extra_params={"oir_trial": True},
-                                     deployment=warm.for_run(cfg)).run()
+                                     deployment=warm.for_run(cfg),
+                                     drivers=warm.drivers).run()
         trial = judge(result, rate, base.trigger_ms)
         res.trials.append(trial)
         if on_trial:

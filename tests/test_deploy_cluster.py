@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pgval.cluster.local import ClusterConfig
@@ -26,6 +27,7 @@ from pgval.evidence import Manifest
 from pgval.kafka.admin import is_reachable
 from pgval.kafka.client import read_client_properties
 from pgval.matrix import cells, run_matrix
+from pgval.spark.driver import progress_lines
 from pgval.store import ResultsStore
 from tests.test_redact import MARK, assert_private_run, files_holding
 
@@ -199,3 +201,72 @@ def test_a_warm_matrix_shares_one_cluster_and_runs_do_not_see_each_other(
     # Neither run started the cluster (the matrix did, once, before the first).
     assert all(e["timings"]["cluster_start_s"] < 5 for e in extras), [e["timings"]
                                                                       for e in extras]
+
+
+def test_a_shared_driver_runs_cells_one_after_another_and_they_never_meet(
+        running_cluster: dict[str, Any]) -> None:
+    """``pgval matrix --driver shared`` on a `pgval cluster up` cluster: one driver process
+    runs three cells' queries, a crash (an executor killed through that driver) in the
+    middle; each cell reads and writes only its own records, its events reach only its own
+    progress file, and a cell's output topic is unchanged after the next cells ran
+    (pgval.deploy.shared_driver; the memo: experiments/overhead-26/shared-driver.md)."""
+    info, base = running_cluster, running_cluster["base"]
+    db, runs = base / "shared.db", base / "shared-runs"
+    shape = [a for a in RUN_SHAPE if a not in ("--topology", "sst", "--json")]
+    done = pgval("matrix", "--cluster", str(info["dir"]), "--driver", "shared",
+                 "--topologies", "sst", "--pgs", "a1,e1", "--faults", "none,crash",
+                 "--repeat", "1", "--keep-topics",
+                 "--db", str(db), "--runs-dir", str(runs), *shape, cwd=base, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = sorted((r for r in ResultsStore(db).runs() if r["status"] == "complete"),
+                  key=lambda r: r["id"])
+    assert len(rows) == 4 and all(r["valid"] for r in rows), [
+        r["validity_reasons"] for r in rows]
+    extras = [json.loads(r["summary"]) for r in rows]
+    manifests = [Manifest.read(Path(r["run_dir"])) for r in rows]
+    drivers = [m.config["driver"] for m in manifests]
+    assert [d["mode"] for d in drivers] == ["shared"] * 4, drivers
+    assert [e["driver"] for e in extras] == drivers  # in the database too
+    assert [d["cell"] for d in drivers] == [1, 2, 3, 4]
+    assert len({d["dir"] for d in drivers}) == 1
+    assert all(d["stop"]["ok"] for d in drivers), drivers
+    assert all(d["start"]["ok"] for d in drivers[1:]), drivers
+
+    started = []
+    for row in rows:
+        lines = progress_lines(Path(row["run_dir"]) / "progress.jsonl")
+        (start,) = [r for r in lines if r["event"] == "started"]
+        started.append(start)
+        # Routed by run id: every progress line in a run's file is its own query's.
+        progress = [r for r in lines if r["event"] == "progress"]
+        assert progress and {r["runId"] for r in progress} == {start["runId"]}
+        assert lines[-1]["event"] == "terminated" and lines[-1]["stopped_by"] == "pgval"
+    assert len({s["pid"] for s in started}) == 1  # one driver process...
+    assert len({s["runId"] for s in started}) == len({s["checkpoint"] for s in started}) == 4
+    with pytest.raises(ProcessLookupError):  # ...gone with the matrix
+        os.kill(started[0]["pid"], 0)
+    # Each query's checkpoint outlived its run (state stores may still write into it) and
+    # went with the driver.
+    assert not list(runs.glob("*/checkpoint"))
+
+    for extra, row in zip(extras, rows, strict=True):
+        # Each run read exactly its own inputs, and never lost one (a1, e1).
+        inputs = extra["readback"]["inputs"]
+        assert inputs["ok"] and inputs["read"] == inputs["expected"], inputs
+        assert extra["unprocessed"] == 0 and extra["incorrect"] == 0, row["id"]
+        if row["fault"] == "none":
+            assert extra["guarantee"] == "exactly-once", row["id"]
+    # Nothing reached a cell's output topic after its read-back: not the next cells, not a
+    # producer Spark cached across them.
+    login = read_client_properties(Path(info["kafka_config_file"]))
+    consumer = Consumer({"bootstrap.servers": info["bootstrap"], "group.id": "pgval-test",
+                         **login})
+    try:
+        for extra in extras:
+            output = extra["readback"]["output"]
+            now = {str(p): consumer.get_watermark_offsets(
+                TopicPartition(output["topic"], int(p)), timeout=10)[1]
+                for p in output["end_offsets"]}
+            assert now == output["end_offsets"], output["topic"]
+    finally:
+        consumer.close()

@@ -239,6 +239,8 @@ class FailingExperiment:
 class NoCluster:
     """Stands in for the warm cluster: FailingExperiment needs none."""
 
+    drivers = None  # no shared driver
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 

@@ -387,7 +387,7 @@ def test_m1_starts_a_new_query_each_time_from_the_latest_offsets(tmp_path: Path)
 def test_progress_record_keeps_offsets_watermark_and_state() -> None:
     from pgval.topologies.driver import progress_record
 
-    raw = {"id": "x", "batchId": 3, "timestamp": "t", "numInputRows": 5,
+    raw = {"id": "x", "runId": "r", "batchId": 3, "timestamp": "t", "numInputRows": 5,
            "inputRowsPerSecond": 1.0, "processedRowsPerSecond": 2.0, "batchDuration": 7,
            "durationMs": {"addBatch": 4}, "eventTime": {"watermark": "w"},
            "stateOperators": [{"operatorName": "symmetricHashJoin", "numRowsTotal": 9,
@@ -401,6 +401,7 @@ def test_progress_record_keeps_offsets_watermark_and_state() -> None:
            "sink": {"description": "s", "numOutputRows": 4}}
     rec = progress_record(json.dumps(raw))
     assert rec["batchId"] == 3 and rec["eventTime"] == {"watermark": "w"}
+    assert rec["runId"] == "r"  # a served driver's events are routed by it
     assert rec["sources"][0]["endOffset"] == {"get": {"0": 6}}
     assert rec["stateOperators"][0]["numRowsDroppedByWatermark"] == 2
     assert rec["stateOperators"][0]["allUpdatesTimeMs"] == 11

@@ -21,7 +21,8 @@ manager"). The driver runs in client mode on pgval's machine, so files are enoug
   as added.
 
 Actions: ``ping`` (answers ``ok``), ``executors`` (the current ids), ``kill-executor``
-(``executor``: an id, or null to choose one by ``seed`` from the sorted current ids).
+(``executor``: an id, or null to choose one by ``seed`` from the sorted current ids); a
+served driver adds ``start_query`` and ``stop_query`` (pgval.topologies.serve).
 This module imports nothing from pyspark: :class:`SparkExecutors` wraps a live context.
 """
 
@@ -91,7 +92,9 @@ class ControlLoop:
     """Answers requests and records executor membership; one daemon thread per driver."""
 
     def __init__(self, control_dir: Path, log: EventLog, executors: ExecutorSource | None,
-                 clock_ms: Callable[[], int] = _now_ms) -> None:
+                 clock_ms: Callable[[], int] = _now_ms,
+                 actions: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None
+                 ) -> None:
         self.control_dir = Path(control_dir)
         self.control_dir.mkdir(parents=True, exist_ok=True)
         self.log = log
@@ -107,6 +110,7 @@ class ControlLoop:
             "ping": lambda _req: {"ok": True},
             "executors": self._executors_action,
             "kill-executor": self._kill_action,
+            **(actions or {}),  # a served driver's start_query/stop_query
         }
 
     # ---- the thread ------------------------------------------------------------------------

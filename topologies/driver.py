@@ -19,6 +19,9 @@ Its record of what happened is the progress file (JSON lines, appended and flush
   ``{"event": "executors", ...}`` whenever the registered executors change (see
   pgval.topologies.control; without the flag no control thread runs).
 
+With ``--serve DIR`` the driver outlives its query: it starts further ones on pgval's
+requests, each with its own progress file (pgval.topologies.serve).
+
 Exit status: 0 after SIGTERM/SIGINT (query stopped gracefully), 1 when the query failed
 (first line of the exception on stderr), 2 when it could not be started, 4 when the user's
 job or sink cannot be judged (``JOB_REFUSED``). Re-running the
@@ -30,6 +33,7 @@ the gateway JVM, whose shutdown hook then races the graceful stop (still exit 0)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -37,6 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +72,7 @@ def progress_record(progress_json: str) -> dict[str, Any]:
     p = json.loads(progress_json)
     sink = p.get("sink") or {}
     return {
+        "runId": p.get("runId"),  # which query (a served driver runs one after another)
         "batchId": p.get("batchId"),
         "timestamp": p.get("timestamp"),
         "numInputRows": p.get("numInputRows"),
@@ -197,6 +203,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          "(pgval.host.cds); without it the JVM loads them as usual")
     ap.add_argument("--executor-java-flags", default="", metavar="FLAGS",
                     help="JVM flags added to the executors' (their class archive)")
+    ap.add_argument("--serve", default=None, metavar="DIR",
+                    help="outlive the query: after it, start and stop further ones on "
+                         "pgval's requests in DIR/control, answered in DIR/session.jsonl "
+                         "(pgval.topologies.serve)")
     ap.add_argument("--sabotage", default=None, metavar="SPEC",
                     help="SELF-TEST of pgval only (e1): drop-batch:N / dup-batch:N drops / "
                          "writes twice the real output rows of the N-th committed batch "
@@ -497,8 +507,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pgval.spark.driver import JOB_REFUSED
     from pgval.topologies.job import JobError
 
+    router = None
+    if args.serve:
+        from pgval.topologies.serve import SESSION_LOG, QueryRouter
+
+        router = QueryRouter(ProgressLog(Path(args.serve) / SESSION_LOG))
     try:
-        query, spark, sink = _start(args, log)
+        query, session, sink = _start(args, log, router)
     except JobError as exc:  # the user's job or sink: bad input, said as such
         log.write("terminated", error=_first_line(exc), phase="job")
         print(f"pgval-driver: {_first_line(exc)}", file=sys.stderr)
@@ -507,12 +522,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.write("terminated", error=_first_line(exc), phase="start")
         print(f"pgval-driver: could not start the query: {_first_line(exc)}", file=sys.stderr)
         return 2
+    if router is not None:
+        return _serve(args, session, router, query, sink, log, stop_requested)
+    spark = session.spark
     control = _start_control(args, spark, log)
     try:
         return _wait(query, spark, log, stop_requested, sink, control)
     finally:
         if control is not None:
             control.stop()
+
+
+def _serve(args: argparse.Namespace, session: Session, router: Any, query: Any, sink: Any,
+           log: ProgressLog, stop_requested: threading.Event) -> int:
+    """``--serve``: answer ``start_query``/``stop_query`` until SIGTERM (a failed query is
+    its own progress file's ``terminated`` line, not the driver's end); exit 1 only when
+    the SparkContext itself is gone."""
+    from pgval.topologies.control import ControlLoop, SparkExecutors
+    from pgval.topologies.serve import CONTROL_DIR, Served, Server
+
+    spark = session.spark
+
+    def parse(argv: list[str]) -> argparse.Namespace:
+        parsed = parse_args(argv)
+        parsed.serve = args.serve
+        return parsed
+
+    server = Server(spark, args, router, parse,
+                    lambda a, lg: start_query(a, session, lg, time.monotonic(), router.register),
+                    ProgressLog, current=Served(args, query, sink, log))
+    executors = None if spark.sparkContext._jsc.sc().isLocal() else SparkExecutors(
+        spark.sparkContext)
+    control = ControlLoop(Path(args.serve) / CONTROL_DIR, router.session_log, executors,
+                          actions=server.actions()).start()
+    try:
+        while not stop_requested.wait(1.0):
+            if spark.sparkContext._jsc.sc().isStopped():
+                router.session_log.write("terminated", error="the SparkContext stopped")
+                print("pgval-driver: the SparkContext stopped", file=sys.stderr)
+                return 1
+    except Exception as exc:  # Py4J errors once the JVM is gone
+        router.session_log.write("terminated", error=_first_line(exc))
+        print(f"pgval-driver: lost the Spark JVM: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        control.stop()
+    server.stop_all()
+    with contextlib.suppress(Exception):
+        spark.stop()
+    router.session_log.write("terminated", stopped_by="signal")
+    return 0
 
 
 def _start_control(args: argparse.Namespace, spark: Any, log: ProgressLog) -> Any:
@@ -531,10 +590,64 @@ def _start_control(args: argparse.Namespace, spark: Any, log: ProgressLog) -> An
         return None
 
 
-def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
+@dataclass
+class Session:
+    """The driver's SparkSession and what every query's ``started`` line reports of it."""
+
+    spark: Any
+    conf: dict[str, str]
+    archive: Any
+    session_s: float
+
+
+def _start(args: argparse.Namespace, log: ProgressLog,
+           router: Any = None) -> tuple[Any, Session, Any]:
+    """The session and its first query; with ``router`` (``--serve``) every query's events
+    go to its own progress file, else to ``log``."""
+    session = _session(args)
+    if router is None:
+        session.spark.streams.addListener(_make_listener(log))
+    else:
+        from pgval.topologies.serve import make_router_listener
+
+        session.spark.streams.addListener(make_router_listener(router, progress_record))
+    query, sink = start_query(args, session, log, _T0,
+                              None if router is None else router.register)
+    return query, session, sink
+
+
+def _session(args: argparse.Namespace) -> Session:
     from pyspark.sql import SparkSession
 
     from pgval.host.jars import ensure_jars
+
+    jars = ensure_jars(spark=True).spark_jars_csv
+    if args.sink == "delta":  # Delta Lake's jars and session settings, before the user's
+        from pgval.host.jars import ensure_delta_jars
+        from pgval.topologies.sinks import DELTA_CONF
+
+        jars = ",".join([jars, *map(str, ensure_delta_jars())])
+        args.conf = [*(f"{k}={v}" for k, v in DELTA_CONF.items()), *args.conf]
+    archive = driver_class_archive(args)
+    args.driver_java_flags = archive.flags_text() if archive is not None else ""
+    conf = spark_conf(args, jars)
+    if args.serve:
+        from pgval.topologies.serve import SERVE_CONF
+
+        conf = {**SERVE_CONF, **conf}  # the user's settings win
+    if archive is not None and archive.flags_text() not in conf["spark.driver.extraJavaOptions"]:
+        archive = None  # the user's extraJavaOptions replaced pgval's: nothing to dump
+    start_jvm(conf)
+    spark = SparkSession.builder.getOrCreate()  # the JVM's conf: every setting given above
+    spark.sparkContext.setLogLevel(args.log_level)
+    return Session(spark, conf, archive, time.monotonic() - _T0)
+
+
+def start_query(args: argparse.Namespace, session: Session, log: ProgressLog, t0: float,
+                on_started: Callable[[str, ProgressLog, Any], None] | None = None
+                ) -> tuple[Any, Any]:
+    """Build and start one query of ``args`` in ``session``; its ``started`` line goes to
+    ``log`` (startup timed from ``t0``). Returns the query and the e1 sink (or None)."""
     from pgval.kafka.client import java_client_options
     from pgval.redact import conf_summary
     from pgval.schema import Guarantee
@@ -551,24 +664,10 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
     )
     from pgval.topologies.user_sink import SinkWriter, UserSink, load_sink
 
-    jars = ensure_jars(spark=True).spark_jars_csv
-    if args.sink == "delta":  # Delta Lake's jars and session settings, before the user's
-        from pgval.host.jars import ensure_delta_jars
-        from pgval.topologies.sinks import DELTA_CONF
-
-        jars = ",".join([jars, *map(str, ensure_delta_jars())])
-        args.conf = [*(f"{k}={v}" for k, v in DELTA_CONF.items()), *args.conf]
-    archive = driver_class_archive(args)
-    args.driver_java_flags = archive.flags_text() if archive is not None else ""
-    conf = spark_conf(args, jars)
-    if archive is not None and archive.flags_text() not in conf["spark.driver.extraJavaOptions"]:
-        archive = None  # the user's extraJavaOptions replaced pgval's: nothing to dump
-    start_jvm(conf)
-    spark = SparkSession.builder.getOrCreate()  # the JVM's conf: every setting given above
-    spark.sparkContext.setLogLevel(args.log_level)
-    session_s = time.monotonic() - _T0
-    spark.streams.addListener(_make_listener(log))
-
+    spark, conf, archive = session.spark, session.conf, session.archive
+    # Per query (a served driver's next query too): each query runs on a clone of the
+    # session's SQL conf taken at its start (shared-driver.md, section 3).
+    spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
     # Spark's source and sink are Java clients: a SASL user and password become JAAS there;
     # the e1 sink (librdkafka) takes the settings as they are.
     java_options = java_client_options(args.kafka_options)
@@ -603,10 +702,15 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
         out = (build_job_topology(spark, cfg, job) if job is not None
                else build_topology(spark, cfg))
         if args.pg in ("a1", "m1"):
+            producer = sink_hook_options(java_options, getattr(args, "sink_trigger", None))
+            if args.serve:  # Spark caches producers by their settings (pgval.topologies.serve)
+                from pgval.topologies.serve import cell_client_id
+
+                producer["client.id"] = cell_client_id(args.query_name,
+                                                       producer.get("client.id"))
             writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name,
                                 args.trigger_ms, topic=args.output_topic,
-                                kafka_options=sink_hook_options(
-                                    java_options, getattr(args, "sink_trigger", None)))
+                                kafka_options=producer)
         else:
             sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
                                      topic=args.output_topic, marker_topic=args.topics.marker,
@@ -616,27 +720,30 @@ def _start(args: argparse.Namespace, log: ProgressLog) -> tuple[Any, Any, Any]:
             writer = transactional_sink(out, sink, checkpoint, args.query_name,
                                         args.trigger_ms)
     query = writer.start()
-    started_s = time.monotonic() - _T0
+    started_s = time.monotonic() - t0
+    if on_started is not None:  # a served driver routes the query's events by its run id
+        on_started(str(query.runId), log, sink)
     log.write("started", id=str(query.id), runId=str(query.runId), name=args.query_name,
               topology=args.topology, pg=args.pg, pid=os.getpid(), checkpoint=checkpoint,
               **({"job": args.job} if args.job else {}),
               **({"sink": args.sink} if args.sink != "kafka" else {}),
               starting_offsets=source_options.get("startingOffsets", "earliest"),
-              session_s=round(session_s, 3), startup_s=round(started_s, 3),
+              session_s=round(session.session_s, 3), startup_s=round(started_s, 3),
+              **({"served": True} if args.serve else {}),
               spark_version=spark.version,
               # What pgval needs to dump this JVM's class archive at the run's end.
               **({"class_archive": {
                   "path": str(archive.path), "java": archive.java,
                   "recording": archive.recording,
                   "jvm_pid": spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}}
-                 if archive is not None else {}),
+                 if archive is not None and t0 == _T0 else {}),
               # Logged without secrets: every KEY=VALUE given (--spark-conf among them) and
               # every secret-named setting shows its key only (pgval.redact).
               conf=conf_summary({k: v for k, v in conf.items() if k != "spark.jars"},
                                 args.user_conf_keys),
               **({"sabotage": str(args.sabotage)} if args.sabotage is not None else {}))
     print(json.dumps({"event": "started", "startup_s": round(started_s, 3)}), flush=True)
-    return query, spark, sink
+    return query, sink
 
 
 def _wait(query: Any, spark: Any, log: ProgressLog, stop_requested: threading.Event,

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 ROWS = [("cluster start", "cluster_start_s"), ("driver start", "driver_start_s"),
+        ("of it: executors back (shared driver)", "driver_setup_s"),
         ("priming (first batches)", "prime_s"), ("drain", "drain_s"),
         ("read back", "read_back_s"), ("validation", "validate_s"),
         ("class dump", "class_dump_s"), ("teardown (driver stop, topics deleted)",
@@ -26,7 +27,10 @@ def cells(dbs: list[tuple[str, Path]]) -> list[tuple[str, dict, str | None]]:
             for fault, summary, guarantee in con.execute(
                     "select fault, summary, guarantee from runs where status = 'complete' "
                     "order by id"):
-                timings = json.loads(summary or "{}").get("timings", {})
+                extra = json.loads(summary or "{}")
+                timings = dict(extra.get("timings", {}))
+                control = (extra.get("latency") or {}).get("control") or {}
+                timings["control_p50_s"] = control.get("p50_s")
                 out.append((f"{fault}, {label}", timings, guarantee))
     return out
 
@@ -43,6 +47,9 @@ def main(dbs: list[tuple[str, Path]]) -> None:
         f"**{t.get('overhead_s', 0):.1f} s**" for _, t, _ in runs) + " |")
     print("| warm-up (until steady, capped at 12 s) | " + " | ".join(
         f"{t.get('warmup_s', 0):.1f} s" for _, t, _ in runs) + " |")
+    print("| latency p50 in control | " + " | ".join(
+        f"{t['control_p50_s']:.2f} s" if t.get("control_p50_s") is not None else "–"
+        for _, t, _ in runs) + " |")
     print("| verdict | " + " | ".join(str(g) for _, _, g in runs) + " |")
 
 

@@ -32,7 +32,14 @@ from pgval.schema import Topology
 
 
 def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
-    """`matrix` and `oir`: where the run directories and the results go."""
+    """`matrix` and `oir`: where the run directories and the results go, and their driver."""
+    f = click.option("--driver", type=click.Choice(["fresh", "shared"]), default="fresh",
+                     show_default=True,
+                     help="shared: one Spark driver runs the runs' queries one after another "
+                          "(warm JVMs from its second run on: less overhead, and a run "
+                          "measures a warm driver); runs whose fault kills or pauses the "
+                          "driver, or with a user's job or sink, still get their own "
+                          "(docs/deploy.md, \"A shared driver\").")(f)
     f = click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
                      default=Path("results.db"), show_default=True,
                      help="SQLite results database (a matrix resumes from it).")(f)
@@ -52,8 +59,8 @@ def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
 @_runs_and_db
 @gate_options
 def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int,
-           rate_fraction: float | None, runs_dir: Path, db: Path, expect: str | None,
-           junit_path: Path | None, **values: Any) -> None:
+           rate_fraction: float | None, runs_dir: Path, db: Path, driver: str,
+           expect: str | None, junit_path: Path | None, **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -113,14 +120,16 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
             progress.console.print(f"{cell.label():32} {state}{extra}")
 
         oir_fraction = None if rate is not None else fraction
+        shared = driver == "shared"
 
         def judged(not_run: str | None = None) -> list[Case]:
             kw = {} if not_run is None else {"not_run": not_run}
-            return cell_cases(db, base, grid, failed, oir_fraction, rate_for, **kw)
+            return cell_cases(db, base, grid, failed, oir_fraction, rate_for, **kw,
+                              shared_driver=shared)
 
         try:
             counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell, rate_for=rate_for,
-                                oir_fraction=oir_fraction)
+                                oir_fraction=oir_fraction, shared_driver=shared)
         except click.ClickException:
             raise
         except (Exception, KeyboardInterrupt) as exc:  # the cells not run have no verdict
@@ -154,7 +163,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
               help="Stop doubling here if nothing failed (the OIR is then a lower bound).")
 @_runs_and_db
 def oir(start_rate: float, max_trials: int, precision: float, max_rate: float, runs_dir: Path,
-        db: Path, **values: Any) -> None:
+        db: Path, driver: str, **values: Any) -> None:
     """Find the optimum ingestion rate by doubling, then bisecting between the highest
     passing and the lowest failing control run, and store it for this machine."""
     from pgval.oir import search_oir
@@ -171,7 +180,8 @@ def oir(start_rate: float, max_trials: int, precision: float, max_rate: float, r
         console.print(f"{t.rate:>10,.0f} ev/s  {mark}  {t.reason}")
 
     res = search_oir(base, db, runs_dir, start=start_rate, max_rate=max_rate,
-                     max_trials=max_trials, precision=precision, on_trial=on_trial)
+                     max_trials=max_trials, precision=precision, on_trial=on_trial,
+                     shared_driver=driver == "shared")
     if res.oir is None:
         raise UserError(f"the OIR of {base.topology} {base.pg} is {res.describe()}; try a "
                         "lower --start-rate")

@@ -1,7 +1,8 @@
 """A warm cluster: one deployment kept up across the runs of a matrix or an OIR search.
 
-Each run still gets fresh topics (its own prefix), its own checkpoint and its own driver;
-only the cluster's JVMs stay. Before each run the deployment restores what an earlier run's
+Each run still gets fresh topics (its own prefix), its own checkpoint and, unless the
+campaign shares one (``shared_driver``: pgval.deploy.shared_driver), its own driver; only
+the cluster's JVMs stay. Before each run the deployment restores what an earlier run's
 fault took away (a worker a failed run left crashed). The embedded cluster's daemons read
 some settings only at start (the lowered time-outs of ``delay-gt-timeout``), so a run that
 needs other daemon settings gets a fresh cluster; :func:`daemon_key` orders cells so that
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from pgval.config import ExperimentConfig
 from pgval.deploy import Deployment, make_deployment
+from pgval.deploy.shared_driver import SharedDrivers
 from pgval.faults.timeouts import profile_for
 from pgval.host import signals
 from pgval.redact import private_dir
@@ -36,12 +38,15 @@ def daemon_key(cfg: ExperimentConfig) -> str:
 class WarmDeployments:
     """Hands out a running deployment per run; stops what it started in :meth:`close`."""
 
-    def __init__(self, root: Path, label: str = "cluster") -> None:
+    def __init__(self, root: Path, label: str = "cluster", shared_driver: bool = False) -> None:
         self.root = Path(root)
         self.label = label
         self.current: Deployment | None = None
         self._key: str | None = None
         self.started = 0
+        #: The campaign's shared driver (None: every run starts its own). It is stopped
+        #: before the cluster it runs on.
+        self.drivers = SharedDrivers(self.root, label) if shared_driver else None
 
     def for_run(self, cfg: ExperimentConfig) -> Deployment:
         embedded = Deploy.parse(cfg.deploy) is Deploy.LOCAL and not cfg.running_cluster
@@ -62,6 +67,9 @@ class WarmDeployments:
 
     def close(self) -> None:
         """Stop the current deployment (a cluster pgval started); safe to call twice."""
+        if self.drivers is not None:
+            with signals.shielded(), contextlib.suppress(Exception):
+                self.drivers.close()
         if self.current is None:
             return
         deployment, self.current, self._key = self.current, None, None

@@ -95,6 +95,9 @@ class DriverSpec:
     #: the executors' flags from the deployment ("" for none).
     class_sharing: bool = False
     executor_java_flags: str = ""
+    #: A driver that outlives its query (``--serve``: pgval.topologies.serve): its session
+    #: log and control directory; None: the driver ends with its query.
+    serve_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.sabotage and self.pg != Guarantee.E1:
@@ -104,8 +107,23 @@ class DriverSpec:
         return self.path_map(path) if self.path_map else str(path)
 
     def argv(self) -> list[str]:
-        argv = [*self.launcher, self.python, "-m", "pgval.topologies.driver",
-                "--topology", self.topology, "--pg", self.pg, "--bootstrap", self.bootstrap,
+        return [*self.launcher, self.python, "-m", "pgval.topologies.driver",
+                *self.driver_args()]
+
+    def session_key(self) -> str:
+        """What a served driver's session is made of: a run whose key differs cannot run
+        in it (its Spark settings, placement, environment and the cluster it reaches)."""
+        return json.dumps({
+            "master": self.master, "driver_host": self.driver_host,
+            "executor_memory": self.executor_memory, "conf": self.conf,
+            "user_conf": self.user_conf, "kafka_options": self.kafka_options,
+            "extra_env": self.extra_env, "launcher": self.launcher, "python": self.python,
+            "class_sharing": self.class_sharing,
+            "executor_java_flags": self.executor_java_flags}, sort_keys=True)
+
+    def driver_args(self) -> list[str]:
+        """The driver module's arguments (what a served driver's ``start_query`` gets)."""
+        argv = ["--topology", self.topology, "--pg", self.pg, "--bootstrap", self.bootstrap,
                 "--master", self.master, "--checkpoint", self._path(self.checkpoint),
                 "--window-ms", str(self.window_ms), "--watermark-ms", str(self.watermark_ms),
                 "--trigger-ms", str(self.trigger_ms),
@@ -136,6 +154,8 @@ class DriverSpec:
             argv += ["--class-sharing"]
         if self.executor_java_flags:
             argv += [f"--executor-java-flags={self.executor_java_flags}"]
+        if self.serve_dir is not None:
+            argv += ["--serve", self._path(self.serve_dir)]
         return argv
 
     def env(self) -> dict[str, str]:
@@ -224,12 +244,7 @@ class DriverProcess:
 
     def progress(self) -> list[dict[str, Any]]:
         """All progress lines written so far (every start appends to the same file)."""
-        rows: list[dict[str, Any]] = []
-        with contextlib.suppress(FileNotFoundError), open(self.spec.progress_file, "rb") as fh:
-            for line in fh:
-                with contextlib.suppress(ValueError):
-                    rows.append(json.loads(line))
-        return rows
+        return progress_lines(self.spec.progress_file)
 
     def sabotage_events(self) -> list[dict[str, Any]]:
         """The ``sabotage`` lines of the progress file (SELF-TEST runs only), oldest first."""
@@ -267,19 +282,23 @@ class DriverProcess:
         return lines[-1].strip()[:300] if lines else "no output"
 
 
+def progress_lines(progress_file: Path) -> list[dict[str, Any]]:
+    """Every JSON line of a driver's progress file so far (none before it exists)."""
+    rows: list[dict[str, Any]] = []
+    with contextlib.suppress(FileNotFoundError), open(progress_file, "rb") as fh:
+        for line in fh:
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    return rows
+
+
 def sabotage_events(progress_file: Path) -> list[dict[str, Any]]:
     """SELF-TEST runs (``DriverSpec.sabotage``): every ``{"event": "sabotage", ...}`` line of
     a driver's progress file, oldest first, each with ``kind`` (drop|dup), ``batch_id``,
     ``nth``, ``rows``, ``ids`` (the real IDs dropped or written twice), ``negative_ids``.
     One per driver process that reached its N-th real batch; none if it never did."""
-    rows: list[dict[str, Any]] = []
-    with contextlib.suppress(FileNotFoundError), open(progress_file, "rb") as fh:
-        for line in fh:
-            with contextlib.suppress(ValueError):
-                row = json.loads(line)
-                if isinstance(row, dict) and row.get("event") == "sabotage":
-                    rows.append(row)
-    return rows
+    return [row for row in progress_lines(progress_file)
+            if isinstance(row, dict) and row.get("event") == "sabotage"]
 
 
 class _ProgressTail:
