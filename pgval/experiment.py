@@ -467,9 +467,9 @@ class Experiment:
         if cfg.job is not None:  # what runs, kept before the driver imports it
             self._job_sha = keep_job_source(self.run_dir, source_file(cfg.job))
         self.timings["driver_start_s"] = self.driver.start()
-        if isinstance(self.driver, SharedQuery) and "start" in self.driver.answers:
+        if isinstance(self.driver, SharedQuery) and self.driver.setup_s is not None:
             # Of it: waiting for the executors a previous cell's fault took to come back.
-            self.timings["driver_setup_s"] = float(self.driver.answers["start"]["setup_s"])
+            self.timings["driver_setup_s"] = self.driver.setup_s
 
     def _driver(self, spec: DriverSpec) -> DriverProcess | SharedQuery:
         """The run's own driver, or its query in the campaign's shared driver when it can

@@ -360,3 +360,24 @@ def test_the_run_records_which_driver(tmp_path: Path) -> None:
                                     "stop": {"ok": True, "stop_s": 0.4, "tasks_s": 0.0}}
     finally:
         drivers.close()
+
+
+def test_the_wait_for_executors_is_timed_only_when_the_driver_started_the_query(
+        tmp_path: Path) -> None:
+    """A poisoned answer has no ``setup_s``: the run, now the first cell of a new driver,
+    must not fail reading it."""
+    drivers = SharedDrivers(tmp_path, "m")
+    try:
+        first = drivers.query(spec())
+        assert first.setup_s is None  # it started the driver itself
+        second = first.shared.query(spec(), drivers)  # its next cell (none started here)
+        assert second.cell == 2
+        second.answers["start"] = {"ok": True, "setup_s": 1.5}
+        assert second.setup_s == 1.5
+        second.answers["start"] = {"ok": False, "poisoned": True, "error": "1 of 2 executors"}
+        assert second.setup_s is None
+        second.cell = 1  # as after the replacement
+        second.answers["start"] = {"ok": True, "setup_s": 1.5}
+        assert second.setup_s is None
+    finally:
+        drivers.close()

@@ -138,6 +138,14 @@ class SharedQuery:
         self.answers: dict[str, Any] = {}
         self._stopped = False
 
+    @property
+    def setup_s(self) -> float | None:
+        """Seconds this run's start waited for the executors (None: it started the driver,
+        or the driver it asked was poisoned and replaced)."""
+        start = self.answers.get("start") or {}
+        value = start.get("setup_s") if start.get("ok") and self.cell > 1 else None
+        return float(value) if isinstance(value, (int, float)) else None
+
     def describe(self) -> dict[str, Any]:
         """What the run keeps of its driver (``config.driver``)."""
         return {"mode": "shared", "cell": self.cell, "dir": str(self.shared.root),
