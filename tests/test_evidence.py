@@ -221,6 +221,42 @@ def test_recheck_by_run_id_finds_the_directory(tmp_path: Path) -> None:
     assert json.loads(res.output)["unprocessed"] == 1
 
 
+
+def test_a_database_carries_its_runs_evidence_beside_it(tmp_path: Path) -> None:
+    """A run directory left with the machine that made it, and its evidence copied to
+    ``evidence/run-<id>/`` beside the database (docs/example-report/): recheck and export by
+    run id find the copy and hold it to the stored hashes; an edited copy is refused, and
+    with no copy the sentence says where one would be."""
+    import shutil
+
+    from tests.test_evidence_seal import stored_sealed_run
+
+    run_dir, db, run_id = stored_sealed_run(tmp_path)
+    args = ["recheck", str(run_id), "--db", str(db), "--json"]
+    expected = json.loads(CliRunner().invoke(main, args).output)
+    shipped = tmp_path / "evidence" / f"run-{run_id}"
+    shutil.copytree(run_dir / "evidence", shipped / "evidence")
+    shutil.rmtree(run_dir)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    assert got == expected and got["duplicate"] == 1
+    res = CliRunner().invoke(main, ["recheck", str(run_id), "--db", str(db)])
+    assert res.exit_code == 0 and "evidence verified" in res.output, res.output
+    res = CliRunner().invoke(main, ["export", str(run_id), "--db", str(db),
+                                    "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0 and (tmp_path / "out" / "outputs.jsonl").exists(), res.output
+
+    output = shipped / "evidence" / "output.parquet"
+    output.write_bytes(output.read_bytes() + b"\0")
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and "output.parquet" in res.output, res.output
+    shutil.rmtree(tmp_path / "evidence")
+    res = CliRunner().invoke(main, args)
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2 and "no longer exists" in flat and "evidence/run-" in flat
+
+
 def test_recheck_store_rewrites_derived_measures_only_when_counts_agree(
         tmp_path: Path) -> None:
     """--store replaces recovery metrics and causes (a definition improved) of a run whose

@@ -25,8 +25,10 @@ from pgval.files import is_dir
 @click.command()
 @click.argument("run")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Results database: where a run id is looked up, and whose hashes of the "
-                   "run's evidence it must match (without it nothing is verified).")
+              help="Results database: where a run id is looked up (the run's directory, or, "
+                   "once that is gone, a copy of its evidence beside the database in "
+                   "evidence/run-ID/), and whose hashes of the run's evidence it must match "
+                   "(without it nothing is verified).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the `pgval check --json` object (plus validity).")
 @click.option("--store", "store_derived", is_flag=True,
@@ -97,8 +99,9 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
 @click.command()
 @click.argument("run")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Results database: where a run id is looked up, and whose hashes of the "
-                   "run's evidence it must match (without it nothing is verified).")
+              help="Results database: where a run id is looked up (its run directory, or "
+                   "evidence/run-ID/ beside the database), and whose hashes of the run's "
+                   "evidence it must match (without it nothing is verified).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               required=True,
               help="Folder for inputs.jsonl, outputs.jsonl, anomalies.jsonl and run.json.")
