@@ -151,21 +151,25 @@ def locate_run(run: str, db: Path | None = None) -> Path:
     if not found:
         raise EvidenceError(f"run {run} in {db} records no run directory (a `pgval check` "
                             "run keeps no evidence; re-run check on its files instead)")
-    if is_dir(Path(found)):
-        return Path(found)
+    recorded = Path(found)
+    if is_dir(evidence_dir(recorded)):
+        return recorded
     shipped = shipped_run_dir(Path(db), run_id)
     if is_dir(evidence_dir(shipped)):
         return shipped
+    if is_dir(recorded):  # there, without evidence: recheck says so in its own words
+        return recorded
     raise EvidenceError(f"the run directory of run {run}, {found}, no longer exists, and "
                         f"{db} has no copy of its evidence beside it ({shipped}/evidence)")
 
 
 def shipped_run_dir(db: Path, run_id: int) -> Path:
     """Where a results database carries a run's evidence with it: ``evidence/run-<id>/``
-    beside the database file. A run directory names the machine that made it; a database
-    committed with its evidence (docs/example-report/) is re-checked from any clone. The
-    copy is held to the database's hashes like the original."""
-    return db.parent / "evidence" / f"run-{run_id}"
+    beside the database file (a symlinked database: beside the file it links to, the one
+    that is read). A run directory stays on the machine that made it; a database committed
+    with its evidence (experiments/grid-23/) is re-checked from any clone. The copy is held
+    to the database's hashes like the original."""
+    return db.resolve().parent / "evidence" / f"run-{run_id}"
 
 
 def _stored_run(db: Path, run_id: int) -> dict[str, Any] | None:

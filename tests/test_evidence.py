@@ -221,12 +221,13 @@ def test_recheck_by_run_id_finds_the_directory(tmp_path: Path) -> None:
     assert json.loads(res.output)["unprocessed"] == 1
 
 
-
-def test_a_database_carries_its_runs_evidence_beside_it(tmp_path: Path) -> None:
+def test_a_database_carries_its_runs_evidence_beside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run directory left with the machine that made it, and its evidence copied to
-    ``evidence/run-<id>/`` beside the database (docs/example-report/): recheck and export by
-    run id find the copy and hold it to the stored hashes; an edited copy is refused, and
-    with no copy the sentence says where one would be."""
+    ``evidence/run-<id>/`` beside the database (experiments/grid-23/): recheck and export by
+    run id find the copy (also when the run directory is still there without its evidence,
+    and with the database named by a relative path) and hold it to the stored hashes; an
+    edited copy is refused, and with no copy the sentence says where one would be."""
     import shutil
 
     from tests.test_evidence_seal import stored_sealed_run
@@ -246,12 +247,17 @@ def test_a_database_carries_its_runs_evidence_beside_it(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["export", str(run_id), "--db", str(db),
                                     "--out", str(tmp_path / "out")])
     assert res.exit_code == 0 and (tmp_path / "out" / "outputs.jsonl").exists(), res.output
+    run_dir.mkdir()  # the directory is back, its evidence is not
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["recheck", str(run_id), "--db", db.name, "--json"])
+    assert res.exit_code == 0 and json.loads(res.output) == expected, res.output
 
     output = shipped / "evidence" / "output.parquet"
     output.write_bytes(output.read_bytes() + b"\0")
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and "output.parquet" in res.output, res.output
     shutil.rmtree(tmp_path / "evidence")
+    run_dir.rmdir()
     res = CliRunner().invoke(main, args)
     flat = " ".join(res.output.split())
     assert res.exit_code == 2 and "no longer exists" in flat and "evidence/run-" in flat

@@ -9,7 +9,8 @@ OLD_DB is the example database the grid replaces (docs/example-report/results.db
 it is replaced). A copied run keeps everything it had; its ``summary`` gains
 ``copied_from`` (the old database's path and git commit, and the run's old id), and each
 copied OIR row's trials name the trials' new ids. Nothing is copied from a run twice:
-NEW_DB must not exist.
+NEW_DB must not exist. A copied run's evidence (if its directory is found again) names its
+old id, so it re-checks against the old database, at the commit ``copied_from`` names.
 """
 
 from __future__ import annotations
@@ -57,11 +58,16 @@ def assemble(old_db: Path, new_db: Path) -> dict[int, int]:
     dst = sqlite3.connect(new_db)
     src.backup(dst)
     src.close()
+    running = [r[0] for r in dst.execute("select id from runs where status = 'running'")]
+    if running:
+        dst.close()
+        new_db.unlink()
+        raise SystemExit(f"the grid is still running (run {', '.join(map(str, running))})")
     old = sqlite3.connect(f"file:{old_db}?mode=ro", uri=True)
     if old.execute("pragma user_version").fetchone() != dst.execute(
             "pragma user_version").fetchone():
         raise SystemExit(f"{old_db} and {GRID_DB} have different schema versions")
-    first = dst.execute("select max(id) from runs").fetchone()[0] + 1
+    first = (dst.execute("select max(id) from runs").fetchone()[0] or 0) + 1
     ids = runs_to_copy(old)
     new_id = {old_id: first + k for k, old_id in enumerate(ids)}
     origin = {"database": str(old_db), "commit": git_commit(old_db.resolve())}
@@ -97,6 +103,7 @@ def assemble(old_db: Path, new_db: Path) -> dict[int, int]:
             row["trials"] = json.dumps(trials)
             dst.execute(f"insert into oir ({','.join(row)}) values "
                         f"({','.join('?' * len(row))})", list(row.values()))
+    dst.execute("pragma journal_mode = delete")  # one self-contained file to commit
     dst.execute("vacuum")
     dst.close()
     old.close()

@@ -35,6 +35,7 @@ def snapshot(out: Path) -> list[int]:
                                 [(i,) for i in running])
         dst.executemany("delete from runs where id = ?", [(i,) for i in running])
     dst.execute("pragma journal_mode = delete")  # one self-contained file
+    dst.execute("vacuum")  # the left-out rows' pages go too
     ok = dst.execute("pragma integrity_check").fetchone()[0]
     dst.close()
     if ok != "ok":
