@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The example grid remade under issue 23's model (warm control, faults timed from when
 # they act, driver restarted at once as a supervisor would, bounds flagged): 43 cells,
-# 3 repetitions each, into results.db beside this script. `pgval matrix` skips cells
-# already complete, so this script resumes where it stopped; commit results.db as cells
-# complete (about 19 minutes a cell on a quiet 2-core machine).
+# 3 repetitions each (the flagship's 4), into results.db beside this script. `pgval
+# matrix` skips cells already complete, so this script resumes where it stopped (about 19
+# minutes a cell on a quiet 2-core machine).
 #
 #   experiments/grid-23/run.sh              # every cell not yet complete
 #   experiments/grid-23/run.sh "20:30 UTC"  # start no cell that could end after then (a
 #                                           # cell is given 22 minutes); a time already past
 #                                           # today means that time tomorrow
 #
-# Commit results.db only between cells (not while `pgval matrix` writes it).
+# After each cell: ship_evidence.py (copy its evidence beside the database), then
+# stage_db.py (a snapshot of results.db, safe while `pgval matrix` writes it) and commit.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
