@@ -31,6 +31,10 @@ mst=(--topologies mst --rate 1750)
 # cell (`pgval validate --topology mst --fault delay-gt-timeout`), whose first three runs'
 # evidence (runs 21-23) went with the machine that made them; ship_evidence.py keeps this
 # one's beside the database.
+# "mst e1 delay-gt-timeout - 4", added after cell 39: a fourth repetition of MST e1 under the
+# delay above the time-outs, whose three runs (24-26, on the previous machine) all took the
+# slow mode (80-86 s; the previous example traced it to a shuffle fetch caught on the lost
+# executor); this one keeps its driver log on this machine to see which mode it takes.
 cells="
 sst a1 driver-crash -
 sst e1 driver-crash -
@@ -76,6 +80,7 @@ sst m1 driver-crash@after-sink-write -
 mst a1 driver-crash@after-sink-write -
 mst e1 driver-crash@after-sink-write -
 mst m1 driver-crash@after-sink-write -
+mst e1 delay-gt-timeout - 4
 "
 while read -r topology pg fault restart repeat; do
     [ -z "$topology" ] && continue
