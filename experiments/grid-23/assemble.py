@@ -4,13 +4,21 @@ faults beyond the paper, and the OIR searches with their trial runs), renumbered
 grid's runs.
 
     .venv/bin/python experiments/grid-23/assemble.py OLD_DB NEW_DB [--dry-run]
+    mv NEW_DB experiments/grid-23/results.db
+    git rm docs/example-report/results.db
 
 OLD_DB is the example database the grid replaces (docs/example-report/results.db before
-it is replaced). A copied run keeps everything it had; its ``summary`` gains
-``copied_from`` (the old database's path and git commit, and the run's old id), and each
-copied OIR row's trials name the trials' new ids. Nothing is copied from a run twice:
-NEW_DB must not exist. A copied run's evidence (if its directory is found again) names its
-old id, so it re-checks against the old database, at the commit ``copied_from`` names.
+it is replaced). NEW_DB then takes the grid database's place and is the example report's
+database: the grid's runs keep their ids, so the evidence kept beside the grid's database
+(``evidence/run-<id>/``) is still found by ``pgval recheck``, and the 130 MB of database
+and evidence stay where the grid wrote them instead of being copied (no link either: a
+symbolic link does not survive every checkout, and a copy doubles the largest file). A
+copied run keeps everything it had; its ``summary`` gains ``copied_from`` (the old
+database's path and git commit, and the run's old id), and each copied OIR row's trials
+name the trials' new ids. Nothing is copied from a run twice: NEW_DB must not exist, and
+a grid database already assembled is refused. A copied run's evidence (if its directory is
+found again) names its old id, so it re-checks against the old database, at the commit
+``copied_from`` names.
 """
 
 from __future__ import annotations
@@ -59,10 +67,14 @@ def assemble(old_db: Path, new_db: Path) -> dict[int, int]:
     src.backup(dst)
     src.close()
     running = [r[0] for r in dst.execute("select id from runs where status = 'running'")]
-    if running:
+    copied = dst.execute("select count(*) from runs where summary like '%\"copied_from\"%'"
+                         ).fetchone()[0]
+    if running or copied:
         dst.close()
         new_db.unlink()
-        raise SystemExit(f"the grid is still running (run {', '.join(map(str, running))})")
+        if running:
+            raise SystemExit(f"the grid is still running (run {', '.join(map(str, running))})")
+        raise SystemExit(f"{GRID_DB} holds {copied} copied runs already: it was assembled")
     old = sqlite3.connect(f"file:{old_db}?mode=ro", uri=True)
     if old.execute("pragma user_version").fetchone() != dst.execute(
             "pragma user_version").fetchone():
