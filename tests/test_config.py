@@ -279,7 +279,7 @@ def test_oir_has_no_restart_options() -> None:
 
 
 def test_an_output_row_too_big_for_a_kafka_record_is_warned_before_the_run() -> None:
-    """The estimate is what run 89 of the example database measured: at 200,000 ev/s, 10 s
+    """The estimate is what run 140 of the example database measured: at 200,000 ev/s, 10 s
     windows and 16 resources a row was 1,138,584 bytes (125,000 IDs)."""
     from pgval.schema import MAX_RECORD_BYTES
 

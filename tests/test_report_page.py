@@ -23,7 +23,7 @@ from pgval.report.build import build_report
 from pgval.report.data import Selection
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "docs" / "example-report" / "results.db"
+EXAMPLE = ROOT / "experiments" / "grid-23" / "results.db"
 WIDTH, HEIGHT = 1280, 900
 
 MEASURE = """<script>

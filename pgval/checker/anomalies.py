@@ -2,7 +2,7 @@
 
 The counts say how many; a user (and a re-check) needs *which*: each anomaly with its kind,
 the phase it is counted in, its cause and the outputs involved. Witnesses keep five IDs per
-kind and window; run 1 of the example report had 119,418 duplicates. The set is built
+kind and window; run 117 of the example report had 119,421 duplicates. The set is built
 from what the validator already holds (:class:`pgval.checker.validator.Occurrences`), in
 numpy, and is an Arrow table: the evidence keeps it as Parquet, ``pgval export`` and
 ``pgval check --anomalies`` write it as JSON lines.

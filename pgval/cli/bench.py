@@ -209,7 +209,7 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
 
 @bench.command("report")
 @click.option("--db", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              default=Path("docs/example-report/results.db"), show_default=True,
+              default=Path("experiments/grid-23/results.db"), show_default=True,
               help="The results database to report on.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".cache/bench-report"), show_default=True,
