@@ -46,7 +46,7 @@ def config(pg: str, target: str | int | None, fault: str = "broker-crash",
            **more: object) -> ExperimentConfig:
     return ExperimentConfig(
         topology="sst", pg=pg, fault=fault, target=target, rate=300, resources=4,
-        phase_seconds=16, warmup_seconds=4, warmup_max_seconds=10, window_ms=2000,
+        phase_seconds=16, warmup_seconds=4, warmup_max_seconds=6, window_ms=2000,
         watermark_ms=1000, trigger_ms=500, drain_timeout_s=150,
         cluster=ClusterConfig(brokers=3, partitions=3, workers=2), **more)  # type: ignore[arg-type]
 

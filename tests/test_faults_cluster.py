@@ -43,9 +43,10 @@ def config(topology: str, pg: str, fault: str, crash_point: str = "timed") -> Ex
         resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
         trigger_ms=500,
         # 2 s windows close every 2 s: the rule judges them quickly (these runs settled in
-        # 12-22 s on 2 shared cores, and most reached the cap of 15 s in CI); the cap
-        # bounds the cost, and these tests judge the fault and the counts, not the latency.
-        warmup_max_seconds=10,
+        # 12-22 s on 2 shared cores, and in CI every one reached the cap, at 10 s and at
+        # 15 s before); the cap bounds the cost, and these tests judge the fault and the
+        # counts, not the latency: a control phase still warming up serves them as well.
+        warmup_max_seconds=6,
         get_share=0.9 if topology == "mst" else 0.995, drain_timeout_s=150,
         target=None if crash_point == "during-sink-write" else 1,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
@@ -58,6 +59,9 @@ def run(warm: WarmDeployments | None, tmp_path: Path, topology: str, pg: str, fa
     cfg.validate()
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
                         deployment=warm.for_run(cfg) if warm is not None else None).run()
+    if warm is not None:  # the module's cells share one warm cluster, as a matrix's do
+        assert result.timings["cluster_start_s"] < 5, result.timings
+        assert warm.started == 1
     check_consistent(result)
     check_timeline(result, cfg)
     with sqlite3.connect(tmp_path / "r.db") as con:  # the run names the machine it ran on
@@ -107,16 +111,23 @@ def steps(result: ExperimentResult) -> dict[str, dict]:
     return {e["step"]: e for e in result.fault_log}
 
 
-@pytest.mark.parametrize("topology,pg", [("sst", "a1"), ("mst", "e1")])
-def test_worker_crash(warm: WarmDeployments, tmp_path: Path, topology: str, pg: str) -> None:
-    r = run(warm, tmp_path, topology, pg, "crash")
-    s = steps(r)
-    assert s["inject"]["executor_pids"], "the target worker had an executor to kill"
-    assert s["inject"]["left_alive"] == []
+def assert_worker_crashed_and_back(s: dict[str, dict]) -> None:
+    """The worker's process group was killed, the driver declared the executor lost, and
+    the worker was started again at T3."""
+    assert s["inject"]["worker_pid"] and s["inject"]["left_alive"] == []
     assert s["remove"]["restarted_pid"] and "error" not in s["remove"]
     assert s["timeouts"]["fired"].get("executor lost (driver)", 0) >= 1
-    if pg == "e1":
-        assert r.evaluation.validation.duplicate == 0
+
+
+def test_worker_crash(warm: WarmDeployments, tmp_path: Path) -> None:
+    """The timed worker crash (the paper's process crash) under MST e1: a stateful join
+    whose state stores lived on the dead executor, a sink that must not duplicate. (SST a1
+    under a worker crash is the next test, aimed at the sink's write; both topologies and
+    guarantees under every crash: the example grid, experiments/grid-23.)"""
+    r = run(warm, tmp_path, "mst", "e1", "crash")
+    assert steps(r)["inject"]["executor_pids"], "the target worker had an executor to kill"
+    assert_worker_crashed_and_back(steps(r))
+    assert r.evaluation.validation.duplicate == 0
 
 
 def test_a_worker_crash_while_its_executor_writes_duplicates_a1(warm: WarmDeployments,
@@ -124,13 +135,14 @@ def test_a_worker_crash_while_its_executor_writes_duplicates_a1(warm: WarmDeploy
     """crash@during-sink-write, aimed: the executor halts in the sink's producer hook with one
     of its records in Kafka and its task unfinished; Spark re-runs that task
     (TaskSetManager.executorLost), so a1 writes the record again — every time, whichever
-    worker the seed named (the writer's worker dies)."""
+    worker the seed named (the writer's worker dies). It is also the module's SST worker
+    crash: killed, declared lost, started again (CI time: no timed SST crash of its own)."""
     r = run(warm, tmp_path, "sst", "a1", "crash", crash_point="during-sink-write")
     inject = steps(r)["inject"]
     assert "error" not in inject, inject
     assert inject["crash_point"] == "during-sink-write" and inject["batch"] is not None
     assert inject["record"] and inject["executor_id"] not in (None, "?")
-    assert inject["left_alive"] == [] and "error" not in steps(r)["remove"]
+    assert_worker_crashed_and_back(steps(r))
     assert r.validity.valid, r.validity.reasons
     assert r.evaluation.validation.duplicate > 0
     assert r.summary()["guarantee"] == "at-least-once"

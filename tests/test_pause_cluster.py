@@ -22,7 +22,7 @@ pytestmark = pytest.mark.cluster
 def config(fault: str, target: int | str | None) -> ExperimentConfig:
     return ExperimentConfig(
         topology="sst", pg="a1", fault=fault, target=target, rate=300, resources=4,
-        phase_seconds=16, warmup_seconds=4, warmup_max_seconds=10, window_ms=2000,
+        phase_seconds=16, warmup_seconds=4, warmup_max_seconds=6, window_ms=2000,
         watermark_ms=1000, trigger_ms=500, drain_timeout_s=150,
         cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
 

@@ -660,35 +660,3 @@ def test_crash_after_sink_write_duplicates_a1_and_not_e1(kafka: KafkaCluster, tm
         ends.close()
         if d.proc is not None:
             d.proc.stop(grace_s=10)
-
-
-@pytest.mark.cluster
-def test_driver_on_standalone_cluster(kafka: KafkaCluster, tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """SST a1 with a 1-worker standalone cluster: executors, not the driver, run the tasks."""
-    from pgval.spark.daemons import SECRET_FILE_ENV, SparkCluster
-
-    if shutil.which("java") is None:
-        pytest.skip("no java")
-    with SparkCluster(tmp_path / "spark", workers=1, cores_per_worker=1,
-                      worker_memory="768m", isolate=False) as spark:
-        # The cluster runs with spark.authenticate: the driver reads the secret file.
-        monkeypatch.setenv(SECRET_FILE_ENV, str(spark.secret_file))
-        d = _driver(tmp_path, kafka.bootstrap, "sst", "a1", master=spark.master_url,
-                    extra=("--driver-host", spark.driver_host, "--cores-max", "1"))
-        try:
-            d.start()
-            _wait_started((d,))
-            _produce_live(kafka.bootstrap, seconds=5.0, rate=30.0, first_id=1)
-            sizes = _topic_sizes(kafka.bootstrap)
-            _wait(lambda: _consumed(d).get(schema.GET_TOPIC) == sizes[schema.GET_TOPIC], 60,
-                  "the driver to read all inputs", (d,))
-            _produce_closing(kafka.bootstrap)
-            _wait_outputs(kafka.bootstrap, d, _expected_outputs(kafka.bootstrap, "sst"))
-            assert spark.workers[0].executor_pids(), "no executor ran on the worker"
-            assert _stop_gracefully(d) == 0
-            _judge(kafka.bootstrap, d)
-            print(d.name, json.dumps(_batch_stats(d)))
-        finally:
-            if d.proc is not None:
-                d.proc.stop(grace_s=10)

@@ -29,12 +29,13 @@ def small_config(topology: str, pg: str) -> ExperimentConfig:
     # On 2 shared cores MST's outputs come 10-17 s after their inputs (two stateful
     # operators, each waiting for the watermark), SST's 5-8 s. The warm-up lasts until the
     # outputs' latency stops falling (2 s windows: judged every 2 s), at least 10 s (MST) or
-    # 8 s and at most 20 s (they settled in 16-24 s on 2 shared cores), so short phases
-    # still see outputs in control.
+    # 8 s and at most 12 s: they settled in 16-24 s on 2 shared cores, and in CI they ran
+    # to a cap of 20 s; these runs judge the verdict and the evidence, not the latency, and
+    # a phase without outputs is a measurement.
     mst = topology == "mst"
     return ExperimentConfig(
         topology=topology, pg=pg, rate=400, resources=4, phase_seconds=9 if mst else 6,
-        warmup_seconds=10 if mst else 8, warmup_max_seconds=20,
+        warmup_seconds=10 if mst else 8, warmup_max_seconds=12,
         window_ms=2000, watermark_ms=1000, trigger_ms=500,
         # MST needs POSTs in most windows to have outputs at all: raise their share.
         get_share=0.9 if topology == "mst" else 0.995,
