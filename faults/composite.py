@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import UserMistake
 from pgval.faults.log import Entries, finding
 from pgval.schema import BROKER_TARGETS, Fault
 
@@ -67,19 +67,19 @@ class ScheduledFault:
     def from_record(cls, rec: Mapping[str, Any], where: str = "the schedule") -> ScheduledFault:
         """``{fault, at, for, target}`` (``at_s``/``for_s`` accepted too)."""
         if not isinstance(rec, Mapping) or "fault" not in rec:
-            raise RuntimeErrorPlain(f"{where}: every entry needs a 'fault' ({rec!r})")
+            raise UserMistake(f"{where}: every entry needs a 'fault' ({rec!r})")
         unknown = set(rec) - {"fault", "at", "for", "target", "at_s", "for_s"}
         if unknown:
-            raise RuntimeErrorPlain(f"{where}: unknown key {sorted(unknown)[0]!r} in {dict(rec)!r}"
+            raise UserMistake(f"{where}: unknown key {sorted(unknown)[0]!r} in {dict(rec)!r}"
                                     " (use fault, at, for, target)")
         at, dur = rec.get("at", rec.get("at_s", 0.0)), rec.get("for", rec.get("for_s"))
         for name, value in (("at", at), ("for", dur)):
             if value is not None and (isinstance(value, bool)
                                       or not isinstance(value, (int, float)) or value < 0):
-                raise RuntimeErrorPlain(f"{where}: '{name}' must be seconds >= 0 ({rec!r})")
+                raise UserMistake(f"{where}: '{name}' must be seconds >= 0 ({rec!r})")
         target = rec.get("target")
         if target is not None and not isinstance(target, (int, str)):
-            raise RuntimeErrorPlain(f"{where}: 'target' is a worker index or a word ({rec!r})")
+            raise UserMistake(f"{where}: 'target' is a worker index or a word ({rec!r})")
         return cls(Fault.parse(rec["fault"]), float(at), None if dur is None else float(dur),
                    target)
 
@@ -108,27 +108,27 @@ def load_schedule(path: str | Path) -> list[ScheduledFault]:
     try:
         text = p.read_text()
     except OSError as exc:
-        raise RuntimeErrorPlain(f"cannot read the schedule {p}: {exc.strerror or exc}") from None
+        raise UserMistake(f"cannot read the schedule {p}: {exc.strerror or exc}") from None
     if p.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml  # type: ignore[import-untyped]
         except ImportError:
-            raise RuntimeErrorPlain(f"{p} is YAML, and PyYAML is not installed here: "
+            raise UserMistake(f"{p} is YAML, and PyYAML is not installed here: "
                                     "`pip install pyyaml`, or write the schedule as JSON"
                                     ) from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise RuntimeErrorPlain(f"{p} is not valid YAML: {exc}") from None
+            raise UserMistake(f"{p} is not valid YAML: {exc}") from None
     else:
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise RuntimeErrorPlain(f"{p} is not valid JSON: {exc}") from None
+            raise UserMistake(f"{p} is not valid JSON: {exc}") from None
     if isinstance(data, Mapping):
         data = data.get("faults")
     if not isinstance(data, list) or not data:
-        raise RuntimeErrorPlain(f"{p}: a schedule is a non-empty list of "
+        raise UserMistake(f"{p}: a schedule is a non-empty list of "
                                 "{fault, at, for, target}")
     return [ScheduledFault.from_record(rec, where=str(p)) for rec in data]
 
@@ -164,7 +164,7 @@ def draw_random(count: int, seed: int, phase_s: float, workers: int, brokers: in
                 break
         if len(parts) == count:
             return parts
-    raise RuntimeErrorPlain(f"no valid random schedule of {count} faults fits "
+    raise UserMistake(f"no valid random schedule of {count} faults fits "
                             f"{workers} workers in {phase_s:g} s; lower --fault-count")
 
 

@@ -62,7 +62,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.host import netns, registry
 from pgval.host.identity import Owner, start_ticks
 from pgval.host.procs import Managed, kill_group, spawn
@@ -111,7 +111,7 @@ def _msg(res: subprocess.CompletedProcess[str]) -> str:
 def _checked(argv: list[str]) -> subprocess.CompletedProcess[str]:
     res = _run(argv)
     if res.returncode != 0:
-        raise RuntimeErrorPlain(f"`{shlex.join(argv)}` failed: {_msg(res)}")
+        raise EnvironmentFailure(f"`{shlex.join(argv)}` failed: {_msg(res)}")
     return res
 
 
@@ -138,9 +138,9 @@ def _holder_importable() -> str | None:
 
 def _require_ns(ns: str) -> None:
     if os.geteuid() != 0:
-        raise RuntimeErrorPlain("packet delay needs root (it changes qdiscs or iptables rules)")
+        raise EnvironmentFailure("packet delay needs root (it changes qdiscs or iptables rules)")
     if ns not in netns.list_namespaces():
-        raise RuntimeErrorPlain(f"network namespace {ns} does not exist")
+        raise EnvironmentFailure(f"network namespace {ns} does not exist")
 
 
 def detect_mechanism(ns: str) -> str:
@@ -166,14 +166,14 @@ def detect_mechanism(ns: str) -> str:
     if holder_missing:
         missing.append(holder_missing)
     if missing:
-        raise RuntimeErrorPlain(f"packet delay cannot work here: {netem_why}, and the NFQUEUE "
+        raise EnvironmentFailure(f"packet delay cannot work here: {netem_why}, and the NFQUEUE "
                                 f"fallback lacks {' and '.join(missing)}")
     rule = ["PREROUTING", "-i", "lo", "-p", "udp", "--dport", "9", "-m", "comment",
             "--comment", f"{COMMENT_PREFIX}probe", "-j", "NFQUEUE", "--queue-num", "0",
             "--queue-bypass"]
     res = _run(_iptables(ns, "-t", "mangle", "-A", *rule))
     if res.returncode != 0:
-        raise RuntimeErrorPlain(f"packet delay cannot work here: {netem_why}, and "
+        raise EnvironmentFailure(f"packet delay cannot work here: {netem_why}, and "
                                 f"{IPTABLES} cannot add an NFQUEUE rule ({_msg(res)})")
     _run(_iptables(ns, "-t", "mangle", "-D", *rule))
     return "nfqueue"
@@ -214,7 +214,7 @@ def _host_peer(ns: str) -> str:
     m = _parse_ns(ns)
     if m:
         return netns.host_veth_name(*m)
-    raise RuntimeErrorPlain(f"cannot find the host-side veth of {ns}'s {_NS_IF}")
+    raise EnvironmentFailure(f"cannot find the host-side veth of {ns}'s {_NS_IF}")
 
 
 def _parse_ns(ns: str) -> tuple[str, int] | None:
@@ -226,7 +226,7 @@ def _ns_ipv4(ns: str) -> str:
     res = _run(_in(ns, "ip", "-j", "-4", "addr", "show", "dev", _NS_IF))
     with contextlib.suppress(ValueError, IndexError, KeyError, TypeError):
         return str(json.loads(res.stdout)[0]["addr_info"][0]["local"])
-    raise RuntimeErrorPlain(f"{ns} has no IPv4 address on {_NS_IF}")
+    raise EnvironmentFailure(f"{ns} has no IPv4 address on {_NS_IF}")
 
 
 def _pgval_rules(where: str, table: str) -> list[tuple[list[str], str]]:
@@ -290,11 +290,11 @@ class PacketDelay:
                  max_seconds: float = DEFAULT_MAX_SECONDS,
                  max_held: int | None = None) -> None:
         if delay_ms < 0 or jitter_ms < 0:
-            raise RuntimeErrorPlain("packet delay and jitter must be >= 0 ms")
+            raise EnvironmentFailure("packet delay and jitter must be >= 0 ms")
         if mechanism is not None and mechanism not in MECHANISMS:
-            raise RuntimeErrorPlain(f"unknown delay mechanism {mechanism!r}: netem or nfqueue")
+            raise EnvironmentFailure(f"unknown delay mechanism {mechanism!r}: netem or nfqueue")
         if queue_num is not None and not 0 <= queue_num <= 65535:
-            raise RuntimeErrorPlain(f"NFQUEUE number {queue_num} is outside 0..65535")
+            raise EnvironmentFailure(f"NFQUEUE number {queue_num} is outside 0..65535")
         self.ns = ns
         self.delay_ms = int(delay_ms)
         self.jitter_ms = int(jitter_ms)
@@ -353,7 +353,7 @@ class PacketDelay:
     def inject(self) -> dict[str, Any]:
         """Start delaying; returns what was installed and when (wall-clock ms)."""
         if self._injected_ms is not None:
-            raise RuntimeErrorPlain(f"packet delay on {self.ns} was already injected")
+            raise EnvironmentFailure(f"packet delay on {self.ns} was already injected")
         _require_ns(self.ns)
         if self.mechanism is None:
             self.mechanism = detect_mechanism(self.ns)
@@ -363,7 +363,7 @@ class PacketDelay:
             else:
                 self._inject_nfqueue()
         except BaseException:
-            with contextlib.suppress(RuntimeErrorPlain):
+            with contextlib.suppress(PgvalError):
                 self._undo()
             self._rules = []
             raise
@@ -399,7 +399,7 @@ class PacketDelay:
         ip = _ns_ipv4(self.ns)
         bridge = str(_link(HOST, _host_peer(self.ns)).get("master") or "")
         if not bridge:
-            raise RuntimeErrorPlain(f"{self.ns}'s veth is on no bridge; cannot delay its egress")
+            raise EnvironmentFailure(f"{self.ns}'s veth is on no bridge; cannot delay its egress")
         run = _parse_ns(self.ns)
         peers = []
         for name in netns.list_namespaces():
@@ -437,7 +437,7 @@ class PacketDelay:
                         continue  # another worker's delay (or, outside ns, not ours to judge)
                     m = re.search(r"--queue-num (\d+)", " ".join(args))
                     if m and int(m.group(1)) in bound and target == self.ns:
-                        raise RuntimeErrorPlain(f"{self.ns} is already delayed by pgval "
+                        raise EnvironmentFailure(f"{self.ns} is already delayed by pgval "
                                                 f"(rule {comment}); remove that delay first")
                     if _run(_iptables(where, *args)).returncode == 0:
                         self.stale_removed.append(f"{where}: {shlex.join(args)}")
@@ -469,7 +469,7 @@ class PacketDelay:
                 # Another run's holder took the number between our check and its bind
                 # (the root namespace's queue numbers are shared by all runs).
                 if not auto or attempt == 2:
-                    raise RuntimeErrorPlain(str(exc)) from None
+                    raise EnvironmentFailure(str(exc)) from None
         # Inserted first in mangle/PREROUTING: an accepted packet skips the rest of this
         # chain only; filter rules (other faults' DROPs) still see it afterwards.
         for where, spec in self._rule_plan(ip, bridge, peers):
@@ -509,9 +509,9 @@ class PacketDelay:
                        f"{self.holder.log_tail(3)} (log {self.holder.log_path})")
                 self.holder.stop(grace_s=0.5)
                 registry.unregister_holder(self.holder.pid)
-                raise _BindFailed(msg) if rc == HOLDER_RC_BIND else RuntimeErrorPlain(msg)
+                raise _BindFailed(msg) if rc == HOLDER_RC_BIND else EnvironmentFailure(msg)
             if time.monotonic() > deadline:
-                raise RuntimeErrorPlain(f"the packet holder for {self.ns} did not bind NFQUEUE "
+                raise EnvironmentFailure(f"the packet holder for {self.ns} did not bind NFQUEUE "
                                         f"{self.queue_num} within {_READY_TIMEOUT_S:.0f} s")
             time.sleep(0.02)
         ready.unlink(missing_ok=True)
@@ -549,7 +549,7 @@ class PacketDelay:
             registry.unregister_holder(self.holder.pid)
             out["holder"] = _holder_summary(self.holder.log_path)
         if out["leftovers"]:
-            raise RuntimeErrorPlain(f"could not remove the delay rules for {self.ns}: "
+            raise EnvironmentFailure(f"could not remove the delay rules for {self.ns}: "
                                     f"{'; '.join(out['leftovers'])}")
         self._rules = []
         return out
@@ -632,7 +632,7 @@ def cleanup_delays(prefix: str = netns.NS_PREFIX) -> list[str]:
     (the root namespace's rules and the holder are what would remain).
     """
     if not prefix.startswith(netns.NS_PREFIX):
-        raise RuntimeErrorPlain(f"cleanup prefix {prefix!r} must start with {netns.NS_PREFIX!r}")
+        raise EnvironmentFailure(f"cleanup prefix {prefix!r} must start with {netns.NS_PREFIX!r}")
     if os.geteuid() != 0 or shutil.which("ip") is None:
         return []
     removed: list[str] = []

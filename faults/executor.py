@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from pgval.checker.result import Reason
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.faults.log import Entries, finding, first
 from pgval.schema import Fault
 
@@ -74,7 +74,7 @@ class ExecutorKill:
                                        "seed": self.seed, "index": self.index},
                                       self.request_timeout_s)
         if not answer.get("ok"):
-            raise RuntimeErrorPlain("the Spark driver did not kill an executor: "
+            raise EnvironmentFailure("the Spark driver did not kill an executor: "
                                     f"{answer.get('error') or 'no reason given'}")
         self._kill = answer
         removed = self._wait_for(self._removed_after_s, self.gone_timeout_s)

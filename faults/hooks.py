@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.host.jars import default_cache_dir
 from pgval.host.javac import build_jar, jar_path
 
@@ -75,7 +75,7 @@ def _compile_classpath(cache_dir: Path | None) -> str:
     kafka = [str(p) for p in ensure_jars(cache_dir, spark=True).spark_kafka_jars
              if p.stem == name]
     if not kafka:
-        raise RuntimeErrorPlain(f"pgval's Spark hooks need {name}.jar, which is not among "
+        raise EnvironmentFailure(f"pgval's Spark hooks need {name}.jar, which is not among "
                                 "the connector's jars; remove the jar cache and try again")
     return os.pathsep.join([f"{_spark_jars()}/*", *kafka])
 

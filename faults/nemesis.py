@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.faults.broker import NEMESIS_BROKER
 from pgval.faults.log import Entries, first
 from pgval.faults.network import probe_reasons, timeout_reasons
@@ -45,9 +45,9 @@ def nemesis_argv(template: str, worker: int | None = None, delay_ms: int | None 
     try:
         parts = shlex.split(template)
     except ValueError as exc:
-        raise RuntimeErrorPlain(f"cannot split a nemesis command: {exc}") from exc
+        raise EnvironmentFailure(f"cannot split a nemesis command: {exc}") from exc
     if not parts:
-        raise RuntimeErrorPlain("the nemesis command is empty")
+        raise EnvironmentFailure("the nemesis command is empty")
     values = {name: str(value) for name, value in
               (("worker", worker), ("delay_ms", delay_ms), ("broker", broker))
               if value is not None}
@@ -55,7 +55,7 @@ def nemesis_argv(template: str, worker: int | None = None, delay_ms: int | None 
         return [part.format_map(values) for part in parts]
     except (KeyError, ValueError, IndexError) as exc:
         allowed = " and ".join(f"{{{name}}}" for name in values) or "none"
-        raise RuntimeErrorPlain(f"the nemesis command {parts[0]!r} has a placeholder other "
+        raise EnvironmentFailure(f"the nemesis command {parts[0]!r} has a placeholder other "
                                 f"than {allowed}") from exc
 
 
@@ -106,7 +106,7 @@ def _run_ok(argv: list[str], which: str) -> dict[str, Any]:
     """:func:`_run`, a non-zero exit being a plain error that names the command's role."""
     detail = _run(argv)
     if detail["exit_code"] != 0:
-        raise RuntimeErrorPlain(f"the nemesis {which} command failed (exit "
+        raise EnvironmentFailure(f"the nemesis {which} command failed (exit "
                                 f"{detail['exit_code']}): {detail['output_tail']}")
     return detail
 
@@ -117,9 +117,9 @@ def _run(argv: list[str]) -> dict[str, Any]:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S,
                               stdin=subprocess.DEVNULL, check=False)
     except FileNotFoundError as exc:
-        raise RuntimeErrorPlain(f"the nemesis command {argv[0]!r} was not found") from exc
+        raise EnvironmentFailure(f"the nemesis command {argv[0]!r} was not found") from exc
     except subprocess.TimeoutExpired as exc:
-        raise RuntimeErrorPlain(f"the nemesis command {argv[0]!r} did not finish in "
+        raise EnvironmentFailure(f"the nemesis command {argv[0]!r} did not finish in "
                                 f"{TIMEOUT_S:.0f} s") from exc
     tail = " ".join(scrub(proc.stdout + proc.stderr, argv[1:]).split())[-300:]
     return {"argv": redact_argv(argv), "exit_code": proc.returncode, "output_tail": tail,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.faults.delay import MECHANISMS, PacketDelay
 from pgval.faults.log import Entries, finding, first
 from pgval.faults.timeouts import TimeoutProfile
@@ -75,7 +75,7 @@ class WorkerDelay:
     def inject(self) -> dict[str, Any]:
         path = self.path
         if path.netns is None:
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 "packet delay needs the workers in their own network namespaces "
                 "(run as root, without --no-isolate)")
         assert self.profile.delay_ms is not None

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.faults.delay import HOST, PacketDelay, _in, _run
 from pgval.faults.log import Entries, finding, first
 from pgval.schema import Fault, Partition
@@ -69,7 +69,7 @@ class PacketDrop(PacketDelay):
         self.broker_ports = tuple(broker_ports)
         self.master_port = master_port
         if self.scope in (Partition.WORKER_KAFKA, Partition.WORKER_DRIVER) and not broker_ports:
-            raise RuntimeErrorPlain(f"--partition {self.scope} needs the brokers' ports")
+            raise EnvironmentFailure(f"--partition {self.scope} needs the brokers' ports")
 
     @property
     def rtt_added_ms(self) -> int:
@@ -122,7 +122,7 @@ def _ipv4_of(where: str, dev: str) -> str:
     res = _run(_in(where, "ip", "-j", "-4", "addr", "show", "dev", dev))
     with contextlib.suppress(ValueError, IndexError, KeyError, TypeError):
         return str(json.loads(res.stdout)[0]["addr_info"][0]["local"])
-    raise RuntimeErrorPlain(f"{dev} has no IPv4 address: cannot tell the host's packets "
+    raise EnvironmentFailure(f"{dev} has no IPv4 address: cannot tell the host's packets "
                             "from the other workers'")
 
 
@@ -143,7 +143,7 @@ class WorkerPartition:
     def inject(self) -> dict[str, Any]:
         link = self.link
         if link.netns is None:
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 "a partition needs the workers in their own network namespaces "
                 "(run as root, without --no-isolate)")
         self._drop = PacketDrop(link.netns, link.scope, link.broker_ports, link.master_port,

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer
 from pgval.checker.evaluate import evaluate
 from pgval.cluster.guard import start_reaper, stop_reaper
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerProgress, generate_range
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.evidence import streams_from_records
 from pgval.host import signals
 from pgval.host.identity import Owner
@@ -148,7 +148,7 @@ def run_generator(bootstrap: str, topics: Topics, cfg: GeneratorConfig, sink: Ka
                            on_start=lambda g: started.append(g.started_ms or _wall_ms()))
     acked_s = (_wall_ms() - started[0]) / 1000.0 if started else 0.0
     if report.errors:
-        raise RuntimeErrorPlain("the generator failed: " + "; ".join(report.errors))
+        raise EnvironmentFailure("the generator failed: " + "; ".join(report.errors))
     return GeneratorRate(
         events=cfg.total_events() or 0, producers=cfg.producers, sent=report.sent,
         delivered=report.delivered, failed=report.failed, undelivered=report.undelivered,
@@ -247,7 +247,7 @@ def _write_outputs(bootstrap: str, topic: str, values: list[bytes],
             except BufferError:
                 producer.poll(0.1)
     if producer.flush(120):
-        raise RuntimeErrorPlain(f"could not write the bench outputs to {topic}")
+        raise EnvironmentFailure(f"could not write the bench outputs to {topic}")
 
 
 def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
@@ -271,7 +271,7 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
                          config={"log_level": 3, **cluster.auth_config})
         gen = run_generator(cluster.bootstrap, topics, cfg, sink, say)
         if not gen.ok:
-            raise RuntimeErrorPlain(f"the generator did not deliver every event: {gen}")
+            raise EnvironmentFailure(f"the generator did not deliver every event: {gen}")
         values = _expected_rows(cfg, window_ms)
         if say:
             say(f"writing {len(values):,} outputs…")
@@ -311,12 +311,12 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
             result.other_reads_s[other] = time.perf_counter() - t
             if any(len(again[k]) != len(records[k]) or not again[k].complete
                    for k in records):
-                raise RuntimeErrorPlain(f"the {other} reader read other records than the "
+                raise EnvironmentFailure(f"the {other} reader read other records than the "
                                         f"{readers[0]} reader")
             del again
         read = len(records[topics.get]) + len(records[topics.post])
         if read != gen.delivered:
-            raise RuntimeErrorPlain(f"read {read:,} inputs back, but {gen.delivered:,} were "
+            raise EnvironmentFailure(f"read {read:,} inputs back, but {gen.delivered:,} were "
                                     "delivered")
         inputs = {"get": records[topics.get], "post": records[topics.post]}
         streams = timed("records to columns", lambda: streams_from_records(
@@ -328,6 +328,6 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
                       "duplicate": int(v.duplicate), "unprocessed": int(v.unprocessed),
                       "malformed": int(streams.events.malformed + streams.outputs.malformed)}
     if not (v.duplicate and v.unprocessed) or result.verdict["malformed"]:
-        raise RuntimeErrorPlain(f"the bench's planted anomalies were not found exactly: "
+        raise EnvironmentFailure(f"the bench's planted anomalies were not found exactly: "
                                 f"{result.verdict}")
     return result

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.local import ClusterConfig
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import UserMistake
 from pgval.faults.composite import (
     RANDOM,
     ScheduledFault,
@@ -248,7 +248,7 @@ class ExperimentConfig:
         or re-drawn)."""
         text = str(self.fault)
         if self.schedule_file is not None and text not in (Fault.NONE, Fault.SCHEDULE):
-            raise RuntimeErrorPlain(f"--schedule replaces --fault; drop --fault {text}")
+            raise UserMistake(f"--schedule replaces --fault; drop --fault {text}")
         if self.schedule is None:
             parts = None
             if self.schedule_file is not None:
@@ -263,7 +263,7 @@ class ExperimentConfig:
                 parts = parse_plus(text)
                 self.schedule_origin = text
             elif text == Fault.SCHEDULE:
-                raise RuntimeErrorPlain("--fault schedule needs --schedule FILE")
+                raise UserMistake("--fault schedule needs --schedule FILE")
             if parts is not None:
                 self.schedule = [p.as_record() for p in parts]
         if self.schedule is not None:
@@ -308,52 +308,52 @@ class ExperimentConfig:
         """Refuse a configuration that cannot run, in one sentence. ``fault_axis``: the fault
         is a grid's axis (a matrix's base), so what depends on it is each cell's to check."""
         if self.rate <= 0:
-            raise RuntimeErrorPlain("the rate must be a positive number of events per second")
+            raise UserMistake("the rate must be a positive number of events per second")
         if self.phase_seconds <= 0 or self.warmup_seconds < 0:
-            raise RuntimeErrorPlain("phase and warm-up lengths must be positive")
+            raise UserMistake("phase and warm-up lengths must be positive")
         if self.warmup_max_seconds < self.warmup_seconds:
-            raise RuntimeErrorPlain("--warmup-max-seconds must not be below --warmup-seconds")
+            raise UserMistake("--warmup-max-seconds must not be below --warmup-seconds")
         if self.window_ms <= 0 or self.watermark_ms < 0 or self.trigger_ms < 0:
-            raise RuntimeErrorPlain("window, watermark and trigger must be non-negative (ms)")
+            raise UserMistake("window, watermark and trigger must be non-negative (ms)")
         if (self.topology is Topology.JOB) != (self.job is not None):
-            raise RuntimeErrorPlain("--job names your own job, whose topology is 'job'; "
+            raise UserMistake("--job names your own job, whose topology is 'job'; "
                                     "give --job or --topology sst|mst, not both")
         if reason := sink_problem(self):
-            raise RuntimeErrorPlain(reason)
+            raise UserMistake(reason)
         if self.job is not None:
             from pgval.topologies.job import JobRef
 
             JobRef.parse(self.job)  # the form only; loading it is the command's
             if self.deploy is Deploy.COMPOSE:
-                raise RuntimeErrorPlain("--job runs on the embedded cluster or --deploy "
+                raise UserMistake("--job runs on the embedded cluster or --deploy "
                                         "external: the compose stack's driver container does "
                                         "not see your job's file")
             if self.window_ms > JOB_MAX_WINDOW_MS:
-                raise RuntimeErrorPlain(
+                raise UserMistake(
                     f"--window-ms {self.window_ms}: with --job at most {JOB_MAX_WINDOW_MS} "
                     "(the closing events run an hour ahead of the last real event)")
         if self.fault is Fault.SCHEDULE:
             if reason := self._schedule_problem():
-                raise RuntimeErrorPlain(reason)
+                raise UserMistake(reason)
         elif not fault_axis and (reason := self._target_problem()):  # a grid: per cell
-            raise RuntimeErrorPlain(reason)
+            raise UserMistake(reason)
         if reason := self.fault_spec.problem(self.deploy):
-            raise RuntimeErrorPlain(reason)
+            raise UserMistake(reason)
         if self.crash_point is CrashPoint.DURING_SINK_WRITE and self.target is not None:
-            raise RuntimeErrorPlain("--target does not apply to --crash-point "
+            raise UserMistake("--target does not apply to --crash-point "
                                     "during-sink-write: the worker whose executor writes is "
                                     "the one that dies")
         if reason := not_applicable(self):
-            raise RuntimeErrorPlain(reason)
+            raise UserMistake(reason)
         if not fault_axis and (reason := restart_problem(self)):
-            raise RuntimeErrorPlain(reason)
+            raise UserMistake(reason)
         if self.partition is not None and self.fault is not Fault.PARTITION and not fault_axis:
-            raise RuntimeErrorPlain("--partition says which link --fault partition cuts; "
+            raise UserMistake("--partition says which link --fault partition cuts; "
                                     f"it does not apply to --fault {self.fault}")
         if self.sabotage is not None and self.pg is not Guarantee.E1:
-            raise RuntimeErrorPlain("--sabotage is a self-test of the e1 sink; use --pg e1")
+            raise UserMistake("--sabotage is a self-test of the e1 sink; use --pg e1")
         if self.late_events < 0:
-            raise RuntimeErrorPlain("--late-events must not be negative")
+            raise UserMistake("--late-events must not be negative")
         self._validate_deployment()
 
     def _schedule_problem(self) -> str | None:
@@ -421,7 +421,7 @@ class ExperimentConfig:
     def _validate_deployment(self) -> None:
         external = self.deploy is Deploy.EXTERNAL
         if external and not (self.bootstrap and self.master):
-            raise RuntimeErrorPlain("--deploy external needs --bootstrap HOST:PORT and "
+            raise UserMistake("--deploy external needs --bootstrap HOST:PORT and "
                                     "--master URL (see docs/deploy.md)")
         if not external:
             given = [name for name, value in (
@@ -429,22 +429,22 @@ class ExperimentConfig:
                 ("--kafka-config", self.kafka_config), ("--nemesis-inject", self.nemesis_inject),
                 ("--nemesis-remove", self.nemesis_remove)) if value]
             if given:
-                raise RuntimeErrorPlain(f"{', '.join(given)} only apply to --deploy external")
+                raise UserMistake(f"{', '.join(given)} only apply to --deploy external")
         if self.running_cluster and self.deploy is not Deploy.LOCAL:
-            raise RuntimeErrorPlain("--cluster uses a running embedded cluster; it does not "
+            raise UserMistake("--cluster uses a running embedded cluster; it does not "
                                     f"go with --deploy {self.deploy}")
         if bool(self.nemesis_inject) != bool(self.nemesis_remove):
-            raise RuntimeErrorPlain("--nemesis-inject and --nemesis-remove go together: pgval "
+            raise UserMistake("--nemesis-inject and --nemesis-remove go together: pgval "
                                     "must be able to undo what it started")
         if self.fault is Fault.PARTITION and self.deploy is not Deploy.LOCAL:
-            raise RuntimeErrorPlain(PARTITION_WHERE)
+            raise UserMistake(PARTITION_WHERE)
         if external and self.fault.is_delay and not self.nemesis_inject:
-            raise RuntimeErrorPlain(
+            raise UserMistake(
                 f"--fault {self.fault} on an external cluster needs your own nemesis: "
                 "--nemesis-inject ARGV and --nemesis-remove ARGV (see docs/deploy.md)")
         if (self.fault.is_network and self.deploy is Deploy.LOCAL
                 and self.cluster.isolate is False):
-            raise RuntimeErrorPlain(f"--fault {self.fault} needs workers in their own network "
+            raise UserMistake(f"--fault {self.fault} needs workers in their own network "
                                     "namespaces; drop --no-isolate")
 
     def to_dict(self) -> dict[str, Any]:

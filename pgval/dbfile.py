@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 
 #: How long a writer waits for another writer's lock before giving up.
 BUSY_TIMEOUT_S = 60.0
@@ -30,7 +30,7 @@ _NOTADB = 26
 _CORRUPT = 11
 
 
-class StoreError(RuntimeErrorPlain):
+class StoreError(PgvalError):
     """A results database that cannot be used, said in one sentence."""
 
 

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pgval.errors import BadInput
+from pgval.errors import UserMistake
 from pgval.files import write_private
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.oracle.expected import ExpectedOutputs
@@ -93,7 +93,7 @@ class EvidenceError(Exception):
     """A run directory without usable evidence (a plain sentence for the user)."""
 
 
-class JobNotJudgeable(EvidenceError, BadInput):
+class JobNotJudgeable(EvidenceError, UserMistake):
     """A job whose batch rows the validator cannot use (an ID in two rows: sliding windows,
     fan-out): found from the evidence, a mistake of the job, not of the run."""
 

@@ -40,7 +40,7 @@ from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.deploy import Deployment, FaultContext, make_deployment
 from pgval.deploy.shared_driver import SharedDrivers, SharedQuery, own_driver_reason
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.evidence import (
     Manifest,
     keep_job_source,
@@ -235,7 +235,7 @@ class Experiment:
             if store and run_id is not None:
                 with contextlib.suppress(Exception):
                     store.fail_run(run_id, why)
-            raise RuntimeErrorPlain(why) from exc
+            raise EnvironmentFailure(why) from exc
         if store and run_id is not None:
             extra = {"timings": self.timings, "generator": result.generator,
                      "readback": result.readback, "fault_log": self.fault_log,
@@ -287,7 +287,7 @@ class Experiment:
         cfg = self.config
         point = self.fault.point
         if point is CrashPoint.DURING_SINK_WRITE and not self.deployment.owns_cluster:
-            raise RuntimeErrorPlain("--crash-point during-sink-write needs a cluster pgval "
+            raise EnvironmentFailure("--crash-point during-sink-write needs a cluster pgval "
                                     "starts itself (drop --cluster): here a crash is an "
                                     "executor kill through the driver")
         if cfg.sink == "delta":
@@ -299,10 +299,10 @@ class Experiment:
                                                      for p in cfg.schedule_parts)
         if network and cfg.deploy == Deploy.LOCAL:
             if os.geteuid() != 0:
-                raise RuntimeErrorPlain(f"--fault {cfg.fault} needs root (it puts the worker "
+                raise EnvironmentFailure(f"--fault {cfg.fault} needs root (it puts the worker "
                                         "in a network namespace and changes its packet path)")
             if cfg.cluster.isolate is False:
-                raise RuntimeErrorPlain(f"--fault {cfg.fault} needs the workers in their own "
+                raise EnvironmentFailure(f"--fault {cfg.fault} needs the workers in their own "
                                         "network namespaces; drop --no-isolate")
 
     def _run(self, run_id: int | None) -> ExperimentResult:
@@ -328,7 +328,7 @@ class Experiment:
         if not driver_died:
             try:
                 self.driver.check()
-            except RuntimeErrorPlain as exc:
+            except PgvalError as exc:
                 self._reasons.add(Reason("observed", f"the driver died during the drain: {exc}"))
         progress = self.driver.progress()
 
@@ -658,7 +658,7 @@ class Experiment:
             if self.generators.done() and now >= t4:
                 return
             if now >= t4 + 60_000:
-                raise RuntimeErrorPlain("the generators did not finish 60 s after T4")
+                raise EnvironmentFailure("the generators did not finish 60 s after T4")
             if self.config.late_events and not self.planted and now >= start + (t2 - start) // 2:
                 self._plant_late_events()
             self._watch(driver_down=self._driver_is_target and injected and not removed)
@@ -685,11 +685,11 @@ class Experiment:
         if not driver_down:
             try:
                 self.driver.check()
-            except RuntimeErrorPlain as exc:
+            except PgvalError as exc:
                 raise _DriverDied(str(exc)) from exc
         problem = self._reaper_problem()
         if problem:
-            raise RuntimeErrorPlain(problem)
+            raise EnvironmentFailure(problem)
 
     def _plant_late_events(self) -> None:
         assert self.driver is not None and self.control is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 
 #: extra -> (the module it brings, what needs it).
 EXTRAS = {
@@ -32,9 +32,9 @@ def installed(extra: str) -> bool:
 
 
 def require(extra: str) -> None:
-    """Raise :class:`RuntimeErrorPlain` naming the extra to install when it is missing."""
+    """Raise :class:`PgvalError` naming the extra to install when it is missing."""
     if installed(extra):
         return
     module, what = EXTRAS[extra]
-    raise RuntimeErrorPlain(f"{what} needs the Python package {module}, which is not "
+    raise EnvironmentFailure(f"{what} needs the Python package {module}, which is not "
                             f"installed here: pip install 'pgval[{extra}]'")

@@ -30,7 +30,7 @@ from typing import Any
 from pgval.config import ExperimentConfig, not_applicable
 from pgval.deploy.shared_driver import needs_own_driver
 from pgval.deploy.warm import WarmDeployments, daemon_key
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError, UserMistake
 from pgval.experiment import Experiment
 from pgval.gate import Case
 from pgval.redact import private_dir
@@ -90,13 +90,13 @@ def plan(base: ExperimentConfig, grid: Sequence[Cell],
     """The cells that will run, every one checked before anything runs: a cell whose fault
     cannot be hit for its pg (:func:`~pgval.config.not_applicable`) is left out, said once
     per grid cell through ``on_left_out``; any other bad combination raises
-    :class:`~pgval.errors.RuntimeErrorPlain` (``ExperimentConfig.validate``), and so does a
+    :class:`~pgval.errors.PgvalError` (``ExperimentConfig.validate``), and so does a
     ``--restart``/``--restart-delay-s`` that no cell takes (each cell gets them only where
     they mean something: :meth:`~pgval.config.ExperimentConfig.restart_for`)."""
     configs = [cell.config(base) for cell in grid]
     if (base.restart and not any(c.restart is base.restart for c in configs)) or (
             base.restart_delay_s and not any(c.restart_delay_s for c in configs)):
-        raise RuntimeErrorPlain("--restart and --restart-delay-s apply to the crash and "
+        raise UserMistake("--restart and --restart-delay-s apply to the crash and "
                                 "driver-crash cells they fit; this grid has none")
     checked: set[tuple[Topology, Guarantee, FaultSpec]] = set()
     left_out: set[tuple[Topology, Guarantee, FaultSpec]] = set()
@@ -143,7 +143,7 @@ def _complete_runs(store: ResultsStore, key: str) -> Iterator[tuple[Cell, dict[s
         try:
             cell = Cell(Topology.parse(r["topology"]), Guarantee.parse(r["pg"]),
                         FaultSpec(r["fault"], r["crash_point"]), r["repeat"])
-        except RuntimeErrorPlain:
+        except PgvalError:
             continue
         yield cell, r
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, TypeVar
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import UserMistake
 
 _N = TypeVar("_N", bound="Name")
 
@@ -149,7 +149,7 @@ class Name(str, Enum):
         try:
             return cls(value)
         except ValueError:
-            raise RuntimeErrorPlain(f"unknown {cls.what()} {value!r}; use one of "
+            raise UserMistake(f"unknown {cls.what()} {value!r}; use one of "
                                     f"{', '.join(cls.names())}") from None
 
     @classmethod

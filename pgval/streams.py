@@ -23,7 +23,7 @@ from typing import Any
 
 from pgval.datasets.generator import GeneratorConfig, GeneratorReport, run_producers
 from pgval.datasets.sinks import FileSink, KafkaSink
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.schema import Topics
 
 #: What :func:`record` writes into its folder.
@@ -94,7 +94,7 @@ def generate(cfg: GeneratorConfig, target: Target, close_after_ms: int = 600_000
 
 
 def existing_topics(config: Mapping[str, object], names: Sequence[str]) -> list[str]:
-    """Which of ``names`` exist on the cluster (a RuntimeErrorPlain if it does not answer)."""
+    """Which of ``names`` exist on the cluster (a PgvalError if it does not answer)."""
     from confluent_kafka import KafkaException
 
     from pgval.kafka.admin import admin_client
@@ -102,7 +102,7 @@ def existing_topics(config: Mapping[str, object], names: Sequence[str]) -> list[
     try:
         present = admin_client(config).list_topics(timeout=15).topics
     except KafkaException as exc:
-        raise RuntimeErrorPlain(f"Kafka at {config['bootstrap.servers']} did not answer: "
+        raise EnvironmentFailure(f"Kafka at {config['bootstrap.servers']} did not answer: "
                                 f"{exc.args[0].str()}") from exc
     return [n for n in names if n in present]
 
@@ -139,9 +139,9 @@ def write_closing_events(config: Mapping[str, object], topics: Topics, partition
                 producer.produce(topic, key=name.encode(), value=value, partition=partition)
                 ident += 1
                 if ident > CLOSING_IDS[1]:
-                    raise RuntimeErrorPlain("too many closing events (partitions × resources)")
+                    raise EnvironmentFailure("too many closing events (partitions × resources)")
     if producer.flush(30) != 0:
-        raise RuntimeErrorPlain("could not write the closing events to Kafka in 30 s")
+        raise EnvironmentFailure("could not write the closing events to Kafka in 30 s")
     return ident - CLOSING_IDS[0]
 
 
@@ -161,7 +161,7 @@ def timestamp_types(bootstrap: str, topics: Sequence[str],
         try:
             entries = fut.result()
         except KafkaException as exc:
-            raise RuntimeErrorPlain(f"could not read the settings of topic {resource.name}: "
+            raise EnvironmentFailure(f"could not read the settings of topic {resource.name}: "
                                     f"{exc.args[0].str()}") from exc
         entry = entries.get("message.timestamp.type")
         out[resource.name] = entry.value if entry is not None else "unknown"
@@ -187,7 +187,7 @@ def record(bootstrap: str, inputs: Sequence[str], outputs: str, out_dir: Path,
            config: Mapping[str, object] | None = None, isolation: str = "read_committed",
            timeout_s: float = 120.0) -> dict[str, Any]:
     """Read ``inputs`` and ``outputs`` from their beginning up to their end offsets, taken
-    for every topic before any is read (all of it, or :class:`RuntimeErrorPlain` saying what
+    for every topic before any is read (all of it, or :class:`PgvalError` saying what
     was short: nothing is written then), into ``out_dir``'s ``inputs.jsonl`` and
     ``outputs.jsonl`` for ``pgval check``, with :func:`generate`'s closing events
     (:data:`CLOSING_IDS`) set aside; and ``record.json``: per topic its end offsets, records
@@ -202,7 +202,7 @@ def record(bootstrap: str, inputs: Sequence[str], outputs: str, out_dir: Path,
     from pgval.kafka.admin import is_reachable
 
     if not is_reachable(bootstrap, min(timeout_s, 15.0), config):
-        raise RuntimeErrorPlain(f"no Kafka broker answered at {bootstrap} within "
+        raise EnvironmentFailure(f"no Kafka broker answered at {bootstrap} within "
                                 f"{min(timeout_s, 15.0):g} s")
     stamps = timestamp_types(bootstrap, names, config, timeout_s=min(timeout_s, 15.0))
     read = read_topics(bootstrap, names, isolation=isolation, timeout_s=timeout_s,

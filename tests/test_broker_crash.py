@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.faults.broker import (
     TRANSACTION_STATE,
     BrokerCrash,
@@ -152,7 +152,7 @@ def config(**kw: Any) -> ExperimentConfig:
 ])
 def test_a_broker_crash_that_cannot_run_is_one_sentence(kw: dict[str, Any],
                                                         sentence: str) -> None:
-    with pytest.raises(RuntimeErrorPlain) as err:
+    with pytest.raises(PgvalError) as err:
         config(**kw).validate()
     assert str(err.value).startswith(sentence), str(err.value)
 
@@ -168,7 +168,7 @@ def test_a_cluster_pgval_did_not_start_is_counted_when_the_run_starts() -> None:
 def test_a_word_target_is_broker_crash_only_and_numbers_stay_numbers() -> None:
     config(target="coordinator", pg="e1").validate()
     config(target=2).validate()
-    with pytest.raises(RuntimeErrorPlain, match="a worker index; with --fault"):
+    with pytest.raises(PgvalError, match="a worker index; with --fault"):
         ExperimentConfig(fault="crash", target="leader").validate()
     assert ExperimentConfig(target="1").target == 1  # a stored "1" reads back as 1
     assert config().restart_policy == "at-remove"
@@ -185,7 +185,7 @@ def test_a_grid_checks_a_target_word_per_cell() -> None:
     grid = plan(base, cells(["sst"], ["e1", "a1"], ["broker-crash"], 1),
                 lambda cell, why: left_out.append(why))
     assert [c.pg for c in grid] == ["e1"] and "coordinator" in left_out[0]
-    with pytest.raises(RuntimeErrorPlain, match="--target coordinator"):
+    with pytest.raises(PgvalError, match="--target coordinator"):
         plan(base, cells(["sst"], ["e1"], ["pause-lt-timeout"], 1), lambda c, w: None)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.spark import daemons as spark_mod
 
 
@@ -28,7 +28,7 @@ def test_a_busy_master_port_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyP
                         or real(host))
     cluster = spark_mod.SparkCluster(tmp_path, workers=1, isolate=False)
     try:
-        with pytest.raises(RuntimeErrorPlain, match=f"port {port} .* is taken"):
+        with pytest.raises(PgvalError, match=f"port {port} .* is taken"):
             cluster.start()
     finally:
         squatter.close()
@@ -45,7 +45,7 @@ def test_delay_without_root_fails_before_deploying(tmp_path: Path,
     monkeypatch.setattr(experiment.os, "geteuid", lambda: 1000)
     exp = Experiment(ExperimentConfig(topology="sst", fault="delay-lt-timeout"),
                      tmp_path / "run", db=tmp_path / "r.db")
-    with pytest.raises(RuntimeErrorPlain, match="needs root"):
+    with pytest.raises(PgvalError, match="needs root"):
         exp.run()
     assert exp.deployment.cluster is None and not (tmp_path / "run" / "logs").exists()
 

@@ -21,7 +21,7 @@ from docker.errors import NotFound
 
 from pgval.deploy.compose import pumba
 from pgval.deploy.compose import stack as docker_stack
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
@@ -219,7 +219,7 @@ def _one_sentence(text: str) -> None:
 
 
 def test_require_engine_says_what_is_missing(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeErrorPlain) as err:
+    with pytest.raises(PgvalError) as err:
         docker_stack.require_engine(base_url=f"unix://{tmp_path}/docker.sock", timeout_s=2)
     _one_sentence(str(err.value))
     assert str(err.value).startswith("the Docker engine is not reachable at unix://")
@@ -228,14 +228,14 @@ def test_require_engine_says_what_is_missing(tmp_path: Path) -> None:
 def test_require_engine_default_socket() -> None:
     try:
         docker_stack.require_engine(timeout_s=2)
-    except RuntimeErrorPlain as exc:
+    except PgvalError as exc:
         _one_sentence(str(exc))
     else:
         pytest.skip("a Docker engine is reachable here")
 
 
 def test_require_pumba_says_how_to_get_it(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeErrorPlain) as err:
+    with pytest.raises(PgvalError) as err:
         pumba.require_pumba(path=str(tmp_path))
     _one_sentence(str(err.value))
     assert "pumba was not found on PATH" in str(err.value)
@@ -397,7 +397,7 @@ def test_a_missing_target_is_a_plain_error(fake: tuple[Path, FakeContainer, Fake
     exe, _, client = fake
     fault = pumba.PumbaFault("crash", "kill", "pgval-spark-worker-9", client=client,
                              pumba=str(exe))
-    with pytest.raises(RuntimeErrorPlain, match="does not exist"):
+    with pytest.raises(PgvalError, match="does not exist"):
         fault.inject()
     assert fault.remove() == {}
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.faults.composite import (
     CompositeFault,
     ScheduledFault,
@@ -71,7 +71,7 @@ def test_a_schedule_file_json(tmp_path: Path) -> None:
 def test_a_bad_schedule_file_is_one_sentence(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "s.json"
     f.write_text(text)
-    with pytest.raises(RuntimeErrorPlain, match=message):
+    with pytest.raises(PgvalError, match=message):
         ExperimentConfig(schedule_file=str(f))
 
 
@@ -90,15 +90,15 @@ def test_schedules_that_cannot_run_are_refused(parts: list[ScheduledFault], mess
 
 
 def test_a_schedule_is_refused_where_its_parts_are() -> None:
-    with pytest.raises(RuntimeErrorPlain, match="embedded cluster"):
+    with pytest.raises(PgvalError, match="embedded cluster"):
         ExperimentConfig(fault="crash+partition", deploy="external", bootstrap="h:1",
                          master="spark://h:2").validate()
-    with pytest.raises(RuntimeErrorPlain, match="broker-crash.*--brokers 2"):
+    with pytest.raises(PgvalError, match="broker-crash.*--brokers 2"):
         ExperimentConfig(fault="crash+broker-crash",
                          cluster=ClusterConfig(brokers=1)).validate()
-    with pytest.raises(RuntimeErrorPlain, match="--target does not apply"):
+    with pytest.raises(PgvalError, match="--target does not apply"):
         ExperimentConfig(fault="crash+partition", target=1).validate()
-    with pytest.raises(RuntimeErrorPlain, match="replaces --fault"):
+    with pytest.raises(PgvalError, match="replaces --fault"):
         ExperimentConfig(fault="crash", schedule_file="x.json")
 
 
@@ -138,7 +138,7 @@ class Recorder:
     def inject(self) -> dict[str, Any]:
         self.calls.append((self.name, "inject", time.monotonic()))
         if self.fail:
-            raise RuntimeErrorPlain("no such worker")
+            raise EnvironmentFailure("no such worker")
         return {"mechanism": "SIGKILL of the worker's process group", "killed": [1]}
 
     def remove(self, restore: bool = True) -> dict[str, Any]:

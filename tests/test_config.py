@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from pgval.cli import main
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.matrix import cells, matrix_key, plan, rates_at
 from pgval.oir import OirNotStored, oir_for, trial_config
 from pgval.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Restart, Topology
@@ -41,7 +41,7 @@ def test_names_are_parsed_once_into_members() -> None:
     ("deploy", "unknown deployment 'xst'; use one of local, compose, external"),
 ])
 def test_an_unknown_name_is_one_sentence(field: str, sentence: str) -> None:
-    with pytest.raises(RuntimeErrorPlain) as err:
+    with pytest.raises(PgvalError) as err:
         ExperimentConfig(**{field: "xst"})
     assert str(err.value).startswith(sentence) and "\n" not in str(err.value)
 
@@ -72,7 +72,7 @@ def test_one_table_says_which_crash_point_applies_where(spec: str, deploy: str,
     if problem is None:
         cfg.validate()
     else:
-        with pytest.raises(RuntimeErrorPlain, match=problem.split(" (")[0]):
+        with pytest.raises(PgvalError, match=problem.split(" (")[0]):
             cfg.validate()
 
 
@@ -129,7 +129,7 @@ def test_a_plan_leaves_out_cells_once_and_refuses_wrong_options() -> None:
     kept = plan(ExperimentConfig(), grid, on_left_out=lambda c, why: said.append(c.label()))
     assert said == ["sst e1 crash@during-sink-write #0"]  # once, not per repetition
     assert len(kept) == 9 and all(str(c.fault) == "none" or c.pg == "a1" for c in kept)
-    with pytest.raises(RuntimeErrorPlain, match="applies to --fault crash"):
+    with pytest.raises(PgvalError, match="applies to --fault crash"):
         plan(ExperimentConfig(deploy="compose"), grid, on_left_out=lambda c, why: None)
 
 
@@ -180,7 +180,7 @@ def test_each_fault_has_its_default_restart_policy(fault: str, deploy: str,
 def test_an_attached_cluster_replaces_its_executors_itself() -> None:
     cfg = ExperimentConfig(fault="crash", running_cluster="/somewhere")
     assert cfg.restart_policy is None
-    with pytest.raises(RuntimeErrorPlain, match="Spark's cluster manager replaces"):
+    with pytest.raises(PgvalError, match="Spark's cluster manager replaces"):
         dataclasses.replace(cfg, restart="at-remove").validate()
 
 
@@ -200,7 +200,7 @@ def test_an_attached_cluster_replaces_its_executors_itself() -> None:
     ({"warmup_seconds": 30.0, "warmup_max_seconds": 20.0}, "must not be below --warmup-seconds"),
 ])
 def test_restart_settings_that_mean_nothing_are_refused(changes: dict, sentence: str) -> None:
-    with pytest.raises(RuntimeErrorPlain, match=re.escape(sentence)):
+    with pytest.raises(PgvalError, match=re.escape(sentence)):
         ExperimentConfig(**changes).validate()
 
 
@@ -214,7 +214,7 @@ def test_restart_settings_that_mean_something_are_taken() -> None:
 def test_a_matrix_gives_the_restart_policy_to_the_cells_it_fits() -> None:
     base = ExperimentConfig(restart="immediate", restart_delay_s=2.0)
     base.validate(fault_axis=True)  # the base's fault is a placeholder
-    with pytest.raises(RuntimeErrorPlain):
+    with pytest.raises(PgvalError):
         base.validate()
     grid = plan(base, cells(["sst"], ["a1"], ["none", "crash", "driver-crash",
                                               "delay-lt-timeout"], 1), lambda c, r: None)
@@ -235,9 +235,9 @@ def test_a_matrix_gives_the_restart_policy_to_the_cells_it_fits() -> None:
 
 def test_a_matrix_refuses_a_restart_policy_no_cell_takes() -> None:
     base = ExperimentConfig(restart="at-remove")
-    with pytest.raises(RuntimeErrorPlain, match="this grid has none"):
+    with pytest.raises(PgvalError, match="this grid has none"):
         plan(base, cells(["sst"], ["a1"], ["none", "delay-gt-timeout"], 1), lambda c, r: None)
-    with pytest.raises(RuntimeErrorPlain, match="this grid has none"):  # crash: at-remove
+    with pytest.raises(PgvalError, match="this grid has none"):  # crash: at-remove
         plan(ExperimentConfig(restart_delay_s=1.0), cells(["sst"], ["a1"], ["crash"], 1),
              lambda c, r: None)
 

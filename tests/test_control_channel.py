@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.faults.executor import MECHANISM, ExecutorKill
 from pgval.spark.driver import DriverControl, DriverSpec, _ProgressTail
 from pgval.topologies.control import ControlLoop, choose_executor
@@ -104,11 +104,11 @@ def test_expired_request_is_answered_not_done(tmp_path: Path) -> None:
 def test_unanswered_request_is_withdrawn_with_a_plain_error(tmp_path: Path) -> None:
     """No driver reads the directory: the asker gives up in time and takes its file back."""
     control = DriverControl(tmp_path / "c", tmp_path / "p.jsonl", poll_s=0.02)
-    with pytest.raises(RuntimeErrorPlain, match="did not answer within 0.5 s control request 1"):
+    with pytest.raises(PgvalError, match="did not answer within 0.5 s control request 1"):
         control.request({"action": "ping"}, timeout_s=0.5)
     assert list((tmp_path / "c").iterdir()) == []
     dead = DriverControl(tmp_path / "c", tmp_path / "p.jsonl", alive=lambda: False)
-    with pytest.raises(RuntimeErrorPlain, match="exited before answering"):
+    with pytest.raises(PgvalError, match="exited before answering"):
         dead.request({"action": "ping"}, timeout_s=30)
 
 
@@ -314,6 +314,6 @@ def test_a_replacement_registered_before_the_kill_left_is_found(channel: tuple) 
 def test_executor_kill_refused_is_a_plain_error(channel: tuple) -> None:
     control, _loop, source = channel
     source.acknowledge = False
-    with pytest.raises(RuntimeErrorPlain, match="did not kill an executor: Spark did not ack"):
+    with pytest.raises(PgvalError, match="did not kill an executor: Spark did not ack"):
         ExecutorKill(control, executor="0").inject()
     assert ExecutorKill(control).remove() == {}

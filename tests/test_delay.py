@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.faults import delay
 from pgval.faults.holder import Schedule
 from pgval.host import netns
@@ -166,9 +166,9 @@ def test_only_pgval_rules_are_ours() -> None:
 
 
 def test_bad_arguments_are_plain_errors(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeErrorPlain):
+    with pytest.raises(PgvalError):
         delay.PacketDelay("pgval-x-w0", -1, tmp_path)
-    with pytest.raises(RuntimeErrorPlain):
+    with pytest.raises(PgvalError):
         delay.PacketDelay("pgval-x-w0", 10, tmp_path, mechanism="tbf")
     assert delay.PacketDelay("pgval-x-w0", 10, tmp_path).rtt_added_ms == 20
 
@@ -194,11 +194,11 @@ def worker_ns() -> Iterator[tuple[netns.NetLayout, netns.WorkerNs]]:
         layout.add_namespace(1)
         try:
             delay.detect_mechanism(ns.name)
-        except RuntimeErrorPlain as exc:
+        except PgvalError as exc:
             pytest.skip(str(exc))
         yield layout, ns
     finally:
-        with contextlib.suppress(RuntimeErrorPlain):
+        with contextlib.suppress(PgvalError):
             delay.cleanup_delays(prefix=f"{netns.NS_PREFIX}{layout.suffix}-")
         layout.teardown()
 
@@ -397,7 +397,7 @@ def test_dead_holder_fails_open(worker_ns, tmp_path: Path) -> None:  # type: ign
         info = again.inject()
         assert len(info["stale_removed"]) == 3
         assert p50(ping(ns.ip, count=10)) >= 2 * D_MS - 1
-        with pytest.raises(RuntimeErrorPlain, match="already delayed"):
+        with pytest.raises(PgvalError, match="already delayed"):
             delay.PacketDelay(ns.name, D_MS, tmp_path, mechanism="nfqueue").inject()
         again.remove()
     finally:

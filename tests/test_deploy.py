@@ -13,22 +13,22 @@ from pgval.config import ExperimentConfig
 from pgval.deploy import make_deployment
 from pgval.deploy.external import ExternalDeployment
 from pgval.deploy.warm import daemon_key
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.faults.nemesis import NemesisDelay, nemesis_argv
 from pgval.kafka.admin import aligned_assignment
 from pgval.schema import Topics
 
 
 def test_external_needs_bootstrap_and_master() -> None:
-    with pytest.raises(RuntimeErrorPlain, match="needs --bootstrap"):
+    with pytest.raises(PgvalError, match="needs --bootstrap"):
         ExperimentConfig(deploy="external", bootstrap="h:9092").validate()
     ExperimentConfig(deploy="external", bootstrap="h:9092", master="local[2]").validate()
 
 
 def test_external_flags_are_refused_elsewhere() -> None:
-    with pytest.raises(RuntimeErrorPlain, match="only apply to --deploy external"):
+    with pytest.raises(PgvalError, match="only apply to --deploy external"):
         ExperimentConfig(bootstrap="h:9092").validate()
-    with pytest.raises(RuntimeErrorPlain, match="does not go with --deploy external"):
+    with pytest.raises(PgvalError, match="does not go with --deploy external"):
         ExperimentConfig(deploy="external", bootstrap="h:1", master="local[1]",
                          running_cluster="runs/cluster").validate()
 
@@ -36,10 +36,10 @@ def test_external_flags_are_refused_elsewhere() -> None:
 def test_external_delay_without_nemesis_is_refused_before_anything_starts() -> None:
     cfg = ExperimentConfig(deploy="external", bootstrap="h:1", master="local[1]",
                            fault="delay-gt-timeout")
-    with pytest.raises(RuntimeErrorPlain, match="needs your own nemesis"):
+    with pytest.raises(PgvalError, match="needs your own nemesis"):
         cfg.validate()
     cfg.nemesis_inject = "inject {worker}"
-    with pytest.raises(RuntimeErrorPlain, match="go together"):
+    with pytest.raises(PgvalError, match="go together"):
         cfg.validate()
     cfg.nemesis_remove = "remove {worker}"
     cfg.validate()
@@ -48,13 +48,13 @@ def test_external_delay_without_nemesis_is_refused_before_anything_starts() -> N
 def test_nemesis_placeholders_fill_single_arguments_without_a_shell() -> None:
     argv = nemesis_argv("tc-tool --host 'worker {worker}' --ms={delay_ms} ';rm -rf /'", 3, 750)
     assert argv == ["tc-tool", "--host", "worker 3", "--ms=750", ";rm -rf /"]
-    with pytest.raises(RuntimeErrorPlain, match="placeholder"):
+    with pytest.raises(PgvalError, match="placeholder"):
         nemesis_argv("x {host}", 0, 1)
-    with pytest.raises(RuntimeErrorPlain, match="cannot split"):
+    with pytest.raises(PgvalError, match="cannot split"):
         nemesis_argv("x 'unclosed", 0, 1)
     # A broker crash fills {broker} only: a delay's placeholder there is a mistake.
     assert nemesis_argv("stop-broker --id={broker}", broker=2) == ["stop-broker", "--id=2"]
-    with pytest.raises(RuntimeErrorPlain, match=r"other than \{broker\}$"):
+    with pytest.raises(PgvalError, match=r"other than \{broker\}$"):
         nemesis_argv("stop-broker {worker}", broker=2)
 
 
@@ -77,10 +77,10 @@ def test_nemesis_runs_the_users_commands_and_logs_them(tmp_path: Path) -> None:
 def test_a_failing_nemesis_is_a_plain_error(tmp_path: Path) -> None:
     fault = NemesisDelay("delay-lt-timeout", f"{sys.executable} -c 'raise SystemExit(3)'",
                          "true", worker=0, delay_ms=500)
-    with pytest.raises(RuntimeErrorPlain, match="exit 3"):
+    with pytest.raises(PgvalError, match="exit 3"):
         fault.inject()
     missing = NemesisDelay("delay-lt-timeout", "/no/such/nemesis", "true", 0, 500)
-    with pytest.raises(RuntimeErrorPlain, match="was not found"):
+    with pytest.raises(PgvalError, match="was not found"):
         missing.inject()
 
 
@@ -162,7 +162,7 @@ def test_make_deployment_picks_by_config(tmp_path: Path) -> None:
     assert isinstance(make_deployment(ExperimentConfig(), tmp_path), EmbeddedDeployment)
     attached = make_deployment(ExperimentConfig(running_cluster=str(tmp_path)), tmp_path)
     assert isinstance(attached, AttachedDeployment)
-    with pytest.raises(RuntimeErrorPlain, match="no running cluster"):
+    with pytest.raises(PgvalError, match="no running cluster"):
         attached.start()
     ext = make_deployment(ExperimentConfig(deploy="external", bootstrap="h:1",
                                            master="local[1]"), tmp_path)

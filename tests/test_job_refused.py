@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import BadInput
+from pgval.errors import UserMistake
 from pgval.spark.driver import DriverProcess, DriverSpec
 
 
@@ -29,7 +29,7 @@ def test_a_job_the_driver_refuses_is_bad_input(tmp_path: Path, body: str, said: 
                       job=f"{job}:build")
     driver = DriverProcess(spec, tmp_path / "logs", tmp_path / "pids")
     try:
-        with pytest.raises(BadInput, match=said):
+        with pytest.raises(UserMistake, match=said):
             driver.start(timeout_s=180)
     finally:
         driver.stop(grace_s=5)

@@ -13,7 +13,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from pgval import schema
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.kafka import broker as kafka_mod
 from pgval.kafka import jvm_reader
 from pgval.kafka.admin import create_topics, delete_topics, is_reachable
@@ -36,7 +36,7 @@ def test_cluster_ids_never_look_like_options() -> None:
 def test_read_from_an_unreachable_broker_is_a_problem_not_a_traceback() -> None:
     got = read_topic("127.0.0.1:1", schema.GET_TOPIC, timeout_s=3, strict=False)
     assert not got.complete and got.problems and len(got) == 0
-    with pytest.raises(RuntimeErrorPlain, match="could not read all of topic"):
+    with pytest.raises(PgvalError, match="could not read all of topic"):
         read_topic("127.0.0.1:1", schema.GET_TOPIC, timeout_s=3)
 
 
@@ -145,7 +145,7 @@ def test_experiment_topics_exist_with_compacted_marker(cluster: KafkaCluster) ->
         assert cfg["message.timestamp.type"].value == "LogAppendTime"
         assert cfg["retention.ms"].value == "-1" and cfg["min.insync.replicas"].value == "1"
     # Creating again is an error: the topic may hold someone else's records.
-    with pytest.raises(RuntimeErrorPlain, match="topic output already exists"):
+    with pytest.raises(PgvalError, match="topic output already exists"):
         create_topics(cluster.client_config, [schema.OUTPUT_TOPIC], 3)
 
 
@@ -288,7 +288,7 @@ def test_a_broker_whose_port_was_taken_starts_again_on_new_ports(
         if taken_twice:
             # The squatter accepts connections, so the port looks served: the broker is
             # found dead while it waits to register, not while it waits for the port.
-            with pytest.raises(RuntimeErrorPlain, match=r"Kafka broker 0 exited during "
+            with pytest.raises(PgvalError, match=r"Kafka broker 0 exited during "
                                r"startup \(.*Address already in use.*\); see "):
                 c.start()
         else:
@@ -351,7 +351,7 @@ def test_read_back_proves_completeness_or_says_why_not(cluster: KafkaCluster) ->
     cut = read_topic(cluster.bootstrap, topic, strict=False)
     assert not cut.complete and len(cut) == 7
     assert any("partition 1 starts at offset 2" in why for why in cut.problems)
-    with pytest.raises(RuntimeErrorPlain, match="earlier records were deleted"):
+    with pytest.raises(PgvalError, match="earlier records were deleted"):
         read_topic(cluster.bootstrap, topic)
 
     # No time to read: short, with the reason, never a silent partial result.
@@ -530,7 +530,7 @@ def test_a_java_read_that_fails_or_runs_out_of_time_is_short_with_its_reason(
     assert len(broken) == 0 and broken.reached == {0: 0, 1: 0, 2: 0}
     assert broken.problems[0].startswith("the Java reader failed"), broken.problems
     assert "heap" in broken.problems[0].lower()
-    with pytest.raises(RuntimeErrorPlain, match="could not read all of topic java-short"):
+    with pytest.raises(PgvalError, match="could not read all of topic java-short"):
         read_topic(cluster.bootstrap, topic, reader="jvm")
     # Left to choose ("auto"), pgval reads again with librdkafka and says why.
     again = read_topics(cluster.bootstrap, [topic], jvm_min_records=1)[topic]

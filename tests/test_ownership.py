@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pgval.cluster.cleanup import cleanup
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.host import registry
 from pgval.host.identity import Owner
 
@@ -77,13 +77,13 @@ def test_the_lock_directory_refuses_a_planted_link(tmp_path: Path,
     (root / "t.lock").unlink()
     target = tmp_path / "victim"
     (root / "t.lock").symlink_to(target)
-    with pytest.raises(RuntimeErrorPlain, match="symlink"), registry.host_lock("t", 1):
+    with pytest.raises(PgvalError, match="symlink"), registry.host_lock("t", 1):
         pass
     assert not target.exists()  # root did not create a file through the link
     (root / "t.lock").unlink()
     root.rmdir()
     root.symlink_to(tmp_path)
-    with pytest.raises(RuntimeErrorPlain, match="not a directory owned"):
+    with pytest.raises(PgvalError, match="not a directory owned"):
         registry.run_root()
 
 
@@ -97,7 +97,7 @@ def test_a_held_lock_times_out_with_a_sentence(tmp_path: Path,
         stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
-        with pytest.raises(RuntimeErrorPlain, match="held .* for more than 1 s"), \
+        with pytest.raises(PgvalError, match="held .* for more than 1 s"), \
                 registry.host_lock("t", timeout_s=1):
             pass
     finally:
@@ -231,14 +231,14 @@ def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
     dead = dataclasses.replace(Owner.me(), start=Owner.me().start + 1)
     planted = _run_dir(root, "planted", dead)
     root.chmod(0o777)
-    with pytest.raises(RuntimeErrorPlain, match="writable by other users"):
+    with pytest.raises(PgvalError, match="writable by other users"):
         cleanup(root)
     proc = subprocess.run([sys.executable, "-m", "pgval.cli", "cleanup", "--runs", str(root)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "writable by other users" in proc.stdout + proc.stderr
     assert (planted / "state.json").exists()
-    with pytest.raises(RuntimeErrorPlain, match="writable by other users"):
+    with pytest.raises(PgvalError, match="writable by other users"):
         registry.check_run_dir(root / "new-run")
     # A root that is fine, a run directory in it that is not: skipped, named, untouched.
     root.chmod(0o755)
@@ -246,7 +246,7 @@ def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
     report = cleanup(root)
     assert (planted / "state.json").exists()
     assert any("not trusted" in s for s in report.spared)
-    with pytest.raises(RuntimeErrorPlain, match="writable by other users"):
+    with pytest.raises(PgvalError, match="writable by other users"):
         cluster.force_down(planted)  # `pgval cluster down`, the reaper: refused, untouched
     assert (planted / "state.json").exists()
     registry.check_run_dir(Path("/tmp") / "pgval-test-run")  # sticky root-owned /tmp: fine

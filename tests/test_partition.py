@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from pgval.config import ExperimentConfig
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.faults import delay
 from pgval.faults.evidence import fault_reasons
 from pgval.faults.holder import Dropper
@@ -86,11 +86,11 @@ def test_each_scope_cuts_its_link_at_each_receiving_side(monkeypatch: pytest.Mon
 
 def test_partition_options_are_checked() -> None:
     ExperimentConfig(fault="partition", partition="worker-driver").validate()
-    with pytest.raises(RuntimeErrorPlain, match="does not apply to --fault crash"):
+    with pytest.raises(PgvalError, match="does not apply to --fault crash"):
         ExperimentConfig(fault="crash", partition="worker-kafka").validate()
-    with pytest.raises(RuntimeErrorPlain, match="unknown partition 'sideways'"):
+    with pytest.raises(PgvalError, match="unknown partition 'sideways'"):
         ExperimentConfig(fault="partition", partition="sideways")
-    with pytest.raises(RuntimeErrorPlain, match="embedded cluster"):
+    with pytest.raises(PgvalError, match="embedded cluster"):
         ExperimentConfig(fault="partition", deploy="external", bootstrap="h:1",
                          master="spark://h:2").validate()
 
@@ -125,7 +125,7 @@ def layout() -> Iterator[netns.NetLayout]:
             pytest.skip(missing)
         yield lay
     finally:
-        with contextlib.suppress(RuntimeErrorPlain):
+        with contextlib.suppress(PgvalError):
             delay.cleanup_delays(prefix=f"{netns.NS_PREFIX}{lay.suffix}-")
         lay.teardown()
 

@@ -13,7 +13,7 @@ import pytest
 
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.faults.evidence import fault_reasons
 from pgval.faults.pause import SIGSTOP, ProcessPause, group_members, process_state
 from pgval.faults.timeouts import profile_for
@@ -96,7 +96,7 @@ def test_pause_gt_lowers_the_time_outs_as_delay_gt_does() -> None:
     ({"fault": "pause-gt-timeout", "target": "coordinator"}, "--target coordinator: a worker"),
 ])
 def test_a_pause_that_cannot_run_is_one_sentence(kw: dict[str, Any], sentence: str) -> None:
-    with pytest.raises(RuntimeErrorPlain) as err:
+    with pytest.raises(PgvalError) as err:
         ExperimentConfig(cluster=ClusterConfig(brokers=1), **kw).validate()
     assert str(err.value).startswith(sentence), str(err.value)
     ExperimentConfig(fault="pause-gt-timeout", target="driver").validate()

@@ -36,7 +36,7 @@ from pgval.datasets import (
     encode_values,
     generate_range,
 )
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.host.machine import describe_machine
 from pgval.kafka.admin import create_topics
 from pgval.kafka.broker import KafkaCluster
@@ -377,7 +377,7 @@ def test_a_split_partition_is_complete_only_when_every_range_is() -> None:
 def test_read_topics_from_an_unreachable_broker_is_a_problem() -> None:
     got = read_topics("127.0.0.1:1", ["get", "post"], timeout_s=3, strict=False)
     assert all(not r.complete and r.problems and len(r) == 0 for r in got.values())
-    with pytest.raises(RuntimeErrorPlain, match="could not read all of topic get"):
+    with pytest.raises(PgvalError, match="could not read all of topic get"):
         read_topics("127.0.0.1:1", ["get"], timeout_s=3)
 
 

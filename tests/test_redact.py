@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pgval.config import ExperimentConfig
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.evidence import MANIFEST, Manifest, evidence_dir
 from pgval.faults.nemesis import NemesisDelay
 from pgval.oir import shape_matches
@@ -186,11 +186,11 @@ def test_nemesis_log_and_errors_keep_only_the_program(tmp_path: Path) -> None:
     failing = NemesisDelay("delay-lt-timeout",
                            f"{py} -c 'import sys; print(sys.argv[1]); sys.exit(3)' {MARK}",
                            "true", worker=0, delay_ms=500)
-    with pytest.raises(RuntimeErrorPlain, match="exit 3") as err:
+    with pytest.raises(PgvalError, match="exit 3") as err:
         failing.inject()
     assert MARK not in str(err.value)
     for bad in (f"tool --token={MARK} '", f"tool --token={MARK} {{host}}"):
-        with pytest.raises(RuntimeErrorPlain) as err:
+        with pytest.raises(PgvalError) as err:
             NemesisDelay("delay-lt-timeout", bad, "true", worker=0, delay_ms=500)
         assert MARK not in str(err.value)
 

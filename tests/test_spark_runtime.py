@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.host import netns, procs
 from pgval.spark.daemons import SparkCluster, WorkerHandle
 
@@ -271,7 +271,7 @@ def test_failed_start_cleans_up(tmp_path: Path) -> None:
     """A worker that cannot start: one plain error naming the log, nothing left behind."""
     cluster = SparkCluster(tmp_path, workers=1, worker_memory="not-a-size", isolate=False,
                            start_timeout_s=60)
-    with pytest.raises(RuntimeErrorPlain, match=r"spark-worker-0.*see .*spark-worker-0\.log"):
+    with pytest.raises(PgvalError, match=r"spark-worker-0.*see .*spark-worker-0\.log"):
         cluster.start()
     assert _procs_mentioning(str(tmp_path)) == []
     assert all(isinstance(w, WorkerHandle) and not w.alive() for w in cluster.workers)

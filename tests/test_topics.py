@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.kafka import admin
 from pgval.kafka.admin import aligned_assignment, create_topics, delete_topics
 from pgval.schema import MAX_RECORD_BYTES
@@ -126,20 +126,20 @@ def test_it_returns_only_once_every_broker_shows_the_leaders(
 def test_a_broker_that_never_shows_them_is_one_sentence(
         fake: Callable[..., FakeCluster]) -> None:
     fake(lag={"h7:9092": 10**6})
-    with pytest.raises(RuntimeErrorPlain, match="topics a, b did not get their assigned "
+    with pytest.raises(PgvalError, match="topics a, b did not get their assigned "
                                                 "leaders on every broker in time"):
         create_topics(CONFIG, ["b", "a"], 1, timeout_s=0.3)
 
 
 def test_an_existing_topic_is_refused(fake: Callable[..., FakeCluster]) -> None:
     fake(errors={"a": KafkaError.TOPIC_ALREADY_EXISTS})
-    with pytest.raises(RuntimeErrorPlain, match="topic a already exists; pgval only writes"):
+    with pytest.raises(PgvalError, match="topic a already exists; pgval only writes"):
         create_topics(CONFIG, ["a"], 1)
 
 
 def test_other_creation_errors_name_the_topic(fake: Callable[..., FakeCluster]) -> None:
     fake(errors={"a": KafkaError.TOPIC_AUTHORIZATION_FAILED})
-    with pytest.raises(RuntimeErrorPlain, match="could not create topic a: "):
+    with pytest.raises(PgvalError, match="could not create topic a: "):
         create_topics(CONFIG, ["a"], 1)
 
 
@@ -148,12 +148,12 @@ def test_delete_ignores_a_missing_topic_only(fake: Callable[..., FakeCluster]) -
     assert delete_topics(CONFIG, ["a", "gone", "b"]) == ["a", "b"]
     assert cluster.deleted == ["a", "b"]
     fake(errors={"a": KafkaError.TOPIC_AUTHORIZATION_FAILED})
-    with pytest.raises(RuntimeErrorPlain, match="could not delete topic a"):
+    with pytest.raises(PgvalError, match="could not delete topic a"):
         delete_topics(CONFIG, ["a"])
 
 
 def test_an_unreachable_cluster_is_one_sentence() -> None:
-    with pytest.raises(RuntimeErrorPlain, match="Kafka did not answer"):
+    with pytest.raises(PgvalError, match="Kafka did not answer"):
         create_topics({"bootstrap.servers": "127.0.0.1:1"}, ["a"], 1, timeout_s=1.0)
 
 
@@ -172,5 +172,5 @@ def test_replicas_are_as_many_as_brokers_up_to_three(fake: Callable[..., FakeClu
 
 def test_a_cluster_without_brokers_is_one_sentence(fake: Callable[..., FakeCluster]) -> None:
     fake(brokers={})
-    with pytest.raises(RuntimeErrorPlain, match="Kafka reported no brokers"):
+    with pytest.raises(PgvalError, match="Kafka reported no brokers"):
         create_topics(CONFIG, ["a"], 1)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import BadInput
+from pgval.errors import UserMistake
 
 #: The column every job's output carries: the input IDs behind the row.
 IDS = "ids"
@@ -49,7 +49,7 @@ SOURCE_COLUMNS = (("id", "bigint"), ("type", "string"), ("resource", "string"),
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-class JobError(BadInput):
+class JobError(UserMistake):
     """A job pgval cannot load or judge (one sentence: exit 2, bad input)."""
 
 

@@ -25,7 +25,7 @@ from pgval.cli import (
 )
 from pgval.cli.errors import UserError, exit_status, kafka_error_text, print_error
 from pgval.dbfile import StoreError
-from pgval.errors import BadInput, RuntimeErrorPlain
+from pgval.errors import PgvalError, UserMistake
 
 __all__ = ["UserError", "main", "print_error", "run"]
 
@@ -70,7 +70,7 @@ for command in (offline.oracle, offline.check, streams.generate, streams.record,
 
 def run() -> None:
     """Entry point: plain runtime and Kafka errors become one line and exit code 1 (a
-    mistake of the user's found under way, :class:`BadInput`, exit 2); INT,
+    mistake of the user's found under way, :class:`UserMistake`, exit 2); INT,
     TERM and HUP stop the command through its teardown (pgval.host.signals)."""
     from confluent_kafka import KafkaException
 
@@ -79,10 +79,10 @@ def run() -> None:
     try:
         with signals.handled():
             main(standalone_mode=True)
-    except BadInput as exc:
+    except UserMistake as exc:
         print_error(str(exc))
         sys.exit(2)
-    except RuntimeErrorPlain as exc:
+    except PgvalError as exc:
         print_error(str(exc))
         sys.exit(1)
     except KafkaException as exc:

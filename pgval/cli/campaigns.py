@@ -26,7 +26,7 @@ from pgval.cli.common import (
 )
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import build_config, config_options, grid_options
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.gate import Case
 from pgval.schema import Topology
 
@@ -80,7 +80,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     gated = expect is not None or junit_path is not None
     try:
         require_spark(base.deploy)
-    except RuntimeErrorPlain as exc:
+    except PgvalError as exc:
         if not gated:
             raise
         gate_failed(exc, Case.failed("matrix", "pgval.matrix", why_not_finished(exc)),
@@ -92,7 +92,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
 
     try:  # every cell checked before any runs
         grid = plan(base, cells(topologies, pgs, faults, repeat), on_left_out=left_out)
-    except RuntimeErrorPlain as exc:
+    except PgvalError as exc:
         raise UserError(str(exc)) from exc
     fraction = 1.0 if rate_fraction is None else rate_fraction
     rate_for = (None if rate is not None

@@ -15,7 +15,7 @@ import orjson
 from rich.console import Console
 
 from pgval.cli.errors import UserError, err_console
-from pgval.errors import BadInput
+from pgval.errors import PgvalError, UserMistake
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -153,13 +153,12 @@ def why_not_finished(exc: BaseException) -> str:
     from confluent_kafka import KafkaException
 
     from pgval.cli.errors import kafka_error_text
-    from pgval.errors import RuntimeErrorPlain
 
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted by a signal"
     if isinstance(exc, KafkaException):
         return f"Kafka: {kafka_error_text(exc)}"
-    if isinstance(exc, RuntimeErrorPlain):
+    if isinstance(exc, PgvalError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
@@ -170,7 +169,7 @@ def gate_failed(exc: BaseException, case: Case, expect: str | None, junit_path: 
     status is 4 under ``--expect`` (:class:`RunDidNotFinish`), else the error's own."""
     if junit_path is not None:
         finish_gate([case], None, junit_path, suite)
-    if expect is None or isinstance(exc, BadInput):  # bad input stays 2
+    if expect is None or isinstance(exc, UserMistake):  # bad input stays 2
         raise exc
     raise RunDidNotFinish(case.error or why_not_finished(exc)) from exc
 

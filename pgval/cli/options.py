@@ -23,7 +23,7 @@ import click
 from pgval.cli.errors import UserError
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.files import key_value_lines, split_key_value
 from pgval.schema import (
     BUILTIN_TOPOLOGIES,
@@ -186,7 +186,7 @@ def validate_config(cfg: ExperimentConfig, fault_axis: bool = False) -> None:
     """:meth:`ExperimentConfig.validate`, its one sentence as a :class:`UserError`."""
     try:
         cfg.validate(fault_axis=fault_axis)
-    except RuntimeErrorPlain as exc:
+    except PgvalError as exc:
         raise UserError(str(exc)) from exc
 
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from pgval.cli.common import console, print_json
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import config_option, key_values
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import UserMistake
 
 
 @click.command()
@@ -87,7 +87,7 @@ def generate(path: Path | None, bootstrap: str | None, topic_prefix: str, partit
                           f"{close_after_ms / 1000:g} s past the wall clock; `pgval record` "
                           "sets them aside)")
     if not report.ok:
-        raise RuntimeErrorPlain(f"the generator did not deliver everything: "
+        raise UserMistake(f"the generator did not deliver everything: "
                                 f"{'; '.join(report.errors) or 'see the counts above'}")
 
 

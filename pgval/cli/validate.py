@@ -44,7 +44,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     """Run one experiment on Kafka + Spark (the embedded cluster unless --deploy) and
     validate its guarantee."""
     from pgval.checker.render import render_evaluation
-    from pgval.errors import RuntimeErrorPlain
+    from pgval.errors import PgvalError
     from pgval.experiment import Experiment, default_run_dir
     from pgval.gate import Case
     from pgval.live import LiveStatus
@@ -63,7 +63,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
 
     try:
         require_spark(cfg.deploy)
-    except RuntimeErrorPlain as exc:
+    except PgvalError as exc:
         if not gated:
             raise
         not_finished(exc)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.guard import read_state
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.host.identity import boot_id, start_ticks
 from pgval.host.procs import spawn, wait_for_port
 from pgval.host.registry import trusted_file
@@ -48,7 +48,7 @@ class RecordedBrokers:
         address and login (``state.json``, ``kafka/client.properties``)."""
         state = read_state(cluster_dir) or {}
         if not state.get("complete"):
-            raise RuntimeErrorPlain(f"no running cluster in {cluster_dir}")
+            raise EnvironmentFailure(f"no running cluster in {cluster_dir}")
         creds = KafkaCredentials.read(Path(cluster_dir).resolve() / "kafka" / CLIENT_PROPERTIES)
         return cls(cluster_dir, {"bootstrap.servers": state["bootstrap"],
                                  **(creds.client_config() if creds is not None else {})})
@@ -57,7 +57,7 @@ class RecordedBrokers:
     def node_ids(self) -> list[int]:
         ids = sorted(recipe["node_id"] for recipe in self._recipes())
         if not ids and list((self.cluster_dir / "pids").glob("kafka-broker-*.json")):
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 f"the cluster in {self.cluster_dir} was started by an older pgval, which did "
                 "not record how to restart its brokers; restart it with `pgval cluster "
                 "down` and `pgval cluster up`")
@@ -116,7 +116,7 @@ class RecordedBrokers:
     def _wait_registered(self, deadline: float) -> None:
         if not wait_for_brokers(self.client_config, set(self.node_ids),
                                 max(1.0, deadline - time.monotonic())):
-            raise RuntimeErrorPlain(f"the restarted Kafka broker of {self.cluster_dir} did "
+            raise EnvironmentFailure(f"the restarted Kafka broker of {self.cluster_dir} did "
                                     "not register with the cluster in time")
 
     def _node_dir(self, node_id: int) -> Path:
@@ -139,7 +139,7 @@ class RecordedBrokers:
         for recipe in self._recipes():
             if recipe.get("node_id") == node_id:
                 return recipe
-        raise RuntimeErrorPlain(f"no Kafka broker {node_id} in the cluster in "
+        raise EnvironmentFailure(f"no Kafka broker {node_id} in the cluster in "
                                 f"{self.cluster_dir} (brokers {self.node_ids})")
 
     def _pid_record(self, node_id: int) -> dict[str, Any] | None:

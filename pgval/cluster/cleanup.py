@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pgval.cluster.guard import force_down, read_state
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.host import netns, registry
 from pgval.host.identity import Owner, start_ticks
 
@@ -76,7 +76,7 @@ def cleanup(runs_root: Path, force: bool = False) -> CleanupReport:
 def _trusted_run_dir(run_dir: Path) -> bool:
     try:
         registry.check_run_root(run_dir)
-    except RuntimeErrorPlain:
+    except PgvalError:
         return False
     state = run_dir / "state.json"
     return not state.exists() or registry.trusted_file(state)

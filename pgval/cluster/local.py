@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.guard import start_reaper, stop_reaper
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.files import write_private_json
 from pgval.host import netns, registry, signals
 from pgval.host.identity import Owner
@@ -84,7 +84,7 @@ class LocalCluster:
         if cfg.isolate:
             ok, why = netns.namespaces_supported()
             if not ok:
-                raise RuntimeErrorPlain(f"worker isolation was requested but {why}")
+                raise EnvironmentFailure(f"worker isolation was requested but {why}")
         registry.check_run_dir(self.run_dir)  # the reaper and cleanup trust its files
         # 0700, and the JVMs started below keep umask 077 for life: a `cluster up` cluster's
         # topic data, logs and credentials are this user's alone (a run's are already so).
@@ -162,7 +162,7 @@ class LocalCluster:
             self._stage = "stop failed"
             with contextlib.suppress(OSError):
                 self._write_state()
-            raise RuntimeErrorPlain("stopping the cluster failed: " + "; ".join(errors))
+            raise EnvironmentFailure("stopping the cluster failed: " + "; ".join(errors))
         (self.run_dir / "state.json").unlink(missing_ok=True)
         self._stage = "stopped"
         stop_reaper(self.reaper)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pgval.cluster.guard import REAPER_MODULE as MODULE
 from pgval.cluster.guard import force_down
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import PgvalError
 from pgval.host.identity import Owner, boot_id
 
 POLL_S = 0.5
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         removed = force_down(args.run_dir)
-    except RuntimeErrorPlain as exc:  # a directory it must not trust: say so, do nothing
+    except PgvalError as exc:  # a directory it must not trust: say so, do nothing
         print(json.dumps({"event": "refused", "owner_pid": owner.pid, "why": str(exc)}),
               flush=True)
         return 1

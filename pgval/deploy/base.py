@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.faults import FaultHooks, default_target
 from pgval.faults.broker import LEADER, BrokerCrash, KillableBrokers
 from pgval.faults.composite import CompositeFault
@@ -209,18 +209,18 @@ class Deployment(ABC):
     def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                          ctx: FaultContext) -> FaultHooks:
         """Only in the namespaces pgval made for its workers can it drop their packets."""
-        raise RuntimeErrorPlain(PARTITION_WHERE)
+        raise EnvironmentFailure(PARTITION_WHERE)
 
     def process_pause(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> FaultHooks:
         """Only where pgval runs the processes can it stop them by signal."""
-        raise RuntimeErrorPlain(PAUSE_WHERE)
+        raise EnvironmentFailure(PAUSE_WHERE)
 
     def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> FaultHooks:
         """Only where pgval can stop a broker (its own, or through the user's nemesis);
         ExperimentConfig.validate says so first, in the same words."""
-        raise RuntimeErrorPlain(BROKER_CRASH_WHERE)
+        raise EnvironmentFailure(BROKER_CRASH_WHERE)
 
     @staticmethod
     def crash_a_broker(brokers: KillableBrokers, cfg: ExperimentConfig, ctx: FaultContext,
@@ -229,11 +229,11 @@ class Deployment(ABC):
         outlives the run, so the broker's restart is recorded for its reaper."""
         ids = brokers.node_ids
         if len(ids) < 2:
-            raise RuntimeErrorPlain(f"--fault broker-crash needs a cluster of 2 brokers or "
+            raise EnvironmentFailure(f"--fault broker-crash needs a cluster of 2 brokers or "
                                     f"more (3 to keep writing with min.insync.replicas 2 "
                                     f"while one is down); this one has {len(ids)}")
         if isinstance(cfg.target, int) and cfg.target not in ids:
-            raise RuntimeErrorPlain(f"--target {cfg.target}: the cluster's brokers are "
+            raise EnvironmentFailure(f"--target {cfg.target}: the cluster's brokers are "
                                     f"{', '.join(map(str, ids))}")
         topics = ctx.topics or Topics()
         return BrokerCrash(brokers, topics.all(), topics.output,

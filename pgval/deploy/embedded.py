@@ -21,7 +21,7 @@ from pgval.cluster.local import (
     LocalCluster,
 )
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.faults.broker import BrokerCrash, SignalledBrokers
 from pgval.faults.network import NetworkPath, WorkerDelay
 from pgval.faults.partition import PartitionLink, WorkerPartition
@@ -216,7 +216,7 @@ class EmbeddedDeployment(Deployment):
 
     def _spark(self) -> Any:
         if self.cluster is None or self.cluster.spark is None:
-            raise RuntimeErrorPlain("the Spark cluster is not running")
+            raise EnvironmentFailure("the Spark cluster is not running")
         return self.cluster.spark
 
 
@@ -235,11 +235,11 @@ class AttachedDeployment(Deployment):
         t0 = time.monotonic()
         state = read_state(self.cluster_dir)
         if not state or not state.get("complete"):
-            raise RuntimeErrorPlain(f"no running cluster in {self.cluster_dir}; start one with "
+            raise EnvironmentFailure(f"no running cluster in {self.cluster_dir}; start one with "
                                     f"`pgval cluster up --run-dir {self.cluster_dir}`")
         dead = [name for name, alive in cluster_processes(self.cluster_dir) if not alive]
         if dead:
-            raise RuntimeErrorPlain(f"the cluster in {self.cluster_dir} is not whole "
+            raise EnvironmentFailure(f"the cluster in {self.cluster_dir} is not whole "
                                     f"({', '.join(dead)} not running); restart it with "
                                     "`pgval cluster down` and `pgval cluster up`")
         self.state = state

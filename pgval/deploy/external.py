@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.faults.broker import BrokerCrash
 from pgval.faults.nemesis import NemesisBrokers, NemesisDelay
 from pgval.kafka.admin import broker_ids
@@ -49,7 +49,7 @@ class ExternalDeployment(Deployment):
         t0 = time.monotonic()
         self.brokers = broker_ids(self.client_config())
         if not self.brokers:
-            raise RuntimeErrorPlain(f"Kafka at {self._bootstrap} reported no brokers")
+            raise EnvironmentFailure(f"Kafka at {self._bootstrap} reported no brokers")
         self.timings["cluster_start_s"] = time.monotonic() - t0
         return self
 
@@ -80,7 +80,7 @@ class ExternalDeployment(Deployment):
     def nemesis_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> NemesisDelay:
         if not (cfg.nemesis_inject and cfg.nemesis_remove):
-            raise RuntimeErrorPlain(f"--fault {cfg.fault} on an external cluster needs "
+            raise EnvironmentFailure(f"--fault {cfg.fault} on an external cluster needs "
                                     "--nemesis-inject and --nemesis-remove")
         return NemesisDelay(cfg.fault, cfg.nemesis_inject, cfg.nemesis_remove, target,
                             profile.delay_ms or 500, run_dir=ctx.run_dir)
@@ -90,9 +90,9 @@ class ExternalDeployment(Deployment):
         """The user's nemesis stops broker ``{broker}`` and starts it again; pgval judges
         from the cluster's metadata (:class:`NemesisBrokers`)."""
         if not (cfg.nemesis_inject and cfg.nemesis_remove):
-            raise RuntimeErrorPlain(BROKER_CRASH_NEMESIS)
+            raise EnvironmentFailure(BROKER_CRASH_NEMESIS)
         if "{broker}" not in cfg.nemesis_inject and not isinstance(cfg.target, int):
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 "--nemesis-inject must name {broker}: pgval chooses the broker at T2 (the "
                 "output's leader, or the coordinator); or give --target K for a fixed one")
         brokers = NemesisBrokers(cfg.nemesis_inject, cfg.nemesis_remove, self.client_config())

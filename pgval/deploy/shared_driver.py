@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgval.cluster.guard import RunGuard
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.redact import private_dir
 from pgval.schema import PAUSE_DRIVER, CrashPoint, Fault, FaultSpec
 from pgval.spark.driver import (
@@ -161,7 +161,7 @@ class SharedQuery:
                 {"action": "start_query", "argv": self.spec.driver_args()}, timeout_s)
             self.answers["start"] = answer
             if not answer.get("ok") and not answer.get("poisoned"):
-                raise RuntimeErrorPlain("the shared Spark driver did not start the run's "
+                raise EnvironmentFailure("the shared Spark driver did not start the run's "
                                         f"query: {answer.get('error')}")
             if answer.get("poisoned"):  # not this run's fault: it starts a new driver
                 self.shared.poisoned = str(answer.get("error"))
@@ -189,7 +189,7 @@ class SharedQuery:
             if line.get("stopped_by") == "pgval":
                 continue
             why = line.get("error") or "it stopped on its own"
-            raise RuntimeErrorPlain(f"the streaming query failed: {why} (log: "
+            raise EnvironmentFailure(f"the streaming query failed: {why} (log: "
                                     f"{self.shared.log_dir})")
 
     def stop(self, grace_s: float = 15.0) -> None:
@@ -200,7 +200,7 @@ class SharedQuery:
         self._stopped = True
         try:
             answer = self.shared.control.request({"action": "stop_query"}, STOP_TIMEOUT_S)
-        except RuntimeErrorPlain as exc:
+        except PgvalError as exc:
             self.shared.poisoned = str(exc)
             return
         self.answers["stop"] = answer
@@ -208,7 +208,7 @@ class SharedQuery:
             self.shared.poisoned = str(answer.get("error"))
 
     def kill(self) -> None:
-        raise RuntimeErrorPlain("a shared driver is not a fault's target: a run whose fault "
+        raise EnvironmentFailure("a shared driver is not a fault's target: a run whose fault "
                                 "kills the driver gets a driver of its own")
 
     def progress(self) -> list[dict[str, Any]]:

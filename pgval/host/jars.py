@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.host.procs import file_lock, spawn
 
 log = logging.getLogger(__name__)
@@ -149,10 +149,10 @@ def installed_spark() -> SparkLine:
     try:
         version = metadata.version("pyspark")
     except metadata.PackageNotFoundError:
-        raise RuntimeErrorPlain("pyspark is not installed: pip install 'pgval[spark]'") from None
+        raise EnvironmentFailure("pyspark is not installed: pip install 'pgval[spark]'") from None
     line = ".".join(version.split(".")[:2])
     if line not in SPARK_LINES:
-        raise RuntimeErrorPlain(f"pgval runs on {SUPPORTED_SPARK}; this Python has pyspark "
+        raise EnvironmentFailure(f"pgval runs on {SUPPORTED_SPARK}; this Python has pyspark "
                                 f"{version}")
     scala = SPARK_LINES[line][0]
     try:
@@ -212,19 +212,19 @@ def check_java(min_version: int = MIN_JAVA) -> int:
     """
     java = java_executable()
     if java is None:
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"Java {min_version} or newer is required but `java` was not found on PATH"
         )
     with tempfile.TemporaryDirectory(prefix="pgval-java-") as tmp:
         out = _run("java-version", [java, "-version"], Path(tmp) / "java.log", timeout_s=60)
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     if match is None:
-        raise RuntimeErrorPlain(f"could not tell the Java version from `{java} -version`")
+        raise EnvironmentFailure(f"could not tell the Java version from `{java} -version`")
     major = int(match.group(1))
     if major == 1 and match.group(2):  # "1.8.0_x" style
         major = int(match.group(2))
     if major < min_version:
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"Java {min_version} or newer is required but `{java}` is Java {major}"
         )
     return major
@@ -241,7 +241,7 @@ def ensure_jars(cache_dir: Path | None = None, spark: bool | None = None) -> Jar
     if spark or spark is None:
         try:
             line = installed_spark()
-        except RuntimeErrorPlain:
+        except PgvalError:
             if spark:
                 raise
     connector = (_ensure(cache, f"spark-{line.version}",
@@ -304,7 +304,7 @@ def _ensure(cache: Path, name: str, resolve: Callable[[], dict[str, str]]) -> li
                                                       indent=1))
     jars = _cached(cache / name, pom_hash)
     if jars is None:  # pragma: no cover - only if the cache was changed under us
-        raise RuntimeErrorPlain(f"the jar cache {cache} is incomplete; delete it and retry")
+        raise EnvironmentFailure(f"the jar cache {cache} is incomplete; delete it and retry")
     return jars
 
 
@@ -328,7 +328,7 @@ def _run(name: str, argv: Sequence[str], log_path: Path, timeout_s: float) -> st
     try:
         code = proc.popen.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"{name} did not finish within {timeout_s:.0f} s; see {log_path}"
         ) from exc
     finally:
@@ -339,7 +339,7 @@ def _run(name: str, argv: Sequence[str], log_path: Path, timeout_s: float) -> st
     return out
 
 
-class _CommandFailed(RuntimeErrorPlain):
+class _CommandFailed(PgvalError):
     def __init__(self, name: str, code: int, output: str, log_path: Path) -> None:
         super().__init__(f"{name} failed with exit code {code}; see {log_path}")
         self.output = output
@@ -387,7 +387,7 @@ def _maven_copy(mvn: str, cache: Path, profile: str, name: str, extra: list[str]
     try:
         _run(f"mvn-{name}", argv, cache / f"mvn-{name}.log", timeout_s=1800)
     except FileNotFoundError as exc:  # pragma: no cover - spawn already maps this
-        raise RuntimeErrorPlain("Maven (`mvn`) vanished while resolving jars") from exc
+        raise EnvironmentFailure("Maven (`mvn`) vanished while resolving jars") from exc
     _replace_dir(tmp, cache / name)
 
 
@@ -424,7 +424,7 @@ def _resolve_direct(cache: Path, name: str, line: SparkLine | None) -> dict[str,
             detail["token_provider"] = TOKEN_PROVIDER_FALLBACK
         _replace_dir(tmp, cache / name)
     except OSError as exc:
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"could not download jars from {MAVEN_CENTRAL} ({exc}); install Maven (`mvn`) "
             "or allow HTTPS access to Maven Central"
         ) from exc

@@ -19,7 +19,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.host.procs import file_lock
 
 
@@ -51,7 +51,7 @@ def build_jar(cache: Path, name: str, sources: Mapping[str, str], classpath: str
         return jar
     javac = find_javac()
     if javac is None:
-        raise RuntimeErrorPlain(f"{purpose} need javac (a JDK, not only a JRE) to build "
+        raise EnvironmentFailure(f"{purpose} need javac (a JDK, not only a JRE) to build "
                                 f"pgval's {name}; install e.g. openjdk-17-jdk-headless")
     cache.mkdir(parents=True, exist_ok=True)
     with file_lock(cache / f".{name}.lock"):
@@ -69,9 +69,9 @@ def build_jar(cache: Path, name: str, sources: Mapping[str, str], classpath: str
                     [javac, "--release", "17", "-nowarn", "-cp", classpath, "-d", str(classes),
                      *files], capture_output=True, text=True, timeout=300)
             except (OSError, subprocess.TimeoutExpired) as exc:
-                raise RuntimeErrorPlain(f"javac could not build pgval's {name}: {exc}") from exc
+                raise EnvironmentFailure(f"javac could not build pgval's {name}: {exc}") from exc
             if proc.returncode != 0:
-                raise RuntimeErrorPlain(f"javac could not build pgval's {name}: "
+                raise EnvironmentFailure(f"javac could not build pgval's {name}: "
                                         + (proc.stderr.strip().splitlines() or ["?"])[0])
             part = jar.with_suffix(".part")
             with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:

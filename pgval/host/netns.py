@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.host import registry
 
 NS_PREFIX = "pgval-"
@@ -89,12 +89,12 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
             ["ip", *args], capture_output=True, text=True, timeout=_IP_TIMEOUT_S, check=False
         )
     except FileNotFoundError as exc:
-        raise RuntimeErrorPlain("the `ip` command (iproute2) is not installed") from exc
+        raise EnvironmentFailure("the `ip` command (iproute2) is not installed") from exc
     except subprocess.TimeoutExpired as exc:
-        raise RuntimeErrorPlain(f"`ip {' '.join(args)}` hung for {_IP_TIMEOUT_S:.0f} s") from exc
+        raise EnvironmentFailure(f"`ip {' '.join(args)}` hung for {_IP_TIMEOUT_S:.0f} s") from exc
     if check and res.returncode != 0:
         msg = (res.stderr or res.stdout).strip().replace("\n", " ")
-        raise RuntimeErrorPlain(f"`ip {' '.join(args)}` failed: {msg}")
+        raise EnvironmentFailure(f"`ip {' '.join(args)}` failed: {msg}")
     return res
 
 
@@ -136,7 +136,7 @@ def namespaces_supported() -> tuple[bool, str]:
     try:
         _ip("netns", "add", probe)
         _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", probe)
-    except RuntimeErrorPlain as exc:
+    except PgvalError as exc:
         return False, str(exc)
     finally:
         _ip("link", "del", veth, check=False)
@@ -169,7 +169,7 @@ def pick_subnet(suffix: str) -> int:
         cand = ipaddress.IPv4Network(f"{NET_BASE}.{x}.0/24")
         if not any(cand.overlaps(n) for n in used):
             return x
-    raise RuntimeErrorPlain(f"no free /24 left in {NET_BASE}.0.0/16 for a pgval bridge")
+    raise EnvironmentFailure(f"no free /24 left in {NET_BASE}.0.0/16 for a pgval bridge")
 
 
 def _no_forwarding(dev: str) -> None:
@@ -182,7 +182,7 @@ def _no_forwarding(dev: str) -> None:
     try:
         path.write_text("0\n")
     except OSError as exc:
-        raise RuntimeErrorPlain(f"cannot disable forwarding on {dev}: {exc}") from exc
+        raise EnvironmentFailure(f"cannot disable forwarding on {dev}: {exc}") from exc
 
 
 def _host_lock() -> contextlib.AbstractContextManager[None]:
@@ -213,7 +213,7 @@ class NetLayout:
 
     def __post_init__(self) -> None:
         if not _SUFFIX_RE.match(self.suffix):
-            raise RuntimeErrorPlain(f"netns suffix {self.suffix!r} must match [a-z0-9]{{1,8}}")
+            raise EnvironmentFailure(f"netns suffix {self.suffix!r} must match [a-z0-9]{{1,8}}")
 
     @property
     def bridge(self) -> str:
@@ -223,12 +223,12 @@ class NetLayout:
     def bridge_ip(self) -> str:
         """Root-namespace address every namespace reaches; bind shared services here."""
         if self.octet is None:
-            raise RuntimeErrorPlain("the pgval bridge has not been created yet")
+            raise EnvironmentFailure("the pgval bridge has not been created yet")
         return f"{NET_BASE}.{self.octet}.1"
 
     def worker_ip(self, index: int) -> str:
         if not 0 <= index < 240:
-            raise RuntimeErrorPlain(f"worker index {index} out of range 0..239")
+            raise EnvironmentFailure(f"worker index {index} out of range 0..239")
         return f"{NET_BASE}.{self.octet}.{10 + index}"
 
     def create(self) -> NetLayout:
@@ -237,7 +237,7 @@ class NetLayout:
             return self
         with _host_lock():
             if self.bridge in list_links():
-                raise RuntimeErrorPlain(f"bridge {self.bridge} already exists (suffix reused?)")
+                raise EnvironmentFailure(f"bridge {self.bridge} already exists (suffix reused?)")
             registry.register_netns(self.suffix, self.run_dir)  # before anything exists
             self.octet = pick_subnet(self.suffix)
             try:
@@ -245,7 +245,7 @@ class NetLayout:
                 _ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
                 _ip("link", "set", self.bridge, "up")
                 _no_forwarding(self.bridge)
-            except RuntimeErrorPlain:
+            except PgvalError:
                 _ip("link", "del", self.bridge, check=False)
                 raise
         self._bridge_up = True
@@ -271,10 +271,10 @@ class NetLayout:
             _ip("-n", ns.name, "route", "add", "default", "via", self.bridge_ip)
             self.namespaces[index] = ns
             self._write_etc(ns)
-        except (RuntimeErrorPlain, OSError) as exc:
+        except (PgvalError, OSError) as exc:
             _delete_namespace(ns.name)
             _ip("link", "del", ns.host_veth, check=False)
-            raise RuntimeErrorPlain(f"cannot create namespace {ns.name}: {exc}") from exc
+            raise EnvironmentFailure(f"cannot create namespace {ns.name}: {exc}") from exc
         return ns
 
     def _write_etc(self, ns: WorkerNs) -> None:
@@ -334,7 +334,7 @@ def cleanup_all(prefix: str = NS_PREFIX) -> list[str]:
     runs may be active. Processes still inside a removed namespace are SIGKILLed.
     """
     if not prefix.startswith(NS_PREFIX):
-        raise RuntimeErrorPlain(f"cleanup prefix {prefix!r} must start with {NS_PREFIX!r}")
+        raise EnvironmentFailure(f"cleanup prefix {prefix!r} must start with {NS_PREFIX!r}")
     if shutil.which("ip") is None or os.geteuid() != 0:
         return []
     rest = prefix[len(NS_PREFIX):].split("-", 1)[0]

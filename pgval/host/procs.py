@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.host.identity import boot_id, start_ticks
 
 
@@ -129,7 +129,7 @@ def spawn(
             start_new_session=True,
         )
     except FileNotFoundError as exc:
-        raise RuntimeErrorPlain(f"cannot start {name}: {argv[0]} was not found") from exc
+        raise EnvironmentFailure(f"cannot start {name}: {argv[0]} was not found") from exc
     finally:
         log.close()
     pid_file = None
@@ -283,7 +283,7 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None =
     while time.monotonic() < deadline:
         if proc is not None and not proc.alive():
             cause = log_cause(proc.log_path)
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 f"{proc.name} exited before listening on {host}:{port}"
                 + (f" ({cause})" if cause else "") + f"; see {proc.log_path}"
             )
@@ -293,7 +293,7 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None =
                 return
         time.sleep(0.1)
     where = f"; see {proc.log_path}" if proc is not None else ""
-    raise RuntimeErrorPlain(f"nothing listened on {host}:{port} within {timeout_s:.0f} s{where}")
+    raise EnvironmentFailure(f"nothing listened on {host}:{port} within {timeout_s:.0f} s{where}")
 
 
 @contextlib.contextmanager

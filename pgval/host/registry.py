@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.files import write_private_json
 from pgval.host.identity import Owner
 
@@ -40,11 +40,11 @@ def _private_dir(path: Path) -> Path:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise RuntimeErrorPlain(f"cannot create {path}: {exc.strerror} (pgval needs root for "
+        raise EnvironmentFailure(f"cannot create {path}: {exc.strerror} (pgval needs root for "
                                 "network namespaces and faults)") from None
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise RuntimeErrorPlain(f"{path} is not a directory owned by this user (a planted link "
+        raise EnvironmentFailure(f"{path} is not a directory owned by this user (a planted link "
                                 "or another user's?); remove it and run pgval again")
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
@@ -64,8 +64,9 @@ def host_lock(name: str = "netns", timeout_s: float = LOCK_TIMEOUT_S) -> Iterato
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise RuntimeErrorPlain(f"{path} is a symlink; remove it and run pgval again") from None
-        raise RuntimeErrorPlain(f"cannot open the lock {path}: {exc.strerror}") from None
+            raise EnvironmentFailure(f"{path} is a symlink; remove it and run pgval "
+                                     "again") from None
+        raise EnvironmentFailure(f"cannot open the lock {path}: {exc.strerror}") from None
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -74,7 +75,7 @@ def host_lock(name: str = "netns", timeout_s: float = LOCK_TIMEOUT_S) -> Iterato
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise RuntimeErrorPlain(
+                    raise EnvironmentFailure(
                         f"another process has held {path} for more than {timeout_s:.0f} s "
                         f"(`fuser {path}` names it)") from None
                 time.sleep(0.1)
@@ -103,7 +104,7 @@ def register_netns(suffix: str, run_dir: Path | None, owner: Owner | None = None
 
 
 def unregister_netns(suffix: str) -> None:
-    with contextlib.suppress(OSError, RuntimeErrorPlain):
+    with contextlib.suppress(OSError, PgvalError):
         (_registry() / f"{suffix}.json").unlink(missing_ok=True)
 
 
@@ -112,7 +113,7 @@ def netns_entries() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     try:
         files = sorted(_registry().glob("*.json"))
-    except (OSError, RuntimeErrorPlain):
+    except (OSError, PgvalError):
         return out
     for f in files:
         with contextlib.suppress(OSError, ValueError):
@@ -181,7 +182,7 @@ def register_holder(pid: int, start: int, owner: Owner, target: str,
 
 
 def unregister_holder(pid: int) -> None:
-    with contextlib.suppress(OSError, RuntimeErrorPlain):
+    with contextlib.suppress(OSError, PgvalError):
         (_holders_dir() / f"{pid}.json").unlink(missing_ok=True)
 
 
@@ -193,7 +194,7 @@ def registered_holders() -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     try:
         files = sorted(_holders_dir().glob("*.json"))
-    except (OSError, RuntimeErrorPlain):
+    except (OSError, PgvalError):
         return out
     for f in files:
         try:
@@ -226,7 +227,7 @@ def check_run_root(root: Path, what: str = "runs directory") -> None:
     except OSError:
         return  # not there yet: pgval creates it, with its own mode
     if stat.S_ISDIR(st.st_mode) and _shared_by_others(st):
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"the {what} {root} is writable by other users or owned by another user "
             f"(mode {stat.S_IMODE(st.st_mode):o}); pgval acts on its files as root, so "
             f"`chmod go-w {root}` (or choose another) first")

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.kafka.client import quiet_conf
 from pgval.schema import MAX_RECORD_BYTES
 
@@ -78,7 +78,7 @@ def _brokers(admin: AdminClient, timeout_s: float) -> dict[int, str]:
     try:
         md = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise RuntimeErrorPlain(f"Kafka did not answer: {exc.args[0].str()}") from exc
+        raise EnvironmentFailure(f"Kafka did not answer: {exc.args[0].str()}") from exc
     return {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
 
 
@@ -114,12 +114,12 @@ def create_topics(config: Mapping[str, object], names: Sequence[str], partitions
     """Create ``names`` (``compacted`` among them compacted) by the rule of the module
     docstring, on the cluster ``config`` reaches (``bootstrap.servers`` and its login)."""
     if partitions < 1:
-        raise RuntimeErrorPlain("topics need at least one partition")
+        raise EnvironmentFailure("topics need at least one partition")
     names = list(dict.fromkeys(names))
     admin = admin_client(config)
     addresses = _brokers(admin, min(timeout_s, 15.0))
     if not addresses:
-        raise RuntimeErrorPlain("Kafka reported no brokers")
+        raise EnvironmentFailure("Kafka reported no brokers")
     brokers = sorted(addresses)
     replication = replication_for(len(brokers))
     assignment = aligned_assignment(brokers, partitions, replication)
@@ -136,9 +136,9 @@ def create_topics(config: Mapping[str, object], names: Sequence[str], partitions
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                raise RuntimeErrorPlain(f"topic {name} already exists; pgval only writes "
+                raise EnvironmentFailure(f"topic {name} already exists; pgval only writes "
                                         "topics it created itself") from exc
-            raise RuntimeErrorPlain(f"could not create topic {name}: {err.str()}") from exc
+            raise EnvironmentFailure(f"could not create topic {name}: {err.str()}") from exc
     _wait_for_leaders(config, [addresses[b] for b in brokers], names, assignment,
                       time.monotonic() + timeout_s)
 
@@ -172,7 +172,7 @@ def _wait_for_leaders(config: Mapping[str, object], targets: list[str], names: l
             return
         if time.monotonic() > deadline:
             late = sorted({n for _, n in pending})
-            raise RuntimeErrorPlain(f"topics {', '.join(late)} did not get their assigned "
+            raise EnvironmentFailure(f"topics {', '.join(late)} did not get their assigned "
                                     "leaders on every broker in time")
         time.sleep(0.2)
 
@@ -190,6 +190,6 @@ def delete_topics(config: Mapping[str, object], names: Sequence[str],
             deleted.append(name)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise RuntimeErrorPlain(f"could not delete topic {name}: "
+                raise EnvironmentFailure(f"could not delete topic {name}: "
                                         f"{exc.args[0].str()}") from exc
     return deleted

@@ -34,7 +34,7 @@ from types import TracebackType
 
 from confluent_kafka import KafkaException
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.files import write_private, write_private_json
 from pgval.host import cds
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
@@ -118,7 +118,7 @@ class KafkaCredentials:
         except FileNotFoundError:
             return None
         if not conf.get("sasl.password"):
-            raise RuntimeErrorPlain(f"{path} holds no sasl.password")
+            raise EnvironmentFailure(f"{path} holds no sasl.password")
         return cls(password=conf["sasl.password"],
                    username=conf.get("sasl.username") or KAFKA_USER)
 
@@ -181,7 +181,7 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         if not self._nodes:
-            raise RuntimeErrorPlain("the Kafka cluster has not been started")
+            raise EnvironmentFailure("the Kafka cluster has not been started")
         return ",".join(f"{self.host}:{b.port}" for b in self._nodes)
 
     @property
@@ -222,7 +222,7 @@ class KafkaCluster:
                 break
             except BaseException as exc:
                 self.stop(grace_s=2.0)
-                if attempt == 1 and new and isinstance(exc, RuntimeErrorPlain) \
+                if attempt == 1 and new and isinstance(exc, PgvalError) \
                         and self._keep_logs_if_port_taken():
                     self._nodes = []
                     continue
@@ -339,7 +339,7 @@ class KafkaCluster:
         for node in self._nodes:
             if node.node_id == node_id:
                 return node
-        raise RuntimeErrorPlain(f"no Kafka broker {node_id} in this cluster "
+        raise EnvironmentFailure(f"no Kafka broker {node_id} in this cluster "
                                 f"(brokers {self.node_ids})")
 
     def __enter__(self) -> KafkaCluster:
@@ -438,7 +438,8 @@ class KafkaCluster:
     def _jvm_base(self, node: _Broker) -> list[str]:
         java = java_executable()
         if java is None:  # check_java() ran already; this is a race with PATH changes
-            raise RuntimeErrorPlain("Java 17 or newer is required but `java` was not found on PATH")
+            raise EnvironmentFailure("Java 17 or newer is required but `java` was not found "
+                                     "on PATH")
         assert self.jars is not None
         return [
             java,
@@ -495,7 +496,7 @@ class KafkaCluster:
             proc.stop(grace_s=2.0)
             args_file.unlink(missing_ok=True)
         if code != 0:
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 f"formatting storage of broker {node.node_id} failed (exit {code}); see {log_path}"
             )
 
@@ -506,7 +507,7 @@ class KafkaCluster:
             for node in self._nodes:
                 if node.proc is not None and not node.proc.alive():
                     cause = log_cause(node.proc.log_path)
-                    raise RuntimeErrorPlain(
+                    raise EnvironmentFailure(
                         f"Kafka broker {node.node_id} exited during startup"
                         + (f" ({cause})" if cause else "") + f"; see {node.proc.log_path}"
                     )
@@ -516,7 +517,7 @@ class KafkaCluster:
                 if seen >= self.brokers:
                     return
             time.sleep(0.2)
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"only {seen} of {self.brokers} Kafka brokers registered within "
             f"{self.start_timeout_s:.0f} s; see the logs under {self.run_dir / 'kafka'}"
         )
@@ -559,7 +560,7 @@ def _new_cluster_id() -> str:
 def _clear_storage(kafka_dir: Path) -> None:
     """Remove the broker directories a previous cluster left in ``kafka_dir``."""
     if kafka_dir.is_symlink():
-        raise RuntimeErrorPlain(f"{kafka_dir} is a symbolic link; pgval will not start "
+        raise EnvironmentFailure(f"{kafka_dir} is a symbolic link; pgval will not start "
                                 "Kafka there")
     for old in kafka_dir.glob("broker-*"):
         shutil.rmtree(old)

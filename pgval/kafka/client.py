@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.files import key_value_lines, split_key_value
 
 
@@ -36,7 +36,7 @@ def read_client_properties(path: Path) -> dict[str, str]:
     for number, line in key_value_lines(Path(path).read_text()):
         pair = split_key_value(line)
         if pair is None:
-            raise RuntimeErrorPlain(f"{path}: line {number} is not KEY=VALUE")
+            raise EnvironmentFailure(f"{path}: line {number} is not KEY=VALUE")
         out[pair[0]] = pair[1].strip()
     return out
 

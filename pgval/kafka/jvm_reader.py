@@ -35,7 +35,7 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.host import cds
 from pgval.host.jars import default_cache_dir, ensure_jars, java_executable
 from pgval.host.javac import build_jar
@@ -98,16 +98,16 @@ def jvm_unusable(conf: Mapping[str, object]) -> str | None:
 
 def prepare() -> tuple[str, Path, str]:
     """(java, the reader's jar, its classpath), building the jar on first use; a missing
-    JDK, Maven cache or compiler is a :class:`RuntimeErrorPlain` (the caller reads with
+    JDK, Maven cache or compiler is a :class:`PgvalError` (the caller reads with
     librdkafka then)."""
     java = java_executable()
     if java is None:
-        raise RuntimeErrorPlain("the bulk read-back needs java on PATH")
+        raise EnvironmentFailure("the bulk read-back needs java on PATH")
     try:
         classpath = _classpath()
         return java, ensure_reader_jar(classpath), classpath
     except OSError as exc:
-        raise RuntimeErrorPlain(f"cannot build the Java reader: {exc}") from exc
+        raise EnvironmentFailure(f"cannot build the Java reader: {exc}") from exc
 
 
 def _classpath() -> str:
@@ -267,7 +267,7 @@ def read_tasks_jvm(conf: Mapping[str, object], tasks: Sequence[Task], timeout_s:
     topic's records, how far each partition got and the problems to ``on_topic``, as
     :func:`pgval.kafka.reader._read_tasks` does. A reader that fails leaves its topics
     short, with its last words as the problem; it never outlives this call or pgval.
-    What keeps it from starting at all (no JDK, no jar) is a :class:`RuntimeErrorPlain`."""
+    What keeps it from starting at all (no JDK, no jar) is a :class:`PgvalError`."""
     java, jar, classpath = prepare()
     lines = [f"conf\t{k}\t{v}" for k, v in java_settings(conf).items()]
     lines.append(f"limits\t{int(timeout_s * 1000)}\t{int(idle_timeout_s * 1000)}")

@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.kafka.client import quiet_conf
 from pgval.kafka.jvm_reader import JVM_FAILED, Taker, Task, jvm_unusable, read_tasks_jvm
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
@@ -153,7 +153,7 @@ def end_snapshot(consumer: Consumer, bootstrap: str, topic: str, timeout_s: floa
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None:
         why = tmd.error.str() if tmd is not None and tmd.error is not None else "no metadata"
-        raise RuntimeErrorPlain(f"cannot read topic {topic} at {bootstrap}: {why}")
+        raise EnvironmentFailure(f"cannot read topic {topic} at {bootstrap}: {why}")
     end: dict[int, int] = {}
     starts: dict[int, int] = {}
     problems: list[str] = []
@@ -207,7 +207,7 @@ def _read_partitions(consumer: Consumer, topic: str, end: dict[int, int],
                 if err is None:
                     continue
                 if err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeErrorPlain(f"reading {topic}: {err.str()}")
+                    raise EnvironmentFailure(f"reading {topic}: {err.str()}")
                 p = msg.partition()
                 if p in todo:
                     reached[p] = max(reached[p], msg.offset())
@@ -310,7 +310,7 @@ def _read_tasks(conf: dict[str, object], tasks: Sequence[Task], timeout_s: float
             columns = _read_partitions(consumer, topic, end, reached, problems, timeout_s,
                                        idle_timeout_s, batch_size, progress)
             table = columns.table()
-        except (KafkaException, RuntimeErrorPlain) as exc:
+        except (KafkaException, PgvalError) as exc:
             problems.append(_kafka_problem(exc))
         finally:
             if consumer is not None:
@@ -370,7 +370,7 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
     are skipped) and the high watermark for ``read_uncommitted``. Reading stops when every
     partition has reached it, when nothing arrived for ``idle_timeout_s``, at ``timeout_s``,
     or on a Kafka error. With ``strict`` (the default) a read that stopped short raises
-    :class:`RuntimeErrorPlain`; with ``strict=False`` it returns what it read, with the
+    :class:`PgvalError`; with ``strict=False`` it returns what it read, with the
     reasons in ``problems`` (``complete`` is then False) — the experiment stores that and
     marks the run unknown rather than guessing. ``config``: more client settings (a
     cluster's login, the user's SASL/SSL for an external cluster). ``on_progress`` gets the
@@ -418,7 +418,7 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
                 ends[topic], starts, problems[topic] = end_snapshot(consumer, bootstrap, topic,
                                                                     timeout_s)
                 reached[topic] = dict(starts)
-            except (KafkaException, RuntimeErrorPlain) as exc:
+            except (KafkaException, PgvalError) as exc:
                 problems[topic].append(_kafka_problem(exc))
     except KafkaException as exc:  # a client that cannot even start
         for topic in topics:
@@ -474,7 +474,7 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
             try:
                 tables, met = read_with(jvm=True)
                 used = "jvm"
-            except RuntimeErrorPlain as exc:  # it could not start: no JDK, no jar
+            except PgvalError as exc:  # it could not start: no JDK, no jar
                 why_not = str(exc)
             else:
                 failed = next((w for ws in met.values() for w in ws
@@ -499,7 +499,7 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
         recs.problems = _short_read_problems(ends[topic], reached[topic], problems[topic])
         recs.reader = used
         if strict and not recs.complete:
-            raise RuntimeErrorPlain(f"could not read all of topic {topic} at {bootstrap}: "
+            raise EnvironmentFailure(f"could not read all of topic {topic} at {bootstrap}: "
                                     + "; ".join(recs.problems or ["partitions missing"]))
         out[topic] = recs
     return out

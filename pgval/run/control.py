@@ -22,7 +22,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.evidence import Manifest
 from pgval.schema import GET, POST, Topics, Topology, resource_name
 
@@ -75,7 +75,7 @@ class ControlEvents:
                             producer.poll(0.1)
                     ident -= 1
         if producer.flush(30) != 0:
-            raise RuntimeErrorPlain("could not write pgval's control events to Kafka in 30 s")
+            raise EnvironmentFailure("could not write pgval's control events to Kafka in 30 s")
         written = first_id - ident
         self.written += written
         self.manifest.control_events += written
@@ -120,7 +120,7 @@ class ControlEvents:
                 producer.produce(topic, key=name.encode(), value=json.dumps(
                     {"id": ident, "type": typ, "resource": name, "event_ts": event_ts}).encode())
         if producer.flush(30) != 0:
-            raise RuntimeErrorPlain("could not write the planted late events to Kafka in 30 s")
+            raise EnvironmentFailure("could not write the planted late events to Kafka in 30 s")
         self.written += len(ids)
         return {"late_ids": ids, "event_ts": event_ts, "watermark_ms": watermark,
                 "written_ms": now_ms}

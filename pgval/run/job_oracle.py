@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import BadInput, RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, UserMistake
 from pgval.host.procs import spawn
 from pgval.spark.driver import SPARK_CONF_ENV
 
@@ -59,7 +59,7 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
     """Run the batch oracle of ``job`` over ``run_dir``'s evidence in a heap of ``heap_mb``
     (a ``spark.driver.memory`` among the user's settings wins); its summary (rows, IDs,
     seconds). A job that cannot be judged, a failure or a time-out is one sentence
-    (:class:`RuntimeErrorPlain`) naming the log."""
+    (:class:`PgvalError`) naming the log."""
     log = run_dir / "logs" / "batch-oracle.log"
     proc = spawn("batch-oracle", [sys.executable, "-m", "pgval.topologies.batch", "--job", job,
                                   "--run-dir", str(run_dir), "--heap-mb", str(heap_mb)], log,
@@ -70,7 +70,7 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
         rc = proc.popen.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.stop(grace_s=5.0)
-        raise RuntimeErrorPlain(f"the batch oracle of {job} did not finish within "
+        raise EnvironmentFailure(f"the batch oracle of {job} did not finish within "
                                 f"{timeout_s:.0f} s (log: {log})") from None
     finally:
         if proc.alive():
@@ -79,14 +79,14 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
     if rc == 2:
         said = next((ln.split("pgval-batch: ", 1)[1] for ln in reversed(lines)
                      if "pgval-batch: " in ln), "the job cannot be judged")
-        raise BadInput(f"the batch oracle refused the job: {said}")
+        raise UserMistake(f"the batch oracle refused the job: {said}")
     if rc != 0:
         if any("java.lang.OutOfMemoryError" in ln for ln in lines):
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 f"the batch oracle of {job} ran out of its {heap_mb} MiB heap; give it more "
                 f"with --spark-conf spark.driver.memory=SIZE (log: {log})")
         last = lines[-1] if lines else "no output"
-        raise RuntimeErrorPlain(f"the batch oracle of {job} failed (exit {rc}): {last} "
+        raise EnvironmentFailure(f"the batch oracle of {job} failed (exit {rc}): {last} "
                                 f"(log: {log})")
     for line in reversed(lines):
         try:
@@ -96,4 +96,4 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
         if isinstance(summary, dict) and "rows" in summary:
             summary["wall_s"] = round(time.monotonic() - t0, 3)
             return summary
-    raise RuntimeErrorPlain(f"the batch oracle of {job} said nothing of its result (log: {log})")
+    raise EnvironmentFailure(f"the batch oracle of {job} said nothing of its result (log: {log})")

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pgval.checker.explain import watermark_ms
 from pgval.checker.result import Reason
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.kafka.client import quiet_conf
 from pgval.run.result import Status
 from pgval.schema import Topics
@@ -150,7 +150,7 @@ def wait_first_trigger(driver: DriverProcess, timeout_s: float, log_hint: str) -
     while not batches(driver):
         driver.check()
         if time.monotonic() > deadline:
-            raise RuntimeErrorPlain(f"the streaming query ran no trigger within {timeout_s:.0f} "
+            raise EnvironmentFailure(f"the streaming query ran no trigger within {timeout_s:.0f} "
                                     f"s (see {log_hint})")
         time.sleep(0.2)
 
@@ -174,7 +174,7 @@ def wait_primed(driver: DriverProcess, monitor: OutputMonitor,
         on_status(Status("prime", time.monotonic() - t0, timeout_s, 0, 0.0, 0,
                          len(progress), note="warming up the query"))
         time.sleep(0.5)
-    raise RuntimeErrorPlain(f"the streaming query did not read its warm-up events within "
+    raise EnvironmentFailure(f"the streaming query did not read its warm-up events within "
                             f"{timeout_s:.0f} s (see {log_hint})")
 
 
@@ -221,7 +221,7 @@ def drain(driver: DriverProcess, monitor: OutputMonitor, closing_ts: int, waterm
                 "observed", f"the drain timed out after {timeout_s:.0f} s: {why}"))
         try:
             driver.check()
-        except RuntimeErrorPlain as exc:
+        except PgvalError as exc:
             return DrainOutcome(now - t0, caught_up_s, False, Reason(
                 "observed", f"the driver died during the drain: {exc}"))
         note = ("waiting for the query to read all inputs" if not caught else

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.host import cds, netns
 from pgval.host.procs import (
     Managed,
@@ -77,7 +77,7 @@ def spark_home() -> Path:
 
     home = Path(pyspark.__file__).resolve().parent
     if not (home / "bin" / "spark-class").is_file():
-        raise RuntimeErrorPlain(f"pyspark at {home} has no bin/spark-class")
+        raise EnvironmentFailure(f"pyspark at {home} has no bin/spark-class")
     return home
 
 
@@ -95,17 +95,17 @@ def _check_java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
-        raise RuntimeErrorPlain("Java 17 or newer is needed for Spark but `java` was not found")
+        raise EnvironmentFailure("Java 17 or newer is needed for Spark but `java` was not found")
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeErrorPlain(f"`{java} -version` failed: {exc}") from exc
+        raise EnvironmentFailure(f"`{java} -version` failed: {exc}") from exc
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
     major = int(m.group(1)) if m else 0
     if major == 1 and m and m.group(2):
         major = int(m.group(2))
     if major < 17:
-        raise RuntimeErrorPlain(f"Spark 4 needs Java 17 or newer but {java} is Java {major}")
+        raise EnvironmentFailure(f"Spark 4 needs Java 17 or newer but {java} is Java {major}")
     return java
 
 
@@ -119,13 +119,13 @@ def _launcher_command(java: str, main_class: str, args: list[str],
     try:
         res = subprocess.run(cmd, capture_output=True, env=full_env, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeErrorPlain(f"the Spark launcher failed for {main_class}: {exc}") from exc
+        raise EnvironmentFailure(f"the Spark launcher failed for {main_class}: {exc}") from exc
     # Output: optional message lines, then "\0\n", then the command, NUL-separated.
     _, sep, tail = res.stdout.partition(b"\0\n")
     argv = [a.decode() for a in tail.split(b"\0") if a] if sep else []
     if res.returncode != 0 or not argv:
         msg = res.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeErrorPlain(f"the Spark launcher failed for {main_class}: {msg[0]}")
+        raise EnvironmentFailure(f"the Spark launcher failed for {main_class}: {msg[0]}")
     return argv
 
 
@@ -346,7 +346,7 @@ class SparkCluster:
     def start(self) -> SparkCluster:
         """Start master and workers, wait until all workers are registered; clean up on failure."""
         if self.master is not None:
-            raise RuntimeErrorPlain("this SparkCluster was already started; make a new one")
+            raise EnvironmentFailure("this SparkCluster was already started; make a new one")
         t0 = time.monotonic()
         self.prepare()
         try:
@@ -408,17 +408,17 @@ class SparkCluster:
             m = pattern.search(self.master.log_tail(200))
             if m:
                 if int(m.group(1)) != self.master_port:  # only with maxRetries overridden
-                    raise RuntimeErrorPlain(f"the Spark master took port {m.group(1)} instead of "
+                    raise EnvironmentFailure(f"the Spark master took port {m.group(1)} instead of "
                                             f"{self.master_port}")
                 return
             if not self.master.alive():
                 bound = "BindException" in self.master.log_tail(200)
-                raise RuntimeErrorPlain(
+                raise EnvironmentFailure(
                     f"port {self.master_port} on {self.master_host} is taken by another "
                     "process; the Spark master cannot listen there" if bound else
                     f"the Spark master exited at start; see {self.master.log_path}")
             time.sleep(0.1)
-        raise RuntimeErrorPlain(f"the Spark master did not confirm its port within "
+        raise EnvironmentFailure(f"the Spark master did not confirm its port within "
                                 f"{timeout_s:.0f} s; see {self.master.log_path}")
 
     def _decide_isolation(self) -> bool:
@@ -426,7 +426,7 @@ class SparkCluster:
             return False
         ok, why = netns.namespaces_supported()
         if self._isolate_req and not ok:
-            raise RuntimeErrorPlain(f"isolated Spark workers were requested but {why}")
+            raise EnvironmentFailure(f"isolated Spark workers were requested but {why}")
         return ok
 
     def _env(self, local_ip: str, opts_var: str, work_dir: Path | None = None) -> dict[str, str]:
@@ -492,7 +492,7 @@ class SparkCluster:
 
     def _start_worker(self, h: WorkerHandle) -> None:
         if self.master is None or not self.master.alive():
-            raise RuntimeErrorPlain("the Spark master is not running")
+            raise EnvironmentFailure("the Spark master is not running")
         self._spawn_worker(h, *self._worker_launch(h))
 
     def _conf_dir(self) -> Path:
@@ -551,12 +551,12 @@ class SparkCluster:
         while pending:
             for h in pending:
                 if not h.alive():
-                    raise RuntimeErrorPlain(
+                    raise EnvironmentFailure(
                         f"{h.name} exited before registering with the master; "
                         f"see {h.managed.log_path if h.managed else self.log_dir}")
             if self.master is None or not self.master.alive():
                 log = self.master.log_path if self.master else self.log_dir
-                raise RuntimeErrorPlain(f"the Spark master exited; see {log}")
+                raise EnvironmentFailure(f"the Spark master exited; see {log}")
             try:
                 entries = self._workers_json()
             except (OSError, ValueError):
@@ -573,7 +573,7 @@ class SparkCluster:
             if time.monotonic() > deadline:
                 h = pending[0]
                 where = h.managed.log_path if h.managed else self.log_dir
-                raise RuntimeErrorPlain(
+                raise EnvironmentFailure(
                     f"{h.name} did not register with the master at {self.master_url} within "
                     f"{timeout_s:.0f} s; see {where}")
             time.sleep(0.25)

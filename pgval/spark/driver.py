@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import BadInput, RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, UserMistake
 from pgval.host.cds import ClassArchive
 from pgval.host.procs import Managed, spawn
 from pgval.schema import Guarantee
@@ -196,12 +196,12 @@ class DriverProcess:
                 if self.proc.popen.poll() == JOB_REFUSED:  # the user's job: bad input
                     said = [p.get("error") for p in self.progress()
                             if p.get("event") == "terminated" and p.get("phase") == "job"]
-                    raise BadInput(str(said[-1]) if said else self._last_error())
-                raise RuntimeErrorPlain(
+                    raise UserMistake(str(said[-1]) if said else self._last_error())
+                raise EnvironmentFailure(
                     "the Spark driver exited before its query started: "
                     f"{self._last_error()} (log: {self.proc.log_path})")
             time.sleep(0.2)
-        raise RuntimeErrorPlain(f"the Spark driver did not start its query within "
+        raise EnvironmentFailure(f"the Spark driver did not start its query within "
                                 f"{timeout_s:.0f} s (log: {self.proc.log_path})")
 
     def alive(self) -> bool:
@@ -213,7 +213,7 @@ class DriverProcess:
     def check(self) -> None:
         """Raise a plain error if the driver died on its own (the query failed)."""
         if self.proc is not None and not self.proc.alive():
-            raise RuntimeErrorPlain(f"the streaming query failed: {self._last_error()} "
+            raise EnvironmentFailure(f"the streaming query failed: {self._last_error()} "
                                     f"(log: {self.proc.log_path})")
 
     def stop(self, grace_s: float = 15.0) -> None:
@@ -254,7 +254,7 @@ class DriverProcess:
         """A client of this driver's control channel (needs ``spec.control_dir``); it fails
         fast when the driver process is gone. Every restart keeps the same channel."""
         if self.spec.control_dir is None:
-            raise RuntimeErrorPlain("this driver was started without a control directory")
+            raise EnvironmentFailure("this driver was started without a control directory")
         return DriverControl(self.spec.control_dir, self.spec.progress_file, alive=self.alive)
 
     def class_dump(self) -> tuple[ClassArchive, int] | None:
@@ -380,7 +380,7 @@ class DriverControl:
     def request(self, action: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
         """Ask the driver to do ``action`` (``{"action": ..., ...}``); its answer line.
 
-        Raises :class:`RuntimeErrorPlain` when the driver does not answer in time or exits
+        Raises :class:`PgvalError` when the driver does not answer in time or exits
         first. An answer with ``ok: false`` is returned, not raised: the caller decides.
         """
         if not isinstance(action.get("action"), str):
@@ -398,7 +398,7 @@ class DriverControl:
                     path.unlink()
                 why = ("exited before answering" if self.alive is not None and not self.alive()
                        else f"did not answer within {timeout_s:g} s")
-                raise RuntimeErrorPlain(
+                raise EnvironmentFailure(
                     f"the Spark driver {why} control request {n} ({action['action']}); "
                     f"requests are read from {self.control_dir}")
             time.sleep(self.poll_s)

@@ -26,7 +26,7 @@ from pgval.deploy.compose.stack import (
     require_engine,
     worker_container,
 )
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 from pgval.schema import DELAY_FAULTS, Fault
 from pgval.spark.driver import SETTINGS_ENV
 
@@ -61,7 +61,7 @@ class ComposeDeployment(Deployment):
         try:
             self.run_dir.relative_to(self.runs_root)
         except ValueError:
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 f"with --deploy compose the run directory must be under {self.runs_root} "
                 "(the runner container mounts it); drop --run-dir or point it there") from None
         client = require_engine()
@@ -69,7 +69,7 @@ class ComposeDeployment(Deployment):
                                            ("spark-worker", 1), ("runner", 1))
                    if sum(c.status == "running" for c in find_containers(role, client)) < need]
         if missing:
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 "the compose stack is not fully up (missing: " + ", ".join(missing) + "); run "
                 "`docker compose -f compose/docker-compose.yml up -d --build` first")
         self.containers = sorted(find_containers("spark-worker", client), key=lambda c: c.index)

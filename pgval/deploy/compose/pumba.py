@@ -61,7 +61,7 @@ from pgval.deploy.compose.stack import (
     spark_daemon_opts,
     worker_container,
 )
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.faults.container import ContainerDelay, ContainerKill, entry
 from pgval.host import undo
 from pgval.host.procs import Managed, spawn
@@ -159,7 +159,7 @@ def require_pumba(path: str | None = None) -> str:
     """The pumba executable on PATH (or on ``path``), or a plain error saying how to get it."""
     found = shutil.which(PUMBA, path=path)
     if found is None:
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             "pumba was not found on PATH; install it from its GitHub releases "
             "(alexei-led/pumba) to inject faults with --deploy compose")
     return found
@@ -170,7 +170,7 @@ def require_tc_image(client: docker.DockerClient, image: str = TC_IMAGE) -> None
     try:
         client.images.get(image)
     except ImageNotFound as exc:
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"the tc image {image} is not on this Docker host; run `docker pull {image}` once "
             "(pgval does not let pumba pull it during a run)") from exc
 
@@ -219,7 +219,7 @@ class _Tc:
     def netem(self, container: Any, interface: str) -> list[str]:
         code, text = self.run(container, qdisc_show_args(interface), privileged=False)
         if code != 0:
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 f"`tc qdisc show dev {interface}` failed in {container.name}: "
                 f"{' '.join(text.split())[:200]}")
         return netem_lines(text)
@@ -231,7 +231,7 @@ class _Tc:
         code, text = self.run(container, qdisc_del_args(interface), privileged=True)
         left = self.netem(container, interface)
         if left:
-            raise RuntimeErrorPlain(
+            raise EnvironmentFailure(
                 f"a netem qdisc is still on {interface} of {container.name} after "
                 f"`tc qdisc del` ({' '.join(text.split())[:120] or code}); remove it by hand")
         return True
@@ -258,7 +258,7 @@ def cleanup_netem(client: docker.DockerClient | None = None, interface: str = "e
     tc = _Tc(client, tc_image)
     cleared = []
     for c in client.containers.list(filters={"label": ROLE_LABEL}):
-        with contextlib.suppress(RuntimeErrorPlain, DockerException):
+        with contextlib.suppress(PgvalError, DockerException):
             if tc.clear(c, interface):
                 cleared.append(c.name)
     return cleared
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         cleared = clear_netem(args.clear_netem, args.interface, tc_image=args.tc_image)
-    except (RuntimeErrorPlain, DockerException, ValueError) as exc:
+    except (PgvalError, DockerException, ValueError) as exc:
         print(f"cannot clear netem on {args.clear_netem}: {exc}", file=sys.stderr)
         return 1
     print(f"{'cleared' if cleared else 'no'} netem on {args.clear_netem}")
@@ -365,7 +365,7 @@ class PumbaFault:
     def inject(self) -> dict[str, Any]:
         container = get_container(self.client, self.target)
         if container.status != "running":
-            raise RuntimeErrorPlain(f"container {self.target} is {container.status}, not running; "
+            raise EnvironmentFailure(f"container {self.target} is {container.status}, not running; "
                                     "a fault needs a running target")
         if self.kind == "kill":
             return self._inject_kill(container)
@@ -390,17 +390,17 @@ class PumbaFault:
             code = proc.popen.wait(timeout=_KILL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
-            raise RuntimeErrorPlain(f"pumba kill did not finish within {_KILL_TIMEOUT_S:.0f} s; "
+            raise EnvironmentFailure(f"pumba kill did not finish within {_KILL_TIMEOUT_S:.0f} s; "
                                     f"see {proc.log_path}") from None
         finally:
             proc.stop(grace_s=1.0)  # reaps a leftover group member and drops the pid file
         if code != 0:
-            raise RuntimeErrorPlain(f"pumba kill failed (exit {code}): "
+            raise EnvironmentFailure(f"pumba kill failed (exit {code}): "
                                     f"{' '.join(proc.log_tail(3).split())[:200]}")
         self._injected = True
         status = self._wait_status(container, {"exited", "dead"}, timeout_s=10.0)
         if status not in ("exited", "dead"):
-            raise RuntimeErrorPlain(f"pumba kill exited 0 but {self.target} is still {status}; "
+            raise EnvironmentFailure(f"pumba kill exited 0 but {self.target} is still {status}; "
                                     f"see {proc.log_path}")
         return ContainerKill.entry(self.target, self.argv, status=status, started_ms=started,
                                    stopped_ms=_now_ms(),
@@ -415,7 +415,7 @@ class PumbaFault:
         container.start()
         status = self._wait_status(container, {"running"}, timeout_s=30.0)
         if status != "running":
-            raise RuntimeErrorPlain(f"{self.target} did not come back after start() (it is "
+            raise EnvironmentFailure(f"{self.target} did not come back after start() (it is "
                                     f"{status}); see `docker logs {self.target}`")
         return {**out, "restart_ms": started, "running_ms": _now_ms()}
 
@@ -451,12 +451,12 @@ class PumbaFault:
                 code = self._proc.popen.returncode
                 tail = " ".join(self._proc.log_tail(3).split())[:200]
                 self._proc = None
-                raise RuntimeErrorPlain(f"pumba netem exited (code {code}) before the delay "
+                raise EnvironmentFailure(f"pumba netem exited (code {code}) before the delay "
                                         f"was in place: {tail}")
             time.sleep(0.1)
         if not lines:
             self._stop_proc()
-            raise RuntimeErrorPlain(f"no netem qdisc appeared on {self.target} within "
+            raise EnvironmentFailure(f"no netem qdisc appeared on {self.target} within "
                                     f"{_APPLY_TIMEOUT_S:.0f} s of starting pumba")
         self._injected = True
         return ContainerDelay.entry(
@@ -492,7 +492,7 @@ class PumbaFault:
         out["stopped_ms"] = _now_ms()
         try:
             container = get_container(self.client, self.target)
-        except RuntimeErrorPlain:
+        except PgvalError:
             return {**out, "target_status": "missing", "netem_deleted": False}
         container.reload()
         out["target_status"] = container.status

@@ -13,7 +13,7 @@ import docker
 import requests
 from docker.errors import DockerException, NotFound
 
-from pgval.errors import RuntimeErrorPlain
+from pgval.errors import EnvironmentFailure
 
 #: Labels every container of compose/docker-compose.yml carries.
 ROLE_LABEL = "pgval.role"
@@ -69,7 +69,7 @@ def require_engine(base_url: str | None = None, timeout_s: float = 10.0) -> dock
             client = docker.from_env(timeout=int(timeout_s))
         client.ping()
     except (DockerException, requests.RequestException, OSError) as exc:
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"the Docker engine is not reachable at {where} ({_engine_reason(exc, where)}); "
             "install or start Docker to use --deploy compose") from exc
     return client
@@ -111,6 +111,6 @@ def get_container(client: docker.DockerClient, name: str) -> Any:
     try:
         return client.containers.get(name)
     except NotFound as exc:
-        raise RuntimeErrorPlain(
+        raise EnvironmentFailure(
             f"container {name} does not exist; start the deployment with "
             "`docker compose -f compose/docker-compose.yml up -d`") from exc
