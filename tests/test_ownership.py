@@ -138,7 +138,7 @@ def test_sighup_stops_a_command_like_ctrl_c() -> None:
     assert proc.stdout.strip() == "stopped by SIGHUP"
 
 
-# ---- cleanup that does not trust files (issue 22, item 3) --------------------------------
+# ---- cleanup that does not trust files -------------------------------------------------------
 
 def _sleeper() -> subprocess.Popen[bytes]:
     """A real process pgval did not start (its own session, like a reused pid would be)."""
@@ -330,28 +330,30 @@ def test_a_dead_reaper_is_noticed(tmp_path: Path) -> None:
 
 def test_a_run_without_a_cluster_of_its_own_gets_a_guard_and_watches_it(
         tmp_path: Path) -> None:
-    """An external run (nothing started yet): `Experiment._guard` writes the owner and
+    """An external run (nothing started yet): the setup's guard writes the owner and
     starts a reaper; once that reaper dies, the tick's check has the sentence that stops
     the run."""
     import signal
 
     from pgval.config import ExperimentConfig
     from pgval.experiment import Experiment
+    from pgval.run.setup import reaper_problem, start_guard
 
     cfg = ExperimentConfig(deploy="external", bootstrap="127.0.0.1:9", master="local[1]")
     exp = Experiment(cfg, tmp_path / "run")
-    exp._guard()
+    start_guard(exp.started, cfg.deploy)
+    guard = exp.started.guard
     try:
-        assert exp.guard is not None and exp.guard.reaper is not None
+        assert guard is not None and guard.reaper is not None
         state = json.loads((tmp_path / "run" / "state.json").read_text())
         assert state["owner"]["pid"] == os.getpid() and state["kind"] == "external"
-        assert exp._reaper_problem() is None
-        exp.guard.reaper.send_signal(signal.SIGKILL)
-        exp.guard.reaper.wait()
+        assert reaper_problem(exp.started) is None
+        guard.reaper.send_signal(signal.SIGKILL)
+        guard.reaper.wait()
         assert "died: a kill of pgval now would leave processes behind; stopping" in str(
-            exp._reaper_problem())
+            reaper_problem(exp.started))
     finally:
-        exp.guard.stop()
+        guard.stop()
     assert not (tmp_path / "run" / "state.json").exists()
 
 

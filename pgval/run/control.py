@@ -23,7 +23,6 @@ from typing import Any
 from confluent_kafka import Producer
 
 from pgval.errors import EnvironmentFailure
-from pgval.evidence import Manifest
 from pgval.schema import GET, POST, Topics, Topology, resource_name
 
 #: IDs of planted late events (a self-test): far above any generator ID, so a test can
@@ -35,14 +34,17 @@ class ControlEvents:
     """Writes pgval's own events and accounts for every one (the read-back reconciles
     the input topics with the generator's deliveries plus :attr:`written`)."""
 
-    def __init__(self, client_config: dict[str, Any], topics: Topics, resources: int,
-                 manifest: Manifest) -> None:
+    def __init__(self, client_config: dict[str, Any], topics: Topics, resources: int) -> None:
         self.client_config = client_config
         self.topics = topics
         self.resources = resources
-        self.manifest = manifest
         self.next_id = -1
         self.written = 0  # every event pgval wrote to the input topics (late ones too)
+        #: Inclusive range [lo, hi] of the negative IDs written (None: none yet), and how
+        #: many priming and closing events that is: run.json's ``control_ids`` and
+        #: ``control_events``, the only IDs a validation sets aside.
+        self.control_ids: list[int] | None = None
+        self.control_events = 0
 
     def _producer(self) -> Producer:
         return Producer({**self.client_config, "partitioner": "murmur2_random", "acks": "all",
@@ -59,8 +61,8 @@ class ControlEvents:
         ident = first_id
         lo = first_id - 2 * per_resource * self.resources + 1
         # Recorded before writing, so a crash mid-write is still covered; only grows.
-        prev = self.manifest.control_ids[0] if self.manifest.control_ids else -1
-        self.manifest.control_ids = [min(lo, prev), -1]
+        prev = self.control_ids[0] if self.control_ids else -1
+        self.control_ids = [min(lo, prev), -1]
         for k in range(per_resource):
             for r in range(self.resources):
                 name = resource_name(r)
@@ -78,7 +80,7 @@ class ControlEvents:
             raise EnvironmentFailure("could not write pgval's control events to Kafka in 30 s")
         written = first_id - ident
         self.written += written
-        self.manifest.control_events += written
+        self.control_events += written
         self.next_id = ident
         return ident
 

@@ -1,0 +1,175 @@
+"""After the timeline: what Kafka (and a sink other than Kafka) holds read back completely,
+a user's job's batch oracle run over it; then, once the machinery is stopped, the manifest
+built once from what the setup, the timeline, the read-back and the teardown recorded, the
+verdict, the validity, the evidence sealed and the run stored.
+
+A run is evidence only when it can show it: the read-back must reach every partition's end
+offset and reconcile with what the generator delivered, the drain must end because the
+query caught up, the fault must show it took effect. Otherwise the run is stored as
+*unknown*, with the reasons (:mod:`pgval.checker.validity`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pgval.checker.evaluate import Evaluation
+from pgval.checker.result import Reason
+from pgval.checker.validity import Validity, evaluation_reasons
+from pgval.config import ExperimentConfig
+from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.evidence import Manifest, save_anomalies, seal, sha256_file
+from pgval.faults.evidence import fault_reasons
+from pgval.faults.network import timeouts_fired
+from pgval.host.machine import describe_machine
+from pgval.kafka.topic_records import TopicRecords
+from pgval.recheck import evaluate_run
+from pgval.run.job_oracle import batch_heap_mb, batch_timeout_s, run_batch_oracle
+from pgval.run.readback import ReadBack, read_back
+from pgval.run.result import ExperimentResult
+from pgval.run.setup import RunHandles, job_changed
+from pgval.run.sinks import read_sink
+from pgval.run.teardown import Teardown
+from pgval.run.timeline import TimelineRecord
+from pgval.schema import OUTPUT_TOPIC, Fault, Restart, sink_kind
+from pgval.store import ResultsStore, unstored_error
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What the run's records are, read back with their proof, and what the sink read and
+    the job's batch oracle said; the driver's progress; the reasons found on the way."""
+
+    back: ReadBack
+    progress: list[dict[str, Any]]
+    sink: dict[str, Any] | None
+    job: dict[str, Any] | None
+    reasons: tuple[Reason, ...]
+    timings: dict[str, float]
+
+    @property
+    def inputs(self) -> dict[str, TopicRecords]:
+        return {k: v for k, v in self.back.records.items() if k != OUTPUT_TOPIC}
+
+
+def collect(cfg: ExperimentConfig, h: RunHandles, record: TimelineRecord,
+            run_dir: Path) -> Collected:
+    """The read-back of inputs and outputs (with its completeness proof), a sink other than
+    Kafka read back, a user's job's batch oracle: all of it into the evidence folder."""
+    reasons = Validity()
+    timings: dict[str, float] = {}
+    if not record.driver_died:
+        try:
+            h.driver.check()
+        except PgvalError as exc:
+            reasons.add(Reason("observed", f"the driver died during the drain: {exc}"))
+    progress = h.driver.progress()
+    t0 = time.monotonic()
+    back = read_back(h.deployment.client_config(), h.topics, run_dir,
+                     run_dir / "progress.jsonl", record.generator, h.control.written)
+    reasons.add(back.reasons)
+    timings["read_back_s"] = time.monotonic() - t0
+    sink = None
+    if cfg.sink != "kafka":
+        kind = sink_kind(cfg.sink)
+        assert h.sink_dir is not None
+        read = read_sink(kind.name, cfg.sink, h.sink_dir, run_dir / "checkpoint", run_dir)
+        reasons.add(read.reasons)
+        sink = {"kind": kind.name, "ref": cfg.sink, "clock": kind.clock,
+                "read": read.describe}
+    job = None
+    if cfg.job is not None:
+        t0 = time.monotonic()
+        if changed := job_changed(h, sha256_file):
+            reasons.add(Reason("observed", changed))
+        events = sum(len(r) for k, r in back.records.items() if k != OUTPUT_TOPIC)
+        said = run_batch_oracle(cfg.job, run_dir, dict(cfg.spark_conf),
+                                batch_timeout_s(events), batch_heap_mb(events))
+        job = {"ref": cfg.job, "source": None if h.job_source is None else str(h.job_source),
+               "sha256": h.job_sha, "oracle": said}
+        timings["job_oracle_s"] = time.monotonic() - t0
+    return Collected(back, progress, sink, job, tuple(reasons.reasons), timings)
+
+
+def timeouts_step(h: RunHandles, run_dir: Path) -> dict[str, Any]:
+    """The fault log's last entry: which of Spark's time-outs fired in this run's logs."""
+    dirs = [run_dir / "logs", *h.driver_log_dirs, *h.deployment.log_dirs()]
+    return {"step": "timeouts", "fault": h.schedule.name, "target": h.target,
+            **h.profile.describe(),
+            "fired": timeouts_fired(list(dict.fromkeys(dirs)), dict(h.log_offsets))}
+
+
+def build_manifest(cfg: ExperimentConfig, h: RunHandles, record: TimelineRecord,
+                   got: Collected, down: Teardown) -> Manifest:
+    """run.json, once, from what the run recorded (the verdict's fields come after)."""
+    b = record.bounds
+    config = {**cfg.to_dict(), **h.notes, "phase_bounds_ms": b, "warmup": record.warmup,
+              **({"planted": record.planted} if record.planted.get("late_ids") else {}),
+              **down.notes}
+    return Manifest(
+        topology=cfg.topology, window_ms=cfg.window_ms, resources=cfg.resources,
+        phases=[int(b["start"] or 0), int(b["t2"] or 0), int(b["t3"] or 0)], t4=b["t4"],
+        control_ids=h.control.control_ids, control_events=h.control.control_events,
+        readback=got.back.describe, config=config, sink=got.sink, job=got.job,
+        generator=record.generator,
+        # Under --restart immediate T3 is the job's own recovery, not a time pgval chose.
+        removal_scheduled=cfg.restart_policy is not Restart.IMMEDIATE)
+
+
+def judge(manifest: Manifest, got: Collected, record: TimelineRecord, fault: Fault,
+          fault_log: list[dict[str, Any]], run_dir: Path) -> tuple[Evaluation, Validity]:
+    """The verdict over the records read back, and every validity reason of the run."""
+    _, evaluation = evaluate_run(run_dir, manifest, got.inputs,
+                                 got.back.records[OUTPUT_TOPIC], got.progress)
+    validity = Validity()
+    validity.add(record.reasons, got.reasons, evaluation_reasons(evaluation),
+                 fault_reasons(fault, fault_log))
+    return evaluation, validity
+
+
+def with_verdict(manifest: Manifest, validity: Validity, run_id: int | None) -> Manifest:
+    """The manifest with the run's validity (and what a re-check recomputes it from)."""
+    return dataclasses.replace(
+        manifest, valid=validity.valid, validity_reasons=validity.texts,
+        validity=validity.records(), run_id=run_id,
+        observed_reasons=[r.text for r in validity.reasons if r.kind == "observed"])
+
+
+def write_evidence(manifest: Manifest, evaluation: Evaluation, run_dir: Path
+                   ) -> dict[str, str]:
+    """run.json and the anomaly set on disk and sealed, before the database says complete
+    and before the broker data (the only other copy of the records) is deleted."""
+    try:
+        manifest.write(run_dir)
+        save_anomalies(run_dir, evaluation.anomalies())  # sealed with the rest
+        return seal(run_dir, manifest.run_id)
+    except OSError as exc:  # disk full, say: the broker data is kept, the row says why
+        why = (f"writing the evidence of the run to {run_dir / 'evidence'} failed "
+               f"({exc.strerror or exc}); the run is not stored and its broker data is kept")
+        raise EnvironmentFailure(why) from exc
+
+
+def store_result(store: ResultsStore, result: ExperimentResult, manifest: Manifest,
+                 sealed: dict[str, str], describe: dict[str, Any], db: Path) -> None:
+    """The run in the results database, complete with all its rows or not at all."""
+    assert result.run_id is not None and result.run_dir is not None
+    extra = {"timings": result.timings, "generator": result.generator,
+             "readback": result.readback, "fault_log": result.fault_log,
+             "phase_bounds_ms": result.bounds, "warmup": result.warmup,
+             "cluster": describe, "run_dir": str(result.run_dir),
+             # Timings are the machine's too: a report says when runs' machines differ.
+             "machine": describe_machine(),
+             # A campaign's shared driver (or why this run had its own): it changes what a
+             # run's start costs (docs/deploy.md, "A shared driver").
+             **({"driver": manifest.config["driver"]} if "driver" in manifest.config else {})}
+    try:
+        store.finish_run(result.run_id, result.evaluation, extra=extra,
+                         validity=result.validity, run_dir=result.run_dir,
+                         batches=result.batches, fault_log=result.fault_log, evidence=sealed)
+    except sqlite3.Error as exc:  # the evidence is sealed: say how to import it
+        raise unstored_error(db, result.run_id, result.run_dir, exc, extra) from exc
