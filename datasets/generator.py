@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from pgval.errors import EnvironmentFailure, UserMistake
 from pgval.schema import GET, POST, resource_name
 
 if TYPE_CHECKING:
@@ -65,8 +66,13 @@ MAX_BACKLOG_S = 1.0
 _GO_DELAY_S = 0.05
 
 
-class GeneratorError(RuntimeError):
-    """A producer could not start or the configuration is unusable (plain message)."""
+class GeneratorError(EnvironmentFailure):
+    """A producer could not start, or failed (plain message): its sink, a process."""
+
+
+class GeneratorConfigError(UserMistake, ValueError):
+    """A generator configuration with unusable values (plain message; a ``ValueError``
+    too)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,31 +110,31 @@ class GeneratorConfig:
     tick_s: float = 0.005
 
     def validate(self) -> None:
-        """Raise :class:`GeneratorError` with a plain sentence for unusable values."""
+        """Raise :class:`GeneratorConfigError` with a plain sentence for unusable values."""
         if self.resources < 1:
-            raise GeneratorError("resources must be at least 1")
+            raise GeneratorConfigError("resources must be at least 1")
         if not 0.0 <= self.get_share <= 1.0:
-            raise GeneratorError("get_share must be between 0 and 1")
+            raise GeneratorConfigError("get_share must be between 0 and 1")
         if self.producers < 1:
-            raise GeneratorError("producers must be at least 1")
+            raise GeneratorConfigError("producers must be at least 1")
         if self.rate is not None and (self.rate < 0 or not math.isfinite(self.rate)):
-            raise GeneratorError("rate must be a positive number of events/s (or unlimited)")
+            raise GeneratorConfigError("rate must be a positive number of events/s (or unlimited)")
         if self.duration_s is not None and self.duration_s < 0:
-            raise GeneratorError("duration must not be negative")
+            raise GeneratorConfigError("duration must not be negative")
         if self.events is not None and self.events < 0:
-            raise GeneratorError("events must not be negative")
+            raise GeneratorConfigError("events must not be negative")
         if self.batch_size < 1:
-            raise GeneratorError("batch_size must be at least 1")
+            raise GeneratorConfigError("batch_size must be at least 1")
         if self.tick_s <= 0:
-            raise GeneratorError("tick_s must be positive")
+            raise GeneratorConfigError("tick_s must be positive")
         if self.event_time not in ("wall", "synthetic"):
-            raise GeneratorError("event_time must be 'wall' or 'synthetic'")
+            raise GeneratorConfigError("event_time must be 'wall' or 'synthetic'")
         if self.event_time == "synthetic" and not (self.synthetic_rate or self.rate):
-            raise GeneratorError("synthetic event time needs a rate or synthetic_rate")
+            raise GeneratorConfigError("synthetic event time needs a rate or synthetic_rate")
         if self.synthetic_rate is not None and self.synthetic_rate <= 0:
-            raise GeneratorError("synthetic_rate must be positive")
+            raise GeneratorConfigError("synthetic_rate must be positive")
         if self.start_ts_ms is not None and self.start_ts_ms < 0:
-            raise GeneratorError("start_ts_ms must not be negative")
+            raise GeneratorConfigError("start_ts_ms must not be negative")
 
     @property
     def paced(self) -> bool:
@@ -158,7 +164,7 @@ class GeneratorConfig:
     def synthetic_producer_rate(self) -> float:
         rate = self.synthetic_rate or self.rate
         if not rate:
-            raise GeneratorError("synthetic event time needs a rate or synthetic_rate")
+            raise GeneratorConfigError("synthetic event time needs a rate or synthetic_rate")
         return rate / self.producers
 
     def resolved(self, now_ms: int | None = None) -> GeneratorConfig:
@@ -280,7 +286,8 @@ def generate_range(
     event_ts = None
     if cfg.event_time == "synthetic":
         if cfg.start_ts_ms is None:
-            raise GeneratorError("synthetic event time needs start_ts_ms (use cfg.resolved())")
+            raise GeneratorConfigError("synthetic event time needs start_ts_ms (use "
+                                       "cfg.resolved())")
         step = 1000.0 / cfg.synthetic_producer_rate()
         event_ts = cfg.start_ts_ms + np.floor(seqs * step).astype(np.int64)
     return EventBatch(producer_index, start_seq, ids, is_post, resource, resources, event_ts)

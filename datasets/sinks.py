@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
+from pgval.errors import EnvironmentFailure
 from pgval.schema import GET, POST, Topics, resource_name
 
 if TYPE_CHECKING:
@@ -462,7 +463,7 @@ class KafkaSink:
         return None
 
 
-class KafkaFatalError(RuntimeError):
+class KafkaFatalError(EnvironmentFailure):
     """The producer hit a fatal error (e.g. idempotence broken) and cannot go on."""
 
 

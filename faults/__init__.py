@@ -13,12 +13,16 @@ target, the fault log entries it writes and the rule that reads them back.
 * ``container`` — the evidence of a fault on a compose container (pumba's kill and delay;
   the Docker work is the compose deployment's, :mod:`pgval.deploy.compose.pumba`);
 * ``hooks`` + ``jvm_hooks/`` — the JVM hooks that place a crash inside Spark's JVMs;
+* ``loss`` — a share of one worker's packets dropped (the packet holder, ``--drop``);
 * ``log`` and ``evidence`` — the fault log as the rules read it, and
   :func:`pgval.faults.evidence.fault_reasons`, which finds each fault's rule by its kind
-  and mechanism.
+  and mechanism;
+* ``descriptor`` — one :class:`~pgval.faults.descriptor.FaultDescriptor` per fault, defined
+  in the fault's own module (``DESCRIPTORS``): where it applies, its targets and what they
+  must be to act, its time-outs, its rules, and how each deployment makes it.
 
 Every fault class is a :class:`FaultHooks` (inject, remove); which class a deployment
-uses for which fault is the deployment's choice
+uses for which fault is its descriptor's choice among the mechanisms the deployment has
 (:meth:`pgval.deploy.base.Deployment.fault_makers`).
 """
 
@@ -27,6 +31,9 @@ from __future__ import annotations
 import random
 from typing import Any, Protocol
 
+# The descriptors' registry (light: it loads the fault modules on first use) also tells
+# pgval.schema's Fault where its properties are read from.
+from pgval.faults.descriptor import descriptor
 from pgval.faults.timeouts import TimeoutProfile, profile_for
 
 
@@ -49,4 +56,4 @@ def default_target(seed: int, workers: int) -> int:
     return random.Random(seed).randrange(workers)
 
 
-__all__ = ["FaultHooks", "TimeoutProfile", "default_target", "profile_for"]
+__all__ = ["FaultHooks", "TimeoutProfile", "default_target", "descriptor", "profile_for"]

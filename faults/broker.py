@@ -26,9 +26,10 @@ from typing import Any, ClassVar, Protocol
 from confluent_kafka import KafkaException
 
 from pgval.checker.result import Reason
+from pgval.faults.descriptor import BROKER, BROKER_PROCESSES, NEMESIS, FaultDescriptor
 from pgval.faults.log import Entries, finding, first
 from pgval.host import undo
-from pgval.schema import BROKER_TARGETS, Fault
+from pgval.schema import BROKER_TARGETS, Deploy, Fault, Restart
 
 #: The ``mechanism`` of a broker crash.
 SIGKILL_BROKER = "SIGKILL of a Kafka broker's process group"
@@ -331,3 +332,47 @@ class BrokerCrash:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+#: Where ``broker-crash`` can run (the config's check and the deployments say it alike).
+BROKER_CRASH_WHERE = (
+    "--fault broker-crash runs on the embedded cluster (started by the run, or --cluster DIR) "
+    "and on --deploy external through your nemesis, not on --deploy compose: there, crash a "
+    "broker container with your own tooling and judge the run with `pgval check`")
+#: What ``broker-crash`` needs on an external cluster.
+BROKER_CRASH_NEMESIS = (
+    "--fault broker-crash on an external cluster needs your own nemesis: --nemesis-inject "
+    "ARGV that stops broker {broker} and --nemesis-remove ARGV that starts it again "
+    "(see docs/deploy.md)")
+
+
+def _broker_check(cfg: Any) -> str | None:
+    """A broker to crash that exists, and a cluster that keeps Kafka while it is down."""
+    target = cfg.target
+    if cfg.deploy is Deploy.EXTERNAL and not cfg.nemesis_inject:
+        return BROKER_CRASH_NEMESIS
+    if isinstance(target, int) and target < 0:
+        return "--target must be a broker id (0 or more)"
+    if cfg.deploy is not Deploy.LOCAL or cfg.running_cluster:
+        return None  # the cluster's own brokers are counted when the run starts
+    if cfg.cluster.brokers < 2:
+        return ("--fault broker-crash needs --brokers 2 or more (3 to keep writing "
+                "with min.insync.replicas 2 while one is down): with one, Kafka "
+                "itself is gone")
+    if isinstance(target, int) and not 0 <= target < cfg.cluster.brokers:
+        return f"--target must be a broker id from 0 to {cfg.cluster.brokers - 1}"
+    return None
+
+
+def _crash_broker(dep: Any, cfg: Any, target: Any, profile: Any, ctx: Any) -> Any:
+    return dep.broker_crash(cfg, target, profile, ctx)
+
+
+DESCRIPTORS = (
+    FaultDescriptor(
+        Fault.BROKER_CRASH, "SIGKILL of one Kafka broker (the output's leader by default)",
+        deployments=frozenset({Deploy.LOCAL, Deploy.EXTERNAL}), where=BROKER_CRASH_WHERE,
+        restart=Restart.AT_REMOVE, targets=BROKER, target_words=BROKER_TARGETS, drawn=True,
+        rules=(BrokerCrash,), check=_broker_check,
+        makers=((BROKER_PROCESSES, _crash_broker), (NEMESIS, _crash_broker))),
+)

@@ -20,6 +20,13 @@ What is refused, in one sentence each: a kind a schedule cannot time (``driver-c
 the driver's restart is the run's timeline; crash points other than ``timed``), a fault
 outside the failure phase, and two faults on one worker's packets at once (each needs the
 worker's packet path to itself).
+
+A part acts only on a target that can take it: each fault's descriptor says what its target
+must be (a pause needs a live executor on its worker, a crash a running worker). A random
+draw leaves a fault that needs a worker's executors ``recovery_s`` after a crash of that
+worker ended (its executors come back after the worker), and each part, when due, waits
+until its target can act (its descriptor's ``ready``), at most until its own end; the wait
+is logged (``waited_ms``).
 """
 
 from __future__ import annotations
@@ -35,22 +42,29 @@ from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
 from pgval.errors import UserMistake
+from pgval.faults.descriptor import NOTHING, FaultDescriptor, descriptor, descriptors
 from pgval.faults.log import Entries, finding
-from pgval.schema import BROKER_TARGETS, Fault
+from pgval.schema import BROKER_TARGETS, Deploy, Fault, Restart
 
 #: ``--fault random``: a schedule drawn from the seed.
 RANDOM = "random"
 #: The ``mechanism`` of a schedule's own inject/remove entries.
 SCHEDULE_MECHANISM = "schedule"
-#: The faults a schedule can place (driver-crash is the run's timeline, not a part's).
-SCHEDULABLE: tuple[Fault, ...] = (
-    Fault.CRASH, Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT, Fault.PARTITION,
-    Fault.PAUSE_LT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT, Fault.BROKER_CRASH)
-#: What ``--fault random`` draws from (the ``-gt-`` faults lower the whole run's time-outs,
-#: which a random draw should not decide for the other parts).
-RANDOM_KINDS: tuple[Fault, ...] = (
-    Fault.CRASH, Fault.DELAY_LT_TIMEOUT, Fault.PARTITION, Fault.PAUSE_LT_TIMEOUT,
-    Fault.BROKER_CRASH)
+#: How often a due part asks whether its target can act.
+READY_POLL_S = 0.2
+
+
+def schedulable() -> tuple[Fault, ...]:
+    """The faults a schedule can place (their descriptors say; driver-crash is the run's
+    timeline, not a part's)."""
+    return tuple(k for k, d in descriptors().items() if d.schedulable)
+
+
+def random_kinds() -> tuple[Fault, ...]:
+    """What ``--fault random`` draws from (the descriptors' ``drawn``: not the ``-gt-``
+    faults, which lower the whole run's time-outs, a choice a draw should not make for the
+    other parts)."""
+    return tuple(k for k, d in descriptors().items() if d.drawn)
 
 
 @dataclass(frozen=True)
@@ -134,13 +148,15 @@ def load_schedule(path: str | Path) -> list[ScheduledFault]:
 
 
 def draw_random(count: int, seed: int, phase_s: float, workers: int, brokers: int,
-                kinds: Sequence[Fault] = RANDOM_KINDS) -> list[ScheduledFault]:
-    """``count`` faults of random kinds, targets and intervals inside the failure phase,
-    from ``seed`` alone (the same seed draws the same schedule). Each lasts between a
-    quarter and a half of the phase; two faults on one target, or two broker crashes,
-    never overlap (a redraw: :func:`_crowded`), and broker-crash is drawn only with 2
-    brokers or more."""
-    pool = [k for k in kinds if k is not Fault.BROKER_CRASH or brokers >= 2]
+                kinds: Sequence[Fault] | None = None) -> list[ScheduledFault]:
+    """``count`` faults of random kinds (by default :func:`random_kinds`), targets and
+    intervals inside the failure phase, from ``seed`` alone (the same seed draws the same
+    schedule). Each lasts between a quarter and a half of the phase; two faults on one
+    target, or two broker crashes, never overlap, and a fault that needs a worker's
+    executors never starts while a crash of that worker has them away (a redraw:
+    :func:`_crowded`); broker-crash is drawn only with 2 brokers or more."""
+    pool = [k for k in (random_kinds() if kinds is None else kinds)
+            if k is not Fault.BROKER_CRASH or brokers >= 2]
     rng = random.Random(f"pgval-random-schedule-{seed}")
 
     def one() -> ScheduledFault:
@@ -170,14 +186,22 @@ def draw_random(count: int, seed: int, phase_s: float, workers: int, brokers: in
 
 def _crowded(parts: Sequence[ScheduledFault], phase_s: float) -> bool:
     """Two drawn faults on one target at once (the second would find its target already
-    down or stopped: a part with nothing to act on), or two brokers down at once (with 3
+    down or stopped: a part with nothing to act on), two brokers down at once (with 3
     brokers and min.insync.replicas 2 Kafka would refuse every write: the draw keeps
-    Kafka available, as Jepsen's nemeses keep a majority)."""
+    Kafka available, as Jepsen's nemeses keep a majority), or a fault that needs a
+    worker's executors (a pause) due before they are back from a crash of that worker:
+    its end plus the crash's ``recovery_s``."""
     def target(p: ScheduledFault) -> tuple[str, object]:
         return ("broker", None) if p.fault is Fault.BROKER_CRASH else ("worker", p.target)
 
-    return any(target(a) == target(b) and a.at_s < b.end_s(phase_s)
-               and b.at_s < a.end_s(phase_s)
+    def busy_until(a: ScheduledFault, b: ScheduledFault) -> float:
+        """Until when ``a`` keeps ``b``'s target from acting."""
+        if descriptor(a.fault).takes_executors and descriptor(b.fault).needs_executors:
+            return a.end_s(phase_s) + descriptor(a.fault).recovery_s
+        return a.end_s(phase_s)
+
+    return any(target(a) == target(b) and a.at_s < busy_until(b, a)
+               and b.at_s < busy_until(a, b)
                for i, a in enumerate(parts) for b in parts[i + 1:])
 
 
@@ -187,9 +211,9 @@ def schedule_problem(parts: Sequence[ScheduledFault], phase_s: float,
     if not parts:
         return "a schedule needs at least one fault"
     for p in parts:
-        if p.fault not in SCHEDULABLE:
+        if not descriptor(p.fault).schedulable:
             return (f"{p.fault} cannot be part of a schedule (use one of "
-                    f"{', '.join(map(str, SCHEDULABLE))})")
+                    f"{', '.join(map(str, schedulable()))})")
         if p.end_s(phase_s) > phase_s + 1e-9:
             return (f"{p.label()} ends after the failure phase ({phase_s:g} s): a schedule "
                     "stays inside it")
@@ -198,12 +222,12 @@ def schedule_problem(parts: Sequence[ScheduledFault], phase_s: float,
         if isinstance(p.target, int) and p.fault is not Fault.BROKER_CRASH and not (
                 0 <= p.target < workers):
             return f"{p.label()}: the target must be a worker index from 0 to {workers - 1}"
-    if sum(1 for p in parts if p.fault.above_timeouts) and any(
+    if sum(1 for p in parts if descriptor(p.fault).above_timeouts) and any(
             p.fault is Fault.DELAY_LT_TIMEOUT for p in parts):
         return ("delay-lt-timeout and a -gt-timeout fault cannot share a run: the -gt fault "
                 "lowers the run's time-outs, and the delay below them is defined against "
                 "Spark's defaults")
-    network = [p for p in parts if p.fault.is_network]
+    network = [p for p in parts if descriptor(p.fault).network]
     for i, a in enumerate(network):
         for b in network[i + 1:]:
             if (a.target == b.target and a.target is not None
@@ -268,11 +292,12 @@ class CompositeFault:
         self._intended[step] = intended_ms
 
     # -- the parts' steps ----------------------------------------------------------------
-    def _step(self, kind: str, i: int, intended_ms: int, restore: bool = True) -> None:
+    def _step(self, kind: str, i: int, intended_ms: int, restore: bool = True,
+              **extra: Any) -> None:
         spec, hooks = self.parts[i]
         entry: dict[str, Any] = {"step": f"part-{kind}", "part": i, "fault": str(spec.fault),
                                  "scheduled": spec.as_record(), "intended_ms": intended_ms,
-                                 "actual_ms": now_ms()}
+                                 "actual_ms": now_ms(), **extra}
         if not restore:
             entry["teardown"] = True
         self._log(entry)
@@ -292,15 +317,36 @@ class CompositeFault:
         """Sleep until ``due_ms``; True if the schedule was stopped (T3) first."""
         return self._stop.wait(max(0.0, (due_ms - now_ms()) / 1000))
 
+    def _until_ready(self, i: int, last_ms: int | None) -> tuple[bool, dict[str, Any]]:
+        """Wait until part ``i``'s target can act (its descriptor's ``ready``), at most
+        until ``last_ms`` (the part's end; None: T3). (stopped first, what to log)."""
+        spec, hooks = self.parts[i]
+        ready = descriptor(spec.fault).ready
+        if ready is None:
+            return False, {}
+        began = now_ms()
+        why = ready(hooks)
+        while why is not None and (last_ms is None or now_ms() < last_ms):
+            if self._stop.wait(READY_POLL_S):
+                return True, {}
+            why = ready(hooks)
+        waited = now_ms() - began
+        return False, ({"waited_ms": waited} if waited else {}) | (
+            {"not_ready": why} if why else {})
+
     def _life(self, i: int) -> None:
         """One part from T2 to its removal (its own thread)."""
         assert self._t2_ms is not None
         spec, _ = self.parts[i]
         due = self._t2_ms + round(spec.at_s * 1000)
+        last = None if spec.for_s is None else due + round(spec.for_s * 1000)
         try:
             if spec.at_s > 0 and self._wait_until(due):
                 return  # T3 came first: never injected
-            self._step("inject", i, due)
+            stopped, waited = self._until_ready(i, last)
+            if stopped:
+                return  # T3 came while its target could not act: never injected
+            self._step("inject", i, due, **waited)
         finally:
             self._injected[i].set()
         if spec.for_s is not None:
@@ -389,3 +435,18 @@ def part_logs(entries: Entries) -> list[tuple[int, Fault, list[dict[str, Any]]]]
                 and str(e.get("error", "")).startswith(f"part {i} ")]
         out.append((i, kinds[i], own))
     return out
+
+
+DESCRIPTORS = (
+    FaultDescriptor(
+        Fault.SCHEDULE, "several faults on one timeline (--fault A+B, --schedule, --fault "
+        "random), each part through its own fault's mechanism",
+        deployments=frozenset({Deploy.LOCAL}), owned_only=True,
+        where=("a schedule of several faults runs on the embedded cluster pgval starts "
+               "(--deploy local, no --cluster)"),
+        # Each crashed process at its part's end; nothing when no part restarts one.
+        restart=Restart.AT_REMOVE,
+        restart_unless=lambda cfg: not any(descriptor(p.fault).restarts
+                                           for p in cfg.schedule_parts),
+        targets=NOTHING, schedulable=False, rules=(CompositeFault,)),
+)

@@ -13,7 +13,7 @@ evidence is Docker's own state, since there is no host pid to record: the contai
 ``exited``/``dead`` after a kill, a netem qdisc seen on it during a delay. Whether a delay
 was above or below the time-outs is the driver's log, as for pgval's own delay (the driver
 runs in the compose stack with its log in the run's ``logs/``, which the time-out scan
-reads): :func:`pgval.faults.network.timeout_reasons`.
+reads): :func:`pgval.faults.log.timeout_reasons`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.faults.log import Entries, finding, first
-from pgval.faults.network import timeout_reasons
-from pgval.schema import DELAY_FAULTS, Fault
+from pgval.faults.log import Entries, finding, first, timeout_reasons
+from pgval.schema import Fault
 
 #: The fault log's ``mechanism`` of every container fault: the tool that acts.
 MECHANISM = "pumba"
@@ -60,7 +59,8 @@ class ContainerKill:
 class ContainerDelay:
     """A delay fault: netem on the worker container's egress from T2 to T3."""
 
-    kinds: ClassVar[frozenset[Fault]] = DELAY_FAULTS
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.DELAY_LT_TIMEOUT,
+                                                     Fault.DELAY_GT_TIMEOUT})
     mechanisms: ClassVar[tuple[str, ...]] = (MECHANISM,)
 
     @staticmethod

@@ -16,16 +16,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Protocol
 
 from pgval.checker.result import Reason
-from pgval.faults.broker import BrokerCrash
-from pgval.faults.composite import CompositeFault, part_logs
-from pgval.faults.container import ContainerDelay, ContainerKill
-from pgval.faults.executor import ExecutorKill
+from pgval.faults.composite import part_logs
+from pgval.faults.descriptor import descriptors
 from pgval.faults.log import Entries, first
-from pgval.faults.nemesis import NemesisDelay
-from pgval.faults.network import WorkerDelay
-from pgval.faults.partition import WorkerPartition
-from pgval.faults.pause import ProcessPause
-from pgval.faults.process import DriverCrash, SinkWriteCrash, WorkerCrash
 from pgval.schema import Fault
 
 
@@ -42,22 +35,17 @@ class FaultEvidence(Protocol):
     def reasons(entries: Entries) -> list[Reason]: ...
 
 
-#: Every mechanism pgval injects a fault with.
-RULE_CLASSES: tuple[type[FaultEvidence], ...] = (
-    WorkerCrash, DriverCrash, SinkWriteCrash, ExecutorKill, WorkerDelay, NemesisDelay,
-    ContainerKill, ContainerDelay, BrokerCrash, ProcessPause, WorkerPartition,
-    CompositeFault)
+#: Every mechanism pgval injects a fault with: the rules the descriptors name.
+RULE_CLASSES: tuple[type[FaultEvidence], ...] = tuple(dict.fromkeys(
+    rule for d in descriptors().values() for rule in d.rules))
 
 #: An inject entry that names no mechanism and no error (a log written before mechanisms
-#: were told apart) is judged by the embedded cluster's rule for the fault. One with an
-#: error failed before its mechanism acted: the error is the reason, and no rule applies
-#: (another deployment's failed inject must not gather the embedded cluster's findings).
+#: were told apart) is judged by the embedded cluster's rule for the fault (its
+#: descriptor's first). One with an error failed before its mechanism acted: the error is
+#: the reason, and no rule applies (another deployment's failed inject must not gather
+#: the embedded cluster's findings).
 UNNAMED: dict[Fault, type[FaultEvidence]] = {
-    Fault.CRASH: WorkerCrash, Fault.DRIVER_CRASH: DriverCrash,
-    Fault.DELAY_LT_TIMEOUT: WorkerDelay, Fault.DELAY_GT_TIMEOUT: WorkerDelay,
-    Fault.BROKER_CRASH: BrokerCrash, Fault.PAUSE_LT_TIMEOUT: ProcessPause,
-    Fault.PAUSE_GT_TIMEOUT: ProcessPause, Fault.PARTITION: WorkerPartition,
-    Fault.SCHEDULE: CompositeFault}
+    kind: d.rules[0] for kind, d in descriptors().items() if d.rules}
 
 
 def _registry(classes: Iterable[type[FaultEvidence]]

@@ -10,10 +10,10 @@ kept: every argument, and anything of them the output echoes, is ``<redacted>`` 
 line may carry a token anywhere; :mod:`pgval.redact`). Errors name the program only.
 
 pgval cannot see a link it does not own, so it has no probe here: a nemesis delay is judged
-by the probe rule of pgval's own delay (:func:`pgval.faults.network.probe_reasons`), which
+by the probe rule of pgval's own delay (:func:`pgval.faults.log.probe_reasons`), which
 without a probe says there is no evidence the delay took effect, and the run stays unknown.
 Which side of the time-outs it was on is read from the driver's log, which runs here
-(:func:`pgval.faults.network.timeout_reasons`).
+(:func:`pgval.faults.log.timeout_reasons`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from typing import Any, ClassVar
 from pgval.checker.result import Reason
 from pgval.errors import EnvironmentFailure
 from pgval.faults.broker import NEMESIS_BROKER
-from pgval.faults.log import Entries, first
-from pgval.faults.network import probe_reasons, timeout_reasons
+from pgval.faults.log import Entries, first, probe_reasons, timeout_reasons
 from pgval.host import undo
 from pgval.redact import redact_argv, scrub
-from pgval.schema import DELAY_FAULTS, Fault
+from pgval.schema import Fault
 
 TIMEOUT_S = 120.0
 #: The fault log's ``mechanism`` of a nemesis delay.
@@ -62,7 +61,8 @@ def nemesis_argv(template: str, worker: int | None = None, delay_ms: int | None 
 class NemesisDelay:
     """The delay fault through the user's commands."""
 
-    kinds: ClassVar[frozenset[Fault]] = DELAY_FAULTS
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.DELAY_LT_TIMEOUT,
+                                                     Fault.DELAY_GT_TIMEOUT})
     mechanisms: ClassVar[tuple[str, ...]] = (MECHANISM,)
 
     def __init__(self, name: str, inject_cmd: str, remove_cmd: str, worker: int,

@@ -18,21 +18,27 @@ import contextlib
 import re
 import socket
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
 from pgval.errors import EnvironmentFailure
+from pgval.faults.container import ContainerDelay
 from pgval.faults.delay import MECHANISMS, PacketDelay
-from pgval.faults.log import Entries, finding, first
-from pgval.faults.timeouts import TimeoutProfile
-from pgval.schema import DELAY_FAULTS, Fault
+from pgval.faults.descriptor import CONTAINERS, NEMESIS, WORKER_NETNS, FaultDescriptor, Maker
+from pgval.faults.log import (
+    EXECUTOR_LOST,
+    Entries,
+    finding,
+    first,
+    probe_reasons,
+    timeout_reasons,
+)
+from pgval.faults.nemesis import NemesisDelay
+from pgval.faults.timeouts import TimeoutProfile, delay_below, short_timeouts
+from pgval.schema import Deploy, Fault
 
-#: The time-out scan's key for the driver's "Lost executor N": what a delay above the
-#: time-outs does, and one below them must not.
-EXECUTOR_LOST = "executor lost (driver)"
 #: Log lines that show a time-out fired, by who noticed.
 TIMEOUT_PATTERNS = {
     "executor heartbeat (driver)": re.compile(r"Executor heartbeat timed out|"
@@ -58,7 +64,8 @@ class NetworkPath:
 class WorkerDelay:
     """Every packet to and from one worker's namespace held ``profile.delay_ms``."""
 
-    kinds: ClassVar[frozenset[Fault]] = DELAY_FAULTS
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.DELAY_LT_TIMEOUT,
+                                                     Fault.DELAY_GT_TIMEOUT})
     mechanisms: ClassVar[tuple[str, ...]] = MECHANISMS
 
     def __init__(self, name: str, path: NetworkPath, profile: TimeoutProfile, run_dir: Path,
@@ -118,68 +125,6 @@ class WorkerDelay:
         return found + timeout_reasons(entries)
 
 
-#: Faults that cost an executor whatever the time-outs: in a schedule with one of them, a
-#: ``-lt-`` part's "no executor lost" cannot be judged from the logs (the scan is per run).
-LOSES_EXECUTORS: frozenset[Fault] = frozenset(
-    {Fault.CRASH, Fault.DELAY_GT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT, Fault.PARTITION})
-
-
-def timeout_reasons(entries: Entries, what: str = "delay") -> list[Reason]:
-    """Did the delay (or pause) act as its label says? ``-gt-timeout``: the driver reported
-    an executor lost (the ``timeouts`` entry's ``fired``, a scan of the run's logs written
-    after the run); ``-lt-timeout``: it did not, or the run measured one above the time-outs
-    under the wrong name — unless it shared the run with a part that costs executors itself
-    (``shared_with``, :func:`pgval.faults.composite.part_logs`). No scan, or a damaged one,
-    tells nothing: a reason."""
-    kind = first(entries, "inject").get("fault") or first(entries, "timeouts").get("fault")
-    fired = first(entries, "timeouts").get("fired")
-    if not isinstance(fired, Mapping):
-        return [finding(f"no scan of the logs tells whether an executor was lost, so nothing "
-                        f"shows the {what} was on the side of the time-outs its name says")]
-    lost = fired.get(EXECUTOR_LOST)
-    try:
-        above = Fault(kind).above_timeouts
-    except ValueError:
-        above = None
-    if above is True and not lost:
-        return [finding(f"the driver reported no executor lost: the {what} did not act as "
-                        "one above the time-outs")]
-    if above is False and lost:
-        shared = set(first(entries, "timeouts").get("shared_with") or ()) & {
-            str(k) for k in LOSES_EXECUTORS}
-        if shared:  # in a schedule, another part may have cost the executor
-            return []
-        return [finding(f"the driver reported an executor lost ({lost}×): the {what} "
-                        "behaved as one above the time-out")]
-    return []
-
-
-def probe_reasons(inject: Mapping[str, Any]) -> list[Reason]:
-    """Did the TCP handshake to the worker slow down by about the delay? No probe data is a
-    reason too: without it nothing shows the delay acted."""
-    delayed = _probe_saw_delay(inject)
-    if delayed is False:
-        return [finding("the probe saw no delay after injection")]
-    if delayed is None:
-        return [finding("no probe evidence that the delay took effect")]
-    return []
-
-
-def _probe_saw_delay(inject: Mapping[str, Any]) -> bool | None:
-    """True: the handshake after injection took at least half the delay (or, without a
-    delay, 50 ms more than before); None: no data."""
-    before = inject.get("probe_connect_ms_before")
-    after = inject.get("probe_connect_ms_after")
-    delay = inject.get("delay_ms")
-    if not isinstance(after, (int, float)):
-        return None
-    if isinstance(delay, (int, float)) and delay > 0:
-        return after >= 0.5 * delay
-    if isinstance(before, (int, float)):
-        return after > before + 50
-    return None
-
-
 def probe_connect_ms(host: str, port: int, timeout_s: float = 5.0) -> float | None:
     """Time of one TCP handshake to the worker: evidence that a delay is (not) in place."""
     t0 = time.perf_counter()
@@ -219,3 +164,35 @@ def timeouts_fired(log_dirs: Path | list[Path], since: dict[str, int] | None = N
             if n:
                 counts[kind] = counts.get(kind, 0) + n
     return counts
+
+
+def _delay_check(cfg: Any) -> str | None:
+    """On a cluster that is the user's, only the user's own commands can delay a worker."""
+    if cfg.deploy is Deploy.EXTERNAL and not cfg.nemesis_inject:
+        return (f"--fault {cfg.fault} on an external cluster needs your own nemesis: "
+                "--nemesis-inject ARGV and --nemesis-remove ARGV (see docs/deploy.md)")
+    return None
+
+
+#: The ways each deployment delays a worker's packets: its namespace (the embedded
+#: cluster), pumba's netem on its container (compose), the user's nemesis (external).
+_DELAY_MAKERS: tuple[tuple[str, Maker], ...] = (
+    (WORKER_NETNS, lambda dep, cfg, t, p, ctx: dep.worker_delay(cfg, t, p, ctx)),
+    (CONTAINERS, lambda dep, cfg, t, p, ctx: dep.container_delay(cfg, t, p, ctx)),
+    (NEMESIS, lambda dep, cfg, t, p, ctx: dep.nemesis_delay(cfg, t, p, ctx)))
+
+DESCRIPTORS = (
+    FaultDescriptor(
+        Fault.DELAY_LT_TIMEOUT, "every packet to and from one worker held PD ms, PD below "
+        "Spark's time-outs (500 ms)", network=True, delay=True, above_timeouts=False,
+        drawn=True, profile=delay_below, rules=(WorkerDelay, NemesisDelay, ContainerDelay),
+        makers=_DELAY_MAKERS, check=_delay_check),
+    FaultDescriptor(
+        Fault.DELAY_GT_TIMEOUT, "every packet to and from one worker held PD ms, PD above "
+        "Spark's time-outs (lowered to fit the failure phase)", network=True, delay=True,
+        above_timeouts=True, loses_executors=True, profile=short_timeouts,
+        rules=(WorkerDelay, NemesisDelay, ContainerDelay), makers=_DELAY_MAKERS,
+        check=_delay_check),
+)
+#: The packet-delay faults (below and above the time-outs).
+DELAY_FAULTS: frozenset[Fault] = frozenset(d.kind for d in DESCRIPTORS)

@@ -37,8 +37,9 @@ from typing import Any, ClassVar
 from pgval.checker.result import Reason
 from pgval.errors import EnvironmentFailure
 from pgval.faults.delay import HOST, PacketDelay, _in, _run
+from pgval.faults.descriptor import WORKER_NETNS, FaultDescriptor
 from pgval.faults.log import Entries, finding, first
-from pgval.schema import Fault, Partition
+from pgval.schema import Deploy, Fault, Partition
 
 #: The ``mechanism`` of a partition.
 NFQUEUE_DROP = "nfqueue-drop"
@@ -184,3 +185,19 @@ class WorkerPartition:
             found.append(finding("the packet holder died during the partition (the link "
                                  "healed early)"))
         return found
+
+
+#: Where a partition can run (the config's check and the deployments say it alike).
+PARTITION_WHERE = (
+    "--fault partition needs the embedded cluster pgval starts (--deploy local, no "
+    "--cluster): pgval drops the worker's packets in its network namespace; on your own "
+    "cluster, cut the link with your own tooling and judge the run with `pgval check`")
+
+DESCRIPTORS = (
+    FaultDescriptor(
+        Fault.PARTITION, "every packet of one link of a worker dropped (--partition)",
+        deployments=frozenset({Deploy.LOCAL}), where=PARTITION_WHERE, network=True,
+        loses_executors=True, drawn=True, rules=(WorkerPartition,),
+        makers=((WORKER_NETNS,
+                 lambda dep, cfg, t, p, ctx: dep.worker_partition(cfg, t, p, ctx)),)),
+)

@@ -30,14 +30,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.faults.log import Entries, finding, first
-from pgval.faults.network import timeout_reasons
-from pgval.schema import PAUSE_FAULTS, Fault
+from pgval.faults.descriptor import WORKER_PROCESSES, FaultDescriptor
+from pgval.faults.log import Entries, finding, first, timeout_reasons
+from pgval.faults.timeouts import SPARK_EXECUTOR_TIMEOUT_S, pause_below, short_timeouts
+from pgval.schema import PAUSE_DRIVER, Deploy, Fault
 
 #: The ``mechanism`` of a pause.
 SIGSTOP = "SIGSTOP, SIGCONT at removal"
 #: ``--target`` word of a pause that stops the driver instead of a worker's executors.
-DRIVER = "driver"
+DRIVER = PAUSE_DRIVER
 
 
 def process_state(pid: int) -> str | None:
@@ -66,7 +67,8 @@ def group_members(pgid: int) -> list[int]:
 class ProcessPause:
     """SIGSTOP the processes ``find()`` returns at T2; SIGCONT them in ``remove``."""
 
-    kinds: ClassVar[frozenset[Fault]] = PAUSE_FAULTS
+    kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.PAUSE_LT_TIMEOUT,
+                                                     Fault.PAUSE_GT_TIMEOUT})
     mechanisms: ClassVar[tuple[str, ...]] = (SIGSTOP,)
 
     def __init__(self, fault: Fault, target: str, find: Callable[[], Sequence[int]],
@@ -158,3 +160,45 @@ class ProcessPause:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+#: Where the pauses can run (the config's check and the deployments say it alike).
+PAUSE_WHERE = (
+    "--fault pause-lt-timeout and pause-gt-timeout need the embedded cluster pgval starts "
+    "(--deploy local, no --cluster): pgval stops and resumes its processes by signal")
+
+
+def _something_to_pause(hooks: Any) -> str | None:
+    """A pause needs a live process on its target: the worker's executors (gone while the
+    worker is down, and for a while after it is back), or the driver."""
+    find = getattr(hooks, "find", None)
+    if find is None or find():
+        return None
+    return f"{getattr(hooks, 'target', 'the target')} has no process to pause"
+
+
+def _pause_below_check(cfg: Any) -> str | None:
+    if cfg.phase_seconds >= 0.8 * SPARK_EXECUTOR_TIMEOUT_S:
+        return (f"--fault pause-lt-timeout pauses for the failure phase, which must "
+                f"stay below Spark's {SPARK_EXECUTOR_TIMEOUT_S:.0f} s time-out: "
+                f"--phase-seconds below {0.8 * SPARK_EXECUTOR_TIMEOUT_S:.0f}")
+    return None
+
+
+_PAUSE: dict[str, Any] = dict(
+    deployments=frozenset({Deploy.LOCAL}), owned_only=True, where=PAUSE_WHERE, pause=True,
+    target_words=(DRIVER,), needs="a live executor on the worker (or the driver)",
+    needs_executors=True, ready=_something_to_pause, rules=(ProcessPause,),
+    makers=((WORKER_PROCESSES, lambda dep, cfg, t, p, ctx: dep.process_pause(cfg, t, p, ctx)),))
+
+DESCRIPTORS = (
+    FaultDescriptor(Fault.PAUSE_LT_TIMEOUT, "SIGSTOP of a worker's executors (or the driver) "
+                    "for the failure phase, below Spark's time-outs", above_timeouts=False,
+                    drawn=True, profile=pause_below, check=_pause_below_check, **_PAUSE),
+    FaultDescriptor(Fault.PAUSE_GT_TIMEOUT, "SIGSTOP of a worker's executors (or the driver) "
+                    "beyond Spark's time-outs (lowered to fit the failure phase)",
+                    above_timeouts=True, loses_executors=True, profile=short_timeouts,
+                    **_PAUSE),
+)
+#: The pauses (below and above the time-outs).
+PAUSE_FAULTS: frozenset[Fault] = frozenset(d.kind for d in DESCRIPTORS)

@@ -23,8 +23,19 @@ from typing import Any, ClassVar, Protocol
 from urllib.parse import urlparse
 
 from pgval.checker.result import Reason
+from pgval.faults.container import ContainerKill
+from pgval.faults.descriptor import (
+    CONTAINERS,
+    DRIVER,
+    DRIVER_PROCESS,
+    EXECUTOR_KILL,
+    WORKER_PROCESSES,
+    FaultDescriptor,
+    Maker,
+)
+from pgval.faults.executor import ExecutorKill
 from pgval.faults.log import Entries, finding, first
-from pgval.schema import CrashPoint, Fault
+from pgval.schema import CrashPoint, Fault, Restart, sink_kind
 
 #: The ``mechanism`` of a timed crash (a worker's or the driver's process group killed).
 SIGKILL_GROUP = "SIGKILL process group"
@@ -471,3 +482,49 @@ def _local_path(hadoop_path: object) -> Path:
     """A Hadoop path on the local disk (``file:/x``) as a path."""
     raw = str(hadoop_path)
     return Path(urlparse(raw).path if raw.startswith("file:") else raw)
+
+
+def _crash_with(method: str) -> Maker:
+    """A crash through the deployment's ``method``; at ``during-sink-write`` with a sink
+    whose writes run in the driver (a user's foreachBatch), the driver is the writer that
+    dies (:class:`SinkWriteCrash`), wherever the workers are."""
+    def make(dep: Any, cfg: Any, target: Any, profile: Any, ctx: Any) -> Any:
+        if (cfg.crash_point is CrashPoint.DURING_SINK_WRITE
+                and sink_kind(cfg.sink).writer_is_driver):
+            return dep.sink_writer_crash(cfg, target, profile, ctx)
+        return getattr(dep, method)(cfg, target, profile, ctx)
+    return make
+
+
+def _worker_running(hooks: Any) -> str | None:
+    """A worker crash needs its worker running (not still down from an earlier crash)."""
+    worker = getattr(hooks, "worker", None)
+    if worker is None or worker.group_pids():
+        return None
+    return f"{worker.name} is not running"
+
+
+DESCRIPTORS = (
+    FaultDescriptor(
+        Fault.CRASH, "SIGKILL of one worker's process group (the worker and its executors)",
+        points=frozenset({CrashPoint.TIMED, CrashPoint.DURING_SINK_WRITE}),
+        restart=Restart.AT_REMOVE,
+        # On a cluster pgval does not own the crash is an executor kill: its cluster
+        # manager starts the replacement, nothing of pgval's restarts.
+        restart_unless=lambda cfg: bool(cfg.spark_replaces_executor),
+        loses_executors=True, drawn=True, takes_executors=True,
+        # The worker re-registers at removal; its new executor takes a JVM start more.
+        recovery_s=10.0, needs="a running worker", ready=_worker_running,
+        rules=(WorkerCrash, SinkWriteCrash, ExecutorKill, ContainerKill),
+        makers=((WORKER_PROCESSES, _crash_with("worker_crash")),
+                (CONTAINERS, _crash_with("container_kill")),
+                (EXECUTOR_KILL, _crash_with("executor_kill")))),
+    FaultDescriptor(
+        Fault.DRIVER_CRASH, "SIGKILL of the streaming driver, restarted from its checkpoint",
+        points=frozenset({CrashPoint.TIMED, CrashPoint.AFTER_SINK_WRITE}),
+        restart=Restart.IMMEDIATE, targets=DRIVER,
+        # The driver's restart is the run's timeline, not a part's.
+        schedulable=False, rules=(DriverCrash,),
+        makers=((DRIVER_PROCESS,
+                 lambda dep, cfg, t, p, ctx: dep.driver_crash(cfg, t, p, ctx)),)),
+)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pgval.faults.descriptor import descriptor
 from pgval.schema import Fault
 
 DEFAULT_LT_DELAY_MS = 500
@@ -39,39 +40,51 @@ class TimeoutProfile:
 
 def profile_for(fault: Fault | str, phase_seconds: float, delay_ms: int | None = None,
                 parts: Sequence[Fault] = ()) -> TimeoutProfile:
-    """Time-outs and packet delay for ``fault``; explicit ``delay_ms`` overrides the derived one.
-    A schedule (``parts``: its faults' kinds) takes the profile of the part that sets the
-    run's time-outs: one meant to outlast them lowers them for the whole run (a schedule
-    cannot also hold a delay below them), else the first ``-lt-`` part's."""
+    """Time-outs and packet delay for ``fault`` (its descriptor's ``profile``); explicit
+    ``delay_ms`` overrides the derived one. A schedule (``parts``: its faults' kinds) takes
+    the profile of the part that sets the run's time-outs: one meant to outlast them lowers
+    them for the whole run (a schedule cannot also hold a delay below them), else the first
+    ``-lt-`` part's."""
     kind = Fault.parse(fault)
     if kind is Fault.SCHEDULE:
-        governing = ([p for p in parts if p.above_timeouts]
-                     or [p for p in parts if p.above_timeouts is False] or [Fault.NONE])
+        governing = ([p for p in parts if descriptor(p).above_timeouts]
+                     or [p for p in parts if descriptor(p).above_timeouts is False]
+                     or [Fault.NONE])
         kind = governing[0]
-    if kind in (Fault.DELAY_GT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT):
-        # Fit detection well inside the failure phase: time-out = phase/4, clamped to [4, 30] s.
-        timeout_s = max(4.0, min(30.0, phase_seconds / 4))
-        heartbeat_s = max(1.0, timeout_s / 4)
-        pd = delay_ms or int(timeout_s * 1000 * 1.5)
-        t = f"{int(timeout_s)}s"
-        return TimeoutProfile(
-            name="short",
-            driver_conf={
-                "spark.network.timeout": t,
-                "spark.executor.heartbeatInterval": f"{int(heartbeat_s * 1000)}ms",
-                "spark.rpc.askTimeout": t,
-                "spark.network.timeoutInterval": f"{int(heartbeat_s * 1000)}ms",
-                "spark.storage.blockManagerHeartbeatTimeoutMs": str(int(timeout_s * 1000)),
-            },
-            daemon_conf={
-                # Master: seconds without a worker heartbeat before the worker is lost.
-                "spark.worker.timeout": str(int(timeout_s)),
-                "spark.network.timeout": t,
-            },
-            delay_ms=pd, timeout_s=timeout_s)
-    if kind is Fault.DELAY_LT_TIMEOUT:
-        pd = delay_ms or DEFAULT_LT_DELAY_MS
-        return TimeoutProfile(name="default", delay_ms=pd, timeout_s=60.0)
-    if kind is Fault.PAUSE_LT_TIMEOUT:  # the pause is the failure phase, below these
-        return TimeoutProfile(name="default", timeout_s=SPARK_EXECUTOR_TIMEOUT_S)
-    return TimeoutProfile(name="default")
+    make = descriptor(kind).profile
+    return make(phase_seconds, delay_ms) if make is not None else TimeoutProfile("default")
+
+
+def short_timeouts(phase_seconds: float, delay_ms: int | None) -> TimeoutProfile:
+    """Spark's time-outs lowered to fit inside the failure phase (time-out = phase/4,
+    clamped to [4, 30] s), the delay 1.5 x that: a fault meant to outlast them."""
+    timeout_s = max(4.0, min(30.0, phase_seconds / 4))
+    heartbeat_s = max(1.0, timeout_s / 4)
+    pd = delay_ms or int(timeout_s * 1000 * 1.5)
+    t = f"{int(timeout_s)}s"
+    return TimeoutProfile(
+        name="short",
+        driver_conf={
+            "spark.network.timeout": t,
+            "spark.executor.heartbeatInterval": f"{int(heartbeat_s * 1000)}ms",
+            "spark.rpc.askTimeout": t,
+            "spark.network.timeoutInterval": f"{int(heartbeat_s * 1000)}ms",
+            "spark.storage.blockManagerHeartbeatTimeoutMs": str(int(timeout_s * 1000)),
+        },
+        daemon_conf={
+            # Master: seconds without a worker heartbeat before the worker is lost.
+            "spark.worker.timeout": str(int(timeout_s)),
+            "spark.network.timeout": t,
+        },
+        delay_ms=pd, timeout_s=timeout_s)
+
+
+def delay_below(phase_seconds: float, delay_ms: int | None) -> TimeoutProfile:
+    """Spark's default time-outs and a delay far below them (500 ms, as in the paper)."""
+    return TimeoutProfile(name="default", delay_ms=delay_ms or DEFAULT_LT_DELAY_MS,
+                          timeout_s=60.0)
+
+
+def pause_below(phase_seconds: float, delay_ms: int | None) -> TimeoutProfile:
+    """Spark's default time-outs; the pause is the failure phase, below them."""
+    return TimeoutProfile(name="default", timeout_s=SPARK_EXECUTOR_TIMEOUT_S)

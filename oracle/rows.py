@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pgval.errors import UserMistake
 from pgval.oracle.expected import ExpectedOutputs, deduplicate_inputs
 from pgval.records import InputEvents, ResourceTable
 from pgval.schema import Topology
@@ -26,8 +27,9 @@ from pgval.schema import Topology
 JOB: str = Topology.JOB.value
 
 
-class RowsError(ValueError):
-    """A batch result the validator cannot use (one sentence)."""
+class RowsError(UserMistake, ValueError):
+    """A batch result the validator cannot use (one sentence): the user's job made it (a
+    ``ValueError`` too)."""
 
 
 def rows_of(table: pa.Table) -> tuple[pa.Array, np.ndarray, np.ndarray]:

@@ -13,12 +13,14 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from pgval.errors import UserMistake
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs, window_index
 from pgval.records import InputEvents, ResourceTable
 
 
-class OracleHorizonError(ValueError):
-    """An event arrived for a window the streaming oracle had already closed."""
+class OracleHorizonError(UserMistake, ValueError):
+    """An event arrived for a window the streaming oracle had already closed: the horizon
+    asked for is too short for these inputs (a ``ValueError`` too)."""
 
 
 def stream_expected_outputs(chunks: Iterable[InputEvents], topology: str, window_ms: int,

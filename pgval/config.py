@@ -25,21 +25,17 @@ from pgval.faults.composite import (
     parse_plus,
     schedule_problem,
 )
-from pgval.faults.timeouts import SPARK_EXECUTOR_TIMEOUT_S
+from pgval.faults.descriptor import BROKER, descriptor, descriptors
 from pgval.redact import redact_record, redact_url, scrub
 from pgval.schema import (
-    BROKER_CRASH_NEMESIS,
-    BROKER_CRASH_WHERE,
     BROKER_TARGETS,
     BUILTIN_SINKS,
     BUILTIN_TOPOLOGIES,
     CRASH_POINTS,
     DEPLOYMENTS,
     MAX_RECORD_BYTES,
-    PARTITION_WHERE,
     PARTITIONS,
     PAUSE_DRIVER,
-    PAUSE_WHERE,
     PROCESSING_GUARANTEES,
     RESTARTS,
     SINGLE_FAULTS,
@@ -180,6 +176,9 @@ class ExperimentConfig:
         "With --fault partition, the link of worker --target it cuts: worker-kafka (the "
         "default: to and from the brokers), worker-driver, worker-all (everything) or "
         "one-way (everything the worker sends).", choices=PARTITIONS))
+    loss_share: float | None = field(default=None, metadata=opt(
+        "With --fault packet-loss, the share of worker --target's packets dropped, both "
+        "ways, at random (default 0.3).", min=0.0, max=1.0))
     drain_timeout_s: float = field(default=300.0, metadata=opt(
         "After T4, how long the query may take to process everything (else: unknown).",
         min=1))
@@ -350,6 +349,10 @@ class ExperimentConfig:
         if self.partition is not None and self.fault is not Fault.PARTITION and not fault_axis:
             raise UserMistake("--partition says which link --fault partition cuts; "
                                     f"it does not apply to --fault {self.fault}")
+        if (self.loss_share is not None and not fault_axis and Fault.PACKET_LOSS not in
+                (self.fault, *(p.fault for p in self.schedule_parts))):
+            raise UserMistake("--loss-share says how much --fault packet-loss drops; "
+                              f"it does not apply to --fault {self.fault}")
         if self.sabotage is not None and self.pg is not Guarantee.E1:
             raise UserMistake("--sabotage is a self-test of the e1 sink; use --pg e1")
         if self.late_events < 0:
@@ -375,45 +378,23 @@ class ExperimentConfig:
             alone = dataclasses.replace(self, fault=part.fault, target=part.target,
                                         schedule=None, schedule_file=None,
                                         schedule_origin=None)
-            if part.fault is Fault.PAUSE_LT_TIMEOUT and part.for_s is not None:
+            if part.for_s is not None:  # the part's failure phase is its own length
                 alone = dataclasses.replace(alone, phase_seconds=max(1.0, part.for_s))
             if reason := alone._target_problem() or not_applicable(alone):
                 return f"in the schedule, {part.label()}: {reason}"
         return None
 
     def _target_problem(self) -> str | None:
-        """Why ``--target`` names nothing this fault can hit (one sentence), or None."""
-        target, broker = self.target, self.fault is Fault.BROKER_CRASH
-        if self.fault.is_pause:
-            if self.deploy is not Deploy.LOCAL or self.running_cluster:
-                return PAUSE_WHERE
-            if (self.fault is Fault.PAUSE_LT_TIMEOUT
-                    and self.phase_seconds >= 0.8 * SPARK_EXECUTOR_TIMEOUT_S):
-                return (f"--fault pause-lt-timeout pauses for the failure phase, which must "
-                        f"stay below Spark's {SPARK_EXECUTOR_TIMEOUT_S:.0f} s time-out: "
-                        f"--phase-seconds below {0.8 * SPARK_EXECUTOR_TIMEOUT_S:.0f}")
-            if target == PAUSE_DRIVER:
-                return None
-        if isinstance(target, str) and (not broker or target not in BROKER_TARGETS):
-            return (f"--target {target}: a worker index; with --fault broker-crash a broker "
-                    f"id, {' or '.join(BROKER_TARGETS)}; with a pause, {PAUSE_DRIVER}")
-        if broker:
-            if self.deploy is Deploy.COMPOSE:
-                return BROKER_CRASH_WHERE
-            if self.deploy is Deploy.EXTERNAL and not self.nemesis_inject:
-                return BROKER_CRASH_NEMESIS
-            if isinstance(target, int) and target < 0:
-                return "--target must be a broker id (0 or more)"
-            if self.deploy is not Deploy.LOCAL or self.running_cluster:
-                return None  # the cluster's own brokers are counted when the run starts
-            if self.cluster.brokers < 2:
-                return ("--fault broker-crash needs --brokers 2 or more (3 to keep writing "
-                        "with min.insync.replicas 2 while one is down): with one, Kafka "
-                        "itself is gone")
-            if isinstance(target, int) and not 0 <= target < self.cluster.brokers:
-                return f"--target must be a broker id from 0 to {self.cluster.brokers - 1}"
-            return None
-        if (target is not None and self.deploy is Deploy.LOCAL
+        """Why ``--target`` names nothing this fault can hit, or the fault's own checks
+        refuse the run (its descriptor's ``check``): one sentence, or None."""
+        d, target = descriptor(self.fault), self.target
+        if isinstance(target, str) and target not in d.target_words:
+            return target_words_problem(target)
+        if reason := d.where_problem(self.deploy, bool(self.running_cluster)):
+            return reason
+        if d.check is not None and (reason := d.check(self)):
+            return reason
+        if (d.targets != BROKER and isinstance(target, int) and self.deploy is Deploy.LOCAL
                 and not 0 <= target < self.cluster.workers):
             return f"--target must be a worker index from 0 to {self.cluster.workers - 1}"
         return None
@@ -436,13 +417,13 @@ class ExperimentConfig:
         if bool(self.nemesis_inject) != bool(self.nemesis_remove):
             raise UserMistake("--nemesis-inject and --nemesis-remove go together: pgval "
                                     "must be able to undo what it started")
-        if self.fault is Fault.PARTITION and self.deploy is not Deploy.LOCAL:
-            raise UserMistake(PARTITION_WHERE)
-        if external and self.fault.is_delay and not self.nemesis_inject:
-            raise UserMistake(
-                f"--fault {self.fault} on an external cluster needs your own nemesis: "
-                "--nemesis-inject ARGV and --nemesis-remove ARGV (see docs/deploy.md)")
-        if (self.fault.is_network and self.deploy is Deploy.LOCAL
+        d = descriptor(self.fault)
+        if reason := d.where_problem(self.deploy, bool(self.running_cluster)):
+            raise UserMistake(reason)
+        if d.network and self.deploy is Deploy.EXTERNAL and d.check and (
+                reason := d.check(self)):
+            raise UserMistake(reason)  # a delay there needs the user's nemesis
+        if (d.network and self.deploy is Deploy.LOCAL
                 and self.cluster.isolate is False):
             raise UserMistake(f"--fault {self.fault} needs workers in their own network "
                                     "namespaces; drop --no-isolate")
@@ -489,28 +470,32 @@ class ExperimentConfig:
 
 
 def default_restart(cfg: ExperimentConfig) -> Restart | None:
-    """The restart policy of a run that names none: the driver comes back at once, as under
-    a supervisor (``spark-submit --supervise``, YARN's application attempts, a Kubernetes
-    restart policy); a worker at T3, as the paper's process crash. None where nothing
-    restarts: no crash, or a crash whose executor the cluster manager replaces itself."""
-    if cfg.fault is Fault.DRIVER_CRASH:
-        return Restart.IMMEDIATE
-    if cfg.fault is Fault.CRASH and not cfg.spark_replaces_executor:
-        return Restart.AT_REMOVE
-    if cfg.fault is Fault.BROKER_CRASH:  # as a worker: back at T3 (or --restart immediate)
-        return Restart.AT_REMOVE
-    if cfg.fault is Fault.SCHEDULE and any(p.fault.restarts for p in cfg.schedule_parts):
-        return Restart.AT_REMOVE  # each crashed process at its part's end
-    return None
+    """The restart policy of a run that names none: its fault's descriptor says (the driver
+    comes back at once, as under a supervisor: ``spark-submit --supervise``, YARN's
+    application attempts, a Kubernetes restart policy; a worker or a broker at T3, as the
+    paper's process crash). None where nothing restarts: no crash, or a crash whose
+    executor the cluster manager replaces itself."""
+    return descriptor(cfg.fault).default_restart(cfg)
+
+
+def target_words_problem(target: str) -> str:
+    """``--target WORD`` where the fault takes no such word: what it may be instead."""
+    words = "; ".join(
+        f"with --fault {d.kind} a broker id, {' or '.join(d.target_words)}"
+        if d.targets == BROKER else f"with --fault {d.kind}, {' or '.join(d.target_words)}"
+        for d in descriptors().values() if d.target_words)
+    return f"--target {target}: a worker index; {words}"
 
 
 def restart_problem(cfg: ExperimentConfig) -> str | None:
     """Why the restart settings mean nothing for this run (one sentence), or None."""
     if cfg.restart is not None and default_restart(cfg) is None:
-        if cfg.fault.restarts:
+        if descriptor(cfg.fault).restarts:
             return ("--restart does not apply to crash on a cluster pgval does not own: Spark's "
                     "cluster manager replaces the killed executor itself")
-        return (f"--restart applies to --fault crash, driver-crash and broker-crash "
+        named = [str(k) for k, d in descriptors().items()
+                 if d.restarts and k is not Fault.SCHEDULE]
+        return (f"--restart applies to --fault {', '.join(named[:-1])} and {named[-1]} "
                 f"(nothing restarts under --fault {cfg.fault})")
     if cfg.restart_delay_s > 0 and cfg.restart_policy is not Restart.IMMEDIATE:
         return "--restart-delay-s applies to --restart immediate"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pgval.errors import PgvalError
+from pgval.errors import UserMistake
 
 #: How long a writer waits for another writer's lock before giving up.
 BUSY_TIMEOUT_S = 60.0
@@ -30,8 +30,9 @@ _NOTADB = 26
 _CORRUPT = 11
 
 
-class StoreError(PgvalError):
-    """A results database that cannot be used, said in one sentence."""
+class StoreError(UserMistake):
+    """A results database that cannot be used, said in one sentence: the ``--db`` given
+    (another program's file, a damaged or newer one, a place it cannot be written)."""
 
 
 def plain_error(path: Path | str, exc: BaseException) -> StoreError:

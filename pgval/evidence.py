@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pgval.errors import UserMistake
+from pgval.errors import EvidenceInDoubt, UserMistake
 from pgval.files import write_private
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.oracle.expected import ExpectedOutputs
@@ -89,14 +89,15 @@ EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOP
                   ANOMALIES, EXPECTED, JOB_SOURCE, SINK_ROWS, SINK_RAW)
 
 
-class EvidenceError(Exception):
-    """A run directory without usable evidence (a plain sentence for the user)."""
+class EvidenceError(UserMistake):
+    """A run directory or run id without usable evidence: missing, unreadable or damaged
+    files, a run the database does not hold (bad input, exit 2). Evidence that is there
+    but not what was sealed is :class:`~pgval.errors.EvidenceInDoubt` (exit 3)."""
 
 
-class JobNotJudgeable(EvidenceError, UserMistake):
+class JobNotJudgeable(EvidenceError):
     """A job whose batch rows the validator cannot use (an ID in two rows: sliding windows,
     fan-out): found from the evidence, a mistake of the job, not of the run."""
-
 
 @dataclass
 class Manifest:
@@ -353,15 +354,16 @@ def sums_run_id(run_dir: Path) -> int | None:
 
 
 def verify(run_dir: Path, stored: Mapping[str, str], run_id: int) -> None:
-    """Refuse (:class:`EvidenceError`, one sentence naming the first file that differs)
-    evidence that is not what was stored with run ``run_id`` at the end of the run."""
+    """Refuse (:class:`~pgval.errors.EvidenceInDoubt`, one sentence naming the first file
+    that differs) evidence that is not what was stored with run ``run_id`` at the end of
+    the run."""
     folder = evidence_dir(run_dir)
     refuse = "refusing to re-check edited evidence"
     known = {f"{EVIDENCE_DIR}/{name}" for name in (*EVIDENCE_FILES, SUMS)}
     for key, digest in stored.items():
         if key not in known:  # the database is read, not trusted: never hash another path
-            raise EvidenceError(f"the results database names {_printable(key)} as evidence of run "
-                                f"{run_id}, which is no evidence file; {refuse}")
+            raise EvidenceInDoubt(f"the results database names {_printable(key)} as evidence "
+                                  f"of run {run_id}, which is no evidence file; {refuse}")
         digest = _printable(digest)
         path = Path(run_dir) / key
         try:
@@ -369,23 +371,23 @@ def verify(run_dir: Path, stored: Mapping[str, str], run_id: int) -> None:
         except OSError:
             now = None
         if now is None:
-            raise EvidenceError(f"{key} of run {run_id} is missing or unreadable, but was "
-                                f"stored at the end of the run (sha256 {digest[:16]}…); "
-                                f"{refuse}")
+            raise EvidenceInDoubt(f"{key} of run {run_id} is missing or unreadable, but was "
+                                  f"stored at the end of the run (sha256 {digest[:16]}…); "
+                                  f"{refuse}")
         if now != digest:
-            raise EvidenceError(f"{key} of run {run_id} differs from what was stored at the "
-                                f"end of the run (sha256 {digest[:16]}… stored, {now[:16]}… "
-                                f"now); {refuse}")
+            raise EvidenceInDoubt(f"{key} of run {run_id} differs from what was stored at the "
+                                  f"end of the run (sha256 {digest[:16]}… stored, "
+                                  f"{now[:16]}… now); {refuse}")
     for name in EVIDENCE_FILES:
         key = f"{EVIDENCE_DIR}/{name}"
         if key not in stored and (folder / name).exists():
-            raise EvidenceError(f"{key} of run {run_id} was not there at the end of the run; "
-                                f"{refuse}")
+            raise EvidenceInDoubt(f"{key} of run {run_id} was not there at the end of the "
+                                  f"run; {refuse}")
     named = {"run.json": Manifest.read(run_dir).run_id, SUMS: sums_run_id(run_dir)}
     for name, other in named.items():
         if f"{EVIDENCE_DIR}/{name}" in stored and other != run_id:
-            raise EvidenceError(f"{EVIDENCE_DIR}/{name} names run {other}, not run {run_id}; "
-                                f"{refuse}")
+            raise EvidenceInDoubt(f"{EVIDENCE_DIR}/{name} names run {other}, not run "
+                                  f"{run_id}; {refuse}")
 
 
 # --------------------------------------------------------------------------- records

@@ -17,7 +17,8 @@ import orjson
 import pyarrow as pa
 
 from pgval.checker.evaluate import evaluate
-from pgval.evidence import EvidenceError, Manifest, load_anomalies, load_progress, load_streams
+from pgval.errors import UserMistake
+from pgval.evidence import Manifest, load_anomalies, load_progress, load_streams
 from pgval.recheck import anchor
 from pgval.records import InputEvents, OutputRecords
 
@@ -66,8 +67,8 @@ def export(run_dir: Path, out_dir: Path, db: Path | None = None,
                 "evidence": evidence.as_dict()}
         (out_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
     except OSError as exc:  # a file in the way, no such place, the disk full, …
-        raise EvidenceError(f"cannot write the export to {out_dir}: "
-                            f"{exc.strerror or exc} ({exc.filename or out_dir})") from exc
+        raise UserMistake(f"cannot write the export to {out_dir}: "
+                          f"{exc.strerror or exc} ({exc.filename or out_dir})") from exc
     return info
 
 

@@ -11,7 +11,9 @@ Exit statuses with ``--expect`` (:func:`exit_status`): 0 every case met, 1 a cas
 than expected (a finding about the job), 3 a case unknown, 4 a run that did not finish (the
 environment failed, or a signal stopped it: no verdict at all). The worst wins in that
 order: 1, 4, 3, 0 — a weaker verdict is news whatever else happened; no case at all is 3.
-Bad input stays 2, before anything runs.
+An error keeps its own status (:mod:`pgval.errors`): 2 bad input, 3 evidence in doubt, 4
+the environment; the gate's 3 and 4 are those kinds' statuses, so a CI script reads each
+number one way.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pgval.errors import EnvironmentFailure, EvidenceInDoubt
+
 #: What ``--expect`` accepts, strongest first.
 EXPECTATIONS = ("exactly-once", "at-least-once", "at-most-once")
 #: The exit statuses of a gated command, by outcome.
 MET, WEAKER, UNKNOWN, FAILED = "met", "weaker", "unknown", "failed"
-EXIT = {MET: 0, WEAKER: 1, UNKNOWN: 3, FAILED: 4}
+EXIT = {MET: 0, WEAKER: 1, UNKNOWN: EvidenceInDoubt.exit_status,
+        FAILED: EnvironmentFailure.exit_status}
 #: Which outcome decides a command's exit status when its cases differ: the first present.
 PRECEDENCE = (WEAKER, FAILED, UNKNOWN, MET)
 Outcome = Literal["met", "weaker", "unknown", "failed"]

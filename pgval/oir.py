@@ -34,6 +34,7 @@ import numpy as np
 
 from pgval.config import ExperimentConfig
 from pgval.deploy.warm import WarmDeployments
+from pgval.errors import UserMistake
 from pgval.experiment import ExperimentResult
 from pgval.matrix import prepared_experiment
 from pgval.schema import Fault, Guarantee
@@ -305,9 +306,9 @@ def _stored(db: Path, topology: str, pg: str, machine: str | None) -> list[Store
             for r in rows]
 
 
-class OirNotStored(LookupError):
-    """No OIR is stored for a run's topology, pg and shape; the message (one sentence)
-    says how to measure it."""
+class OirNotStored(UserMistake, LookupError):
+    """No OIR is stored for a run's topology, pg and shape (``--rate oir`` asked for one);
+    the message (one sentence) says how to measure it. A ``LookupError`` too."""
 
 
 def oir_for(db: Path, cfg: ExperimentConfig) -> StoredOir:

@@ -38,6 +38,7 @@ from pgval.checker.validity import (
     sink_reasons,
 )
 from pgval.dbfile import StoreError, connect_readonly, json_cell, json_object_cell
+from pgval.errors import EvidenceInDoubt
 from pgval.evidence import (
     INPUT_TOPICS,
     MANIFEST,
@@ -195,8 +196,8 @@ def anchor(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> 
     """Verify ``run_dir``'s evidence against the hashes stored with its run in ``db``.
 
     ``run_id``: the run asked for (else the one run.json names). Edited, missing or added
-    files are refused (:class:`EvidenceError`); a run stored before hashes existed, or
-    never completed, is let through with a note saying it is not verified."""
+    files are refused (:class:`~pgval.errors.EvidenceInDoubt`); a run stored before hashes
+    existed, or never completed, is let through with a note saying it is not verified."""
     if db is None:
         return Anchor(False, NO_ANCHOR)
     if run_id is None:
@@ -216,8 +217,8 @@ def anchor(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> 
         return Anchor(True, f"evidence verified: its {len(hashes)} files match the hashes "
                       f"stored with run {run_id}", row, fault_log)
     if row.get("sealed"):
-        raise EvidenceError(f"run {run_id} was stored with evidence hashes, but {db} holds "
-                            "none for it; refusing to re-check unverifiable evidence")
+        raise EvidenceInDoubt(f"run {run_id} was stored with evidence hashes, but {db} holds "
+                              "none for it; refusing to re-check unverifiable evidence")
     if row.get("sealed") == 0:
         note = (f"run {run_id} was stored without evidence to seal (e.g. `pgval check`): "
                 "not verified")
@@ -436,9 +437,9 @@ def store_derived(db: Path, run_id: int, result: Recheck) -> None:
     from pgval.store import ResultsStore
 
     if not result.evidence.verified:  # edited evidence must not rewrite what was measured
-        raise EvidenceError(f"run {run_id}'s evidence cannot be verified "
-                            f"({result.evidence.note}); --store writes only what verified "
-                            "evidence gives, nothing was stored")
+        raise EvidenceInDoubt(f"run {run_id}'s evidence cannot be verified "
+                              f"({result.evidence.note}); --store writes only what verified "
+                              "evidence gives, nothing was stored")
     stored = _stored_run(Path(db), run_id)
     if stored is None:
         raise EvidenceError(f"{db} has no run {run_id}")
@@ -446,8 +447,8 @@ def store_derived(db: Path, run_id: int, result: Recheck) -> None:
     moved = [f"{k} {stored.get(k)!r} → {now.get(k)!r}" for k in VERDICT_FIELDS
              if stored.get(k) != now.get(k)]
     if moved:
-        raise EvidenceError(f"run {run_id}'s re-check does not reproduce its stored counts "
-                            f"({'; '.join(moved)}); nothing was stored")
+        raise EvidenceInDoubt(f"run {run_id}'s re-check does not reproduce its stored "
+                              f"counts ({'; '.join(moved)}); nothing was stored")
     with ResultsStore(db) as store, store.transaction():
         store.save_recovery(run_id, result.evaluation.recovery.as_dict())
         store.save_unprocessed_causes(run_id, result.evaluation.unprocessed_causes)

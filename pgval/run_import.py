@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pgval.dbfile import json_object_cell
+from pgval.errors import EvidenceInDoubt
 from pgval.evidence import (
     EVIDENCE_DIR,
     EVIDENCE_FILES,
@@ -86,7 +87,8 @@ def _read_text(path: Path) -> str | None:
 
 def _sums_verified(run_dir: Path) -> dict[str, str] | None:
     """The hashes ``SHA256SUMS`` holds, once every file still matches them (None: the run
-    wrote none). An edited file is refused: an import must not launder it."""
+    wrote none). An edited file is refused (:class:`~pgval.errors.EvidenceInDoubt`): an
+    import must not launder it."""
     folder = evidence_dir(run_dir)
     sums = folder / "SHA256SUMS"
     text = _read_text(sums)
@@ -98,20 +100,21 @@ def _sums_verified(run_dir: Path) -> dict[str, str] | None:
             continue
         digest, _, name = line.partition("  ")
         if name not in EVIDENCE_FILES:
-            raise EvidenceError(f"SHA256SUMS of {run_dir} names {name[:80]!r}, which is no "
-                                "evidence file; refusing to import it")
+            raise EvidenceInDoubt(f"SHA256SUMS of {run_dir} names {name[:80]!r}, which is no "
+                                  "evidence file; refusing to import it")
         try:
             now = sha256_file(folder / name)
         except OSError:
             now = None
         if now != digest:
-            raise EvidenceError(f"{EVIDENCE_DIR}/{name} of {run_dir} differs from its hash in "
-                                "SHA256SUMS (edited after the run); refusing to import it")
+            raise EvidenceInDoubt(f"{EVIDENCE_DIR}/{name} of {run_dir} differs from its hash "
+                                  "in SHA256SUMS (edited after the run); refusing to import "
+                                  "it")
         hashes[f"{EVIDENCE_DIR}/{name}"] = digest
     added = [n for n in EVIDENCE_FILES if f"{EVIDENCE_DIR}/{n}" not in hashes
              and (folder / n).exists()]
     if added:
-        raise EvidenceError(f"{EVIDENCE_DIR}/{added[0]} of {run_dir} is not in SHA256SUMS "
-                            "(added after the run); refusing to import it")
+        raise EvidenceInDoubt(f"{EVIDENCE_DIR}/{added[0]} of {run_dir} is not in "
+                              "SHA256SUMS (added after the run); refusing to import it")
     hashes[f"{EVIDENCE_DIR}/SHA256SUMS"] = sha256_file(sums)
     return hashes

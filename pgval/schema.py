@@ -99,28 +99,6 @@ class Topics:
 BROKER_TARGETS: Final = ("leader", "coordinator")
 #: ``--target`` word of a pause that stops the streaming driver (pgval.faults.pause).
 PAUSE_DRIVER: Final = "driver"
-#: Where ``broker-crash`` can run, said once for the config check and the deployments.
-BROKER_CRASH_WHERE: Final = (
-    "--fault broker-crash runs on the embedded cluster (started by the run, or --cluster DIR) "
-    "and on --deploy external through your nemesis, not on --deploy compose: there, crash a "
-    "broker container with your own tooling and judge the run with `pgval check`")
-#: What ``broker-crash`` needs on an external cluster.
-BROKER_CRASH_NEMESIS: Final = (
-    "--fault broker-crash on an external cluster needs your own nemesis: --nemesis-inject "
-    "ARGV that stops broker {broker} and --nemesis-remove ARGV that starts it again "
-    "(see docs/deploy.md)")
-
-
-#: Where the pauses can run (the same check and deployments).
-PAUSE_WHERE: Final = (
-    "--fault pause-lt-timeout and pause-gt-timeout need the embedded cluster pgval starts "
-    "(--deploy local, no --cluster): pgval stops and resumes its processes by signal")
-#: Where a partition can run (the same check and deployments).
-PARTITION_WHERE: Final = (
-    "--fault partition needs the embedded cluster pgval starts (--deploy local, no "
-    "--cluster): pgval drops the worker's packets in its network namespace; on your own "
-    "cluster, cut the link with your own tooling and judge the run with `pgval check`")
-
 
 def transactional_id(query_name: str) -> str:
     """The e1 sink's ``transactional.id`` for a query: stable across driver restarts (that
@@ -185,7 +163,9 @@ class Guarantee(Name):
 
 
 class Fault(Name):
-    """Faults injected at T2 and removed at T3 (``none``: a run without a fault)."""
+    """Faults injected at T2 and removed at T3 (``none``: a run without a fault). Only the
+    names: what each fault is and does is its descriptor's
+    (:func:`pgval.faults.descriptor.descriptor`)."""
 
     NONE = "none"
     CRASH = "crash"
@@ -196,38 +176,9 @@ class Fault(Name):
     PAUSE_LT_TIMEOUT = "pause-lt-timeout"
     PAUSE_GT_TIMEOUT = "pause-gt-timeout"
     PARTITION = "partition"
+    PACKET_LOSS = "packet-loss"
     #: Several faults on one timeline (``--fault A+B``, ``--schedule``, ``--fault random``).
     SCHEDULE = "schedule"
-
-    @property
-    def is_network(self) -> bool:
-        """Acts on a worker's packets (a delay or a partition): needs root and the workers
-        in their own network namespaces."""
-        return self.is_delay or self is Fault.PARTITION
-
-    @property
-    def is_delay(self) -> bool:
-        return self in (Fault.DELAY_LT_TIMEOUT, Fault.DELAY_GT_TIMEOUT)
-
-    @property
-    def is_pause(self) -> bool:
-        return self in (Fault.PAUSE_LT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT)
-
-    @property
-    def above_timeouts(self) -> bool | None:
-        """True for a fault meant to outlast Spark's time-outs (the lowered ones: a delay
-        or pause ``-gt-``), False for one meant to stay below them, None otherwise."""
-        if self in (Fault.DELAY_GT_TIMEOUT, Fault.PAUSE_GT_TIMEOUT):
-            return True
-        if self in (Fault.DELAY_LT_TIMEOUT, Fault.PAUSE_LT_TIMEOUT):
-            return False
-        return None
-
-    @property
-    def restarts(self) -> bool:
-        """Takes a process away that must come back: a worker (``crash``), the driver or a
-        Kafka broker."""
-        return self in (Fault.CRASH, Fault.DRIVER_CRASH, Fault.BROKER_CRASH)
 
 
 class Deploy(Name):
@@ -284,10 +235,6 @@ class Restart(Name):
     def what(cls) -> str:
         return "restart policy"
 
-
-#: The packet-delay faults (below and above the time-outs).
-DELAY_FAULTS: Final = frozenset(f for f in Fault if f.is_delay)
-PAUSE_FAULTS: Final = frozenset(f for f in Fault if f.is_pause)
 
 #: What applies where: each crash point other than ``timed``, the one fault it is for and
 #: the deployments that can place it (it needs the driver on this machine, and

@@ -56,9 +56,12 @@ DEFAULTS: Final[Mapping[str, Any]] = {"deploy": Deploy.LOCAL, "crash_point": Cra
 #: resumes), and a run that sets one is another shape.
 UNSET_OMITTED: Final[Mapping[str, Any]] = {
     "job": None, "sink": "kafka", "partition": None, "schedule": None, "schedule_file": None,
-    "schedule_origin": None, "fault_count": 2}
+    "schedule_origin": None, "fault_count": 2, "loss_share": None}
 #: Settings that mean something only for a fault that restarts a process: None for others.
 RESTART_FIELDS: Final = ("restart", "restart_delay_s")
+#: The faults whose process came back (at T3) before restart policies were stored: a run
+#: stored since names the policy it applied, None where nothing restarted.
+LEGACY_RESTARTING: Final = frozenset({"crash", "driver-crash"})
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,18 @@ class RunShape:
         """One setting, the crash point included; what it meant when missing (older runs)."""
         if name == "crash_point":
             return self.crash_point
-        if name in RESTART_FIELDS and not _restarts(self.fault):
+        if name in RESTART_FIELDS and not self.restarts:
             return None
         found = self.values.get(name)
         return DEFAULTS.get(name) if found is None else found
+
+    @property
+    def restarts(self) -> bool:
+        """Whether the run's fault restarted a process: the restart policy it stored (None:
+        nothing restarted), or, for a run stored before policies, its fault's name."""
+        if "restart" in self.values:
+            return self.values["restart"] is not None
+        return self.fault in LEGACY_RESTARTING
 
     @property
     def fault_spec(self) -> FaultSpec:
@@ -136,14 +147,6 @@ class RunShape:
         shape["shuffle_partitions"] = shape["shuffle_partitions"] or cluster.get("partitions")
         shape["spark_conf"] = shape["spark_conf"] or {}
         return shape
-
-
-def _restarts(fault: str | None) -> bool:
-    """Whether ``fault`` (a stored name, maybe one this pgval does not know) restarts a process."""
-    try:
-        return Fault(fault).restarts
-    except ValueError:
-        return False
 
 
 def _name(cls: type[Name], value: object) -> str | None:

@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgval.errors import EnvironmentFailure
+from pgval.faults.descriptor import descriptor
 from pgval.host.leftovers import HostSnapshot
 from pgval.schema import Fault
 
@@ -77,9 +79,20 @@ class SoakReport:
     intact_runs: int
     left_at_end: dict[str, list[str]]
 
+    def problems(self) -> list[str]:
+        """What the soak found wrong, one phrase each (none: cleanup held)."""
+        out = []
+        if self.left_at_end or any(k.left for k in self.kills):
+            out.append("something was left behind")
+        if self.live_run_valid is not True:
+            out.append("the run beside the cleanups was not valid")
+        if self.intact_runs != self.complete_runs:
+            out.append(f"{self.complete_runs - self.intact_runs} of {self.complete_runs} "
+                       "complete runs were not intact")
+        return out
+
     def ok(self) -> bool:
-        return (not self.left_at_end and all(not k.left for k in self.kills)
-                and self.live_run_valid is True and self.intact_runs == self.complete_runs)
+        return not self.problems()
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok()}
@@ -123,7 +136,7 @@ def _reach(stage: str, fault: Fault, run_dir: Path, proc: subprocess.Popen[bytes
     t1 = time.monotonic()
     t2 = t1 + WARMUP_S + PHASE_S
     if stage == "inject":
-        if fault.is_delay:
+        if descriptor(fault).delay:
             return _wait_for(lambda: any((run_dir / "pids").glob("delay-holder-*.json")),
                              proc, WARMUP_S + PHASE_S + 60)
         time.sleep(max(0.0, t2 - time.monotonic() + rng.uniform(-1, 1)))
@@ -272,7 +285,7 @@ def kill_external(index: int, root: Path, db: Path, seed: int,
         up = cli("cluster", "up", "--run-dir", str(cluster_dir), "--brokers", "1",
                  "--partitions", "2", "--workers", "1")
         if up.returncode != 0:
-            raise RuntimeError(f"pgval cluster up failed: {up.stderr[-500:]}")
+            raise EnvironmentFailure(f"pgval cluster up failed: {up.stderr[-500:]}")
         info = json.loads(cli("cluster", "status", "--run-dir", str(cluster_dir),
                               "--json").stdout)
         during = HostSnapshot.take()

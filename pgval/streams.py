@@ -23,7 +23,7 @@ from typing import Any
 
 from pgval.datasets.generator import GeneratorConfig, GeneratorReport, run_producers
 from pgval.datasets.sinks import FileSink, KafkaSink
-from pgval.errors import EnvironmentFailure
+from pgval.errors import EnvironmentFailure, UserMistake
 from pgval.schema import Topics
 
 #: What :func:`record` writes into its folder.
@@ -80,9 +80,9 @@ def generate(cfg: GeneratorConfig, target: Target, close_after_ms: int = 600_000
     conf = {**(target.config or {}), "bootstrap.servers": target.bootstrap}
     names = [target.topics.get, target.topics.post]
     if taken := existing_topics(conf, names):
-        raise ValueError(f"topic {', '.join(taken)} already exists at {target.bootstrap}: "
-                         "generate writes only topics it creates (choose another "
-                         "--topic-prefix)")
+        raise UserMistake(f"topic {', '.join(taken)} already exists at {target.bootstrap}: "
+                          "generate writes only topics it creates (choose another "
+                          "--topic-prefix)")
     create_topics(conf, names, target.partitions)
     sink = KafkaSink(target.bootstrap, target.topics, config=dict(target.config or {}))
     report = run_producers(cfg, sink, on_progress=_delivered(on_progress))
@@ -187,18 +187,18 @@ def record(bootstrap: str, inputs: Sequence[str], outputs: str, out_dir: Path,
            config: Mapping[str, object] | None = None, isolation: str = "read_committed",
            timeout_s: float = 120.0) -> dict[str, Any]:
     """Read ``inputs`` and ``outputs`` from their beginning up to their end offsets, taken
-    for every topic before any is read (all of it, or :class:`PgvalError` saying what
-    was short: nothing is written then), into ``out_dir``'s ``inputs.jsonl`` and
+    for every topic before any is read (all of it, or :class:`EnvironmentFailure` saying
+    what was short: nothing is written then), into ``out_dir``'s ``inputs.jsonl`` and
     ``outputs.jsonl`` for ``pgval check``, with :func:`generate`'s closing events
     (:data:`CLOSING_IDS`) set aside; and ``record.json``: per topic its end offsets, records
-    and timestamp type. ``ValueError`` for topics that cannot be recorded together."""
+    and timestamp type. :class:`UserMistake` for topics that cannot be recorded together."""
     from pgval.evidence import INPUT_TOPICS, streams_from_records
     from pgval.export import write_inputs, write_outputs
     from pgval.kafka.reader import read_topics
 
     names = [*inputs, outputs]
     if problem := topics_problem(inputs, outputs):
-        raise ValueError(problem)
+        raise UserMistake(problem)
     from pgval.kafka.admin import is_reachable
 
     if not is_reachable(bootstrap, min(timeout_s, 15.0), config):

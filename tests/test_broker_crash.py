@@ -14,6 +14,8 @@ from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.errors import PgvalError
 from pgval.faults.broker import (
+    BROKER_CRASH_NEMESIS,
+    BROKER_CRASH_WHERE,
     TRANSACTION_STATE,
     BrokerCrash,
     choose_broker,
@@ -24,7 +26,7 @@ from pgval.faults.broker import (
 )
 from pgval.faults.evidence import fault_reasons
 from pgval.kafka.admin import min_insync, replication_for
-from pgval.schema import BROKER_CRASH_NEMESIS, BROKER_CRASH_WHERE, transactional_id
+from pgval.schema import transactional_id
 
 
 def java_hash_reference(text: str) -> int:

@@ -426,13 +426,15 @@ def test_compose_driver_runs_inside_the_runner_with_mapped_paths(tmp_path: Path)
                       driver_host=dep.driver_host, launcher=dep.driver_launcher(),
                       python="python", path_map=dep.container_path,
                       signal_argv=dep.driver_signal_argv)
-    argv = spec.argv()
-    assert argv[:9] == ["docker", "exec", "-e", "PGVAL_KAFKA_OPTIONS", "-e", "PGVAL_SPARK_CONF",
-                        "pgval-runner", "python", "-m"]
-    assert argv[argv.index("--checkpoint") + 1] == "/work/runs/r1/checkpoint"
-    assert argv[argv.index("--progress-file") + 1] == "/work/runs/r1/progress.jsonl"
-    assert argv[argv.index("--bootstrap") + 1] == "kafka-0:19092,kafka-1:19092,kafka-2:19092"
-    assert argv[argv.index("--driver-host") + 1] == "pgval-runner"
+    argv = spec.argv(run_dir / "driver-spec.json")
+    assert argv == ["docker", "exec", "-e", "PGVAL_KAFKA_OPTIONS", "-e", "PGVAL_SPARK_CONF",
+                    "pgval-runner", "python", "-m", "pgval.topologies.driver",
+                    "--spec", "/work/runs/r1/driver-spec.json"]
+    doc = spec.for_driver()  # what the driver in the runner reads: its own paths
+    assert doc.checkpoint == Path("/work/runs/r1/checkpoint")
+    assert doc.progress_file == Path("/work/runs/r1/progress.jsonl")
+    assert doc.bootstrap == "kafka-0:19092,kafka-1:19092,kafka-2:19092"
+    assert doc.driver_host == "pgval-runner"
     assert dep.driver_signal_argv("KILL") == ["docker", "exec", "pgval-runner", "pkill",
                                               "-KILL", "-f", "pgval.topologies.driver"]
 
@@ -453,10 +455,12 @@ def test_compose_driver_gets_the_spark_conf_by_name(tmp_path: Path) -> None:
                       launcher=where.launcher, python=where.python, path_map=where.path_map,
                       user_conf={"spark.sql.streaming.stateStore.providerClass": "Rocks",
                                  "spark.pgval.password": "hunter2"})
-    argv = spec.argv()
+    written = spec.write(runs / "r1" / "driver-spec.json")
+    argv = spec.argv(written)
     runner = argv.index("pgval-runner")
     assert ["-e", "PGVAL_SPARK_CONF"] in [argv[i:i + 2] for i in range(runner)]
     assert not any("hunter2" in a or "Rocks" in a for a in argv)
+    assert b"hunter2" not in written.read_bytes() and b"Rocks" not in written.read_bytes()
     assert json.loads(spec.env()["PGVAL_SPARK_CONF"]) == spec.user_conf
 
 
@@ -499,7 +503,7 @@ def test_validate_deploy_compose_without_engine_is_one_line(tmp_path: Path) -> N
     proc = subprocess.run([sys.executable, "-m", "pgval.cli", "validate", "--deploy", "compose",
                            "--topology", "sst", "--db", str(tmp_path / "r.db"), "--json"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 4  # the environment
     assert "Docker engine is not reachable" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -281,3 +281,62 @@ def test_what_a_part_starts_lives_until_the_part_is_removed() -> None:
     schedule.step("remove", now_ms())
     removed = [e for e in schedule.log if e["step"] == "part-remove"]
     assert [e["alive_at_removal"] for e in removed] == [True, True], removed
+
+
+def test_the_seed_5_draw_pauses_no_worker_whose_executors_a_crash_took() -> None:
+    """`--fault random --fault-count 2 --seed 5 --phase-seconds 30` drew a crash of worker 0
+    (4.5 s to 16.7 s) and then a pause of worker 0's executors at 18.9 s, before they were
+    back ("spark-worker-0's executors had no process to pause at T2"): the run ended
+    unknown. The crash's descriptor keeps its target's executors away for ``recovery_s``
+    after it ends, a pause needs them, so that pair is crowded and the draw moves on."""
+    from pgval.faults.composite import _crowded
+    from pgval.faults.descriptor import descriptor
+
+    crash = ScheduledFault(Fault.CRASH, 4.5, 12.2, 0)
+    pause = ScheduledFault(Fault.PAUSE_LT_TIMEOUT, 18.9, 8.0, 0)
+    assert descriptor(Fault.CRASH).takes_executors and descriptor(pause.fault).needs_executors
+    assert _crowded([crash, pause], 30.0)
+    assert not _crowded([crash, ScheduledFault(Fault.PAUSE_LT_TIMEOUT, 18.9, 8.0, 1)], 30.0)
+    assert not _crowded([crash, ScheduledFault(Fault.DELAY_LT_TIMEOUT, 18.9, 8.0, 0)], 30.0)
+    cfg = ExperimentConfig(fault="random", fault_count=2, seed=5, pg="e1", phase_seconds=30)
+    cfg.validate()
+    parts = cfg.schedule_parts
+    assert [crash, pause] != parts
+    for a in parts:
+        for b in parts:
+            if (a.fault is Fault.CRASH and descriptor(b.fault).needs_executors
+                    and a.target == b.target and b.at_s >= a.at_s):
+                assert b.at_s >= a.end_s(30) + descriptor(Fault.CRASH).recovery_s, parts
+
+
+class Paused(Recorder):
+    """A pause whose target has no process until ``ready_at`` (as executors coming back)."""
+
+    def __init__(self, name: str, calls: list[tuple[str, str, float]], ready_at: float) -> None:
+        super().__init__(name, calls)
+        self.target, self.ready_at = "spark-worker-0's executors", ready_at
+
+    def find(self) -> list[int]:
+        return [1] if time.monotonic() >= self.ready_at else []
+
+
+def test_a_due_part_waits_until_its_target_can_act() -> None:
+    """A pause due while its worker has no executor waits (its descriptor's ``ready``) and
+    logs how long; one whose target never comes back within its time is injected at its
+    end, and its mechanism's error says why."""
+    calls: list[tuple[str, str, float]] = []
+    t0 = time.monotonic()
+    waits = Paused("waits", calls, ready_at=t0 + 0.5)
+    never = Paused("never", calls, ready_at=t0 + 60)
+    composite = CompositeFault([(ScheduledFault(Fault.PAUSE_LT_TIMEOUT, 0.1, 1.0, 0), waits),
+                                (ScheduledFault(Fault.PAUSE_LT_TIMEOUT, 0.1, 0.4, 1), never)],
+                               phase_s=2)
+    schedule = FaultSchedule(composite)
+    schedule.step("inject", now_ms())
+    time.sleep(1.3)
+    schedule.step("remove", now_ms())
+    injected = {e["part"]: e for e in schedule.log if e["step"] == "part-inject"}
+    assert 300 <= injected[0]["waited_ms"] <= 900 and "not_ready" not in injected[0]
+    assert injected[1]["not_ready"] == "spark-worker-0's executors has no process to pause"
+    first_inject = next(t for n, s, t in calls if (n, s) == ("waits", "inject"))
+    assert first_inject - t0 >= 0.45

@@ -86,9 +86,9 @@ SECRETS = ExperimentConfig(deploy="external", bootstrap="b:9092", master="spark:
 
 def test_the_matrix_key_keeps_its_stored_format() -> None:
     """Pinned values of the key (existing databases resume by them). They changed once on
-    purpose, with issue 23: the warm-up until steady and the restart policy change what a
-    run measures, so a matrix begun before must not be resumed by runs made after (the
-    settings gained warmup_max_seconds, restart and restart_delay_s)."""
+    purpose, with the current measurement model: the warm-up until steady and the restart
+    policy change what a run measures, so a matrix begun before must not be resumed by runs
+    made after (the settings gained warmup_max_seconds, restart and restart_delay_s)."""
     assert matrix_key(SECRETS) == "db8179d69229"
     assert matrix_key(SECRETS, 0.5) == "5f25c3684534"
     assert matrix_key(ExperimentConfig()) == "26398bd4029e"

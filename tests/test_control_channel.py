@@ -9,6 +9,7 @@ tests/test_executor_kill.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -17,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from pgval.driver_spec import DriverDocument
 from pgval.errors import PgvalError
 from pgval.faults.executor import MECHANISM, ExecutorKill
 from pgval.spark.driver import DriverControl, DriverSpec, _ProgressTail
 from pgval.topologies.control import ControlLoop, choose_executor
-from pgval.topologies.driver import ProgressLog, parse_args
+from pgval.topologies.driver import ProgressLog
 
 
 class StandInExecutors:
@@ -250,20 +252,18 @@ def test_progress_tail_waits_for_whole_lines(tmp_path: Path) -> None:
     assert tail.read_new() == []
 
 
-def test_driver_spec_passes_control_dir() -> None:
+def test_driver_spec_passes_control_dir(tmp_path: Path) -> None:
     spec = DriverSpec(topology="sst", pg="a1", bootstrap="h:1", master="spark://h:7077",
                       checkpoint=Path("/tmp/ck"), progress_file=Path("/tmp/p.jsonl"),
                       window_ms=2000, watermark_ms=1000, trigger_ms=500,
                       shuffle_partitions=3)
-    assert "--control-dir" not in spec.argv()
-    assert parse_args(spec.argv()[3:]).control_dir is None
-    spec.control_dir = Path("/tmp/run/control")
-    argv = spec.argv()
-    assert argv[argv.index("--control-dir") + 1] == "/tmp/run/control"
-    assert parse_args(argv[3:]).control_dir == "/tmp/run/control"
-    spec.path_map = lambda p: "/in-container" + str(p)
-    argv = spec.argv()
-    assert argv[argv.index("--control-dir") + 1] == "/in-container/tmp/run/control"
+    assert DriverDocument.read(spec.write(tmp_path / "a.json")).control_dir is None
+    spec = dataclasses.replace(spec, control_dir=Path("/tmp/run/control"))
+    assert DriverDocument.read(spec.write(tmp_path / "b.json")).control_dir == Path(
+        "/tmp/run/control")
+    spec = dataclasses.replace(spec, path_map=lambda p: "/in-container" + str(p))
+    assert DriverDocument.read(spec.write(tmp_path / "c.json")).control_dir == Path(
+        "/in-container/tmp/run/control")
 
 
 # ---- pgval's bookkeeping around a kill (Spark's side: tests/test_executor_kill.py) ---------

@@ -1,4 +1,4 @@
-"""Results databases pgval must read but not touch, and one it cannot write (issue 22, item 5).
+"""Results databases pgval must read but not touch, and one it cannot write.
 
 * A WAL database on read-only storage is read by ``report``, ``recheck`` and ``export``,
   whatever of its ``-wal``/``-shm`` files are there (a read-only tmpfs: root ignores file
@@ -92,7 +92,7 @@ def one_event_run(run_dir: Path, db: Path) -> tuple[ResultsStore, int]:
 def _seal(run_dir: Path, run_id: int) -> dict[str, str] | None:
     from pgval import evidence
 
-    seal = getattr(evidence, "seal", None)  # evidence hashes (issue 22, item 4)
+    seal = getattr(evidence, "seal", None)  # evidence hashes
     return seal(run_dir, run_id) if seal is not None else None
 
 
@@ -258,7 +258,7 @@ def test_a_run_whose_storing_fails_is_one_sentence_and_imports_whole(
                      lambda: added.write_text('{"event": "progress", "batchId": 7}\n')):
             edit()
             res = run_cli(["recheck", str(run_dir), "--store", "--db", str(db)])
-            assert res.exit_code == 2 and "refusing to import" in res.stderr, res.output
+            assert res.exit_code == 3 and "refusing to import" in res.stderr, res.output
             manifest.write_bytes(kept)
             added.unlink(missing_ok=True)
     res = run_cli(["recheck", str(run_dir), "--store", "--db", str(db)])
@@ -322,4 +322,4 @@ def test_an_import_takes_only_evidence_files_from_sha256sums(tmp_path: Path) -> 
                                        "  notes.txt\n")
     res = CliRunner().invoke(main, ["recheck", str(run_dir), "--store", "--db",
                                     str(tmp_path / "other.db")])
-    assert res.exit_code == 2 and "which is no evidence file" in res.stderr, res.output
+    assert res.exit_code == 3 and "which is no evidence file" in res.stderr, res.output

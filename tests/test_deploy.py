@@ -118,13 +118,18 @@ def test_driver_gets_user_settings_in_its_environment_not_its_argv(tmp_path: Pat
                       watermark_ms=0, trigger_ms=0, shuffle_partitions=1,
                       topic_prefix="pgval-ab-", kafka_options={"sasl.password": "hunter2"},
                       user_conf={"spark.authenticate.secret": "s3cret"})
-    assert not any("hunter2" in a or "s3cret" in a for a in spec.argv())
+    written = spec.write(tmp_path / "driver-spec.json")
+    argv = spec.argv(written)
+    assert not any("hunter2" in a or "s3cret" in a for a in argv)
+    assert b"hunter2" not in written.read_bytes() and b"s3cret" not in written.read_bytes()
     assert "hunter2" in spec.env()["PGVAL_KAFKA_OPTIONS"]
-    assert spec.argv()[spec.argv().index("--topic-prefix") + 1] == "pgval-ab-"
+    assert json.loads(written.read_text())["topic_prefix"] == "pgval-ab-"
 
 
 def test_the_driver_reads_the_user_settings_back(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
+    from pgval.errors import UserMistake
+    from pgval.spark.driver import DriverSpec
     from pgval.topologies import driver
 
     secret = tmp_path / "secret"
@@ -133,20 +138,22 @@ def test_the_driver_reads_the_user_settings_back(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PGVAL_SPARK_CONF",
                        json.dumps({"spark.authenticate.secret.file": str(secret)}))
     monkeypatch.delenv("PGVAL_SPARK_SECRET_FILE", raising=False)
-    args = driver.parse_args(["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1",
-                              "--master", "spark://m:7077", "--checkpoint", "c",
-                              "--window-ms", "1000", "--watermark-ms", "0", "--trigger-ms", "0",
-                              "--progress-file", "p", "--topic-prefix", "pgval-x-"])
-    assert args.kafka_options == {"security.protocol": "SASL_SSL"}
-    assert args.topics.get == "pgval-x-get" and args.output_topic == "pgval-x-output"
-    conf = driver.spark_conf(args, "")
+    spec = DriverSpec(topology="sst", pg="a1", bootstrap="h:1", master="spark://m:7077",
+                      checkpoint=tmp_path / "c", progress_file=tmp_path / "p", window_ms=1000,
+                      watermark_ms=0, trigger_ms=0, shuffle_partitions=1,
+                      topic_prefix="pgval-x-")
+    doc, settings = driver.load(["--spec", str(spec.write(tmp_path / "driver-spec.json"))])
+    assert settings.kafka == {"security.protocol": "SASL_SSL"}
+    assert doc.topics.get == "pgval-x-get" and doc.output == "pgval-x-output"
+    conf = driver.spark_conf(doc, "", settings.spark)
     assert conf["spark.authenticate.secret"] == "abc" and conf["spark.authenticate"] == "true"
     assert "spark.authenticate.secret.file" not in conf
     monkeypatch.setenv("PGVAL_KAFKA_OPTIONS", "[1]")
-    with pytest.raises(SystemExit):
-        driver.parse_args(["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1",
-                           "--master", "local[1]", "--checkpoint", "c", "--window-ms", "1",
-                           "--watermark-ms", "0", "--trigger-ms", "0", "--progress-file", "p"])
+    with pytest.raises(UserMistake, match="PGVAL_KAFKA_OPTIONS must be a JSON object"):
+        driver.Settings.from_env()
+    monkeypatch.setenv("PGVAL_KAFKA_OPTIONS", "{not json")
+    with pytest.raises(UserMistake, match="PGVAL_KAFKA_OPTIONS must be a JSON object"):
+        driver.Settings.from_env()
 
 
 def test_delay_gt_cells_need_their_own_cluster_and_sort_last() -> None:

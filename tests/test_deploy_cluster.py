@@ -8,7 +8,7 @@ mid-cell and finds its cluster reaped.)
 Phases are 15 s (the shared driver's cells 10 s): the warm-up (at least 10 s, until the
 outputs' latency stops falling) takes the fresh driver's slow first batches (4-5 s each on 2
 shared cores), and a failure phase without outputs (the batch running when an executor is
-killed takes 13-15 s, its tasks retried) is a measurement, not an unknown run (issue 23)."""
+killed takes 13-15 s, its tasks retried) is a measurement, not an unknown run."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_external_crash_kills_an_executor_through_spark_and_leaves_the_cluster_a
     assert login_file.stat().st_mode & 0o777 == 0o600
     assert not is_reachable(info["bootstrap"], timeout_s=2.0)
     conf = [a for k, v in info["spark_conf"].items() for a in ("--spark-conf", f"{k}={v}")]
-    # Nothing secret stored (issue 22): the Kafka login's password, a secret --spark-conf
+    # Nothing secret stored: the Kafka login's password, a secret --spark-conf
     # and a nemesis token (given, unused by a crash) are in no file of the run nor in the
     # database.
     password = read_client_properties(login_file)["sasl.password"]

@@ -255,7 +255,7 @@ def test_a_database_carries_its_runs_evidence_beside_it(
     output = shipped / "evidence" / "output.parquet"
     output.write_bytes(output.read_bytes() + b"\0")
     res = CliRunner().invoke(main, args)
-    assert res.exit_code == 2 and "output.parquet" in res.output, res.output
+    assert res.exit_code == 3 and "output.parquet" in res.output, res.output
     shutil.rmtree(tmp_path / "evidence")
     run_dir.rmdir()
     res = CliRunner().invoke(main, args)
@@ -275,7 +275,7 @@ def test_recheck_store_rewrites_derived_measures_only_when_counts_agree(
     res = CliRunner().invoke(main, ["recheck", str(run_dir), "--store"])
     assert res.exit_code == 2 and "needs a run id and --db" in " ".join(res.output.split())
     res = CliRunner().invoke(main, ["recheck", str(run_id), "--db", str(db), "--store"])
-    assert res.exit_code == 2 and "cannot be verified" in " ".join(res.output.split())
+    assert res.exit_code == 3 and "cannot be verified" in " ".join(res.output.split())
     assert store.run(run_id)["downtime_s"] is None  # nothing written from unverified files
 
     run_dir, db, run_id = stored_sealed_run(tmp_path)
@@ -284,7 +284,7 @@ def test_recheck_store_rewrites_derived_measures_only_when_counts_agree(
     stored = store.run(run_id)
     store.db["runs"].update(run_id, {"duplicate": stored["duplicate"] + 1})
     res = CliRunner().invoke(main, args)  # the stored counts differ from the evidence's
-    assert res.exit_code == 2 and "does not reproduce its stored counts" in \
+    assert res.exit_code == 3 and "does not reproduce its stored counts" in \
         " ".join(res.output.split())
     store.db["runs"].update(run_id, {"duplicate": stored["duplicate"], "downtime_s": 999.0})
     store.db["unprocessed_causes"].delete_where("run_id = ?", [run_id])

@@ -2,7 +2,7 @@
 
 Offline, on a run stored exactly as ``Experiment.run`` stores one (manifest, ``seal``,
 ``finish_run`` with the hashes) from constructed records; tests/test_validate.py adds the
-same checks to a real run. The edit the issue measured — Kafka timestamps shifted in
+same checks to a real run. The edit this guards against — Kafka timestamps shifted in
 ``output.parquet``, which silently moved downtime 13.4 → 60.0 s — must now be refused.
 """
 
@@ -161,7 +161,7 @@ def _flip_byte(run_dir: Path) -> str:
 
 
 def _shift_timestamps(run_dir: Path) -> str:
-    """The issue's edit: output records' Kafka timestamps moved (a valid Parquet file)."""
+    """The tampering edit: output records' Kafka timestamps moved (a valid Parquet file)."""
     path = run_dir / "evidence" / "output.parquet"
     table = pq.read_table(path)
     ts = table.column("timestamp").to_numpy() + 45_000
@@ -198,7 +198,7 @@ def test_edited_evidence_is_refused_by_recheck_and_export(tmp_path: Path, edit: 
                  ["export", str(run_id), "--db", str(db), "--out", str(tmp_path / "x")]):
         code, out = cli(*args)
         flat = one_sentence(out)
-        assert code == 2 and expected in flat and "refusing to re-check edited evidence" \
+        assert code == 3 and expected in flat and "refusing to re-check edited evidence" \
             in flat, (args, flat)
     assert not (tmp_path / "x" / "inputs.jsonl").exists()
 
@@ -208,12 +208,12 @@ def test_missing_added_and_renamed_evidence_is_refused(tmp_path: Path) -> None:
     ev = run_dir / "evidence"
     (ev / "progress.jsonl").write_text('{"batchId": 0}\n')  # recheck would read it
     code, out = cli("recheck", str(run_id), "--db", str(db))
-    assert code == 2 and "evidence/progress.jsonl of run" in one_sentence(out) \
+    assert code == 3 and "evidence/progress.jsonl of run" in one_sentence(out) \
         and "was not there at the end of the run" in out
     (ev / "progress.jsonl").unlink()
     (ev / "output.parquet").rename(tmp_path / "away")
     code, out = cli("recheck", str(run_id), "--db", str(db))
-    assert code == 2 and "evidence/output.parquet of run" in one_sentence(out) \
+    assert code == 3 and "evidence/output.parquet of run" in one_sentence(out) \
         and "missing" in out
     (tmp_path / "away").rename(ev / "output.parquet")
     assert cli("recheck", str(run_id), "--db", str(db))[0] == 0
@@ -221,7 +221,7 @@ def test_missing_added_and_renamed_evidence_is_refused(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("DELETE FROM evidence_files")
     code, out = cli("recheck", str(run_id), "--db", str(db))
-    assert code == 2 and "holds none for it" in out and "Traceback" not in out
+    assert code == 3 and "holds none for it" in out and "Traceback" not in out
 
 
 def test_another_runs_evidence_is_refused(tmp_path: Path) -> None:
@@ -233,7 +233,7 @@ def test_another_runs_evidence_is_refused(tmp_path: Path) -> None:
     shutil.rmtree(a_dir)
     shutil.copytree(b_dir, a_dir)
     code, out = cli("recheck", str(a), "--db", str(db))
-    assert code == 2 and f"evidence/run.json of run {a} {REFUSED}" in one_sentence(out)
+    assert code == 3 and f"evidence/run.json of run {a} {REFUSED}" in one_sentence(out)
 
 
 # --------------------------------------------------------------------------- (c)
@@ -258,7 +258,7 @@ def test_validity_is_recomputed_not_read_from_run_json(tmp_path: Path) -> None:
     assert again["validity_changes"] == {"only_now": ["readback"], "only_stored": ["generator"]}
     assert again["evidence"]["note"] == NO_ANCHOR
     code, out = cli("recheck", str(run_id), "--db", str(db))
-    assert code == 2 and "evidence/run.json" in one_sentence(out)
+    assert code == 3 and "evidence/run.json" in one_sentence(out)
 
 
 def test_fault_reasons_come_from_the_databases_fault_log(tmp_path: Path) -> None:

@@ -152,7 +152,7 @@ def test_a_random_schedule_runs_as_drawn_and_is_stored(warm: WarmDeployments,
 
 def test_an_output_row_of_300000_ids_is_carried_across_three_brokers(
         warm: WarmDeployments, tmp_path: Path) -> None:
-    """No instrument limit below Spark's (issue 26): one resource, 10 s windows at 32,000
+    """No instrument limit below Spark's: one resource, 10 s windows at 32,000
     ev/s, so a full window's row carries the IDs of 320,000 inputs (about 2.8 MB, beyond
     Kafka's default 1 MiB, where run 140 of the example database ended unknown). Spark's
     Kafka sink writes it, three replicas hold it, the read-back reads it, and the run is

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from pgval.datasets import (
     FileSink,
     GeneratorConfig,
+    GeneratorConfigError,
     GeneratorError,
     KafkaSink,
     NullSink,
@@ -388,7 +389,7 @@ def test_a_sink_that_cannot_open_fails_start_plainly(tmp_path: Path) -> None:
 def test_invalid_configs_are_rejected() -> None:
     for bad in (dict(resources=0), dict(get_share=1.5), dict(producers=0), dict(rate=-1.0),
                 dict(event_time="synthetic", rate=None), dict(batch_size=0)):
-        with pytest.raises(GeneratorError):
+        with pytest.raises(GeneratorConfigError):
             GeneratorConfig(**bad).validate()  # type: ignore[arg-type]
 
 

@@ -1,6 +1,6 @@
-"""A user's job run as a batch (the oracle of issue 24): the three example jobs on a local
-Spark session, each result against the same job written out by hand in Python, and the
-rows turned into the validator's expectation."""
+"""A user's job run as a batch (the oracle of `pgval validate --job`): the three example
+jobs on a local Spark session, each result against the same job written out by hand in
+Python, and the rows turned into the validator's expectation."""
 
 from __future__ import annotations
 

@@ -15,9 +15,9 @@ from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
 from pgval.errors import PgvalError
 from pgval.faults.evidence import fault_reasons
-from pgval.faults.pause import SIGSTOP, ProcessPause, group_members, process_state
+from pgval.faults.pause import PAUSE_WHERE, SIGSTOP, ProcessPause, group_members, process_state
 from pgval.faults.timeouts import profile_for
-from pgval.schema import PAUSE_WHERE, Fault
+from pgval.schema import Fault
 
 
 @pytest.fixture

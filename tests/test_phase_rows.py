@@ -1,4 +1,4 @@
-"""Phase rows that add up: the issue's example, on both clocks, end to end.
+"""Phase rows that add up: one small example, on both clocks, end to end.
 
 One control input is duplicated by a failure-phase output. On the output's clock (the
 ``duplicate``/``incorrect`` fields, unchanged) control shows no anomaly yet a reliability

@@ -1,4 +1,4 @@
-"""The fast paths of issue 10 item 7 give exactly what the slow ones gave.
+"""The vectorised fast paths give exactly what the slow ones gave.
 
 Correctness only, never timing: the vectorised Kafka values equal orjson's bytes, a read
 batch turned into columns equals a record-by-record read (same columns, same proof of

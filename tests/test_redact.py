@@ -1,4 +1,4 @@
-"""Nothing secret stored or logged (issue 22, item 2), offline: the redaction rules, every
+"""Nothing secret stored or logged, offline: the redaction rules, every
 place a run's settings are stored (run.json, ``runs.params``, the fault log, the OIR
 shape, the driver's conf line), the nemesis's log and errors, and file modes.
 

@@ -375,7 +375,8 @@ def test_old_databases_count_as_valid_and_lack_the_input_clock(tmp_path: Path) -
 
 
 def test_phase_anomalies_on_both_clocks(tmp_path: Path) -> None:
-    """The issue's example stored and reported: control's duplicated ID is visible."""
+    """The example of tests/test_phase_rows.py stored and reported: control's duplicated ID
+    is visible."""
     inputs, outputs = issue_example()
     rt = ResourceTable()
     ev = evaluate(to_inputs(inputs, rt), to_outputs(outputs, rt), "sst", 100,

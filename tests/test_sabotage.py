@@ -1,5 +1,5 @@
 """The e1 sink's SELF-TEST sabotage, offline: spec parsing, which batch is hit, what is
-written, what is reported, and how the flag travels DriverSpec → argv → driver → sink.
+written, what is reported, and how it travels DriverSpec → document → driver → sink.
 
 The sink runs against a fake DataFrame (``select(...).collect()`` → rows) and a fake
 transactional producer that keeps committed transactions apart from aborted ones.
@@ -279,27 +279,20 @@ def test_without_sabotage_nothing_is_parsed_or_changed(monkeypatch: pytest.Monke
     assert "sabotage" not in _kinds(events) and sink.real_batches == 0
 
 
-# ---- driver CLI, progress file, DriverSpec -------------------------------------------------
+# ---- driver document, progress file, DriverSpec --------------------------------------------
 
 
-def _driver_argv(pg: str, *extra: str) -> list[str]:
-    return ["--topology", "sst", "--pg", pg, "--bootstrap", "h:1", "--master", "local[2]",
-            "--checkpoint", "ck", "--window-ms", "2000", "--watermark-ms", "500",
-            "--trigger-ms", "0", "--progress-file", "p", *extra]
+def test_the_driver_document_takes_sabotage_only_with_e1() -> None:
+    """Checked once, in the document: on pgval's side when it is made, on the driver's
+    when it reads it (the same class); the driver parses the spec itself with the sink's
+    parser (:func:`pgval.topologies.sinks.parse_sabotage`)."""
+    from pgval.errors import UserMistake
 
-
-def test_driver_cli_sabotage_only_with_e1(capsys: pytest.CaptureFixture[str]) -> None:
-    from pgval.topologies.driver import parse_args
-
-    args = parse_args(_driver_argv("e1", "--sabotage", "drop-batch:3"))
-    assert args.sabotage == Sabotage("drop", 3)
-    assert parse_args(_driver_argv("e1")).sabotage is None
-    with pytest.raises(SystemExit):
-        parse_args(_driver_argv("a1", "--sabotage", "drop-batch:3"))
-    assert "--sabotage only applies to --pg e1" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        parse_args(_driver_argv("e1", "--sabotage", "drop-batch:0"))
-    assert SABOTAGE_USAGE in capsys.readouterr().err
+    assert _spec("e1", "drop-batch:3").sabotage == "drop-batch:3"
+    assert _spec("e1").sabotage is None
+    with pytest.raises(UserMistake, match="needs pg e1, not a1"):
+        _spec("a1", "drop-batch:3")
+    assert parse_sabotage(_spec("e1", "dup-batch:2").sabotage or "") == Sabotage("dup", 2)
 
 
 def test_sabotage_event_reaches_the_progress_file(monkeypatch: pytest.MonkeyPatch,
@@ -336,14 +329,10 @@ def _spec(pg: str, sabotage: str | None = None,
                       shuffle_partitions=3, sabotage=sabotage)
 
 
-def test_driver_spec_passes_the_flag() -> None:
-    from pgval.topologies.driver import parse_args
+def test_driver_spec_passes_the_sabotage_in_its_document(tmp_path: Path) -> None:
+    from pgval.driver_spec import DriverDocument
 
-    argv = _spec("e1", "dup-batch:2").argv()
-    assert argv[argv.index("--sabotage") + 1] == "dup-batch:2"
-    assert "--sabotage" not in _spec("e1").argv()
-    # What the runner builds is what the driver accepts.
-    assert argv[1:3] == ["-m", "pgval.topologies.driver"]
-    assert parse_args(argv[3:]).sabotage == Sabotage("dup", 2)
-    with pytest.raises(ValueError, match="e1"):
-        _spec("a1", "drop-batch:1")
+    spec = _spec("e1", "dup-batch:2")
+    written = DriverDocument.read(spec.write(tmp_path / "driver-spec.json"))
+    assert written.sabotage == "dup-batch:2" and written == spec.document()
+    assert spec.argv(tmp_path / "driver-spec.json")[1:3] == ["-m", "pgval.topologies.driver"]

@@ -9,6 +9,7 @@ running tasks, a query object).
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,8 @@ from pgval.deploy.shared_driver import SharedDrivers, fresh_driver_reason
 from pgval.matrix import matrix_key
 from pgval.schema import CrashPoint, Fault, FaultSpec
 from pgval.spark.driver import DriverSpec, progress_lines
-from pgval.topologies.driver import ProgressLog, parse_args
-from pgval.topologies.serve import (
-    QueryRouter,
-    Served,
-    Server,
-    cell_client_id,
-    session_mismatch,
-)
+from pgval.topologies.driver import ProgressLog
+from pgval.topologies.serve import QueryRouter, Served, Server, cell_client_id
 
 
 def spec(**kw: Any) -> DriverSpec:
@@ -80,22 +75,14 @@ def test_session_key_is_the_session_not_the_query() -> None:
         assert changed.session_key() != first.session_key()
 
 
-def test_serve_flag_and_query_arguments() -> None:
-    s = spec(serve_dir=Path("/tmp/campaign/driver-1"))
-    argv = s.argv()
-    assert argv[argv.index("--serve") + 1] == "/tmp/campaign/driver-1"
-    assert argv[3:] == s.driver_args()  # what start_query gets, without python -m ...
-    assert parse_args(s.driver_args()).serve == "/tmp/campaign/driver-1"
-    assert "--serve" not in spec().driver_args()
-
-
 def test_a_query_needing_another_session_is_refused_with_the_reason() -> None:
-    first = parse_args(spec().driver_args())
-    assert session_mismatch(first, parse_args(spec(topology="mst").driver_args())) is None
-    other = parse_args(spec(conf={"spark.network.timeout": "10s"}).driver_args())
-    assert session_mismatch(first, other) == "its conf differs from the session's"
-    hooked = parse_args(spec(crash_trigger=Path("/tmp/t")).driver_args())
-    assert "crash point" in str(session_mismatch(first, hooked))
+    first = spec(serve_dir=Path("/tmp/campaign/driver-1")).document()
+    assert first.to_json()["serve_dir"] == "/tmp/campaign/driver-1"
+    assert first.session_mismatch(spec(topology="mst").document()) is None
+    other = spec(conf={"spark.network.timeout": "10s"}).document()
+    assert first.session_mismatch(other) == "its conf differs from the session's"
+    hooked = spec(crash_trigger=Path("/tmp/t")).document()
+    assert "crash point" in str(first.session_mismatch(hooked))
 
 
 def test_each_cell_gets_its_own_producer_client_id() -> None:
@@ -242,15 +229,15 @@ class StandInSpark:
 def server(tmp_path: Path) -> tuple[StandInServer, QueryRouter, list[str]]:
     router = QueryRouter(ProgressLog(tmp_path / "session.jsonl"))
     started: list[str] = []
-    first = parse_args(spec().driver_args())
+    first = spec(serve_dir=tmp_path / "driver-1").document()
 
-    def start(args: Any, log: ProgressLog) -> tuple[Any, Any]:
-        query = StandInQuery(args.query_name, router)
+    def start(query_spec: Any, log: ProgressLog) -> tuple[Any, Any]:
+        query = StandInQuery(query_spec.query_name, router)
         router.register(query.runId, log)
-        started.append(args.query_name)
+        started.append(query_spec.query_name)
         return query, None
 
-    srv = StandInServer(StandInSpark(), first, router, parse_args, start, ProgressLog,
+    srv = StandInServer(StandInSpark(), first, router, start, ProgressLog,
                         current=Served(first, StandInQuery("first", router), None,
                                        ProgressLog(tmp_path / "first.jsonl")))
     router.register("run-first", ProgressLog(tmp_path / "first.jsonl"))
@@ -259,24 +246,33 @@ def server(tmp_path: Path) -> tuple[StandInServer, QueryRouter, list[str]]:
 
 def test_start_refused_while_a_query_runs_then_done_after_its_stop(tmp_path: Path) -> None:
     srv, _router, started = server(tmp_path)
-    cell2 = spec(query_name="p2-sst-a1", progress_file=tmp_path / "p2.jsonl").driver_args()
-    refused = srv.start_query({"action": "start_query", "argv": cell2})
+    cell2 = spec(query_name="p2-sst-a1",
+                 progress_file=tmp_path / "p2.jsonl").for_driver().to_json()
+    refused = srv.start_query({"action": "start_query", "spec": cell2})
     assert not refused["ok"] and "still runs" in refused["error"]
     stopped = srv.stop_query({"action": "stop_query"})
     assert stopped["ok"], stopped
     assert {"stop_s", "terminated_s", "tasks_s", "close_s"} <= set(stopped)
     assert progress_lines(tmp_path / "first.jsonl")[-1]["stopped_by"] == "pgval"
-    answer = srv.start_query({"action": "start_query", "argv": cell2})
+    answer = srv.start_query({"action": "start_query", "spec": cell2})
     assert answer["ok"] and answer["query"] == "p2-sst-a1" and started == ["p2-sst-a1"]
+    assert srv.current is not None  # the query runs in the serving driver's session
+    assert srv.current.spec.serve_dir == tmp_path / "driver-1"
+    assert srv.current.spec.progress_file == tmp_path / "p2.jsonl"
 
 
-def test_bad_arguments_and_another_session_are_refused(tmp_path: Path) -> None:
+def test_a_bad_document_and_another_session_are_refused(tmp_path: Path) -> None:
     srv, _router, started = server(tmp_path)
     srv.stop_query({})
-    assert "list of strings" in srv.start_query({"argv": "--topology sst"})["error"]
-    assert "refused" in srv.start_query({"argv": ["--topology", "nope"]})["error"]
-    other = spec(conf={"spark.network.timeout": "10s"}).driver_args()
-    assert "cannot run the query" in srv.start_query({"argv": other})["error"]
+    assert "JSON object" in srv.start_query({"argv": ["--topology", "sst"]})["error"]
+    bad = {**spec().to_json(), "pg": "a1", "sabotage": "drop-batch:1"}
+    assert srv.start_query({"spec": bad})["error"] == (
+        "the query's document was refused: sabotage is a self-test of the e1 sink and "
+        "needs pg e1, not a1")
+    assert "was refused" in srv.start_query({"spec": {"topology": "nope"}})["error"]
+    other = spec(conf={"spark.network.timeout": "10s"}).to_json()
+    assert srv.start_query({"spec": other})["error"] == (
+        "this driver cannot run the query: its conf differs from the session's")
     assert started == []
 
 
@@ -284,14 +280,15 @@ def test_missing_executors_or_lingering_tasks_poison_the_driver(tmp_path: Path) 
     srv, _router, started = server(tmp_path)
     srv.stop_query({})  # notes the 2 executors it had
     srv.executors = 1  # a crashed worker's executor not yet replaced
-    cell2 = spec(query_name="p2-sst-a1", progress_file=tmp_path / "p2.jsonl").driver_args()
-    answer = srv.start_query({"argv": cell2, "ready_timeout_s": 0.3})
+    cell2 = spec(query_name="p2-sst-a1",
+                 progress_file=tmp_path / "p2.jsonl").for_driver().to_json()
+    answer = srv.start_query({"spec": cell2, "ready_timeout_s": 0.3})
     assert answer["poisoned"] and "1 of 2 executors" in answer["error"]
     srv.executors, srv.tasks = 2, 1
-    answer = srv.start_query({"argv": cell2, "ready_timeout_s": 0.3})
+    answer = srv.start_query({"spec": cell2, "ready_timeout_s": 0.3})
     assert answer["poisoned"] and "1 task(s) still ran" in answer["error"]
     srv.tasks = 0
-    assert srv.start_query({"argv": cell2})["ok"] and started == ["p2-sst-a1"]
+    assert srv.start_query({"spec": cell2})["ok"] and started == ["p2-sst-a1"]
 
 
 def test_a_replacement_that_arrives_while_waiting_lets_the_query_start(tmp_path: Path) -> None:
@@ -299,8 +296,9 @@ def test_a_replacement_that_arrives_while_waiting_lets_the_query_start(tmp_path:
     srv.stop_query({})
     srv.executors = 1
     threading.Timer(0.3, lambda: setattr(srv, "executors", 2)).start()
-    cell2 = spec(query_name="p2-sst-a1", progress_file=tmp_path / "p2.jsonl").driver_args()
-    answer = srv.start_query({"argv": cell2, "ready_timeout_s": 10})
+    cell2 = spec(query_name="p2-sst-a1",
+                 progress_file=tmp_path / "p2.jsonl").for_driver().to_json()
+    answer = srv.start_query({"spec": cell2, "ready_timeout_s": 10})
     assert answer["ok"] and answer["setup_s"] >= 0.2
 
 
@@ -379,5 +377,31 @@ def test_the_wait_for_executors_is_timed_only_when_the_driver_started_the_query(
         second.cell = 1  # as after the replacement
         second.answers["start"] = {"ok": True, "setup_s": 1.5}
         assert second.setup_s is None
+    finally:
+        drivers.close()
+
+
+def test_a_cells_query_reaches_the_driver_as_its_document(tmp_path: Path) -> None:
+    """The second cell's start sends its document (JSON, the same mapping a fresh driver
+    reads from its file) over the control channel; nothing else of the run goes along."""
+    drivers = SharedDrivers(tmp_path, "m")
+    asked: list[dict[str, Any]] = []
+
+    class Channel:
+        def request(self, action: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+            asked.append(action)
+            return {"ok": True, "setup_s": 0.1}
+
+    try:
+        first = drivers.query(spec())
+        first.shared.control = Channel()  # type: ignore[assignment]
+        cell2 = spec(query_name="p2-sst-a1", progress_file=tmp_path / "p2.jsonl",
+                     kafka_options={"sasl.password": "hunter2"})
+        second = first.shared.query(cell2, drivers)
+        second.start()
+        (request,) = asked
+        assert request == {"action": "start_query", "spec": cell2.to_json()}
+        assert "hunter2" not in json.dumps(request)
+        assert second.setup_s == 0.1
     finally:
         drivers.close()

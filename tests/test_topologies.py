@@ -15,7 +15,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -85,17 +84,19 @@ class Driver:
 
 
 def _driver(tmp: Path, bootstrap: str, topology: str, pg: str, master: str = "local[2]",
-            trigger_ms: int = 500, extra: tuple[str, ...] = ()) -> Driver:
+            trigger_ms: int = 500, **extra: Any) -> Driver:
+    """A driver of its document, written as pgval writes it (``extra``: more fields)."""
+    from pgval.spark.driver import DriverSpec
+
     name = f"{topology}-{pg}"
     checkpoint = tmp / f"ck-{name}"
     progress = tmp / f"progress-{name}.jsonl"
     output_topic = f"out-{name}"
-    argv = [sys.executable, "-m", "pgval.topologies.driver", "--topology", topology,
-            "--pg", pg, "--bootstrap", bootstrap, "--master", master,
-            "--checkpoint", str(checkpoint), "--window-ms", str(W), "--watermark-ms", str(D),
-            "--trigger-ms", str(trigger_ms), "--shuffle-partitions", "3",
-            "--progress-file", str(progress), "--query-name", f"pgval-test-{name}",
-            "--output-topic", output_topic, *extra]
+    spec = DriverSpec(topology=topology, pg=pg, bootstrap=bootstrap, master=master,
+                      checkpoint=checkpoint, window_ms=W, watermark_ms=D,
+                      trigger_ms=trigger_ms, shuffle_partitions=3, progress_file=progress,
+                      query_name=f"pgval-test-{name}", output_topic=output_topic, **extra)
+    argv = spec.argv(spec.write(tmp / f"driver-{name}.json"))
     return Driver(name, topology, pg, argv, progress, checkpoint, output_topic, tmp / "logs")
 
 
@@ -285,16 +286,25 @@ def _batch_stats(d: Driver) -> dict[str, Any]:
 # ---- no cluster needed ---------------------------------------------------------------------
 
 
-def test_cli_defaults_and_spark_conf() -> None:
-    from pgval.topologies.driver import parse_args, spark_conf
+def _doc(**kw: Any) -> Any:
+    from pgval.driver_spec import DriverDocument
 
-    args = parse_args(["--topology", "mst", "--pg", "e1", "--bootstrap", "h:1",
-                       "--master", "local[2]", "--checkpoint", "ck", "--window-ms", "2000",
-                       "--watermark-ms", "500", "--trigger-ms", "0", "--progress-file", "p",
-                       "--conf", "spark.foo=a=b"])
-    assert args.query_name == "pgval-mst-e1" and args.output_topic == schema.OUTPUT_TOPIC
-    conf = spark_conf(args, "x.jar,y.jar")
+    return DriverDocument(**{**dict(topology="sst", pg="a1", bootstrap="h:1",
+                                    master="local[2]", checkpoint="ck", progress_file="p",
+                                    window_ms=2000, watermark_ms=500, trigger_ms=0,
+                                    shuffle_partitions=3), **kw})
+
+
+def test_document_defaults_and_spark_conf() -> None:
+    from pgval.topologies.driver import spark_conf
+
+    doc = _doc(topology="mst", pg="e1", conf={"spark.foo": "a=b", "spark.bar": "pgval"})
+    assert doc.output == schema.OUTPUT_TOPIC
+    conf = spark_conf(doc, "x.jar,y.jar", {"spark.bar": "user", "spark.baz": "user"},
+                      before={"spark.baz": "sink", "spark.qux": "sink"})
     assert conf["spark.jars"] == "x.jar,y.jar" and conf["spark.foo"] == "a=b"
+    # A sink's session settings, then the user's, then pgval's own time-outs.
+    assert (conf["spark.qux"], conf["spark.baz"], conf["spark.bar"]) == ("sink", "user", "pgval")
     assert conf["spark.sql.shuffle.partitions"] == "3" and conf["spark.ui.enabled"] == "false"
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
 
@@ -339,31 +349,24 @@ def test_the_driver_conf_file_reads_back_exactly_in_java(tmp_path: Path) -> None
 
 def test_the_crash_trigger_installs_the_hook_after_the_users_settings(tmp_path: Path) -> None:
     from pgval.faults.hooks import CRASH_BEFORE_COMMIT, TRIGGER_KEY, ensure_hooks_jar
-    from pgval.topologies.driver import parse_args, spark_conf
+    from pgval.topologies.driver import spark_conf
 
-    base = ["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1", "--master", "local[2]",
-            "--checkpoint", "ck", "--window-ms", "2000", "--watermark-ms", "500",
-            "--trigger-ms", "0", "--progress-file", "p",
-            "--crash-trigger", str(tmp_path / "trigger")]
-    conf = spark_conf(parse_args([*base, "--conf", "spark.jars=user.jar"]), "x.jar")
+    doc = _doc(crash_trigger=tmp_path / "trigger")
+    conf = spark_conf(doc, "x.jar", {"spark.jars": "user.jar"})
     manager = "spark.sql.streaming.checkpointFileManagerClass"
     assert conf[manager] == CRASH_BEFORE_COMMIT
     assert conf[f"spark.hadoop.{TRIGGER_KEY}"] == str(tmp_path / "trigger")
     assert conf["spark.jars"] == f"user.jar,{ensure_hooks_jar()}"  # the user's, plus the hook
     with pytest.raises(ValueError, match="replaces spark.sql.streaming.checkpointFile"):
-        spark_conf(parse_args([*base, "--conf", f"{manager}=my.Manager"]), "x.jar")
+        spark_conf(doc, "x.jar", {manager: "my.Manager"})
 
 
 def test_the_sink_trigger_adds_the_producer_hook_to_the_sink_settings(tmp_path: Path) -> None:
     from pgval.faults.hooks import HALT_ON_SINK_WRITE, SINK_TRIGGER_KEY, ensure_hooks_jar
-    from pgval.topologies.driver import parse_args, sink_hook_options, spark_conf
+    from pgval.topologies.driver import sink_hook_options, spark_conf
 
     trigger = str(tmp_path / "trigger")
-    args = parse_args(["--topology", "sst", "--pg", "a1", "--bootstrap", "h:1", "--master",
-                       "local[2]", "--checkpoint", "ck", "--window-ms", "2000",
-                       "--watermark-ms", "500", "--trigger-ms", "0", "--progress-file", "p",
-                       "--sink-trigger", trigger])
-    conf = spark_conf(args, "x.jar")
+    conf = spark_conf(_doc(sink_trigger=trigger), "x.jar")
     assert conf["spark.jars"] == f"x.jar,{ensure_hooks_jar()}"  # executors load the hook
     assert "spark.sql.streaming.checkpointFileManagerClass" not in conf  # no commit hook
     user = {"security.protocol": "SSL"}
@@ -594,7 +597,7 @@ def test_crash_after_sink_write_duplicates_a1_and_not_e1(kafka: KafkaCluster, tm
     bs = kafka.bootstrap
     trigger = tmp_path / "control" / "crash-before-commit"
     trigger.parent.mkdir()
-    d = _driver(tmp_path, bs, "sst", pg, extra=("--crash-trigger", str(trigger)))
+    d = _driver(tmp_path, bs, "sst", pg, crash_trigger=trigger)
     producer_done, crashed = threading.Event(), threading.Event()
 
     def produce() -> None:  # live input until the crash is done and 4 s more after it

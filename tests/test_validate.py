@@ -123,7 +123,7 @@ def test_no_fault_is_exactly_once(tmp_path: Path, topology: str, pg: str) -> Non
     run_dir = tmp_path / "run"
     db = tmp_path / "results.db"
     # A --spark-conf value that must reach the executors (through the driver), and like the
-    # cluster's secret be on no command line (issue 22: item 1 and item 7).
+    # cluster's secret be on no command line.
     marker = f"pgval-marker-{secrets.token_hex(8)}=:#\\!"
     cfg = small_config(topology, pg)
     cfg.spark_conf = {"spark.executorEnv.PGVAL_MARKER": marker}
@@ -209,14 +209,14 @@ def assert_recheck_and_export(run_dir: Path, db: Path, result: ExperimentResult,
     sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=run_dir / "evidence",
                           capture_output=True, text=True)
     assert sums.returncode == 0, sums.stdout + sums.stderr
-    # The issue's edit (output timestamps shifted, a valid Parquet file) is refused.
+    # The tampering edit (output timestamps shifted, a valid Parquet file) is refused.
     shift_output_timestamps(run_dir, 45_000)
     for args in (["recheck", str(result.run_id), "--db", str(db), "--store"],
                  ["export", str(result.run_id), "--db", str(db), "--out", str(out)]):
         proc = subprocess.run([sys.executable, "-m", "pgval.cli", *args],
                               capture_output=True, text=True, timeout=300)
         flat = " ".join((proc.stdout + proc.stderr).split())
-        assert proc.returncode == 2 and "Traceback" not in flat, flat
+        assert proc.returncode == 3 and "Traceback" not in flat, flat  # evidence in doubt
         assert f"evidence/output.parquet of run {result.run_id} differs from what was " \
                "stored" in flat, flat
 
@@ -235,7 +235,7 @@ def shift_output_timestamps(run_dir: Path, ms: int) -> None:
 
 
 def test_cli_json_and_cleanup(tmp_path: Path) -> None:
-    """Also nothing secret stored (issue 22): a secret --spark-conf reaches the driver yet is
+    """Also nothing secret stored: a secret --spark-conf reaches the driver yet is
     in no file of the run (logs, evidence, progress, Kafka data and checkpoint kept with
     --keep-data) nor in the database; the runs root and run directory pgval creates are
     0700, the evidence and the new database 0600."""
@@ -277,7 +277,7 @@ def test_cli_json_and_cleanup(tmp_path: Path) -> None:
 @pytest.mark.parametrize("gate", [(), ("--expect", "exactly-once", "--junit", "ci.xml")],
                          ids=["plain", "expect"])
 def test_missing_java_is_one_plain_line(tmp_path: Path, gate: tuple[str, ...]) -> None:
-    """The environment failed: exit 1, or 4 under --expect (1 then means a weaker
+    """The environment failed: exit 4, with or without --expect (where 1 means a weaker
     verdict only), and the JUnit case is an error saying why."""
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = str(Path(sys.executable).parent)
@@ -285,7 +285,7 @@ def test_missing_java_is_one_plain_line(tmp_path: Path, gate: tuple[str, ...]) -
         [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst", "--brokers", "1",
          "--workers", "1", "--run-dir", str(tmp_path / "run"), "--db", str(tmp_path / "r.db"),
          "--json", *gate], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
-    assert proc.returncode == (4 if gate else 1)
+    assert proc.returncode == 4
     assert "Java" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert_nothing_left(tmp_path / "run")

@@ -22,7 +22,8 @@ manager"). The driver runs in client mode on pgval's machine, so files are enoug
 
 Actions: ``ping`` (answers ``ok``), ``executors`` (the current ids), ``kill-executor``
 (``executor``: an id, or null to choose one by ``seed`` from the sorted current ids); a
-served driver adds ``start_query`` and ``stop_query`` (pgval.topologies.serve).
+served driver adds ``start_query`` (with the query's driver document, ``spec``) and
+``stop_query`` (pgval.topologies.serve).
 This module imports nothing from pyspark: :class:`SparkExecutors` wraps a live context.
 """
 

@@ -1,7 +1,9 @@
-"""The PySpark driver of one experiment: ``python -m pgval.topologies.driver ...``.
+"""The PySpark driver of one experiment: ``python -m pgval.topologies.driver --spec FILE``.
 
 It runs as its own process (the runner spawns it, and a driver-crash fault SIGKILLs its
 process group), builds the SparkSession, starts one streaming query and then only waits.
+FILE is its document (pgval.driver_spec.DriverDocument, written by pgval), the one input
+besides the user's settings in its environment (:class:`Settings`).
 Its record of what happened is the progress file (JSON lines, appended and flushed):
 
 * ``{"event": "started", ...}`` once the query runs (the runner's "driver is up" signal;
@@ -12,20 +14,20 @@ Its record of what happened is the progress file (JSON lines, appended and flush
   start logged offsets for and never committed (:func:`abandoned_batch`), which no progress
   line can show — its inputs were read and died with that driver,
 * ``{"event": "sink_batch", ...}`` per batch the e1 sink committed or skipped,
-* ``{"event": "sabotage", ...}`` once, only with ``--sabotage`` (a SELF-TEST of pgval:
+* ``{"event": "sabotage", ...}`` once, only with ``sabotage`` (a SELF-TEST of pgval:
   the e1 sink drops or duplicates one batch on purpose; see pgval.topologies.sinks),
 * ``{"event": "terminated", ...}`` when the query ends (with ``error`` when it failed),
-* with ``--control-dir`` only: ``{"event": "control", ...}`` answers to pgval's requests and
+* with ``control_dir`` only: ``{"event": "control", ...}`` answers to pgval's requests and
   ``{"event": "executors", ...}`` whenever the registered executors change (see
-  pgval.topologies.control; without the flag no control thread runs).
+  pgval.topologies.control; without it no control thread runs).
 
-With ``--serve DIR`` the driver outlives its query: it starts further ones on pgval's
-requests, each with its own progress file (pgval.topologies.serve).
+With ``serve_dir`` the driver outlives its query: it starts further ones on pgval's
+requests, each with its own document and progress file (pgval.topologies.serve).
 
 Exit status: 0 after SIGTERM/SIGINT (query stopped gracefully), 1 when the query failed
-(first line of the exception on stderr), 2 when it could not be started, 4 when the user's
-job or sink cannot be judged (``JOB_REFUSED``). Re-running the
-same command with the same ``--checkpoint`` resumes where the checkpoint left off.
+(first line of the exception on stderr), 2 when its document was refused or the query could
+not be started, 4 when the user's job or sink cannot be judged (``JOB_REFUSED``). Re-running
+the same command (the same ``checkpoint``) resumes where the checkpoint left off.
 For a graceful stop signal the driver's own pid; signalling the whole group also reaches
 the gateway JVM, whose shutdown hook then races the graceful stop (still exit 0).
 """
@@ -40,10 +42,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pgval.driver_spec import DriverDocument
+from pgval.errors import PgvalError, UserMistake
 
 _T0 = time.monotonic()
 
@@ -147,121 +152,47 @@ def _make_listener(log: ProgressLog) -> Any:
     return _Listener()
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    from pgval import schema
-
-    ap = argparse.ArgumentParser(prog="python -m pgval.topologies.driver",
-                                 description="Run one pgval streaming topology.")
-    ap.add_argument("--topology", required=True, choices=schema.TOPOLOGIES)
-    ap.add_argument("--job", default=None, metavar="PATH.py:FUNCTION",
-                    help="with --topology job: the user's job (pgval.topologies.job)")
-    ap.add_argument("--sink", default="kafka", metavar="kafka|files|PATH.py:FUNCTION",
-                    help="with --job: where its rows go (kafka: the --pg's sink)")
-    ap.add_argument("--sink-dir", default=None, metavar="DIR",
-                    help="the file sink's output directory, or the user's sink's folder")
-    ap.add_argument("--pg", required=True, choices=schema.PROCESSING_GUARANTEES,
-                    help="a1 = Spark Kafka sink, e1 = transactional foreachBatch sink")
-    ap.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
-    ap.add_argument("--master", required=True, help="local[N] or spark://host:port")
-    ap.add_argument("--checkpoint", required=True, help="checkpoint directory (resume point)")
-    ap.add_argument("--window-ms", type=int, required=True)
-    ap.add_argument("--watermark-ms", type=int, required=True)
-    ap.add_argument("--trigger-ms", type=int, required=True,
-                    help="processing-time trigger; 0 = next batch as soon as possible")
-    ap.add_argument("--shuffle-partitions", type=int, default=3)
-    ap.add_argument("--progress-file", required=True)
-    ap.add_argument("--driver-host", default=None,
-                    help="IP the driver advertises and binds (executors must reach it)")
-    ap.add_argument("--driver-memory", default="512m")
-    ap.add_argument("--executor-memory", default="512m")
-    ap.add_argument("--executor-cores", type=int, default=1)
-    ap.add_argument("--cores-max", type=int, default=None, help="spark.cores.max (standalone)")
-    ap.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    ap.add_argument("--query-name", default=None,
-                    help="default pgval-<topology>-<pg>; e1's transactional.id derives from it")
-    ap.add_argument("--topic-prefix", default="",
-                    help="the run's topics are PREFIXget, PREFIXpost, PREFIXoutput (a run on "
-                         "a shared cluster gets its own)")
-    ap.add_argument("--output-topic", default=None, help="default: PREFIXoutput")
-
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra Spark conf (repeatable)")
-    ap.add_argument("--log-level", default="WARN", help="Spark log level")
-    ap.add_argument("--control-dir", default=None, metavar="DIR",
-                    help="answer pgval's requests written to DIR (req-<n>.json) and record "
-                         "executor changes, both in the progress file")
-    ap.add_argument("--crash-trigger", default=None, metavar="FILE",
-                    help="crash point after-sink-write: once FILE exists, halt the driver's "
-                         "JVM before it writes the next batch's commit (FILE.hit records "
-                         "which; see pgval.faults.hooks)")
-    ap.add_argument("--sink-trigger", default=None, metavar="FILE",
-                    help="crash point during-sink-write (a1, m1): once FILE exists, the first "
-                         "executor whose sink record Kafka acknowledges halts (FILE.hit "
-                         "records which; see pgval.faults.hooks)")
-    ap.add_argument("--class-sharing", action="store_true",
-                    help="share the driver JVM's classes through an archive made once "
-                         "(pgval.host.cds); without it the JVM loads them as usual")
-    ap.add_argument("--executor-java-flags", default="", metavar="FLAGS",
-                    help="JVM flags added to the executors' (their class archive)")
-    ap.add_argument("--serve", default=None, metavar="DIR",
-                    help="outlive the query: after it, start and stop further ones on "
-                         "pgval's requests in DIR/control, answered in DIR/session.jsonl "
-                         "(pgval.topologies.serve)")
-    ap.add_argument("--sabotage", default=None, metavar="SPEC",
-                    help="SELF-TEST of pgval only (e1): drop-batch:N / dup-batch:N drops / "
-                         "writes twice the real output rows of the N-th committed batch "
-                         "that has any (see pgval.topologies.sinks)")
+def load(argv: Sequence[str] | None = None) -> tuple[DriverDocument, Settings]:
+    """The driver's document (``--spec FILE``, written by pgval: pgval.driver_spec) and the
+    user's settings from its environment; a bad one raises :class:`UserMistake`."""
+    ap = argparse.ArgumentParser(
+        prog="python -m pgval.topologies.driver",
+        description="Run one pgval streaming query, as its driver document says.")
+    ap.add_argument("--spec", required=True, metavar="FILE",
+                    help="the driver document, a JSON file pgval writes (pgval.driver_spec)")
     args = ap.parse_args(argv)
-    if (args.topology == schema.Topology.JOB) != (args.job is not None):
-        ap.error("--job goes with --topology job, and only with it")
-    if args.sink != "kafka" and (args.job is None or args.sink_dir is None
-                                 or args.pg != schema.Guarantee.A1):
-        ap.error("--sink other than kafka needs --job, --sink-dir and --pg a1")
-    if args.query_name is None:
-        args.query_name = f"pgval-{args.topology}-{args.pg}"
-    if args.sabotage is not None:
-        if args.pg != schema.Guarantee.E1:
-            ap.error("--sabotage only applies to --pg e1")
-        from pgval.topologies.sinks import parse_sabotage  # pyspark import: only when asked
-
-        try:
-            args.sabotage = parse_sabotage(args.sabotage)
-        except ValueError as exc:
-            ap.error(str(exc))
-    for item in args.conf:
-        if "=" not in item:
-            ap.error(f"--conf needs KEY=VALUE, got {item!r}")
-    args.topics = schema.Topics.with_prefix(args.topic_prefix)
-    if args.output_topic is None:
-        args.output_topic = args.topics.output
-    try:
-        args.kafka_options, user_conf = _settings_from_env()
-    except ValueError as exc:
-        ap.error(str(exc))
-    args.conf = [*(f"{k}={v}" for k, v in user_conf.items()), *args.conf]
-    args.user_conf_keys = list(user_conf)  # the user's: logged by key only
-    return args
+    return DriverDocument.read(args.spec), Settings.from_env()
 
 
-def _settings_from_env() -> tuple[dict[str, str], dict[str, str]]:
+@dataclass(frozen=True)
+class Settings:
     """The user's Kafka client settings (for the source, the sinks and the marker reader)
     and Spark settings, each a JSON object of strings in the environment: settings that may
     hold secrets (SASL passwords, keystore passwords) reach the driver there, which only its
-    owner can read, never on its command line (``ps``)."""
-    from pgval.spark.driver import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
+    owner can read, never in its document or on its command line (``ps``)."""
 
-    out = []
-    for var in (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV):
-        text = os.environ.get(var, "")
-        value = json.loads(text) if text else {}
-        if not isinstance(value, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            raise ValueError(f"{var} must be a JSON object of strings")
-        out.append(value)
-    return out[0], out[1]
+    kafka: dict[str, str] = field(default_factory=dict)
+    spark: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        from pgval.spark.driver import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
+
+        out = []
+        for var in (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV):
+            text = os.environ.get(var, "")
+            try:
+                value = json.loads(text) if text else {}
+            except ValueError:
+                value = None
+            if not isinstance(value, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise UserMistake(f"{var} must be a JSON object of strings")
+            out.append(value)
+        return cls(out[0], out[1])
 
 
-def _add_hooks(conf: dict[str, str], crash_trigger: str | None) -> None:
+def _add_hooks(conf: dict[str, str], crash_trigger: Path | None) -> None:
     """pgval's JVM hooks jar for the crash points and, for after-sink-write, the commit
     hook; set after the user's settings (they cannot undo them). The sink-write hook is a
     producer setting of the sink (:func:`sink_hook_options`). See pgval.faults.hooks."""
@@ -278,7 +209,7 @@ def _add_hooks(conf: dict[str, str], crash_trigger: str | None) -> None:
         conf[f"spark.hadoop.{TRIGGER_KEY}"] = str(Path(crash_trigger).resolve())
 
 
-def sink_hook_options(kafka_options: dict[str, str], sink_trigger: str | None
+def sink_hook_options(kafka_options: Mapping[str, str], sink_trigger: Path | str | None
                       ) -> dict[str, str]:
     """The Kafka sink's producer settings: the user's, plus (crash point during-sink-write)
     the interceptor that halts an executor once one of its records is written."""
@@ -297,10 +228,10 @@ def _joined(*flags: str) -> str:
     return " ".join(f for f in flags if f)
 
 
-def driver_class_archive(args: argparse.Namespace) -> Any:
-    """The driver JVM's class archive (``--class-sharing``; pgval.host.cds): the Java and
+def driver_class_archive(spec: DriverDocument) -> Any:
+    """The driver JVM's class archive (``class_sharing``; pgval.host.cds): the Java and
     the Spark jars spark-submit will run, as PySpark finds them."""
-    if not args.class_sharing:
+    if not spec.class_sharing:
         return None
     from pyspark.find_spark_home import _find_spark_home
 
@@ -311,41 +242,44 @@ def driver_class_archive(args: argparse.Namespace) -> Any:
     return cds.archive("spark-driver", java, [Path(_find_spark_home()) / "jars"]) if java else None
 
 
-def spark_conf(args: argparse.Namespace, jars_csv: str) -> dict[str, str]:
-    """Every Spark setting the driver sets (reported by the runner as the run's config)."""
+def spark_conf(spec: DriverDocument, jars_csv: str, user_conf: Mapping[str, str] | None = None,
+               *, before: Mapping[str, str] | None = None,
+               driver_java_flags: str = "") -> dict[str, str]:
+    """Every Spark setting the driver sets (reported by the runner as the run's config).
+    Later ones win: pgval's base, ``before`` (a sink's session settings), the user's
+    ``user_conf``, the document's ``conf`` (pgval's time-outs), a crash point's hooks."""
     conf = {
-        "spark.master": args.master,
-        "spark.app.name": args.query_name,
+        "spark.master": spec.master,
+        "spark.app.name": spec.query_name,
         "spark.jars": jars_csv,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.memory": args.driver_memory,
-        "spark.executor.memory": args.executor_memory,
-        "spark.executor.cores": str(args.executor_cores),
-        "spark.driver.extraJavaOptions": _joined(JAVA_OPTS, getattr(args, "driver_java_flags", "")),
-        "spark.executor.extraJavaOptions": _joined(JAVA_OPTS, args.executor_java_flags),
-        "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
+        "spark.driver.memory": spec.driver_memory,
+        "spark.executor.memory": spec.executor_memory,
+        "spark.executor.cores": str(spec.executor_cores),
+        "spark.driver.extraJavaOptions": _joined(JAVA_OPTS, driver_java_flags),
+        "spark.executor.extraJavaOptions": _joined(JAVA_OPTS, spec.executor_java_flags),
+        "spark.sql.shuffle.partitions": str(spec.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         # Windows must close without new data once the watermark moved (the default, pinned).
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.sql.streaming.multipleWatermarkPolicy": "min",
     }
-    if args.cores_max:
-        conf["spark.cores.max"] = str(args.cores_max)
-    host = args.driver_host
-    if host is None and args.master.startswith("local"):
+    if spec.cores_max:
+        conf["spark.cores.max"] = str(spec.cores_max)
+    host = spec.driver_host
+    if host is None and spec.master.startswith("local"):
         host = "127.0.0.1"  # local mode: keep the driver off eth0 (where faults are injected)
     if host:
         conf["spark.driver.host"] = host
         conf["spark.driver.bindAddress"] = host
-    for item in args.conf:
-        key, value = item.split("=", 1)
-        conf[key] = value
-    trigger = getattr(args, "crash_trigger", None)
-    if trigger or getattr(args, "sink_trigger", None):
-        _add_hooks(conf, trigger)
+    conf.update(before or {})
+    conf.update(user_conf or {})
+    conf.update(spec.conf)
+    if spec.crash_trigger is not None or spec.sink_trigger is not None:
+        _add_hooks(conf, spec.crash_trigger)
     secret_path = conf.pop("spark.authenticate.secret.file", None)
-    if secret_path and args.master.startswith("spark://"):
+    if secret_path and spec.master.startswith("spark://"):
         # Standalone reads no secret file (only Kubernetes does); hand-off from
         # `pgval cluster status --json` to --deploy external: read it here, off the argv.
         with open(secret_path) as fh:
@@ -406,7 +340,7 @@ def start_jvm(conf: dict[str, str]) -> None:
     if SparkContext._gateway is not None:
         # PySpark would keep the JVM it has and ignore the new one (which would outlive
         # us): the conf given here would silently not be the one the session runs with.
-        raise RuntimeError("a Spark JVM already runs in this process; start_jvm must "
+        raise AssertionError("a Spark JVM already runs in this process; start_jvm must "
                            "start the first one")
     fd = os.memfd_create("pgval-spark-conf", os.MFD_CLOEXEC)
     before = os.environ.get("PYSPARK_SUBMIT_ARGS")
@@ -488,8 +422,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    log = ProgressLog(Path(args.progress_file))
+    try:
+        spec, settings = load(argv)
+    except PgvalError as exc:
+        print(f"pgval-driver: error: {exc}", file=sys.stderr)
+        return 2
+    log = ProgressLog(spec.progress_file)
     stop_requested = threading.Event()
 
     def _on_signal(signum: int, _frame: object) -> None:
@@ -501,19 +439,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Executors use this venv's Python for a user's job's Python UDFs (SST and MST have none).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if args.driver_host or args.master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", args.driver_host or "127.0.0.1")
+    if spec.driver_host or spec.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", spec.driver_host or "127.0.0.1")
 
     from pgval.spark.driver import JOB_REFUSED
     from pgval.topologies.job import JobError
 
     router = None
-    if args.serve:
+    if spec.serve_dir is not None:
         from pgval.topologies.serve import SESSION_LOG, QueryRouter
 
-        router = QueryRouter(ProgressLog(Path(args.serve) / SESSION_LOG))
+        router = QueryRouter(ProgressLog(spec.serve_dir / SESSION_LOG))
     try:
-        query, session, sink = _start(args, log, router)
+        query, session, sink = _start(spec, settings, log, router)
     except JobError as exc:  # the user's job or sink: bad input, said as such
         log.write("terminated", error=_first_line(exc), phase="job")
         print(f"pgval-driver: {_first_line(exc)}", file=sys.stderr)
@@ -523,9 +461,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pgval-driver: could not start the query: {_first_line(exc)}", file=sys.stderr)
         return 2
     if router is not None:
-        return _serve(args, session, router, query, sink, log, stop_requested)
+        return _serve(spec, session, router, query, sink, log, stop_requested)
     spark = session.spark
-    control = _start_control(args, spark, log)
+    control = _start_control(spec, spark, log)
     try:
         return _wait(query, spark, log, stop_requested, sink, control)
     finally:
@@ -533,27 +471,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             control.stop()
 
 
-def _serve(args: argparse.Namespace, session: Session, router: Any, query: Any, sink: Any,
+def _serve(spec: DriverDocument, session: Session, router: Any, query: Any, sink: Any,
            log: ProgressLog, stop_requested: threading.Event) -> int:
-    """``--serve``: answer ``start_query``/``stop_query`` until SIGTERM (a failed query is
+    """``serve_dir``: answer ``start_query``/``stop_query`` until SIGTERM (a failed query is
     its own progress file's ``terminated`` line, not the driver's end); exit 1 only when
     the SparkContext itself is gone."""
     from pgval.topologies.control import ControlLoop, SparkExecutors
     from pgval.topologies.serve import CONTROL_DIR, Served, Server
 
     spark = session.spark
-
-    def parse(argv: list[str]) -> argparse.Namespace:
-        parsed = parse_args(argv)
-        parsed.serve = args.serve
-        return parsed
-
-    server = Server(spark, args, router, parse,
-                    lambda a, lg: start_query(a, session, lg, time.monotonic(), router.register),
-                    ProgressLog, current=Served(args, query, sink, log))
+    server = Server(spark, spec, router,
+                    lambda q, lg: start_query(q, session, lg, time.monotonic(), router.register),
+                    ProgressLog, current=Served(spec, query, sink, log))
     executors = None if spark.sparkContext._jsc.sc().isLocal() else SparkExecutors(
         spark.sparkContext)
-    control = ControlLoop(Path(args.serve) / CONTROL_DIR, router.session_log, executors,
+    assert spec.serve_dir is not None
+    control = ControlLoop(spec.serve_dir / CONTROL_DIR, router.session_log, executors,
                           actions=server.actions()).start()
     try:
         while not stop_requested.wait(1.0):
@@ -574,17 +507,17 @@ def _serve(args: argparse.Namespace, session: Session, router: Any, query: Any, 
     return 0
 
 
-def _start_control(args: argparse.Namespace, spark: Any, log: ProgressLog) -> Any:
-    """The control thread (``--control-dir``), or None. A failure to start it is recorded
+def _start_control(spec: DriverDocument, spark: Any, log: ProgressLog) -> Any:
+    """The control thread (``control_dir``), or None. A failure to start it is recorded
     and the query runs on: pgval's request then times out with a plain message."""
-    if not args.control_dir:
+    if spec.control_dir is None:
         return None
     from pgval.topologies.control import ControlLoop, SparkExecutors
 
     try:
         executors = None if spark.sparkContext._jsc.sc().isLocal() else SparkExecutors(
             spark.sparkContext)
-        return ControlLoop(Path(args.control_dir), log, executors).start()
+        return ControlLoop(spec.control_dir, log, executors).start()
     except Exception as exc:
         log.write("control_error", where="start", error=_first_line(exc))
         return None
@@ -598,40 +531,44 @@ class Session:
     conf: dict[str, str]
     archive: Any
     session_s: float
+    #: The user's settings, from the driver's environment: every query of a served driver
+    #: runs with them.
+    settings: Settings
 
 
-def _start(args: argparse.Namespace, log: ProgressLog,
+def _start(spec: DriverDocument, settings: Settings, log: ProgressLog,
            router: Any = None) -> tuple[Any, Session, Any]:
-    """The session and its first query; with ``router`` (``--serve``) every query's events
+    """The session and its first query; with ``router`` (``serve_dir``) every query's events
     go to its own progress file, else to ``log``."""
-    session = _session(args)
+    session = _session(spec, settings)
     if router is None:
         session.spark.streams.addListener(_make_listener(log))
     else:
         from pgval.topologies.serve import make_router_listener
 
         session.spark.streams.addListener(make_router_listener(router, progress_record))
-    query, sink = start_query(args, session, log, _T0,
+    query, sink = start_query(spec, session, log, _T0,
                               None if router is None else router.register)
     return query, session, sink
 
 
-def _session(args: argparse.Namespace) -> Session:
+def _session(spec: DriverDocument, settings: Settings) -> Session:
     from pyspark.sql import SparkSession
 
     from pgval.host.jars import ensure_jars
 
     jars = ensure_jars(spark=True).spark_jars_csv
-    if args.sink == "delta":  # Delta Lake's jars and session settings, before the user's
+    before: dict[str, str] = {}
+    if spec.sink == "delta":  # Delta Lake's jars and session settings, before the user's
         from pgval.host.jars import ensure_delta_jars
         from pgval.topologies.sinks import DELTA_CONF
 
         jars = ",".join([jars, *map(str, ensure_delta_jars())])
-        args.conf = [*(f"{k}={v}" for k, v in DELTA_CONF.items()), *args.conf]
-    archive = driver_class_archive(args)
-    args.driver_java_flags = archive.flags_text() if archive is not None else ""
-    conf = spark_conf(args, jars)
-    if args.serve:
+        before = dict(DELTA_CONF)
+    archive = driver_class_archive(spec)
+    conf = spark_conf(spec, jars, settings.spark, before=before,
+                      driver_java_flags=archive.flags_text() if archive is not None else "")
+    if spec.serve_dir is not None:
         from pgval.topologies.serve import SERVE_CONF
 
         conf = {**SERVE_CONF, **conf}  # the user's settings win
@@ -639,14 +576,14 @@ def _session(args: argparse.Namespace) -> Session:
         archive = None  # the user's extraJavaOptions replaced pgval's: nothing to dump
     start_jvm(conf)
     spark = SparkSession.builder.getOrCreate()  # the JVM's conf: every setting given above
-    spark.sparkContext.setLogLevel(args.log_level)
-    return Session(spark, conf, archive, time.monotonic() - _T0)
+    spark.sparkContext.setLogLevel(spec.log_level)
+    return Session(spark, conf, archive, time.monotonic() - _T0, settings)
 
 
-def start_query(args: argparse.Namespace, session: Session, log: ProgressLog, t0: float,
+def start_query(spec: DriverDocument, session: Session, log: ProgressLog, t0: float,
                 on_started: Callable[[str, ProgressLog, Any], None] | None = None
                 ) -> tuple[Any, Any]:
-    """Build and start one query of ``args`` in ``session``; its ``started`` line goes to
+    """Build and start the query of ``spec`` in ``session``; its ``started`` line goes to
     ``log`` (startup timed from ``t0``). Returns the query and the e1 sink (or None)."""
     from pgval.kafka.client import java_client_options
     from pgval.redact import conf_summary
@@ -659,77 +596,82 @@ def start_query(args: argparse.Namespace, session: Session, log: ProgressLog, t0
         delta_write,
         file_sink,
         kafka_sink,
+        parse_sabotage,
         transactional_sink,
         user_sink,
     )
     from pgval.topologies.user_sink import SinkWriter, UserSink, load_sink
 
     spark, conf, archive = session.spark, session.conf, session.archive
+    kafka_options = session.settings.kafka
+    sabotage = parse_sabotage(spec.sabotage) if spec.sabotage is not None else None
+    served = spec.serve_dir is not None
     # Per query (a served driver's next query too): each query runs on a clone of the
     # session's SQL conf taken at its start (shared-driver.md, section 3).
-    spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+    spark.conf.set("spark.sql.shuffle.partitions", str(spec.shuffle_partitions))
     # Spark's source and sink are Java clients: a SASL user and password become JAAS there;
     # the e1 sink (librdkafka) takes the settings as they are.
-    java_options = java_client_options(args.kafka_options)
+    java_options = java_client_options(kafka_options)
     source_options = {f"kafka.{k}": v for k, v in java_options.items()}
-    checkpoint = str(Path(args.checkpoint).resolve())
-    if args.pg == Guarantee.M1:
+    checkpoint = str(spec.checkpoint.resolve())
+    if spec.pg == Guarantee.M1:
         abandoned = abandoned_batch(Path(checkpoint))
         if abandoned is not None:
             log.write("abandoned", **abandoned)
         checkpoint, source_options["startingOffsets"] = m1_start(checkpoint)
-    cfg = TopologyConfig(topology=args.topology, bootstrap=args.bootstrap,
-                         window_ms=args.window_ms, watermark_ms=args.watermark_ms,
-                         max_offsets_per_trigger=args.max_offsets_per_trigger,
-                         topics=args.topics, source_options=source_options)
-    job = load_job_for_spark(args.job) if args.job is not None else None
+    cfg = TopologyConfig(topology=spec.topology, bootstrap=spec.bootstrap,
+                         window_ms=spec.window_ms, watermark_ms=spec.watermark_ms,
+                         max_offsets_per_trigger=spec.max_offsets_per_trigger,
+                         topics=spec.topics, source_options=source_options)
+    job = load_job_for_spark(spec.job) if spec.job is not None else None
     sink = None
-    if args.sink != "kafka":  # a job's rows into files or the user's sink (pg a1)
+    if spec.sink != "kafka":  # a job's rows into files or the user's sink (pg a1)
         rows = build_job_topology(spark, cfg, job, rows=True)
-        sink_dir = Path(args.sink_dir).resolve()
-        if args.sink == "files":
-            writer = file_sink(rows, str(sink_dir), checkpoint, args.query_name,
-                               args.trigger_ms)
-        elif args.sink == "delta":
+        assert spec.sink_dir is not None  # the document's rule: another sink has its folder
+        sink_dir = spec.sink_dir.resolve()
+        if spec.sink == "files":
+            writer = file_sink(rows, str(sink_dir), checkpoint, spec.query_name,
+                               spec.trigger_ms)
+        elif spec.sink == "delta":
             delta = UserSink(JobRef("pgval.topologies.sinks", "delta_write"),
-                             delta_write(str(sink_dir), args.query_name), lambda _: [])
+                             delta_write(str(sink_dir), spec.query_name), lambda _: [])
             writer = user_sink(rows, SinkWriter(delta, sink_dir, log.write), checkpoint,
-                               args.query_name, args.trigger_ms)
+                               spec.query_name, spec.trigger_ms)
         else:
-            writer = user_sink(rows, SinkWriter(load_sink(args.sink), sink_dir, log.write),
-                               checkpoint, args.query_name, args.trigger_ms)
+            writer = user_sink(rows, SinkWriter(load_sink(spec.sink), sink_dir, log.write),
+                               checkpoint, spec.query_name, spec.trigger_ms)
     else:
         out = (build_job_topology(spark, cfg, job) if job is not None
                else build_topology(spark, cfg))
-        if args.pg in ("a1", "m1"):
-            producer = sink_hook_options(java_options, getattr(args, "sink_trigger", None))
-            if args.serve:  # Spark caches producers by their settings (pgval.topologies.serve)
+        if spec.pg in ("a1", "m1"):
+            producer = sink_hook_options(java_options, spec.sink_trigger)
+            if served:  # Spark caches producers by their settings (pgval.topologies.serve)
                 from pgval.topologies.serve import cell_client_id
 
-                producer["client.id"] = cell_client_id(args.query_name,
+                producer["client.id"] = cell_client_id(spec.query_name,
                                                        producer.get("client.id"))
-            writer = kafka_sink(out, args.bootstrap, checkpoint, args.query_name,
-                                args.trigger_ms, topic=args.output_topic,
+            writer = kafka_sink(out, spec.bootstrap, checkpoint, spec.query_name,
+                                spec.trigger_ms, topic=spec.output,
                                 kafka_options=producer)
         else:
-            sink = TransactionalSink(args.bootstrap, args.query_name, checkpoint,
-                                     topic=args.output_topic, marker_topic=args.topics.marker,
-                                     producer_conf=dict(args.kafka_options),
+            sink = TransactionalSink(spec.bootstrap, spec.query_name, checkpoint,
+                                     topic=spec.output, marker_topic=spec.topics.marker,
+                                     producer_conf=dict(kafka_options),
                                      on_batch=sink_event_writer(log),
-                                     sabotage=args.sabotage)
-            writer = transactional_sink(out, sink, checkpoint, args.query_name,
-                                        args.trigger_ms)
+                                     sabotage=sabotage)
+            writer = transactional_sink(out, sink, checkpoint, spec.query_name,
+                                        spec.trigger_ms)
     query = writer.start()
     started_s = time.monotonic() - t0
     if on_started is not None:  # a served driver routes the query's events by its run id
         on_started(str(query.runId), log, sink)
-    log.write("started", id=str(query.id), runId=str(query.runId), name=args.query_name,
-              topology=args.topology, pg=args.pg, pid=os.getpid(), checkpoint=checkpoint,
-              **({"job": args.job} if args.job else {}),
-              **({"sink": args.sink} if args.sink != "kafka" else {}),
+    log.write("started", id=str(query.id), runId=str(query.runId), name=spec.query_name,
+              topology=spec.topology, pg=spec.pg, pid=os.getpid(), checkpoint=checkpoint,
+              **({"job": spec.job} if spec.job else {}),
+              **({"sink": spec.sink} if spec.sink != "kafka" else {}),
               starting_offsets=source_options.get("startingOffsets", "earliest"),
               session_s=round(session.session_s, 3), startup_s=round(started_s, 3),
-              **({"served": True} if args.serve else {}),
+              **({"served": True} if served else {}),
               spark_version=spark.version,
               # What pgval needs to dump this JVM's class archive at the run's end.
               **({"class_archive": {
@@ -740,8 +682,8 @@ def start_query(args: argparse.Namespace, session: Session, log: ProgressLog, t0
               # Logged without secrets: every KEY=VALUE given (--spark-conf among them) and
               # every secret-named setting shows its key only (pgval.redact).
               conf=conf_summary({k: v for k, v in conf.items() if k != "spark.jars"},
-                                args.user_conf_keys),
-              **({"sabotage": str(args.sabotage)} if args.sabotage is not None else {}))
+                                list(session.settings.spark)),
+              **({"sabotage": str(sabotage)} if sabotage is not None else {}))
     print(json.dumps({"event": "started", "startup_s": round(started_s, 3)}), flush=True)
     return query, sink
 

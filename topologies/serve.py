@@ -1,8 +1,8 @@
-"""A driver that outlives its queries (``python -m pgval.topologies.driver ... --serve DIR``).
+"""A driver that outlives its queries (a driver document with ``serve_dir``: DIR).
 
 Why: on 2 cores a fresh driver costs a warm matrix cell most of its overhead (its JVM, its
 application's executor JVMs, their cold code). Served, one SparkSession runs one query per
-cell: the first from the driver's own arguments, as a fresh driver would, the next ones on
+cell: the first from the driver's own document, as a fresh driver would, the next ones on
 pgval's request, each with its own checkpoint, topics, query name, progress file and (a1)
 Kafka producer. What carries over and what cannot is written down, from Spark's source, in
 experiments/overhead-26/shared-driver.md; in short:
@@ -18,15 +18,16 @@ experiments/overhead-26/shared-driver.md; in short:
   gives the next cell a fresh one.
 
 Requests arrive over the control channel (:mod:`pgval.topologies.control`; the answers and
-the executors' changes go to ``DIR/session.jsonl``): ``start_query`` with ``argv``, the
-arguments a fresh driver of that cell would get, and ``stop_query``. Each query's own events
+the executors' changes go to ``DIR/session.jsonl``): ``start_query`` with ``spec``, the
+document a fresh driver of that cell would get (pgval.driver_spec, as JSON), and
+``stop_query``. A query whose session settings differ from the driver's first is refused
+(:meth:`~pgval.driver_spec.DriverDocument.session_mismatch`). Each query's own events
 (``started``, ``progress``, ``sink_batch``, ``terminated``...) go to its own progress file,
 routed by the query's run id (:class:`QueryRouter`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import threading
 import time
@@ -35,7 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: What a served driver's session log and control directory are called inside ``--serve DIR``.
+from pgval.driver_spec import DriverDocument
+from pgval.errors import PgvalError
+
+#: What a served driver's session log and control directory are called inside ``serve_dir``.
 SESSION_LOG = "session.jsonl"
 CONTROL_DIR = "control"
 #: Spark settings a served driver adds to its session (shared-driver.md, sections 2-4): an
@@ -49,10 +53,6 @@ SERVE_CONF = {
     "spark.ui.retainedStages": "100",
     "spark.ui.retainedTasks": "2000",
 }
-#: A session's arguments: a query whose arguments differ in any of these needs another driver.
-SESSION_ARGS = ("master", "driver_host", "driver_memory", "executor_memory", "executor_cores",
-                "cores_max", "conf", "log_level", "class_sharing", "executor_java_flags",
-                "kafka_options", "user_conf_keys")
 #: Seconds a stopped query's terminated event, its tasks and the executors may take.
 TERMINATED_WAIT_S = 15.0
 TASKS_WAIT_S = 30.0
@@ -65,18 +65,6 @@ def cell_client_id(query_name: str, users: str | None = None) -> str:
     the first cell's producer (its buffer, its idempotent producer id). A user's own
     ``client.id`` gets the cell's query name added, for the same reason."""
     return f"{users}-{query_name}" if users else f"pgval-{query_name}"
-
-
-def session_mismatch(first: argparse.Namespace, args: argparse.Namespace) -> str | None:
-    """Why ``args`` cannot run in a session started for ``first`` (one sentence), or None."""
-    if getattr(args, "job", None) is not None or getattr(args, "sink", "kafka") != "kafka":
-        return "a user's job or sink runs in a fresh driver"
-    if getattr(args, "crash_trigger", None) or getattr(args, "sink_trigger", None):
-        return "a crash point's hooks are set when a driver starts"
-    for name in SESSION_ARGS:
-        if getattr(first, name, None) != getattr(args, name, None):
-            return f"its {name.replace('_', '-')} differs from the session's"
-    return None
 
 
 class QueryRouter:
@@ -172,7 +160,7 @@ def make_router_listener(router: QueryRouter, progress_record: Callable[[str], d
 class Served:
     """The query a served driver runs now, and what its stop must close."""
 
-    args: argparse.Namespace
+    spec: DriverDocument
     query: Any
     sink: Any
     log: Any
@@ -182,15 +170,15 @@ class Served:
 class Server:
     """The ``start_query``/``stop_query`` actions of a served driver's control loop.
 
-    ``start``: builds and starts one query (``pgval.topologies.driver.start_query``) from
-    parsed arguments and a progress log; returns the query and the e1 sink (or None).
+    ``first``: the document the driver started with (its session); ``start``: builds and
+    starts one query (``pgval.topologies.driver.start_query``) from its document and a
+    progress log; returns the query and the e1 sink (or None).
     """
 
     spark: Any
-    first: argparse.Namespace
+    first: DriverDocument
     router: QueryRouter
-    parse: Callable[[list[str]], argparse.Namespace]
-    start: Callable[[argparse.Namespace, Any], tuple[Any, Any]]
+    start: Callable[[DriverDocument, Any], tuple[Any, Any]]
     make_log: Callable[[Path], Any]
     current: Served | None = None
     #: The executors registered when the first query stopped: what a next cell must find
@@ -230,17 +218,17 @@ class Server:
         t0 = time.monotonic()
         with self._lock:
             if self.current is not None:
-                return {"ok": False, "error": f"query {self.current.args.query_name} still "
+                return {"ok": False, "error": f"query {self.current.spec.query_name} still "
                         "runs: stop it first"}
-            argv = req.get("argv")
-            if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-                return {"ok": False, "error": "start_query needs \"argv\", a list of strings"}
-            try:
-                args = self.parse(argv)
-            except SystemExit:
-                return {"ok": False, "error": "the query's arguments were refused (the "
-                        "driver's log has argparse's message)"}
-            why = session_mismatch(self.first, args)
+            raw = req.get("spec")
+            if not isinstance(raw, dict):
+                return {"ok": False, "error": "start_query needs \"spec\", the query's driver "
+                        "document as a JSON object"}
+            try:  # the query runs in this driver's session: its serve_dir is the driver's
+                spec = DriverDocument.from_json({**raw, "serve_dir": self.first.serve_dir})
+            except PgvalError as exc:
+                return {"ok": False, "error": f"the query's document was refused: {exc}"}
+            why = self.first.session_mismatch(spec)
             if why:
                 return {"ok": False, "error": f"this driver cannot run the query: {why}"}
             ready = self._wait_ready(float(req.get("ready_timeout_s", EXECUTORS_WAIT_S)))
@@ -248,16 +236,16 @@ class Server:
                 return {"ok": False, "poisoned": True, "error": ready}
             setup_s = time.monotonic() - t0
             self.spark.streams.resetTerminated()  # awaitAnyTermination is sticky
-            log = self.make_log(Path(args.progress_file))
+            log = self.make_log(spec.progress_file)
             try:
-                query, sink = self.start(args, log)
+                query, sink = self.start(spec, log)
             except Exception as exc:  # nothing of it may run on into the next cell
                 for active in list(self.spark.streams.active):
                     with contextlib.suppress(Exception):
                         active.stop()
                 return {"ok": False, "error": f"the query did not start: {_first_line(exc)}"}
-            self.current = Served(args, query, sink, log)
-            return {"ok": True, "query": args.query_name, "runId": str(query.runId),
+            self.current = Served(spec, query, sink, log)
+            return {"ok": True, "query": spec.query_name, "runId": str(query.runId),
                     "setup_s": round(setup_s, 3),
                     "startup_s": round(time.monotonic() - t0 - setup_s, 3)}
 
@@ -288,7 +276,7 @@ class Server:
         the e1 sink, collect the garbage (the context cleaner then frees old shuffles)."""
         run_id = str(served.query.runId)
         self.router.stopping(run_id)
-        out: dict[str, Any] = {"query": served.args.query_name, "runId": run_id}
+        out: dict[str, Any] = {"query": served.spec.query_name, "runId": run_id}
         t = time.monotonic()
         try:
             served.query.stop()  # spark.sql.streaming.stopTimeout: a hang is an error

@@ -18,7 +18,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "results.db"
-# The example report's database: since the grid of issue 23 it is the grid's
+# The example report's database: since the grid was remade, the grid's
 # (experiments/grid-23/assemble.py copied these runs into it as runs 158-193).
 TARGET = HERE.parents[1] / "experiments" / "grid-23" / "results.db"
 

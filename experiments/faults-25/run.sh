@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 25's measurement: the faults beyond the paper on SST — broker-crash (the output's
+# The faults beyond the paper, measured on SST — broker-crash (the output's
 # leader, and the e1 sink's transaction coordinator), partition (a worker cut from the
 # brokers), pause below and above the time-outs — × a1/e1/m1, 3 repetitions, into
 # results.db beside this script. Breadth first: every cell once, then a second and a

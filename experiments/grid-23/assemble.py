@@ -1,5 +1,5 @@
 """Make the example report's database once the grid is complete: this grid's database,
-plus the runs of the old example database that the grid does not remake (issue 25's
+plus the runs of the old example database that the grid does not remake (the
 faults beyond the paper, and the OIR searches with their trial runs), renumbered after the
 grid's runs.
 
@@ -33,7 +33,8 @@ from pgval.store import TABLES
 
 HERE = Path(__file__).resolve().parent
 GRID_DB = HERE / "results.db"
-# Faults the grid does not remake: issue 25's, run after issue 23's clock (2026-11-27).
+# Faults the grid does not remake: those beyond the paper, run under the current
+# measurement model (2026-11-27).
 BEYOND_PAPER = ("broker-crash", "partition", "pause-gt-timeout", "pause-lt-timeout")
 
 
@@ -45,7 +46,7 @@ def git_commit(path: Path) -> str | None:
 
 
 def runs_to_copy(old: sqlite3.Connection) -> list[int]:
-    """Issue 25's runs and every OIR trial run, in id order."""
+    """The runs of the faults beyond the paper and every OIR trial run, in id order."""
     marks = ",".join("?" * len(BEYOND_PAPER))
     ids = {r[0] for r in old.execute(
         f"select id from runs where status = 'complete' and fault in ({marks})", BEYOND_PAPER)}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The example grid remade under issue 23's model (warm control, faults timed from when
-# they act, driver restarted at once as a supervisor would, bounds flagged): 43 cells,
-# 3 repetitions each (the flagship's 4), into results.db beside this script. `pgval
+# The example grid remade under the current measurement model (warm control, faults timed
+# from when they act, driver restarted at once as a supervisor would, bounds flagged): 43
+# cells, 3 repetitions each (the flagship's 4), into results.db beside this script. `pgval
 # matrix` skips cells already complete, so this script resumed where it stopped (about 19
 # minutes a cell on a quiet 2-core machine). The grid is complete and its database is now
 # the example report's (README.md beside this script): a run added now would change the
@@ -28,7 +28,8 @@ mst=(--topologies mst --rate 1750)
 
 # One line a cell: topology, guarantee, fault, restart ("-": the fault's default), and
 # optionally how many repetitions (3 if not given).
-# Most informative first: what issue 23 changed (driver restarts, delays), then the rest.
+# Most informative first: what the measurement model changed (driver restarts, delays),
+# then the rest.
 # "mst a1 delay-gt-timeout - 4", added after cell 21: a fourth repetition of the flagship's
 # cell (`pgval validate --topology mst --fault delay-gt-timeout`), whose first three runs'
 # evidence (runs 21-23) went with the machine that made them; ship_evidence.py keeps this

@@ -145,7 +145,7 @@ def plan(order: list[Cell], again: set[Cell], have: dict[Cell, dict], budget_mb:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    # Issue 23's "under ~60 MB", with room for the guesses: a cell not yet run is sized as
+    # The evidence budget, "under ~60 MB", with room for the guesses: a cell not yet run is sized as
     # its topology's largest run, so the plan's total runs ahead of what gets copied.
     ap.add_argument("--budget-mb", type=float, default=62.0)
     ap.add_argument("--dry-run", action="store_true")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24's acceptance on the real cluster, into results.db beside this script:
+# Users' jobs (`--job`) and sinks on the real cluster, into results.db beside this script:
 #  1. the three example jobs and SST/MST as built-in jobs, each through `--job`, under a
 #     worker crash and a driver crash (one repetition a cell: does each give a valid
 #     verdict, and which?) with Spark's Kafka sink (a1); SST and MST as jobs with the

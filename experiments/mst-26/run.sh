@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26, item 5: where MST's time goes. The OIR of MST (a1, 1 broker, 2 workers, 30 s
+# Where MST's time goes. The OIR of MST (a1, 1 broker, 2 workers, 30 s
 # control runs) for each variant a Spark user would try, one after the other on the quiet
 # machine, into results.db beside this script; every trial's run directory (with the
 # driver's progress events: batch durations, state rows and memory per operator) stays

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 26, item 1: pgval's overhead with and without class-data sharing, interleaved, in one
+# pgval's overhead with and without class-data sharing, interleaved, in one
 # sitting on a quiet machine (nothing else running). Each run prints one JSON line (--json);
 # summary.py turns them into the table in docs/performance.md.
 #   bash experiments/overhead-26/run.sh [PHASE_SECONDS]
 #   bash experiments/overhead-26/run.sh 20 capped   # sharing on, the warm-up capped at 10 s
-#                                                   # (runs-capped.jsonl): what the issue's
-#                                                   # 60 s costs in control's warmth
+#                                                   # (runs-capped.jsonl): what an overhead
+#                                                   # under 60 s costs in control's warmth
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 pgval="$here/../../.venv/bin/pgval"

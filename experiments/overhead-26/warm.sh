@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26, item 2: a warm matrix cell's overhead with and without class-data sharing, in one
+# A warm matrix cell's overhead with and without class-data sharing, in one
 # sitting on a quiet machine (nothing else running). The cells of
 # tests/test_deploy_cluster.py's warm matrix (SST a1, none then crash, 1 broker, 2 workers,
 # 400 ev/s, 2 s windows), one `pgval matrix` with PGVAL_CLASS_SHARING=0, one with 1, each

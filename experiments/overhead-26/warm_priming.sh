@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26, item 2: does writing the priming events before the driver starts (so that a1's
+# Does writing the priming events before the driver starts (so that a1's
 # first batch reads them, instead of running empty while they are written) make a warm
 # matrix cell cheaper? "before": OLD_ROOT, a checkout of d834053 with its own .venv;
 # "after": NEW_ROOT, the same commit with priming-before-start.patch applied and its own

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 26, item 2: a warm matrix cell's overhead with a fresh driver per cell and with one
+# A warm matrix cell's overhead with a fresh driver per cell and with one
 # driver shared by the cells (`--driver shared`), in one sitting on a quiet machine. The
 # cells of warm.sh (SST a1, none and crash, 1 broker, 2 workers, 400 ev/s, 2 s windows),
 # twice each, class sharing on; fresh, shared, fresh, shared, each matrix into its own

@@ -48,12 +48,24 @@ def _back(value: float | None, bounded: bool) -> str:
 
 
 def render_evaluation(ev: Evaluation, console: Console, title: str | None = None) -> None:
+    """The verdict line, the per-phase table, then the notes and witness IDs."""
     v = ev.validation
-    m = ev.metrics
     style = VERDICT_STYLE.get(v.guarantee, "bold")
     console.print(f"[{style}]guarantee: {v.guarantee}[/]   reliability "
                   f"{_fmt_pct(v.reliability, 4)}   correctness {v.correctness:.2%} "
                   f"({v.correct_outputs}/{v.outputs} outputs)")
+    console.print(phase_table(ev, title))
+    for line in notes(ev):
+        console.print(f"  • {line}")
+    for kind, pairs in v.witnesses.items():
+        if pairs:
+            sample = ", ".join(str(i) for _, i in pairs[:8])
+            console.print(f"  • {kind} e.g. IDs {sample}")
+
+
+def phase_table(ev: Evaluation, title: str | None = None) -> Table:
+    """Counts, reliability, throughput and latency per phase, and the totals."""
+    v, m = ev.validation, ev.metrics
     table = Table(title=title or f"{ev.topology.upper()} — per phase", title_justify="left",
                   caption="duplicate, incorrect: occurrences, by output time; dup IDs, "
                           "inc IDs, reliability: expected IDs, by input time",
@@ -77,7 +89,13 @@ def render_evaluation(ev: Evaluation, console: Console, title: str | None = None
     table.add_row("total", f"{v.expected:,}", f"{v.processed:,}", f"{v.unprocessed:,}",
                   f"{v.duplicate:,}", f"{v.incorrect:,}", f"{v.duplicated_ids:,}",
                   f"{v.incorrect_ids:,}", _fmt_pct(v.reliability), "", "", "", "")
-    console.print(table)
+    return table
+
+
+def notes(ev: Evaluation) -> list[str]:
+    """What the table does not show: skipped records, undefined or bounded figures,
+    recovery, why IDs were unprocessed."""
+    v, m = ev.validation, ev.metrics
     extras = []
     if v.malformed:
         extras.append(f"{v.malformed} malformed output records skipped")
@@ -122,9 +140,4 @@ def render_evaluation(ev: Evaluation, console: Console, title: str | None = None
     if outside:
         extras.append(f"{outside} records stamped outside the run's time span (counted, "
                       "not in the 1 s series)")
-    for line in extras:
-        console.print(f"  • {line}")
-    for kind, pairs in v.witnesses.items():
-        if pairs:
-            sample = ", ".join(str(i) for _, i in pairs[:8])
-            console.print(f"  • {kind} e.g. IDs {sample}")
+    return extras

@@ -1,13 +1,12 @@
 """The ``pgval`` command group and its entry point; the commands are in one module per
 group (:mod:`pgval.cli`).
 
-Every command ends in one plain sentence and a non-zero exit on bad input or a
-bad environment (:class:`UserError`), never a traceback.
+Every command that fails ends in one plain sentence and the exit status of its error's
+kind (:mod:`pgval.errors`), never a traceback; this module is the one place that maps them.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 
 import click
@@ -23,24 +22,25 @@ from pgval.cli import (
     streams,
     validate,
 )
-from pgval.cli.errors import UserError, exit_status, kafka_error_text, print_error
-from pgval.dbfile import StoreError
-from pgval.errors import PgvalError, UserMistake
+from pgval.cli.errors import UserError, as_error, exit_status, print_error
 
 __all__ = ["UserError", "main", "print_error", "run"]
 
 
 class _Main(click.Group):
-    """The command group; a results database that cannot be used is a :class:`UserError`
-    wherever a command meets it (``--db`` of any command)."""
+    """The command group: any error of pgval's family a command ends with (or a Kafka
+    error, a signal, a database error: :func:`as_error`) becomes its one line and its
+    kind's exit status, for ``pgval`` and for click's test runner alike."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except StoreError as exc:
-            raise UserError(str(exc)) from exc
-        except sqlite3.Error as exc:  # a damaged database met past opening it
-            raise UserError(f"the results database (--db) failed: {exc}") from exc
+        except BaseException as exc:  # SystemExit and bugs go on as they are (as_error: None)
+            error = as_error(exc)
+            if error is None:
+                raise
+            print_error(str(error))
+            raise click.exceptions.Exit(error.exit_status) from exc
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,25 +69,20 @@ for command in (offline.oracle, offline.check, streams.generate, streams.record,
 
 
 def run() -> None:
-    """Entry point: plain runtime and Kafka errors become one line and exit code 1 (a
-    mistake of the user's found under way, :class:`UserMistake`, exit 2); INT,
-    TERM and HUP stop the command through its teardown (pgval.host.signals)."""
-    from confluent_kafka import KafkaException
-
+    """Entry point: INT, TERM and HUP stop the command through its teardown
+    (pgval.host.signals); an error that ends it outside a command (:class:`_Main` maps
+    those inside) is mapped the same way."""
     from pgval.host import signals
 
     try:
         with signals.handled():
             main(standalone_mode=True)
-    except UserMistake as exc:
-        print_error(str(exc))
-        sys.exit(2)
-    except PgvalError as exc:
-        print_error(str(exc))
-        sys.exit(1)
-    except KafkaException as exc:
-        print_error(f"Kafka: {kafka_error_text(exc)}")
-        sys.exit(1)
+    except BaseException as exc:  # SystemExit and bugs go on as they are (as_error: None)
+        error = as_error(exc)
+        if error is None:
+            raise
+        print_error(str(error))
+        sys.exit(error.exit_status)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import click
 from rich.markup import escape
 
 from pgval.cli.common import console, print_json
-from pgval.cli.errors import UserError, err_console
+from pgval.cli.errors import err_console
+from pgval.errors import EnvironmentFailure
 
 
 @click.group()
@@ -130,7 +131,8 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
                                           handover_per_s=r.handover_per_s, ok=r.ok)
                                  for r in results]})
         if bad:
-            raise UserError(f"run(s) {bad} did not deliver every event exactly once into Kafka")
+            raise EnvironmentFailure(f"run(s) {bad} did not deliver every event exactly once "
+                                     "into Kafka")
         return
     table = Table(title=f"generator → Kafka, {producers} producer process(es), "
                         f"{partitions} partitions, sink {results[0].sink}")
@@ -143,7 +145,8 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
                       f"{r.in_kafka:,}")
     console.print(table)
     if bad:
-        raise UserError(f"run(s) {bad} did not deliver every event exactly once into Kafka")
+        raise EnvironmentFailure(f"run(s) {bad} did not deliver every event exactly once "
+                                 "into Kafka")
 
 
 @bench.command("readback")

@@ -4,7 +4,6 @@ how a grid is planned, resumed and run is :mod:`pgval.matrix`, how the search st
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from pgval.cli.common import (
 )
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import build_config, config_options, grid_options
-from pgval.errors import PgvalError
+from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.gate import Case
 from pgval.schema import Topology
 
@@ -90,10 +89,8 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     def left_out(cell, reason):  # noqa: ANN001, ANN202
         err_console.print(f"{cell.topology} {cell.pg} {cell.fault}: left out — {reason}")
 
-    try:  # every cell checked before any runs
-        grid = plan(base, cells(topologies, pgs, faults, repeat), on_left_out=left_out)
-    except PgvalError as exc:
-        raise UserError(str(exc)) from exc
+    # every cell checked before any runs
+    grid = plan(base, cells(topologies, pgs, faults, repeat), on_left_out=left_out)
     fraction = 1.0 if rate_fraction is None else rate_fraction
     rate_for = (None if rate is not None
                 else rates_at(grid, base, fraction, lambda cfg: stored_oir_rate(db, cfg)))
@@ -137,16 +134,17 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
                 raise
             why = why_not_finished(exc)
             finish_gate(judged(f"not run: {why}"), expect, junit_path, "pgval matrix")
-            if expect is not None:  # every cell judged met, and still something failed
-                raise RunDidNotFinish(why) from exc
-            raise  # --junit alone: the status is the error's, as without the gate
+            if expect is not None and not isinstance(exc, PgvalError):
+                raise RunDidNotFinish(why) from exc  # a bug's exception: still 4
+            raise  # the error's own status (2, 3, 4), as without the gate
     taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
     console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
                   f"{counts['failed']} failed — results in {db}")
     if gated:
         finish_gate(judged(), expect, junit_path, "pgval matrix")
     if counts["failed"]:
-        sys.exit(1)
+        raise EnvironmentFailure(f"{counts['failed']} of the matrix's runs failed (their "
+                                 "errors are above)")
 
 
 @click.command()

@@ -14,8 +14,8 @@ import click
 import orjson
 from rich.console import Console
 
-from pgval.cli.errors import UserError, err_console
-from pgval.errors import PgvalError, UserMistake
+from pgval.cli.errors import UserError, as_error, err_console
+from pgval.errors import EnvironmentFailure, PgvalError
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -92,14 +92,11 @@ def resolve_job(cfg: ExperimentConfig) -> ExperimentConfig:
     import dataclasses
 
     from pgval.schema import BUILTIN_SINKS
-    from pgval.topologies.job import JobError, load
+    from pgval.topologies.job import load
     from pgval.topologies.user_sink import load_sink
 
-    try:
-        ref = load(cfg.job).ref
-        sink = load_sink(cfg.sink).ref if cfg.sink not in BUILTIN_SINKS else None
-    except JobError as exc:
-        raise UserError(str(exc)) from exc
+    ref = load(cfg.job).ref
+    sink = load_sink(cfg.sink).ref if cfg.sink not in BUILTIN_SINKS else None
     changes = {}
     for name, given in (("job", ref), ("sink", sink)):
         if given is not None and given.is_file:
@@ -122,13 +119,10 @@ def parse_rate(text: str) -> float | None:
 
 def stored_oir_rate(db: Path, cfg: ExperimentConfig) -> float:
     """The optimum ingestion rate stored for the config's topology, pg and run shape, said
-    on the console, or one line saying how to measure it."""
-    from pgval.oir import OirNotStored, oir_for
+    on the console, or one line saying how to measure it (:class:`OirNotStored`)."""
+    from pgval.oir import oir_for
 
-    try:
-        stored = oir_for(db, cfg)
-    except OirNotStored as exc:
-        raise UserError(str(exc)) from exc
+    stored = oir_for(db, cfg)
     # stderr: a status line, and `validate --json` keeps stdout to its one JSON object.
     err_console.print(f"{cfg.topology} {cfg.pg}: using the stored OIR, {stored.describe()}")
     return stored.rate
@@ -150,35 +144,26 @@ def gate_options(f):  # noqa: ANN001, ANN201 - click decorator
 
 def why_not_finished(exc: BaseException) -> str:
     """The one sentence of an error that stopped a run (what ``pgval`` prints for it)."""
-    from confluent_kafka import KafkaException
-
-    from pgval.cli.errors import kafka_error_text
-
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted by a signal"
-    if isinstance(exc, KafkaException):
-        return f"Kafka: {kafka_error_text(exc)}"
-    if isinstance(exc, PgvalError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+    error = as_error(exc)
+    return str(error) if error is not None else f"{type(exc).__name__}: {exc}"
 
 
 def gate_failed(exc: BaseException, case: Case, expect: str | None, junit_path: Path | None,
                 suite: str) -> NoReturn:
     """A gated command whose run did not finish: ``--junit`` gets ``case`` as an error; the
-    status is 4 under ``--expect`` (:class:`RunDidNotFinish`), else the error's own."""
+    status is the error's own (2, 3 or 4), and 4 under ``--expect`` for any other
+    (:class:`RunDidNotFinish`)."""
     if junit_path is not None:
         finish_gate([case], None, junit_path, suite)
-    if expect is None or isinstance(exc, UserMistake):  # bad input stays 2
+    if expect is None or isinstance(exc, PgvalError):
         raise exc
     raise RunDidNotFinish(case.error or why_not_finished(exc)) from exc
 
 
-class RunDidNotFinish(UserError):
-    """A gated command's run failed in the environment: exit 4, so that 1 under --expect
-    only ever means a verdict weaker than expected."""
-
-    exit_code = 4
+class RunDidNotFinish(EnvironmentFailure):
+    """A gated command's run stopped by an error outside pgval's family (a bug's
+    exception, said in one line): exit 4 like every run that did not finish, so that 1
+    under --expect only ever means a verdict weaker than expected."""
 
 
 def finish_gate(cases: list[Case], expect: str | None, junit_path: Path | None,

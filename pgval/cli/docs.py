@@ -32,19 +32,26 @@ def _commands(cmd: click.Command, ctx: click.Context) -> Iterator[tuple[str, str
 EXIT_CODES = """
 ## Exit codes
 
-Without `--expect` every command ends in one of three, and a failure is one plain line on
+Without `--expect` every command ends in one of four, and a failure is one plain line on
 stderr (`error: …`, or click's usage block ending in one `Error: …` line), never a
-traceback:
+traceback. The status is the kind of the error (`pgval/errors.py`, mapped in
+`pgval/cli/app.py`):
 
-* **0** — done. A verdict (at-most-once, validity unknown, …) is output, not an exit code,
-  unless `--expect` says which verdict the job must keep (below).
-* **1** — the environment failed: a process, Kafka or Spark error, a signal
-  (`Aborted!`); `matrix` with a failed cell; `soak` that found something left behind.
-* **2** — the input: a flag, a file, a question the files cannot answer (`check`: a
+* **0** — done. A verdict (at-most-once, …) and its validity (unknown, …) are output, not
+  an exit status, unless `--expect` says which verdict the job must keep (below).
+* **2** — bad input: a flag, a file, a question the files cannot answer (`check`: a
   window size the outputs contradict, records lacking a field, phases in another unit),
-  a run directory or its evidence (damaged, edited),
+  a run directory or run id without usable evidence (missing, unreadable, damaged),
   a results database that cannot be used (damaged, newer, another program's), or one that
   failed to store a finished run (the message says how to import the run later).
+* **3** — evidence in doubt: a run's evidence edited since it was sealed (a file changed,
+  missing, added, another run's), a sealed run whose hashes the database no longer holds,
+  `recheck --store` of evidence that is not verified or whose re-check does not reproduce
+  the stored counts.
+* **4** — the environment failed: Kafka, Spark, Docker, a process, the disk, a signal
+  (INT, TERM, HUP); `matrix` with a failed run; `soak` that found something left behind.
+
+`1` is never an error: only `--expect` gives it, for a verdict weaker than expected.
 
 **The CI gate.** `validate`, `matrix`, `check` and `recheck` take `--expect
 exactly-once|at-least-once|at-most-once`. A run meets it when it is valid and its verdict
@@ -56,7 +63,7 @@ repetitions stored by an earlier (resumed) invocation. Then the status is:
 * **1** — a verdict weaker than expected (only this: a finding about the job);
 * **3** — a run's validity unknown (the evidence cannot say; the reasons are printed);
 * **4** — a run that did not finish (the environment failed, or a signal stopped it);
-* **2** — bad input, as without `--expect`.
+* **2** — bad input, and **3** for evidence in doubt, as without `--expect`.
 
 When cases differ the first of 1, 4, 3 that applies wins. `--junit FILE` (with or
 without `--expect`) writes JUnit XML: one `testcase` per run (per cell in a matrix, its

@@ -1,4 +1,5 @@
-"""How the ``pgval`` command reports a user's mistake: one plain line on stderr, exit 2.
+"""How the ``pgval`` command ends in an error: one plain line on stderr (``error: …``) and
+the exit status of the error's kind (:mod:`pgval.errors`), mapped in :mod:`pgval.cli.app`.
 
 Apart from the commands so the generated options (:mod:`pgval.cli.options`) can raise the
 same error while parsing, without importing a command module.
@@ -6,9 +7,13 @@ same error while parsing, without importing a command module.
 
 from __future__ import annotations
 
+import sqlite3
+
 import click
 from rich.console import Console
 from rich.markup import escape
+
+from pgval.errors import EnvironmentFailure, PgvalError, UserMistake
 
 err_console = Console(stderr=True)
 
@@ -25,30 +30,59 @@ def kafka_error_text(exc: BaseException) -> str:
     return err.str() if hasattr(err, "str") else str(err)
 
 
-class UserError(click.ClickException):
-    """A plain one-sentence error for the user; exit code 2 like click's usage errors."""
+def as_error(exc: BaseException) -> PgvalError | None:
+    """``exc`` as the family error a command ends with: itself, or what pgval's own error
+    would have said for a foreign one that reaches the command line (a Kafka error or a
+    signal: the environment; a database error: the results database given). None for
+    anything else: a bug, whose traceback is wanted."""
+    from confluent_kafka import KafkaException
 
-    exit_code = 2
+    if isinstance(exc, PgvalError):
+        return exc
+    if isinstance(exc, KafkaException):
+        return EnvironmentFailure(f"Kafka: {kafka_error_text(exc)}")
+    if isinstance(exc, KeyboardInterrupt):  # INT, TERM, HUP (pgval.host.signals)
+        return EnvironmentFailure("interrupted by a signal")
+    if isinstance(exc, sqlite3.Error):  # a damaged database met past opening it
+        return UserMistake(f"the results database (--db) failed: {exc}")
+    return None
+
+
+class UserError(UserMistake, click.ClickException):
+    """A user's mistake a command finds itself (a flag, a file): a :class:`UserMistake`
+    (exit 2), and a click exception so that click shows it the same way wherever it is
+    raised (an option's callback, a command invoked on its own)."""
+
+    exit_code = UserMistake.exit_status
+
+    def __init__(self, message: str) -> None:
+        click.ClickException.__init__(self, message)  # RuntimeError's would skip .message
 
     def show(self, file: object = None) -> None:
         print_error(self.format_message())
 
 
 #: Every command's exit status, shown under its ``--help`` (so docs/cli.md carries it).
-EXIT_STATUS = ("Exit status: 0 done (a verdict, valid or unknown, is output, not a status); "
-               "1 the environment failed (Kafka, Spark, a process, a signal); 2 bad input (a "
-               "flag, a file, a run's evidence, the results database).")
-#: What a command adds to :data:`EXIT_STATUS`, by command name.
+EXIT_STATUS = ("Exit status: 0 done (a verdict and its validity are output, not a status); "
+               "2 bad input (a flag, a file, a run directory, the results database); 3 "
+               "evidence in doubt (edited since it was sealed, or not reproduced); 4 the "
+               "environment failed (Kafka, Spark, a process, the disk, a signal).")
+#: What a command adds to :data:`EXIT_STATUS`, by command name ("": ``pgval`` itself).
 EXIT_STATUS_MORE = {
+    "": "1 only under --expect (validate, matrix, check, recheck): a verdict weaker than "
+        "expected.",
     "check": "2 also for a question the files cannot answer: --window-ms that is not the "
              "outputs' window, records lacking a required field (unless --allow-malformed), "
              "--phases that are no times of the records.",
-    "recheck": "2 also for evidence edited since the run was stored, and for --store when "
-               "the re-check does not reproduce the stored counts.",
+    "recheck": "3 for evidence edited since the run was sealed (with --store of a run "
+               "directory: since its SHA256SUMS), a sealed run whose hashes the database no "
+               "longer holds, and --store when the evidence is not verified or the re-check "
+               "does not reproduce the stored counts.",
+    "export": "3 for evidence edited since the run was sealed.",
     "validate": "2 also when the run finished but could not be stored (the message says how "
                 "to import it later).",
-    "matrix": "1 also when a cell failed.",
-    "soak": "1 also when something was left behind.",
+    "matrix": "4 also when a cell failed.",
+    "soak": "4 also when something was left behind.",
 }
 
 
@@ -57,7 +91,7 @@ GATED = ("validate", "matrix", "check", "recheck")
 EXIT_STATUS_GATED = ("With --expect: 0 every run valid and at least as strong; 1 a verdict "
                      "weaker than expected; 3 a run's validity unknown; 4 a run that did not "
                      "finish (the environment failed); the first of 1, 4, 3 that applies "
-                     "wins; 2 stays bad input.")
+                     "wins; an error's 2 or 3 stays as without it.")
 
 
 def exit_status(name: str) -> str:

@@ -40,7 +40,6 @@ from pgval.files import is_dir
 def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expect: str | None,
             junit_path: Path | None) -> None:
     """Recompute a stored run's results from its kept evidence (RUN: directory or run id)."""
-    from pgval.evidence import EvidenceError
     from pgval.recheck import locate_run, parse_run_id
     from pgval.recheck import recheck as do_recheck
     from pgval.recheck import store_derived as do_store
@@ -54,10 +53,8 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
                             "recheck RUN_ID --db DB --expect ...`")
         try:
             run_id = import_run(Path(run), db)
-        except EvidenceError as exc:
-            raise UserError(str(exc)) from exc
         except sqlite3.Error as exc:  # still full, locked, read-only: try again later
-            raise UserError(str(plain_error(db, exc))) from exc
+            raise plain_error(db, exc) from exc
         console.print(f"stored {escape(run)} as run {run_id} in {escape(str(db))}")
         return
     if store_derived and (db is None or parse_run_id(run) is None):
@@ -69,10 +66,8 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
         if store_derived:
             assert db is not None
             do_store(db, parse_run_id(run) or 0, result)
-    except EvidenceError as exc:
-        raise UserError(str(exc)) from exc
     except sqlite3.Error as exc:  # the row or hashes of a damaged database
-        raise UserError(str(plain_error(db or "--db", exc))) from exc
+        raise plain_error(db or "--db", exc) from exc
     from pgval.gate import Case
 
     summary = result.summary()
@@ -107,7 +102,6 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
               help="Folder for inputs.jsonl, outputs.jsonl, anomalies.jsonl and run.json.")
 def export(run: str, db: Path | None, out_dir: Path) -> None:
     """Write a stored run's streams in the `pgval check` format (RUN: directory or run id)."""
-    from pgval.evidence import EvidenceError
     from pgval.export import export as do_export
     from pgval.recheck import locate_run, parse_run_id
 
@@ -115,10 +109,8 @@ def export(run: str, db: Path | None, out_dir: Path) -> None:
         run_dir = locate_run(run, db)
         info = do_export(run_dir, out_dir, db,
                          None if run_dir == Path(run) else parse_run_id(run))
-    except EvidenceError as exc:
-        raise UserError(str(exc)) from exc
     except sqlite3.Error as exc:
-        raise UserError(str(plain_error(db or "--db", exc))) from exc
+        raise plain_error(db or "--db", exc) from exc
     start, t2, t3 = info["phases"]
     console.print(f"wrote {info['inputs']:,} inputs, {info['outputs']:,} outputs and "
                   f"{info['anomalies']:,} anomalies ({info['anomalies_source']}) to "

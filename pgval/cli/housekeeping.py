@@ -10,6 +10,7 @@ import click
 import orjson
 
 from pgval.cli.common import console, require_spark
+from pgval.errors import EnvironmentFailure
 
 
 @click.command()
@@ -46,7 +47,7 @@ def cleanup(runs: Path | None, force: bool) -> None:
 def soak(n_runs: int, root: Path, seed: int, as_json: bool) -> None:
     """Kill short runs at random moments with INT/TERM/HUP/KILL, SIGKILL a matrix and an
     external run mid-fault, run `pgval cleanup` beside a live run, and count what was left
-    behind (exit 1 if anything was)."""
+    behind (exit 4 if anything was)."""
     from pgval.soak import KillResult
     from pgval.soak import soak as run_soak
 
@@ -69,7 +70,7 @@ def soak(n_runs: int, root: Path, seed: int, as_json: bool) -> None:
                       f"{len(report.cleanup_removed_at_end)}; left at end: "
                       f"{report.left_at_end or 'nothing'}")
     if not report.ok():
-        sys.exit(1)
+        raise EnvironmentFailure(f"the soak failed: {'; '.join(report.problems())}")
 
 
 @click.command("setup-jars")

@@ -23,7 +23,6 @@ import click
 from pgval.cli.errors import UserError
 from pgval.cluster.local import ClusterConfig
 from pgval.config import ExperimentConfig
-from pgval.errors import PgvalError
 from pgval.files import key_value_lines, split_key_value
 from pgval.schema import (
     BUILTIN_TOPOLOGIES,
@@ -153,7 +152,7 @@ def config_option(name: str) -> Decorator:
 def build_config(values: Mapping[str, Any], **fixed: Any) -> ExperimentConfig:
     """The config from a command's parsed config options (keys: field names), with
     ``fixed`` on top (grid axes, a resolved rate), checked by
-    :meth:`ExperimentConfig.validate`: a bad combination is one line (:class:`UserError`).
+    :meth:`ExperimentConfig.validate`: a bad combination is one line (a user's mistake).
     Fields the command has no option for keep their dataclass default; without ``fault``
     (a matrix: the fault is an axis) what depends on the fault is checked per cell."""
     given = {**values, **fixed}
@@ -164,7 +163,7 @@ def build_config(values: Mapping[str, Any], **fixed: Any) -> ExperimentConfig:
         raise TypeError(f"not config fields: {sorted(unknown)}")
     cfg = ExperimentConfig(**{k: v for k, v in given.items() if k in exp},
                            cluster=ClusterConfig(**{k: v for k, v in given.items() if k in clu}))
-    validate_config(cfg, fault_axis="fault" not in given)
+    cfg.validate(fault_axis="fault" not in given)
     return cfg
 
 
@@ -180,14 +179,6 @@ def _topology_or_job(given: Mapping[str, Any]) -> dict[str, Any]:
                         "in place of a built-in topology" if job else
                         "give --topology sst|mst, or --job PATH.py:FUNCTION for your own job")
     return {"topology": Topology.JOB} if job else {}
-
-
-def validate_config(cfg: ExperimentConfig, fault_axis: bool = False) -> None:
-    """:meth:`ExperimentConfig.validate`, its one sentence as a :class:`UserError`."""
-    try:
-        cfg.validate(fault_axis=fault_axis)
-    except PgvalError as exc:
-        raise UserError(str(exc)) from exc
 
 
 def list_option(name: str, allowed: Sequence[str], default: Sequence[str],

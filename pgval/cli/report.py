@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from pgval.cli.common import console
-from pgval.cli.errors import UserError
 from pgval.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 
@@ -42,16 +41,13 @@ def report(db: Path, fmt: str, out: Path | None, plots_dir: Path | None,
            include_unknown: bool) -> None:
     """Tables (and plots) of the runs in a results database, grouped by topology × pg × fault
     and run shape (rate, phases, window, crash point, deployment); OIR trials apart."""
-    from pgval.report import ReportError, Selection, build_report
+    from pgval.report import Selection, build_report
 
-    try:
-        result = build_report(db, runs=Selection(topology=topology, pg=pg, fault=fault,
-                                                 kind=kind, include_unknown=include_unknown),
-                              fmt=fmt, out=out, plots_dir=plots_dir,
-                              console=console if fmt == "terminal" and out is None else None,
-                              progress=lambda line: click.echo(line, err=True))
-    except ReportError as exc:
-        raise UserError(str(exc)) from exc
+    result = build_report(db, runs=Selection(topology=topology, pg=pg, fault=fault, kind=kind,
+                                             include_unknown=include_unknown),
+                          fmt=fmt, out=out, plots_dir=plots_dir,
+                          console=console if fmt == "terminal" and out is None else None,
+                          progress=lambda line: click.echo(line, err=True))
     if out is not None:
         console.print(f"report written to {result}")
     elif fmt != "terminal":

@@ -12,7 +12,7 @@ from rich.markup import escape
 from pgval.cli.common import console, print_json
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import config_option, key_values
-from pgval.errors import UserMistake
+from pgval.errors import EnvironmentFailure
 
 
 @click.command()
@@ -64,8 +64,12 @@ def generate(path: Path | None, bootstrap: str | None, topic_prefix: str, partit
         raise UserError("--topic-prefix and --kafka-config are for --bootstrap")
     cfg = GeneratorConfig(resources=resources, get_share=get_share, producers=producers,
                           rate=rate or None, duration_s=duration_s, events=events, seed=seed)
-    target = Target(path=path, bootstrap=bootstrap, topics=Topics.with_prefix(topic_prefix),
-                    partitions=partitions, config=kafka_config)
+    try:
+        topics = Topics.with_prefix(topic_prefix)
+    except ValueError as exc:
+        raise UserError(f"--topic-prefix: {exc}") from exc
+    target = Target(path=path, bootstrap=bootstrap, topics=topics, partitions=partitions,
+                    config=kafka_config)
     from rich.progress import Progress, TextColumn
 
     try:
@@ -74,8 +78,10 @@ def generate(path: Path | None, bootstrap: str | None, topic_prefix: str, partit
             task = progress.add_task("generate", total=None)
             done = run(cfg, target, close_after_ms,
                        on_progress=lambda n: progress.update(task, completed=n))
-    except (GeneratorError, ValueError) as exc:
-        raise UserError(str(exc)) from exc
+    except GeneratorError as exc:  # a file that cannot be written is the --out given
+        if path is None:
+            raise
+        raise UserError(f"cannot write the events to {path}: {exc}") from exc
     report = done.report
     info: dict[str, Any] = {**done.as_dict(), "target": target.describe()}
     if as_json:
@@ -87,8 +93,8 @@ def generate(path: Path | None, bootstrap: str | None, topic_prefix: str, partit
                           f"{close_after_ms / 1000:g} s past the wall clock; `pgval record` "
                           "sets them aside)")
     if not report.ok:
-        raise UserMistake(f"the generator did not deliver everything: "
-                                f"{'; '.join(report.errors) or 'see the counts above'}")
+        raise EnvironmentFailure(f"the generator did not deliver everything: "
+                                 f"{'; '.join(report.errors) or 'see the counts above'}")
 
 
 @click.command()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.guard import read_state
-from pgval.errors import EnvironmentFailure
+from pgval.errors import EnvironmentFailure, UserMistake
 from pgval.host.identity import boot_id, start_ticks
 from pgval.host.procs import spawn, wait_for_port
 from pgval.host.registry import trusted_file
@@ -48,7 +48,7 @@ class RecordedBrokers:
         address and login (``state.json``, ``kafka/client.properties``)."""
         state = read_state(cluster_dir) or {}
         if not state.get("complete"):
-            raise EnvironmentFailure(f"no running cluster in {cluster_dir}")
+            raise UserMistake(f"no running cluster in {cluster_dir}")
         creds = KafkaCredentials.read(Path(cluster_dir).resolve() / "kafka" / CLIENT_PROPERTIES)
         return cls(cluster_dir, {"bootstrap.servers": state["bootstrap"],
                                  **(creds.client_config() if creds is not None else {})})
@@ -139,8 +139,8 @@ class RecordedBrokers:
         for recipe in self._recipes():
             if recipe.get("node_id") == node_id:
                 return recipe
-        raise EnvironmentFailure(f"no Kafka broker {node_id} in the cluster in "
-                                f"{self.cluster_dir} (brokers {self.node_ids})")
+        raise UserMistake(f"no Kafka broker {node_id} in the cluster in {self.cluster_dir} "
+                          f"(brokers {self.node_ids})")
 
     def _pid_record(self, node_id: int) -> dict[str, Any] | None:
         path = self.cluster_dir / "pids" / f"{broker_process_name(node_id)}.json"

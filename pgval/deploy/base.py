@@ -25,21 +25,14 @@ from pgval.errors import EnvironmentFailure
 from pgval.faults import FaultHooks, default_target
 from pgval.faults.broker import LEADER, BrokerCrash, KillableBrokers
 from pgval.faults.composite import CompositeFault
+from pgval.faults.descriptor import DRIVER_PROCESS, FaultDescriptor, descriptors
 from pgval.faults.executor import ExecutorKill
+from pgval.faults.network import NetworkPath
 from pgval.faults.process import DriverCrash, SinkWriteCrash
 from pgval.faults.timeouts import TimeoutProfile, profile_for
 from pgval.host.cds import ClassArchive
 from pgval.kafka.admin import create_topics, delete_topics
-from pgval.schema import (
-    BROKER_CRASH_WHERE,
-    PARTITION_WHERE,
-    PAUSE_FAULTS,
-    PAUSE_WHERE,
-    CrashPoint,
-    Fault,
-    Topics,
-    sink_kind,
-)
+from pgval.schema import Fault, Topics, sink_kind
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -106,6 +99,10 @@ class Deployment(ABC):
     """Kafka + Spark for runs; see the module docstring."""
 
     kind: str = ""
+    #: The mechanisms this deployment has to make faults with (the names of
+    #: :mod:`pgval.faults.descriptor`); each fault's descriptor picks among them. The
+    #: driver runs on this machine everywhere.
+    mechanisms: frozenset[str] = frozenset({DRIVER_PROCESS})
     #: True when :meth:`stop` stops the cluster itself (pgval started it).
     owns_cluster: bool = False
     #: Seconds spent starting what the deployment owns (0 when it was already up).
@@ -173,9 +170,6 @@ class Deployment(ABC):
             return None
         if kind is Fault.SCHEDULE:
             return self.schedule_fault(cfg, ctx)
-        if (kind is Fault.CRASH and cfg.crash_point is CrashPoint.DURING_SINK_WRITE
-                and sink_kind(cfg.sink).writer_is_driver):
-            return self.sink_writer_crash(cfg, target, profile, ctx)
         return self.fault_makers()[kind](cfg, target, profile, ctx)
 
     def schedule_fault(self, cfg: ExperimentConfig, ctx: FaultContext) -> CompositeFault:
@@ -198,29 +192,28 @@ class Deployment(ABC):
         return CompositeFault(parts, cfg.phase_seconds)
 
     def fault_makers(self) -> dict[Fault, FaultMaker]:
-        """How this deployment injects each fault (every one but ``none`` and ``schedule``,
-        whose parts are each made here: :meth:`schedule_fault`): one entry per
-        fault, so a new fault is one line per deployment. The driver is local everywhere,
-        so ``driver-crash`` is the same for all; the worker faults are each deployment's."""
-        return {Fault.DRIVER_CRASH: self.driver_crash, Fault.BROKER_CRASH: self.broker_crash,
-                **dict.fromkeys(PAUSE_FAULTS, self.process_pause),
-                Fault.PARTITION: self.worker_partition}
+        """How this deployment makes each fault (every one but ``none`` and ``schedule``,
+        whose parts are each made here: :meth:`schedule_fault`): the maker its descriptor
+        picks among this deployment's :attr:`mechanisms`, or, where it has none of them,
+        one that says in one sentence where the fault runs."""
+        return {kind: self._maker(d) for kind, d in descriptors().items()
+                if kind not in (Fault.NONE, Fault.SCHEDULE)}
 
-    def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                         ctx: FaultContext) -> FaultHooks:
-        """Only in the namespaces pgval made for its workers can it drop their packets."""
-        raise EnvironmentFailure(PARTITION_WHERE)
+    def _maker(self, d: FaultDescriptor) -> FaultMaker:
+        make = d.maker_for(self.mechanisms)
 
-    def process_pause(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                      ctx: FaultContext) -> FaultHooks:
-        """Only where pgval runs the processes can it stop them by signal."""
-        raise EnvironmentFailure(PAUSE_WHERE)
+        def made(cfg: ExperimentConfig, target: Any, profile: TimeoutProfile,
+                 ctx: FaultContext) -> FaultHooks:
+            if make is None:
+                raise EnvironmentFailure(d.where or f"--fault {d.kind} cannot be injected "
+                                        f"on --deploy {self.kind}")
+            return make(self, cfg, target, profile, ctx)
+        return made
 
-    def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
-                     ctx: FaultContext) -> FaultHooks:
-        """Only where pgval can stop a broker (its own, or through the user's nemesis);
-        ExperimentConfig.validate says so first, in the same words."""
-        raise EnvironmentFailure(BROKER_CRASH_WHERE)
+    def worker_path(self, target: int) -> NetworkPath:
+        """Worker ``target``'s network namespace and an address to probe it at: only where
+        pgval put the workers in namespaces (:data:`~pgval.faults.descriptor.WORKER_NETNS`)."""
+        raise EnvironmentFailure(f"--deploy {self.kind} has no worker namespaces of pgval's")
 
     @staticmethod
     def crash_a_broker(brokers: KillableBrokers, cfg: ExperimentConfig, ctx: FaultContext,

@@ -20,16 +20,23 @@ from pgval.cluster.local import (
     ClusterConfig,
     LocalCluster,
 )
-from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
 from pgval.errors import EnvironmentFailure
 from pgval.faults.broker import BrokerCrash, SignalledBrokers
+from pgval.faults.descriptor import (
+    BROKER_PROCESSES,
+    DRIVER_PROCESS,
+    EXECUTOR_KILL,
+    WORKER_NETNS,
+    WORKER_PROCESSES,
+)
 from pgval.faults.network import NetworkPath, WorkerDelay
 from pgval.faults.partition import PartitionLink, WorkerPartition
 from pgval.faults.pause import ProcessPause, group_members
 from pgval.faults.process import WorkerCrash
 from pgval.host.cds import ClassArchive
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
-from pgval.schema import DELAY_FAULTS, PAUSE_DRIVER, PAUSE_FAULTS, Fault, Partition
+from pgval.schema import PAUSE_DRIVER, Partition
 from pgval.spark.daemons import SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -80,6 +87,8 @@ class EmbeddedDeployment(Deployment):
     """pgval's own cluster in ``cluster_dir`` (a run's directory, or a matrix's)."""
 
     kind = "local"
+    #: Its workers' process groups and namespaces, and its brokers, are pgval's own.
+    mechanisms = frozenset({DRIVER_PROCESS, WORKER_PROCESSES, WORKER_NETNS, BROKER_PROCESSES})
     owns_cluster = True
 
     def __init__(self, cluster_dir: Path, config: ClusterConfig) -> None:
@@ -151,13 +160,9 @@ class EmbeddedDeployment(Deployment):
     def daemon_conf(self) -> dict[str, str]:
         return dict(self.config.spark_daemon_conf)
 
-    def fault_makers(self) -> dict[Fault, FaultMaker]:
-        """A worker's process group killed; packets to and from its namespace held; one of
-        the cluster's Kafka brokers killed."""
-        return {**super().fault_makers(), Fault.CRASH: self.worker_crash,
-                **dict.fromkeys(DELAY_FAULTS, self.worker_delay),
-                Fault.BROKER_CRASH: self.broker_crash,
-                **dict.fromkeys(PAUSE_FAULTS, self.process_pause)}
+    def worker_path(self, target: int) -> NetworkPath:
+        worker = self._spark().workers[target]
+        return NetworkPath(worker.name, worker.netns, worker.host, worker.webui_port)
 
     def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                          ctx: FaultContext) -> WorkerPartition:
@@ -193,9 +198,8 @@ class EmbeddedDeployment(Deployment):
 
     def worker_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerDelay:
-        worker = self._spark().workers[target]
-        path = NetworkPath(worker.name, worker.netns, worker.host, worker.webui_port)
-        return WorkerDelay(cfg.fault, path, profile, ctx.run_dir, delay_cap_s(ctx.phase_seconds))
+        return WorkerDelay(cfg.fault, self.worker_path(target), profile, ctx.run_dir,
+                           delay_cap_s(ctx.phase_seconds))
 
     def describe(self) -> dict[str, Any]:
         try:
@@ -224,6 +228,9 @@ class AttachedDeployment(Deployment):
     """A running `pgval cluster up` cluster, used as it is (see the module docstring)."""
 
     kind = "local"
+    #: Not pgval's processes to kill: a crash is an executor kill through the driver; the
+    #: namespaces and brokers the cluster recorded.
+    mechanisms = frozenset({DRIVER_PROCESS, EXECUTOR_KILL, WORKER_NETNS, BROKER_PROCESSES})
 
     def __init__(self, cluster_dir: Path) -> None:
         super().__init__()
@@ -273,11 +280,10 @@ class AttachedDeployment(Deployment):
     def workers(self) -> int:
         return len(self.state.get("workers") or [])
 
-    def fault_makers(self) -> dict[Fault, FaultMaker]:
-        """Not pgval's processes to kill: an executor kill through the driver; the delay
-        on the namespaces the cluster recorded."""
-        return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
-                **dict.fromkeys(DELAY_FAULTS, self.worker_delay)}
+    def worker_path(self, target: int) -> NetworkPath:
+        worker = self.state["workers"][target]
+        return NetworkPath(f"spark-worker-{worker['index']}", worker.get("netns"),
+                           worker["host"], int(worker.get("webui_port") or 0))
 
     def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> BrokerCrash:
@@ -297,10 +303,8 @@ class AttachedDeployment(Deployment):
 
     def worker_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerDelay:
-        worker = self.state["workers"][target]
-        path = NetworkPath(f"spark-worker-{worker['index']}", worker.get("netns"),
-                           worker["host"], int(worker.get("webui_port") or 0))
-        return WorkerDelay(cfg.fault, path, profile, ctx.run_dir, delay_cap_s(ctx.phase_seconds))
+        return WorkerDelay(cfg.fault, self.worker_path(target), profile, ctx.run_dir,
+                           delay_cap_s(ctx.phase_seconds))
 
     def describe(self) -> dict[str, Any]:
         return {"deploy": "local", "attached": str(self.cluster_dir),

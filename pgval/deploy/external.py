@@ -17,12 +17,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
 from pgval.errors import EnvironmentFailure
-from pgval.faults.broker import BrokerCrash
+from pgval.faults.broker import BROKER_CRASH_NEMESIS, BrokerCrash
+from pgval.faults.descriptor import DRIVER_PROCESS, EXECUTOR_KILL, NEMESIS
 from pgval.faults.nemesis import NemesisBrokers, NemesisDelay
 from pgval.kafka.admin import broker_ids
-from pgval.schema import BROKER_CRASH_NEMESIS, DELAY_FAULTS, Fault
 
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 class ExternalDeployment(Deployment):
     kind = "external"
+    #: The cluster is the user's: a crash is an executor kill through the driver, a delay
+    #: or a broker crash the user's own nemesis.
+    mechanisms = frozenset({DRIVER_PROCESS, EXECUTOR_KILL, NEMESIS})
 
     def __init__(self, bootstrap: str, master: str, partitions: int,
                  kafka_config: dict[str, str] | None = None,
@@ -71,11 +74,6 @@ class ExternalDeployment(Deployment):
     @property
     def workers(self) -> int:
         return self._workers
-
-    def fault_makers(self) -> dict[Fault, FaultMaker]:
-        """An executor kill through the driver; a delay through the user's nemesis."""
-        return {**super().fault_makers(), Fault.CRASH: self.executor_kill,
-                **dict.fromkeys(DELAY_FAULTS, self.nemesis_delay)}
 
     def nemesis_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> NemesisDelay:

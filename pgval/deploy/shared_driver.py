@@ -2,8 +2,9 @@
 
 Why: a fresh driver costs a warm cell most of its overhead on 2 cores — its JVM, its
 application's new executor JVMs and their cold code (docs/performance.md, "A warm
-cluster"). Shared, one driver process (``--serve``: pgval.topologies.serve) runs one query
-per cell, each with its own checkpoint, topics, query name and progress file.
+cluster"). Shared, one driver process (its document's ``serve_dir``: pgval.topologies.serve)
+runs one query per cell, each with its own checkpoint, topics, query name and progress
+file; a cell's document (pgval.driver_spec) reaches it over the control channel.
 
 What it changes in what a run measures, said in every run it touches
 (``config.driver``): from the driver's second cell on, the driver's and the executors' JVMs
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgval.cluster.guard import RunGuard
 from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.faults.descriptor import descriptor
 from pgval.redact import private_dir
 from pgval.schema import PAUSE_DRIVER, CrashPoint, Fault, FaultSpec
 from pgval.spark.driver import (
@@ -43,7 +45,7 @@ from pgval.spark.driver import (
 if TYPE_CHECKING:
     from pgval.config import ExperimentConfig
 
-#: Names inside ``--serve DIR`` (pgval.topologies.serve; not imported: that module is the
+#: Names inside ``serve_dir`` (pgval.topologies.serve; not imported: that module is the
 #: driver's, and importing it here would load the driver's side into pgval).
 SESSION_LOG = "session.jsonl"
 CONTROL_DIR = "control"
@@ -63,7 +65,7 @@ def fresh_driver_reason(faults: list[tuple[FaultSpec, int | str | None]], job: s
     for fault, target in faults:
         if fault.kind is Fault.DRIVER_CRASH:
             return "its fault kills the driver"
-        if fault.kind.is_pause and target == PAUSE_DRIVER:
+        if descriptor(fault.kind).pause and target == PAUSE_DRIVER:
             return "its fault pauses the driver"
         if fault.point in (CrashPoint.AFTER_SINK_WRITE, CrashPoint.DURING_SINK_WRITE):
             return "its crash point's hooks are set when a driver starts"
@@ -154,11 +156,12 @@ class SharedQuery:
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> float:
         """Start the run's query; returns the seconds it took. The first cell starts the
-        driver process itself with the cell's arguments, as a fresh driver would."""
+        driver process itself with the cell's document, as a fresh driver would; the next
+        ones send theirs over the control channel."""
         t0 = time.monotonic()
         if self.cell > 1:
             answer = self.shared.control.request(
-                {"action": "start_query", "argv": self.spec.driver_args()}, timeout_s)
+                {"action": "start_query", "spec": self.spec.for_driver().to_json()}, timeout_s)
             self.answers["start"] = answer
             if not answer.get("ok") and not answer.get("poisoned"):
                 raise EnvironmentFailure("the shared Spark driver did not start the run's "

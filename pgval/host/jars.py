@@ -270,8 +270,13 @@ def ensure_delta_jars(cache_dir: Path | None = None) -> list[Path]:
             _maven_copy(mvn, cache, "delta", name, [f"-Ddelta.version={version}",
                                                     f"-Dscala.binary.version={line.scala}"])
             return {"method": "maven", "delta": version}
-        _download_all((("io.delta", f"delta-spark_{line.scala}", version),
-                       ("io.delta", "delta-storage", version)), cache / f"{name}.tmp")
+        try:
+            _download_all((("io.delta", f"delta-spark_{line.scala}", version),
+                           ("io.delta", "delta-storage", version)), cache / f"{name}.tmp")
+        except OSError as exc:
+            raise EnvironmentFailure(f"could not download Delta Lake's jars from "
+                                     f"{MAVEN_CENTRAL} ({exc}); install Maven (`mvn`) or "
+                                     "allow HTTPS access to Maven Central") from exc
         _replace_dir(cache / f"{name}.tmp", cache / name)
         return {"method": "direct", "delta": version}
 
@@ -339,7 +344,9 @@ def _run(name: str, argv: Sequence[str], log_path: Path, timeout_s: float) -> st
     return out
 
 
-class _CommandFailed(PgvalError):
+class _CommandFailed(EnvironmentFailure):
+    """A command that failed, with its output (Maven's: which artifact it lacked)."""
+
     def __init__(self, name: str, code: int, output: str, log_path: Path) -> None:
         super().__init__(f"{name} failed with exit code {code}; see {log_path}")
         self.output = output
@@ -432,6 +439,9 @@ def _resolve_direct(cache: Path, name: str, line: SparkLine | None) -> dict[str,
 
 
 class _NotFound(OSError):
+    """An artifact Maven Central does not serve (404): an ``OSError`` like every other
+    download failure, told apart where a fallback version exists."""
+
     def __init__(self, artifact: str, url: str) -> None:
         super().__init__(f"{url} was not found")
         self.artifact = artifact

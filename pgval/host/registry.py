@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.errors import EnvironmentFailure, PgvalError, UserMistake
 from pgval.files import write_private_json
 from pgval.host.identity import Owner
 
@@ -226,8 +226,8 @@ def check_run_root(root: Path, what: str = "runs directory") -> None:
         st = os.stat(root)
     except OSError:
         return  # not there yet: pgval creates it, with its own mode
-    if stat.S_ISDIR(st.st_mode) and _shared_by_others(st):
-        raise EnvironmentFailure(
+    if stat.S_ISDIR(st.st_mode) and _shared_by_others(st):  # the --run-dir/--runs given
+        raise UserMistake(
             f"the {what} {root} is writable by other users or owned by another user "
             f"(mode {stat.S_IMODE(st.st_mode):o}); pgval acts on its files as root, so "
             f"`chmod go-w {root}` (or choose another) first")

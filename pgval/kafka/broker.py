@@ -34,7 +34,7 @@ from types import TracebackType
 
 from confluent_kafka import KafkaException
 
-from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.errors import EnvironmentFailure, PgvalError, UserMistake
 from pgval.files import write_private, write_private_json
 from pgval.host import cds
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
@@ -339,8 +339,8 @@ class KafkaCluster:
         for node in self._nodes:
             if node.node_id == node_id:
                 return node
-        raise EnvironmentFailure(f"no Kafka broker {node_id} in this cluster "
-                                f"(brokers {self.node_ids})")
+        raise UserMistake(f"no Kafka broker {node_id} in this cluster (brokers "
+                          f"{self.node_ids})")
 
     def __enter__(self) -> KafkaCluster:
         return self.start()

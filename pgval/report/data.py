@@ -31,6 +31,7 @@ from typing import Any
 
 from pgval.checker.recovery import recovery_bounds
 from pgval.dbfile import StoreError, connect_readonly, json_object_cell
+from pgval.errors import UserMistake
 from pgval.schema import CrashPoint, Fault, Guarantee, Topology
 from pgval.shape import REPORTED, RunShape
 
@@ -52,8 +53,9 @@ CRASH_WINDOW = {CrashPoint.TIMED: "hit a batch in flight",
                 CrashPoint.DURING_SINK_WRITE: "killed during a sink write"}
 
 
-class ReportError(ValueError):
-    """A plain one-sentence problem with the report's input (the CLI shows it as is)."""
+class ReportError(UserMistake, ValueError):
+    """A plain one-sentence problem with the report's input: the database, the selection,
+    where it is written (a ``ValueError`` too, as it always was to a caller)."""
 
 
 # ---------------------------------------------------------------------------- selection

@@ -23,6 +23,7 @@ from pgval.deploy.shared_driver import SharedDrivers, SharedQuery, own_driver_re
 from pgval.errors import UserMistake
 from pgval.evidence import keep_job_source
 from pgval.faults import TimeoutProfile, default_target
+from pgval.faults.descriptor import descriptor
 from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
 from pgval.faults.network import log_sizes
 from pgval.host import cds, undo
@@ -141,7 +142,8 @@ def preflight(cfg: ExperimentConfig, fault: FaultSpec, deployment: Deployment,
     if fault.point is not CrashPoint.TIMED:
         ensure_hooks_jar()  # built once (javac); a missing JDK is one sentence, now
         crash_trigger(run_dir).parent.mkdir(parents=True, exist_ok=True)
-    network = fault.kind.is_network or any(p.fault.is_network for p in cfg.schedule_parts)
+    network = any(descriptor(k).network
+                  for k in (fault.kind, *(p.fault for p in cfg.schedule_parts)))
     if network and cfg.deploy == Deploy.LOCAL:
         if os.geteuid() != 0:
             raise UserMistake(f"--fault {cfg.fault} needs root (it puts the worker in a "

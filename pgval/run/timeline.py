@@ -40,7 +40,7 @@ JOB_CLOSING_AHEAD_MS = 3_600_000
 TICK_S = 1.0
 
 
-class DriverDied(Exception):
+class DriverDied(EnvironmentFailure):
     """The driver exited on its own during the timeline (outside a driver-crash fault);
     caught by the timeline itself, which records it as a validity reason."""
 

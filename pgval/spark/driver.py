@@ -1,6 +1,7 @@
 """The streaming driver as a separate process, so a fault can kill it and restart it.
 
-It runs ``python -m pgval.topologies.driver`` (see topologies/driver.py) and
+It writes the driver's document (pgval.driver_spec) as a private file, runs
+``python -m pgval.topologies.driver --spec FILE`` (see topologies/driver.py) and
 learns about the query through the progress file the driver writes: one JSON
 line per event, ``{"event": "started", ...}`` once the query runs, then one
 line per micro-batch progress. With a control directory (``DriverSpec.control_dir``)
@@ -24,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgval.driver_spec import DriverDocument
 from pgval.errors import EnvironmentFailure, UserMistake
+from pgval.files import write_private_json
 from pgval.host.cds import ClassArchive
 from pgval.host.procs import Managed, spawn
-from pgval.schema import Guarantee
 
 #: The driver's environment variables holding the user's Kafka client settings and Spark
 #: settings as JSON (read by pgval.topologies.driver); a launcher into a container must
@@ -37,44 +39,25 @@ SPARK_CONF_ENV = "PGVAL_SPARK_CONF"
 SETTINGS_ENV = (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV)
 #: The driver's exit status for a job or sink it refuses (``pgval.topologies.driver``).
 JOB_REFUSED = 4
+#: The driver's document in the directory above its logs (a run's, a shared driver's).
+SPEC_FILE = "driver-spec.json"
 
 
-@dataclass
-class DriverSpec:
-    topology: str
-    pg: str
-    bootstrap: str
-    master: str
-    checkpoint: Path
-    progress_file: Path
-    window_ms: int
-    watermark_ms: int
-    trigger_ms: int
-    shuffle_partitions: int
-    driver_host: str | None = None
-    executor_memory: str = "512m"
-    max_offsets_per_trigger: int | None = None
-    query_name: str = "pgval"
+@dataclass(frozen=True)
+class DriverSpec(DriverDocument):
+    """The driver's document (:class:`~pgval.driver_spec.DriverDocument`: what it runs,
+    checked when made) plus how pgval starts it, which never enters the document: the
+    user's settings (the driver's environment), the placement's environment, and a
+    launcher's prefix, Python, path map and signals."""
+
+    #: The placement's environment variables for the driver (a cluster's secret file...).
     extra_env: dict[str, str] = field(default_factory=dict)
-    conf: dict[str, str] = field(default_factory=dict)  # extra Spark conf (time-outs)
-    #: The run's topic prefix (``Topics.with_prefix``); "" for the plain names.
-    topic_prefix: str = ""
-    #: With topology ``job``: the user's job (``/abs/path.py:FUNCTION`` or
-    #: ``package.module:FUNCTION``).
-    job: str | None = None
-    #: Where a job's rows go (``kafka``: the pg's sink; ``files``; a user's sink) and,
-    #: for the others, the folder they write to.
-    sink: str = "kafka"
-    sink_dir: Path | None = None
     #: Kafka client settings (a cluster's login, ``--kafka-config``) and the user's Spark
     #: settings (``--spark-conf``, every deployment): passed in the driver's environment,
-    #: never on its command line, as they may hold passwords; the driver hands the Spark
-    #: ones to its JVM in memory.
+    #: never in its document or on its command line, as they may hold passwords; the
+    #: driver hands the Spark ones to its JVM in memory.
     kafka_options: dict[str, str] = field(default_factory=dict)
     user_conf: dict[str, str] = field(default_factory=dict)
-    #: SELF-TEST of pgval only (e1): ``drop-batch:N`` / ``dup-batch:N`` makes the sink break
-    #: one batch on purpose (``--sabotage``; see pgval.topologies.sinks). Never a guarantee.
-    sabotage: str | None = None
     #: Prefix that runs the driver elsewhere (``docker exec pgval-runner``), its Python,
     #: how host paths look there, and how to signal it there (killing `docker exec` is not
     #: enough to stop a process inside a container).
@@ -82,81 +65,32 @@ class DriverSpec:
     python: str = sys.executable
     path_map: Callable[[Path], str] | None = None
     signal_argv: Callable[[str], list[str]] | None = None
-    #: Where pgval writes requests to the running driver (``--control-dir``); None: the
-    #: driver runs no control thread. See :class:`DriverControl`.
-    control_dir: Path | None = None
-    #: Crash point after-sink-write: the file that arms the driver's commit hook
-    #: (``--crash-trigger``, :mod:`pgval.faults.hooks`); None: no hook.
-    crash_trigger: Path | None = None
-    #: Crash point during-sink-write: the file that arms the sink's producer hook
-    #: (``--sink-trigger``, :mod:`pgval.faults.hooks`); None: no hook.
-    sink_trigger: Path | None = None
-    #: Class-data sharing for the driver's JVM (a driver on this host: pgval.host.cds), and
-    #: the executors' flags from the deployment ("" for none).
-    class_sharing: bool = False
-    executor_java_flags: str = ""
-    #: A driver that outlives its query (``--serve``: pgval.topologies.serve): its session
-    #: log and control directory; None: the driver ends with its query.
-    serve_dir: Path | None = None
-
-    def __post_init__(self) -> None:
-        if self.sabotage and self.pg != Guarantee.E1:
-            raise ValueError("sabotage only applies to pg e1 (the transactional sink)")
 
     def _path(self, path: Path) -> str:
         return self.path_map(path) if self.path_map else str(path)
 
-    def argv(self) -> list[str]:
+    def for_driver(self) -> DriverDocument:
+        """The document as the driver sees it (host paths mapped for a launcher)."""
+        doc = self.document()
+        return doc.mapped(self.path_map) if self.path_map else doc
+
+    def write(self, path: Path) -> Path:
+        """Write :meth:`for_driver` to ``path``: a private file (0600, no planted link
+        followed) holding no secret: the user's settings stay in :meth:`env`."""
+        return write_private_json(path, self.for_driver().to_json(), indent=1)
+
+    def argv(self, spec_file: Path) -> list[str]:
+        """The driver's command line, given the document written to ``spec_file``."""
         return [*self.launcher, self.python, "-m", "pgval.topologies.driver",
-                *self.driver_args()]
+                "--spec", self._path(spec_file)]
 
     def session_key(self) -> str:
         """What a served driver's session is made of: a run whose key differs cannot run
         in it (its Spark settings, placement, environment and the cluster it reaches)."""
         return json.dumps({
-            "master": self.master, "driver_host": self.driver_host,
-            "executor_memory": self.executor_memory, "conf": self.conf,
-            "user_conf": self.user_conf, "kafka_options": self.kafka_options,
-            "extra_env": self.extra_env, "launcher": self.launcher, "python": self.python,
-            "class_sharing": self.class_sharing,
-            "executor_java_flags": self.executor_java_flags}, sort_keys=True)
-
-    def driver_args(self) -> list[str]:
-        """The driver module's arguments (what a served driver's ``start_query`` gets)."""
-        argv = ["--topology", self.topology, "--pg", self.pg, "--bootstrap", self.bootstrap,
-                "--master", self.master, "--checkpoint", self._path(self.checkpoint),
-                "--window-ms", str(self.window_ms), "--watermark-ms", str(self.watermark_ms),
-                "--trigger-ms", str(self.trigger_ms),
-                "--shuffle-partitions", str(self.shuffle_partitions),
-                "--progress-file", self._path(self.progress_file),
-                "--executor-memory", self.executor_memory, "--query-name", self.query_name]
-        if self.topic_prefix:
-            argv += ["--topic-prefix", self.topic_prefix]
-        if self.job:
-            argv += ["--job", self.job]
-        if self.sink != "kafka" and self.sink_dir is not None:
-            argv += ["--sink", self.sink, "--sink-dir", self._path(self.sink_dir)]
-        if self.driver_host:
-            argv += ["--driver-host", self.driver_host]
-        for key, value in self.conf.items():
-            argv += ["--conf", f"{key}={value}"]
-        if self.max_offsets_per_trigger:
-            argv += ["--max-offsets-per-trigger", str(self.max_offsets_per_trigger)]
-        if self.sabotage:
-            argv += ["--sabotage", self.sabotage]
-        if self.control_dir is not None:
-            argv += ["--control-dir", self._path(self.control_dir)]
-        if self.crash_trigger is not None:
-            argv += ["--crash-trigger", self._path(self.crash_trigger)]
-        if self.sink_trigger is not None:
-            argv += ["--sink-trigger", self._path(self.sink_trigger)]
-        if self.class_sharing:
-            argv += ["--class-sharing"]
-        if self.executor_java_flags:
-            argv += [f"--executor-java-flags={self.executor_java_flags}"]
-        if self.serve_dir is not None:
-            argv += ["--serve", self._path(self.serve_dir)]
-        return argv
+            **self.session(), "user_conf": self.user_conf,
+            "kafka_options": self.kafka_options, "extra_env": self.extra_env,
+            "launcher": self.launcher, "python": self.python}, sort_keys=True)
 
     def env(self) -> dict[str, str]:
         """The driver's extra environment: placement's variables plus the user's settings."""
@@ -171,10 +105,13 @@ class DriverSpec:
 class DriverProcess:
     """Start, wait for, stop, kill and restart the streaming driver."""
 
-    def __init__(self, spec: DriverSpec, log_dir: Path, pid_dir: Path) -> None:
+    def __init__(self, spec: DriverSpec, log_dir: Path, pid_dir: Path,
+                 spec_file: Path | None = None) -> None:
         self.spec = spec
         self.log_dir = log_dir
         self.pid_dir = pid_dir
+        #: Where its document is written (default: ``SPEC_FILE`` beside ``log_dir``).
+        self.spec_file = spec_file if spec_file is not None else log_dir.parent / SPEC_FILE
         self.proc: Managed | None = None
         self.starts = 0
         self.started_at: list[float] = []
@@ -184,7 +121,8 @@ class DriverProcess:
         t0 = time.monotonic()
         seen = self._count_started()
         self.starts += 1
-        self.proc = spawn(f"driver-{self.starts}", self.spec.argv(),
+        self.spec.write(self.spec_file)
+        self.proc = spawn(f"driver-{self.starts}", self.spec.argv(self.spec_file),
                           self.log_dir / f"driver-{self.starts}.log", env=self.spec.env(),
                           pid_dir=self.pid_dir)
         deadline = t0 + timeout_s

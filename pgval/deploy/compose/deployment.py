@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgval.deploy.base import Deployment, DriverPlacement, FaultContext, FaultMaker
+from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
 from pgval.deploy.compose.pumba import PumbaFault
 from pgval.deploy.compose.stack import (
     HOST_BOOTSTRAP,
@@ -27,7 +27,7 @@ from pgval.deploy.compose.stack import (
     worker_container,
 )
 from pgval.errors import EnvironmentFailure
-from pgval.schema import DELAY_FAULTS, Fault
+from pgval.faults.descriptor import CONTAINERS, DRIVER_PROCESS
 from pgval.spark.driver import SETTINGS_ENV
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ class ComposeDeployment(Deployment):
     """Kafka + Spark from the compose stack; nothing here starts or stops containers."""
 
     kind = "compose"
+    #: pumba on the target worker's container: a kill, or netem on its egress.
+    mechanisms = frozenset({DRIVER_PROCESS, CONTAINERS})
     bootstrap_host = HOST_BOOTSTRAP
     driver_bootstrap = NETWORK_BOOTSTRAP
     master_url = SPARK_MASTER_URL
@@ -96,11 +98,6 @@ class ComposeDeployment(Deployment):
     @property
     def workers(self) -> int:
         return self._workers
-
-    def fault_makers(self) -> dict[Fault, FaultMaker]:
-        """pumba on the target worker's container: a kill, or netem on its egress."""
-        return {**super().fault_makers(), Fault.CRASH: self.container_kill,
-                **dict.fromkeys(DELAY_FAULTS, self.container_delay)}
 
     def container_kill(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
                        ctx: FaultContext) -> PumbaFault:

@@ -237,24 +237,16 @@ def plot_run(db: Path | str | Any, run_id: int, path: Path | str) -> Path:
 
 
 def draw_run(data: RunPlot, path: Path | str) -> Path:
-    """Draw :class:`RunPlot` ``data`` to ``path`` (PNG)."""
+    """Draw :class:`RunPlot` ``data`` to ``path`` (PNG): rates on top, latency below, the
+    anomalies in a panel, the phases shaded and the fault's steps marked."""
     run, s = data.run, data.series
     t0, xlabel = _origin(run, s)
     x = (s["t_ms"] - t0) / 1000.0 + 0.5  # bin centres
     end = float(x[-1] + 0.5) if len(x) else 1.0
     begin = min(0.0, float(x[0] - 0.5)) if len(x) else 0.0
-
-    spans: list[tuple[str, float, float]] = []
-    r = run.row
-    if r.get("t_start") is not None and r.get("t2") is not None and r.get("t3") is not None:
-        start, t2, t3 = ((float(r[k]) - t0) / 1000.0 for k in ("t_start", "t2", "t3"))
-        spans = [("warm-up", begin, start), ("control", start, t2), ("failure", t2, t3),
-                 ("recovery", t3, max(end, t3))]
-    faults = {k: (v - t0) / 1000.0 for k, v in _fault_times(run).items()}
-
-    window_s = max(1, int(round((r.get("window_ms") or 1000) / 1000)))
+    spans = _spans(run.row, t0, begin, end)
+    window_s = max(1, int(round((run.row.get("window_ms") or 1000) / 1000)))
     k = max(5, window_s)
-    reliable_mean = _trailing_mean(s["reliable"], k)
 
     with plt.rc_context(style()):
         fig: Figure = plt.figure(figsize=(12, 9.5), dpi=DPI, layout="constrained")
@@ -263,79 +255,112 @@ def draw_run(data: RunPlot, path: Path | str) -> Path:
             _shade(ax, spans)
             ax.grid(True, axis="y", color="#dddddd", lw=0.6)
             ax.set_axisbelow(True)
-
-        handles: list[Any] = []
-        if len(x):
-            bars = _bins(top, x, s["reliable"], color=C_RELIABLE_BIN, zorder=2,
-                         label="reliable IDs per 1 s bin")
-            handles.append(bars)
-            (line,) = top.plot(x, reliable_mean, color=C_RELIABLE, lw=2, zorder=4,
-                               label=f"reliable throughput (trailing {k} s mean)")
-            handles.append(line)
-            (line,) = top.plot(x, s["inputs"], color=C_INPUT, lw=1.3, zorder=5,
-                               label="input rate")
-            handles.append(line)
-            # Bursts of a micro-batch dwarf the rates; clip them so the rates stay readable.
-            scale = max(float(np.nanmax(s["inputs"], initial=0)),
-                        float(np.nanmax(reliable_mean, initial=0)), 1.0)
-            if float(np.nanmax(s["reliable"], initial=0)) > 2.5 * scale:
-                top.set_ylim(0, 1.6 * scale)
-                bars.set_label("reliable IDs per 1 s bin (bursts clipped)")
-            else:
-                top.set_ylim(bottom=0)
-            right = top.twinx()
-            right.spines["top"].set_visible(False)
-            (line,) = right.plot(x, s["outputs"], color=C_OUTPUT, lw=0.9, ls="-", alpha=0.8,
-                                 zorder=3, label="output rate (records/s, right axis)")
-            handles.append(line)
-            right.set_ylabel("output records/s", color=C_OUTPUT)
-            right.tick_params(axis="y", colors=C_OUTPUT)
-            right.set_ylim(0, max(1.0, float(np.nanmax(s["outputs"], initial=0))) * 1.15)
-        else:
-            top.text(0.5, 0.5, "no per-second series stored", transform=top.transAxes,
-                     ha="center", va="center", color="#777777")
-        top.set_ylabel("events/s  ·  reliable IDs/s")
+        handles = _draw_rates(top, x, s, k)
         for name, a, b in spans:  # phase names above the plot, centred on their span
             if b - a >= 0.04 * (end - begin):
                 top.text((a + b) / 2, 1.01, name, transform=top.get_xaxis_transform(),
                          ha="center", va="bottom", fontsize=8, color="#555555")
-
-        for key, colour, label in (("latency_p50_s", C_P50, "latency p50 of the second"),
-                                   ("latency_max_s", C_MAX, "latency max of the second")):
-            xs, ys = _gapped(x, s[key], max_gap=k)
-            if len(xs):
-                (line,) = bottom.plot(xs, ys, color=colour, lw=1.1, marker="o", ms=2.5,
-                                      label=label)
-                handles.append(line)
-        bottom.set_ylim(bottom=0)
-        bottom.set_ylabel("latency (s), paper's definition")
+        handles += _draw_latency(bottom, x, s, k)
         handles += _anomalies(panel, x, s)
         panel.set_xlabel(xlabel)
         panel.set_xlim(begin, end)
-
-        styles = {"inject": ("#b2182b", "fault injected (actual)"),
-                  "remove": ("#2166ac", "fault removed (actual)")}
-        for step, when in faults.items():
-            colour, label = styles[step]
-            for ax in (top, bottom, panel):
-                ax.axvline(when, color=colour, ls="--", lw=1.4, zorder=6)
-            handles.append(Line2D([], [], color=colour, ls="--", lw=1.4, label=label))
+        faults = {step: (when - t0) / 1000.0 for step, when in _fault_times(run).items()}
+        handles += _mark_faults((top, bottom, panel), faults)
         handles += [Patch(color=SHADE[name], label=name) for name, a, b in spans if b > a]
-        # A schedule: each part's interval as a bar across the top of the latency panel.
-        parts = part_intervals(run)
-        for k, (label, a_ms, b_ms) in enumerate(parts):
-            a = (a_ms - t0) / 1000.0
-            b = end if b_ms is None else (b_ms - t0) / 1000.0
-            y = 0.97 - 0.09 * k
-            bottom.plot([a, b], [y, y], transform=bottom.get_xaxis_transform(),
-                        color=C_PART, lw=5, solid_capstyle="butt", zorder=7)
-            bottom.text(b, y, f"  {label}", transform=bottom.get_xaxis_transform(),
-                        va="center", fontsize=7, color=C_PART, zorder=7)
-        if parts:
-            handles.append(Line2D([], [], color=C_PART, lw=5, label="each fault of the schedule"))
-
+        handles += _draw_parts(bottom, part_intervals(run), t0, end)
         fig.suptitle(run_caption(run), fontsize=11)
         fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
         out = save_png(fig, path)
         plt.close(fig)
     return out
+
+
+def _spans(r: dict[str, Any], t0: float, begin: float, end: float
+           ) -> list[tuple[str, float, float]]:
+    """The phases as (name, start s, end s) from the run's bounds (none when not stored)."""
+    if r.get("t_start") is None or r.get("t2") is None or r.get("t3") is None:
+        return []
+    start, t2, t3 = ((float(r[k]) - t0) / 1000.0 for k in ("t_start", "t2", "t3"))
+    return [("warm-up", begin, start), ("control", start, t2), ("failure", t2, t3),
+            ("recovery", t3, max(end, t3))]
+
+
+def _draw_rates(top: Any, x: np.ndarray, s: dict[str, np.ndarray], k: int) -> list[Any]:
+    """Reliable IDs per bin, their trailing mean, the input rate; outputs on a right axis."""
+    handles: list[Any] = []
+    if not len(x):
+        top.text(0.5, 0.5, "no per-second series stored", transform=top.transAxes,
+                 ha="center", va="center", color="#777777")
+        top.set_ylabel("events/s  ·  reliable IDs/s")
+        return handles
+    reliable_mean = _trailing_mean(s["reliable"], k)
+    bars = _bins(top, x, s["reliable"], color=C_RELIABLE_BIN, zorder=2,
+                 label="reliable IDs per 1 s bin")
+    handles.append(bars)
+    (line,) = top.plot(x, reliable_mean, color=C_RELIABLE, lw=2, zorder=4,
+                       label=f"reliable throughput (trailing {k} s mean)")
+    handles.append(line)
+    (line,) = top.plot(x, s["inputs"], color=C_INPUT, lw=1.3, zorder=5, label="input rate")
+    handles.append(line)
+    # Bursts of a micro-batch dwarf the rates; clip them so the rates stay readable.
+    scale = max(float(np.nanmax(s["inputs"], initial=0)),
+                float(np.nanmax(reliable_mean, initial=0)), 1.0)
+    if float(np.nanmax(s["reliable"], initial=0)) > 2.5 * scale:
+        top.set_ylim(0, 1.6 * scale)
+        bars.set_label("reliable IDs per 1 s bin (bursts clipped)")
+    else:
+        top.set_ylim(bottom=0)
+    right = top.twinx()
+    right.spines["top"].set_visible(False)
+    (line,) = right.plot(x, s["outputs"], color=C_OUTPUT, lw=0.9, ls="-", alpha=0.8,
+                         zorder=3, label="output rate (records/s, right axis)")
+    handles.append(line)
+    right.set_ylabel("output records/s", color=C_OUTPUT)
+    right.tick_params(axis="y", colors=C_OUTPUT)
+    right.set_ylim(0, max(1.0, float(np.nanmax(s["outputs"], initial=0))) * 1.15)
+    top.set_ylabel("events/s  ·  reliable IDs/s")
+    return handles
+
+
+def _draw_latency(bottom: Any, x: np.ndarray, s: dict[str, np.ndarray], k: int) -> list[Any]:
+    """Latency p50 and max of each second, gaps longer than ``k`` s left open."""
+    handles: list[Any] = []
+    for key, colour, label in (("latency_p50_s", C_P50, "latency p50 of the second"),
+                               ("latency_max_s", C_MAX, "latency max of the second")):
+        xs, ys = _gapped(x, s[key], max_gap=k)
+        if len(xs):
+            (line,) = bottom.plot(xs, ys, color=colour, lw=1.1, marker="o", ms=2.5,
+                                  label=label)
+            handles.append(line)
+    bottom.set_ylim(bottom=0)
+    bottom.set_ylabel("latency (s), paper's definition")
+    return handles
+
+
+def _mark_faults(axes: tuple[Any, ...], faults: dict[str, float]) -> list[Any]:
+    """A dashed line on every panel where the fault was injected and removed (actual)."""
+    styles = {"inject": ("#b2182b", "fault injected (actual)"),
+              "remove": ("#2166ac", "fault removed (actual)")}
+    handles: list[Any] = []
+    for step, when in faults.items():
+        colour, label = styles[step]
+        for ax in axes:
+            ax.axvline(when, color=colour, ls="--", lw=1.4, zorder=6)
+        handles.append(Line2D([], [], color=colour, ls="--", lw=1.4, label=label))
+    return handles
+
+
+def _draw_parts(bottom: Any, parts: list[tuple[str, float, float | None]], t0: float,
+                end: float) -> list[Any]:
+    """A schedule: each part's interval as a bar across the top of the latency panel."""
+    for k, (label, a_ms, b_ms) in enumerate(parts):
+        a = (a_ms - t0) / 1000.0
+        b = end if b_ms is None else (b_ms - t0) / 1000.0
+        y = 0.97 - 0.09 * k
+        bottom.plot([a, b], [y, y], transform=bottom.get_xaxis_transform(),
+                    color=C_PART, lw=5, solid_capstyle="butt", zorder=7)
+        bottom.text(b, y, f"  {label}", transform=bottom.get_xaxis_transform(),
+                    va="center", fontsize=7, color=C_PART, zorder=7)
+    if not parts:
+        return []
+    return [Line2D([], [], color=C_PART, lw=5, label="each fault of the schedule")]
