@@ -447,6 +447,36 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _Pacer:
+    """When a producer's events are due: event ``k`` at ``t0 + k / rate``, handed over in
+    chunks of at least about one tick, so sleeps are per chunk, never per record. A producer
+    more than :data:`MAX_BACKLOG_S` behind slides its schedule instead of bursting."""
+
+    def __init__(self, rate: float | None, limit: int | None, tick_s: float, t0: float
+                 ) -> None:
+        self.rate, self.limit, self.t0 = rate, limit, t0
+        self.min_chunk = max(1, int(rate * tick_s)) if rate else 1
+
+    def ready(self, seq: int, available: int, now: float) -> tuple[int, float | None]:
+        """(events to hand over now, None), or (0, seconds to wait) when fewer than a chunk
+        are due; ``seq`` were handed over so far, ``available`` are generated and waiting."""
+        rate, limit = self.rate, self.limit
+        if not rate:
+            return available, None
+        due = int((now - self.t0) * rate)
+        if limit is not None:
+            due = min(due, limit)
+        backlog = due - seq
+        if backlog > rate * MAX_BACKLOG_S:
+            # Slide the schedule: owe at most MAX_BACKLOG_S worth of events.
+            self.t0 = now - (seq + rate * MAX_BACKLOG_S) / rate
+            backlog = int(rate * MAX_BACKLOG_S)
+        want = self.min_chunk if limit is None else min(self.min_chunk, limit - seq)
+        if backlog < want and backlog < available:
+            return 0, max(0.0, self.t0 + (seq + want) / rate - now)
+        return min(backlog, available), None
+
+
 def _emit(
     cfg: GeneratorConfig,
     producer_index: int,
@@ -457,14 +487,13 @@ def _emit(
 ) -> ProducerReport:
     """Generate and hand events to ``writer`` until the limit, the duration, or a stop.
 
-    Pacing is by deadline: event ``k`` is due at ``t0 + k / rate``; each loop hands over all
-    events that are due (at least about one tick's worth), so sleeps are per chunk, never per
-    record, and the long-run rate stays exact even when single sleeps overshoot.
+    Pacing is by deadline (:class:`_Pacer`): each loop hands over all events that are due,
+    so the long-run rate stays exact even when single sleeps overshoot.
     """
     rate = cfg.producer_rate()
     limit = cfg.producer_events(producer_index)
     wall_end = t0 + cfg.duration_s if (cfg.duration_s is not None and not rate) else math.inf
-    min_chunk = max(1, int(rate * cfg.tick_s)) if rate else 1
+    pacer = _Pacer(rate, limit, cfg.tick_s, t0)
     report = ProducerReport(index=producer_index, pid=os.getpid(), target_rate=rate)
 
     batch: EventBatch | None = None
@@ -485,26 +514,13 @@ def _emit(
             batch_pos = 0
             if len(batch) == 0:
                 break
-        remaining_in_batch = len(batch) - batch_pos
         now = time.monotonic()
         if now >= wall_end:
             break
-        if rate:
-            due = int((now - t0) * rate)
-            if limit is not None:
-                due = min(due, limit)
-            backlog = due - seq
-            if backlog > rate * MAX_BACKLOG_S:
-                # Slide the schedule: owe at most MAX_BACKLOG_S worth of events.
-                t0 = now - (seq + rate * MAX_BACKLOG_S) / rate
-                backlog = int(rate * MAX_BACKLOG_S)
-            want = min_chunk if limit is None else min(min_chunk, limit - seq)
-            if backlog < want and backlog < remaining_in_batch:
-                writer.wait(max(0.0, t0 + (seq + want) / rate - now))
-                continue
-            n = min(backlog, remaining_in_batch)
-        else:
-            n = remaining_in_batch
+        n, wait_s = pacer.ready(seq, len(batch) - batch_pos, now)
+        if wait_s is not None:
+            writer.wait(wait_s)
+            continue
 
         wall = max(last_wall, _wall_ms())
         last_wall = wall
@@ -525,7 +541,7 @@ def _emit(
             break
 
     report.sent = seq
-    report.elapsed_s = max(0.0, t_last - t0)
+    report.elapsed_s = max(0.0, t_last - pacer.t0)
     report.achieved_rate = seq / report.elapsed_s if report.elapsed_s > 0 else 0.0
     return report
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from pgval.errors import EnvironmentFailure
+from pgval.files import create_public, open_public
 from pgval.schema import GET, POST, Topics, resource_name
 
 if TYPE_CHECKING:
@@ -364,8 +365,7 @@ class FileSink:
         if not self.merge or cfg.producers == 1:
             return
         target = Path(self.path)
-        tmp = target.with_name(f"{target.name}.merging")
-        with open(tmp, "wb") as out:
+        with open_public(target) as out:  # replaced whole, never through a link
             for i in range(cfg.producers):
                 part = self.part_path(i, cfg.producers)
                 if part.exists():
@@ -374,7 +374,6 @@ class FileSink:
             if self.fsync:
                 out.flush()
                 os.fsync(out.fileno())
-        os.replace(tmp, target)
         for i in range(cfg.producers):
             self.part_path(i, cfg.producers).unlink(missing_ok=True)
 
@@ -386,7 +385,7 @@ class _FileWriter:
         self.fsync = fsync
         self.delivered = 0
         self.failed = 0
-        self._file = open(path, "wb", buffering=buffer_bytes)  # noqa: SIM115 - closed in close()
+        self._file = create_public(path, buffering=buffer_bytes)  # closed in close()
 
     def write(self, chunk: EventBatch, event_ts: int | np.ndarray, emit_ms: int,
               should_stop: Callable[[], bool]) -> int:

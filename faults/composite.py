@@ -36,7 +36,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,9 +44,8 @@ from pgval.errors import UserMistake
 from pgval.faults.descriptor import NOTHING, FaultDescriptor, descriptor, descriptors
 from pgval.faults.log import Entries, finding
 from pgval.schema import BROKER_TARGETS, Deploy, Fault, Restart
+from pgval.spec import ScheduledFault
 
-#: ``--fault random``: a schedule drawn from the seed.
-RANDOM = "random"
 #: The ``mechanism`` of a schedule's own inject/remove entries.
 SCHEDULE_MECHANISM = "schedule"
 #: How often a due part asks whether its target can act.
@@ -65,49 +63,6 @@ def random_kinds() -> tuple[Fault, ...]:
     faults, which lower the whole run's time-outs, a choice a draw should not make for the
     other parts)."""
     return tuple(k for k, d in descriptors().items() if d.drawn)
-
-
-@dataclass(frozen=True)
-class ScheduledFault:
-    """One part of a schedule: ``fault`` on ``target`` from T2 + ``at_s`` for ``for_s``
-    seconds (None: until T3)."""
-
-    fault: Fault
-    at_s: float = 0.0
-    for_s: float | None = None
-    target: int | str | None = None
-
-    @classmethod
-    def from_record(cls, rec: Mapping[str, Any], where: str = "the schedule") -> ScheduledFault:
-        """``{fault, at, for, target}`` (``at_s``/``for_s`` accepted too)."""
-        if not isinstance(rec, Mapping) or "fault" not in rec:
-            raise UserMistake(f"{where}: every entry needs a 'fault' ({rec!r})")
-        unknown = set(rec) - {"fault", "at", "for", "target", "at_s", "for_s"}
-        if unknown:
-            raise UserMistake(f"{where}: unknown key {sorted(unknown)[0]!r} in {dict(rec)!r}"
-                                    " (use fault, at, for, target)")
-        at, dur = rec.get("at", rec.get("at_s", 0.0)), rec.get("for", rec.get("for_s"))
-        for name, value in (("at", at), ("for", dur)):
-            if value is not None and (isinstance(value, bool)
-                                      or not isinstance(value, (int, float)) or value < 0):
-                raise UserMistake(f"{where}: '{name}' must be seconds >= 0 ({rec!r})")
-        target = rec.get("target")
-        if target is not None and not isinstance(target, (int, str)):
-            raise UserMistake(f"{where}: 'target' is a worker index or a word ({rec!r})")
-        return cls(Fault.parse(rec["fault"]), float(at), None if dur is None else float(dur),
-                   target)
-
-    def as_record(self) -> dict[str, Any]:
-        return {"fault": str(self.fault), "at": self.at_s, "for": self.for_s,
-                "target": self.target}
-
-    def end_s(self, phase_s: float) -> float:
-        return phase_s if self.for_s is None else self.at_s + self.for_s
-
-    def label(self) -> str:
-        where = "" if self.target is None else f" on {self.target}"
-        until = "T3" if self.for_s is None else f"{self.at_s + self.for_s:g} s"
-        return f"{self.fault}{where} ({self.at_s:g} s to {until})"
 
 
 def parse_plus(text: str) -> list[ScheduledFault]:

@@ -71,6 +71,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from pgval.files import write_private_json
+
 SUMMARY_TAG = "pgval-holder-summary"
 #: ``--netns`` value for the namespace the holder itself runs in.
 SELF_NS = "self"
@@ -472,37 +474,45 @@ def _open_queues(args: argparse.Namespace, on_packet: Any) -> list[Any]:
     return queues
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
+def _netfilterqueue_missing() -> bool:
+    """True, after telling the user how to install it, when NetfilterQueue cannot be
+    imported: checked before anything is bound so the holder fails with a fix, not a trace."""
     try:
         import netfilterqueue  # noqa: F401
     except ImportError as exc:
         print(f"pgval-holder: the Python package NetfilterQueue is not usable here ({exc}); "
               f"install it with `{sys.executable} -m pip install NetfilterQueue` "
               "(building needs the Debian package libnetfilter-queue-dev)", file=sys.stderr)
-        return 2
-    _die_with_parent()
-    owner_alive = _owner_check(args)
-    if not owner_alive():
-        print(f"pgval-holder: owner pid {args.owner_pid} is gone; not starting", file=sys.stderr)
-        return HOLDER_RC_OWNER_GONE
-    policy = _set_priority(args.nice, args.rt_priority)
+        return True
+    return False
 
-    sched: Schedule | Dropper = Dropper() if args.drop else Schedule(args.delay_ms,
-                                                                     args.jitter_ms)
-    stop = False
 
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
+class _StopRequest:
+    """Set by SIGTERM/SIGINT/SIGHUP; the signal also writes to a pipe the select loop
+    waits on, so a stop wakes it at once instead of at the next release time."""
 
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    def __init__(self) -> None:
+        self.requested = False
+        self.wake_fd, wake_w = os.pipe()
+        os.set_blocking(self.wake_fd, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
 
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.requested = True
+
+    def drain(self) -> None:
+        """Empty the wake-up pipe so the next select waits again."""
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.wake_fd, 512):
+                pass
+
+
+def _bind_queues(args: argparse.Namespace, sched: Schedule | Dropper) -> list[Any] | None:
+    """The bound (and, with ``--fail-open``, fail-open) queues whose packets go to
+    ``sched``; None, after saying why, when they cannot be set up (nothing stays bound)."""
     clock = time.monotonic
     push, release_due = sched.push, sched.release_due
 
@@ -516,78 +526,113 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"pgval-holder: cannot bind NFQUEUE {args.queue}: {exc} "
               "(another holder bound to it there? not root?)", file=sys.stderr)
-        return 3
-    by_fd = {q.get_fd(): q for q in queues}
+        return None
     if args.fail_open:
         try:
-            for fd in by_fd:
-                set_fail_open(fd, args.queue)
+            for q in queues:
+                set_fail_open(q.get_fd(), args.queue)
         except OSError as exc:
             for q in queues:
                 q.unbind()
             print(f"pgval-holder: cannot make NFQUEUE {args.queue} fail open: {exc}",
                   file=sys.stderr)
-            return 3
+            return None
+    return queues
+
+
+def _announce_ready(args: argparse.Namespace, policy: str) -> None:
+    """Log the settings in force and write ``--ready-file`` (atomically): the owner waits
+    for it before it puts the rules that send packets here in place."""
     _log({"event": "ready", "pid": os.getpid(), "queue": args.queue, "netns": args.netns,
           "target": args.target, "drop": args.drop, "delay_ms": args.delay_ms,
           "jitter_ms": args.jitter_ms, "max_held": args.max_held, "scheduling": policy,
           "fail_open": args.fail_open, "owner_pid": args.owner_pid,
           "max_seconds": args.max_seconds})
     if args.ready_file is not None:
-        tmp = args.ready_file.with_name(args.ready_file.name + ".tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "queue": args.queue}))
-        tmp.replace(args.ready_file)
+        write_private_json(args.ready_file, {"pid": os.getpid(), "queue": args.queue})
 
-    fds = [*by_fd, wake_r]
+
+def _serve(args: argparse.Namespace, sched: Schedule | Dropper, queues: list[Any],
+           stop: _StopRequest, owner_alive: Any) -> str:
+    """The select loop: receive, release what is due, log stats, until a stop signal, the
+    owner's death or ``--max-seconds``; returns why it stopped. Netlink errors are raised."""
+    clock = time.monotonic
+    release_due = sched.release_due
+    by_fd = {q.get_fd(): q for q in queues}
+    fds = [*by_fd, stop.wake_fd]
     next_stats = clock() + args.stats_every_s if args.stats_every_s > 0 else float("inf")
     deadline = clock() + args.max_seconds if args.max_seconds > 0 else float("inf")
     next_owner_check = clock() + OWNER_CHECK_S
+    while not stop.requested:
+        now = clock()
+        release_due(now)
+        if now >= next_stats:
+            _log({"event": "stats", **sched.stats(),
+                  **kernel_queue_counters(args.queue, args.netns)})
+            next_stats = now + args.stats_every_s
+        if now >= next_owner_check:
+            next_owner_check = now + OWNER_CHECK_S
+            if not owner_alive():
+                return "owner died"
+            if now >= deadline:
+                return f"max {args.max_seconds:g} s reached"
+        nxt = sched.next_due()
+        due = min(next_stats, next_owner_check) if nxt is None else min(
+            nxt, next_stats, next_owner_check)
+        timeout = None if due == float("inf") else max(0.0, due - now)
+        readable, _, _ = select.select(fds, [], [], timeout)
+        for fd in readable:
+            if fd == stop.wake_fd:
+                stop.drain()
+            else:
+                by_fd[fd].run(block=False)  # drains; on_packet releases what is due
+    return "signal"
+
+
+def _shut_down(args: argparse.Namespace, sched: Schedule | Dropper, queues: list[Any],
+               why: str, owner_alive: Any) -> None:
+    """Leave nothing behind: take what the kernel already handed over, accept every held
+    packet, unbind, delete the rules, and print the summary line the owner reads."""
+    for q in queues:  # whatever the kernel already handed over: do not strand it
+        with contextlib.suppress(OSError):
+            q.run(block=False)
+    counters = kernel_queue_counters(args.queue, args.netns)
+    flushed = sched.release_all()
+    for q in queues:
+        q.unbind()
+    if why == "signal" and not owner_alive():
+        why = "owner died"  # PR_SET_PDEATHSIG's SIGTERM
+    rules = remove_rules(args.comment, args.netns)
+    _log({"event": "exit", "why": why, "flushed_at_exit": flushed,
+          "rules_removed_by_holder": rules, **sched.stats(), **counters}, tag=SUMMARY_TAG)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if _netfilterqueue_missing():
+        return 2
+    _die_with_parent()
+    owner_alive = _owner_check(args)
+    if not owner_alive():
+        print(f"pgval-holder: owner pid {args.owner_pid} is gone; not starting", file=sys.stderr)
+        return HOLDER_RC_OWNER_GONE
+    policy = _set_priority(args.nice, args.rt_priority)
+    sched: Schedule | Dropper = Dropper() if args.drop else Schedule(args.delay_ms,
+                                                                     args.jitter_ms)
+    stop = _StopRequest()
+    queues = _bind_queues(args, sched)
+    if queues is None:
+        return 3
+    _announce_ready(args, policy)
     rc = 0
     why = "signal"
     try:
-        while not stop:
-            now = clock()
-            release_due(now)
-            if now >= next_stats:
-                _log({"event": "stats", **sched.stats(),
-                      **kernel_queue_counters(args.queue, args.netns)})
-                next_stats = now + args.stats_every_s
-            if now >= next_owner_check:
-                next_owner_check = now + OWNER_CHECK_S
-                if not owner_alive():
-                    why = "owner died"
-                    break
-                if now >= deadline:
-                    why = f"max {args.max_seconds:g} s reached"
-                    break
-            nxt = sched.next_due()
-            due = min(next_stats, next_owner_check) if nxt is None else min(
-                nxt, next_stats, next_owner_check)
-            timeout = None if due == float("inf") else max(0.0, due - now)
-            readable, _, _ = select.select(fds, [], [], timeout)
-            for fd in readable:
-                if fd == wake_r:
-                    with contextlib.suppress(BlockingIOError):
-                        while os.read(wake_r, 512):
-                            pass
-                else:
-                    by_fd[fd].run(block=False)  # drains; on_packet releases what is due
+        why = _serve(args, sched, queues, stop, owner_alive)
     except OSError as exc:
         print(f"pgval-holder: netlink receive failed: {exc}", file=sys.stderr)
         rc = 4
     finally:
-        for q in queues:  # whatever the kernel already handed over: do not strand it
-            with contextlib.suppress(OSError):
-                q.run(block=False)
-        counters = kernel_queue_counters(args.queue, args.netns)
-        flushed = sched.release_all()
-        for q in queues:
-            q.unbind()
-        if why == "signal" and not owner_alive():
-            why = "owner died"  # PR_SET_PDEATHSIG's SIGTERM
-        rules = remove_rules(args.comment, args.netns)
-        _log({"event": "exit", "why": why, "flushed_at_exit": flushed,
-              "rules_removed_by_holder": rules, **sched.stats(), **counters}, tag=SUMMARY_TAG)
+        _shut_down(args, sched, queues, why, owner_alive)
     return rc
 
 

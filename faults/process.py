@@ -35,6 +35,7 @@ from pgval.faults.descriptor import (
 )
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.log import Entries, finding, first
+from pgval.files import write_private
 from pgval.schema import CrashPoint, Fault, Restart, sink_kind
 
 #: The ``mechanism`` of a timed crash (a worker's or the driver's process group killed).
@@ -138,7 +139,7 @@ class WorkerCrash:
         armed_ms = int(time.time() * 1000)
         hit: dict[str, Any] | None = None
         try:
-            trigger.write_text(f"{armed_ms}\n")
+            write_private(trigger, f"{armed_ms}\n")
             deadline = time.monotonic() + self.reach_timeout_s
             while hit is None and time.monotonic() < deadline:
                 time.sleep(self.poll_s)
@@ -256,7 +257,7 @@ class DriverCrash:
         halted: dict[str, Any] | None = None
         self._killed = True  # from here on, remove() must restart whatever happens
         try:
-            trigger.write_text(f"{armed_ms}\n")
+            write_private(trigger, f"{armed_ms}\n")
             deadline = time.monotonic() + self.reach_timeout_s
             while halted is None and self.driver.alive() and time.monotonic() < deadline:
                 at = _read_json(files["at"])
@@ -282,7 +283,7 @@ class DriverCrash:
                     passed.append({"batch": batch,
                                    "outputs": now - baseline[batch] if batch in baseline
                                    and min(now, baseline[batch]) >= 0 else None})
-                _write_atomically(files["answer"], f"{stage} {batch} {verdict}\n")
+                write_private(files["answer"], f"{stage} {batch} {verdict}\n")
             if halted is not None:
                 stop = time.monotonic() + 10.0
                 while self.driver.alive() and not files["hit"].exists() and \
@@ -458,12 +459,6 @@ def in_flight(checkpoint: Path) -> dict[str, Any]:
 def _record_of(hit: dict[str, Any]) -> str:
     """``topic-partition@offset`` of the record the halted executor had written."""
     return f"{hit.get('topic')}-{hit.get('partition')}@{hit.get('offset')}"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def _now_ms() -> int:

@@ -17,6 +17,7 @@ import orjson
 
 from pgval.checker.metrics import compute_metrics
 from pgval.checker.validator import validate
+from pgval.files import open_public
 from pgval.oracle import expected_outputs
 from pgval.records import ResourceTable, read_inputs, read_outputs
 from pgval.schema import resource_name
@@ -48,7 +49,7 @@ def write_dataset(workdir: Path, n_events: int, resources: int = 16, rate: int =
     names = [resource_name(r) for r in range(resources)]
     chunk = 1_000_000
     t0 = 1_700_000_000_000
-    with open(inputs_path, "wb") as fh:
+    with open_public(inputs_path) as fh:
         for a in range(0, n_events, chunk):
             idx = np.arange(a, min(a + chunk, n_events), dtype=np.int64)
             res = (idx % resources).tolist()
@@ -65,7 +66,7 @@ def write_dataset(workdir: Path, n_events: int, resources: int = 16, rate: int =
     exp = expected_outputs(events, "sst", window_ms)
     outputs_path = workdir / "outputs.jsonl"
     rows = exp.to_records()
-    with open(outputs_path, "wb") as fh:
+    with open_public(outputs_path) as fh:
         for k, row in enumerate(rows):
             row["ingress_ts"] = int(row["window_end"]) + 1500 + (k % 17)
             if k % 997 == 5:

@@ -13,7 +13,6 @@ the setup (broker start, topic creation, writing the outputs) is not timed.
 from __future__ import annotations
 
 import contextlib
-import json
 import resource
 import shutil
 import time
@@ -31,6 +30,7 @@ from pgval.cluster.guard import start_reaper, stop_reaper
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerProgress, generate_range
 from pgval.errors import EnvironmentFailure
 from pgval.evidence import streams_from_records
+from pgval.files import write_private_json
 from pgval.host import signals
 from pgval.host.identity import Owner
 from pgval.kafka.admin import create_topics
@@ -55,8 +55,8 @@ def bench_broker(run_dir: Path, partitions: int = 3, heap: str = "256m",
     owner = Owner.me()
     state = run_dir / "state.json"
     # First, before any process exists: whoever finds this directory knows whose it is.
-    state.write_text(json.dumps({"owner": owner.as_dict(), "held": False, "stage": "bench",
-                                 "complete": False}))
+    write_private_json(state, {"owner": owner.as_dict(), "held": False, "stage": "bench",
+                               "complete": False})
     reaper = start_reaper(run_dir, owner)
     cluster = KafkaCluster(run_dir, brokers=1, partitions=partitions, heap=heap, sasl=sasl)
     started = False
@@ -250,6 +250,65 @@ def _write_outputs(bootstrap: str, topic: str, values: list[bytes],
         raise EnvironmentFailure(f"could not write the bench outputs to {topic}")
 
 
+def _fill_bench_topics(cluster: KafkaCluster, topics: Topics, cfg: GeneratorConfig,
+                       window_ms: int, say: Say | None) -> tuple[GeneratorRate, list[bytes]]:
+    """Write the inputs (generator) and their outputs (oracle, planted anomalies): what a
+    drained run leaves for ``pgval validate``. Returns the generator's rate and the outputs."""
+    if say:
+        say(f"writing {cfg.events or 0:,} events with the generator…")
+    sink = KafkaSink(cluster.bootstrap, topics=topics,
+                     config={"log_level": 3, **cluster.auth_config})
+    gen = run_generator(cluster.bootstrap, topics, cfg, sink, say)
+    if not gen.ok:
+        raise EnvironmentFailure(f"the generator did not deliver every event: {gen}")
+    values = _expected_rows(cfg, window_ms)
+    if say:
+        say(f"writing {len(values):,} outputs…")
+    _write_outputs(cluster.bootstrap, topics.output, values, cluster.auth_config)
+    return gen, values
+
+
+def _timed(result: ReadbackRate, stage: str, fn: Callable[[], Any], say: Say | None) -> Any:
+    """``fn()``, its wall and CPU seconds kept in ``result`` under ``stage``."""
+    if say:
+        say(f"{stage}…")
+    t, c = time.perf_counter(), _cpu_s()
+    out = fn()
+    result.stages_s[stage] = time.perf_counter() - t
+    result.cpu_s[stage] = _cpu_s() - c
+    return out
+
+
+def _read_back(cluster: KafkaCluster, topics: Topics, events: int, workers: int | None,
+               reader: str, result: ReadbackRate, say: Say | None) -> dict[str, TopicRecords]:
+    """The three topics read as ``pgval validate`` reads them, with ``reader``; notes in
+    ``result`` which reader it became."""
+    last = [time.monotonic()]
+
+    def progress(n: int) -> None:
+        if say is not None and time.monotonic() - last[0] >= 2.0:
+            last[0] = time.monotonic()
+            say(f"  {n:,} records read")
+
+    got = read_topics(cluster.bootstrap, (topics.get, topics.post, topics.output),
+                      timeout_s=max(120.0, events / 50_000), workers=workers,
+                      on_progress=progress, config=cluster.auth_config, reader=reader)
+    result.readers[reader] = got[topics.get].reader
+    return got
+
+
+def _check_planted(result: ReadbackRate, evaluation: Any, streams: Any) -> None:
+    """Keep the verdict in ``result``; a bench whose planted duplicates and losses were not
+    found (or that saw malformed records) measured something else: an error."""
+    v = evaluation.validation
+    result.verdict = {"expected": int(v.expected), "processed": int(v.processed),
+                      "duplicate": int(v.duplicate), "unprocessed": int(v.unprocessed),
+                      "malformed": int(streams.events.malformed + streams.outputs.malformed)}
+    if not (v.duplicate and v.unprocessed) or result.verdict["malformed"]:
+        raise EnvironmentFailure(f"the bench's planted anomalies were not found exactly: "
+                                f"{result.verdict}")
+
+
 def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
                    synthetic_rate: float = 100_000.0, partitions: int = 3,
                    workers: int | None = None,
@@ -265,49 +324,13 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
     topics = Topics.with_prefix("bench-")
     with bench_broker(run_dir, partitions, sasl=sasl) as cluster:
         create_topics(cluster.client_config, [*topics.inputs, topics.output], partitions)
-        if say:
-            say(f"writing {events:,} events with the generator…")
-        sink = KafkaSink(cluster.bootstrap, topics=topics,
-                         config={"log_level": 3, **cluster.auth_config})
-        gen = run_generator(cluster.bootstrap, topics, cfg, sink, say)
-        if not gen.ok:
-            raise EnvironmentFailure(f"the generator did not deliver every event: {gen}")
-        values = _expected_rows(cfg, window_ms)
-        if say:
-            say(f"writing {len(values):,} outputs…")
-        _write_outputs(cluster.bootstrap, topics.output, values, cluster.auth_config)
-
+        gen, values = _fill_bench_topics(cluster, topics, cfg, window_ms, say)
         result = ReadbackRate(events=events, outputs=len(values), generator=gen)
-        records: dict[str, TopicRecords] = {}
-
-        def timed(stage: str, fn: Callable[[], Any]) -> Any:
-            if say:
-                say(f"{stage}…")
-            t, c = time.perf_counter(), _cpu_s()
-            out = fn()
-            result.stages_s[stage] = time.perf_counter() - t
-            result.cpu_s[stage] = _cpu_s() - c
-            return out
-
-        def read_all(reader: str) -> dict[str, TopicRecords]:
-            last = [time.monotonic()]
-
-            def progress(n: int) -> None:
-                if say is not None and time.monotonic() - last[0] >= 2.0:
-                    last[0] = time.monotonic()
-                    say(f"  {n:,} records read")
-
-            got = read_topics(cluster.bootstrap, (topics.get, topics.post, topics.output),
-                              timeout_s=max(120.0, events / 50_000), workers=workers,
-                              on_progress=progress, config=cluster.auth_config,
-                              reader=reader)
-            result.readers[reader] = got[topics.get].reader
-            return got
-
-        records.update(timed("read back", lambda: read_all(readers[0])))
+        records: dict[str, TopicRecords] = _timed(result, "read back", lambda: _read_back(
+            cluster, topics, events, workers, readers[0], result, say), say)
         for other in readers[1:]:
             t = time.perf_counter()
-            again = read_all(other)
+            again = _read_back(cluster, topics, events, workers, other, result, say)
             result.other_reads_s[other] = time.perf_counter() - t
             if any(len(again[k]) != len(records[k]) or not again[k].complete
                    for k in records):
@@ -319,15 +342,9 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
             raise EnvironmentFailure(f"read {read:,} inputs back, but {gen.delivered:,} were "
                                     "delivered")
         inputs = {"get": records[topics.get], "post": records[topics.post]}
-        streams = timed("records to columns", lambda: streams_from_records(
-            inputs, records[topics.output], cfg.resources, None))
-        evaluation = timed("validation", lambda: evaluate(streams.events, streams.outputs,
-                                                          "sst", window_ms))
-    v = evaluation.validation
-    result.verdict = {"expected": int(v.expected), "processed": int(v.processed),
-                      "duplicate": int(v.duplicate), "unprocessed": int(v.unprocessed),
-                      "malformed": int(streams.events.malformed + streams.outputs.malformed)}
-    if not (v.duplicate and v.unprocessed) or result.verdict["malformed"]:
-        raise EnvironmentFailure(f"the bench's planted anomalies were not found exactly: "
-                                f"{result.verdict}")
+        streams = _timed(result, "records to columns", lambda: streams_from_records(
+            inputs, records[topics.output], cfg.resources, None), say)
+        evaluation = _timed(result, "validation", lambda: evaluate(
+            streams.events, streams.outputs, "sst", window_ms), say)
+    _check_planted(result, evaluation, streams)
     return result

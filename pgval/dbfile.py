@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from pgval.errors import UserMistake
+from pgval.files import copy_private, create_private
 
 #: How long a writer waits for another writer's lock before giving up.
 BUSY_TIMEOUT_S = 60.0
@@ -80,14 +81,7 @@ def _create_private(path: Path) -> None:
     """A database pgval creates is 0600 (its runs' parameters and fault logs are nobody
     else's); SQLite gives its ``-wal`` and ``-shm`` the database's mode. A file that exists
     keeps the mode its owner chose. (An empty file is an empty SQLite database.)"""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(fd, 0o600)  # os.open's mode went through the umask
-    finally:
-        os.close(fd)
+    create_private(path)
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:
@@ -171,7 +165,6 @@ def _read_only_fallback(full: Path) -> sqlite3.Connection:
     With a ``-wal``, ``immutable`` would ignore the transactions in it, so the database
     and its ``-wal`` are copied to a private temporary folder, opened there (SQLite
     rebuilds the index) and copied into memory; the folder is gone before this returns."""
-    import shutil
     import tempfile
 
     wal = full.with_name(full.name + "-wal")
@@ -179,8 +172,8 @@ def _read_only_fallback(full: Path) -> sqlite3.Connection:
         return _uri(full, "mode=ro&immutable=1")
     with tempfile.TemporaryDirectory(prefix="pgval-ro-") as tmp:
         copy = Path(tmp) / "copy.db"
-        shutil.copyfile(full, copy)
-        shutil.copyfile(wal, copy.with_name("copy.db-wal"))
+        copy_private(full, copy)
+        copy_private(wal, copy.with_name("copy.db-wal"))
         src = sqlite3.connect(str(copy), isolation_level=None)
         try:
             mem = sqlite3.connect(":memory:", isolation_level=None)

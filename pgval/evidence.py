@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pgval.errors import EvidenceInDoubt, UserMistake
-from pgval.files import write_private
+from pgval.files import copy_private, private_temp_path, write_private
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.oracle.expected import ExpectedOutputs
 from pgval.oracle.rows import RowsError, expected_from_rows, rows_of, set_aside_rows
@@ -146,16 +145,8 @@ class Manifest:
                       removal_scheduled=self.removal_scheduled is not False)
 
     def write(self, run_dir: Path) -> Path:
-        path = evidence_dir(run_dir) / MANIFEST
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
         text = json.dumps(redact_record(asdict(self)), indent=1, default=str) + "\n"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # nobody else's
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o600)  # a leftover tmp keeps its mode through O_CREAT
-            fh.write(text)
-        tmp.replace(path)
-        return path
+        return write_private(evidence_dir(run_dir) / MANIFEST, text)
 
     @classmethod
     def read(cls, run_dir: Path) -> Manifest:
@@ -321,13 +312,7 @@ def seal(run_dir: Path, run_id: int | None) -> dict[str, str]:
             hashes[f"{EVIDENCE_DIR}/{name}"] = sha256_file(path)
     lines = [f"# pgval evidence of run {run_id}"]
     lines += [f"{h}  {key.split('/', 1)[1]}" for key, h in hashes.items()]
-    sums = folder / SUMS
-    tmp = folder / f"{SUMS}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(sums)
+    sums = write_private(folder / SUMS, "\n".join(lines) + "\n", fsync=True)
     hashes[f"{EVIDENCE_DIR}/{SUMS}"] = sha256_file(sums)
     _fsync(folder)
     _fsync(Path(run_dir))
@@ -405,10 +390,8 @@ TOPIC_PARQUET: dict[str, Any] = {
 def save_topic(run_dir: Path, records: TopicRecords, name: str | None = None) -> Path:
     """Write one topic's records as read back (Parquet, zstd, :data:`TOPIC_PARQUET`)."""
     path = evidence_dir(run_dir) / f"{name or records.topic}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    pq.write_table(records.to_table(), tmp, **TOPIC_PARQUET)
-    tmp.replace(path)
+    with private_temp_path(path) as tmp:
+        pq.write_table(records.to_table(), tmp, **TOPIC_PARQUET)
     return path
 
 
@@ -427,10 +410,8 @@ def load_topic(run_dir: Path, topic: str) -> TopicRecords:
 def _save_table(run_dir: Path, name: str, table: pa.Table) -> Path:
     """One evidence table as zstd Parquet, replaced whole (before :func:`seal`)."""
     path = evidence_dir(run_dir) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)
+    with private_temp_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
     return path
 
 
@@ -466,7 +447,7 @@ def load_anomalies(run_dir: Path) -> pa.Table | None:
 def save_progress(run_dir: Path, progress_file: Path) -> None:
     """Keep the driver's progress lines with the evidence (the attribution reads them)."""
     if progress_file.exists():
-        shutil.copyfile(progress_file, evidence_dir(run_dir) / PROGRESS)
+        copy_private(progress_file, evidence_dir(run_dir) / PROGRESS)
 
 
 def load_progress(run_dir: Path) -> list[dict[str, Any]]:

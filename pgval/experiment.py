@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.deploy import Deployment, make_deployment
 from pgval.deploy.shared_driver import SharedDrivers
 from pgval.faults import profile_for
@@ -50,9 +50,10 @@ from pgval.run.teardown import (
     teardown,
 )
 from pgval.run.timeline import Timeline, TimelineRecord
+from pgval.spec import RunSpec
 from pgval.store import ResultsStore
 
-__all__ = ["LATE_ID_BASE", "Experiment", "ExperimentConfig", "ExperimentResult", "Status",
+__all__ = ["LATE_ID_BASE", "Experiment", "RunSpec", "ExperimentResult", "Status",
            "default_run_dir", "remove_run_data"]
 
 
@@ -66,12 +67,13 @@ class Experiment:
     shared driver (``--driver shared``); None: every run its own.
     """
 
-    def __init__(self, config: ExperimentConfig, run_dir: Path, db: Path | None = None,
+    def __init__(self, config: RunSpec, run_dir: Path, db: Path | None = None,
                  on_status: Callable[[Status], None] | None = None,
                  extra_params: dict[str, Any] | None = None, repeat: int | None = None,
                  run_id: int | None = None, deployment: Deployment | None = None,
                  drivers: SharedDrivers | None = None) -> None:
-        config.validate()
+        # A spec from the command line is resolved once there; a library caller's here.
+        config = config if config.resolved else resolve(config)
         self.run_dir = Path(run_dir).resolve()
         registry.check_run_dir(self.run_dir)  # the reaper and cleanup act on its files
         self.profile = profile_for(config.fault, config.phase_seconds, config.delay_ms,
@@ -114,7 +116,7 @@ class Experiment:
             self.run_id = store.start_run(
                 "validate", cfg.topology, cfg.window_ms, pg=cfg.pg, fault=cfg.fault,
                 seed=cfg.seed, repeat=self.repeat,
-                params={**cfg.to_dict(), **self.extra_params, "run_dir": str(self.run_dir)})
+                params={**cfg.to_record(), **self.extra_params, "run_dir": str(self.run_dir)})
         wall0 = time.monotonic()
         with signals.handled():
             try:

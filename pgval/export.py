@@ -19,6 +19,7 @@ import pyarrow as pa
 from pgval.checker.evaluate import evaluate
 from pgval.errors import UserMistake
 from pgval.evidence import Manifest, load_anomalies, load_progress, load_streams
+from pgval.files import open_public, write_public
 from pgval.recheck import anchor
 from pgval.records import InputEvents, OutputRecords
 
@@ -30,7 +31,7 @@ MALFORMED_LINE = b'{"pgval_malformed": true}\n'
 def write_anomalies(table: pa.Table, path: Path) -> int:
     """An anomaly set (:mod:`pgval.checker.anomalies`) as JSON lines, one object per
     anomaly in the table's order; returns how many."""
-    with open(path, "wb") as fh:
+    with open_public(path) as fh:
         for batch in table.to_batches(max_chunksize=65_536):
             rows = batch.to_pylist()
             if rows:
@@ -65,7 +66,7 @@ def export(run_dir: Path, out_dir: Path, db: Path | None = None,
                 "anomalies": n_anomalies, "anomalies_source": source,
                 "control_ids_set_aside": manifest.control_ids,
                 "evidence": evidence.as_dict()}
-        (out_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+        write_public(out_dir / "run.json", json.dumps(info, indent=1) + "\n")
     except OSError as exc:  # a file in the way, no such place, the disk full, …
         raise UserMistake(f"cannot write the export to {out_dir}: "
                           f"{exc.strerror or exc} ({exc.filename or out_dir})") from exc
@@ -77,7 +78,7 @@ def write_inputs(events: InputEvents, path: Path) -> int:
     names = events.resources.names
     ids, is_get = events.id.tolist(), events.is_get.tolist()
     res, ev_ts, ing = events.resource.tolist(), events.event_ts.tolist(), events.ingress_ts.tolist()
-    with open(path, "wb") as fh:
+    with open_public(path) as fh:
         for k in range(len(ids)):
             fh.write(orjson.dumps({"id": ids[k], "type": "GET" if is_get[k] else "POST",
                                    "resource": names[res[k]], "event_ts": ev_ts[k],
@@ -91,7 +92,7 @@ def write_outputs(outputs: OutputRecords, path: Path) -> int:
     order = np.lexsort((outputs.position, outputs.ingress_ts))
     names = outputs.resources.names
     offsets = outputs.offsets
-    with open(path, "wb") as fh:
+    with open_public(path) as fh:
         for k in order.tolist():
             row: dict[str, Any] = {"window_start": int(outputs.window_start[k])}
             for name in ("window_end", "count", "gets", "posts"):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pgval.errors import EnvironmentFailure, EvidenceInDoubt
+from pgval.files import open_public
 
 #: What ``--expect`` accepts, strongest first.
 EXPECTATIONS = ("exactly-once", "at-least-once", "at-most-once")
@@ -207,4 +208,5 @@ def write_junit(path: Path, cases: Sequence[Case], expected: str | None, suite: 
     """Write :func:`junit` to ``path`` (OSError for the caller to say)."""
     tree = junit(cases, expected, suite)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+    with open_public(path) as fh:
+        tree.write(fh, encoding="utf-8", xml_declaration=True)

@@ -18,7 +18,6 @@ for their pg left out, with the reason; any other bad combination refused) and, 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgval.config import ExperimentConfig, not_applicable
+from pgval.config import not_applicable, resolve, restart_for
 from pgval.deploy.shared_driver import needs_own_driver
 from pgval.deploy.warm import WarmDeployments, daemon_key
 from pgval.errors import PgvalError, UserMistake
@@ -35,6 +34,7 @@ from pgval.experiment import Experiment
 from pgval.gate import Case
 from pgval.redact import private_dir
 from pgval.schema import FaultSpec, Guarantee, Topology
+from pgval.spec import RunSpec
 from pgval.store import ResultsStore, owner_alive
 
 #: The error of a run whose pgval stopped (was killed) while it ran.
@@ -53,17 +53,15 @@ class Cell:
     def label(self) -> str:
         return f"{self.topology} {self.pg} {self.fault} #{self.repeat}"
 
-    def config(self, base: ExperimentConfig, rate: float | None = None) -> ExperimentConfig:
+    def config(self, base: RunSpec, rate: float | None = None) -> RunSpec:
         """``base`` for this cell (its own cluster config: cells never share one)."""
-        return dataclasses.replace(base, topology=self.topology, pg=self.pg,
-                                   fault=self.fault.kind, crash_point=self.fault.point,
-                                   **base.restart_for(self.fault.kind),
-                                   seed=base.seed + self.repeat,
-                                   rate=base.rate if rate is None else rate,
-                                   cluster=dataclasses.replace(base.cluster))
+        return base.replace(topology=self.topology, pg=self.pg, fault=self.fault.kind,
+                            crash_point=self.fault.point, **restart_for(base, self.fault.kind),
+                            seed=base.seed + self.repeat,
+                            rate=base.rate if rate is None else rate)
 
 
-def matrix_key(base: ExperimentConfig, oir_fraction: float | None = None,
+def matrix_key(base: RunSpec, oir_fraction: float | None = None,
                shared_driver: bool = False) -> str:
     """The hash of everything but the grid axes and the seed (:meth:`RunShape.key`), so a
     changed rate is a new matrix.
@@ -85,14 +83,14 @@ def cells(topologies: Sequence[str], pgs: Sequence[str], faults: Sequence[str | 
             for p in pgs for spec in specs for r in range(repeat)]
 
 
-def plan(base: ExperimentConfig, grid: Sequence[Cell],
+def plan(base: RunSpec, grid: Sequence[Cell],
          on_left_out: Callable[[Cell, str], None]) -> list[Cell]:
     """The cells that will run, every one checked before anything runs: a cell whose fault
     cannot be hit for its pg (:func:`~pgval.config.not_applicable`) is left out, said once
     per grid cell through ``on_left_out``; any other bad combination raises
-    :class:`~pgval.errors.PgvalError` (``ExperimentConfig.validate``), and so does a
+    :class:`~pgval.errors.PgvalError` (:func:`~pgval.config.resolve`), and so does a
     ``--restart``/``--restart-delay-s`` that no cell takes (each cell gets them only where
-    they mean something: :meth:`~pgval.config.ExperimentConfig.restart_for`)."""
+    they mean something: :func:`~pgval.config.restart_for`)."""
     configs = [cell.config(base) for cell in grid]
     if (base.restart and not any(c.restart is base.restart for c in configs)) or (
             base.restart_delay_s and not any(c.restart_delay_s for c in configs)):
@@ -110,17 +108,17 @@ def plan(base: ExperimentConfig, grid: Sequence[Cell],
             left_out.add(which)
             on_left_out(cell, reason)
         else:
-            cfg.validate()
+            resolve(cfg)
     return [c for c in grid if (c.topology, c.pg, c.fault) not in left_out]
 
 
-def rates_at(grid: Sequence[Cell], base: ExperimentConfig, fraction: float,
-             oir_of: Callable[[ExperimentConfig], float]) -> Callable[[Cell], float]:
+def rates_at(grid: Sequence[Cell], base: RunSpec, fraction: float,
+             oir_of: Callable[[RunSpec], float]) -> Callable[[Cell], float]:
     """With ``--rate oir``: each cell's rate, ``fraction`` × the OIR of its topology and pg
     (``oir_of``), every one looked up before anything runs or is created, and only for the
     pairs that will run."""
     pairs = dict.fromkeys((c.topology, c.pg) for c in grid)
-    rates = {(t, p): fraction * oir_of(dataclasses.replace(base, topology=t, pg=p))
+    rates = {(t, p): fraction * oir_of(base.replace(topology=t, pg=p))
              for t, p in pairs}
     return lambda c: rates[(c.topology, c.pg)]
 
@@ -156,7 +154,7 @@ def completed(store: ResultsStore, key: str) -> dict[Cell, set[float]]:
     return done
 
 
-def cell_cases(db: Path, base: ExperimentConfig, grid: Sequence[Cell],
+def cell_cases(db: Path, base: RunSpec, grid: Sequence[Cell],
                failed: Mapping[Cell, str], oir_fraction: float | None = None,
                rate_for: Callable[[Cell], float] | None = None,
                not_run: str = "no complete run of this repetition in the database (another "
@@ -250,7 +248,7 @@ def new_run_dir(path: Path) -> Path:
     return path
 
 
-def prepared_experiment(store: ResultsStore, run_id: int, cfg: ExperimentConfig, db: Path,
+def prepared_experiment(store: ResultsStore, run_id: int, cfg: RunSpec, db: Path,
                         run_dir: Path, **kwargs: Any) -> Experiment:
     """The Experiment for the already inserted row ``run_id``, in the new ``run_dir``.
 
@@ -259,7 +257,7 @@ def prepared_experiment(store: ResultsStore, run_id: int, cfg: ExperimentConfig,
     the row is marked failed: a claimed row must not stay 'running'."""
     try:
         exp = Experiment(cfg, new_run_dir(run_dir), db=db, run_id=run_id, **kwargs)
-        store.set_params(run_id, {**exp.config.to_dict(), **exp.extra_params,
+        store.set_params(run_id, {**exp.config.to_record(), **exp.extra_params,
                                   "run_dir": str(exp.run_dir)})
     except Exception as exc:
         store.fail_run(run_id, cfg.scrubbed(str(exc) or type(exc).__name__))
@@ -267,7 +265,7 @@ def prepared_experiment(store: ResultsStore, run_id: int, cfg: ExperimentConfig,
     return exp
 
 
-def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Path,
+def run_matrix(base: RunSpec, grid: list[Cell], db: Path, runs_root: Path,
                on_cell: Callable[[Cell, str, dict[str, Any] | None], None] | None = None,
                make_status: Callable[[Cell], Callable[[Any], None]] | None = None,
                keep_going: bool = True,
@@ -296,7 +294,7 @@ def run_matrix(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                           keep_going, rate_for)
 
 
-def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Path,
+def _run_cells(base: RunSpec, grid: list[Cell], db: Path, runs_root: Path,
                store: ResultsStore, key: str, warm: WarmDeployments,
                on_cell: Callable[[Cell, str, dict[str, Any] | None], None] | None,
                make_status: Callable[[Cell], Callable[[Any], None]] | None,
@@ -309,14 +307,14 @@ def _run_cells(base: ExperimentConfig, grid: list[Cell], db: Path, runs_root: Pa
                                           warm.drivers is not None and needs_own_driver(
                                               c.config(base))))
     for cell in ordered:
-        cfg = cell.config(base, rate_for(cell) if rate_for else None)
+        cfg = resolve(cell.config(base, rate_for(cell) if rate_for else None))
         if cell in done and (rate_for is None or cfg.rate in done[cell]):
             counts["skipped"] += 1
             if on_cell:
                 on_cell(cell, "skipped", None)
             continue
         run_id = claim_cell(store, key, cell, window_ms=cfg.window_ms, seed=cfg.seed,
-                            params=cfg.to_dict(),
+                            params=cfg.to_record(),
                             rate=cfg.rate if rate_for is not None else None)
         if run_id is None:  # complete meanwhile, or running in another live pgval
             counts["taken"] += 1

@@ -32,12 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.deploy.warm import WarmDeployments
 from pgval.errors import UserMistake
 from pgval.experiment import ExperimentResult
 from pgval.matrix import prepared_experiment
 from pgval.schema import Fault, Guarantee
+from pgval.spec import RunSpec
 from pgval.store import ResultsStore
 
 GROWTH = 1.5
@@ -169,13 +170,12 @@ def judge(result: ExperimentResult, rate: float, trigger_ms: int,
                  latency_last_s=last, run_id=result.run_id)
 
 
-def trial_config(base: ExperimentConfig, rate: float) -> ExperimentConfig:
+def trial_config(base: RunSpec, rate: float) -> RunSpec:
     """A trial: ``base`` at ``rate`` without a fault (its own cluster config)."""
-    return dataclasses.replace(base, rate=rate, fault=Fault.NONE,
-                               cluster=dataclasses.replace(base.cluster))
+    return resolve(base, rate=rate, fault=Fault.NONE)
 
 
-def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float = 1000.0,
+def search_oir(base: RunSpec, db: Path, runs_root: Path, start: float = 1000.0,
                max_rate: float = 200_000.0, max_trials: int = 6, precision: float = 0.1,
                on_trial: Callable[[Trial], None] | None = None,
                shared_driver: bool = False) -> OirResult:
@@ -191,7 +191,7 @@ def search_oir(base: ExperimentConfig, db: Path, runs_root: Path, start: float =
     return res
 
 
-def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max_rate: float,
+def _search(base: RunSpec, db: Path, runs_root: Path, start: float, max_rate: float,
             max_trials: int, precision: float, on_trial: Callable[[Trial], None] | None,
             warm: WarmDeployments) -> OirResult:
     """The trials, all on one warm cluster."""
@@ -207,7 +207,7 @@ def _search(base: ExperimentConfig, db: Path, runs_root: Path, start: float, max
         cfg = trial_config(base, rate)
         run_id = store.start_run("validate", cfg.topology, cfg.window_ms, pg=cfg.pg,
                                  fault=cfg.fault, seed=cfg.seed,
-                                 params={**cfg.to_dict(), "oir_trial": True})
+                                 params={**cfg.to_record(), "oir_trial": True})
         run_dir = runs_root / f"oir-{base.topology}-{base.pg}-{int(rate)}-run{run_id}"
         result = prepared_experiment(store, run_id, cfg, db, run_dir,
                                      extra_params={"oir_trial": True},
@@ -311,7 +311,7 @@ class OirNotStored(UserMistake, LookupError):
     the message (one sentence) says how to measure it. A ``LookupError`` too."""
 
 
-def oir_for(db: Path, cfg: ExperimentConfig) -> StoredOir:
+def oir_for(db: Path, cfg: RunSpec) -> StoredOir:
     """The OIR stored for ``cfg``'s topology, pg and run shape on this machine (what
     ``--rate oir`` runs at), or :class:`OirNotStored`."""
     topology, pg, shape = cfg.topology, cfg.pg, cfg.shape().oir()

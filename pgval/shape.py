@@ -8,7 +8,7 @@ places that compare runs.
 * the **report** averages repetitions only: never runs of another rate, phase length,
   window, crash point or deployment (:data:`REPORTED`).
 
-A shape is made from a configuration as a record (an ``ExperimentConfig`` as a dict, or
+A shape is made from a configuration as a record (an ``RunSpec`` as a dict, or
 a stored run's ``params``), so the report, which reads stored runs of any pgval version,
 and the campaigns, which hold live configs, use the same fields. Foundation layer: the
 report imports it, and it must not import the config.
@@ -84,7 +84,7 @@ class RunShape:
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> RunShape:
         """The shape of a configuration given as a record: ``dataclasses.asdict`` of an
-        ``ExperimentConfig``, or a stored run's params. A stored record's user values are
+        ``RunSpec``, or a stored run's params. A stored record's user values are
         already ``<redacted>`` and stay so: compare shapes from one source."""
         record = redact_record(dict(config))
         for name in ALL_VALUES:

@@ -33,6 +33,7 @@ from pgval.checker.anomalies import per_second
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.validity import Validity, evaluation_reasons
 from pgval.dbfile import StoreError, connect, plain_error
+from pgval.files import write_private
 from pgval.host.identity import Owner
 from pgval.redact import redact_record
 from pgval.schema import PHASES
@@ -476,16 +477,10 @@ def unstored_error(db: Path, run_id: int, run_dir: Path, exc: BaseException,
     (disk full, the database locked past the busy time-out, read-only), after keeping
     ``extra`` (fault log, timings) in ``run_dir/unstored.json`` (0600, secrets redacted)
     for ``pgval recheck RUN_DIR --store --db DB``, which imports the run later."""
-    import os
-
     why = str(plain_error(db, exc)).removeprefix(f"cannot use the results database {db}: ")
-    try:
-        path = Path(run_dir) / UNSTORED
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(redact_record(dict(extra)), default=_json_default) + "\n")
-    except OSError:
-        pass  # the same full disk: the import stores the run without its fault log
+    with contextlib.suppress(OSError):  # the same full disk: the import stores the run
+        write_private(Path(run_dir) / UNSTORED,  # without its fault log
+                      json.dumps(redact_record(dict(extra)), default=_json_default) + "\n")
     return StoreError(f"run {run_id} finished, but storing it in {db} failed ({why}); its "
                       f"evidence is complete in {run_dir}: store it later with `pgval "
                       f"recheck {run_dir} --store --db {db}`")

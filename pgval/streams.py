@@ -24,6 +24,7 @@ from typing import Any
 from pgval.datasets.generator import GeneratorConfig, GeneratorReport, run_producers
 from pgval.datasets.sinks import FileSink, KafkaSink
 from pgval.errors import EnvironmentFailure, UserMistake
+from pgval.files import write_public
 from pgval.schema import Topics
 
 #: What :func:`record` writes into its folder.
@@ -224,5 +225,5 @@ def record(bootstrap: str, inputs: Sequence[str], outputs: str, out_dir: Path,
                        "timestamp_type": stamps.get(t, "unknown")} for t in names},
     }
     info["create_time_topics"] = [t for t in names if stamps.get(t) == "CreateTime"]
-    (out_dir / RECORD_FILE).write_text(json.dumps(info, indent=1) + "\n")
+    write_public(out_dir / RECORD_FILE, json.dumps(info, indent=1) + "\n")
     return info

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from pgval.config import ExperimentConfig
 from pgval.deploy.warm import WarmDeployments
 from pgval.host.leftovers import HostSnapshot, leftovers, processes_mentioning
+from pgval.spec import RunSpec
 
 __all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "shared_cluster",
            "wait_until"]
@@ -55,7 +55,7 @@ def _nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def shared_cluster(root: Path, label: str, first: ExperimentConfig) -> Iterator[WarmDeployments]:
+def shared_cluster(root: Path, label: str, first: RunSpec) -> Iterator[WarmDeployments]:
     """One embedded cluster for a module's runs (each run its own topics, checkpoint and
     driver, as a warm matrix's cells), started for ``first`` before any test snapshots the
     host, and checked gone, every process of it, once stopped."""

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.errors import PgvalError
 from pgval.faults.broker import (
     BROKER_CRASH_NEMESIS,
@@ -27,6 +26,7 @@ from pgval.faults.broker import (
 from pgval.faults.evidence import fault_reasons
 from pgval.kafka.admin import min_insync, replication_for
 from pgval.schema import transactional_id
+from pgval.spec import ClusterSpec, RunSpec
 
 
 def java_hash_reference(text: str) -> int:
@@ -134,10 +134,9 @@ def test_replicas_and_min_insync_follow_the_brokers() -> None:
     assert [min_insync(replication_for(b)) for b in (1, 2, 3, 5)] == [1, 1, 2, 2]
 
 
-def config(**kw: Any) -> ExperimentConfig:
+def config(**kw: Any) -> RunSpec:
     brokers = kw.pop("brokers", 3)
-    return ExperimentConfig(fault="broker-crash", cluster=ClusterConfig(brokers=brokers),
-                            **kw)
+    return RunSpec(fault="broker-crash", cluster=ClusterSpec(brokers=brokers), **kw)
 
 
 @pytest.mark.parametrize(("kw", "sentence"), [
@@ -155,25 +154,25 @@ def config(**kw: Any) -> ExperimentConfig:
 def test_a_broker_crash_that_cannot_run_is_one_sentence(kw: dict[str, Any],
                                                         sentence: str) -> None:
     with pytest.raises(PgvalError) as err:
-        config(**kw).validate()
+        resolve(config(**kw))
     assert str(err.value).startswith(sentence), str(err.value)
 
 
 def test_a_cluster_pgval_did_not_start_is_counted_when_the_run_starts() -> None:
     """--cluster and external: the flags say nothing of their brokers (the deployment
     counts them: tests/test_deploy_cluster.py); external needs the nemesis."""
-    config(running_cluster="/x", brokers=1, target=5).validate()
-    config(deploy="external", bootstrap="k:9092", master="spark://m:7077",
-           nemesis_inject="stop {broker}", nemesis_remove="start {broker}").validate()
+    resolve(config(running_cluster="/x", brokers=1, target=5))
+    resolve(config(deploy="external", bootstrap="k:9092", master="spark://m:7077",
+                   nemesis_inject="stop {broker}", nemesis_remove="start {broker}"))
 
 
 def test_a_word_target_is_broker_crash_only_and_numbers_stay_numbers() -> None:
-    config(target="coordinator", pg="e1").validate()
-    config(target=2).validate()
+    resolve(config(target="coordinator", pg="e1"))
+    resolve(config(target=2))
     with pytest.raises(PgvalError, match="a worker index; with --fault"):
-        ExperimentConfig(fault="crash", target="leader").validate()
-    assert ExperimentConfig(target="1").target == 1  # a stored "1" reads back as 1
-    assert config().restart_policy == "at-remove"
+        resolve({"fault": "crash", "target": "leader"})
+    assert RunSpec(target="1").target == 1  # a stored "1" reads back as 1
+    assert resolve(config()).restart_policy == "at-remove"
 
 
 def test_a_grid_checks_a_target_word_per_cell() -> None:
@@ -181,8 +180,7 @@ def test_a_grid_checks_a_target_word_per_cell() -> None:
     yet) takes the word; each cell is checked with its fault."""
     from pgval.matrix import cells, plan
 
-    base = ExperimentConfig(target="coordinator", topology="sst")
-    base.validate(fault_axis=True)
+    base = resolve({"target": "coordinator", "topology": "sst"}, fault_axis=True)
     left_out: list[str] = []
     grid = plan(base, cells(["sst"], ["e1", "a1"], ["broker-crash"], 1),
                 lambda cell, why: left_out.append(why))

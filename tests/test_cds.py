@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pgval.cluster.local import ClusterConfig, LocalCluster
+from pgval.cluster.local import LocalCluster
 from pgval.host import cds
+from pgval.spec import ClusterSpec
 
 SLEEPER = "public class Sleep { public static void main(String[] a) throws Exception {" \
           " System.out.println(\"up\"); Thread.sleep(120000); } }\n"
@@ -121,7 +122,7 @@ def test_the_clusters_jvms_record_their_classes_and_the_next_cluster_maps_them(
     """The brokers', master's and worker's archives are mapped by the next cluster's JVMs
     (not only given to them: a JVM silently refuses an archive made with another classpath,
     as each cluster's own conf folder once made every Spark one be)."""
-    cfg = ClusterConfig(brokers=1, partitions=1, workers=1)
+    cfg = ClusterSpec(brokers=1, partitions=1, workers=1)
     with LocalCluster(tmp_path / "one", cfg) as cluster:
         assert cluster.spark is not None and cluster.kafka is not None
         wanted = [*cluster.spark.class_dumps(), *cluster.kafka.class_dumps()]

@@ -39,11 +39,11 @@ def test_delay_without_root_fails_before_deploying(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Not at T2 after deploy and a whole control phase: before anything starts."""
     from pgval import experiment
-    from pgval.config import ExperimentConfig
     from pgval.experiment import Experiment
+    from pgval.spec import RunSpec
 
     monkeypatch.setattr(experiment.os, "geteuid", lambda: 1000)
-    exp = Experiment(ExperimentConfig(topology="sst", fault="delay-lt-timeout"),
+    exp = Experiment(RunSpec(topology="sst", fault="delay-lt-timeout"),
                      tmp_path / "run", db=tmp_path / "r.db")
     with pytest.raises(PgvalError, match="needs root"):
         exp.run()

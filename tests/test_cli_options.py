@@ -20,8 +20,7 @@ from click.testing import CliRunner
 from pgval.cli import docs as cli_docs
 from pgval.cli import main
 from pgval.cli.options import EXCLUDED, NOT_OPTIONS, build_config, option_fields
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.spec import ClusterSpec, RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_COMMANDS = ("validate", "matrix", "oir")
@@ -85,7 +84,7 @@ def test_every_option_and_command_has_help() -> None:
 def test_every_config_field_is_an_option_or_excluded_with_a_reason(command: str) -> None:
     options = _options(command)
     excluded = EXCLUDED[command]
-    for cls in (ExperimentConfig, ClusterConfig):
+    for cls in (RunSpec, ClusterSpec):
         for f in dataclasses.fields(cls):
             if f.name in NOT_OPTIONS:
                 assert f.name not in options
@@ -97,7 +96,7 @@ def test_every_config_field_is_an_option_or_excluded_with_a_reason(command: str)
 
 def test_one_default_per_option_and_it_is_the_config_default() -> None:
     per_command = {c: _options(c) for c in RUN_COMMANDS}
-    exp, clu = ExperimentConfig(), ClusterConfig()
+    exp, clu = RunSpec(), ClusterSpec()
     for f, _ in option_fields():
         defaults = {c: opts[f.name].default for c, opts in per_command.items()
                     if f.name in opts}

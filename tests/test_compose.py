@@ -470,24 +470,24 @@ def test_compose_master_has_no_rest_server(compose: dict[str, Any]) -> None:
 
 
 def test_compose_faults_go_through_pumba(tmp_path: Path) -> None:
-    from pgval.config import ExperimentConfig
     from pgval.deploy.base import FaultContext
     from pgval.deploy.compose.deployment import ComposeDeployment
     from pgval.faults import profile_for
     from pgval.faults.process import DriverCrash
+    from pgval.spec import RunSpec
 
     dep = ComposeDeployment(tmp_path / "runs" / "r1", runs_root=tmp_path / "runs")
     ctx = FaultContext(tmp_path / "runs" / "r1", 90, driver=object(),  # type: ignore[arg-type]
                        checkpoint=tmp_path / "runs" / "r1" / "checkpoint")
-    cfg = ExperimentConfig(deploy="compose", fault="crash", phase_seconds=90)
+    cfg = RunSpec(deploy="compose", fault="crash", phase_seconds=90)
     crash = dep.make_fault(cfg, 1, profile_for("crash", 90), ctx)
     assert crash.argv[-1] == "pgval-spark-worker-1" and "kill" in crash.argv
     gt = profile_for("delay-gt-timeout", 90)
-    cfg.fault = "delay-gt-timeout"
+    cfg = cfg.replace(fault="delay-gt-timeout")
     delay = dep.make_fault(cfg, 0, gt, ctx)
     assert delay.argv[delay.argv.index("--time") + 1] == str(gt.delay_ms)
     assert delay.argv[delay.argv.index("--duration") + 1] == "120s"
-    cfg.fault = "driver-crash"
+    cfg = cfg.replace(fault="driver-crash")
     driver_crash = dep.make_fault(cfg, 0, gt, ctx)
     assert isinstance(driver_crash, DriverCrash)
     # The driver's JVM in the container outlives the signal: no in-flight read after it.

@@ -21,12 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.faults.composite import (
     CompositeFault,
-    ScheduledFault,
     draw_random,
     load_schedule,
     schedule_label,
@@ -36,15 +34,15 @@ from pgval.faults.evidence import fault_reasons
 from pgval.faults.timeouts import profile_for
 from pgval.run.schedule import FaultSchedule, now_ms
 from pgval.schema import Fault
+from pgval.spec import ClusterSpec, RunSpec, ScheduledFault
 
 
 def test_a_plus_b_is_a_schedule_at_t2_until_t3() -> None:
-    cfg = ExperimentConfig(fault="crash+partition")
+    cfg = resolve({"fault": "crash+partition"})
     assert cfg.fault is Fault.SCHEDULE and cfg.schedule_origin == "crash+partition"
-    assert cfg.schedule_parts == [ScheduledFault(Fault.CRASH), ScheduledFault(Fault.PARTITION)]
+    assert cfg.schedule_parts == (ScheduledFault(Fault.CRASH), ScheduledFault(Fault.PARTITION))
     assert schedule_label(cfg.schedule_parts) == "crash+partition"
-    cfg.validate()
-    again = ExperimentConfig(**{**cfg.to_dict(), "cluster": cfg.cluster})  # as stored
+    again = RunSpec.from_record(cfg.to_record())  # as stored
     assert again.schedule == cfg.schedule and again.fault is Fault.SCHEDULE
 
 
@@ -52,12 +50,11 @@ def test_a_schedule_file_json(tmp_path: Path) -> None:
     f = tmp_path / "chaos.json"
     f.write_text(json.dumps([{"fault": "partition", "at": 2, "for": 10, "target": 0},
                              {"fault": "pause-lt-timeout", "at": 5, "target": 1}]))
-    cfg = ExperimentConfig(schedule_file=str(f), phase_seconds=30)
-    cfg.validate()
+    cfg = resolve({"schedule_file": str(f), "phase_seconds": 30})
     assert cfg.schedule_origin == "file: chaos.json"
     assert [p.label() for p in cfg.schedule_parts] == [
         "partition on 0 (2 s to 12 s)", "pause-lt-timeout on 1 (5 s to T3)"]
-    assert load_schedule(f) == cfg.schedule_parts
+    assert tuple(load_schedule(f)) == cfg.schedule_parts
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -72,7 +69,7 @@ def test_a_bad_schedule_file_is_one_sentence(tmp_path: Path, text: str, message:
     f = tmp_path / "s.json"
     f.write_text(text)
     with pytest.raises(PgvalError, match=message):
-        ExperimentConfig(schedule_file=str(f))
+        resolve({"schedule_file": str(f)})
 
 
 @pytest.mark.parametrize(("parts", "message"), [
@@ -91,15 +88,14 @@ def test_schedules_that_cannot_run_are_refused(parts: list[ScheduledFault], mess
 
 def test_a_schedule_is_refused_where_its_parts_are() -> None:
     with pytest.raises(PgvalError, match="embedded cluster"):
-        ExperimentConfig(fault="crash+partition", deploy="external", bootstrap="h:1",
-                         master="spark://h:2").validate()
+        resolve({"fault": "crash+partition", "deploy": "external", "bootstrap": "h:1",
+                 "master": "spark://h:2"})
     with pytest.raises(PgvalError, match="broker-crash.*--brokers 2"):
-        ExperimentConfig(fault="crash+broker-crash",
-                         cluster=ClusterConfig(brokers=1)).validate()
+        resolve({"fault": "crash+broker-crash", "cluster": ClusterSpec(brokers=1)})
     with pytest.raises(PgvalError, match="--target does not apply"):
-        ExperimentConfig(fault="crash+partition", target=1).validate()
+        resolve({"fault": "crash+partition", "target": 1})
     with pytest.raises(PgvalError, match="replaces --fault"):
-        ExperimentConfig(fault="crash", schedule_file="x.json")
+        resolve({"fault": "crash", "schedule_file": "x.json"})
 
 
 @settings(max_examples=60, deadline=None)
@@ -115,10 +111,11 @@ def test_a_random_schedule_is_valid_inside_the_phase_and_the_seed_alone_draws_it
 
 
 def test_random_is_drawn_once_and_stored() -> None:
-    cfg = ExperimentConfig(fault="random", fault_count=3, seed=7, phase_seconds=60)
+    cfg = resolve({"fault": "random", "fault_count": 3, "seed": 7, "phase_seconds": 60})
     assert cfg.schedule_origin == "random: 3 faults, seed 7" and len(cfg.schedule or []) == 3
-    stored = ExperimentConfig(**{**cfg.to_dict(), "cluster": cfg.cluster, "seed": 8})
+    stored = RunSpec.from_record({**cfg.to_record(), "seed": 8})
     assert stored.schedule == cfg.schedule  # a stored draw is not re-drawn
+    assert resolve(cfg, seed=8).schedule == cfg.schedule  # nor a resolved one
 
 
 def test_the_run_takes_the_time_outs_of_the_part_that_sets_them() -> None:
@@ -298,10 +295,10 @@ def test_the_seed_5_draw_pauses_no_worker_whose_executors_a_crash_took() -> None
     assert _crowded([crash, pause], 30.0)
     assert not _crowded([crash, ScheduledFault(Fault.PAUSE_LT_TIMEOUT, 18.9, 8.0, 1)], 30.0)
     assert not _crowded([crash, ScheduledFault(Fault.DELAY_LT_TIMEOUT, 18.9, 8.0, 0)], 30.0)
-    cfg = ExperimentConfig(fault="random", fault_count=2, seed=5, pg="e1", phase_seconds=30)
-    cfg.validate()
+    cfg = resolve({"fault": "random", "fault_count": 2, "seed": 5, "pg": "e1",
+                   "phase_seconds": 30})
     parts = cfg.schedule_parts
-    assert [crash, pause] != parts
+    assert (crash, pause) != parts
     for a in parts:
         for b in parts:
             if (a.fault is Fault.CRASH and descriptor(b.fault).needs_executors

@@ -13,23 +13,23 @@ import pytest
 from click.testing import CliRunner
 
 from pgval.cli import main
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import check, resolve
 from pgval.errors import PgvalError
 from pgval.matrix import cells, matrix_key, plan, rates_at
 from pgval.oir import OirNotStored, oir_for, trial_config
 from pgval.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Restart, Topology
 from pgval.shape import REPORTED, RunShape
+from pgval.spec import ClusterSpec, RunSpec
 
 
 def test_names_are_parsed_once_into_members() -> None:
-    cfg = ExperimentConfig(topology="mst", pg="e1", fault="driver-crash",
-                           crash_point="after-sink-write", deploy="local")
+    cfg = RunSpec(topology="mst", pg="e1", fault="driver-crash",
+                  crash_point="after-sink-write", deploy="local")
     assert cfg.topology is Topology.MST and cfg.pg is Guarantee.E1
     assert cfg.fault is Fault.DRIVER_CRASH and cfg.deploy is Deploy.LOCAL
     assert cfg.fault_spec == FaultSpec.parse("driver-crash@after-sink-write")
     assert dataclasses.replace(cfg, fault="crash").fault is Fault.CRASH  # replace parses too
-    assert cfg.to_dict()["fault"] == "driver-crash"  # stored as the plain name
+    assert cfg.to_record()["fault"] == "driver-crash"  # stored as the plain name
 
 
 @pytest.mark.parametrize(("field", "sentence"), [
@@ -42,7 +42,7 @@ def test_names_are_parsed_once_into_members() -> None:
 ])
 def test_an_unknown_name_is_one_sentence(field: str, sentence: str) -> None:
     with pytest.raises(PgvalError) as err:
-        ExperimentConfig(**{field: "xst"})
+        RunSpec(**{field: "xst"})
     assert str(err.value).startswith(sentence) and "\n" not in str(err.value)
 
 
@@ -66,22 +66,22 @@ def test_one_table_says_which_crash_point_applies_where(spec: str, deploy: str,
                                                         problem: str | None) -> None:
     assert FaultSpec.parse(spec).problem(deploy) == problem
     fault, _, point = spec.partition("@")
-    cfg = ExperimentConfig(fault=fault, crash_point=point or "timed", deploy=deploy,
-                           bootstrap="b:1" if deploy == "external" else None,
-                           master="spark://m:1" if deploy == "external" else None)
+    cfg = RunSpec(fault=fault, crash_point=point or "timed", deploy=deploy,
+                  bootstrap="b:1" if deploy == "external" else None,
+                  master="spark://m:1" if deploy == "external" else None)
     if problem is None:
-        cfg.validate()
+        resolve(cfg)
     else:
         with pytest.raises(PgvalError, match=problem.split(" (")[0]):
-            cfg.validate()
+            resolve(cfg)
 
 
 # ------------------------------------------------------------------------------ run shape
-SECRETS = ExperimentConfig(deploy="external", bootstrap="b:9092", master="spark://u:pw@m:7077",
-                           kafka_config={"sasl.password": "hunter2",
-                                         "security.protocol": "SASL_SSL"},
-                           spark_conf={"spark.sql.shuffle.partitions": "4"}, fault="crash",
-                           pg="e1", seed=5, rate=3000.0)
+SECRETS = RunSpec(deploy="external", bootstrap="b:9092", master="spark://u:pw@m:7077",
+                  kafka_config={"sasl.password": "hunter2",
+                                "security.protocol": "SASL_SSL"},
+                  spark_conf={"spark.sql.shuffle.partitions": "4"}, fault="crash",
+                  pg="e1", seed=5, rate=3000.0)
 
 
 def test_the_matrix_key_keeps_its_stored_format() -> None:
@@ -91,8 +91,8 @@ def test_the_matrix_key_keeps_its_stored_format() -> None:
     made after (the settings gained warmup_max_seconds, restart and restart_delay_s)."""
     assert matrix_key(SECRETS) == "db8179d69229"
     assert matrix_key(SECRETS, 0.5) == "5f25c3684534"
-    assert matrix_key(ExperimentConfig()) == "26398bd4029e"
-    assert matrix_key(ExperimentConfig(cluster=ClusterConfig(workers=3))) == "69c810e1090c"
+    assert matrix_key(RunSpec()) == "26398bd4029e"
+    assert matrix_key(RunSpec(cluster=ClusterSpec(workers=3))) == "69c810e1090c"
 
 
 def test_the_oir_shape_is_a_view_of_the_run_shape() -> None:
@@ -126,29 +126,29 @@ def test_a_stored_run_of_any_age_has_a_shape() -> None:
 def test_a_plan_leaves_out_cells_once_and_refuses_wrong_options() -> None:
     grid = cells(["sst"], ["a1", "e1"], ["crash@during-sink-write", "none"], 3)
     said: list[str] = []
-    kept = plan(ExperimentConfig(), grid, on_left_out=lambda c, why: said.append(c.label()))
+    kept = plan(RunSpec(), grid, on_left_out=lambda c, why: said.append(c.label()))
     assert said == ["sst e1 crash@during-sink-write #0"]  # once, not per repetition
     assert len(kept) == 9 and all(str(c.fault) == "none" or c.pg == "a1" for c in kept)
     with pytest.raises(PgvalError, match="applies to --fault crash"):
-        plan(ExperimentConfig(deploy="compose"), grid, on_left_out=lambda c, why: None)
+        plan(RunSpec(deploy="compose"), grid, on_left_out=lambda c, why: None)
 
 
 def test_rates_at_the_oir_are_looked_up_once_per_pair_that_runs() -> None:
     grid = cells(["sst", "mst"], ["a1"], ["none", "crash"], 2)
     asked: list[tuple[str, str]] = []
 
-    def oir_of(cfg: ExperimentConfig) -> float:
+    def oir_of(cfg: RunSpec) -> float:
         asked.append((cfg.topology, cfg.pg))
         return 1000.0 if cfg.topology == "sst" else 400.0
 
-    rate_for = rates_at(grid, ExperimentConfig(), 0.5, oir_of)
+    rate_for = rates_at(grid, RunSpec(), 0.5, oir_of)
     assert asked == [("sst", "a1"), ("mst", "a1")]
     assert {c.topology: rate_for(c) for c in grid} == {"sst": 500.0, "mst": 200.0}
-    assert rates_at([], ExperimentConfig(), 0.5, oir_of) and len(asked) == 2
+    assert rates_at([], RunSpec(), 0.5, oir_of) and len(asked) == 2
 
 
 def test_a_trial_is_the_base_at_a_rate_without_a_fault(tmp_path) -> None:  # noqa: ANN001
-    base = ExperimentConfig(fault="crash", phase_seconds=5)
+    base = RunSpec(fault="crash", phase_seconds=5)
     trial = trial_config(base, 4000.0)
     assert trial.fault is Fault.NONE and trial.rate == 4000.0 and trial.phase_seconds == 5
     assert trial.cluster is not base.cluster
@@ -171,17 +171,16 @@ def test_each_fault_has_its_default_restart_policy(fault: str, deploy: str,
     external = {"bootstrap": "b:1", "master": "spark://m:1"} if deploy == "external" else {}
     nemesis = ({"nemesis_inject": "true", "nemesis_remove": "true"}
                if deploy == "external" and fault.startswith("delay") else {})
-    cfg = ExperimentConfig(fault=fault, deploy=deploy, **external, **nemesis)
-    cfg.validate()
+    cfg = resolve(RunSpec(fault=fault, deploy=deploy, **external, **nemesis))
     assert cfg.restart is None and cfg.restart_policy is policy
-    assert cfg.to_dict()["restart"] == policy  # stored as applied: the report groups by it
+    assert cfg.to_record()["restart"] == policy  # stored as applied: the report groups by it
 
 
 def test_an_attached_cluster_replaces_its_executors_itself() -> None:
-    cfg = ExperimentConfig(fault="crash", running_cluster="/somewhere")
+    cfg = resolve({"fault": "crash", "running_cluster": "/somewhere"})
     assert cfg.restart_policy is None
     with pytest.raises(PgvalError, match="Spark's cluster manager replaces"):
-        dataclasses.replace(cfg, restart="at-remove").validate()
+        resolve(cfg, restart="at-remove")
 
 
 @pytest.mark.parametrize(("changes", "sentence"), [
@@ -201,44 +200,45 @@ def test_an_attached_cluster_replaces_its_executors_itself() -> None:
 ])
 def test_restart_settings_that_mean_nothing_are_refused(changes: dict, sentence: str) -> None:
     with pytest.raises(PgvalError, match=re.escape(sentence)):
-        ExperimentConfig(**changes).validate()
+        resolve(changes)
 
 
 def test_restart_settings_that_mean_something_are_taken() -> None:
     for changes in ({"fault": "crash", "restart": "immediate", "restart_delay_s": 5.0},
                     {"fault": "driver-crash", "restart": "at-remove"},
                     {"fault": "driver-crash", "restart_delay_s": 2.0}):
-        ExperimentConfig(**changes).validate()
+        resolve(changes)
 
 
 def test_a_matrix_gives_the_restart_policy_to_the_cells_it_fits() -> None:
-    base = ExperimentConfig(restart="immediate", restart_delay_s=2.0)
-    base.validate(fault_axis=True)  # the base's fault is a placeholder
+    base = resolve({"restart": "immediate", "restart_delay_s": 2.0},
+                   fault_axis=True)  # the base's fault is a placeholder
     with pytest.raises(PgvalError):
-        base.validate()
+        check(base)
     grid = plan(base, cells(["sst"], ["a1"], ["none", "crash", "driver-crash",
                                               "delay-lt-timeout"], 1), lambda c, r: None)
-    got = {str(c.fault): (c.config(base).restart_policy, c.config(base).restart_delay_s)
-           for c in grid}
+    got = {str(c.fault): (resolve(c.config(base)).restart_policy,
+                          c.config(base).restart_delay_s) for c in grid}
     assert got == {"none": (None, 0.0), "delay-lt-timeout": (None, 0.0),
                    "crash": (Restart.IMMEDIATE, 2.0), "driver-crash": (Restart.IMMEDIATE, 2.0)}
     # The defaults per cell when the matrix names no policy; a delay only where immediate.
-    plain = ExperimentConfig(restart_delay_s=2.0)
-    got = {str(c.fault): (c.config(plain).restart_policy, c.config(plain).restart_delay_s)
+    plain = RunSpec(restart_delay_s=2.0)
+    got = {str(c.fault): (resolve(c.config(plain)).restart_policy,
+                          c.config(plain).restart_delay_s)
            for c in plan(plain, cells(["sst"], ["a1"], ["crash", "driver-crash"], 1),
                          lambda c, r: None)}
     assert got == {"crash": (Restart.AT_REMOVE, 0.0), "driver-crash": (Restart.IMMEDIATE, 2.0)}
     # The key hashes the matrix's choice: the same for every cell, another for another choice.
-    assert matrix_key(base) != matrix_key(ExperimentConfig(restart="at-remove"))
+    assert matrix_key(base) != matrix_key(RunSpec(restart="at-remove"))
     assert matrix_key(dataclasses.replace(base, fault="crash")) == matrix_key(base)
 
 
 def test_a_matrix_refuses_a_restart_policy_no_cell_takes() -> None:
-    base = ExperimentConfig(restart="at-remove")
+    base = RunSpec(restart="at-remove")
     with pytest.raises(PgvalError, match="this grid has none"):
         plan(base, cells(["sst"], ["a1"], ["none", "delay-gt-timeout"], 1), lambda c, r: None)
     with pytest.raises(PgvalError, match="this grid has none"):  # crash: at-remove
-        plan(ExperimentConfig(restart_delay_s=1.0), cells(["sst"], ["a1"], ["crash"], 1),
+        plan(RunSpec(restart_delay_s=1.0), cells(["sst"], ["a1"], ["crash"], 1),
              lambda c, r: None)
 
 
@@ -283,13 +283,13 @@ def test_an_output_row_too_big_for_a_kafka_record_is_warned_before_the_run() -> 
     windows and 16 resources a row was 1,138,584 bytes (125,000 IDs)."""
     from pgval.schema import MAX_RECORD_BYTES
 
-    ids, size = ExperimentConfig(rate=200_000, window_ms=10_000, resources=16,
+    ids, size = RunSpec(rate=200_000, window_ms=10_000, resources=16,
                                  topology="sst").output_row_estimate()
     assert ids == 125_000 and abs(size - 1_138_584) / 1_138_584 < 0.05
-    assert ExperimentConfig(rate=200_000, topology="sst").output_row_warning() is None
-    big = ExperimentConfig(rate=3_000_000, window_ms=10_000, resources=16, topology="sst")
+    assert RunSpec(rate=200_000, topology="sst").output_row_warning() is None
+    big = RunSpec(rate=3_000_000, window_ms=10_000, resources=16, topology="sst")
     assert big.output_row_estimate()[1] > MAX_RECORD_BYTES
     assert "1,875,000 IDs" in (big.output_row_warning() or "")
     # Files take any row: nothing to warn about.
-    assert ExperimentConfig(rate=3_000_000, topology="sst", sink="files",
+    assert RunSpec(rate=3_000_000, topology="sst", sink="files",
                             pg="e1").output_row_warning() is None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.errors import PgvalError
 from pgval.faults.process import DriverCrash
 
@@ -173,7 +173,7 @@ def test_a_timed_driver_crash_notes_the_batch_it_caught_in_flight(tmp_path: Path
 ])
 def test_crash_points_are_refused_where_they_cannot_work(changes: dict, needle: str) -> None:
     with pytest.raises(PgvalError, match=needle):
-        ExperimentConfig(topology="sst", **changes).validate()
+        resolve({"topology": "sst", **changes})
 
 
 class FakeWorker:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pgval.checker.explain import topic_code
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.deploy import make_deployment
 from pgval.deploy.external import ExternalDeployment
 from pgval.deploy.warm import daemon_key
@@ -17,32 +17,32 @@ from pgval.errors import PgvalError
 from pgval.faults.nemesis import NemesisDelay, nemesis_argv
 from pgval.kafka.admin import aligned_assignment
 from pgval.schema import Topics
+from pgval.spec import RunSpec
 
 
 def test_external_needs_bootstrap_and_master() -> None:
     with pytest.raises(PgvalError, match="needs --bootstrap"):
-        ExperimentConfig(deploy="external", bootstrap="h:9092").validate()
-    ExperimentConfig(deploy="external", bootstrap="h:9092", master="local[2]").validate()
+        resolve({"deploy": "external", "bootstrap": "h:9092"})
+    resolve({"deploy": "external", "bootstrap": "h:9092", "master": "local[2]"})
 
 
 def test_external_flags_are_refused_elsewhere() -> None:
     with pytest.raises(PgvalError, match="only apply to --deploy external"):
-        ExperimentConfig(bootstrap="h:9092").validate()
+        resolve({"bootstrap": "h:9092"})
     with pytest.raises(PgvalError, match="does not go with --deploy external"):
-        ExperimentConfig(deploy="external", bootstrap="h:1", master="local[1]",
-                         running_cluster="runs/cluster").validate()
+        resolve({"deploy": "external", "bootstrap": "h:1", "master": "local[1]",
+                 "running_cluster": "runs/cluster"})
 
 
 def test_external_delay_without_nemesis_is_refused_before_anything_starts() -> None:
-    cfg = ExperimentConfig(deploy="external", bootstrap="h:1", master="local[1]",
-                           fault="delay-gt-timeout")
+    cfg = RunSpec(deploy="external", bootstrap="h:1", master="local[1]",
+                  fault="delay-gt-timeout")
     with pytest.raises(PgvalError, match="needs your own nemesis"):
-        cfg.validate()
-    cfg.nemesis_inject = "inject {worker}"
+        resolve(cfg)
+    cfg = cfg.replace(nemesis_inject="inject {worker}")
     with pytest.raises(PgvalError, match="go together"):
-        cfg.validate()
-    cfg.nemesis_remove = "remove {worker}"
-    cfg.validate()
+        resolve(cfg)
+    resolve(cfg, nemesis_remove="remove {worker}")
 
 
 def test_nemesis_placeholders_fill_single_arguments_without_a_shell() -> None:
@@ -157,36 +157,36 @@ def test_the_driver_reads_the_user_settings_back(monkeypatch: pytest.MonkeyPatch
 
 
 def test_delay_gt_cells_need_their_own_cluster_and_sort_last() -> None:
-    plain = ExperimentConfig(fault="crash", phase_seconds=30)
-    gt = ExperimentConfig(fault="delay-gt-timeout", phase_seconds=30)
-    assert daemon_key(plain) == daemon_key(ExperimentConfig(fault="none", phase_seconds=30))
+    plain = RunSpec(fault="crash", phase_seconds=30)
+    gt = RunSpec(fault="delay-gt-timeout", phase_seconds=30)
+    assert daemon_key(plain) == daemon_key(RunSpec(fault="none", phase_seconds=30))
     assert daemon_key(plain) == "" < daemon_key(gt)
 
 
 def test_make_deployment_picks_by_config(tmp_path: Path) -> None:
     from pgval.deploy.embedded import AttachedDeployment, EmbeddedDeployment
 
-    assert isinstance(make_deployment(ExperimentConfig(), tmp_path), EmbeddedDeployment)
-    attached = make_deployment(ExperimentConfig(running_cluster=str(tmp_path)), tmp_path)
+    assert isinstance(make_deployment(RunSpec(), tmp_path), EmbeddedDeployment)
+    attached = make_deployment(RunSpec(running_cluster=str(tmp_path)), tmp_path)
     assert isinstance(attached, AttachedDeployment)
     with pytest.raises(PgvalError, match="no running cluster"):
         attached.start()
-    ext = make_deployment(ExperimentConfig(deploy="external", bootstrap="h:1",
-                                           master="local[1]"), tmp_path)
+    ext = make_deployment(RunSpec(deploy="external", bootstrap="h:1", master="local[1]"),
+                          tmp_path)
     assert isinstance(ext, ExternalDeployment)
 
 
 def test_every_deployment_makes_every_fault(tmp_path: Path) -> None:
     """One table per deployment says how it injects each fault: none may miss one."""
-    from pgval.cluster.local import ClusterConfig
     from pgval.deploy.compose.deployment import ComposeDeployment
     from pgval.deploy.embedded import AttachedDeployment, EmbeddedDeployment
     from pgval.schema import Fault
+    from pgval.spec import ClusterSpec
 
-    deployments = [EmbeddedDeployment(tmp_path, ClusterConfig()), AttachedDeployment(tmp_path),
+    deployments = [EmbeddedDeployment(tmp_path, ClusterSpec()), AttachedDeployment(tmp_path),
                    ExternalDeployment("h:1", "local[1]", 3),
                    ComposeDeployment(tmp_path / "runs" / "r", runs_root=tmp_path / "runs")]
     faults = {f for f in Fault if f not in (Fault.NONE, Fault.SCHEDULE)}  # parts: made alone
     for dep in deployments:
         assert set(dep.fault_makers()) == faults, type(dep).__name__
-    assert deployments[0].make_fault(ExperimentConfig(), 0, None, None) is None  # type: ignore[arg-type]
+    assert deployments[0].make_fault(RunSpec(), 0, None, None) is None  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pgval.cluster.local import ClusterConfig, LocalCluster
+from pgval.cluster.local import LocalCluster
 from pgval.datasets.generator import GeneratorConfig, ProducerGroup
 from pgval.datasets.sinks import KafkaSink
 from pgval.faults.evidence import fault_reasons
@@ -25,6 +25,7 @@ from pgval.kafka.admin import create_topics
 from pgval.schema import Topics
 from pgval.spark.daemons import WorkerHandle, _cmdline
 from pgval.spark.driver import DriverProcess, DriverSpec
+from pgval.spec import ClusterSpec
 from tests.conftest import processes_mentioning, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -57,7 +58,7 @@ def _batches_with_input(driver: DriverProcess, after_ms: int) -> list[dict[str, 
 
 def test_executor_kill_is_replaced_and_the_query_runs_on(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    cluster = LocalCluster(run_dir, ClusterConfig(brokers=1, partitions=3, workers=2,
+    cluster = LocalCluster(run_dir, ClusterSpec(brokers=1, partitions=3, workers=2,
                                                   isolate=False))
     driver: DriverProcess | None = None
     group: ProducerGroup | None = None

@@ -12,15 +12,13 @@ run is valid evidence (the read-back proves its completeness across the faults).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.deploy.warm import WarmDeployments
 from pgval.evidence import Manifest
 from pgval.experiment import Experiment, ExperimentResult
@@ -28,6 +26,7 @@ from pgval.faults.broker import TRANSACTION_STATE, coordinator_partition
 from pgval.report.data import Selection, load_runs
 from pgval.report.plots.timeline import part_intervals, plot_run
 from pgval.schema import transactional_id
+from pgval.spec import ClusterSpec, RunSpec
 from tests.conftest import shared_cluster
 from tests.test_faults_cluster import check_consistent, check_nothing_left, check_timeline
 
@@ -43,18 +42,17 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
 
 
 def config(pg: str, target: str | int | None, fault: str = "broker-crash",
-           **more: object) -> ExperimentConfig:
-    return ExperimentConfig(
+           **more: object) -> RunSpec:
+    return RunSpec(
         topology="sst", pg=pg, fault=fault, target=target, rate=300, resources=4,
         phase_seconds=16, warmup_seconds=4, warmup_max_seconds=6, window_ms=2000,
         watermark_ms=1000, trigger_ms=500, drain_timeout_s=150,
-        cluster=ClusterConfig(brokers=3, partitions=3, workers=2), **more)  # type: ignore[arg-type]
+        cluster=ClusterSpec(brokers=3, partitions=3, workers=2), **more)  # type: ignore[arg-type]
 
 
 def run(warm: WarmDeployments, tmp_path: Path, pg: str, target: str | int | None = None,
         fault: str = "broker-crash", **more: object) -> ExperimentResult:
-    cfg = config(pg, target, fault, **more)
-    cfg.validate()
+    cfg = resolve(config(pg, target, fault, **more))
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
                         deployment=warm.for_run(cfg)).run()
     check_consistent(result)
@@ -159,10 +157,9 @@ def test_an_output_row_of_300000_ids_is_carried_across_three_brokers(
     valid evidence with nothing lost."""
     import pyarrow.parquet as pq
 
-    cfg = dataclasses.replace(config("a1", None, "none"), rate=32_000, resources=1,
-                              window_ms=10_000, watermark_ms=1000, trigger_ms=1000)
+    cfg = resolve(config("a1", None, "none"), rate=32_000, resources=1, window_ms=10_000,
+                  watermark_ms=1000, trigger_ms=1000)
     assert cfg.output_row_warning() is None  # 2.8 MB: far below MAX_RECORD_BYTES
-    cfg.validate()
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
                         deployment=warm.for_run(cfg)).run()
     check_nothing_left(tmp_path / "run")

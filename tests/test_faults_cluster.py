@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.deploy.warm import WarmDeployments
 from pgval.experiment import Experiment, ExperimentResult
 from pgval.host.machine import describe_machine
+from pgval.spec import ClusterSpec, RunSpec
 from tests.conftest import processes_mentioning, shared_cluster, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -37,8 +37,8 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
         yield shared
 
 
-def config(topology: str, pg: str, fault: str, crash_point: str = "timed") -> ExperimentConfig:
-    return ExperimentConfig(
+def config(topology: str, pg: str, fault: str, crash_point: str = "timed") -> RunSpec:
+    return RunSpec(
         topology=topology, pg=pg, fault=fault, crash_point=crash_point, rate=300,
         resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
         trigger_ms=500,
@@ -49,14 +49,13 @@ def config(topology: str, pg: str, fault: str, crash_point: str = "timed") -> Ex
         warmup_max_seconds=6,
         get_share=0.9 if topology == "mst" else 0.995, drain_timeout_s=150,
         target=None if crash_point == "during-sink-write" else 1,
-        cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
+        cluster=ClusterSpec(brokers=1, partitions=3, workers=2))
 
 
 def run(warm: WarmDeployments | None, tmp_path: Path, topology: str, pg: str, fault: str,
         crash_point: str = "timed") -> ExperimentResult:
     """One run on the shared cluster (``warm``), or on a cluster of its own (None)."""
-    cfg = config(topology, pg, fault, crash_point)
-    cfg.validate()
+    cfg = resolve(config(topology, pg, fault, crash_point))
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
                         deployment=warm.for_run(cfg) if warm is not None else None).run()
     if warm is not None:  # the module's cells share one warm cluster, as a matrix's do
@@ -85,7 +84,7 @@ def check_consistent(result: ExperimentResult) -> None:
     assert all(p.processed + p.unprocessed == p.expected for p in phases)
 
 
-def check_timeline(result: ExperimentResult, cfg: ExperimentConfig) -> None:
+def check_timeline(result: ExperimentResult, cfg: RunSpec) -> None:
     """Control starts when the warm-up ended (steady, or at its cap), at least ε after T1;
     the judged T2 and T3 are when the fault took effect and ended, never before the
     schedule's T2."""

@@ -250,11 +250,11 @@ def test_a_cell_is_judged_by_its_runs_at_the_cells_rate(tmp_path: Path) -> None:
     """As `completed` counts them: a stored run at another rate (an older OIR) is no run of
     the cell now; a repetition without a run is a run that did not finish, with the
     reason; a repetition that failed now carries its error."""
-    from pgval.config import ExperimentConfig
     from pgval.matrix import cell_case_name, cell_cases, cells, matrix_key
+    from pgval.spec import RunSpec
     from pgval.store import ResultsStore
 
-    base = ExperimentConfig(phase_seconds=5)
+    base = RunSpec(phase_seconds=5)
     grid = cells(["sst"], ["a1"], ["none"], 3)
     store = ResultsStore(tmp_path / "r.db")
     for cell, rate in zip(grid[:2], (1000.0, 2000.0), strict=True):

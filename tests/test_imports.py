@@ -114,6 +114,37 @@ def import_graph(mods: dict[str, Path]) -> Graph:
     return graph
 
 
+def process_graph(mods: dict[str, Path]) -> Graph:
+    """Module → the pgval modules it starts as processes (:func:`started_modules`)."""
+    known = set(mods)
+    return {m: {t for t in started_modules(path, known) if t != m} for m, path in mods.items()}
+
+
+def layer_graph(root: Path = ROOT) -> Graph:
+    """The unit graph the layers are checked on: imports, and the modules a module starts
+    with ``python -m`` (a process boundary is no import, but it is a dependency all the
+    same: the starter needs the started module's layer). Cycles are looked for in imports."""
+    mods = modules(package_dirs(root))
+    imports, started = import_graph(mods), process_graph(mods)
+    return unit_graph({m: imports[m] | started[m] for m in imports})
+
+
+def started_modules(path: Path, known: set[str]) -> set[str]:
+    """Modules ``path`` starts as processes (``[..., "-m", "pgval.x.y", ...]``): a process
+    started from a module is an arrow like an import, its layer the started module's."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, (ast.List, ast.Tuple)):
+            continue
+        items = node.elts
+        for flag, name in zip(items, items[1:], strict=False):
+            if (isinstance(flag, ast.Constant) and flag.value == "-m"
+                    and isinstance(name, ast.Constant) and isinstance(name.value, str)
+                    and (found := _known(name.value, known))):
+                out.add(found)
+    return out
+
+
 def cycles(graph: Graph) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -211,6 +242,21 @@ def test_the_graph_sees_lazy_imports_and_skips_type_checking(tmp_path: Path) -> 
     assert cycles(graph) == [["p.a", "p.c"]]
 
 
+def test_a_module_started_with_python_m_is_an_arrow(tmp_path: Path) -> None:
+    """``[sys.executable, "-m", "p.b", ...]`` in p.a is an arrow p.a → p.b of the layer
+    graph (an argv in a list or a tuple), and no import."""
+    pkg = tmp_path / "p"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("import sys\nARGV = [sys.executable, '-m', 'p.b', '--x']\n"
+                              "OTHER = ('python', '-m', 'p.c.main')\n")
+    (pkg / "b.py").write_text("")
+    (pkg / "c.py").write_text("")
+    mods = modules({"p": pkg})
+    assert process_graph(mods)["p.a"] == {"p.b", "p.c"}
+    assert import_graph(mods)["p.a"] == set()
+
+
 def test_the_real_graph_has_the_edges_it_should() -> None:
     """Spot checks that the graph of pgval is read right: mapped packages, lazy imports."""
     graph = pgval_graph()
@@ -253,7 +299,7 @@ def test_no_import_cycle_at_all() -> None:
 #: placed here (and in docs/design.md) before it can be imported at all.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"pgval", "pgval.schema", "pgval.errors", "pgval.redact",
-                              "pgval.clock",
+                              "pgval.clock", "pgval.spec",
                               "pgval.files", "pgval.shape", "pgval.extras",
                               "pgval.driver_spec"})),
     ("records", frozenset({"pgval.phases", "pgval.records"})),
@@ -289,7 +335,7 @@ def layer_violations(graph: Graph) -> list[str]:
 
 
 def test_imports_go_down_the_layers_only() -> None:
-    bad = layer_violations(unit_graph(pgval_graph()))
+    bad = layer_violations(layer_graph())
     assert not bad, "imports against the layer order of docs/design.md:\n  " + "\n  ".join(bad)
 
 

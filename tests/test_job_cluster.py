@@ -19,12 +19,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.deploy.warm import WarmDeployments
 from pgval.evidence import EXPECTED, JOB_SOURCE, evidence_dir
 from pgval.experiment import Experiment, ExperimentResult
 from pgval.recheck import recheck
+from pgval.spec import ClusterSpec, RunSpec
 from tests.conftest import shared_cluster
 from tests.test_faults_cluster import assert_driver_restarted
 
@@ -33,15 +33,15 @@ pytestmark = pytest.mark.cluster
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "jobs"
 
 
-def job_config(job: str, pg: str, fault: str, **extra: object) -> ExperimentConfig:
+def job_config(job: str, pg: str, fault: str, **extra: object) -> RunSpec:
     # 4 resources: the enrichment knows an owner for each, the filter keeps 3 of 4. Short
     # phases and warm-up: what is judged is the verdict, not the latency.
     settings: dict[str, object] = dict(
         topology="job", job=job, pg=pg, fault=fault, rate=400, resources=4,
         phase_seconds=10, warmup_seconds=5, warmup_max_seconds=8, trigger_ms=500,
         window_ms=5000, get_share=0.9, prime_events=2000,
-        cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
-    return ExperimentConfig(**{**settings, **extra})  # type: ignore[arg-type]
+        cluster=ClusterSpec(brokers=1, partitions=3, workers=2))
+    return RunSpec(**{**settings, **extra})  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,8 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
         yield shared
 
 
-def run(warm: WarmDeployments, cfg: ExperimentConfig, run_dir: Path) -> ExperimentResult:
-    cfg.validate()
+def run(warm: WarmDeployments, cfg: RunSpec, run_dir: Path) -> ExperimentResult:
+    cfg = resolve(cfg)
     return Experiment(cfg, run_dir, db=run_dir.parent / "results.db",
                       deployment=warm.for_run(cfg)).run()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.errors import PgvalError
 from pgval.faults import delay
 from pgval.faults.descriptor import WORKER_NETNS, descriptor
@@ -25,6 +25,7 @@ from pgval.faults.evidence import fault_reasons, rule_for
 from pgval.faults.loss import NFQUEUE_LOSS, LossDrop, WorkerLoss
 from pgval.host import netns
 from pgval.schema import Deploy, Fault
+from pgval.spec import RunSpec
 from tests.conftest import processes_mentioning, wait_until
 
 
@@ -38,14 +39,14 @@ def test_the_descriptor_says_what_packet_loss_is() -> None:
 
 
 def test_the_options_are_checked() -> None:
-    ExperimentConfig(fault="packet-loss", loss_share=0.5).validate()
+    resolve(RunSpec(fault="packet-loss", loss_share=0.5))
     with pytest.raises(PgvalError, match="embedded cluster"):
-        ExperimentConfig(fault="packet-loss", deploy="external", bootstrap="h:1",
-                         master="local[1]").validate()
+        resolve(RunSpec(fault="packet-loss", deploy="external", bootstrap="h:1",
+                        master="local[1]"))
     with pytest.raises(PgvalError, match="--loss-share says how much"):
-        ExperimentConfig(fault="crash", loss_share=0.5).validate()
+        resolve(RunSpec(fault="crash", loss_share=0.5))
     with pytest.raises(PgvalError, match=r"in \(0, 1\]"):
-        ExperimentConfig(fault="packet-loss", loss_share=0.0).validate()
+        resolve(RunSpec(fault="packet-loss", loss_share=0.0))
 
 
 def test_the_share_is_picked_at_random_and_every_packet_is_counted() -> None:

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from pgval.config import ExperimentConfig
 from pgval.matrix import (
     Cell,
     cells,
@@ -25,12 +24,13 @@ from pgval.matrix import (
     prepared_experiment,
     run_matrix,
 )
+from pgval.spec import RunSpec
 from pgval.store import ResultsStore
 
 
 def test_resume_skips_complete_cells_and_marks_stale(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
-    base = ExperimentConfig(phase_seconds=5)
+    base = RunSpec(phase_seconds=5)
     key = matrix_key(base)
     store = ResultsStore(db)
     grid = cells(["sst"], ["a1", "e1"], ["none"], 2)
@@ -59,9 +59,9 @@ def test_resume_skips_complete_cells_and_marks_stale(tmp_path: Path) -> None:
 
 
 def test_key_ignores_grid_axes_but_not_run_shape() -> None:
-    a = ExperimentConfig(topology="sst", pg="a1", fault="none", seed=1)
-    b = ExperimentConfig(topology="mst", pg="e1", fault="crash", seed=9)
-    c = ExperimentConfig(rate=5000)
+    a = RunSpec(topology="sst", pg="a1", fault="none", seed=1)
+    b = RunSpec(topology="mst", pg="e1", fault="crash", seed=9)
+    c = RunSpec(rate=5000)
     assert matrix_key(a) == matrix_key(b)
     assert matrix_key(a) != matrix_key(c)
     # --rate oir: the fraction keys the matrix, not the placeholder rate (a matrix at
@@ -70,7 +70,7 @@ def test_key_ignores_grid_axes_but_not_run_shape() -> None:
     assert matrix_key(a, 0.25) == matrix_key(c, 0.25) != matrix_key(a)
 
 
-def _grid_base(*args: str) -> ExperimentConfig:
+def _grid_base(*args: str) -> RunSpec:
     """The base config `pgval matrix ARGS` builds (what its key is made from)."""
     import click
 
@@ -110,8 +110,8 @@ def test_a_crash_point_is_its_own_cell_of_the_same_matrix(tmp_path: Path) -> Non
     assert [(c.fault.kind, c.fault.point) for c in grid] == [
         ("crash", "timed"), ("crash", "during-sink-write"),
         ("driver-crash", "after-sink-write")]
-    assert matrix_key(ExperimentConfig(crash_point="during-sink-write", fault="crash")) == \
-        matrix_key(ExperimentConfig())
+    assert matrix_key(RunSpec(crash_point="during-sink-write", fault="crash")) == \
+        matrix_key(RunSpec())
     store = ResultsStore(tmp_path / "r.db")
     old = store.start_run("validate", "sst", 10_000, pg="a1", fault="crash", repeat=0,
                           params={"matrix_key": KEY})  # no crash_point: an older store
@@ -218,9 +218,9 @@ class FailingExperiment:
     """Stands in for Experiment: records its directory, leaves a log there, fails."""
 
     dirs: list[Path] = []
-    configs: list[ExperimentConfig] = []
+    configs: list[RunSpec] = []
 
-    def __init__(self, config: ExperimentConfig, run_dir: Path, db: Path | None = None,
+    def __init__(self, config: RunSpec, run_dir: Path, db: Path | None = None,
                  run_id: int | None = None, extra_params: dict | None = None,
                  **kwargs: Any) -> None:
         self.config, self.run_dir, self.db, self.run_id = config, Path(run_dir), db, run_id
@@ -244,7 +244,7 @@ class NoCluster:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def for_run(self, cfg: ExperimentConfig) -> None:
+    def for_run(self, cfg: RunSpec) -> None:
         return None
 
     def __enter__(self) -> NoCluster:
@@ -263,7 +263,7 @@ def test_a_crash_point_cell_runs_at_its_crash_point(tmp_path: Path,
     FailingExperiment.dirs, FailingExperiment.configs = [], []
     db = tmp_path / "r.db"
     grid = cells(["sst"], ["a1"], ["driver-crash@after-sink-write", "crash"], 1)
-    run_matrix(ExperimentConfig(phase_seconds=5), grid, db, tmp_path / "runs")
+    run_matrix(RunSpec(phase_seconds=5), grid, db, tmp_path / "runs")
     assert [(c.fault, c.crash_point) for c in FailingExperiment.configs] == [
         ("driver-crash", "after-sink-write"), ("crash", "timed")]
     assert FailingExperiment.dirs[0].name.split("-run")[0].endswith(
@@ -278,7 +278,7 @@ def test_a_retry_gets_a_fresh_run_directory(tmp_path: Path,
     monkeypatch.setattr("pgval.matrix.WarmDeployments", NoCluster)
     FailingExperiment.dirs = []
     db, runs = tmp_path / "r.db", tmp_path / "runs"
-    base = ExperimentConfig(phase_seconds=5)
+    base = RunSpec(phase_seconds=5)
     grid = cells(["sst"], ["a1"], ["none"], 1)
     for _ in range(2):
         assert run_matrix(base, grid, db, runs) == {"done": 0, "skipped": 0, "taken": 0,
@@ -294,15 +294,15 @@ def test_a_retry_gets_a_fresh_run_directory(tmp_path: Path,
 
 def test_prepared_experiment_records_what_experiment_would(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path / "r.db")
-    cfg = ExperimentConfig(phase_seconds=5, fault="delay-gt-timeout")
+    cfg = RunSpec(phase_seconds=5, fault="delay-gt-timeout")
     run_id = claim_cell(store, KEY, GRID[0], window_ms=cfg.window_ms, seed=cfg.seed,
-                        params=cfg.to_dict())
+                        params=cfg.to_record())
     assert run_id is not None
     exp = prepared_experiment(store, run_id, cfg, tmp_path / "r.db", tmp_path / "runs" / "x",
                               extra_params={"matrix_key": KEY}, repeat=0)
     assert exp.run_id == run_id and exp.run_dir == (tmp_path / "runs" / "x").resolve()
     params = json.loads(store.run(run_id)["params"])
-    assert params == {**exp.config.to_dict(), "matrix_key": KEY, "run_dir": str(exp.run_dir)}
+    assert params == {**exp.config.to_record(), "matrix_key": KEY, "run_dir": str(exp.run_dir)}
     # A directory that exists already: the claimed row is failed, not left running.
     again = claim_cell(store, KEY, GRID[1], window_ms=1, seed=0, params={})
     assert again is not None
@@ -336,13 +336,12 @@ def test_left_out_cells_need_no_oir_and_wrong_options_are_still_refused(tmp_path
     from click.testing import CliRunner
 
     from pgval.cli import main
-    from pgval.cluster.local import ClusterConfig
-    from pgval.config import ExperimentConfig
     from pgval.oir import OirResult, save_oir
+    from pgval.spec import ClusterSpec, RunSpec
 
     db = tmp_path / "r.db"
     save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0,
-                           shape=ExperimentConfig(cluster=ClusterConfig(workers=3)).shape().oir()))
+                           shape=RunSpec(cluster=ClusterSpec(workers=3)).shape().oir()))
     res = CliRunner().invoke(main, [
         "matrix", "--topologies", "sst", "--pgs", "e1,a1", "--faults", "crash@during-sink-write",
         "--rate", "oir", "--workers", "2", "--repeat", "1", "--db", str(db),

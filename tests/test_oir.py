@@ -13,8 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgval.cli import main
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
 from pgval.oir import (
     MIN_RATE,
     OirResult,
@@ -26,6 +24,7 @@ from pgval.oir import (
     stored_elsewhere,
     stored_oir,
 )
+from pgval.spec import ClusterSpec, RunSpec
 
 
 def _trial(rate: float, passed: bool) -> Trial:
@@ -124,9 +123,9 @@ def test_m1_uses_a1s_oir_unless_its_own_was_measured(tmp_path: Path) -> None:
 def test_an_oir_holds_for_the_run_shape_it_was_measured_with(tmp_path: Path) -> None:
 
     db = tmp_path / "oir.db"
-    two = ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)).shape().oir()
-    three = ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=3)).shape().oir()
-    longer = ExperimentConfig(phase_seconds=300, cluster=ClusterConfig(brokers=1,
+    two = RunSpec(cluster=ClusterSpec(brokers=1, workers=2)).shape().oir()
+    three = RunSpec(cluster=ClusterSpec(brokers=1, workers=3)).shape().oir()
+    longer = RunSpec(phase_seconds=300, cluster=ClusterSpec(brokers=1,
                                                                                  workers=2)).shape().oir()
     assert two == longer  # the phase length judges a trial; it is not part of the shape
     save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=two))
@@ -145,15 +144,15 @@ def test_a_shape_compares_effective_values_and_only_what_was_recorded(tmp_path: 
     """No --shuffle-partitions is one per Kafka partition, so an explicit equal value is the
     same shape; a field added to the shape later is not held against an older row; an
     external cluster is told apart by its addresses."""
-    cluster = ClusterConfig(brokers=1, workers=2, partitions=3)
-    default = ExperimentConfig(cluster=cluster).shape().oir()
-    assert default == ExperimentConfig(shuffle_partitions=3, cluster=cluster).shape().oir()
-    assert default != ExperimentConfig(shuffle_partitions=6, cluster=cluster).shape().oir()
+    cluster = ClusterSpec(brokers=1, workers=2, partitions=3)
+    default = RunSpec(cluster=cluster).shape().oir()
+    assert default == RunSpec(shuffle_partitions=3, cluster=cluster).shape().oir()
+    assert default != RunSpec(shuffle_partitions=6, cluster=cluster).shape().oir()
     db = tmp_path / "r.db"
     older = {k: v for k, v in default.items() if k not in ("spark_conf", "master")}
     save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=older))
     assert stored_oir(db, "sst", "a1", shape=default).rate == 8000
-    theirs = ExperimentConfig(deploy="external", bootstrap="kafka:9092",
+    theirs = RunSpec(deploy="external", bootstrap="kafka:9092",
                                         master="spark://m:7077", cluster=cluster).shape().oir()
     assert stored_oir(db, "sst", "a1", shape=theirs) is None
     assert stored_elsewhere(db, "sst", "a1", theirs) == (
@@ -181,7 +180,7 @@ def test_matrix_at_a_fraction_of_the_oir_is_refused_without_one(cwd: Path) -> No
 
 def test_matrix_refuses_an_oir_measured_on_another_cluster_shape(cwd: Path) -> None:
 
-    shape = ExperimentConfig(cluster=ClusterConfig(brokers=1, workers=2)).shape().oir()
+    shape = RunSpec(cluster=ClusterSpec(brokers=1, workers=2)).shape().oir()
     save_oir(cwd / "r.db", OirResult("sst", "a1", 8000.0, [], upper=9000.0, shape=shape))
     args = ["matrix", "--topologies", "sst", "--pgs", "a1", "--faults", "none", "--rate", "oir",
             "--db", "r.db", "--brokers", "1", "--workers", "3", "--runs-dir", "runs"]

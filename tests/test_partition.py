@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.errors import PgvalError
 from pgval.faults import delay
 from pgval.faults.evidence import fault_reasons
@@ -30,6 +30,7 @@ from pgval.faults.holder import Dropper
 from pgval.faults.partition import PacketDrop
 from pgval.host import netns
 from pgval.schema import Fault, Partition
+from pgval.spec import RunSpec
 from tests.conftest import wait_until
 from tests.test_delay import gone, rules_with_comment
 
@@ -85,14 +86,14 @@ def test_each_scope_cuts_its_link_at_each_receiving_side(monkeypatch: pytest.Mon
 
 
 def test_partition_options_are_checked() -> None:
-    ExperimentConfig(fault="partition", partition="worker-driver").validate()
+    resolve(RunSpec(fault="partition", partition="worker-driver"))
     with pytest.raises(PgvalError, match="does not apply to --fault crash"):
-        ExperimentConfig(fault="crash", partition="worker-kafka").validate()
+        resolve(RunSpec(fault="crash", partition="worker-kafka"))
     with pytest.raises(PgvalError, match="unknown partition 'sideways'"):
-        ExperimentConfig(fault="partition", partition="sideways")
+        RunSpec(fault="partition", partition="sideways")
     with pytest.raises(PgvalError, match="embedded cluster"):
-        ExperimentConfig(fault="partition", deploy="external", bootstrap="h:1",
-                         master="spark://h:2").validate()
+        resolve(RunSpec(fault="partition", deploy="external", bootstrap="h:1",
+                        master="spark://h:2"))
 
 
 def test_the_rule_wants_dropped_packets_and_a_live_holder() -> None:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.errors import PgvalError
 from pgval.faults.evidence import fault_reasons
 from pgval.faults.pause import PAUSE_WHERE, SIGSTOP, ProcessPause, group_members, process_state
 from pgval.faults.timeouts import profile_for
 from pgval.schema import Fault
+from pgval.spec import ClusterSpec, RunSpec
 
 
 @pytest.fixture
@@ -97,8 +97,8 @@ def test_pause_gt_lowers_the_time_outs_as_delay_gt_does() -> None:
 ])
 def test_a_pause_that_cannot_run_is_one_sentence(kw: dict[str, Any], sentence: str) -> None:
     with pytest.raises(PgvalError) as err:
-        ExperimentConfig(cluster=ClusterConfig(brokers=1), **kw).validate()
+        resolve(RunSpec(cluster=ClusterSpec(brokers=1), **kw))
     assert str(err.value).startswith(sentence), str(err.value)
-    ExperimentConfig(fault="pause-gt-timeout", target="driver").validate()
-    ExperimentConfig(fault="pause-lt-timeout", target=1).validate()
+    resolve(RunSpec(fault="pause-gt-timeout", target="driver"))
+    resolve(RunSpec(fault="pause-lt-timeout", target=1))
     assert sys.platform.startswith("linux")  # /proc is where states are read

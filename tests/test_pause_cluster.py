@@ -11,25 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.experiment import Experiment, ExperimentResult
+from pgval.spec import ClusterSpec, RunSpec
 from tests.test_faults_cluster import check_consistent, check_nothing_left, check_timeline
 
 pytestmark = pytest.mark.cluster
 
 
-def config(fault: str, target: int | str | None) -> ExperimentConfig:
-    return ExperimentConfig(
+def config(fault: str, target: int | str | None) -> RunSpec:
+    return RunSpec(
         topology="sst", pg="a1", fault=fault, target=target, rate=300, resources=4,
         phase_seconds=16, warmup_seconds=4, warmup_max_seconds=6, window_ms=2000,
         watermark_ms=1000, trigger_ms=500, drain_timeout_s=150,
-        cluster=ClusterConfig(brokers=1, partitions=3, workers=2))
+        cluster=ClusterSpec(brokers=1, partitions=3, workers=2))
 
 
 def run(tmp_path: Path, fault: str, target: int | str | None = None) -> ExperimentResult:
-    cfg = config(fault, target)
-    cfg.validate()
+    cfg = resolve(config(fault, target))
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db").run()
     check_consistent(result)
     check_timeline(result, cfg)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from pgval.config import ExperimentConfig
 from pgval.errors import PgvalError
 from pgval.evidence import MANIFEST, Manifest, evidence_dir
 from pgval.faults.nemesis import NemesisDelay
@@ -33,6 +32,7 @@ from pgval.redact import (
     scrub,
     secret_key,
 )
+from pgval.spec import RunSpec
 from pgval.store import ResultsStore
 
 MARK = "hunter2-MARKER-7f3a"
@@ -62,8 +62,8 @@ def test_names_that_are_not_secret(name: str) -> None:
     assert not secret_key(name)
 
 
-def secret_config() -> ExperimentConfig:
-    return ExperimentConfig(
+def secret_config() -> RunSpec:
+    return RunSpec(
         deploy="external", bootstrap="kafka:9092", master=f"spark://admin:{MARK}@m:7077",
         kafka_config={"sasl.password": MARK, "client.id": f"plain-{MARK}"},
         spark_conf={"spark.executor.extraJavaOptions": f"-Dpass={MARK}",
@@ -73,9 +73,9 @@ def secret_config() -> ExperimentConfig:
         fault="delay-lt-timeout")
 
 
-def test_to_dict_keeps_keys_and_redacts_every_user_value() -> None:
+def test_to_record_keeps_keys_and_redacts_every_user_value() -> None:
     cfg = secret_config()
-    stored = cfg.to_dict()
+    stored = cfg.to_record()
     text = json.dumps(stored)
     assert MARK not in text
     assert stored["kafka_config"] == {"sasl.password": REDACTED, "client.id": REDACTED}
@@ -105,7 +105,7 @@ def test_redact_record_walks_nested_records() -> None:
 
 def test_store_redacts_params_and_fault_log_whatever_the_caller_passes(
         tmp_path: Path) -> None:
-    """The store is the last gate: a caller that forgot to_dict() still stores no secret."""
+    """The store is the last gate: a caller that forgot to_record() still stores no secret."""
     db = tmp_path / "r.db"
     store = ResultsStore(db)
     run_id = store.start_run("validate", "sst", 1000, params={
@@ -158,8 +158,8 @@ def test_a_new_database_is_0600_and_a_users_keeps_its_mode(tmp_path: Path) -> No
 
 def test_run_json_is_0600_and_redacted(tmp_path: Path) -> None:
     m = Manifest(topology="sst", window_ms=1000, phases=[0, 1, 2],
-                 config={**secret_config().to_dict(), "late": {"token": MARK}})
-    m.config["kafka_config"] = {"sasl.password": MARK}  # added after to_dict, as a run does
+                 config={**secret_config().to_record(), "late": {"token": MARK}})
+    m.config["kafka_config"] = {"sasl.password": MARK}  # added after to_record, as a run does
     evidence_dir(tmp_path).mkdir()
     (evidence_dir(tmp_path) / "run.tmp").write_text("left over")
     (evidence_dir(tmp_path) / "run.tmp").chmod(0o644)
@@ -210,7 +210,7 @@ def test_driver_conf_line_shows_keys_only_for_given_and_secret_settings() -> Non
 def test_the_oir_shape_tells_settings_apart_without_holding_them() -> None:
     a = secret_config().shape().oir()
     assert MARK not in json.dumps(a)
-    b = ExperimentConfig(**{**vars(secret_config()), "spark_conf": {
+    b = RunSpec(**{**vars(secret_config()), "spark_conf": {
         "spark.executor.extraJavaOptions": "-Dpass=other",
         "spark.pgval.test.password": MARK}}).shape().oir()
     assert not shape_matches(a, b)  # a different value is a different shape
@@ -267,19 +267,18 @@ def test_the_matrix_key_holds_no_secret_and_still_tells_settings_apart() -> None
     """A secret-named value does not change the key (it never enters it), any other
     setting does; a matrix without such settings keeps the key it always had (so a stored
     matrix still resumes): the hash of its plain config."""
-    import dataclasses
     import hashlib
 
     from pgval.matrix import matrix_key
     from pgval.shape import UNSET_OMITTED
 
     def key(**kw: object) -> str:
-        return matrix_key(ExperimentConfig(**kw))
+        return matrix_key(RunSpec(**kw))
 
     assert key(spark_conf={"x.password": "a"}) == key(spark_conf={"x.password": "b"})
     assert key(kafka_config={"sasl.password": "a"}) == key(kafka_config={"sasl.password": "b"})
     assert key(spark_conf={"x": "1"}) != key(spark_conf={"x": "2"})
-    plain = {k: v for k, v in dataclasses.asdict(ExperimentConfig(rate=5.0)).items()
+    plain = {k: v for k, v in RunSpec(rate=5.0).settings().items()
              if k not in ("topology", "pg", "fault", "crash_point", "seed")
              and not (k in UNSET_OMITTED and v == UNSET_OMITTED[k])}  # as before they existed
     assert key(rate=5.0) == hashlib.sha256(
@@ -288,9 +287,9 @@ def test_the_matrix_key_holds_no_secret_and_still_tells_settings_apart() -> None
 
 def test_a_stored_error_message_holds_no_secret_value() -> None:
     """What `runs.error` gets when a run fails: the message without the user's values."""
-    from pgval.config import ExperimentConfig
+    from pgval.spec import RunSpec
 
-    cfg = ExperimentConfig(topology="sst", kafka_config={"sasl.password": "pw-kafka-1"},
+    cfg = RunSpec(topology="sst", kafka_config={"sasl.password": "pw-kafka-1"},
                            spark_conf={"spark.x.token": "tok-spark-2"},
                            nemesis_inject="nem --token tok-nem-3 {worker}",
                            nemesis_remove="nem --off 'tok nem 4")

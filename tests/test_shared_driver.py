@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from pgval.config import ExperimentConfig
 from pgval.deploy.shared_driver import SharedDrivers, fresh_driver_reason
 from pgval.matrix import matrix_key
 from pgval.schema import CrashPoint, Fault, FaultSpec
 from pgval.spark.driver import DriverSpec, progress_lines
+from pgval.spec import RunSpec
 from pgval.topologies.driver import ProgressLog
 from pgval.topologies.serve import QueryRouter, Served, Server, cell_client_id
 
@@ -90,7 +90,7 @@ def test_each_cell_gets_its_own_producer_client_id() -> None:
 
 
 def test_a_shared_driver_matrix_is_a_matrix_of_its_own() -> None:
-    base = ExperimentConfig()
+    base = RunSpec()
     assert matrix_key(base, shared_driver=False) == matrix_key(base)  # stored keys unchanged
     assert matrix_key(base, shared_driver=True) != matrix_key(base)
     assert matrix_key(base, 0.5, True) != matrix_key(base, 0.5)

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.run.schedule import FaultSchedule
 from pgval.run.timeline import Op, Timeline
+from pgval.spec import RunSpec
 
 T0 = 1_800_000_000_000
 
@@ -67,7 +68,8 @@ class Generators:
         return []
 
 
-def timeline(cfg: ExperimentConfig, clock: FakeClock) -> tuple[Timeline, Steps]:
+def timeline(cfg: RunSpec, clock: FakeClock) -> tuple[Timeline, Steps]:
+    cfg = resolve(cfg)  # as an Experiment's is: its restart policy decided
     fault = Steps(clock)
     handles = SimpleNamespace(
         schedule=FaultSchedule(fault), fault=cfg.fault_spec,
@@ -82,29 +84,29 @@ def timeline(cfg: ExperimentConfig, clock: FakeClock) -> tuple[Timeline, Steps]:
 
 
 def test_the_operations_are_the_fault_at_t2_and_the_stop_at_t4() -> None:
-    cfg = ExperimentConfig(fault="crash", phase_seconds=30, late_events=4)
+    cfg = RunSpec(fault="crash", phase_seconds=30, late_events=4)
     t, _ = timeline(cfg, FakeClock())
     start = T0 + 10_000
     assert t.operations() == [Op(start + 15_000, "plant-late"), Op(start + 30_000, "inject"),
                               Op(start + 90_000, "stop-generators")]
-    assert [op.name for op in timeline(ExperimentConfig(), FakeClock())[0].operations()] == [
+    assert [op.name for op in timeline(RunSpec(), FakeClock())[0].operations()] == [
         "inject", "stop-generators"]
 
 
 def test_an_inject_makes_the_removal_due_as_the_restart_policy_says() -> None:
     start = T0 + 10_000
-    at_remove, _ = timeline(ExperimentConfig(fault="crash", phase_seconds=30), FakeClock())
+    at_remove, _ = timeline(RunSpec(fault="crash", phase_seconds=30), FakeClock())
     assert at_remove.do(Op(start + 30_000, "inject")) == Op(start + 60_000, "remove")
     clock = FakeClock(start + 30_000)
-    immediate, _ = timeline(ExperimentConfig(fault="driver-crash", phase_seconds=30,
-                                             restart_delay_s=2.0), clock)
+    immediate, _ = timeline(RunSpec(fault="driver-crash", phase_seconds=30,
+                                    restart_delay_s=2.0), clock)
     # 2 s after the crash took effect (0.5 s after the inject began), not at T3.
     assert immediate.do(Op(start + 30_000, "inject")) == Op(start + 32_500, "remove")
 
 
 def test_a_run_follows_its_operations_in_order_and_ends_after_t4() -> None:
     clock = FakeClock()
-    t, fault = timeline(ExperimentConfig(fault="crash", phase_seconds=30), clock)
+    t, fault = timeline(RunSpec(fault="crash", phase_seconds=30), clock)
     phases = []
     t.status = lambda now, total, note="": phases.append(t.phase)  # type: ignore[method-assign]
     t.follow(t.operations())

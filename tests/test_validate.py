@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
 from pgval.experiment import Experiment, ExperimentResult
+from pgval.spec import ClusterSpec, RunSpec
 from pgval.store import ResultsStore
 from tests.conftest import processes_mentioning, wait_until
 from tests.test_redact import MARK, assert_private_run, files_holding, mode
@@ -25,7 +24,7 @@ from tests.test_spark_runtime import listening_ports
 pytestmark = pytest.mark.cluster
 
 
-def small_config(topology: str, pg: str) -> ExperimentConfig:
+def small_config(topology: str, pg: str) -> RunSpec:
     # On 2 shared cores MST's outputs come 10-17 s after their inputs (two stateful
     # operators, each waiting for the watermark), SST's 5-8 s. The warm-up lasts until the
     # outputs' latency stops falling (2 s windows: judged every 2 s), at least 10 s (MST) or
@@ -33,13 +32,13 @@ def small_config(topology: str, pg: str) -> ExperimentConfig:
     # to a cap of 20 s; these runs judge the verdict and the evidence, not the latency, and
     # a phase without outputs is a measurement.
     mst = topology == "mst"
-    return ExperimentConfig(
+    return RunSpec(
         topology=topology, pg=pg, rate=400, resources=4, phase_seconds=9 if mst else 6,
         warmup_seconds=10 if mst else 8, warmup_max_seconds=12,
         window_ms=2000, watermark_ms=1000, trigger_ms=500,
         # MST needs POSTs in most windows to have outputs at all: raise their share.
         get_share=0.9 if topology == "mst" else 0.995,
-        cluster=ClusterConfig(brokers=1, partitions=3, workers=1))
+        cluster=ClusterSpec(brokers=1, partitions=3, workers=1))
 
 
 def assert_nothing_left(run_dir: Path) -> None:
@@ -125,8 +124,8 @@ def test_no_fault_is_exactly_once(tmp_path: Path, topology: str, pg: str) -> Non
     # A --spark-conf value that must reach the executors (through the driver), and like the
     # cluster's secret be on no command line.
     marker = f"pgval-marker-{secrets.token_hex(8)}=:#\\!"
-    cfg = small_config(topology, pg)
-    cfg.spark_conf = {"spark.executorEnv.PGVAL_MARKER": marker}
+    cfg = small_config(topology, pg).replace(
+        spark_conf={"spark.executorEnv.PGVAL_MARKER": marker})
     with ArgvWatch(run_dir, marker) as watch:
         result = Experiment(cfg, run_dir, db=db).run()
     assert watch.secret and watch.scans > 10, "the scan never saw the cluster's secret"
@@ -173,7 +172,7 @@ def test_no_fault_is_exactly_once(tmp_path: Path, topology: str, pg: str) -> Non
 
 
 def assert_recheck_and_export(run_dir: Path, db: Path, result: ExperimentResult,
-                              cfg: ExperimentConfig) -> None:
+                              cfg: RunSpec) -> None:
     """Re-checking a stored real run gives what validate stored; its export, under
     `pgval check`, the same counts; an edit of its evidence is refused."""
     tmp_path = run_dir.parent

@@ -55,6 +55,7 @@ def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir:
     ``workdir``: no per-record Python, no pandas (a run's inputs may be millions)."""
     import pyarrow.parquet as pq
 
+    from pgval.files import private_temp_path
     from pgval.topologies.job_query import job_source
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -64,7 +65,8 @@ def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir:
         table = (RAW_SCHEMA.empty_table() if table is None
                  else table.select(RAW_SCHEMA.names).cast(RAW_SCHEMA))
         path = workdir / f"{name}.parquet"
-        pq.write_table(table, path)
+        with private_temp_path(path) as tmp:  # 0600, never through a planted link
+            pq.write_table(table, tmp)
         out[name] = job_source(spark.read.schema("value BINARY, partition INT, offset BIGINT")
                                .parquet(str(path)))
     return out

@@ -49,6 +49,7 @@ from typing import Any
 
 from pgval.driver_spec import DriverDocument
 from pgval.errors import PgvalError, UserMistake
+from pgval.files import append_private
 
 _T0 = time.monotonic()
 
@@ -67,8 +68,8 @@ class ProgressLog:
     def write(self, event: str, **fields: Any) -> None:
         line = json.dumps({"event": event, "wall_ms": int(time.time() * 1000), **fields},
                           default=str)
-        with self._lock, open(self.path, "a") as fh:
-            fh.write(line + "\n")
+        with self._lock, append_private(self.path) as fh:  # never through a planted link
+            fh.write((line + "\n").encode())
             fh.flush()
 
 
@@ -580,38 +581,30 @@ def _session(spec: DriverDocument, settings: Settings) -> Session:
     return Session(spark, conf, archive, time.monotonic() - _T0, settings)
 
 
-def start_query(spec: DriverDocument, session: Session, log: ProgressLog, t0: float,
-                on_started: Callable[[str, ProgressLog, Any], None] | None = None
-                ) -> tuple[Any, Any]:
-    """Build and start the query of ``spec`` in ``session``; its ``started`` line goes to
-    ``log`` (startup timed from ``t0``). Returns the query and the e1 sink (or None)."""
-    from pgval.kafka.client import java_client_options
-    from pgval.redact import conf_summary
-    from pgval.schema import Guarantee
-    from pgval.topologies.job import JobRef
-    from pgval.topologies.job_query import build_job_topology, load_job_for_spark
-    from pgval.topologies.query import TopologyConfig, build_topology
-    from pgval.topologies.sinks import (
-        TransactionalSink,
-        delta_write,
-        file_sink,
-        kafka_sink,
-        parse_sabotage,
-        transactional_sink,
-        user_sink,
-    )
-    from pgval.topologies.user_sink import SinkWriter, UserSink, load_sink
+@dataclass
+class _Source:
+    """How a query reads its input: the topology settings (with the Kafka source options),
+    the Java client settings its Kafka sink shares, and the checkpoint it runs from."""
 
-    spark, conf, archive = session.spark, session.conf, session.archive
-    kafka_options = session.settings.kafka
-    sabotage = parse_sabotage(spec.sabotage) if spec.sabotage is not None else None
-    served = spec.serve_dir is not None
+    cfg: Any
+    java_options: dict[str, str]
+    checkpoint: str
+    starting_offsets: str
+
+
+def _source(spec: DriverDocument, session: Session, log: ProgressLog) -> _Source:
+    """The query's input side, set per query: its shuffle partitions, its source options,
+    and for pg m1 the fresh checkpoint and offsets it resumes from."""
+    from pgval.kafka.client import java_client_options
+    from pgval.schema import Guarantee
+    from pgval.topologies.query import TopologyConfig
+
     # Per query (a served driver's next query too): each query runs on a clone of the
     # session's SQL conf taken at its start (shared-driver.md, section 3).
-    spark.conf.set("spark.sql.shuffle.partitions", str(spec.shuffle_partitions))
+    session.spark.conf.set("spark.sql.shuffle.partitions", str(spec.shuffle_partitions))
     # Spark's source and sink are Java clients: a SASL user and password become JAAS there;
     # the e1 sink (librdkafka) takes the settings as they are.
-    java_options = java_client_options(kafka_options)
+    java_options = java_client_options(session.settings.kafka)
     source_options = {f"kafka.{k}": v for k, v in java_options.items()}
     checkpoint = str(spec.checkpoint.resolve())
     if spec.pg == Guarantee.M1:
@@ -623,67 +616,111 @@ def start_query(spec: DriverDocument, session: Session, log: ProgressLog, t0: fl
                          window_ms=spec.window_ms, watermark_ms=spec.watermark_ms,
                          max_offsets_per_trigger=spec.max_offsets_per_trigger,
                          topics=spec.topics, source_options=source_options)
-    job = load_job_for_spark(spec.job) if spec.job is not None else None
-    sink = None
-    if spec.sink != "kafka":  # a job's rows into files or the user's sink (pg a1)
-        rows = build_job_topology(spark, cfg, job, rows=True)
-        assert spec.sink_dir is not None  # the document's rule: another sink has its folder
-        sink_dir = spec.sink_dir.resolve()
-        if spec.sink == "files":
-            writer = file_sink(rows, str(sink_dir), checkpoint, spec.query_name,
-                               spec.trigger_ms)
-        elif spec.sink == "delta":
-            delta = UserSink(JobRef("pgval.topologies.sinks", "delta_write"),
-                             delta_write(str(sink_dir), spec.query_name), lambda _: [])
-            writer = user_sink(rows, SinkWriter(delta, sink_dir, log.write), checkpoint,
-                               spec.query_name, spec.trigger_ms)
-        else:
-            writer = user_sink(rows, SinkWriter(load_sink(spec.sink), sink_dir, log.write),
-                               checkpoint, spec.query_name, spec.trigger_ms)
-    else:
-        out = (build_job_topology(spark, cfg, job) if job is not None
-               else build_topology(spark, cfg))
-        if spec.pg in ("a1", "m1"):
-            producer = sink_hook_options(java_options, spec.sink_trigger)
-            if served:  # Spark caches producers by their settings (pgval.topologies.serve)
-                from pgval.topologies.serve import cell_client_id
+    return _Source(cfg, java_options, checkpoint,
+                   source_options.get("startingOffsets", "earliest"))
 
-                producer["client.id"] = cell_client_id(spec.query_name,
-                                                       producer.get("client.id"))
-            writer = kafka_sink(out, spec.bootstrap, checkpoint, spec.query_name,
-                                spec.trigger_ms, topic=spec.output,
-                                kafka_options=producer)
-        else:
-            sink = TransactionalSink(spec.bootstrap, spec.query_name, checkpoint,
-                                     topic=spec.output, marker_topic=spec.topics.marker,
-                                     producer_conf=dict(kafka_options),
-                                     on_batch=sink_event_writer(log),
-                                     sabotage=sabotage)
-            writer = transactional_sink(out, sink, checkpoint, spec.query_name,
-                                        spec.trigger_ms)
-    query = writer.start()
-    started_s = time.monotonic() - t0
-    if on_started is not None:  # a served driver routes the query's events by its run id
-        on_started(str(query.runId), log, sink)
+
+def _row_writer(spec: DriverDocument, spark: Any, source: _Source, job: Any,
+                log: ProgressLog) -> Any:
+    """The writer of a job's rows into files, Delta Lake or the user's sink (pg a1): a
+    sink other than Kafka, each with its folder."""
+    from pgval.topologies.job import JobRef
+    from pgval.topologies.job_query import build_job_topology
+    from pgval.topologies.sinks import delta_write, file_sink, user_sink
+    from pgval.topologies.user_sink import SinkWriter, UserSink, load_sink
+
+    rows = build_job_topology(spark, source.cfg, job, rows=True)
+    assert spec.sink_dir is not None  # the document's rule: another sink has its folder
+    sink_dir = spec.sink_dir.resolve()
+    checkpoint = source.checkpoint
+    if spec.sink == "files":
+        return file_sink(rows, str(sink_dir), checkpoint, spec.query_name, spec.trigger_ms)
+    if spec.sink == "delta":
+        delta = UserSink(JobRef("pgval.topologies.sinks", "delta_write"),
+                         delta_write(str(sink_dir), spec.query_name), lambda _: [])
+        return user_sink(rows, SinkWriter(delta, sink_dir, log.write), checkpoint,
+                         spec.query_name, spec.trigger_ms)
+    return user_sink(rows, SinkWriter(load_sink(spec.sink), sink_dir, log.write),
+                     checkpoint, spec.query_name, spec.trigger_ms)
+
+
+def _kafka_writer(spec: DriverDocument, session: Session, source: _Source, job: Any,
+                  sabotage: Any, log: ProgressLog) -> tuple[Any, Any]:
+    """The writer into the output topic and the e1 sink (None for pg a1/m1): Spark's own
+    Kafka sink at least once, pgval's transactional sink for e1."""
+    from pgval.topologies.job_query import build_job_topology
+    from pgval.topologies.query import build_topology
+    from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink
+
+    spark, checkpoint = session.spark, source.checkpoint
+    out = (build_job_topology(spark, source.cfg, job) if job is not None
+           else build_topology(spark, source.cfg))
+    if spec.pg in ("a1", "m1"):
+        producer = sink_hook_options(source.java_options, spec.sink_trigger)
+        if spec.serve_dir is not None:  # Spark caches producers by their settings (serve)
+            from pgval.topologies.serve import cell_client_id
+
+            producer["client.id"] = cell_client_id(spec.query_name, producer.get("client.id"))
+        return kafka_sink(out, spec.bootstrap, checkpoint, spec.query_name, spec.trigger_ms,
+                          topic=spec.output, kafka_options=producer), None
+    sink = TransactionalSink(spec.bootstrap, spec.query_name, checkpoint,
+                             topic=spec.output, marker_topic=spec.topics.marker,
+                             producer_conf=dict(session.settings.kafka),
+                             on_batch=sink_event_writer(log),
+                             sabotage=sabotage)
+    return transactional_sink(out, sink, checkpoint, spec.query_name, spec.trigger_ms), sink
+
+
+def _log_started(spec: DriverDocument, session: Session, log: ProgressLog, query: Any,
+                 source: _Source, started_s: float, first: bool, sabotage: Any) -> None:
+    """The query's ``started`` line: its ids, how long the session and query took to start,
+    the settings it runs with (secrets redacted) and, for the session's first query, where
+    its JVM's class archive goes."""
+    from pgval.redact import conf_summary
+
+    spark, conf, archive = session.spark, session.conf, session.archive
     log.write("started", id=str(query.id), runId=str(query.runId), name=spec.query_name,
-              topology=spec.topology, pg=spec.pg, pid=os.getpid(), checkpoint=checkpoint,
+              topology=spec.topology, pg=spec.pg, pid=os.getpid(),
+              checkpoint=source.checkpoint,
               **({"job": spec.job} if spec.job else {}),
               **({"sink": spec.sink} if spec.sink != "kafka" else {}),
-              starting_offsets=source_options.get("startingOffsets", "earliest"),
+              starting_offsets=source.starting_offsets,
               session_s=round(session.session_s, 3), startup_s=round(started_s, 3),
-              **({"served": True} if served else {}),
+              **({"served": True} if spec.serve_dir is not None else {}),
               spark_version=spark.version,
               # What pgval needs to dump this JVM's class archive at the run's end.
               **({"class_archive": {
                   "path": str(archive.path), "java": archive.java,
                   "recording": archive.recording,
                   "jvm_pid": spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}}
-                 if archive is not None and t0 == _T0 else {}),
+                 if archive is not None and first else {}),
               # Logged without secrets: every KEY=VALUE given (--spark-conf among them) and
               # every secret-named setting shows its key only (pgval.redact).
               conf=conf_summary({k: v for k, v in conf.items() if k != "spark.jars"},
                                 list(session.settings.spark)),
               **({"sabotage": str(sabotage)} if sabotage is not None else {}))
+
+
+def start_query(spec: DriverDocument, session: Session, log: ProgressLog, t0: float,
+                on_started: Callable[[str, ProgressLog, Any], None] | None = None
+                ) -> tuple[Any, Any]:
+    """Build and start the query of ``spec`` in ``session``; its ``started`` line goes to
+    ``log`` (startup timed from ``t0``). Returns the query and the e1 sink (or None)."""
+    from pgval.topologies.job_query import load_job_for_spark
+    from pgval.topologies.sinks import parse_sabotage
+
+    sabotage = parse_sabotage(spec.sabotage) if spec.sabotage is not None else None
+    source = _source(spec, session, log)
+    job = load_job_for_spark(spec.job) if spec.job is not None else None
+    if spec.sink != "kafka":
+        writer, sink = _row_writer(spec, session.spark, source, job, log), None
+    else:
+        writer, sink = _kafka_writer(spec, session, source, job, sabotage, log)
+    query = writer.start()
+    started_s = time.monotonic() - t0
+    if on_started is not None:  # a served driver routes the query's events by its run id
+        on_started(str(query.runId), log, sink)
+    _log_started(spec, session, log, query, source, started_s, t0 == _T0, sabotage)
     print(json.dumps({"event": "started", "startup_s": round(started_s, 3)}), flush=True)
     return query, sink
 

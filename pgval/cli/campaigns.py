@@ -61,21 +61,12 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
            rate_fraction: float | None, runs_dir: Path, db: Path, driver: str,
            expect: str | None, junit_path: Path | None, **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     from pgval.matrix import cell_cases, cells, plan, rates_at, run_matrix
 
     rate = parse_rate(values["rate"])
-    if rate is not None and rate_fraction is not None:
-        raise UserError("--rate-fraction applies to --rate oir only")
+    base = _matrix_base(values, rate, rate_fraction)
     if values.get("job") is not None:
-        if click.get_current_context().get_parameter_source("topologies") is not (
-                click.core.ParameterSource.DEFAULT):
-            raise UserError("--topologies and --job exclude each other: with --job the grid "
-                            "runs your job alone")
         topologies = [Topology.JOB.value]
-    base = build_config(values, rate=OIR_PENDING if rate is None else rate,
-                        **({"topology": Topology.JOB} if values.get("job") else {}))
     gated = expect is not None or junit_path is not None
     try:
         require_spark(base.deploy)
@@ -94,36 +85,17 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     fraction = 1.0 if rate_fraction is None else rate_fraction
     rate_for = (None if rate is not None
                 else rates_at(grid, base, fraction, lambda cfg: stored_oir_rate(db, cfg)))
+    oir_fraction = None if rate is not None else fraction
+    shared = driver == "shared"
     check_db(db)
     failed: dict[Any, str] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  console=err_console) as progress:
-        task = progress.add_task("matrix", total=len(grid))
 
-        def on_cell(cell, state, info):  # noqa: ANN001, ANN202
-            if state in ("complete", "skipped", "taken", "failed"):
-                progress.advance(task)
-            extra = ""
-            if info and "reliability" in info:
-                rel = info["reliability"]
-                extra = f" reliability {'n/a' if rel is None else f'{rel:.2%}'} {info['guarantee']}"
-                if not info.get("valid", True):
-                    extra += f" [unknown: {'; '.join(info.get('validity_reasons', []))}]"
-            elif info and "error" in info:
-                extra = f" error: {info['error']}"
-                failed[cell] = str(info["error"])
-            if state == "taken":
-                state, extra = "skipped", " (being run by another pgval on this database)"
-            progress.console.print(f"{cell.label():32} {state}{extra}")
+    def judged(not_run: str | None = None) -> list[Case]:
+        kw = {} if not_run is None else {"not_run": not_run}
+        return cell_cases(db, base, grid, failed, oir_fraction, rate_for, **kw,
+                          shared_driver=shared)
 
-        oir_fraction = None if rate is not None else fraction
-        shared = driver == "shared"
-
-        def judged(not_run: str | None = None) -> list[Case]:
-            kw = {} if not_run is None else {"not_run": not_run}
-            return cell_cases(db, base, grid, failed, oir_fraction, rate_for, **kw,
-                              shared_driver=shared)
-
+    with _CellProgress(len(grid), failed) as on_cell:
         try:
             counts = run_matrix(base, grid, db, runs_dir, on_cell=on_cell, rate_for=rate_for,
                                 oir_fraction=oir_fraction, shared_driver=shared)
@@ -145,6 +117,57 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     if counts["failed"]:
         raise EnvironmentFailure(f"{counts['failed']} of the matrix's runs failed (their "
                                  "errors are above)")
+
+
+def _matrix_base(values: dict[str, Any], rate: float | None,
+                 rate_fraction: float | None) -> Any:
+    """The grid's base spec from the options (the fault is an axis, checked per cell);
+    ``--rate-fraction`` only with ``--rate oir``, ``--job`` only without ``--topologies``."""
+    if rate is not None and rate_fraction is not None:
+        raise UserError("--rate-fraction applies to --rate oir only")
+    if values.get("job") is not None and click.get_current_context().get_parameter_source(
+            "topologies") is not click.core.ParameterSource.DEFAULT:
+        raise UserError("--topologies and --job exclude each other: with --job the grid "
+                        "runs your job alone")
+    return build_config(values, rate=OIR_PENDING if rate is None else rate,
+                        **({"topology": Topology.JOB} if values.get("job") else {}))
+
+
+class _CellProgress:
+    """The matrix's progress bar and one line per cell as it starts and ends; failed cells
+    and their errors into ``failed``. Used as a context manager giving the ``on_cell``
+    callback of :func:`pgval.matrix.run_matrix`."""
+
+    def __init__(self, total: int, failed: dict[Any, str]) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), console=err_console)
+        self.total, self.failed = total, failed
+
+    def __enter__(self) -> Any:
+        self.progress.__enter__()
+        self.task = self.progress.add_task("matrix", total=self.total)
+        return self.on_cell
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)  # type: ignore[arg-type]
+
+    def on_cell(self, cell: Any, state: str, info: dict[str, Any] | None) -> None:
+        if state in ("complete", "skipped", "taken", "failed"):
+            self.progress.advance(self.task)
+        extra = ""
+        if info and "reliability" in info:
+            rel = info["reliability"]
+            extra = f" reliability {'n/a' if rel is None else f'{rel:.2%}'} {info['guarantee']}"
+            if not info.get("valid", True):
+                extra += f" [unknown: {'; '.join(info.get('validity_reasons', []))}]"
+        elif info and "error" in info:
+            extra = f" error: {info['error']}"
+            self.failed[cell] = str(info["error"])
+        if state == "taken":
+            state, extra = "skipped", " (being run by another pgval on this database)"
+        self.progress.console.print(f"{cell.label():32} {state}{extra}")
 
 
 @click.command()

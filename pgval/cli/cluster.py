@@ -29,12 +29,13 @@ def _cluster_dir(f):  # noqa: ANN001, ANN202 - click decorator
 def cluster_up(run_dir: Path, **values: Any) -> None:
     """Start the cluster and leave it running (stop it with `pgval cluster down`)."""
     from pgval.cluster.guard import read_state
-    from pgval.cluster.local import ClusterConfig, LocalCluster
+    from pgval.cluster.local import LocalCluster
+    from pgval.spec import ClusterSpec
 
     require_spark()
     if (read_state(run_dir) or {}).get("complete"):
         raise UserError(f"a cluster is already up in {run_dir}; run `pgval cluster down` first")
-    c = LocalCluster(run_dir, ClusterConfig(**values), held=True)
+    c = LocalCluster(run_dir, ClusterSpec(**values), held=True)
     with console.status("starting Kafka and Spark…"):
         c.start()
     info = c.describe()

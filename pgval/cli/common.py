@@ -18,8 +18,8 @@ from pgval.cli.errors import UserError, as_error, err_console
 from pgval.errors import EnvironmentFailure, PgvalError
 
 if TYPE_CHECKING:
-    from pgval.config import ExperimentConfig
     from pgval.gate import Case
+    from pgval.spec import RunSpec
 
 console = Console()
 if not console.is_terminal:  # pipes and CI logs: wide enough for the phase table
@@ -82,15 +82,14 @@ def check_db(db: Path) -> None:
     ResultsStore(db).close()
 
 
-def resolve_job(cfg: ExperimentConfig) -> ExperimentConfig:
+def resolve_job(cfg: RunSpec) -> RunSpec:
     """The config with its ``--job`` (and a user's ``--sink``) imported and checked (a
     missing file or function, a syntax error, a bad ``build.key``, a sink without a reader:
     one sentence, exit 2, before anything starts) and a file's path made absolute (the
     driver and the batch oracle run elsewhere)."""
     if cfg.job is None:
         return cfg
-    import dataclasses
-
+    from pgval.config import resolve
     from pgval.schema import BUILTIN_SINKS
     from pgval.topologies.job import load
     from pgval.topologies.user_sink import load_sink
@@ -101,7 +100,7 @@ def resolve_job(cfg: ExperimentConfig) -> ExperimentConfig:
     for name, given in (("job", ref), ("sink", sink)):
         if given is not None and given.is_file:
             changes[name] = f"{Path(given.target).resolve()}:{given.function}"
-    return dataclasses.replace(cfg, **changes) if changes else cfg
+    return resolve(cfg, **changes) if changes else cfg
 
 
 def parse_rate(text: str) -> float | None:
@@ -117,7 +116,7 @@ def parse_rate(text: str) -> float | None:
     return value
 
 
-def stored_oir_rate(db: Path, cfg: ExperimentConfig) -> float:
+def stored_oir_rate(db: Path, cfg: RunSpec) -> float:
     """The optimum ingestion rate stored for the config's topology, pg and run shape, said
     on the console, or one line saying how to measure it (:class:`OirNotStored`)."""
     from pgval.oir import oir_for

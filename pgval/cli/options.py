@@ -1,7 +1,7 @@
 """The options of `validate`, `matrix` and `oir`, generated from the config dataclasses.
 
-Every field of :class:`~pgval.config.ExperimentConfig` and of
-:class:`~pgval.cluster.local.ClusterConfig` is one option: its name from the field's
+Every field of :class:`~pgval.spec.RunSpec` and of
+:class:`~pgval.spec.ClusterSpec` is one option: its name from the field's
 (``phase_seconds`` → ``--phase-seconds``, or ``metadata["name"]``), its type from the
 annotation, its default from the dataclass, and its help, choices, metavar and bounds from
 the field's metadata. So the commands cannot disagree on a default or lose an option: a
@@ -21,8 +21,7 @@ from typing import Any
 import click
 
 from pgval.cli.errors import UserError
-from pgval.cluster.local import ClusterConfig
-from pgval.config import ExperimentConfig
+from pgval.config import resolve
 from pgval.files import key_value_lines, split_key_value
 from pgval.schema import (
     BUILTIN_TOPOLOGIES,
@@ -33,6 +32,7 @@ from pgval.schema import (
     Name,
     Topology,
 )
+from pgval.spec import ClusterSpec, RunSpec
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -42,6 +42,8 @@ NOT_OPTIONS: Mapping[str, str] = {
     "spark_daemon_conf": "set by the faults (lowered time-outs), not by users",
     "schedule": "set by --fault A+B, --schedule FILE or --fault random",
     "schedule_origin": "set with the schedule",
+    "restart_policy": "decided from --restart and the fault when the spec is resolved",
+    "resolved": "set when the spec is resolved",
 }
 #: Self-tests of pgval itself: options of `validate` only, never part of a measurement.
 SELF_TESTS: Mapping[str, str] = {
@@ -75,7 +77,7 @@ MATRIX_FAULTS: tuple[Fault, ...] = (Fault.NONE, Fault.CRASH, Fault.DELAY_LT_TIME
 def option_fields() -> Iterator[tuple[dataclasses.Field[Any], Any]]:
     """``(field, resolved annotation)`` of every field that can be an option: the
     experiment's first, then the cluster's."""
-    for cls in (ExperimentConfig, ClusterConfig):
+    for cls in (RunSpec, ClusterSpec):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.name not in NOT_OPTIONS:
@@ -136,8 +138,8 @@ def config_options(command: str) -> Decorator:
 
 
 def cluster_options() -> Decorator:
-    """The cluster's fields alone (`pgval cluster up`); build with ``ClusterConfig(**kw)``."""
-    names = {f.name for f in dataclasses.fields(ClusterConfig)}
+    """The cluster's fields alone (`pgval cluster up`); build with ``ClusterSpec(**kw)``."""
+    names = {f.name for f in dataclasses.fields(ClusterSpec)}
     return _stack([field_option(f, hint) for f, hint in option_fields() if f.name in names])
 
 
@@ -149,22 +151,21 @@ def config_option(name: str) -> Decorator:
     raise KeyError(name)
 
 
-def build_config(values: Mapping[str, Any], **fixed: Any) -> ExperimentConfig:
+def build_config(values: Mapping[str, Any], **fixed: Any) -> RunSpec:
     """The config from a command's parsed config options (keys: field names), with
     ``fixed`` on top (grid axes, a resolved rate), checked by
-    :meth:`ExperimentConfig.validate`: a bad combination is one line (a user's mistake).
+    :func:`pgval.config.resolve`: a bad combination is one line (a user's mistake).
     Fields the command has no option for keep their dataclass default; without ``fault``
     (a matrix: the fault is an axis) what depends on the fault is checked per cell."""
     given = {**values, **fixed}
     given.update(_topology_or_job(given))
-    exp = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(NOT_OPTIONS)
-    clu = {f.name for f in dataclasses.fields(ClusterConfig)} - set(NOT_OPTIONS)
+    exp = {f.name for f in dataclasses.fields(RunSpec)} - set(NOT_OPTIONS)
+    clu = {f.name for f in dataclasses.fields(ClusterSpec)} - set(NOT_OPTIONS)
     if unknown := set(given) - exp - clu:
         raise TypeError(f"not config fields: {sorted(unknown)}")
-    cfg = ExperimentConfig(**{k: v for k, v in given.items() if k in exp},
-                           cluster=ClusterConfig(**{k: v for k, v in given.items() if k in clu}))
-    cfg.validate(fault_axis="fault" not in given)
-    return cfg
+    return resolve({**{k: v for k, v in given.items() if k in exp},
+                    "cluster": ClusterSpec(**{k: v for k, v in given.items() if k in clu})},
+                   fault_axis="fault" not in given)
 
 
 def _topology_or_job(given: Mapping[str, Any]) -> dict[str, Any]:

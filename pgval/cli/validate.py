@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -28,6 +27,7 @@ from pgval.cli.common import (
 )
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import build_config, config_options
+from pgval.config import resolve
 
 
 @click.command()
@@ -70,7 +70,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     cfg = resolve_job(cfg)
     check_db(db)
     if rate is None:
-        cfg = dataclasses.replace(cfg, rate=stored_oir_rate(db, cfg))
+        cfg = resolve(cfg, rate=stored_oir_rate(db, cfg))
     run_dir = run_dir or default_run_dir()
     if warning := cfg.output_row_warning():
         err_console.print(f"[yellow]warning:[/] {escape(warning)}")

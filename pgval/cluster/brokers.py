@@ -151,3 +151,26 @@ class RecordedBrokers:
         except (OSError, ValueError):
             return None
         return record if isinstance(record, dict) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pgval.cluster.brokers start --run-dir DIR BROKER``: what a reaper runs to
+    bring back a broker a run on this cluster had killed (the undo of a broker crash)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m pgval.cluster.brokers")
+    ap.add_argument("action", choices=("start",))
+    ap.add_argument("--run-dir", type=Path, required=True)
+    ap.add_argument("broker", type=int)
+    args = ap.parse_args(argv)
+    try:
+        pid = RecordedBrokers.of_cluster(args.run_dir).restart_node(args.broker)
+    except (UserMistake, EnvironmentFailure) as exc:
+        print(f"error: {exc}", flush=True)
+        return exc.exit_status
+    print(f"Kafka broker {args.broker} is running (pid {pid})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

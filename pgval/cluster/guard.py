@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pgval.files import write_private_json
+from pgval.files import append_private, write_private_json
 from pgval.host import netns, registry
 from pgval.host.identity import Owner
 from pgval.host.procs import kill_recorded, recorded_group_is_ours
@@ -30,9 +30,7 @@ REAPER_MODULE = "pgval.cluster.reaper"
 
 def start_reaper(run_dir: Path, owner: Owner) -> subprocess.Popen[bytes]:
     """Start the watcher that cleans ``run_dir`` up if ``owner`` dies (own session)."""
-    log = run_dir / "logs" / "reaper.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    with append_private(run_dir / "logs" / "reaper.log") as out:
         return subprocess.Popen(
             [sys.executable, "-m", REAPER_MODULE, "--run-dir", str(run_dir),
              "--owner-pid", str(owner.pid), "--owner-start", str(owner.start)],

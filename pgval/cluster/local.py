@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,31 +32,7 @@ from pgval.host.identity import Owner
 from pgval.kafka.broker import KafkaCluster
 from pgval.redact import private_dir
 from pgval.spark.daemons import SparkCluster
-
-
-@dataclass
-class ClusterConfig:
-    """Sizes that fit a 2-core, 24 GiB machine by default; scale up with flags.
-
-    ``metadata`` is the command-line help, as in :class:`pgval.config.ExperimentConfig`
-    (:mod:`pgval.cli.options` turns each field into an option)."""
-
-    brokers: int = field(default=3, metadata={"help": "Kafka brokers (KRaft).", "min": 1})
-    partitions: int = field(default=3, metadata={
-        "help": "Partitions of each input and output topic.", "min": 1})
-    workers: int = field(default=2, metadata={"help": "Spark standalone workers.", "min": 1})
-    cores_per_worker: int = field(default=1, metadata={
-        "help": "Cores each Spark worker offers to executors.", "min": 1})
-    worker_memory: str = field(default="1g", metadata={
-        "help": "Memory each Spark worker offers to executors (e.g. 1g)."})
-    broker_heap: str = field(default="384m", metadata={
-        "help": "JVM heap (-Xmx) of each Kafka broker (e.g. 384m)."})
-    #: Spark settings for master and workers (``-D``), e.g. spark.worker.timeout; set by
-    #: the faults (lowered time-outs), not an option.
-    spark_daemon_conf: dict[str, str] = field(default_factory=dict)
-    isolate: bool | None = field(default=None, metadata={
-        "help": "Workers in their own network namespaces (default: when root and "
-                "supported)."})
+from pgval.spec import ClusterSpec
 
 
 class LocalCluster:
@@ -66,10 +42,10 @@ class LocalCluster:
     it, so it gets no reaper and belongs to its record until ``pgval cluster down``.
     """
 
-    def __init__(self, run_dir: Path, config: ClusterConfig | None = None,
+    def __init__(self, run_dir: Path, config: ClusterSpec | None = None,
                  held: bool = False) -> None:
         self.run_dir = Path(run_dir).resolve()
-        self.config = config or ClusterConfig()
+        self.config = config or ClusterSpec()
         self.held = held
         self.spark: SparkCluster | None = None
         self.kafka: KafkaCluster | None = None

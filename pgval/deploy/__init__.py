@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pgval.config import ExperimentConfig
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
 from pgval.schema import Deploy
+from pgval.spec import RunSpec
 
 
-def make_deployment(cfg: ExperimentConfig, cluster_dir: Path) -> Deployment:
+def make_deployment(cfg: RunSpec, cluster_dir: Path) -> Deployment:
     """The deployment ``cfg`` asks for (not started). ``cluster_dir``: where an embedded
     cluster pgval starts keeps its logs and data (the run's directory for one run)."""
     deploy = Deploy.parse(cfg.deploy)

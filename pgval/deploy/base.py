@@ -35,12 +35,12 @@ from pgval.kafka.admin import create_topics, delete_topics
 from pgval.schema import Fault, Topics, sink_kind
 
 if TYPE_CHECKING:
-    from pgval.config import ExperimentConfig
     from pgval.spark.driver import DriverProcess
+    from pgval.spec import RunSpec
 
 #: Makes one fault on a deployment: (the run's configuration, the target worker, the
 #: time-out profile, what else the fault may need) → the fault's inject/remove hooks.
-FaultMaker = Callable[["ExperimentConfig", int, "TimeoutProfile", "FaultContext"], "FaultHooks"]
+FaultMaker = Callable[["RunSpec", int, "TimeoutProfile", "FaultContext"], "FaultHooks"]
 
 
 @dataclass
@@ -161,7 +161,7 @@ class Deployment(ABC):
     def workers(self) -> int:
         """How many fault targets (workers) a `crash` or delay may pick from."""
 
-    def make_fault(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def make_fault(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                    ctx: FaultContext) -> FaultHooks | None:
         """The fault ``cfg.fault`` on worker ``target`` here (None for ``none``); raises a
         plain error when this deployment cannot inject it."""
@@ -172,7 +172,7 @@ class Deployment(ABC):
             return self.schedule_fault(cfg, ctx)
         return self.fault_makers()[kind](cfg, target, profile, ctx)
 
-    def schedule_fault(self, cfg: ExperimentConfig, ctx: FaultContext) -> CompositeFault:
+    def schedule_fault(self, cfg: RunSpec, ctx: FaultContext) -> CompositeFault:
         """Each part of the schedule as this deployment makes that fault alone: on its own
         target, or by default the seed's worker for the first part and the next worker for
         each next part (the parts of ``A+B`` land on different workers where there are
@@ -184,8 +184,8 @@ class Deployment(ABC):
             target = (part.target if part.target is not None
                       else LEADER if part.fault is Fault.BROKER_CRASH
                       else (first + i) % workers)
-            alone = dataclasses.replace(cfg, fault=part.fault, target=target, schedule=None,
-                                        schedule_file=None, schedule_origin=None)
+            alone = cfg.replace(fault=part.fault, target=target, schedule=None,
+                                schedule_file=None, schedule_origin=None)
             profile = profile_for(part.fault, cfg.phase_seconds, cfg.delay_ms)
             hooks = self.make_fault(alone, target, profile, ctx)  # type: ignore[arg-type]
             parts.append((dataclasses.replace(part, target=target), hooks))
@@ -202,7 +202,7 @@ class Deployment(ABC):
     def _maker(self, d: FaultDescriptor) -> FaultMaker:
         make = d.maker_for(self.mechanisms)
 
-        def made(cfg: ExperimentConfig, target: Any, profile: TimeoutProfile,
+        def made(cfg: RunSpec, target: Any, profile: TimeoutProfile,
                  ctx: FaultContext) -> FaultHooks:
             if make is None:
                 raise EnvironmentFailure(d.where or f"--fault {d.kind} cannot be injected "
@@ -216,7 +216,7 @@ class Deployment(ABC):
         raise EnvironmentFailure(f"--deploy {self.kind} has no worker namespaces of pgval's")
 
     @staticmethod
-    def crash_a_broker(brokers: KillableBrokers, cfg: ExperimentConfig, ctx: FaultContext,
+    def crash_a_broker(brokers: KillableBrokers, cfg: RunSpec, ctx: FaultContext,
                        undo: bool = True) -> BrokerCrash:
         """``broker-crash`` through ``brokers`` on the run's topics; ``undo``: the cluster
         outlives the run, so the broker's restart is recorded for its reaper."""
@@ -234,7 +234,7 @@ class Deployment(ABC):
                            transactional_id=ctx.transactional_id,
                            run_dir=ctx.run_dir if undo else None)
 
-    def driver_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def driver_crash(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> DriverCrash:
         # A driver signalled in a container (compose) leaves its JVM to exit on its own,
         # still able to log a commit: no exact in-flight batch to read after the kill.
@@ -244,13 +244,13 @@ class Deployment(ABC):
                            reach_timeout_s=ctx.reach_timeout_s,
                            halt_stage=sink_kind(cfg.sink).halt_stage)
 
-    def sink_writer_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def sink_writer_crash(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                           ctx: FaultContext) -> SinkWriteCrash:
         """``crash@during-sink-write`` with a user's ``foreachBatch`` sink: its writes run in
         the driver, so the driver is the process that dies with a write unfinished."""
         return SinkWriteCrash(ctx.driver, reach_timeout_s=ctx.reach_timeout_s)
 
-    def executor_kill(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def executor_kill(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> ExecutorKill:
         """``crash`` on a cluster pgval does not own: the driver kills one executor through
         Spark's API (any cluster manager replaces it); ``--target`` picks it among the

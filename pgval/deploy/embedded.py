@@ -16,10 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgval.cluster.brokers import RecordedBrokers
 from pgval.cluster.guard import cluster_processes, read_state, reaper_problem
-from pgval.cluster.local import (
-    ClusterConfig,
-    LocalCluster,
-)
+from pgval.cluster.local import LocalCluster
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
 from pgval.errors import EnvironmentFailure
 from pgval.faults.broker import BrokerCrash, SignalledBrokers
@@ -38,10 +35,11 @@ from pgval.host.cds import ClassArchive
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
 from pgval.schema import PAUSE_DRIVER, Partition
 from pgval.spark.daemons import SECRET_FILE_ENV
+from pgval.spec import ClusterSpec
 
 if TYPE_CHECKING:
-    from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
+    from pgval.spec import RunSpec
 
 
 def handoff(cluster_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +70,7 @@ def delay_cap_s(phase_seconds: float) -> float:
     return 1.5 * phase_seconds + 60
 
 
-def partition_of(cfg: ExperimentConfig, worker: str, ns: str | None, bootstrap: str,
+def partition_of(cfg: RunSpec, worker: str, ns: str | None, bootstrap: str,
                  master: str | None, ctx: FaultContext) -> WorkerPartition:
     """The partition ``--partition`` asks for on one worker: the brokers' and the master's
     ports read from the cluster's addresses (``HOST:PORT,...``, ``spark://HOST:PORT``)."""
@@ -91,7 +89,7 @@ class EmbeddedDeployment(Deployment):
     mechanisms = frozenset({DRIVER_PROCESS, WORKER_PROCESSES, WORKER_NETNS, BROKER_PROCESSES})
     owns_cluster = True
 
-    def __init__(self, cluster_dir: Path, config: ClusterConfig) -> None:
+    def __init__(self, cluster_dir: Path, config: ClusterSpec) -> None:
         super().__init__()
         self.cluster_dir = Path(cluster_dir)
         self.config = config
@@ -164,7 +162,7 @@ class EmbeddedDeployment(Deployment):
         worker = self._spark().workers[target]
         return NetworkPath(worker.name, worker.netns, worker.host, worker.webui_port)
 
-    def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def worker_partition(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                          ctx: FaultContext) -> WorkerPartition:
         """One link of worker ``target`` cut (``--partition``)."""
         worker = self._spark().workers[target]
@@ -172,7 +170,7 @@ class EmbeddedDeployment(Deployment):
         return partition_of(cfg, worker.name, worker.netns, self.cluster.bootstrap,
                             self._spark().master_url, ctx)
 
-    def process_pause(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def process_pause(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> ProcessPause:
         """The executors of worker ``target``, or with ``--target driver`` the driver's
         process group (found at T2: the processes running then)."""
@@ -183,20 +181,20 @@ class EmbeddedDeployment(Deployment):
         worker = self._spark().workers[target]
         return ProcessPause(cfg.fault, f"{worker.name}'s executors", worker.executor_pids)
 
-    def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def broker_crash(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> BrokerCrash:
         """``--target``: a broker id, ``coordinator``, or by default ``leader``."""
         assert self.cluster is not None and self.cluster.kafka is not None
         return self.crash_a_broker(SignalledBrokers(self.cluster.kafka), cfg, ctx, undo=False)
 
-    def worker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def worker_crash(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerCrash:
         workers = list(self._spark().workers)
         return WorkerCrash(workers[target], checkpoint=ctx.checkpoint,
                            sink_trigger=ctx.sink_trigger, workers=workers,
                            reach_timeout_s=ctx.reach_timeout_s)
 
-    def worker_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def worker_delay(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerDelay:
         return WorkerDelay(cfg.fault, self.worker_path(target), profile, ctx.run_dir,
                            delay_cap_s(ctx.phase_seconds))
@@ -285,23 +283,23 @@ class AttachedDeployment(Deployment):
         return NetworkPath(f"spark-worker-{worker['index']}", worker.get("netns"),
                            worker["host"], int(worker.get("webui_port") or 0))
 
-    def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def broker_crash(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> BrokerCrash:
         """Killed by its recorded pid and started again from its recorded command, into
         the cluster's own pid directory (:mod:`pgval.cluster.brokers`); if this run dies
-        between the two, its reaper runs `pgval cluster broker start`."""
+        between the two, its reaper starts it again (``python -m pgval.cluster.brokers``)."""
         brokers = RecordedBrokers(self.cluster_dir, self.client_config())
-        restart = [sys.executable, "-m", "pgval.cli", "cluster", "broker", "start",
+        restart = [sys.executable, "-m", "pgval.cluster.brokers", "start",
                    "--run-dir", str(self.cluster_dir), "{broker}"]
         return self.crash_a_broker(SignalledBrokers(brokers, undo=restart), cfg, ctx)
 
-    def worker_partition(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def worker_partition(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                          ctx: FaultContext) -> WorkerPartition:
         worker = self.state["workers"][target]
         return partition_of(cfg, f"spark-worker-{worker['index']}", worker.get("netns"),
                             self.state["bootstrap"], self.state["master"], ctx)
 
-    def worker_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def worker_delay(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> WorkerDelay:
         return WorkerDelay(cfg.fault, self.worker_path(target), profile, ctx.run_dir,
                            delay_cap_s(ctx.phase_seconds))

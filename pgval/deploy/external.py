@@ -25,8 +25,8 @@ from pgval.faults.nemesis import NemesisBrokers, NemesisDelay
 from pgval.kafka.admin import broker_ids
 
 if TYPE_CHECKING:
-    from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
+    from pgval.spec import RunSpec
 
 
 class ExternalDeployment(Deployment):
@@ -75,7 +75,7 @@ class ExternalDeployment(Deployment):
     def workers(self) -> int:
         return self._workers
 
-    def nemesis_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def nemesis_delay(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                       ctx: FaultContext) -> NemesisDelay:
         if not (cfg.nemesis_inject and cfg.nemesis_remove):
             raise EnvironmentFailure(f"--fault {cfg.fault} on an external cluster needs "
@@ -83,7 +83,7 @@ class ExternalDeployment(Deployment):
         return NemesisDelay(cfg.fault, cfg.nemesis_inject, cfg.nemesis_remove, target,
                             profile.delay_ms or 500, run_dir=ctx.run_dir)
 
-    def broker_crash(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def broker_crash(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                      ctx: FaultContext) -> BrokerCrash:
         """The user's nemesis stops broker ``{broker}`` and starts it again; pgval judges
         from the cluster's metadata (:class:`NemesisBrokers`)."""

@@ -43,7 +43,7 @@ from pgval.spark.driver import (
 )
 
 if TYPE_CHECKING:
-    from pgval.config import ExperimentConfig
+    from pgval.spec import RunSpec
 
 #: Names inside ``serve_dir`` (pgval.topologies.serve; not imported: that module is the
 #: driver's, and importing it here would load the driver's side into pgval).
@@ -76,7 +76,7 @@ def fresh_driver_reason(faults: list[tuple[FaultSpec, int | str | None]], job: s
     return None
 
 
-def own_driver_reason(cfg: ExperimentConfig, launcher: list[str]) -> str | None:
+def own_driver_reason(cfg: RunSpec, launcher: list[str]) -> str | None:
     """:func:`fresh_driver_reason` of a run of ``cfg`` (its fault, a schedule's parts too)
     whose driver the deployment starts with ``launcher``."""
     faults = [(cfg.fault_spec, cfg.target),
@@ -84,7 +84,7 @@ def own_driver_reason(cfg: ExperimentConfig, launcher: list[str]) -> str | None:
     return fresh_driver_reason(faults, cfg.job, cfg.sink, launcher)
 
 
-def needs_own_driver(cfg: ExperimentConfig) -> bool:
+def needs_own_driver(cfg: RunSpec) -> bool:
     """Whether a run of ``cfg`` needs a driver of its own wherever it runs (a container's
     driver is the deployment's to tell)."""
     return own_driver_reason(cfg, []) is not None

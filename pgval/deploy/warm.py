@@ -15,23 +15,23 @@ import contextlib
 import dataclasses
 from pathlib import Path
 
-from pgval.config import ExperimentConfig
 from pgval.deploy import Deployment, make_deployment
 from pgval.deploy.shared_driver import SharedDrivers
 from pgval.faults.timeouts import profile_for
 from pgval.host import signals
 from pgval.redact import private_dir
 from pgval.schema import Deploy
+from pgval.spec import RunSpec
 
 
-def daemon_conf(cfg: ExperimentConfig) -> dict[str, str]:
+def daemon_conf(cfg: RunSpec) -> dict[str, str]:
     """The Spark daemons' settings a run of ``cfg`` needs (its fault's time-out profile)."""
     return {**profile_for(cfg.fault, cfg.phase_seconds, cfg.delay_ms,
                              [p.fault for p in cfg.schedule_parts]).daemon_conf,
             **cfg.cluster.spark_daemon_conf}
 
 
-def daemon_key(cfg: ExperimentConfig) -> str:
+def daemon_key(cfg: RunSpec) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(daemon_conf(cfg).items()))
 
 
@@ -48,7 +48,7 @@ class WarmDeployments:
         #: before the cluster it runs on.
         self.drivers = SharedDrivers(self.root, label) if shared_driver else None
 
-    def for_run(self, cfg: ExperimentConfig) -> Deployment:
+    def for_run(self, cfg: RunSpec) -> Deployment:
         embedded = Deploy.parse(cfg.deploy) is Deploy.LOCAL and not cfg.running_cluster
         key = f"{cfg.deploy}|{cfg.running_cluster}|{cfg.bootstrap}|{cfg.master}|" + (
             daemon_key(cfg) if embedded else "")

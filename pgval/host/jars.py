@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.files import write_public
 from pgval.host.procs import file_lock, spawn
 
 log = logging.getLogger(__name__)
@@ -305,8 +306,8 @@ def _ensure(cache: Path, name: str, resolve: Callable[[], dict[str, str]]) -> li
             return jars
         (cache / name / _STAMP).unlink(missing_ok=True)
         detail = resolve()
-        (cache / name / _STAMP).write_text(json.dumps({"pom_sha256": pom_hash, **detail},
-                                                      indent=1))
+        write_public(cache / name / _STAMP,
+                     json.dumps({"pom_sha256": pom_hash, **detail}, indent=1))
     jars = _cached(cache / name, pom_hash)
     if jars is None:  # pragma: no cover - only if the cache was changed under us
         raise EnvironmentFailure(f"the jar cache {cache} is incomplete; delete it and retry")
@@ -468,9 +469,7 @@ def _download(group: str, artifact: str, version: str, out: Path) -> Path:
     actual = hashlib.sha1(data).hexdigest()
     if actual != expected:
         raise OSError(f"SHA-1 mismatch for {url}: expected {expected}, got {actual}")
-    dest = out / name
-    dest.write_bytes(data)
-    return dest
+    return write_public(out / name, data)
 
 
 def _fetch(url: str) -> bytes:

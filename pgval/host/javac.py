@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pgval.errors import EnvironmentFailure
+from pgval.files import open_public, write_public
 from pgval.host.procs import file_lock
 
 
@@ -62,7 +63,7 @@ def build_jar(cache: Path, name: str, sources: Mapping[str, str], classpath: str
             src.mkdir()
             files = []
             for file_name, text in sorted(sources.items()):
-                (src / file_name).write_text(text)
+                write_public(src / file_name, text)
                 files.append(str(src / file_name))
             try:
                 proc = subprocess.run(
@@ -73,10 +74,8 @@ def build_jar(cache: Path, name: str, sources: Mapping[str, str], classpath: str
             if proc.returncode != 0:
                 raise EnvironmentFailure(f"javac could not build pgval's {name}: "
                                         + (proc.stderr.strip().splitlines() or ["?"])[0])
-            part = jar.with_suffix(".part")
-            with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as zf:
+            with open_public(jar) as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
                 zf.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
                 for cls in sorted(classes.rglob("*.class")):
                     zf.write(cls, cls.relative_to(classes).as_posix())
-            part.replace(jar)
     return jar

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.files import write_public
 from pgval.host import registry
 
 NS_PREFIX = "pgval-"
@@ -281,8 +282,9 @@ class NetLayout:
         """Per-namespace resolv.conf so lookups fail at once instead of timing out."""
         d = NETNS_ETC / ns.name
         d.mkdir(parents=True, exist_ok=True)
-        (d / "resolv.conf").write_text("# pgval: no DNS inside worker namespaces\n"
-                                       "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        write_public(d / "resolv.conf",  # read by every program in the namespace
+                     "# pgval: no DNS inside worker namespaces\n"
+                     "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
 
     def remove_namespace(self, index: int) -> None:
         """Kill what still runs in the namespace, then delete it (idempotent)."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.errors import EnvironmentFailure
+from pgval.files import append_private, write_private_json
 from pgval.host.identity import boot_id, start_ticks
 
 
@@ -113,11 +114,10 @@ def spawn(
     pid_dir: Path | None = None,
 ) -> Managed:
     """Start ``argv`` in a new session (its own process group), output appended to ``log_path``."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+    log = append_private(log_path)  # handed to the child, closed below
     try:
         popen = subprocess.Popen(
             list(argv),
@@ -147,11 +147,8 @@ def write_pid_file(path: Path, name: str, pid: int, **extra: Any) -> None:
     start ticks still match (or a group whose leader is gone: the kernel does not hand
     out a pid still in use as a group id) is ours. No argv: it may hold secrets.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     record = {"name": name, "pgid": pid, "start": start_ticks(pid), "boot": boot_id(), **extra}
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(path)
+    write_private_json(path, record)
 
 
 def recorded_group_is_ours(record: Mapping[str, Any]) -> bool:
@@ -299,7 +296,7 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None =
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive flock on ``path``: serialises work between concurrent pgval processes."""
-    with open(path, "a") as fh:
+    with append_private(path) as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

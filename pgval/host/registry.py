@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.errors import EnvironmentFailure, PgvalError, UserMistake
-from pgval.files import write_private_json
+from pgval.files import append_private, write_private_json
 from pgval.host.identity import Owner
 
 RUN_ROOT = Path(os.environ.get("PGVAL_RUN_ROOT", "/run/pgval"))
@@ -61,7 +61,7 @@ def host_lock(name: str = "netns", timeout_s: float = LOCK_TIMEOUT_S) -> Iterato
     ``timeout_s`` (naming the lock, so a stuck holder can be found with ``fuser``)."""
     path = run_root() / f"{name}.lock"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        lock = append_private(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise EnvironmentFailure(f"{path} is a symlink; remove it and run pgval "
@@ -71,7 +71,7 @@ def host_lock(name: str = "netns", timeout_s: float = LOCK_TIMEOUT_S) -> Iterato
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
@@ -82,9 +82,9 @@ def host_lock(name: str = "netns", timeout_s: float = LOCK_TIMEOUT_S) -> Iterato
         try:
             yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(lock, fcntl.LOCK_UN)
     finally:
-        os.close(fd)
+        lock.close()
 
 
 def _registry() -> Path:

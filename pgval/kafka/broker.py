@@ -35,7 +35,7 @@ from types import TracebackType
 from confluent_kafka import KafkaException
 
 from pgval.errors import EnvironmentFailure, PgvalError, UserMistake
-from pgval.files import write_private, write_private_json
+from pgval.files import copy_private, write_private, write_private_json
 from pgval.host import cds
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
 from pgval.host.procs import Managed, free_port, log_cause, spawn, wait_for_port
@@ -236,8 +236,8 @@ class KafkaCluster:
         taken = [n for n in self._nodes
                  if "Address already in use" in log_cause(n.dir / "broker.log")]
         for n in taken:
-            shutil.copyfile(n.dir / "broker.log",
-                            self.run_dir / "kafka" / f"port-taken-broker-{n.node_id}.log")
+            copy_private(n.dir / "broker.log",
+                         self.run_dir / "kafka" / f"port-taken-broker-{n.node_id}.log")
         return bool(taken)
 
     def _start_nodes(self, new: bool, deadline: float) -> None:
@@ -433,7 +433,7 @@ class KafkaCluster:
         text = "".join(f"{k}={v}\n" for k, v in props.items())
         # 0600: with SASL the file holds the cluster's password (the JAAS settings).
         write_private(node.dir / "server.properties", text)
-        (node.dir / "log4j2.properties").write_text(_LOG4J2)
+        write_private(node.dir / "log4j2.properties", _LOG4J2)
 
     def _jvm_base(self, node: _Broker) -> list[str]:
         java = java_executable()

@@ -34,6 +34,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -382,6 +383,123 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
                        config=config, reader=reader)[topic]
 
 
+def _snapshot(conf: dict[str, object], bootstrap: str, topics: Sequence[str], timeout_s: float
+              ) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]],
+                         dict[str, list[str]]]:
+    """(ends, starts, problems) per topic, from one consumer: the snapshot every reader
+    reads up to. A topic it cannot look at gets no partitions and a problem line."""
+    ends: dict[str, dict[int, int]] = {t: {} for t in topics}
+    starts: dict[str, dict[int, int]] = {t: {} for t in topics}
+    problems: dict[str, list[str]] = {t: [] for t in topics}
+    consumer = None
+    try:
+        consumer = Consumer(conf)
+        for topic in topics:
+            try:
+                ends[topic], low, problems[topic] = end_snapshot(consumer, bootstrap, topic,
+                                                                 timeout_s)
+                starts[topic] = dict(low)
+            except (KafkaException, PgvalError) as exc:
+                problems[topic].append(_kafka_problem(exc))
+    except KafkaException as exc:  # a client that cannot even start
+        for topic in topics:
+            problems[topic].append(_kafka_problem(exc))
+    finally:
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+    return ends, starts, problems
+
+
+@dataclass(frozen=True)
+class _ReadPlan:
+    """What one :func:`read_topics` call reads and how: the ranges past the snapshot's
+    starts, and the settings every attempt at reading them shares."""
+
+    conf: dict[str, object]
+    topics: Sequence[str]
+    tasks: list[Task]
+    timeout_s: float
+    idle_timeout_s: float
+    batch_size: int
+    workers: int
+    parallel_min_records: int
+    on_progress: Callable[[int], None] | None
+
+    @property
+    def total(self) -> int:
+        return sum(e - s for _, _, s, e in self.tasks)
+
+
+def _read_once(plan: _ReadPlan, reached: dict[str, dict[int, int]], jvm: bool
+               ) -> tuple[dict[str, dict[int, pa.Table]], dict[str, list[str]]]:
+    """One whole read of the plan's ranges: each topic's tables by reader and the problems
+    its readers met; moves ``reached`` to how far each partition got."""
+    tasks = plan.tasks
+    groups = ([tasks] if jvm or plan.total < plan.parallel_min_records else
+              split_tasks(tasks, plan.workers)) if tasks else []
+    # How far each reader's range of a partition got: (topic, partition) -> reader -> range.
+    ranges: dict[tuple[str, int], dict[int, list[int]]] = {}
+    for k, group in enumerate(groups):
+        for t, p, s, e in group:
+            ranges.setdefault((t, p), {})[k] = [s, e, s]
+    tables: dict[str, dict[int, pa.Table]] = {t: {} for t in plan.topics}
+    met: dict[str, list[str]] = {t: [] for t in plan.topics}
+
+    def taker(k: int) -> Taker:
+        def take(topic: str, table: pa.Table, got: dict[int, int], why: list[str]) -> None:
+            tables[topic][k] = table
+            for p, r in got.items():
+                ranges[(topic, p)][k][2] = max(ranges[(topic, p)][k][2], r)
+            met[topic].extend(why)
+        return take
+
+    if jvm:
+        read_tasks_jvm(plan.conf, tasks, plan.timeout_s, plan.idle_timeout_s, taker(0),
+                       plan.on_progress)
+    elif len(groups) == 1:
+        _read_tasks(plan.conf, groups[0], plan.timeout_s, plan.idle_timeout_s,
+                    plan.batch_size, taker(0), plan.on_progress)
+    elif groups:
+        _run_readers(plan.conf, groups, plan.timeout_s, plan.idle_timeout_s, plan.batch_size,
+                     taker, met, plan.on_progress)
+    for (t, p), by_reader in ranges.items():
+        reached[t][p] = merge_ranges([(s, e, r) for s, e, r in by_reader.values()],
+                                     reached[t][p])
+    return tables, met
+
+
+def _read_with_best_reader(plan: _ReadPlan, reached: dict[str, dict[int, int]], reader: str,
+                           jvm_min_records: int
+                           ) -> tuple[dict[str, dict[int, pa.Table]], dict[str, list[str]],
+                                      str]:
+    """:func:`_read_once` with the Java reader when ``reader`` asks for it and it can, else
+    (or after it died, under "auto") with librdkafka; also says which read it and why not
+    the Java one."""
+    log_starts = {t: dict(r) for t, r in reached.items()}
+    used, why_not = "librdkafka", None
+    if reader != "librdkafka" and plan.tasks and (reader == "jvm"
+                                                  or plan.total >= jvm_min_records):
+        why_not = jvm_unusable(plan.conf)
+        if why_not is None:
+            try:
+                tables, met = _read_once(plan, reached, jvm=True)
+                used = "jvm"
+            except PgvalError as exc:  # it could not start: no JDK, no jar
+                why_not = str(exc)
+            else:
+                failed = next((w for ws in met.values() for w in ws
+                               if w.startswith(JVM_FAILED)), None)
+                if failed is not None and reader == "auto":  # it died: read it again
+                    why_not = failed
+                    reached.update({t: dict(r) for t, r in log_starts.items()})
+    if used != "jvm" or why_not is not None:
+        tables, met = _read_once(plan, reached, jvm=False)
+        used = "librdkafka" if why_not is None else \
+            f"librdkafka (the Java reader could not: {why_not})"
+    return tables, met, used
+
+
 def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_committed",
                 timeout_s: float = 120.0, idle_timeout_s: float = 10.0, strict: bool = True,
                 workers: int | None = None, batch_size: int = READ_BATCH,
@@ -407,88 +525,13 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     if reader not in READERS:
         raise ValueError(f"unknown reader {reader!r}: one of {', '.join(READERS)}")
     conf = reader_conf(bootstrap, isolation, config)
-    ends: dict[str, dict[int, int]] = {t: {} for t in topics}
-    reached: dict[str, dict[int, int]] = {t: {} for t in topics}
-    problems: dict[str, list[str]] = {t: [] for t in topics}
-    consumer = None
-    try:
-        consumer = Consumer(conf)
-        for topic in topics:
-            try:
-                ends[topic], starts, problems[topic] = end_snapshot(consumer, bootstrap, topic,
-                                                                    timeout_s)
-                reached[topic] = dict(starts)
-            except (KafkaException, PgvalError) as exc:
-                problems[topic].append(_kafka_problem(exc))
-    except KafkaException as exc:  # a client that cannot even start
-        for topic in topics:
-            problems[topic].append(_kafka_problem(exc))
-    finally:
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                consumer.close()
+    ends, reached, problems = _snapshot(conf, bootstrap, topics, timeout_s)
     tasks = [(t, p, reached[t][p], e) for t in topics for p, e in sorted(ends[t].items())
              if e > reached[t][p]]
-    total = sum(e - s for _, _, s, e in tasks)
-    if workers is None:
-        workers = default_workers()
-    def read_with(jvm: bool) -> tuple[dict[str, dict[int, pa.Table]], dict[str, list[str]]]:
-        """One whole read of ``tasks``: each topic's tables by reader and the problems its
-        readers met; sets ``reached``."""
-        groups = ([tasks] if jvm or total < parallel_min_records else
-                  split_tasks(tasks, workers)) if tasks else []
-        # How far each reader's range of a partition got: (topic, partition) -> reader -> range.
-        ranges: dict[tuple[str, int], dict[int, list[int]]] = {}
-        for k, group in enumerate(groups):
-            for t, p, s, e in group:
-                ranges.setdefault((t, p), {})[k] = [s, e, s]
-        tables: dict[str, dict[int, pa.Table]] = {t: {} for t in topics}
-        met: dict[str, list[str]] = {t: [] for t in topics}
-
-        def taker(k: int) -> Taker:
-            def take(topic: str, table: pa.Table, got: dict[int, int], why: list[str]) -> None:
-                tables[topic][k] = table
-                for p, r in got.items():
-                    ranges[(topic, p)][k][2] = max(ranges[(topic, p)][k][2], r)
-                met[topic].extend(why)
-            return take
-
-        if jvm:
-            read_tasks_jvm(conf, tasks, timeout_s, idle_timeout_s, taker(0), on_progress)
-        elif len(groups) == 1:
-            _read_tasks(conf, groups[0], timeout_s, idle_timeout_s, batch_size, taker(0),
-                        on_progress)
-        elif groups:
-            _run_readers(conf, groups, timeout_s, idle_timeout_s, batch_size, taker, met,
-                         on_progress)
-        for (t, p), by_reader in ranges.items():
-            reached[t][p] = merge_ranges([(s, e, r) for s, e, r in by_reader.values()],
-                                         reached[t][p])
-        return tables, met
-
-    log_starts = {t: dict(r) for t, r in reached.items()}
-    used, why_not = "librdkafka", None
-    if reader != "librdkafka" and tasks and (reader == "jvm" or total >= jvm_min_records):
-        why_not = jvm_unusable(conf)
-        if why_not is None:
-            try:
-                tables, met = read_with(jvm=True)
-                used = "jvm"
-            except PgvalError as exc:  # it could not start: no JDK, no jar
-                why_not = str(exc)
-            else:
-                failed = next((w for ws in met.values() for w in ws
-                               if w.startswith(JVM_FAILED)), None)
-                if failed is not None and reader == "auto":  # it died: read it again
-                    why_not = failed
-                    reached.update({t: dict(r) for t, r in log_starts.items()})
-    if used != "jvm" or why_not is not None:
-        tables, met = read_with(jvm=False)
-        used = "librdkafka" if why_not is None else \
-            f"librdkafka (the Java reader could not: {why_not})"
-    for topic in topics:
-        problems[topic].extend(met[topic])
-
+    plan = _ReadPlan(conf, topics, tasks, timeout_s, idle_timeout_s, batch_size,
+                     default_workers() if workers is None else workers, parallel_min_records,
+                     on_progress)
+    tables, met, used = _read_with_best_reader(plan, reached, reader, jvm_min_records)
     out: dict[str, TopicRecords] = {}
     for topic in topics:
         # Reader k's ranges precede reader k+1's within a partition: offset order is kept.
@@ -496,7 +539,8 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
         table = pa.concat_tables(parts) if parts else RECORD_SCHEMA.empty_table()
         recs = TopicRecords.from_table(table, topic)
         recs.end_offsets, recs.reached = ends[topic], reached[topic]
-        recs.problems = _short_read_problems(ends[topic], reached[topic], problems[topic])
+        recs.problems = _short_read_problems(ends[topic], reached[topic],
+                                             problems[topic] + met[topic])
         recs.reader = used
         if strict and not recs.complete:
             raise EnvironmentFailure(f"could not read all of topic {topic} at {bootstrap}: "

@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from pgval.dbfile import plain_error
+from pgval.files import write_public
 from pgval.report.data import (
     ReportError,
     Selection,
@@ -72,7 +73,7 @@ def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = N
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        write_public(out, text)
     except OSError as exc:
         raise ReportError(f"cannot write the report to {out}: {exc.strerror or exc} "
                           f"({exc.filename or out})") from exc

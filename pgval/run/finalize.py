@@ -21,7 +21,6 @@ from typing import Any
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.result import Reason
 from pgval.checker.validity import Validity, evaluation_reasons
-from pgval.config import ExperimentConfig
 from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.evidence import Manifest, save_anomalies, seal, sha256_file
 from pgval.faults.evidence import fault_reasons
@@ -37,6 +36,7 @@ from pgval.run.sinks import read_sink
 from pgval.run.teardown import Teardown
 from pgval.run.timeline import TimelineRecord
 from pgval.schema import OUTPUT_TOPIC, Fault, Restart, sink_kind
+from pgval.spec import RunSpec
 from pgval.store import ResultsStore, unstored_error
 
 
@@ -57,7 +57,7 @@ class Collected:
         return {k: v for k, v in self.back.records.items() if k != OUTPUT_TOPIC}
 
 
-def collect(cfg: ExperimentConfig, h: RunHandles, record: TimelineRecord,
+def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
             run_dir: Path) -> Collected:
     """The read-back of inputs and outputs (with its completeness proof), a sink other than
     Kafka read back, a user's job's batch oracle: all of it into the evidence folder."""
@@ -104,11 +104,11 @@ def timeouts_step(h: RunHandles, run_dir: Path) -> dict[str, Any]:
             "fired": timeouts_fired(list(dict.fromkeys(dirs)), dict(h.log_offsets))}
 
 
-def build_manifest(cfg: ExperimentConfig, h: RunHandles, record: TimelineRecord,
+def build_manifest(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
                    got: Collected, down: Teardown) -> Manifest:
     """run.json, once, from what the run recorded (the verdict's fields come after)."""
     b = record.bounds
-    config = {**cfg.to_dict(), **h.notes, "phase_bounds_ms": b, "warmup": record.warmup,
+    config = {**cfg.to_record(), **h.notes, "phase_bounds_ms": b, "warmup": record.warmup,
               **({"planted": record.planted} if record.planted.get("late_ids") else {}),
               **down.notes}
     return Manifest(

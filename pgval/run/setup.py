@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.guard import RunGuard
-from pgval.config import ExperimentConfig
 from pgval.datasets import ProducerGroup
 from pgval.deploy import Deployment, FaultContext
 from pgval.deploy.shared_driver import SharedDrivers, SharedQuery, own_driver_reason
@@ -43,6 +42,7 @@ from pgval.schema import (
     transactional_id,
 )
 from pgval.spark.driver import DriverProcess, DriverSpec
+from pgval.spec import RunSpec
 from pgval.topologies.job import source_file
 
 Driver = DriverProcess | SharedQuery
@@ -130,7 +130,7 @@ def reaper_problem(started: Started) -> str | None:
     return own or started.deployment.reaper_problem()
 
 
-def preflight(cfg: ExperimentConfig, fault: FaultSpec, deployment: Deployment,
+def preflight(cfg: RunSpec, fault: FaultSpec, deployment: Deployment,
               run_dir: Path) -> None:
     """Refuse, before anything is deployed, a run that could only fail at T2."""
     if fault.point is CrashPoint.DURING_SINK_WRITE and not deployment.owns_cluster:
@@ -153,7 +153,7 @@ def preflight(cfg: ExperimentConfig, fault: FaultSpec, deployment: Deployment,
                               "namespaces; drop --no-isolate")
 
 
-def setup_run(cfg: ExperimentConfig, started: Started, profile: TimeoutProfile,
+def setup_run(cfg: RunSpec, started: Started, profile: TimeoutProfile,
               drivers: SharedDrivers | None) -> RunHandles:
     """The deployment up (or checked, when warm), the run's topics, pgval's own events, the
     driver (started), the fault made, the sink watched."""
@@ -206,7 +206,7 @@ def setup_run(cfg: ExperimentConfig, started: Started, profile: TimeoutProfile,
                       timings)
 
 
-def driver_spec(cfg: ExperimentConfig, dep: Deployment, topics: Topics, run_dir: Path,
+def driver_spec(cfg: RunSpec, dep: Deployment, topics: Topics, run_dir: Path,
                 profile: TimeoutProfile, fault: FaultSpec) -> DriverSpec:
     """The streaming driver's spec for this run on this deployment."""
     where = dep.driver_placement()
@@ -240,7 +240,7 @@ def driver_spec(cfg: ExperimentConfig, dep: Deployment, topics: Topics, run_dir:
         executor_java_flags=where.executor_java_flags)
 
 
-def choose_driver(cfg: ExperimentConfig, spec: DriverSpec, run_dir: Path,
+def choose_driver(cfg: RunSpec, spec: DriverSpec, run_dir: Path,
                   drivers: SharedDrivers | None, log_offsets: dict[str, int]
                   ) -> tuple[Driver, dict[str, Any] | None]:
     """The run's own driver, or its query in the campaign's shared driver when it can share
@@ -260,7 +260,7 @@ def choose_driver(cfg: ExperimentConfig, spec: DriverSpec, run_dir: Path,
     return query, query.describe()
 
 
-def fault_target(cfg: ExperimentConfig, dep: Deployment) -> int | str:
+def fault_target(cfg: RunSpec, dep: Deployment) -> int | str:
     """A worker's index (chosen by the seed unless given); a broker crash's target is its
     own (a broker id, or the role it plays: :mod:`pgval.faults.broker`)."""
     if cfg.target is not None:
@@ -270,7 +270,7 @@ def fault_target(cfg: ExperimentConfig, dep: Deployment) -> int | str:
     return default_target(cfg.seed, max(1, dep.workers))
 
 
-def sink_watch(cfg: ExperimentConfig, monitor: OutputMonitor, driver: Driver,
+def sink_watch(cfg: RunSpec, monitor: OutputMonitor, driver: Driver,
                sink_dir: Path | None) -> Watch:
     """How the outputs are watched while the run goes: the output topic, a file sink's
     folder, or the rows a user's sink was given."""
@@ -283,7 +283,7 @@ def sink_watch(cfg: ExperimentConfig, monitor: OutputMonitor, driver: Driver,
     return UserSinkWatch(driver)  # type: ignore[arg-type]
 
 
-def driver_is_target(cfg: ExperimentConfig, fault: FaultSpec) -> bool:
+def driver_is_target(cfg: RunSpec, fault: FaultSpec) -> bool:
     """Is the driver what the fault kills (a driver crash; a crash during a user's
     foreachBatch sink's write, which runs in the driver)? It is down until removed."""
     return fault.kind is Fault.DRIVER_CRASH or (

@@ -23,7 +23,6 @@ from pgval.checker.explain import watermark_ms
 from pgval.checker.result import Reason
 from pgval.checker.validity import Validity, generator_reasons
 from pgval.clock import Clock
-from pgval.config import ExperimentConfig
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
 from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.run.monitor import batches, drain, wait_first_trigger, wait_primed
@@ -31,6 +30,7 @@ from pgval.run.result import Status
 from pgval.run.setup import RunHandles, Started, driver_is_target
 from pgval.run.warmup import WarmUp
 from pgval.schema import Guarantee
+from pgval.spec import RunSpec
 
 #: Seconds the query may take to read its priming events.
 PRIME_TIMEOUT_S = 240.0
@@ -72,7 +72,7 @@ class TimelineRecord:
 class Timeline:
     """Runs the timeline of one deployed run; see the module docstring."""
 
-    def __init__(self, cfg: ExperimentConfig, handles: RunHandles, started: Started,
+    def __init__(self, cfg: RunSpec, handles: RunHandles, started: Started,
                  on_status: Callable[[Status], None], problem: Callable[[], str | None],
                  clock: Clock | None = None) -> None:
         self.cfg, self.h, self.started = cfg, handles, started

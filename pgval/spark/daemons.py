@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pgval.errors import EnvironmentFailure
+from pgval.files import write_private
 from pgval.host import cds, netns
 from pgval.host.procs import (
     Managed,
@@ -232,11 +233,7 @@ def _stop_quietly(h: WorkerHandle, grace_s: float = 5.0) -> None:
 def write_secret(path: Path) -> str:
     """A fresh random secret in ``path`` (mode 0600, never following a planted link)."""
     secret = secrets.token_hex(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secret)
+    write_private(path, secret)
     return secret
 
 

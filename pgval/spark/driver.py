@@ -358,7 +358,7 @@ class DriverControl:
         while True:
             body = {**action, "request": n, "nonce": nonce,
                     "deadline_ms": time.time_ns() // 1_000_000 + int(timeout_s * 1000)}
-            tmp.write_text(json.dumps(body))
+            write_private_json(tmp, body)
             path = self.control_dir / f"req-{n}.json"
             try:
                 os.link(tmp, path)

@@ -31,8 +31,8 @@ from pgval.faults.descriptor import CONTAINERS, DRIVER_PROCESS
 from pgval.spark.driver import SETTINGS_ENV
 
 if TYPE_CHECKING:
-    from pgval.config import ExperimentConfig
     from pgval.faults.timeouts import TimeoutProfile
+    from pgval.spec import RunSpec
 
 CONTAINER_RUNS = "/work/runs"
 BROKERS = 3
@@ -99,11 +99,11 @@ class ComposeDeployment(Deployment):
     def workers(self) -> int:
         return self._workers
 
-    def container_kill(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def container_kill(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                        ctx: FaultContext) -> PumbaFault:
         return PumbaFault(cfg.fault, "kill", worker_container(target), **self._fault_files(ctx))
 
-    def container_delay(self, cfg: ExperimentConfig, target: int, profile: TimeoutProfile,
+    def container_delay(self, cfg: RunSpec, target: int, profile: TimeoutProfile,
                         ctx: FaultContext) -> PumbaFault:
         """The delay's ``--duration`` is the failure phase plus a margin, so pumba removes
         the delay by itself even if pgval dies; ``remove`` at T3 stops it earlier and
