@@ -33,6 +33,15 @@ from typing import Any
 from pgval.errors import UserMistake
 from pgval.schema import Guarantee, Topics, Topology
 
+#: The driver's environment variables holding the user's Kafka client settings and Spark
+#: settings as JSON (read by pgval.topologies.driver); a launcher into a container must
+#: pass them on by name (``docker exec -e NAME``), never by value on a command line.
+KAFKA_OPTIONS_ENV = "PGVAL_KAFKA_OPTIONS"
+SPARK_CONF_ENV = "PGVAL_SPARK_CONF"
+SETTINGS_ENV = (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV)
+#: The driver's exit status for a job or sink it refuses (``pgval.topologies.driver``).
+JOB_REFUSED = 4
+
 #: What every query of a served driver shares with its first: settings its Spark session
 #: fixed when it started. A query that differs in one needs another driver.
 SESSION_FIELDS = ("master", "driver_host", "driver_memory", "executor_memory",

@@ -177,7 +177,7 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        from pgval.spark.driver import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
+        from pgval.driver_spec import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
 
         out = []
         for var in (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV):
@@ -443,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if spec.driver_host or spec.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", spec.driver_host or "127.0.0.1")
 
-    from pgval.spark.driver import JOB_REFUSED
+    from pgval.driver_spec import JOB_REFUSED
     from pgval.topologies.job import JobError
 
     router = None

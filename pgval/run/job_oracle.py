@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pgval.driver_spec import SPARK_CONF_ENV
 from pgval.errors import EnvironmentFailure, UserMistake
 from pgval.host.procs import spawn
-from pgval.spark.driver import SPARK_CONF_ENV
 
 #: The batch oracle's own allowance, plus this per input event: a local[1] session reads,
 #: parses and aggregates well over 20,000 events a second on the 2-core machine.

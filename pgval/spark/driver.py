@@ -25,20 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.driver_spec import DriverDocument
+from pgval.driver_spec import (
+    JOB_REFUSED,
+    KAFKA_OPTIONS_ENV,
+    SPARK_CONF_ENV,
+    DriverDocument,
+)
 from pgval.errors import EnvironmentFailure, UserMistake
 from pgval.files import write_private_json
 from pgval.host.cds import ClassArchive
 from pgval.host.procs import Managed, spawn
 
-#: The driver's environment variables holding the user's Kafka client settings and Spark
-#: settings as JSON (read by pgval.topologies.driver); a launcher into a container must
-#: pass them on by name (``docker exec -e NAME``), never by value on a command line.
-KAFKA_OPTIONS_ENV = "PGVAL_KAFKA_OPTIONS"
-SPARK_CONF_ENV = "PGVAL_SPARK_CONF"
-SETTINGS_ENV = (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV)
-#: The driver's exit status for a job or sink it refuses (``pgval.topologies.driver``).
-JOB_REFUSED = 4
 #: The driver's document in the directory above its logs (a run's, a shared driver's).
 SPEC_FILE = "driver-spec.json"
 

@@ -26,9 +26,9 @@ from pgval.deploy.compose.stack import (
     require_engine,
     worker_container,
 )
+from pgval.driver_spec import SETTINGS_ENV
 from pgval.errors import EnvironmentFailure
 from pgval.faults.descriptor import CONTAINERS, DRIVER_PROCESS
-from pgval.spark.driver import SETTINGS_ENV
 
 if TYPE_CHECKING:
     from pgval.faults.timeouts import TimeoutProfile
