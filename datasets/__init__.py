@@ -16,7 +16,7 @@ from pgval.datasets.generator import (
     produce,
     run_producers,
 )
-from pgval.datasets.sinks import (
+from pgval.datasets.writers import (
     FileSink,
     KafkaFatalError,
     KafkaSink,

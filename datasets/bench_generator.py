@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from pgval.schema import GET, POST, resource_name
+from pgval.core.schema import GET, POST, resource_name
 
 from .generator import (
     GeneratorConfig,

@@ -50,11 +50,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from pgval.errors import EnvironmentFailure, UserMistake
-from pgval.schema import GET, POST, resource_name
+from pgval.core.clock import now_ms
+from pgval.core.errors import EnvironmentFailure, UserMistake
+from pgval.core.schema import GET, POST, resource_name
 
 if TYPE_CHECKING:
-    from pgval.datasets.sinks import Sink, SinkWriter
+    from pgval.datasets.writers import Sink, SinkWriter
 
 EventTime = Literal["wall", "synthetic"]
 
@@ -171,7 +172,7 @@ class GeneratorConfig:
         """Fix what is decided at start (the synthetic start time), shared by all producers."""
         if self.event_time == "synthetic" and self.start_ts_ms is None:
             return dataclasses.replace(self, start_ts_ms=now_ms if now_ms is not None else
-                                       time.time_ns() // 1_000_000)
+                                       now_ms())
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -443,9 +444,6 @@ _COUNTERS = 3  # sent, delivered, failed per producer in the shared array
 # --------------------------------------------------------------------------------------------
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
 
 class _Pacer:
     """When a producer's events are due: event ``k`` at ``t0 + k / rate``, handed over in
@@ -522,7 +520,7 @@ def _emit(
             writer.wait(wait_s)
             continue
 
-        wall = max(last_wall, _wall_ms())
+        wall = max(last_wall, now_ms())
         last_wall = wall
         chunk = batch.slice(batch_pos, batch_pos + n)
         event_ts: int | np.ndarray = wall if chunk.event_ts is None else chunk.event_ts
@@ -739,7 +737,7 @@ class ProducerGroup:
             self.kill()
             raise
         self._go_at.value = time.monotonic() + _GO_DELAY_S
-        self._started_ms = _wall_ms() + int(_GO_DELAY_S * 1000)
+        self._started_ms = now_ms() + int(_GO_DELAY_S * 1000)
         self._go.set()
 
     def stop(self) -> None:

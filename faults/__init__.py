@@ -15,7 +15,7 @@ target, the fault log entries it writes and the rule that reads them back.
 * ``hooks`` + ``jvm_hooks/`` — the JVM hooks that place a crash inside Spark's JVMs;
 * ``loss`` — a share of one worker's packets dropped (the packet holder, ``--drop``);
 * ``log`` and ``evidence`` — the fault log as the rules read it, and
-  :func:`pgval.faults.evidence.fault_reasons`, which finds each fault's rule by its kind
+  :func:`pgval.faults.took_effect.fault_reasons`, which finds each fault's rule by its kind
   and mechanism;
 * ``descriptor`` — one :class:`~pgval.faults.descriptor.FaultDescriptor` per fault, defined
   in the fault's own module (``DESCRIPTORS``): where it applies, its targets and what they
@@ -32,7 +32,7 @@ import random
 from typing import Any, Protocol
 
 # The descriptors' registry (light: it loads the fault modules on first use) also tells
-# pgval.schema's Fault where its properties are read from.
+# pgval.core.schema's Fault where its properties are read from.
 from pgval.faults.descriptor import descriptor
 from pgval.faults.timeouts import TimeoutProfile, profile_for
 

@@ -13,7 +13,7 @@ mechanisms (each a deployment's fault class, unchanged): the faults at 0 are inj
 in the calling thread, the later steps by a timer thread; every part step is a
 ``part-inject`` / ``part-remove`` entry of the fault log with its ``part`` index, its own
 four clocks and its mechanism's detail, and :func:`part_logs` hands each part's entries to
-its own rule (:func:`pgval.faults.evidence.fault_reasons`). Removal at T3 (and at teardown)
+its own rule (:func:`pgval.faults.took_effect.fault_reasons`). Removal at T3 (and at teardown)
 stops the timer and removes every part still in place.
 
 What is refused, in one sentence each: a kind a schedule cannot time (``driver-crash``:
@@ -34,17 +34,17 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import UserMistake
+from pgval.core.clock import now_ms
+from pgval.core.errors import UserMistake
+from pgval.core.schema import BROKER_TARGETS, Deploy, Fault, Restart
+from pgval.core.spec import ScheduledFault
 from pgval.faults.descriptor import NOTHING, FaultDescriptor, descriptor, descriptors
 from pgval.faults.log import Entries, finding
-from pgval.schema import BROKER_TARGETS, Deploy, Fault, Restart
-from pgval.spec import ScheduledFault
 
 #: The ``mechanism`` of a schedule's own inject/remove entries.
 SCHEDULE_MECHANISM = "schedule"
@@ -198,9 +198,6 @@ def schedule_label(parts: Sequence[ScheduledFault]) -> str:
     whole = all(p.at_s == 0 and p.for_s is None for p in parts)
     return names if whole else f"schedule({', '.join(str(p.fault) for p in parts)})"
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class CompositeFault:
@@ -358,7 +355,7 @@ class CompositeFault:
     @staticmethod
     def reasons(entries: Entries) -> list[Reason]:
         """The schedule's own findings: every part was injected (the parts' rules are run
-        by :func:`pgval.faults.evidence.fault_reasons`, on :func:`part_logs`)."""
+        by :func:`pgval.faults.took_effect.fault_reasons`, on :func:`part_logs`)."""
         found = []
         removal = next((e for e in entries if e.get("step") == "remove"), {})
         never = removal.get("never_injected")

@@ -5,7 +5,7 @@ The unit of failure under Docker is a container: ``crash`` kills the worker's co
 a delay puts netem on its egress; pumba does both. The Docker and pumba work — the engine,
 pumba's processes, tc in the target's namespace, pumba's bugs — lives next to the compose
 stack (:class:`pgval.deploy.compose.pumba.PumbaFault`), which ``pgval.faults`` may not
-import (deployments are a higher layer), while a re-check (:mod:`pgval.recheck`, also
+import (deployments are a higher layer), while a re-check (:mod:`pgval.evidence.recheck`, also
 below the deployments) must judge a stored compose run from its log. So this module owns
 the fault's evidence: PumbaFault writes its entries with :meth:`ContainerKill.entry`,
 :meth:`ContainerDelay.entry` and :func:`entry`, and the ``reasons`` here read them. The
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
+from pgval.core.schema import Fault
 from pgval.faults.log import Entries, finding, first, timeout_reasons
-from pgval.schema import Fault
 
 #: The fault log's ``mechanism`` of every container fault: the tool that acts.
 MECHANISM = "pumba"

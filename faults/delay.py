@@ -62,7 +62,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.core.clock import now_ms
+from pgval.core.errors import EnvironmentFailure, PgvalError
 from pgval.host import netns, registry
 from pgval.host.identity import Owner, start_ticks
 from pgval.host.procs import Managed, kill_group, spawn
@@ -88,9 +89,6 @@ _REMOVE_ATTEMPTS = 3
 _NS_IF = "eth0"
 _COMMENT_RE = re.compile(rf"{re.escape(COMMENT_PREFIX)}[0-9a-f]{{8}}-(\S+)")
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _run(argv: list[str], timeout_s: float = _CMD_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
@@ -367,7 +365,7 @@ class PacketDelay:
                 self._undo()
             self._rules = []
             raise
-        self._injected_ms = _now_ms()
+        self._injected_ms = now_ms()
         return self._describe()
 
     def remove(self) -> dict[str, Any]:
@@ -376,7 +374,7 @@ class PacketDelay:
             return self._removed
         described = self._describe()
         removed = self._undo()
-        self._removed = {**described, "removed_ms": _now_ms(), **removed}
+        self._removed = {**described, "removed_ms": now_ms(), **removed}
         return self._removed
 
     # -- netem ---------------------------------------------------------------------------

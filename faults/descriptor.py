@@ -6,14 +6,14 @@ points), its default restart policy, what ``--target`` names and what that targe
 to act, its time-out profile, the rule classes that judge its log, and how each kind of
 deployment makes it. Each fault module defines ``DESCRIPTORS`` (a tuple); :func:`descriptor`
 finds them by importing the modules of this package, so a new fault is its module and its
-name in :class:`pgval.schema.Fault`, and nothing else. A name without a descriptor, or two
+name in :class:`pgval.core.schema.Fault`, and nothing else. A name without a descriptor, or two
 descriptors for one name, is refused when the registry loads.
 
 A deployment names the mechanisms it has (``Deployment.mechanisms``: a worker's processes,
 its network namespace, Spark's executor kill, containers, the user's nemesis ...); the
 descriptor's ``makers`` list, in order of preference, which mechanism makes the fault and
-how. :mod:`pgval.schema`'s ``Fault`` properties (``is_network``, ``restarts`` ...) read the
-descriptors through :func:`pgval.schema.describe_faults`, which this module sets up.
+how. :mod:`pgval.core.schema`'s ``Fault`` properties (``is_network``, ``restarts`` ...) read the
+descriptors through :func:`pgval.core.schema.describe_faults`, which this module sets up.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from pgval.schema import CrashPoint, Deploy, Fault, Restart
+from pgval.core.schema import CrashPoint, Deploy, Fault, Restart
 
 if TYPE_CHECKING:
     from pgval.faults import FaultHooks

@@ -8,7 +8,7 @@ manager starts a new executor because the application's target is not lowered (s
 docs/faults.md, "Executor kill on any cluster manager").
 
 The fault needs only the driver's control channel (``request``) and its executor events
-(``executor_events``), e.g. :class:`pgval.spark.driver.DriverControl`; never the whole
+(``executor_events``), e.g. :class:`pgval.deploy.driver_process.DriverControl`; never the whole
 experiment. At T2 it asks for the kill and waits (bounded) until the executor has left
 the driver's list; at T3 it waits (bounded) for a replacement: an executor id that was
 not registered before the kill. Its evidence (:meth:`ExecutorKill.reasons`) is the driver's
@@ -28,12 +28,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from pgval.checker.result import Reason
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.schema import Fault
 from pgval.faults.log import Entries, finding, first
-from pgval.schema import Fault
 
 #: What a kill is, as recorded in the driver's answer and the fault log (the driver's end,
-#: pgval.topologies.control, names it from here).
+#: pgval.topologies.control_channel, names it from here).
 MECHANISM = "executor kill via SparkContext.killAndReplaceExecutor"
 
 

@@ -71,7 +71,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from pgval.files import write_private_json
+from pgval.core.files import write_private_json
 
 SUMMARY_TAG = "pgval-holder-summary"
 #: ``--netns`` value for the namespace the holder itself runs in.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
 from pgval.host.jars import default_cache_dir
 from pgval.host.javac import build_jar, jar_path
 

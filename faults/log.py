@@ -2,7 +2,7 @@
 
 :class:`pgval.run.schedule.FaultSchedule` writes one entry per step (``inject``, ``remove``,
 ``holder-died``; the experiment adds ``timeouts``), each with the fault's own detail. Every
-mechanism's ``reasons(entries)`` (see :mod:`pgval.faults.evidence`) reads a log through
+mechanism's ``reasons(entries)`` (see :mod:`pgval.faults.took_effect`) reads a log through
 these few helpers, so a live run and a re-check of its stored log judge the same entries.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pgval.checker.result import Reason
-from pgval.errors import UserMistake
+from pgval.core.errors import UserMistake
 from pgval.faults.descriptor import descriptor, descriptors
 
 #: A fault log: its entries in the order they were written.
@@ -25,7 +25,7 @@ def first(entries: Entries, step: str) -> Mapping[str, Any]:
 
 
 def finding(text: str) -> Reason:
-    """What a mechanism's rule found wrong; :func:`pgval.faults.evidence.fault_reasons`
+    """What a mechanism's rule found wrong; :func:`pgval.faults.took_effect.fault_reasons`
     puts the fault's name in front (``crash: no worker process was killed``)."""
     return Reason("fault", text)
 

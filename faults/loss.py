@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.schema import Deploy, Fault
 from pgval.faults.delay import PacketDelay, _iptables, _run
 from pgval.faults.descriptor import WORKER_NETNS, FaultDescriptor
 from pgval.faults.log import Entries, finding, first
-from pgval.schema import Deploy, Fault
 
 #: The ``mechanism`` of a packet loss.
 NFQUEUE_LOSS = "nfqueue-loss"

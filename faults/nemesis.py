@@ -7,7 +7,7 @@ way out). Each is split like a shell would (:func:`shlex.split`) but never run b
 never become two arguments or a shell command. Both are logged in the fault log with their
 exit code and the tail of their output, like pgval's own faults, but with only the program
 kept: every argument, and anything of them the output echoes, is ``<redacted>`` (a command
-line may carry a token anywhere; :mod:`pgval.redact`). Errors name the program only.
+line may carry a token anywhere; :mod:`pgval.core.redact`). Errors name the program only.
 
 pgval cannot see a link it does not own, so it has no probe here: a nemesis delay is judged
 by the probe rule of pgval's own delay (:func:`pgval.faults.log.probe_reasons`), which
@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import EnvironmentFailure
-from pgval.faults.broker import NEMESIS_BROKER
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.redact import redact_argv, scrub
+from pgval.core.schema import Fault
+from pgval.faults.broker_crash import NEMESIS_BROKER
 from pgval.faults.log import Entries, first, probe_reasons, timeout_reasons
 from pgval.host import undo
-from pgval.redact import redact_argv, scrub
-from pgval.schema import Fault
 
 TIMEOUT_S = 120.0
 #: The fault log's ``mechanism`` of a nemesis delay.
@@ -131,7 +131,7 @@ class NemesisBrokers:
     ``{broker}`` at T2, the remove command starts it again at T3 (and, as an undo record,
     if pgval dies meanwhile). pgval cannot see the process, so the evidence is the
     cluster's own: the broker leaves the metadata's broker list (fenced) and the partitions
-    it led get other leaders (:class:`pgval.faults.broker.BrokerCrash`)."""
+    it led get other leaders (:class:`pgval.faults.broker_crash.BrokerCrash`)."""
 
     def __init__(self, inject_cmd: str, remove_cmd: str, client_config: dict[str, str],
                  timeout_s: float = 90.0) -> None:

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import EnvironmentFailure
+from pgval.core.clock import now_ms
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.schema import Deploy, Fault
 from pgval.faults.container import ContainerDelay
 from pgval.faults.delay import MECHANISMS, PacketDelay
 from pgval.faults.descriptor import CONTAINERS, NEMESIS, WORKER_NETNS, FaultDescriptor, Maker
@@ -37,7 +39,6 @@ from pgval.faults.log import (
 )
 from pgval.faults.nemesis import NemesisDelay
 from pgval.faults.timeouts import TimeoutProfile, delay_below, short_timeouts
-from pgval.schema import Deploy, Fault
 
 #: Log lines that show a time-out fired, by who noticed.
 TIMEOUT_PATTERNS = {
@@ -94,7 +95,7 @@ class WorkerDelay:
         # waits one delayed round trip (67.5 s for the default delay above the time-outs):
         # judging T2 at the probe's end put that much of the fault into control.
         in_place = detail.get("injected_ms")
-        effective = in_place if isinstance(in_place, int) else time.time_ns() // 1_000_000
+        effective = in_place if isinstance(in_place, int) else now_ms()
         after = probe_connect_ms(path.host, path.probe_port,
                                  timeout_s=max(5.0, 4 * self.profile.delay_ms / 1000))
         return {"target": path.name, **detail, **self.profile.describe(),

@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.schema import Deploy, Fault, Partition
 from pgval.faults.delay import HOST, PacketDelay, _in, _run
 from pgval.faults.descriptor import WORKER_NETNS, FaultDescriptor
 from pgval.faults.log import Entries, finding, first
-from pgval.schema import Deploy, Fault, Partition
 
 #: The ``mechanism`` of a partition.
 NFQUEUE_DROP = "nfqueue-drop"

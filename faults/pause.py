@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
+from pgval.core.clock import now_ms
+from pgval.core.schema import PAUSE_DRIVER, Deploy, Fault
 from pgval.faults.descriptor import WORKER_PROCESSES, FaultDescriptor
 from pgval.faults.log import Entries, finding, first, timeout_reasons
 from pgval.faults.timeouts import SPARK_EXECUTOR_TIMEOUT_S, pause_below, short_timeouts
-from pgval.schema import PAUSE_DRIVER, Deploy, Fault
 
 #: The ``mechanism`` of a pause.
 SIGSTOP = "SIGSTOP, SIGCONT at removal"
@@ -87,7 +88,7 @@ class ProcessPause:
                                  "target": self.target, "pids": pids}
         if not pids:
             entry["error"] = f"{self.target} had no process to pause at T2"
-            entry["effective_ms"] = _now_ms()
+            entry["effective_ms"] = now_ms()
             return entry
         for pid in pids:
             try:
@@ -101,7 +102,7 @@ class ProcessPause:
                 process_state(p) not in ("T", "t", None) for p in self.paused):
             time.sleep(self.poll_s)
         states = {str(p): process_state(p) for p in pids}
-        entry.update(effective_ms=_now_ms(), states=states,
+        entry.update(effective_ms=now_ms(), states=states,
                      stopped=[p for p in pids if states[str(p)] in ("T", "t")])
         return entry
 
@@ -117,7 +118,7 @@ class ProcessPause:
                 resumed.append(pid)
             except ProcessLookupError:
                 gone.append(pid)
-        cont_ms = _now_ms()
+        cont_ms = now_ms()
         time.sleep(0.2)
         states = {str(p): process_state(p) for p in self.paused}
         self.paused = []
@@ -157,9 +158,6 @@ class ProcessPause:
                                  f"{remove['still_stopped']}"))
         return found + timeout_reasons(entries, what="pause")
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 #: Where the pauses can run (the config's check and the deployments say it alike).

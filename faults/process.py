@@ -5,7 +5,7 @@ and the executor JVMs it forked — and starts the worker again at T3 with the
 same namespace and address. ``driver-crash`` kills the driver at T2 and
 restarts the same query from its checkpoint at T3 (paper 002's driver failure,
 which PGVal did not measure). Each gets only its target: a worker handle, the driver.
-Each also judges its own log (``reasons``, see :mod:`pgval.faults.evidence`).
+Each also judges its own log (``reasons``, see :mod:`pgval.faults.took_effect`).
 
 When (T2 or T3 from the experiment's schedule) is not when the fault acts: every step logs
 ``effective_ms``, the moment it took effect or ended — a kill once no process of the group
@@ -23,6 +23,9 @@ from typing import Any, ClassVar, Protocol
 from urllib.parse import urlparse
 
 from pgval.checker.result import Reason
+from pgval.core.clock import now_ms
+from pgval.core.files import write_private
+from pgval.core.schema import CrashPoint, Fault, Restart, sink_kind
 from pgval.faults.container import ContainerKill
 from pgval.faults.descriptor import (
     CONTAINERS,
@@ -35,8 +38,6 @@ from pgval.faults.descriptor import (
 )
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.log import Entries, finding, first
-from pgval.files import write_private
-from pgval.schema import CrashPoint, Fault, Restart, sink_kind
 
 #: The ``mechanism`` of a timed crash (a worker's or the driver's process group killed).
 SIGKILL_GROUP = "SIGKILL process group"
@@ -62,7 +63,8 @@ class CrashableWorker(Protocol):
 
 
 class RestartableDriver(Protocol):
-    """What :class:`DriverCrash` needs of the driver (``pgval.spark.driver.DriverProcess``)."""
+    """What :class:`DriverCrash` needs of the driver
+    (``pgval.deploy.driver_process.DriverProcess``)."""
 
     def pid(self) -> int | None: ...
 
@@ -107,7 +109,7 @@ class WorkerCrash:
             point.update(in_flight(self.checkpoint))  # the driver goes on: just before the kill
         worker.kill()  # returns once no live member of the group is left (or after 5 s)
         self._killed = True
-        killed_ms = _now_ms()
+        killed_ms = now_ms()
         if "hit_ms" in point:
             point["worker_killed_ms"] = killed_ms
         return {"mechanism": SIGKILL_GROUP, "target": worker.name,
@@ -136,7 +138,7 @@ class WorkerCrash:
         claim, hit_file = (trigger.with_name(f"{trigger.name}.{k}") for k in ("claim", "hit"))
         for f in (claim, hit_file):
             f.unlink(missing_ok=True)
-        armed_ms = int(time.time() * 1000)
+        armed_ms = now_ms()
         hit: dict[str, Any] | None = None
         try:
             write_private(trigger, f"{armed_ms}\n")
@@ -190,7 +192,7 @@ class WorkerCrash:
         t0 = time.monotonic()
         self.worker.restart()  # returns once the master lists the new worker
         return {"target": self.worker.name, "restarted_pid": self.worker.pid,
-                "reregistered_s": round(time.monotonic() - t0, 3), "effective_ms": _now_ms()}
+                "reregistered_s": round(time.monotonic() - t0, 3), "effective_ms": now_ms()}
 
 
 class DriverCrash:
@@ -230,7 +232,7 @@ class DriverCrash:
         self.driver.kill()  # returns once the driver's process group is gone
         self._killed = True
         entry = {"mechanism": SIGKILL_GROUP, "target": "driver", "driver_pid": pid,
-                 "crash_point": CrashPoint.TIMED, "effective_ms": _now_ms()}
+                 "crash_point": CrashPoint.TIMED, "effective_ms": now_ms()}
         # The checkpoint's only writer is dead, so the read is exact (the deployment passes
         # the checkpoint only when its driver's JVM dies with the kill).
         if self.checkpoint is not None:
@@ -250,7 +252,7 @@ class DriverCrash:
         for f in files.values():
             f.unlink(missing_ok=True)
         count = self.output_count or (lambda: -1)
-        armed_ms = int(time.time() * 1000)
+        armed_ms = now_ms()
         baseline: dict[int, int] = {}
         answered: set[tuple[str, int]] = set()
         passed: list[dict[str, Any]] = []  # committed batches: nothing of theirs in Kafka
@@ -292,7 +294,7 @@ class DriverCrash:
         finally:
             trigger.unlink(missing_ok=True)  # the restarted driver must not stop again
             self.driver.kill()  # the halted JVM's Python parent, or a driver never hit
-            killed_ms = _now_ms()
+            killed_ms = now_ms()
             hit = _read_json(files["hit"])
             for f in files.values():
                 f.unlink(missing_ok=True)
@@ -358,7 +360,7 @@ class SinkWriteCrash:
 
     def inject(self) -> dict[str, Any]:
         pid = self.driver.pid()
-        armed_ms = _now_ms()
+        armed_ms = now_ms()
         ended = [p for p in self._writes() if p["event"] == "sink_write" and p.get("rows")]
         took = sorted(float(p.get("ms") or 0) for p in ended[-10:])
         wait_s = (took[len(took) // 2] / 2000) if took else 0.02
@@ -373,7 +375,7 @@ class SinkWriteCrash:
             time.sleep(wait_s)
         self.driver.kill()
         self._killed = True
-        killed_ms = _now_ms()
+        killed_ms = now_ms()
         entry: dict[str, Any] = {
             "mechanism": SIGKILL_SINK_WRITER, "target": "driver (the sink's writer)",
             "driver_pid": pid, "crash_point": CrashPoint.DURING_SINK_WRITE,
@@ -416,7 +418,7 @@ def restart_driver(driver: RestartableDriver, restore: bool) -> dict[str, Any]:
         return {"target": "driver", "restarted": False}
     start_s = driver.start()
     return {"target": "driver", "restarted_pid": driver.pid(),
-            "query_restarted_s": round(start_s, 3), "effective_ms": _now_ms()}
+            "query_restarted_s": round(start_s, 3), "effective_ms": now_ms()}
 
 
 def _query_checkpoint(checkpoint: Path) -> Path | None:
@@ -460,9 +462,6 @@ def _record_of(hit: dict[str, Any]) -> str:
     """``topic-partition@offset`` of the record the halted executor had written."""
     return f"{hit.get('topic')}-{hit.get('partition')}@{hit.get('offset')}"
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

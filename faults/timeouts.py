@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pgval.core.schema import Fault
 from pgval.faults.descriptor import descriptor
-from pgval.schema import Fault
 
 DEFAULT_LT_DELAY_MS = 500
 #: Spark's default for declaring a silent executor lost (``spark.network.timeout``, which

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pgval.records import InputEvents, ResourceTable
-from pgval.schema import Topology
+from pgval.core.schema import Topology
+from pgval.records.parse import InputEvents, ResourceTable
 
 
 @dataclass

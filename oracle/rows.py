@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pgval.errors import UserMistake
+from pgval.core.errors import UserMistake
+from pgval.core.schema import Topology
 from pgval.oracle.expected import ExpectedOutputs, deduplicate_inputs
-from pgval.records import InputEvents, ResourceTable
-from pgval.schema import Topology
+from pgval.records.parse import InputEvents, ResourceTable
 
 #: The ``topology`` of expected outputs made from a job's rows.
 JOB: str = Topology.JOB.value
@@ -118,7 +118,7 @@ def expected_from_rows(keys: Sequence[str] | pa.Array, ids: np.ndarray, offsets:
 
 def set_aside_rows(rows: pa.Table, control_ids: Sequence[int] | None) -> pa.Table:
     """The batch oracle's rows without pgval's own IDs (an inclusive range), by the rule
-    the outputs are cleaned with (:func:`pgval.evidence.set_aside_control`): those IDs
+    the outputs are cleaned with (:func:`pgval.evidence.bundle.set_aside_control`): those IDs
     leave every row, and a row left without an ID — it held only pgval's events — goes.
     The batch ran over every record, pgval's priming and closing events too, exactly as
     the stream did, so whatever those events do to a job's rows they do on both sides."""

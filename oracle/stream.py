@@ -13,9 +13,9 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from pgval.errors import UserMistake
+from pgval.core.errors import UserMistake
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs, window_index
-from pgval.records import InputEvents, ResourceTable
+from pgval.records.parse import InputEvents, ResourceTable
 
 
 class OracleHorizonError(UserMistake, ValueError):

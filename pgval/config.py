@@ -1,6 +1,6 @@
 """A run's spec resolved once, at the command line's edge: :func:`resolve` reads the schedule
 file, draws a random schedule, decides the restart policy and checks every cross-field rule,
-and returns the frozen :class:`pgval.spec.RunSpec` that everything after it reads.
+and returns the frozen :class:`pgval.core.spec.RunSpec` that everything after it reads.
 
 The rules are here, above the faults (each fault's own rules are its descriptor's,
 :mod:`pgval.faults.descriptor`); the spec itself is foundation, so what only reads a run's
@@ -14,10 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import UserMistake
-from pgval.faults.composite import draw_random, load_schedule, parse_plus, schedule_problem
-from pgval.faults.descriptor import BROKER, descriptor, descriptors
-from pgval.schema import (
+from pgval.core.errors import UserMistake
+from pgval.core.schema import (
     BROKER_TARGETS,
     BUILTIN_SINKS,
     CrashPoint,
@@ -29,7 +27,9 @@ from pgval.schema import (
     Topology,
     sink_kind,
 )
-from pgval.spec import DERIVED, RANDOM, ClusterSpec, RunSpec, ScheduledFault
+from pgval.core.spec import DERIVED, RANDOM, ClusterSpec, RunSpec, ScheduledFault
+from pgval.faults.composite import draw_random, load_schedule, parse_plus, schedule_problem
+from pgval.faults.descriptor import BROKER, descriptor, descriptors
 
 #: With ``--job``: the longest window a job may have (pgval's closing events run an hour
 #: ahead, and the drain waits for a watermark past every window of ``--window-ms``).

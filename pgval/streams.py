@@ -15,17 +15,17 @@ a job that copies event time into its outputs' timestamps makes latency meaningl
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgval.core.clock import now_ms
+from pgval.core.errors import EnvironmentFailure, UserMistake
+from pgval.core.files import write_public
+from pgval.core.schema import Topics
 from pgval.datasets.generator import GeneratorConfig, GeneratorReport, run_producers
-from pgval.datasets.sinks import FileSink, KafkaSink
-from pgval.errors import EnvironmentFailure, UserMistake
-from pgval.files import write_public
-from pgval.schema import Topics
+from pgval.datasets.writers import FileSink, KafkaSink
 
 #: What :func:`record` writes into its folder.
 INPUTS_FILE, OUTPUTS_FILE, RECORD_FILE = "inputs.jsonl", "outputs.jsonl", "record.json"
@@ -89,7 +89,7 @@ def generate(cfg: GeneratorConfig, target: Target, close_after_ms: int = 600_000
     report = run_producers(cfg, sink, on_progress=_delivered(on_progress))
     if not close_after_ms:
         return Generated(report)
-    event_ts = int(time.time() * 1000) + close_after_ms
+    event_ts = now_ms() + close_after_ms
     n = write_closing_events(conf, target.topics, target.partitions, cfg.resources, event_ts)
     return Generated(report, n, event_ts)
 
@@ -125,8 +125,8 @@ def write_closing_events(config: Mapping[str, object], topics: Topics, partition
     IDs aside; they are no input of the experiment. Returns how many were written."""
     from confluent_kafka import Producer
 
+    from pgval.core.schema import resource_name
     from pgval.kafka.client import quiet_conf
-    from pgval.schema import resource_name
 
     producer = Producer({**quiet_conf(str(config["bootstrap.servers"]), config),
                          "acks": "all", "enable.idempotence": True, "linger.ms": 5})
@@ -171,7 +171,7 @@ def timestamp_types(bootstrap: str, topics: Sequence[str],
 
 def topics_problem(inputs: Sequence[str], outputs: str) -> str | None:
     """Why these topics cannot be recorded together (None: they can)."""
-    from pgval.evidence import INPUT_TOPICS
+    from pgval.evidence.bundle import INPUT_TOPICS
 
     if not inputs or not outputs:
         return "name the input topics and the output topic"
@@ -193,8 +193,8 @@ def record(bootstrap: str, inputs: Sequence[str], outputs: str, out_dir: Path,
     ``outputs.jsonl`` for ``pgval check``, with :func:`generate`'s closing events
     (:data:`CLOSING_IDS`) set aside; and ``record.json``: per topic its end offsets, records
     and timestamp type. :class:`UserMistake` for topics that cannot be recorded together."""
-    from pgval.evidence import INPUT_TOPICS, streams_from_records
-    from pgval.export import write_inputs, write_outputs
+    from pgval.evidence.bundle import INPUT_TOPICS, streams_from_records
+    from pgval.evidence.export import write_inputs, write_outputs
     from pgval.kafka.reader import read_topics
 
     names = [*inputs, outputs]

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from pgval.core.spec import RunSpec
 from pgval.deploy.warm import WarmDeployments
 from pgval.host.leftovers import HostSnapshot, leftovers, processes_mentioning
-from pgval.spec import RunSpec
 
 __all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "shared_cluster",
            "wait_until"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from pgval.records import InputEvents, OutputRecords, ResourceTable
+from pgval.records.parse import InputEvents, OutputRecords, ResourceTable
 
 RESOURCES = ["r0", "r1", "r2"]
 

@@ -16,13 +16,13 @@ import pyarrow as pa
 
 from pgval.checker.anomalies import counts
 from pgval.checker.evaluate import evaluate
-from pgval.evidence import Manifest, load_streams, save_anomalies, save_topic, seal
-from pgval.export import export
+from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
+from pgval.evidence.bundle import Manifest, load_streams, save_anomalies, save_topic, seal
+from pgval.evidence.export import export
+from pgval.evidence.recheck import compare_anomalies, recheck
 from pgval.kafka.topic_records import TopicRecords
-from pgval.phases import Phases
-from pgval.recheck import compare_anomalies, recheck
-from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
-from pgval.store import ResultsStore
+from pgval.records.phases import Phases
+from pgval.store.results import ResultsStore
 
 W = 100
 PHASES = [1_000, 2_000, 3_000]
@@ -169,7 +169,7 @@ def test_a_version_5_database_gains_the_anomaly_columns_and_still_plots(tmp_path
     import sqlite3
 
     from pgval.report.plots import plot_run
-    from pgval.store import SCHEMA_VERSION
+    from pgval.store.results import SCHEMA_VERSION
 
     _, db, run_id, _ = stored_run(tmp_path)
     conn = sqlite3.connect(db)

@@ -11,8 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pgval.config import resolve
-from pgval.errors import PgvalError
-from pgval.faults.broker import (
+from pgval.core.errors import PgvalError
+from pgval.core.schema import transactional_id
+from pgval.core.spec import ClusterSpec, RunSpec
+from pgval.faults.broker_crash import (
     BROKER_CRASH_NEMESIS,
     BROKER_CRASH_WHERE,
     TRANSACTION_STATE,
@@ -23,10 +25,8 @@ from pgval.faults.broker import (
     led_by,
     out_of_isr,
 )
-from pgval.faults.evidence import fault_reasons
+from pgval.faults.took_effect import fault_reasons
 from pgval.kafka.admin import min_insync, replication_for
-from pgval.schema import transactional_id
-from pgval.spec import ClusterSpec, RunSpec
 
 
 def java_hash_reference(text: str) -> int:
@@ -178,7 +178,7 @@ def test_a_word_target_is_broker_crash_only_and_numbers_stay_numbers() -> None:
 def test_a_grid_checks_a_target_word_per_cell() -> None:
     """`pgval matrix --faults broker-crash --target coordinator`: the base config (no fault
     yet) takes the word; each cell is checked with its fault."""
-    from pgval.matrix import cells, plan
+    from pgval.campaigns.matrix import cells, plan
 
     base = resolve({"target": "coordinator", "topology": "sst"}, fault_axis=True)
     left_out: list[str] = []

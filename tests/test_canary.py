@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pgval.experiment import LATE_ID_BASE, Experiment, ExperimentResult
-from pgval.phases import CONTROL, FAILURE, RECOVERY
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.core.spec import ClusterSpec, RunSpec
+from pgval.records.phases import CONTROL, FAILURE, RECOVERY
+from pgval.run.experiment import LATE_ID_BASE, Experiment, ExperimentResult
 
 pytestmark = pytest.mark.cluster
 

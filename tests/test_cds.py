@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pgval.cluster.local import LocalCluster
+from pgval.core.spec import ClusterSpec
 from pgval.host import cds
-from pgval.spec import ClusterSpec
 
 SLEEPER = "public class Sleep { public static void main(String[] a) throws Exception {" \
           " System.out.println(\"up\"); Thread.sleep(120000); } }\n"

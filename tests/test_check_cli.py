@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from pgval.cli import main
-from pgval.phases import MAX_MS
-from pgval.store import ResultsStore
+from pgval.records.phases import MAX_MS
+from pgval.store.results import ResultsStore
 
 W = 1000
 
@@ -375,7 +375,7 @@ def test_bad_db_path_is_one_line_not_a_traceback(tmp_path: Path, case: str) -> N
         assert result.exit_code == 0 and f"stored as run 1 in {db}" in result.stdout
         return
     assert result.exit_code == 2
-    # Refused when the store is opened, before the work (pgval/dbfile.py), in one line.
+    # Refused when the store is opened, before the work (pgval/store/dbfile.py), in one line.
     assert result.stderr.startswith("error: ") and str(db) in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.splitlines()) == 1

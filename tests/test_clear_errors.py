@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
 from pgval.spark import daemons as spark_mod
 
 
@@ -38,9 +38,9 @@ def test_a_busy_master_port_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_delay_without_root_fails_before_deploying(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Not at T2 after deploy and a whole control phase: before anything starts."""
-    from pgval import experiment
-    from pgval.experiment import Experiment
-    from pgval.spec import RunSpec
+    from pgval.core.spec import RunSpec
+    from pgval.run import experiment
+    from pgval.run.experiment import Experiment
 
     monkeypatch.setattr(experiment.os, "geteuid", lambda: 1000)
     exp = Experiment(RunSpec(topology="sst", fault="delay-lt-timeout"),

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from pgval.cli import docs as cli_docs
 from pgval.cli import main
 from pgval.cli.options import EXCLUDED, NOT_OPTIONS, build_config, option_fields
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.core.spec import ClusterSpec, RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_COMMANDS = ("validate", "matrix", "oir")

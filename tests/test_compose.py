@@ -19,9 +19,9 @@ import jsonschema
 import pytest
 from docker.errors import NotFound
 
+from pgval.core.errors import PgvalError
 from pgval.deploy.compose import pumba
 from pgval.deploy.compose import stack as docker_stack
-from pgval.errors import PgvalError
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
@@ -414,7 +414,7 @@ def test_find_containers_orders_by_index(fake: tuple[Path, FakeContainer, FakeCl
 
 def test_compose_driver_runs_inside_the_runner_with_mapped_paths(tmp_path: Path) -> None:
     from pgval.deploy.compose.deployment import ComposeDeployment
-    from pgval.spark.driver import DriverSpec
+    from pgval.deploy.driver_process import DriverSpec
 
     runs = tmp_path / "runs"
     run_dir = runs / "r1"
@@ -444,7 +444,7 @@ def test_compose_driver_gets_the_spark_conf_by_name(tmp_path: Path) -> None:
     client's value of NAME (the driver spec's environment) into the runner, so the value
     itself is on no command line."""
     from pgval.deploy.compose.deployment import ComposeDeployment
-    from pgval.spark.driver import DriverSpec
+    from pgval.deploy.driver_process import DriverSpec
 
     runs = tmp_path / "runs"
     dep = ComposeDeployment(runs / "r1", runs_root=runs)
@@ -470,11 +470,11 @@ def test_compose_master_has_no_rest_server(compose: dict[str, Any]) -> None:
 
 
 def test_compose_faults_go_through_pumba(tmp_path: Path) -> None:
+    from pgval.core.spec import RunSpec
     from pgval.deploy.base import FaultContext
     from pgval.deploy.compose.deployment import ComposeDeployment
     from pgval.faults import profile_for
     from pgval.faults.process import DriverCrash
-    from pgval.spec import RunSpec
 
     dep = ComposeDeployment(tmp_path / "runs" / "r1", runs_root=tmp_path / "runs")
     ctx = FaultContext(tmp_path / "runs" / "r1", 90, driver=object(),  # type: ignore[arg-type]
@@ -545,7 +545,7 @@ def test_a_compose_crash_is_stored_valid_only_when_docker_saw_it_stop(
     """End to end: pumba's kill logged through the run's schedule and stored as JSON is
     judged by the container fault's rule in pgval.faults (what a re-check runs, without
     Docker): valid when Docker said the container exited; unknown when it did not."""
-    from pgval.faults.evidence import fault_reasons
+    from pgval.faults.took_effect import fault_reasons
     from pgval.run.schedule import FaultSchedule
 
     exe, container, client = fake
@@ -565,7 +565,7 @@ def test_a_compose_delay_is_judged_by_the_netem_qdisc_docker_showed(
         fake: tuple[Path, FakeContainer, FakeClient], tmp_path: Path) -> None:
     """The probe of the embedded delay does not exist here: the netem qdisc seen in the
     container is the evidence (a stored entry without one is unknown)."""
-    from pgval.faults.evidence import fault_reasons
+    from pgval.faults.took_effect import fault_reasons
     from pgval.run.schedule import FaultSchedule
 
     exe, container, client = fake

@@ -22,7 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgval.config import resolve
-from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.core.clock import now_ms
+from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.schema import Fault
+from pgval.core.spec import ClusterSpec, RunSpec, ScheduledFault
 from pgval.faults.composite import (
     CompositeFault,
     draw_random,
@@ -30,11 +33,9 @@ from pgval.faults.composite import (
     schedule_label,
     schedule_problem,
 )
-from pgval.faults.evidence import fault_reasons
 from pgval.faults.timeouts import profile_for
-from pgval.run.schedule import FaultSchedule, now_ms
-from pgval.schema import Fault
-from pgval.spec import ClusterSpec, RunSpec, ScheduledFault
+from pgval.faults.took_effect import fault_reasons
+from pgval.run.schedule import FaultSchedule
 
 
 def test_a_plus_b_is_a_schedule_at_t2_until_t3() -> None:

@@ -1,4 +1,4 @@
-"""Typed configuration and the one run shape: names parsed once into pgval.schema's enums,
+"""Typed configuration and the one run shape: names parsed once into pgval.core.schema's enums,
 the crash-point rules read from one table, and one RunShape behind the matrix key, the OIR
 shape and the report's grouping — whose stored formats must not change."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pgval.campaigns.matrix import cells, matrix_key, plan, rates_at
+from pgval.campaigns.oir import OirNotStored, oir_for, trial_config
 from pgval.cli import main
 from pgval.config import check, resolve
-from pgval.errors import PgvalError
-from pgval.matrix import cells, matrix_key, plan, rates_at
-from pgval.oir import OirNotStored, oir_for, trial_config
-from pgval.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Restart, Topology
-from pgval.shape import REPORTED, RunShape
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.core.errors import PgvalError
+from pgval.core.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Restart, Topology
+from pgval.core.shape import REPORTED, RunShape
+from pgval.core.spec import ClusterSpec, RunSpec
 
 
 def test_names_are_parsed_once_into_members() -> None:
@@ -281,7 +281,7 @@ def test_oir_has_no_restart_options() -> None:
 def test_an_output_row_too_big_for_a_kafka_record_is_warned_before_the_run() -> None:
     """The estimate is what run 140 of the example database measured: at 200,000 ev/s, 10 s
     windows and 16 resources a row was 1,138,584 bytes (125,000 IDs)."""
-    from pgval.schema import MAX_RECORD_BYTES
+    from pgval.core.schema import MAX_RECORD_BYTES
 
     ids, size = RunSpec(rate=200_000, window_ms=10_000, resources=16,
                                  topology="sst").output_row_estimate()

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from pgval.driver_spec import DriverDocument
-from pgval.errors import PgvalError
+from pgval.core.driver_spec import DriverDocument
+from pgval.core.errors import PgvalError
+from pgval.deploy.driver_process import DriverControl, DriverSpec, _ProgressTail
 from pgval.faults.executor import MECHANISM, ExecutorKill
-from pgval.spark.driver import DriverControl, DriverSpec, _ProgressTail
-from pgval.topologies.control import ControlLoop, choose_executor
+from pgval.topologies.control_channel import ControlLoop, choose_executor
 from pgval.topologies.driver import ProgressLog
 
 

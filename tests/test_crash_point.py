@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pgval.config import resolve
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
 from pgval.faults.process import DriverCrash
 
 

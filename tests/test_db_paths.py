@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from pgval.cli import main
-from pgval.store import ResultsStore
+from pgval.store.results import ResultsStore
 from tests.test_report import W, synthetic_streams
 
 NOT_SQLITE = "results, as a spreadsheet someone saved with the wrong name\n" * 30

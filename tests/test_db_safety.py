@@ -26,9 +26,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from pgval.cli import main
-from pgval.evidence import Manifest
-from pgval.recheck import recheck
-from pgval.store import SCHEMA_VERSION, ResultsStore
+from pgval.evidence.bundle import Manifest
+from pgval.evidence.recheck import recheck
+from pgval.store.results import SCHEMA_VERSION, ResultsStore
 from tests.test_evidence import build_run
 from tests.test_fuzz_cli import assert_plain_failure, run_cli
 
@@ -90,7 +90,7 @@ def one_event_run(run_dir: Path, db: Path) -> tuple[ResultsStore, int]:
 
 
 def _seal(run_dir: Path, run_id: int) -> dict[str, str] | None:
-    from pgval import evidence
+    from pgval.evidence import bundle as evidence
 
     seal = getattr(evidence, "seal", None)  # evidence hashes
     return seal(run_dir, run_id) if seal is not None else None
@@ -228,7 +228,7 @@ def test_a_run_whose_storing_fails_is_one_sentence_and_imports_whole(
     """The disk holding the database fills before ``finish_run``: the error names the run
     directory and the command that imports it; after space is freed that command stores
     the run complete, with its evidence hashes and fault log, and a re-check verifies."""
-    from pgval.store import unstored_error
+    from pgval.store.results import unstored_error
 
     disk = mount("small", size="2m")
     db = disk.path / "r.db"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
 from pgval.faults import delay
 from pgval.faults.holder import Schedule
 from pgval.host import netns

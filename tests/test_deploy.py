@@ -10,14 +10,14 @@ import pytest
 
 from pgval.checker.explain import topic_code
 from pgval.config import resolve
+from pgval.core.errors import PgvalError
+from pgval.core.schema import Topics
+from pgval.core.spec import RunSpec
 from pgval.deploy import make_deployment
 from pgval.deploy.external import ExternalDeployment
 from pgval.deploy.warm import daemon_key
-from pgval.errors import PgvalError
 from pgval.faults.nemesis import NemesisDelay, nemesis_argv
 from pgval.kafka.admin import aligned_assignment
-from pgval.schema import Topics
-from pgval.spec import RunSpec
 
 
 def test_external_needs_bootstrap_and_master() -> None:
@@ -66,7 +66,7 @@ def test_nemesis_runs_the_users_commands_and_logs_them(tmp_path: Path) -> None:
                          f"{cmd} {log} off {{worker}}", worker=1, delay_ms=500)
     assert fault.remove() == {}  # nothing injected: nothing to undo
     injected = fault.inject()
-    # Logged with the program only: a command line may carry a token (pgval.redact).
+    # Logged with the program only: a command line may carry a token (pgval.core.redact).
     assert injected["exit_code"] == 0 and injected["argv"] == [py, *["<redacted>"] * 6]
     removed = fault.remove()
     assert removed["exit_code"] == 0
@@ -111,7 +111,7 @@ def test_external_deployment_never_puts_secrets_in_its_description() -> None:
 
 
 def test_driver_gets_user_settings_in_its_environment_not_its_argv(tmp_path: Path) -> None:
-    from pgval.spark.driver import DriverSpec
+    from pgval.deploy.driver_process import DriverSpec
 
     spec = DriverSpec(topology="sst", pg="a1", bootstrap="h:1", master="local[1]",
                       checkpoint=tmp_path / "c", progress_file=tmp_path / "p", window_ms=1000,
@@ -128,8 +128,8 @@ def test_driver_gets_user_settings_in_its_environment_not_its_argv(tmp_path: Pat
 
 def test_the_driver_reads_the_user_settings_back(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
-    from pgval.errors import UserMistake
-    from pgval.spark.driver import DriverSpec
+    from pgval.core.errors import UserMistake
+    from pgval.deploy.driver_process import DriverSpec
     from pgval.topologies import driver
 
     secret = tmp_path / "secret"
@@ -178,10 +178,10 @@ def test_make_deployment_picks_by_config(tmp_path: Path) -> None:
 
 def test_every_deployment_makes_every_fault(tmp_path: Path) -> None:
     """One table per deployment says how it injects each fault: none may miss one."""
+    from pgval.core.schema import Fault
+    from pgval.core.spec import ClusterSpec
     from pgval.deploy.compose.deployment import ComposeDeployment
     from pgval.deploy.embedded import AttachedDeployment, EmbeddedDeployment
-    from pgval.schema import Fault
-    from pgval.spec import ClusterSpec
 
     deployments = [EmbeddedDeployment(tmp_path, ClusterSpec()), AttachedDeployment(tmp_path),
                    ExternalDeployment("h:1", "local[1]", 3),

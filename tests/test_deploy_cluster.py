@@ -24,11 +24,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pgval.evidence import Manifest
+from pgval.deploy.driver_process import progress_lines
+from pgval.evidence.bundle import Manifest
 from pgval.kafka.admin import is_reachable
 from pgval.kafka.client import read_client_properties
-from pgval.spark.driver import progress_lines
-from pgval.store import ResultsStore
+from pgval.store.results import ResultsStore
 from tests.test_redact import MARK, assert_private_run, files_holding
 
 pytestmark = pytest.mark.cluster
@@ -147,7 +147,7 @@ def test_a_broker_crash_through_a_users_nemesis(running_cluster: dict[str, Any],
     commands (here `pgval cluster broker kill/start`) stop and start broker {broker};
     pgval sees only the cluster's metadata. Until T3 the start command is an undo record,
     which a reaper runs if pgval dies (run here as the reaper would)."""
-    from pgval.faults.broker import BrokerCrash
+    from pgval.faults.broker_crash import BrokerCrash
     from pgval.faults.nemesis import NemesisBrokers
     from pgval.host import undo
 

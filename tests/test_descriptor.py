@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pgval.faults import evidence, profile_for
+from pgval.core.schema import Deploy, Fault, Restart
+from pgval.faults import profile_for
+from pgval.faults import took_effect as evidence
 from pgval.faults.descriptor import DESCRIPTORS, WORKER_NETNS, descriptor, descriptors
-from pgval.schema import Deploy, Fault, Restart
 
 
 def test_every_fault_name_has_one_descriptor_in_its_own_module() -> None:
     assert list(descriptors()) == list(Fault) and len(DESCRIPTORS) == len(Fault)
     home = {Fault.CRASH: "process", Fault.DRIVER_CRASH: "process",
             Fault.DELAY_LT_TIMEOUT: "network", Fault.PAUSE_GT_TIMEOUT: "pause",
-            Fault.PARTITION: "partition", Fault.BROKER_CRASH: "broker",
+            Fault.PARTITION: "partition", Fault.BROKER_CRASH: "broker_crash",
             Fault.PACKET_LOSS: "loss", Fault.SCHEDULE: "composite"}
     for kind, module in home.items():
         assert descriptor(kind).rules[0].__module__ == f"pgval.faults.{module}", kind

@@ -1,4 +1,4 @@
-"""The driver's document (pgval.driver_spec): one mapping both ways, checked once when made,
+"""The driver's document (pgval.core.driver_spec): one mapping both ways, checked once when made,
 written as a private file that holds no secret, and the driver program's only input."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from pgval.driver_spec import DriverDocument
-from pgval.errors import EnvironmentFailure, UserMistake
-from pgval.spark.driver import SPEC_FILE, DriverProcess, DriverSpec
+from pgval.core.driver_spec import DriverDocument
+from pgval.core.errors import EnvironmentFailure, UserMistake
+from pgval.deploy.driver_process import SPEC_FILE, DriverProcess, DriverSpec
 
 SECRET = "hunter2-MARKER-d41b"
 

@@ -1,5 +1,5 @@
 """One error family: every error pgval's packages define or raise is of one of the three
-kinds of :mod:`pgval.errors`, and ``pgval`` ends each with one line and its kind's status.
+kinds of :mod:`pgval.core.errors`, and ``pgval`` ends each with one line and its kind's status.
 
 Why: an exception class outside the family, or a bare builtin raised for a user's mistake,
 reaches the user as a traceback and exit 1 (or as the wrong status: a CI script cannot tell
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import KINDS, EnvironmentFailure, EvidenceInDoubt, PgvalError, UserMistake
+from pgval.core.errors import KINDS, EnvironmentFailure, EvidenceInDoubt, PgvalError, UserMistake
 from tests.test_imports import modules, package_dirs
 
-ERRORS_MODULE = "pgval.errors"
+ERRORS_MODULE = "pgval.core.errors"
 KIND_NAMES = frozenset(k.__name__ for k in KINDS)
 
 #: Exception classes outside the family, each private to its module and caught there by
@@ -223,9 +223,9 @@ def test_each_kind_has_its_status() -> None:
 def test_a_kind_mixed_with_a_builtin_keeps_its_status() -> None:
     """The family's classes that are also a ValueError or LookupError for their callers:
     the kind decides the status (it comes first in the bases)."""
+    from pgval.campaigns.oir import OirNotStored
     from pgval.cli.errors import UserError
     from pgval.datasets.generator import GeneratorConfigError
-    from pgval.oir import OirNotStored
     from pgval.oracle.rows import RowsError
     from pgval.report import ReportError
 
@@ -271,7 +271,7 @@ def test_every_raise_names_the_family_or_an_allowed_builtin(src: Source) -> None
               and ref not in PRIVATE_CONTROL_FLOW | SIGNALS):
             bad.append(f"{where}: outside the family")
         # else: a variable (a caught error raised again, a future's exception)
-    assert not bad, ("raise only the three kinds (pgval.errors) or, for a programming "
+    assert not bad, ("raise only the three kinds (pgval.core.errors) or, for a programming "
                      "error, a builtin of ALLOWED_BUILTINS:\n  " + "\n  ".join(sorted(bad)))
 
 
@@ -285,7 +285,7 @@ def test_no_raise_names_the_family_root(src: Source) -> None:
 def test_the_check_sees_a_stray_raise(src: Source) -> None:
     """The rule itself, on a module that raises a bare RuntimeError, a foreign class and
     an error class of its own outside the family."""
-    tree = ast.parse("import click\nfrom pgval.errors import UserMistake\n"
+    tree = ast.parse("import click\nfrom pgval.core.errors import UserMistake\n"
                      "class Bad(Exception): pass\nclass Good(UserMistake): pass\n"
                      "def f():\n    raise RuntimeError('x')\n"
                      "def g():\n    raise click.UsageError('x')\n"

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from pgval.checker.evaluate import evaluate
 from pgval.cli import main
-from pgval.evidence import (
+from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
+from pgval.evidence.bundle import (
     Manifest,
     load_streams,
     load_topic,
@@ -30,13 +31,12 @@ from pgval.evidence import (
     set_aside_control,
     streams_from_records,
 )
-from pgval.export import export
+from pgval.evidence.export import export
+from pgval.evidence.recheck import recheck
 from pgval.kafka.topic_records import TopicRecords
 from pgval.oracle.expected import expected_outputs
-from pgval.phases import Phases
-from pgval.recheck import recheck
-from pgval.records import read_streams
-from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
+from pgval.records.parse import read_streams
+from pgval.records.phases import Phases
 from tests.reference import ref_validate
 from tests.strategies import input_events, produced_outputs, to_inputs
 
@@ -203,7 +203,7 @@ def test_recheck_of_a_directory_without_evidence(tmp_path: Path) -> None:
 
 def stored_one_event_run(tmp_path: Path) -> tuple[Path, Path, Any, int]:
     """A run directory with one unprocessed GET, and its row in a new results database."""
-    from pgval.store import ResultsStore
+    from pgval.store.results import ResultsStore
 
     run_dir = tmp_path / "run"
     build_run(run_dir, [{"id": 1, "type": "GET", "resource": "r0", "event_ts": 60,
@@ -268,7 +268,7 @@ def test_recheck_store_rewrites_derived_measures_only_when_counts_agree(
     """--store replaces recovery metrics and causes (a definition improved) of a run whose
     evidence verifies and whose re-check reproduces its stored verdict and counts; a run
     that does not, or whose evidence cannot be verified, is untouched."""
-    from pgval.store import ResultsStore
+    from pgval.store.results import ResultsStore
     from tests.test_evidence_seal import stored_sealed_run
 
     run_dir, db, store, run_id = stored_one_event_run(tmp_path / "unsealed")

@@ -31,11 +31,11 @@ from pgval.checker.validity import (
     reconcile_inputs,
 )
 from pgval.cli import main
-from pgval.evidence import INPUT_TOPICS, SUMS, Manifest, load_streams, load_topic, seal
-from pgval.faults.evidence import fault_reasons
-from pgval.recheck import NO_ANCHOR, legacy_reason_kind, stored_reasons
-from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
-from pgval.store import EVIDENCE_SCHEMA, SCHEMA_VERSION, ResultsStore
+from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
+from pgval.evidence.bundle import INPUT_TOPICS, SUMS, Manifest, load_streams, load_topic, seal
+from pgval.evidence.recheck import NO_ANCHOR, legacy_reason_kind, stored_reasons
+from pgval.faults.took_effect import fault_reasons
+from pgval.store.results import EVIDENCE_SCHEMA, SCHEMA_VERSION, ResultsStore
 from tests.test_evidence import W, build_run
 
 REFUSED = "differs from what was stored at the end of the run"

@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from pgval.cluster.local import LocalCluster
+from pgval.core.schema import Topics
+from pgval.core.spec import ClusterSpec
 from pgval.datasets.generator import GeneratorConfig, ProducerGroup
-from pgval.datasets.sinks import KafkaSink
-from pgval.faults.evidence import fault_reasons
+from pgval.datasets.writers import KafkaSink
+from pgval.deploy.driver_process import DriverProcess, DriverSpec
 from pgval.faults.executor import MECHANISM, ExecutorKill
+from pgval.faults.took_effect import fault_reasons
 from pgval.kafka.admin import create_topics
-from pgval.schema import Topics
 from pgval.spark.daemons import WorkerHandle, _cmdline
-from pgval.spark.driver import DriverProcess, DriverSpec
-from pgval.spec import ClusterSpec
 from tests.conftest import processes_mentioning, wait_until
 
 pytestmark = pytest.mark.cluster

@@ -16,7 +16,7 @@ import numpy as np
 
 from pgval.checker.evaluate import evaluate
 from pgval.checker.explain import batch_ranges, explain_unprocessed
-from pgval.records import ResourceTable
+from pgval.records.parse import ResourceTable
 from pgval.topologies.driver import abandoned_batch
 from tests.strategies import to_inputs, to_outputs
 

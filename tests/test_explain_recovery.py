@@ -8,8 +8,8 @@ import pytest
 from pgval.checker.evaluate import evaluate
 from pgval.checker.explain import batch_ranges, explain_unprocessed
 from pgval.checker.recovery import Recovery, recovery_metrics
-from pgval.phases import Phases
-from pgval.records import ResourceTable
+from pgval.records.parse import ResourceTable
+from pgval.records.phases import Phases
 from tests.strategies import to_inputs, to_outputs
 
 T0 = 1_700_000_000_000
@@ -90,7 +90,7 @@ def test_a_jobs_id_read_behind_the_watermark_is_late_or_lost_never_late() -> Non
                                   np.array([1, 3, 4]), np.array([0, 1, 2, 3]), events, keys)
     import pyarrow as pa
 
-    from pgval.records import job_outputs_from_rows
+    from pgval.records.parse import job_outputs_from_rows
 
     outs = job_outputs_from_rows(pa.table({"key": ['{"id":1}'], "ids": [[1]],
                                            "written_ms": [T0 + 2000]}), keys)

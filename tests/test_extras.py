@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.extras import EXTRAS, installed, require
+from pgval.core.extras import EXTRAS, installed, require
 from tests.test_evidence_seal import stored_sealed_run
 from tests.test_gate import _check_files
 

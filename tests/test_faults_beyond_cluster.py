@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from pgval.config import resolve
+from pgval.core.schema import transactional_id
+from pgval.core.spec import ClusterSpec, RunSpec
 from pgval.deploy.warm import WarmDeployments
-from pgval.evidence import Manifest
-from pgval.experiment import Experiment, ExperimentResult
-from pgval.faults.broker import TRANSACTION_STATE, coordinator_partition
+from pgval.evidence.bundle import Manifest
+from pgval.faults.broker_crash import TRANSACTION_STATE, coordinator_partition
 from pgval.report.data import Selection, load_runs
 from pgval.report.plots.timeline import part_intervals, plot_run
-from pgval.schema import transactional_id
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.run.experiment import Experiment, ExperimentResult
 from tests.conftest import shared_cluster
 from tests.test_faults_cluster import check_consistent, check_nothing_left, check_timeline
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from pgval.config import resolve
+from pgval.core.spec import ClusterSpec, RunSpec
 from pgval.deploy.warm import WarmDeployments
-from pgval.experiment import Experiment, ExperimentResult
 from pgval.host.machine import describe_machine
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.run.experiment import Experiment, ExperimentResult
 from tests.conftest import processes_mentioning, shared_cluster, wait_until
 
 pytestmark = pytest.mark.cluster

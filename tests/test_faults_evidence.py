@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 
 from pgval.checker.result import Reason
-from pgval.faults import FaultHooks, delay, evidence
+from pgval.core.schema import Fault
+from pgval.faults import FaultHooks, delay
+from pgval.faults import took_effect as evidence
 from pgval.faults.container import ContainerDelay, ContainerKill
-from pgval.faults.evidence import RULE_CLASSES, RULES, fault_reasons, rule_for
 from pgval.faults.executor import ExecutorKill
 from pgval.faults.nemesis import NemesisDelay
 from pgval.faults.network import EXECUTOR_LOST, WorkerDelay
 from pgval.faults.process import JVM_HALT, SIGKILL_GROUP, DriverCrash, WorkerCrash
+from pgval.faults.took_effect import RULE_CLASSES, RULES, fault_reasons, rule_for
 from pgval.run.schedule import FaultSchedule
-from pgval.schema import Fault
 
 NO_SCAN = ("no scan of the logs tells whether an executor was lost, so nothing shows the "
            "delay was on the side of the time-outs its name says")

@@ -35,8 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgval.cli import main
-from pgval.phases import MAX_MS
-from pgval.records import (
+from pgval.records.parse import (
     InputEvents,
     OutputRecords,
     ResourceTable,
@@ -45,6 +44,7 @@ from pgval.records import (
     read_inputs,
     read_outputs,
 )
+from pgval.records.phases import MAX_MS
 from tests.reference import ref_oracle, ref_validate
 from tests.strategies import input_events, produced_outputs
 
@@ -787,8 +787,8 @@ class StoredRun:
 def stored(tmp_path_factory: pytest.TempPathFactory) -> StoredRun:
     """One complete run: evidence (with a progress line) and its sealed row in a database,
     plus an OIR row, so that every table a report reads has a row to break."""
-    from pgval import evidence
-    from pgval.recheck import recheck
+    from pgval.evidence import bundle as evidence
+    from pgval.evidence.recheck import recheck
     from tests.test_evidence import stored_one_event_run
 
     base = tmp_path_factory.mktemp("stored")

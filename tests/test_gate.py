@@ -15,8 +15,18 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pgval.checker.gate import (
+    EXPECTATIONS,
+    FAILED,
+    MET,
+    UNKNOWN,
+    WEAKER,
+    Case,
+    exit_status,
+    junit,
+    meets,
+)
 from pgval.cli import main
-from pgval.gate import EXPECTATIONS, FAILED, MET, UNKNOWN, WEAKER, Case, exit_status, junit, meets
 from tests.test_evidence_seal import stored_sealed_run
 
 VERDICTS = ("exactly-once", "at-least-once", "at-most-once", "none")
@@ -58,7 +68,7 @@ def test_outcomes_and_the_status_the_worst_one_sets() -> None:
     assert exit_status([failed, unknown, weaker], "exactly-once") == 1
     assert exit_status([], "exactly-once") == 3  # nothing judged is no pass
     # A matrix cell is its weakest repetition.
-    cell = Case.cell("sst a1 crash", "pgval.matrix.sst.a1", [met, unknown, weaker])
+    cell = Case.cell("sst a1 crash", "pgval.campaigns.matrix.sst.a1", [met, unknown, weaker])
     assert cell.outcome("at-least-once") == WEAKER
     assert cell.outcome("at-most-once") == UNKNOWN  # the weaker run meets at-most-once
 
@@ -205,10 +215,10 @@ def _matrix_args(tmp_path: Path, *extra: str) -> list[str]:
 def test_matrix_judges_every_cell_from_the_database(tmp_path: Path) -> None:
     """A resumed matrix whose runs are all stored runs nothing and judges them all: a1
     at-least-once in one repetition, e1 exactly-once but one repetition unknown."""
+    from pgval.campaigns.matrix import cells, matrix_key
     from pgval.cli.common import parse_rate
     from pgval.cli.options import build_config
-    from pgval.matrix import cells, matrix_key
-    from pgval.store import ResultsStore
+    from pgval.store.results import ResultsStore
 
     ctx = main.commands["matrix"].make_context("matrix", _matrix_args(tmp_path)[1:])
     grid_keys = ("topologies", "pgs", "faults", "repeat", "rate_fraction", "runs_dir", "db",
@@ -250,9 +260,9 @@ def test_a_cell_is_judged_by_its_runs_at_the_cells_rate(tmp_path: Path) -> None:
     """As `completed` counts them: a stored run at another rate (an older OIR) is no run of
     the cell now; a repetition without a run is a run that did not finish, with the
     reason; a repetition that failed now carries its error."""
-    from pgval.matrix import cell_case_name, cell_cases, cells, matrix_key
-    from pgval.spec import RunSpec
-    from pgval.store import ResultsStore
+    from pgval.campaigns.matrix import cell_case_name, cell_cases, cells, matrix_key
+    from pgval.core.spec import RunSpec
+    from pgval.store.results import ResultsStore
 
     base = RunSpec(phase_seconds=5)
     grid = cells(["sst"], ["a1"], ["none"], 3)

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pgval.core.schema import GET, POST, resource_name
 from pgval.datasets import (
     FileSink,
     GeneratorConfig,
@@ -41,7 +42,6 @@ from pgval.datasets import (
     run_producers,
 )
 from pgval.host.procs import free_port
-from pgval.schema import GET, POST, resource_name
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -450,10 +450,10 @@ def _kafka_cluster_available() -> bool:
 @pytest.mark.cluster
 @pytest.mark.skipif(not _kafka_cluster_available(), reason="pgval.kafka.broker not available")
 def test_kafka_sink_delivers_to_a_real_broker(tmp_path: Path) -> None:
+    from pgval.core.schema import GET_TOPIC, POST_TOPIC, Topics
     from pgval.kafka.admin import create_topics
     from pgval.kafka.broker import KafkaCluster
     from pgval.kafka.reader import read_topic
-    from pgval.schema import GET_TOPIC, POST_TOPIC, Topics
 
     cluster = KafkaCluster(tmp_path, brokers=1, sasl=False)
     cluster.start()

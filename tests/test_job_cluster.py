@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pgval.config import resolve
+from pgval.core.spec import ClusterSpec, RunSpec
 from pgval.deploy.warm import WarmDeployments
-from pgval.evidence import EXPECTED, JOB_SOURCE, evidence_dir
-from pgval.experiment import Experiment, ExperimentResult
-from pgval.recheck import recheck
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.evidence.bundle import EXPECTED, JOB_SOURCE, evidence_dir
+from pgval.evidence.recheck import recheck
+from pgval.run.experiment import Experiment, ExperimentResult
 from tests.conftest import shared_cluster
 from tests.test_faults_cluster import assert_driver_restarted
 

@@ -13,7 +13,8 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from pgval.evidence import (
+from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
+from pgval.evidence.bundle import (
     EXPECTED,
     EvidenceError,
     Manifest,
@@ -21,8 +22,7 @@ from pgval.evidence import (
     save_expected,
     save_topic,
 )
-from pgval.recheck import recheck
-from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
+from pgval.evidence.recheck import recheck
 from tests.test_evidence import topic
 
 T0 = 1_700_000_000_000
@@ -143,7 +143,7 @@ def test_a_builtin_jobs_rows_are_checked_against_pgvals_own_oracle(tmp_path: Pat
 def test_a_sinks_short_log_makes_the_recheck_unknown_as_it_made_the_run(tmp_path: Path) -> None:
     """A file sink's read-back reasons are kept in run.json's record of the read and
     recomputed by a re-check from it (the checkpoint they came from is deleted)."""
-    from pgval.evidence import save_sink_rows
+    from pgval.evidence.bundle import save_sink_rows
 
     kept = [1, 5, 9]  # one in each phase
     build_job_run(tmp_path, _inputs(), _by_id(kept), [])

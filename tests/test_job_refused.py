@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import UserMistake
-from pgval.spark.driver import DriverProcess, DriverSpec
+from pgval.core.errors import UserMistake
+from pgval.deploy.driver_process import DriverProcess, DriverSpec
 
 
 @pytest.mark.parametrize(("body", "said"), [

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from pgval.oracle.rows import expected_from_rows
-from pgval.records import ResourceTable, job_outputs_from_kafka
+from pgval.records.parse import ResourceTable, job_outputs_from_kafka
 from pgval.topologies.job import load
 from tests.spark_local import local_session
 from tests.strategies import to_inputs

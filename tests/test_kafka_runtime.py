@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from pgval import schema
-from pgval.errors import PgvalError
+from pgval.core import schema
+from pgval.core.errors import PgvalError
 from pgval.kafka import broker as kafka_mod
 from pgval.kafka import jvm_reader
 from pgval.kafka.admin import create_topics, delete_topics, is_reachable
@@ -374,7 +374,7 @@ def test_another_engine_is_judged_through_generate_record_and_check(
     from confluent_kafka.admin import NewTopic
 
     from pgval.oracle import expected_outputs
-    from pgval.records import read_inputs
+    from pgval.records.parse import read_inputs
 
     boot = cluster.bootstrap
 

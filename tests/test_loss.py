@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from pgval.config import resolve
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
+from pgval.core.schema import Deploy, Fault
+from pgval.core.spec import RunSpec
 from pgval.faults import delay
 from pgval.faults.descriptor import WORKER_NETNS, descriptor
-from pgval.faults.evidence import fault_reasons, rule_for
 from pgval.faults.loss import NFQUEUE_LOSS, LossDrop, WorkerLoss
+from pgval.faults.took_effect import fault_reasons, rule_for
 from pgval.host import netns
-from pgval.schema import Deploy, Fault
-from pgval.spec import RunSpec
 from tests.conftest import processes_mentioning, wait_until
 
 

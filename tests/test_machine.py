@@ -10,7 +10,7 @@ from pgval.host.machine import describe_machine, machine_label
 from pgval.report import build_report
 from pgval.report.data import RunData
 from pgval.report.machines import id_ranges, machines_note
-from pgval.store import ResultsStore
+from pgval.store.results import ResultsStore
 from tests.test_report import W, synthetic_run
 
 EPYC = {"boot": "aaaaaaaaaaaa", "cpu": "AMD EPYC", "cores": 2, "memory_gib": 23.4,

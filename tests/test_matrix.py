@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pgval.matrix import (
+from pgval.campaigns.matrix import (
     Cell,
     cells,
     claim_cell,
@@ -24,8 +24,8 @@ from pgval.matrix import (
     prepared_experiment,
     run_matrix,
 )
-from pgval.spec import RunSpec
-from pgval.store import ResultsStore
+from pgval.core.spec import RunSpec
+from pgval.store.results import ResultsStore
 
 
 def test_resume_skips_complete_cells_and_marks_stale(tmp_path: Path) -> None:
@@ -258,8 +258,8 @@ def test_a_crash_point_cell_runs_at_its_crash_point(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The config a cell's experiment gets, and the row it leaves, carry the cell's crash
     point (a matrix once ran 'driver-crash@after-sink-write' cells as timed crashes)."""
-    monkeypatch.setattr("pgval.matrix.Experiment", FailingExperiment)
-    monkeypatch.setattr("pgval.matrix.WarmDeployments", NoCluster)
+    monkeypatch.setattr("pgval.campaigns.matrix.Experiment", FailingExperiment)
+    monkeypatch.setattr("pgval.campaigns.matrix.WarmDeployments", NoCluster)
     FailingExperiment.dirs, FailingExperiment.configs = [], []
     db = tmp_path / "r.db"
     grid = cells(["sst"], ["a1"], ["driver-crash@after-sink-write", "crash"], 1)
@@ -274,8 +274,8 @@ def test_a_crash_point_cell_runs_at_its_crash_point(tmp_path: Path,
 
 def test_a_retry_gets_a_fresh_run_directory(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("pgval.matrix.Experiment", FailingExperiment)
-    monkeypatch.setattr("pgval.matrix.WarmDeployments", NoCluster)
+    monkeypatch.setattr("pgval.campaigns.matrix.Experiment", FailingExperiment)
+    monkeypatch.setattr("pgval.campaigns.matrix.WarmDeployments", NoCluster)
     FailingExperiment.dirs = []
     db, runs = tmp_path / "r.db", tmp_path / "runs"
     base = RunSpec(phase_seconds=5)
@@ -335,9 +335,9 @@ def test_left_out_cells_need_no_oir_and_wrong_options_are_still_refused(tmp_path
     left out for e1's reason (during-sink-write is for the embedded cluster)."""
     from click.testing import CliRunner
 
+    from pgval.campaigns.oir import OirResult, save_oir
     from pgval.cli import main
-    from pgval.oir import OirResult, save_oir
-    from pgval.spec import ClusterSpec, RunSpec
+    from pgval.core.spec import ClusterSpec, RunSpec
 
     db = tmp_path / "r.db"
     save_oir(db, OirResult("sst", "a1", 8000.0, [], upper=9000.0,

@@ -17,8 +17,8 @@ from pgval.checker.metrics import (
 from pgval.checker.recovery import recovery_bounds
 from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
-from pgval.phases import Phases
-from pgval.records import ResourceTable
+from pgval.records.parse import ResourceTable
+from pgval.records.phases import Phases
 from tests.strategies import to_inputs, to_outputs
 
 

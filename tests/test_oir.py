@@ -12,8 +12,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgval.cli import main
-from pgval.oir import (
+from pgval.campaigns.oir import (
     MIN_RATE,
     OirResult,
     Trial,
@@ -24,7 +23,8 @@ from pgval.oir import (
     stored_elsewhere,
     stored_oir,
 )
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.cli import main
+from pgval.core.spec import ClusterSpec, RunSpec
 
 
 def _trial(rate: float, passed: bool) -> Trial:
@@ -101,7 +101,7 @@ def test_the_oir_is_stored_per_machine(tmp_path: Path) -> None:
     assert other is not None and other.rate == 99_000.0 and not other.bracketed
     assert "a lower bound only" in other.describe()
     assert stored_oir(db, "mst", "a1") is None
-    from pgval.store import ResultsStore
+    from pgval.store.results import ResultsStore
 
     row = next(iter(ResultsStore(db).db.query("select * from oir order by rowid limit 1")))
     assert (row["rate"], row["upper"], row["precision"], row["bracketed"]) == (8000, 9000,

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgval.oracle import OracleHorizonError, expected_outputs, stream_expected_outputs
-from pgval.records import InputEvents, ResourceTable
+from pgval.records.parse import InputEvents, ResourceTable
 from tests.reference import read_by, ref_oracle
 from tests.strategies import input_events, to_inputs
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
 from pgval.oracle.rows import RowsError, expected_from_rows, set_aside_rows
-from pgval.records import ResourceTable
+from pgval.records.parse import ResourceTable
 from tests.strategies import input_events, to_inputs, to_outputs
 
 W = 20
@@ -113,7 +113,7 @@ def test_a_jobs_latency_is_from_the_newest_input_of_its_ids() -> None:
     """A job's outputs need carry no window: its latency is output ingress minus the latest
     ingress among its IDs (Karimov's definition; for a stateless job, input to output)."""
     from pgval.checker.evaluate import evaluate
-    from pgval.phases import Phases
+    from pgval.records.phases import Phases
 
     inputs, table, expected = _three_rows(ingress_step=100)
     produced = to_outputs([
@@ -134,7 +134,7 @@ def test_a_jobs_outputs_are_read_by_their_key_text() -> None:
     """Values as the driver writes a job's rows: the key text and ids beside the job's own
     columns (not read); a value without the key, or with ids that are no list of
     integers, is malformed and counted."""
-    from pgval.records import job_outputs_from_kafka
+    from pgval.records.parse import job_outputs_from_kafka
 
     table = ResourceTable()
     table.code('{"k":"y"}')  # coded by the batch oracle first

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pgval.cluster.cleanup import cleanup
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
 from pgval.host import registry
 from pgval.host.identity import Owner
 
@@ -335,9 +335,9 @@ def test_a_run_without_a_cluster_of_its_own_gets_a_guard_and_watches_it(
     the run."""
     import signal
 
-    from pgval.experiment import Experiment
+    from pgval.core.spec import RunSpec
+    from pgval.run.experiment import Experiment
     from pgval.run.setup import reaper_problem, start_guard
-    from pgval.spec import RunSpec
 
     cfg = RunSpec(deploy="external", bootstrap="127.0.0.1:9", master="local[1]")
     exp = Experiment(cfg, tmp_path / "run")
@@ -372,11 +372,11 @@ def test_a_failed_undo_never_quotes_its_argv(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_a_private_file_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
-    """pgval.files.write_private: 0600 from the start, whole, and a link planted at the
+    """pgval.core.files.write_private: 0600 from the start, whole, and a link planted at the
     temporary name or the file's own name is replaced, never followed."""
     import os
 
-    from pgval.files import write_private
+    from pgval.core.files import write_private
 
     victim = tmp_path / "victim"
     victim.write_text("keep")

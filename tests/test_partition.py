@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from pgval.config import resolve
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
+from pgval.core.schema import Fault, Partition
+from pgval.core.spec import RunSpec
 from pgval.faults import delay
-from pgval.faults.evidence import fault_reasons
 from pgval.faults.holder import Dropper
 from pgval.faults.partition import PacketDrop
+from pgval.faults.took_effect import fault_reasons
 from pgval.host import netns
-from pgval.schema import Fault, Partition
-from pgval.spec import RunSpec
 from tests.conftest import wait_until
 from tests.test_delay import gone, rules_with_comment
 

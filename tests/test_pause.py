@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from pgval.config import resolve
-from pgval.errors import PgvalError
-from pgval.faults.evidence import fault_reasons
+from pgval.core.errors import PgvalError
+from pgval.core.schema import Fault
+from pgval.core.spec import ClusterSpec, RunSpec
 from pgval.faults.pause import PAUSE_WHERE, SIGSTOP, ProcessPause, group_members, process_state
 from pgval.faults.timeouts import profile_for
-from pgval.schema import Fault
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.faults.took_effect import fault_reasons
 
 
 @pytest.fixture

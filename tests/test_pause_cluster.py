@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pgval.config import resolve
-from pgval.experiment import Experiment, ExperimentResult
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.core.spec import ClusterSpec, RunSpec
+from pgval.run.experiment import Experiment, ExperimentResult
 from tests.test_faults_cluster import check_consistent, check_nothing_left, check_timeline
 
 pytestmark = pytest.mark.cluster

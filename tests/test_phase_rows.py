@@ -20,8 +20,8 @@ from rich.console import Console
 from pgval.checker.evaluate import evaluate
 from pgval.checker.render import render_evaluation
 from pgval.cli import main
-from pgval.phases import Phases
-from pgval.records import ResourceTable
+from pgval.records.parse import ResourceTable
+from pgval.records.phases import Phases
 from tests.strategies import to_inputs, to_outputs
 
 W = 100

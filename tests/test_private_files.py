@@ -1,4 +1,4 @@
-"""Every file pgval writes goes through :mod:`pgval.files`.
+"""Every file pgval writes goes through :mod:`pgval.core.files`.
 
 Private files (run.json, the evidence seal, pid files, undo records, state files, control
 requests, …) must be 0600 from their first byte and never written through a link a local
@@ -19,11 +19,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pgval import files
+from pgval.core import files
 from tests.test_imports import ROOT, modules, package_dirs
 
 #: The one module allowed to open files for writing.
-WRITER = ROOT / "pgval" / "files.py"
+WRITER = ROOT / "pgval" / "core" / "files.py"
 
 #: Writes that are not pgval's files, each with why it needs no private writer:
 #: (file relative to the repository, the function holding the write) → reason.
@@ -33,7 +33,7 @@ NOT_FILES: dict[tuple[str, str], str] = {
 }
 
 #: Writes of pgval's own files that still open them directly. Each is to go through
-#: pgval.files (the fix named); the test fails once one is fixed, so the entry is removed.
+#: pgval.core.files (the fix named); the test fails once one is fixed, so the entry is removed.
 DIRECT: dict[tuple[str, str], str] = {}
 
 #: os.open flags that make or change a file.
@@ -124,7 +124,7 @@ def test_no_production_code_writes_a_file_but_the_writer() -> None:
     found = production_writes()
     bad = [f"{rel}:{line}: {kind} in {scope}" for rel, scope, line, kind in found
            if (rel, scope) not in NOT_FILES and (rel, scope) not in DIRECT]
-    assert not bad, ("files written past pgval/files.py (use write_private, open_private, "
+    assert not bad, ("files written past pgval/core/files.py (use write_private, open_private, "
                      "append_private, private_temp_path or write_public/open_public; or "
                      "add the write to NOT_FILES with why it is no file of pgval's):\n  "
                      + "\n  ".join(bad))
@@ -276,9 +276,9 @@ def test_create_private_leaves_anything_there(tmp_path: Path) -> None:
 def test_the_evidence_writers_do_not_follow_links(tmp_path: Path) -> None:
     """pgval's own callers: the manifest, the seal and a Parquet table of a run's
     evidence, and a user's export, each with a link planted at its name."""
-    from pgval import evidence
-    from pgval.export import write_anomalies
-    from pgval.gate import write_junit
+    from pgval.checker.gate import write_junit
+    from pgval.evidence import bundle as evidence
+    from pgval.evidence.export import write_anomalies
 
     victim = tmp_path / "victim"
     victim.write_bytes(b"keep\n")

@@ -29,6 +29,8 @@ from confluent_kafka import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pgval.core.errors import PgvalError
+from pgval.core.schema import Topics
 from pgval.datasets import (
     GeneratorConfig,
     KafkaSink,
@@ -36,14 +38,12 @@ from pgval.datasets import (
     encode_values,
     generate_range,
 )
-from pgval.errors import PgvalError
 from pgval.host.machine import describe_machine
 from pgval.kafka.admin import create_topics
 from pgval.kafka.broker import KafkaCluster
 from pgval.kafka.reader import _Columns, merge_ranges, read_topic, read_topics, split_tasks
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
-from pgval.records import KAFKA_INPUT_SCHEMA, parse_values
-from pgval.schema import Topics
+from pgval.records.parse import KAFKA_INPUT_SCHEMA, parse_values
 from tests.conftest import wait_until
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgval.records import (
+from pgval.records.parse import (
     OutputRecords,
     ResourceTable,
     inputs_from_kafka,

@@ -18,11 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import PgvalError
-from pgval.evidence import MANIFEST, Manifest, evidence_dir
-from pgval.faults.nemesis import NemesisDelay
-from pgval.oir import shape_matches
-from pgval.redact import (
+from pgval.campaigns.oir import shape_matches
+from pgval.core.errors import PgvalError
+from pgval.core.redact import (
     REDACTED,
     conf_summary,
     private_dir,
@@ -32,8 +30,10 @@ from pgval.redact import (
     scrub,
     secret_key,
 )
-from pgval.spec import RunSpec
-from pgval.store import ResultsStore
+from pgval.core.spec import RunSpec
+from pgval.evidence.bundle import MANIFEST, Manifest, evidence_dir
+from pgval.faults.nemesis import NemesisDelay
+from pgval.store.results import ResultsStore
 
 MARK = "hunter2-MARKER-7f3a"
 
@@ -269,8 +269,8 @@ def test_the_matrix_key_holds_no_secret_and_still_tells_settings_apart() -> None
     matrix still resumes): the hash of its plain config."""
     import hashlib
 
-    from pgval.matrix import matrix_key
-    from pgval.shape import UNSET_OMITTED
+    from pgval.campaigns.matrix import matrix_key
+    from pgval.core.shape import UNSET_OMITTED
 
     def key(**kw: object) -> str:
         return matrix_key(RunSpec(**kw))
@@ -287,7 +287,7 @@ def test_the_matrix_key_holds_no_secret_and_still_tells_settings_apart() -> None
 
 def test_a_stored_error_message_holds_no_secret_value() -> None:
     """What `runs.error` gets when a run fails: the message without the user's values."""
-    from pgval.spec import RunSpec
+    from pgval.core.spec import RunSpec
 
     cfg = RunSpec(topology="sst", kafka_config={"sasl.password": "pw-kafka-1"},
                            spark_conf={"spark.x.token": "tok-spark-2"},

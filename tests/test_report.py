@@ -22,11 +22,11 @@ from click.testing import CliRunner
 from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.cli import main
 from pgval.oracle import expected_outputs
-from pgval.phases import Phases
-from pgval.records import InputEvents, OutputRecords, ResourceTable
+from pgval.records.parse import InputEvents, OutputRecords, ResourceTable
+from pgval.records.phases import Phases
 from pgval.report import ReportError, Selection, build_report, group_runs, load_runs
 from pgval.report.plots import plot_matrix, plot_run
-from pgval.store import ResultsStore
+from pgval.store.results import ResultsStore
 from tests.strategies import to_inputs, to_outputs
 from tests.test_phase_rows import issue_example
 

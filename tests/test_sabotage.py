@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pgval.spark.driver import DriverSpec, sabotage_events
-from pgval.topologies.sinks import (
+from pgval.deploy.driver_process import DriverSpec, sabotage_events
+from pgval.topologies.guarantee_sinks import (
     SABOTAGE_USAGE,
     Sabotage,
     TransactionalSink,
@@ -270,7 +270,7 @@ def test_a_failed_sabotaged_commit_is_sabotaged_again_on_rerun(
 def test_without_sabotage_nothing_is_parsed_or_changed(monkeypatch: pytest.MonkeyPatch) -> None:
     producer, events = FakeProducer(), []
     sink = _sink(monkeypatch, None, producer, events)
-    monkeypatch.setattr("pgval.topologies.sinks._row_ids",
+    monkeypatch.setattr("pgval.topologies.guarantee_sinks._row_ids",
                         lambda value: pytest.fail("parsed without sabotage"))
     rows = [_row([1]), _row([-1], "r0009")]
     for b in range(3):
@@ -285,8 +285,8 @@ def test_without_sabotage_nothing_is_parsed_or_changed(monkeypatch: pytest.Monke
 def test_the_driver_document_takes_sabotage_only_with_e1() -> None:
     """Checked once, in the document: on pgval's side when it is made, on the driver's
     when it reads it (the same class); the driver parses the spec itself with the sink's
-    parser (:func:`pgval.topologies.sinks.parse_sabotage`)."""
-    from pgval.errors import UserMistake
+    parser (:func:`pgval.topologies.guarantee_sinks.parse_sabotage`)."""
+    from pgval.core.errors import UserMistake
 
     assert _spec("e1", "drop-batch:3").sabotage == "drop-batch:3"
     assert _spec("e1").sabotage is None
@@ -314,7 +314,7 @@ def test_sabotage_event_reaches_the_progress_file(monkeypatch: pytest.MonkeyPatc
     assert kinds == ["sink_batch", "sabotage", "sink_batch"]
 
     spec = _spec("e1", sabotage="dup-batch:1", progress_file=progress)
-    from pgval.spark.driver import DriverProcess
+    from pgval.deploy.driver_process import DriverProcess
 
     proc = DriverProcess(spec, tmp_path / "logs", tmp_path / "pids")
     assert proc.sabotage_events() == sabotage_events(progress)
@@ -330,7 +330,7 @@ def _spec(pg: str, sabotage: str | None = None,
 
 
 def test_driver_spec_passes_the_sabotage_in_its_document(tmp_path: Path) -> None:
-    from pgval.driver_spec import DriverDocument
+    from pgval.core.driver_spec import DriverDocument
 
     spec = _spec("e1", "dup-batch:2")
     written = DriverDocument.read(spec.write(tmp_path / "driver-spec.json"))

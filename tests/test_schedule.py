@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from pgval.run.schedule import FaultSchedule, now_ms
-from pgval.schema import Restart
+from pgval.core.clock import now_ms
+from pgval.core.schema import Restart
+from pgval.run.schedule import FaultSchedule
 
 
 class Fake:

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from pgval.campaigns.matrix import matrix_key
+from pgval.core.schema import CrashPoint, Fault, FaultSpec
+from pgval.core.spec import RunSpec
+from pgval.deploy.driver_process import DriverSpec, progress_lines
 from pgval.deploy.shared_driver import SharedDrivers, fresh_driver_reason
-from pgval.matrix import matrix_key
-from pgval.schema import CrashPoint, Fault, FaultSpec
-from pgval.spark.driver import DriverSpec, progress_lines
-from pgval.spec import RunSpec
 from pgval.topologies.driver import ProgressLog
 from pgval.topologies.serve import QueryRouter, Served, Server, cell_client_id
 

@@ -22,7 +22,7 @@ WRITE = '''
 import json, sys
 from pyspark.sql import SparkSession
 from pgval.host.jars import ensure_delta_jars
-from pgval.topologies.sinks import DELTA_CONF, delta_write
+from pgval.topologies.guarantee_sinks import DELTA_CONF, delta_write
 
 table = sys.argv[1]
 builder = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pgval.oracle.rows import expected_from_rows, rows_of
-from pgval.records import ResourceTable, job_outputs_from_rows
+from pgval.records.parse import ResourceTable, job_outputs_from_rows
 from pgval.run.sink_files import METADATA_DIR, data_files, read_file_sink, read_log
 from pgval.topologies.job import load
 from tests.spark_local import local_session
@@ -156,7 +156,7 @@ def test_the_watch_counts_rows_not_files(tmp_path: Path) -> None:
     after-sink-write compares counts at a batch's start and end, so it must count rows."""
     import pyarrow as pa
 
-    from pgval.run.sinks import FileSinkWatch
+    from pgval.run.sink_readback import FileSinkWatch
 
     out = tmp_path / "out"
     (out / METADATA_DIR).mkdir(parents=True)

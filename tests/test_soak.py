@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pgval.schema import Fault
-from pgval.soak import intact_runs, kill_external, kill_matrix, kill_one, live_run_with_cleanups
+from pgval.cli.soak_runs import (
+    intact_runs,
+    kill_external,
+    kill_matrix,
+    kill_one,
+    live_run_with_cleanups,
+)
+from pgval.core.schema import Fault
 
 pytestmark = pytest.mark.cluster
 

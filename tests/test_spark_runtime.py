@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
 from pgval.host import netns, procs
 from pgval.spark.daemons import SparkCluster, WorkerHandle
 

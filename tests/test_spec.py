@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pgval.config import resolve
-from pgval.errors import UserMistake
-from pgval.schema import Fault
-from pgval.spec import ClusterSpec, RunSpec, ScheduledFault
+from pgval.core.errors import UserMistake
+from pgval.core.schema import Fault
+from pgval.core.spec import ClusterSpec, RunSpec, ScheduledFault
 
 
 def test_a_spec_is_frozen_and_so_are_its_settings() -> None:

@@ -17,10 +17,10 @@ import pytest
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.recovery import Recovery
 from pgval.checker.validity import evaluation_reasons
-from pgval.dbfile import StoreError
 from pgval.host.identity import Owner
 from pgval.report import build_report
-from pgval.store import (
+from pgval.store.dbfile import StoreError
+from pgval.store.results import (
     RECOVERY_COLUMNS,
     RUN_COLUMNS,
     SCHEMA_VERSION,

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from pgval.config import resolve
+from pgval.core.spec import RunSpec
 from pgval.run.schedule import FaultSchedule
 from pgval.run.timeline import Op, Timeline
-from pgval.spec import RunSpec
 
 T0 = 1_800_000_000_000
 

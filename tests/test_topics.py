@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
+from pgval.core.schema import MAX_RECORD_BYTES
 from pgval.kafka import admin
 from pgval.kafka.admin import aligned_assignment, create_topics, delete_topics
-from pgval.schema import MAX_RECORD_BYTES
 
 BROKERS = {4: "h4:9092", 7: "h7:9092", 9: "h9:9092"}
 

@@ -26,14 +26,14 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pgval import schema
 from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.checker.explain import watermark_ms
+from pgval.core import schema
 from pgval.host.procs import Managed, spawn
 from pgval.kafka.admin import create_topics
 from pgval.kafka.broker import KafkaCluster
 from pgval.kafka.reader import read_topic
-from pgval.records import InputEvents, ResourceTable, inputs_from_kafka, outputs_from_kafka
+from pgval.records.parse import InputEvents, ResourceTable, inputs_from_kafka, outputs_from_kafka
 
 W = 2000  # window
 D = 1000  # watermark delay
@@ -86,7 +86,7 @@ class Driver:
 def _driver(tmp: Path, bootstrap: str, topology: str, pg: str, master: str = "local[2]",
             trigger_ms: int = 500, **extra: Any) -> Driver:
     """A driver of its document, written as pgval writes it (``extra``: more fields)."""
-    from pgval.spark.driver import DriverSpec
+    from pgval.deploy.driver_process import DriverSpec
 
     name = f"{topology}-{pg}"
     checkpoint = tmp / f"ck-{name}"
@@ -287,7 +287,7 @@ def _batch_stats(d: Driver) -> dict[str, Any]:
 
 
 def _doc(**kw: Any) -> Any:
-    from pgval.driver_spec import DriverDocument
+    from pgval.core.driver_spec import DriverDocument
 
     return DriverDocument(**{**dict(topology="sst", pg="a1", bootstrap="h:1",
                                     master="local[2]", checkpoint="ck", progress_file="p",
@@ -413,7 +413,7 @@ def test_progress_record_keeps_offsets_watermark_and_state() -> None:
 
 
 def test_checkpoint_query_id(tmp_path: Path) -> None:
-    from pgval.topologies.sinks import _checkpoint_query_id
+    from pgval.topologies.guarantee_sinks import _checkpoint_query_id
 
     assert _checkpoint_query_id(str(tmp_path)) is None
     (tmp_path / "metadata").write_text('{"id":"abc"}')

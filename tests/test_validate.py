@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pgval.experiment import Experiment, ExperimentResult
-from pgval.spec import ClusterSpec, RunSpec
-from pgval.store import ResultsStore
+from pgval.core.spec import ClusterSpec, RunSpec
+from pgval.run.experiment import Experiment, ExperimentResult
+from pgval.store.results import ResultsStore
 from tests.conftest import processes_mentioning, wait_until
 from tests.test_redact import MARK, assert_private_run, files_holding, mode
 from tests.test_spark_runtime import listening_ports

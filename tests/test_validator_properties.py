@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from pgval.checker.validator import ANOMALIES, guarantee_of, validate
 from pgval.oracle import expected_outputs
-from pgval.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
-from pgval.records import ResourceTable
+from pgval.records.parse import ResourceTable
+from pgval.records.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
 from tests.reference import ref_oracle, ref_validate
 from tests.strategies import input_events, produced_outputs, to_inputs, to_outputs
 from tests.test_oracle_properties import colliding_events

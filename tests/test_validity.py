@@ -13,9 +13,9 @@ from pgval.checker.validity import (
     readback_reasons,
     reconcile_inputs,
 )
-from pgval.faults.evidence import fault_reasons
-from pgval.phases import Phases
-from pgval.records import ResourceTable
+from pgval.faults.took_effect import fault_reasons
+from pgval.records.parse import ResourceTable
+from pgval.records.phases import Phases
 from tests.strategies import to_inputs, to_outputs
 
 

@@ -55,7 +55,7 @@ def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir:
     ``workdir``: no per-record Python, no pandas (a run's inputs may be millions)."""
     import pyarrow.parquet as pq
 
-    from pgval.files import private_temp_path
+    from pgval.core.files import private_temp_path
     from pgval.topologies.job_query import job_source
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +113,7 @@ def batch_rows(job: Job, spark: SparkSession, records: Mapping[str, pa.Table], w
 # ---------------------------------------------------------------- the batch oracle process
 def _evidence_records(run_dir: Path) -> dict[str, pa.Table]:
     """The run's input records as read back (raw)."""
-    from pgval.evidence import load_topic
+    from pgval.evidence.bundle import load_topic
 
     records = {}
     for name in SOURCES:
@@ -148,7 +148,7 @@ def _session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
 def main(argv: Sequence[str] | None = None) -> int:
     import os
 
-    from pgval.evidence import save_expected
+    from pgval.evidence.bundle import save_expected
     from pgval.topologies.builtin import builtin_of
     from pgval.topologies.job_query import load_job_for_spark
 

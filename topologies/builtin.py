@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pgval import schema
+from pgval.core import schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -2,7 +2,7 @@
 
 It runs as its own process (the runner spawns it, and a driver-crash fault SIGKILLs its
 process group), builds the SparkSession, starts one streaming query and then only waits.
-FILE is its document (pgval.driver_spec.DriverDocument, written by pgval), the one input
+FILE is its document (pgval.core.driver_spec.DriverDocument, written by pgval), the one input
 besides the user's settings in its environment (:class:`Settings`).
 Its record of what happened is the progress file (JSON lines, appended and flushed):
 
@@ -15,11 +15,11 @@ Its record of what happened is the progress file (JSON lines, appended and flush
   line can show — its inputs were read and died with that driver,
 * ``{"event": "sink_batch", ...}`` per batch the e1 sink committed or skipped,
 * ``{"event": "sabotage", ...}`` once, only with ``sabotage`` (a SELF-TEST of pgval:
-  the e1 sink drops or duplicates one batch on purpose; see pgval.topologies.sinks),
+  the e1 sink drops or duplicates one batch on purpose; see pgval.topologies.guarantee_sinks),
 * ``{"event": "terminated", ...}`` when the query ends (with ``error`` when it failed),
 * with ``control_dir`` only: ``{"event": "control", ...}`` answers to pgval's requests and
   ``{"event": "executors", ...}`` whenever the registered executors change (see
-  pgval.topologies.control; without it no control thread runs).
+  pgval.topologies.control_channel; without it no control thread runs).
 
 With ``serve_dir`` the driver outlives its query: it starts further ones on pgval's
 requests, each with its own document and progress file (pgval.topologies.serve).
@@ -47,9 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.driver_spec import DriverDocument
-from pgval.errors import PgvalError, UserMistake
-from pgval.files import append_private
+from pgval.core.clock import now_ms
+from pgval.core.driver_spec import DriverDocument
+from pgval.core.errors import PgvalError, UserMistake
+from pgval.core.files import append_private
 
 _T0 = time.monotonic()
 
@@ -66,7 +67,7 @@ class ProgressLog:
         self._lock = threading.Lock()
 
     def write(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"event": event, "wall_ms": int(time.time() * 1000), **fields},
+        line = json.dumps({"event": event, "wall_ms": now_ms(), **fields},
                           default=str)
         with self._lock, append_private(self.path) as fh:  # never through a planted link
             fh.write((line + "\n").encode())
@@ -154,13 +155,13 @@ def _make_listener(log: ProgressLog) -> Any:
 
 
 def load(argv: Sequence[str] | None = None) -> tuple[DriverDocument, Settings]:
-    """The driver's document (``--spec FILE``, written by pgval: pgval.driver_spec) and the
+    """The driver's document (``--spec FILE``, written by pgval: pgval.core.driver_spec) and the
     user's settings from its environment; a bad one raises :class:`UserMistake`."""
     ap = argparse.ArgumentParser(
         prog="python -m pgval.topologies.driver",
         description="Run one pgval streaming query, as its driver document says.")
     ap.add_argument("--spec", required=True, metavar="FILE",
-                    help="the driver document, a JSON file pgval writes (pgval.driver_spec)")
+                    help="the driver document, a JSON file pgval writes (pgval.core.driver_spec)")
     args = ap.parse_args(argv)
     return DriverDocument.read(args.spec), Settings.from_env()
 
@@ -177,7 +178,7 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        from pgval.driver_spec import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
+        from pgval.core.driver_spec import KAFKA_OPTIONS_ENV, SPARK_CONF_ENV
 
         out = []
         for var in (KAFKA_OPTIONS_ENV, SPARK_CONF_ENV):
@@ -396,7 +397,7 @@ def abandoned_batch(checkpoint_root: Path) -> dict[str, Any] | None:
     the new query starts, while the dead query's files are final.
     """
     from pgval.faults.process import open_batch
-    from pgval.topologies.sinks import _checkpoint_query_id
+    from pgval.topologies.guarantee_sinks import _checkpoint_query_id
 
     found = open_batch(checkpoint_root)
     if found is None:
@@ -443,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if spec.driver_host or spec.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", spec.driver_host or "127.0.0.1")
 
-    from pgval.driver_spec import JOB_REFUSED
+    from pgval.core.driver_spec import JOB_REFUSED
     from pgval.topologies.job import JobError
 
     router = None
@@ -477,7 +478,7 @@ def _serve(spec: DriverDocument, session: Session, router: Any, query: Any, sink
     """``serve_dir``: answer ``start_query``/``stop_query`` until SIGTERM (a failed query is
     its own progress file's ``terminated`` line, not the driver's end); exit 1 only when
     the SparkContext itself is gone."""
-    from pgval.topologies.control import ControlLoop, SparkExecutors
+    from pgval.topologies.control_channel import ControlLoop, SparkExecutors
     from pgval.topologies.serve import CONTROL_DIR, Served, Server
 
     spark = session.spark
@@ -513,7 +514,7 @@ def _start_control(spec: DriverDocument, spark: Any, log: ProgressLog) -> Any:
     and the query runs on: pgval's request then times out with a plain message."""
     if spec.control_dir is None:
         return None
-    from pgval.topologies.control import ControlLoop, SparkExecutors
+    from pgval.topologies.control_channel import ControlLoop, SparkExecutors
 
     try:
         executors = None if spark.sparkContext._jsc.sc().isLocal() else SparkExecutors(
@@ -562,7 +563,7 @@ def _session(spec: DriverDocument, settings: Settings) -> Session:
     before: dict[str, str] = {}
     if spec.sink == "delta":  # Delta Lake's jars and session settings, before the user's
         from pgval.host.jars import ensure_delta_jars
-        from pgval.topologies.sinks import DELTA_CONF
+        from pgval.topologies.guarantee_sinks import DELTA_CONF
 
         jars = ",".join([jars, *map(str, ensure_delta_jars())])
         before = dict(DELTA_CONF)
@@ -595,8 +596,8 @@ class _Source:
 def _source(spec: DriverDocument, session: Session, log: ProgressLog) -> _Source:
     """The query's input side, set per query: its shuffle partitions, its source options,
     and for pg m1 the fresh checkpoint and offsets it resumes from."""
+    from pgval.core.schema import Guarantee
     from pgval.kafka.client import java_client_options
-    from pgval.schema import Guarantee
     from pgval.topologies.query import TopologyConfig
 
     # Per query (a served driver's next query too): each query runs on a clone of the
@@ -624,9 +625,9 @@ def _row_writer(spec: DriverDocument, spark: Any, source: _Source, job: Any,
                 log: ProgressLog) -> Any:
     """The writer of a job's rows into files, Delta Lake or the user's sink (pg a1): a
     sink other than Kafka, each with its folder."""
+    from pgval.topologies.guarantee_sinks import delta_write, file_sink, user_sink
     from pgval.topologies.job import JobRef
     from pgval.topologies.job_query import build_job_topology
-    from pgval.topologies.sinks import delta_write, file_sink, user_sink
     from pgval.topologies.user_sink import SinkWriter, UserSink, load_sink
 
     rows = build_job_topology(spark, source.cfg, job, rows=True)
@@ -636,7 +637,7 @@ def _row_writer(spec: DriverDocument, spark: Any, source: _Source, job: Any,
     if spec.sink == "files":
         return file_sink(rows, str(sink_dir), checkpoint, spec.query_name, spec.trigger_ms)
     if spec.sink == "delta":
-        delta = UserSink(JobRef("pgval.topologies.sinks", "delta_write"),
+        delta = UserSink(JobRef("pgval.topologies.guarantee_sinks", "delta_write"),
                          delta_write(str(sink_dir), spec.query_name), lambda _: [])
         return user_sink(rows, SinkWriter(delta, sink_dir, log.write), checkpoint,
                          spec.query_name, spec.trigger_ms)
@@ -648,9 +649,9 @@ def _kafka_writer(spec: DriverDocument, session: Session, source: _Source, job: 
                   sabotage: Any, log: ProgressLog) -> tuple[Any, Any]:
     """The writer into the output topic and the e1 sink (None for pg a1/m1): Spark's own
     Kafka sink at least once, pgval's transactional sink for e1."""
+    from pgval.topologies.guarantee_sinks import TransactionalSink, kafka_sink, transactional_sink
     from pgval.topologies.job_query import build_job_topology
     from pgval.topologies.query import build_topology
-    from pgval.topologies.sinks import TransactionalSink, kafka_sink, transactional_sink
 
     spark, checkpoint = session.spark, source.checkpoint
     out = (build_job_topology(spark, source.cfg, job) if job is not None
@@ -676,7 +677,7 @@ def _log_started(spec: DriverDocument, session: Session, log: ProgressLog, query
     """The query's ``started`` line: its ids, how long the session and query took to start,
     the settings it runs with (secrets redacted) and, for the session's first query, where
     its JVM's class archive goes."""
-    from pgval.redact import conf_summary
+    from pgval.core.redact import conf_summary
 
     spark, conf, archive = session.spark, session.conf, session.archive
     log.write("started", id=str(query.id), runId=str(query.runId), name=spec.query_name,
@@ -695,7 +696,7 @@ def _log_started(spec: DriverDocument, session: Session, log: ProgressLog, query
                   "jvm_pid": spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}}
                  if archive is not None and first else {}),
               # Logged without secrets: every KEY=VALUE given (--spark-conf among them) and
-              # every secret-named setting shows its key only (pgval.redact).
+              # every secret-named setting shows its key only (pgval.core.redact).
               conf=conf_summary({k: v for k, v in conf.items() if k != "spark.jars"},
                                 list(session.settings.spark)),
               **({"sabotage": str(sabotage)} if sabotage is not None else {}))
@@ -706,8 +707,8 @@ def start_query(spec: DriverDocument, session: Session, log: ProgressLog, t0: fl
                 ) -> tuple[Any, Any]:
     """Build and start the query of ``spec`` in ``session``; its ``started`` line goes to
     ``log`` (startup timed from ``t0``). Returns the query and the e1 sink (or None)."""
+    from pgval.topologies.guarantee_sinks import parse_sabotage
     from pgval.topologies.job_query import load_job_for_spark
-    from pgval.topologies.sinks import parse_sabotage
 
     sabotage = parse_sabotage(spec.sabotage) if spec.sabotage is not None else None
     source = _source(spec, session, log)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import UserMistake
+from pgval.core.errors import UserMistake
 
 #: The column every job's output carries: the input IDs behind the row.
 IDS = "ids"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pgval.records import JOB_KEY
+from pgval.records.parse import JOB_KEY
 from pgval.topologies.job import Job, check_result, load
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ watermark are dropped by Spark and show up as *unprocessed* in the validator.
 
 The result of :func:`build_topology` has exactly two string columns, ``key`` (the resource,
 so Kafka's default murmur2 partitioner puts an output on the partition of its inputs) and
-``value`` (the output JSON with the fields of :data:`pgval.schema.SST_OUTPUT_FIELDS` or
-:data:`pgval.schema.MST_OUTPUT_FIELDS`), ready for either sink.
+``value`` (the output JSON with the fields of :data:`pgval.core.schema.SST_OUTPUT_FIELDS` or
+:data:`pgval.core.schema.MST_OUTPUT_FIELDS`), ready for either sink.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pgval import schema
+from pgval.core import schema
 
-#: DDL of an input record's JSON value (the fields of :data:`pgval.schema.INPUT_FIELDS`).
+#: DDL of an input record's JSON value (the fields of :data:`pgval.core.schema.INPUT_FIELDS`).
 INPUT_VALUE_DDL = "id BIGINT, type STRING, resource STRING, event_ts BIGINT"
 
 
@@ -133,7 +133,7 @@ def _to_output(flat: DataFrame, fields: tuple[str, ...]) -> DataFrame:
 
 def sst_rows(gets: DataFrame, window_ms: int) -> DataFrame:
     """Single-stream topology: GETs per (window, resource) -> count and IDs, as the plain
-    columns of :data:`pgval.schema.SST_OUTPUT_FIELDS`.
+    columns of :data:`pgval.core.schema.SST_OUTPUT_FIELDS`.
 
     ``count`` is ``count(*)`` and ``ids`` is ``collect_list`` (not a set): every record
     read is one occurrence, so an input that is in Kafka twice, or that reached Spark's
@@ -153,7 +153,7 @@ def sst(gets: DataFrame, window_ms: int) -> DataFrame:
 
 def mst_rows(gets: DataFrame, posts: DataFrame, window_ms: int) -> DataFrame:
     """Multi-stream topology: GET ⋈ POST on (resource, window), then counted per key, as the
-    plain columns of :data:`pgval.schema.MST_OUTPUT_FIELDS`.
+    plain columns of :data:`pgval.core.schema.MST_OUTPUT_FIELDS`.
 
     The join is an inner stream-stream join whose condition includes equality of the two
     event-time windows: that is what lets Spark evict a window's join state once the

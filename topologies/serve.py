@@ -17,11 +17,11 @@ experiments/overhead-26/shared-driver.md; in short:
 * a step that does not finish in time *poisons* the driver: the answer says so and pgval
   gives the next cell a fresh one.
 
-Requests arrive over the control channel (:mod:`pgval.topologies.control`; the answers and
+Requests arrive over the control channel (:mod:`pgval.topologies.control_channel`; the answers and
 the executors' changes go to ``DIR/session.jsonl``): ``start_query`` with ``spec``, the
-document a fresh driver of that cell would get (pgval.driver_spec, as JSON), and
+document a fresh driver of that cell would get (pgval.core.driver_spec, as JSON), and
 ``stop_query``. A query whose session settings differ from the driver's first is refused
-(:meth:`~pgval.driver_spec.DriverDocument.session_mismatch`). Each query's own events
+(:meth:`~pgval.core.driver_spec.DriverDocument.session_mismatch`). Each query's own events
 (``started``, ``progress``, ``sink_batch``, ``terminated``...) go to its own progress file,
 routed by the query's run id (:class:`QueryRouter`).
 """
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.driver_spec import DriverDocument
-from pgval.errors import PgvalError
+from pgval.core.driver_spec import DriverDocument
+from pgval.core.errors import PgvalError
 
 #: What a served driver's session log and control directory are called inside ``serve_dir``.
 SESSION_LOG = "session.jsonl"

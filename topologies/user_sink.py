@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pgval.records import JOB_KEY
+from pgval.records.parse import JOB_KEY
 from pgval.topologies.job import JobError, JobRef, import_module
 
 #: The environment variable the driver sets for ``write``: the run's folder for the sink.

@@ -29,7 +29,7 @@ def columns(con: sqlite3.Connection, schema: str, table: str) -> list[str]:
 
 def merge(source: Path, target: Path, dry_run: bool = False) -> list[tuple[int, int]]:
     """(source id, target id) of every run copied."""
-    from pgval.store import ResultsStore
+    from pgval.store.results import ResultsStore
 
     with ResultsStore(target):  # the target's tables brought up to this pgval's schema
         pass

@@ -29,7 +29,7 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-from pgval.store import TABLES
+from pgval.store.results import TABLES
 
 HERE = Path(__file__).resolve().parent
 GRID_DB = HERE / "results.db"

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from pgval.store import TABLES
+from pgval.store.results import TABLES
 
 HERE = Path(__file__).resolve().parent
 DB = HERE / "results.db"

@@ -1,6 +1,6 @@
 """The checker: what a run's records prove, as pure functions of columns already in memory.
 
-Given the input events and the output records (:mod:`pgval.records`) and the phase bounds,
+Given the input events and the output records (:mod:`pgval.records.parse`) and the phase bounds,
 the checks answer without reading files, touching Kafka or Spark, or writing anywhere:
 
 * :mod:`~pgval.checker.validator` — the paper's Algorithms 1–3: processed, duplicate,

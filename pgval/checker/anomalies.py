@@ -35,11 +35,11 @@ import pyarrow.compute as pc
 
 from pgval.checker.validator import Validation
 from pgval.oracle.expected import ExpectedOutputs
-from pgval.phases import Phases
-from pgval.records import OutputRecords
+from pgval.records.parse import OutputRecords
+from pgval.records.phases import Phases
 
 KINDS = ("unprocessed", "duplicate", "incorrect", "output-before-input")
-#: Phase names by :meth:`pgval.phases.Phases.of`'s codes.
+#: Phase names by :meth:`pgval.records.phases.Phases.of`'s codes.
 PHASE_NAMES = ("warm-up", "control", "failure", "recovery")
 INCORRECT_CAUSES = ("another key", "unknown key", "not expected")
 

@@ -1,6 +1,6 @@
 """Library entry point: inputs + outputs → oracle → validator → metrics → one result.
 
-The CLI (``pgval check``, on the columns :func:`pgval.records.read_streams` reads), the
+The CLI (``pgval check``, on the columns :func:`pgval.records.parse.read_streams` reads), the
 experiment runner (``pgval validate``), ``recheck`` and the benchmarks all call
 :func:`evaluate`, on columns already in memory (the checker reads no files);
 :meth:`Evaluation.summary` is the JSON contract of ``pgval check --json``.
@@ -20,11 +20,11 @@ from pgval.checker.explain import CAUSES, summarize_causes, unprocessed_cause_co
 from pgval.checker.metrics import Metrics, compute_metrics
 from pgval.checker.recovery import Recovery, recovery_bounds, recovery_metrics
 from pgval.checker.validator import Validation, validate
+from pgval.core.schema import PHASES
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs
 from pgval.oracle.rows import disagreement
-from pgval.phases import Phases
-from pgval.records import InputEvents, OutputRecords
-from pgval.schema import PHASES
+from pgval.records.parse import InputEvents, OutputRecords
+from pgval.records.phases import Phases
 
 
 @dataclass

@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from pgval.checker.validator import Validation
+from pgval.core.schema import GET_TOPIC, POST_TOPIC
 from pgval.oracle.expected import ExpectedOutputs
 from pgval.oracle.rows import JOB
-from pgval.records import InputEvents
-from pgval.schema import GET_TOPIC, POST_TOPIC
+from pgval.records.parse import InputEvents
 
 CAUSES = ("late", "skipped", "in-flight at end", "lost", "late or lost")
 _LATE, _SKIPPED, _IN_FLIGHT, _LOST, _LATE_OR_LOST = range(len(CAUSES))

@@ -28,11 +28,11 @@ from typing import Literal
 import numpy as np
 
 from pgval.checker.validator import Validation
+from pgval.core.schema import Topology
 from pgval.oracle.expected import deduplicate_inputs
 from pgval.oracle.rows import JOB
-from pgval.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
-from pgval.records import InputEvents, OutputRecords
-from pgval.schema import Topology
+from pgval.records.parse import InputEvents, OutputRecords
+from pgval.records.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
 
 PERCENTILES = (50, 95, 99)
 #: The 1 s series cover the run, not whatever a stray timestamp claims: inputs more than

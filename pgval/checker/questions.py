@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from pgval.checker.result import Reason
-from pgval.phases import Phases
-from pgval.records import InputEvents, OutputRecords
+from pgval.records.parse import InputEvents, OutputRecords
+from pgval.records.phases import Phases
 
 #: Phase boundaries may lie this far outside the records' time span (and at least its
 #: length): far enough for a START before the first record, never a factor of 1,000.

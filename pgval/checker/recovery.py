@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from pgval.checker.metrics import LATENCY_SLACK_S, TOLERANCE, Metrics, control_max_gap_ms
-from pgval.phases import CONTROL, Phases
+from pgval.records.phases import CONTROL, Phases
 
 HOLD_S = 10.0
 SMOOTH_S = 5

@@ -15,7 +15,7 @@ from rich.table import Table
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.metrics import NO_OUTPUT, LatencyStats
 from pgval.checker.recovery import recovery_bounds
-from pgval.schema import PHASES
+from pgval.core.schema import PHASES
 
 VERDICT_STYLE = {"exactly-once": "bold green", "at-least-once": "bold yellow",
                  "at-most-once": "bold yellow", "none": "bold red", "unknown": "bold"}

@@ -16,7 +16,7 @@ from typing import Literal
 
 #: What a reason is about. ``observed``: seen live (the drain, the driver's death) and kept
 #: in the manifest, since nothing after the run can recompute it. ``other``: a reason stored
-#: before reasons had kinds whose words no rule of :mod:`pgval.recheck`'s legacy reader
+#: before reasons had kinds whose words no rule of :mod:`pgval.evidence.recheck`'s legacy reader
 #: knows; a re-check carries it unchanged (no check of today makes one).
 ReasonKind = Literal["data", "readback", "reconcile", "generator", "observed", "fault",
                      "other"]

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pgval.core.schema import Topology
 from pgval.oracle.expected import ExpectedOutputs
 from pgval.oracle.rows import JOB
-from pgval.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
-from pgval.records import OutputRecords
-from pgval.schema import Topology
+from pgval.records.parse import OutputRecords
+from pgval.records.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
 
 WITNESSES_PER_WINDOW = 5
 ANOMALIES = ("unprocessed", "duplicate", "incorrect")

@@ -14,9 +14,9 @@ any of these holds, and each gives one plain reason of one kind
   through it: the judged run is not the experiment the phases describe), or an input ID
   occurs more than once in the input topics (its duplicate outputs are not the job's doing);
 * ``observed``: the drain timed out, or the driver died outside a driver-crash fault (seen
-  live, made by :mod:`pgval.run.monitor` and :mod:`pgval.experiment`);
+  live, made by :mod:`pgval.run.monitor` and :mod:`pgval.run.experiment`);
 * ``fault``: the fault has no evidence of taking effect, or its removal failed (made by
-  :mod:`pgval.faults.evidence` from the fault log).
+  :mod:`pgval.faults.took_effect` from the fault log).
 
 A phase without outputs is no reason: it is a measurement (throughput 0, latency undefined,
 :mod:`pgval.checker.metrics`), since every ID is still classified. A run is unknown only when
@@ -34,7 +34,7 @@ from typing import Any
 
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.result import Reason, ReasonKind, Result, Status, compose
-from pgval.schema import PHASES
+from pgval.core.schema import PHASES
 
 
 class Validity:

@@ -6,8 +6,8 @@ One module per command group, each importing only what the groups share
 * :mod:`.offline` — ``oracle`` and ``check``: recorded streams, no cluster;
 * :mod:`.validate` — ``validate``: one experiment;
 * :mod:`.evidence` — ``recheck`` and ``export``: a stored run from its kept evidence;
-* :mod:`.campaigns` — ``matrix`` and ``oir`` (their policy is :mod:`pgval.matrix` and
-  :mod:`pgval.oir`: the commands parse, call and say);
+* :mod:`.campaigns` — ``matrix`` and ``oir`` (their policy is :mod:`pgval.campaigns.matrix` and
+  :mod:`pgval.campaigns.oir`: the commands parse, call and say);
 * :mod:`.report` — ``report``;
 * :mod:`.cluster` — ``cluster up|status|down``;
 * :mod:`.housekeeping` — ``cleanup``, ``soak``, ``setup-jars``;

@@ -2,7 +2,7 @@
 group (:mod:`pgval.cli`).
 
 Every command that fails ends in one plain sentence and the exit status of its error's
-kind (:mod:`pgval.errors`), never a traceback; this module is the one place that maps them.
+kind (:mod:`pgval.core.errors`), never a traceback; this module is the one place that maps them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pgval.cli import (
     bench,
     campaigns,
     cluster,
-    evidence,
     housekeeping,
     offline,
+    recheck_export,
     report,
     streams,
     validate,
@@ -60,8 +60,8 @@ def _with_exit_status(command: click.Command) -> None:
 
 main.epilog = exit_status("")
 for command in (offline.oracle, offline.check, streams.generate, streams.record,
-                validate.validate, evidence.recheck,
-                evidence.export, campaigns.matrix, campaigns.oir, report.report,
+                validate.validate, recheck_export.recheck,
+                recheck_export.export, campaigns.matrix, campaigns.oir, report.report,
                 cluster.cluster, housekeeping.cleanup, housekeeping.soak,
                 housekeeping.setup_jars, bench.bench):
     _with_exit_status(command)

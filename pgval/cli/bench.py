@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from pgval.cli.common import console, print_json
 from pgval.cli.errors import err_console
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
 
 
 @click.group()
@@ -49,7 +49,7 @@ def bench_offline(events: int, workdir: Path, as_json: bool) -> None:
     """Time read → oracle → validator → metrics over synthetic files of EVENTS inputs."""
     from rich.table import Table
 
-    from pgval.bench import run_offline_bench
+    from pgval.checker.bench import run_offline_bench
 
     with err_console.status(f"preparing and timing {events:,} events…"):
         result = run_offline_bench(workdir, events)
@@ -119,7 +119,7 @@ def bench_generator(events: int, producers: int, partitions: int, repeat: int,
     heap, acks=all, idempotent), counted until every event is acknowledged."""
     from rich.table import Table
 
-    from pgval.bench_kafka import bench_generator as run_bench
+    from pgval.campaigns.kafka_bench import bench_generator as run_bench
 
     options = {k: v for k, v in (("linger_ms", linger_ms), ("compression", compression),
                                  ("batch_bytes", batch_bytes)) if v is not None}
@@ -174,7 +174,7 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
     bench starts, then time read-back (read_committed), records → columns and validation."""
     from rich.table import Table
 
-    from pgval.bench_kafka import bench_readback as run_bench
+    from pgval.campaigns.kafka_bench import bench_readback as run_bench
     from pgval.kafka.reader import default_workers
 
     workers = workers or default_workers()

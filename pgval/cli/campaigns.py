@@ -1,6 +1,6 @@
 """`pgval matrix` and `pgval oir`: the campaigns. Argument handling and what is said;
-how a grid is planned, resumed and run is :mod:`pgval.matrix`, how the search steps
-:mod:`pgval.oir`."""
+how a grid is planned, resumed and run is :mod:`pgval.campaigns.matrix`, how the search steps
+:mod:`pgval.campaigns.oir`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from pgval.checker.gate import Case
 from pgval.cli.common import (
     OIR_PENDING,
     RunDidNotFinish,
@@ -25,9 +26,8 @@ from pgval.cli.common import (
 )
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import build_config, config_options, grid_options
-from pgval.errors import EnvironmentFailure, PgvalError
-from pgval.gate import Case
-from pgval.schema import Topology
+from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.schema import Topology
 
 
 def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
@@ -61,7 +61,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
            rate_fraction: float | None, runs_dir: Path, db: Path, driver: str,
            expect: str | None, junit_path: Path | None, **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
-    from pgval.matrix import cell_cases, cells, plan, rates_at, run_matrix
+    from pgval.campaigns.matrix import cell_cases, cells, plan, rates_at, run_matrix
 
     rate = parse_rate(values["rate"])
     base = _matrix_base(values, rate, rate_fraction)
@@ -73,7 +73,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     except PgvalError as exc:
         if not gated:
             raise
-        gate_failed(exc, Case.failed("matrix", "pgval.matrix", why_not_finished(exc)),
+        gate_failed(exc, Case.failed("matrix", "pgval.campaigns.matrix", why_not_finished(exc)),
                     expect, junit_path, "pgval matrix")
     base = resolve_job(base)
 
@@ -136,7 +136,7 @@ def _matrix_base(values: dict[str, Any], rate: float | None,
 class _CellProgress:
     """The matrix's progress bar and one line per cell as it starts and ends; failed cells
     and their errors into ``failed``. Used as a context manager giving the ``on_cell``
-    callback of :func:`pgval.matrix.run_matrix`."""
+    callback of :func:`pgval.campaigns.matrix.run_matrix`."""
 
     def __init__(self, total: int, failed: dict[Any, str]) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -187,7 +187,7 @@ def oir(start_rate: float, max_trials: int, precision: float, max_rate: float, r
         db: Path, driver: str, **values: Any) -> None:
     """Find the optimum ingestion rate by doubling, then bisecting between the highest
     passing and the lowest failing control run, and store it for this machine."""
-    from pgval.oir import search_oir
+    from pgval.campaigns.oir import search_oir
 
     if start_rate > max_rate:
         raise UserError(f"--start-rate {start_rate:,.0f} is above --max-rate {max_rate:,.0f}")

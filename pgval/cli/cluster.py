@@ -30,7 +30,7 @@ def cluster_up(run_dir: Path, **values: Any) -> None:
     """Start the cluster and leave it running (stop it with `pgval cluster down`)."""
     from pgval.cluster.guard import read_state
     from pgval.cluster.local import LocalCluster
-    from pgval.spec import ClusterSpec
+    from pgval.core.spec import ClusterSpec
 
     require_spark()
     if (read_state(run_dir) or {}).get("complete"):

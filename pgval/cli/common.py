@@ -15,11 +15,11 @@ import orjson
 from rich.console import Console
 
 from pgval.cli.errors import UserError, as_error, err_console
-from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.core.errors import EnvironmentFailure, PgvalError
 
 if TYPE_CHECKING:
-    from pgval.gate import Case
-    from pgval.spec import RunSpec
+    from pgval.checker.gate import Case
+    from pgval.core.spec import RunSpec
 
 console = Console()
 if not console.is_terminal:  # pipes and CI logs: wide enough for the phase table
@@ -77,7 +77,7 @@ def print_output_before_input(evaluation: object) -> None:
 def check_db(db: Path) -> None:
     """Open (create or migrate) the results database first: a bad --db is one line before
     a run directory exists or a cluster starts."""
-    from pgval.store import ResultsStore
+    from pgval.store.results import ResultsStore
 
     ResultsStore(db).close()
 
@@ -90,7 +90,7 @@ def resolve_job(cfg: RunSpec) -> RunSpec:
     if cfg.job is None:
         return cfg
     from pgval.config import resolve
-    from pgval.schema import BUILTIN_SINKS
+    from pgval.core.schema import BUILTIN_SINKS
     from pgval.topologies.job import load
     from pgval.topologies.user_sink import load_sink
 
@@ -119,7 +119,7 @@ def parse_rate(text: str) -> float | None:
 def stored_oir_rate(db: Path, cfg: RunSpec) -> float:
     """The optimum ingestion rate stored for the config's topology, pg and run shape, said
     on the console, or one line saying how to measure it (:class:`OirNotStored`)."""
-    from pgval.oir import oir_for
+    from pgval.campaigns.oir import oir_for
 
     stored = oir_for(db, cfg)
     # stderr: a status line, and `validate --json` keeps stdout to its one JSON object.
@@ -129,7 +129,7 @@ def stored_oir_rate(db: Path, cfg: RunSpec) -> float:
 
 def gate_options(f):  # noqa: ANN001, ANN201 - click decorator
     """``--expect`` and ``--junit``: the CI gate of a command that gives verdicts."""
-    from pgval.gate import EXPECTATIONS
+    from pgval.checker.gate import EXPECTATIONS
 
     f = click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Also write a JUnit XML file: one test case per run (per cell in "
@@ -168,7 +168,7 @@ class RunDidNotFinish(EnvironmentFailure):
 def finish_gate(cases: list[Case], expect: str | None, junit_path: Path | None,
                 suite: str, *, quiet: bool = False) -> None:
     """Write ``--junit`` and exit with ``--expect``'s status (0 returns)."""
-    from pgval.gate import exit_status, sentence, write_junit
+    from pgval.checker.gate import exit_status, sentence, write_junit
 
     if junit_path is not None:
         try:
@@ -188,7 +188,7 @@ def require_spark(deploy: str = "local") -> None:
     """One sentence before anything starts when pyspark is missing (``pip install pgval``
     without the ``spark`` extra) or of a line pgval does not run on; ``--deploy compose``
     runs Spark in its containers."""
-    from pgval.extras import require
+    from pgval.core.extras import require
     from pgval.host.jars import installed_spark
 
     if str(deploy) != "compose":

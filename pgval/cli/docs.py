@@ -34,7 +34,7 @@ EXIT_CODES = """
 
 Without `--expect` every command ends in one of four, and a failure is one plain line on
 stderr (`error: …`, or click's usage block ending in one `Error: …` line), never a
-traceback. The status is the kind of the error (`pgval/errors.py`, mapped in
+traceback. The status is the kind of the error (`pgval/core/errors.py`, mapped in
 `pgval/cli/app.py`):
 
 * **0** — done. A verdict (at-most-once, …) and its validity (unknown, …) are output, not
@@ -86,7 +86,7 @@ def render() -> str:
              "(do not edit by hand; `tests/test_cli_options.py` checks it is up to date).\n"
              "The options of `validate`, `matrix` and `oir` are made from the fields of\n"
              "`RunSpec` and `ClusterSpec`\n"
-             "(`pgval/spec.py`), so they share their names, defaults and help.\n"
+             "(`pgval/core/spec.py`), so they share their names, defaults and help.\n"
              + EXIT_CODES]
     for path, text in _commands(main, root):
         parts.append(f"\n## `{path}`\n\n```text\n{text.rstrip()}\n```\n")

@@ -1,5 +1,5 @@
 """How the ``pgval`` command ends in an error: one plain line on stderr (``error: …``) and
-the exit status of the error's kind (:mod:`pgval.errors`), mapped in :mod:`pgval.cli.app`.
+the exit status of the error's kind (:mod:`pgval.core.errors`), mapped in :mod:`pgval.cli.app`.
 
 Apart from the commands so the generated options (:mod:`pgval.cli.options`) can raise the
 same error while parsing, without importing a command module.
@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from pgval.errors import EnvironmentFailure, PgvalError, UserMistake
+from pgval.core.errors import EnvironmentFailure, PgvalError, UserMistake
 
 err_console = Console(stderr=True)
 
@@ -86,7 +86,7 @@ EXIT_STATUS_MORE = {
 }
 
 
-#: The commands with ``--expect`` (:mod:`pgval.gate`) and what it does to their status.
+#: The commands with ``--expect`` (:mod:`pgval.checker.gate`) and what it does to their status.
 GATED = ("validate", "matrix", "check", "recheck")
 EXIT_STATUS_GATED = ("With --expect: 0 every run valid and at least as strong; 1 a verdict "
                      "weaker than expected; 3 a run's validity unknown; 4 a run that did not "

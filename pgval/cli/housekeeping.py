@@ -10,7 +10,7 @@ import click
 import orjson
 
 from pgval.cli.common import console, require_spark
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
 
 
 @click.command()
@@ -48,8 +48,8 @@ def soak(n_runs: int, root: Path, seed: int, as_json: bool) -> None:
     """Kill short runs at random moments with INT/TERM/HUP/KILL, SIGKILL a matrix and an
     external run mid-fault, run `pgval cleanup` beside a live run, and count what was left
     behind (exit 4 if anything was)."""
-    from pgval.soak import KillResult
-    from pgval.soak import soak as run_soak
+    from pgval.cli.soak_runs import KillResult
+    from pgval.cli.soak_runs import soak as run_soak
 
     require_spark()
 

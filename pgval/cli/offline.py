@@ -21,7 +21,7 @@ from pgval.cli.common import (
 )
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import config_option
-from pgval.phases import Phases
+from pgval.records.phases import Phases
 
 topology_option = config_option("topology")
 window_option = config_option("window_ms")
@@ -35,7 +35,7 @@ window_option = config_option("window_ms")
 def oracle(topology: str, inputs: Path, window_ms: int) -> None:
     """Print the expected outputs of TOPOLOGY over INPUTS as JSON lines."""
     from pgval.oracle import expected_outputs
-    from pgval.records import read_inputs
+    from pgval.records.parse import read_inputs
 
     events = read_inputs(inputs)
     if events.malformed:
@@ -74,14 +74,14 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
     """Validate recorded input and output streams of any stream processor."""
     from pgval.checker import questions
     from pgval.checker.evaluate import evaluate
-    from pgval.records import read_streams
+    from pgval.records.parse import read_streams
 
     try:
         phases = Phases.parse(phases_text) if phases_text is not None else Phases.unbounded()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     from pgval.checker.validity import Validity, evaluation_reasons
-    from pgval.store import ResultsStore
+    from pgval.store.results import ResultsStore
 
     store = ResultsStore(db) if db is not None else None  # a bad --db: before the work
     events, produced = read_streams(inputs, outputs)
@@ -94,7 +94,7 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
     validity = Validity(evaluation_reasons(ev), [r for r in (
         questions.nothing_to_judge(produced, phases),) if r is not None])
     if anomalies_path is not None:
-        from pgval.export import write_anomalies
+        from pgval.evidence.export import write_anomalies
 
         try:
             write_anomalies(ev.anomalies(), anomalies_path)
@@ -122,7 +122,7 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         if anomalies_path is not None:
             console.print(f"{len(ev.anomalies()):,} anomalies written to "
                           f"{escape(str(anomalies_path))}")
-    from pgval.gate import Case
+    from pgval.checker.gate import Case
 
     case = Case.of_summary(outputs.name, f"pgval.check.{topology}", summary)
     finish_gate([case], expect, junit_path, "pgval check", quiet=as_json)

@@ -1,7 +1,7 @@
 """The options of `validate`, `matrix` and `oir`, generated from the config dataclasses.
 
-Every field of :class:`~pgval.spec.RunSpec` and of
-:class:`~pgval.spec.ClusterSpec` is one option: its name from the field's
+Every field of :class:`~pgval.core.spec.RunSpec` and of
+:class:`~pgval.core.spec.ClusterSpec` is one option: its name from the field's
 (``phase_seconds`` → ``--phase-seconds``, or ``metadata["name"]``), its type from the
 annotation, its default from the dataclass, and its help, choices, metavar and bounds from
 the field's metadata. So the commands cannot disagree on a default or lose an option: a
@@ -22,8 +22,8 @@ import click
 
 from pgval.cli.errors import UserError
 from pgval.config import resolve
-from pgval.files import key_value_lines, split_key_value
-from pgval.schema import (
+from pgval.core.files import key_value_lines, split_key_value
+from pgval.core.schema import (
     BUILTIN_TOPOLOGIES,
     FAULTS_AT_POINTS,
     PROCESSING_GUARANTEES,
@@ -32,7 +32,7 @@ from pgval.schema import (
     Name,
     Topology,
 )
-from pgval.spec import ClusterSpec, RunSpec
+from pgval.core.spec import ClusterSpec, RunSpec
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -199,7 +199,7 @@ def list_option(name: str, allowed: Sequence[str], default: Sequence[str],
 
 
 def grid_options() -> Decorator:
-    """`matrix`'s axes: --topologies, --pgs, --faults (choices from :mod:`pgval.schema`)."""
+    """`matrix`'s axes: --topologies, --pgs, --faults (choices from :mod:`pgval.core.schema`)."""
     return _stack([
         list_option("--topologies", BUILTIN_TOPOLOGIES, BUILTIN_TOPOLOGIES,
                     "Topologies of the grid (with --job: your job alone)."),

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pgval.cli.common import console
-from pgval.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
+from pgval.core.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 
 
 @click.command()

@@ -12,7 +12,7 @@ from rich.markup import escape
 from pgval.cli.common import console, print_json
 from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import config_option, key_values
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
 
 
 @click.command()
@@ -51,8 +51,8 @@ def generate(path: Path | None, bootstrap: str | None, topic_prefix: str, partit
              kafka_config: dict[str, str], as_json: bool) -> None:
     """Write the synthetic web log (GET/POST per resource) to Kafka or a file, for a job
     of any engine that `pgval record` and `pgval check` then judge."""
+    from pgval.core.schema import Topics
     from pgval.datasets.generator import GeneratorConfig, GeneratorError
-    from pgval.schema import Topics
     from pgval.streams import Target
     from pgval.streams import generate as run
 

@@ -43,11 +43,11 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
              junit_path: Path | None, **values: Any) -> None:
     """Run one experiment on Kafka + Spark (the embedded cluster unless --deploy) and
     validate its guarantee."""
+    from pgval.checker.gate import Case
     from pgval.checker.render import render_evaluation
-    from pgval.errors import PgvalError
-    from pgval.experiment import Experiment, default_run_dir
-    from pgval.gate import Case
-    from pgval.live import LiveStatus
+    from pgval.core.errors import PgvalError
+    from pgval.run.experiment import Experiment, default_run_dir
+    from pgval.run.live import LiveStatus
 
     _sabotage_spec(values["sabotage"])
     rate = parse_rate(values["rate"])
@@ -120,7 +120,7 @@ def _sabotage_spec(text: str | None) -> str | None:
     """Check a --sabotage spec early (before anything starts) with the sink's own parser."""
     if text is None:
         return None
-    from pgval.topologies.sinks import parse_sabotage
+    from pgval.topologies.guarantee_sinks import parse_sabotage
 
     try:
         parse_sabotage(text)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.guard import read_state
-from pgval.errors import EnvironmentFailure, UserMistake
+from pgval.core.errors import EnvironmentFailure, UserMistake
 from pgval.host.identity import boot_id, start_ticks
 from pgval.host.procs import spawn, wait_for_port
 from pgval.host.registry import trusted_file

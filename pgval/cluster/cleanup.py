@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pgval.cluster.guard import force_down, read_state
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
 from pgval.host import netns, registry
 from pgval.host.identity import Owner, start_ticks
 

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pgval.files import append_private, write_private_json
+from pgval.core.files import append_private, write_private_json
+from pgval.core.redact import private_dir
 from pgval.host import netns, registry
 from pgval.host.identity import Owner
 from pgval.host.procs import kill_recorded, recorded_group_is_ours
-from pgval.redact import private_dir
 
 #: The reaper's module (:mod:`pgval.cluster.reaper`), started as ``python -m``; named, not
 #: imported: the reaper imports this module.

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.guard import start_reaper, stop_reaper
-from pgval.errors import EnvironmentFailure
-from pgval.files import write_private_json
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.files import write_private_json
+from pgval.core.redact import private_dir
+from pgval.core.spec import ClusterSpec
 from pgval.host import netns, registry, signals
 from pgval.host.identity import Owner
 from pgval.kafka.broker import KafkaCluster
-from pgval.redact import private_dir
 from pgval.spark.daemons import SparkCluster
-from pgval.spec import ClusterSpec
 
 
 class LocalCluster:

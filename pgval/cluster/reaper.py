@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pgval.cluster.guard import REAPER_MODULE as MODULE
 from pgval.cluster.guard import force_down
-from pgval.errors import PgvalError
+from pgval.core.errors import PgvalError
 from pgval.host.identity import Owner, boot_id
 
 POLL_S = 0.5

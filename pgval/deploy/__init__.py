@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pgval.core.schema import Deploy
+from pgval.core.spec import RunSpec
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
-from pgval.schema import Deploy
-from pgval.spec import RunSpec
 
 
 def make_deployment(cfg: RunSpec, cluster_dir: Path) -> Deployment:
@@ -20,7 +20,7 @@ def make_deployment(cfg: RunSpec, cluster_dir: Path) -> Deployment:
         return ExternalDeployment(cfg.bootstrap, cfg.master, cfg.cluster.partitions,
                                   cfg.kafka_config, cfg.spark_conf, workers=cfg.cluster.workers)
     if deploy is Deploy.COMPOSE:
-        from pgval.extras import require
+        from pgval.core.extras import require
 
         require("docker")
         from pgval.deploy.compose.deployment import ComposeDeployment

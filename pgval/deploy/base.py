@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.schema import Fault, Topics, sink_kind
 from pgval.faults import FaultHooks, default_target
-from pgval.faults.broker import LEADER, BrokerCrash, KillableBrokers
+from pgval.faults.broker_crash import LEADER, BrokerCrash, KillableBrokers
 from pgval.faults.composite import CompositeFault
 from pgval.faults.descriptor import DRIVER_PROCESS, FaultDescriptor, descriptors
 from pgval.faults.executor import ExecutorKill
@@ -32,11 +33,10 @@ from pgval.faults.process import DriverCrash, SinkWriteCrash
 from pgval.faults.timeouts import TimeoutProfile, profile_for
 from pgval.host.cds import ClassArchive
 from pgval.kafka.admin import create_topics, delete_topics
-from pgval.schema import Fault, Topics, sink_kind
 
 if TYPE_CHECKING:
-    from pgval.spark.driver import DriverProcess
-    from pgval.spec import RunSpec
+    from pgval.core.spec import RunSpec
+    from pgval.deploy.driver_process import DriverProcess
 
 #: Makes one fault on a deployment: (the run's configuration, the target worker, the
 #: time-out profile, what else the fault may need) → the fault's inject/remove hooks.

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 from pgval.cluster.brokers import RecordedBrokers
 from pgval.cluster.guard import cluster_processes, read_state, reaper_problem
 from pgval.cluster.local import LocalCluster
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.schema import PAUSE_DRIVER, Partition
+from pgval.core.spec import ClusterSpec
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
-from pgval.errors import EnvironmentFailure
-from pgval.faults.broker import BrokerCrash, SignalledBrokers
+from pgval.faults.broker_crash import BrokerCrash, SignalledBrokers
 from pgval.faults.descriptor import (
     BROKER_PROCESSES,
     DRIVER_PROCESS,
@@ -33,13 +35,11 @@ from pgval.faults.pause import ProcessPause, group_members
 from pgval.faults.process import WorkerCrash
 from pgval.host.cds import ClassArchive
 from pgval.kafka.broker import CLIENT_PROPERTIES, KafkaCredentials
-from pgval.schema import PAUSE_DRIVER, Partition
 from pgval.spark.daemons import SECRET_FILE_ENV
-from pgval.spec import ClusterSpec
 
 if TYPE_CHECKING:
+    from pgval.core.spec import RunSpec
     from pgval.faults.timeouts import TimeoutProfile
-    from pgval.spec import RunSpec
 
 
 def handoff(cluster_dir: Path, state: dict[str, Any]) -> dict[str, Any]:

@@ -17,16 +17,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from pgval.core.errors import EnvironmentFailure
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
-from pgval.errors import EnvironmentFailure
-from pgval.faults.broker import BROKER_CRASH_NEMESIS, BrokerCrash
+from pgval.faults.broker_crash import BROKER_CRASH_NEMESIS, BrokerCrash
 from pgval.faults.descriptor import DRIVER_PROCESS, EXECUTOR_KILL, NEMESIS
 from pgval.faults.nemesis import NemesisBrokers, NemesisDelay
 from pgval.kafka.admin import broker_ids
 
 if TYPE_CHECKING:
+    from pgval.core.spec import RunSpec
     from pgval.faults.timeouts import TimeoutProfile
-    from pgval.spec import RunSpec
 
 
 class ExternalDeployment(Deployment):

@@ -4,7 +4,7 @@ Why: a fresh driver costs a warm cell most of its overhead on 2 cores — its JV
 application's new executor JVMs and their cold code (docs/performance.md, "A warm
 cluster"). Shared, one driver process (its document's ``serve_dir``: pgval.topologies.serve)
 runs one query per cell, each with its own checkpoint, topics, query name and progress
-file; a cell's document (pgval.driver_spec) reaches it over the control channel.
+file; a cell's document (pgval.core.driver_spec) reaches it over the control channel.
 
 What it changes in what a run measures, said in every run it touches
 (``config.driver``): from the driver's second cell on, the driver's and the executors' JVMs
@@ -30,20 +30,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgval.cluster.guard import RunGuard
-from pgval.errors import EnvironmentFailure, PgvalError
-from pgval.faults.descriptor import descriptor
-from pgval.redact import private_dir
-from pgval.schema import PAUSE_DRIVER, CrashPoint, Fault, FaultSpec
-from pgval.spark.driver import (
+from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.redact import private_dir
+from pgval.core.schema import PAUSE_DRIVER, CrashPoint, Fault, FaultSpec
+from pgval.deploy.driver_process import (
     DriverControl,
     DriverProcess,
     DriverSpec,
     progress_lines,
     sabotage_events,
 )
+from pgval.faults.descriptor import descriptor
 
 if TYPE_CHECKING:
-    from pgval.spec import RunSpec
+    from pgval.core.spec import RunSpec
 
 #: Names inside ``serve_dir`` (pgval.topologies.serve; not imported: that module is the
 #: driver's, and importing it here would load the driver's side into pgval).
@@ -127,7 +127,7 @@ class SharedDriver:
 
 class SharedQuery:
     """One run's query in a :class:`SharedDriver`: what a run uses of a
-    :class:`~pgval.spark.driver.DriverProcess` (start, check, progress, stop...)."""
+    :class:`~pgval.deploy.driver_process.DriverProcess` (start, check, progress, stop...)."""
 
     def __init__(self, shared: SharedDriver, spec: DriverSpec, cell: int,
                  drivers: SharedDrivers) -> None:

@@ -15,13 +15,13 @@ import contextlib
 import dataclasses
 from pathlib import Path
 
+from pgval.core.redact import private_dir
+from pgval.core.schema import Deploy
+from pgval.core.spec import RunSpec
 from pgval.deploy import Deployment, make_deployment
 from pgval.deploy.shared_driver import SharedDrivers
 from pgval.faults.timeouts import profile_for
 from pgval.host import signals
-from pgval.redact import private_dir
-from pgval.schema import Deploy
-from pgval.spec import RunSpec
 
 
 def daemon_conf(cfg: RunSpec) -> dict[str, str]:
@@ -59,7 +59,7 @@ class WarmDeployments:
         run_cfg = dataclasses.replace(cfg, cluster=cluster_cfg)
         self.started += 1
         cluster_dir = self.root / f"{self.label}-{self.started}"
-        private_dir(cluster_dir)  # 0700, as a run's directory (pgval.redact)
+        private_dir(cluster_dir)  # 0700, as a run's directory (pgval.core.redact)
         deployment = make_deployment(run_cfg, cluster_dir)
         self.current, self._key = deployment, key
         deployment.start()

@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pgval.errors import EnvironmentFailure, PgvalError
-from pgval.files import write_public
+from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.files import write_public
 from pgval.host.procs import file_lock, spawn
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from pgval.errors import EnvironmentFailure
-from pgval.files import open_public, write_public
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.files import open_public, write_public
 from pgval.host.procs import file_lock
 
 

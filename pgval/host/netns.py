@@ -48,8 +48,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pgval.errors import EnvironmentFailure, PgvalError
-from pgval.files import write_public
+from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.files import write_public
 from pgval.host import registry
 
 NS_PREFIX = "pgval-"

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import EnvironmentFailure
-from pgval.files import append_private, write_private_json
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.files import append_private, write_private_json
 from pgval.host.identity import boot_id, start_ticks
 
 

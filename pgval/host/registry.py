@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pgval.errors import EnvironmentFailure, PgvalError, UserMistake
-from pgval.files import append_private, write_private_json
+from pgval.core.errors import EnvironmentFailure, PgvalError, UserMistake
+from pgval.core.files import append_private, write_private_json
 from pgval.host.identity import Owner
 
 RUN_ROOT = Path(os.environ.get("PGVAL_RUN_ROOT", "/run/pgval"))

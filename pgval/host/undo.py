@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from pgval.files import write_private_json
+from pgval.core.files import write_private_json
 
 TIMEOUT_S = 120.0
 _DIR = "undo"

@@ -14,7 +14,7 @@ the validator can rely on the same things everywhere:
   :func:`min_insync`): with every writer at ``acks=all`` (pgval's producers, Spark's Kafka
   sink, the e1 sink) a record acknowledged is on two brokers, so one broker may crash
   without losing an acknowledged record or stopping the writes.
-* ``max.message.bytes`` :data:`pgval.schema.MAX_RECORD_BYTES` (16 MiB, not Kafka's 1 MiB):
+* ``max.message.bytes`` :data:`pgval.core.schema.MAX_RECORD_BYTES` (16 MiB, not Kafka's 1 MiB):
   an output row carries the IDs of its inputs, and the instrument must not refuse a row
   Spark can make. Replicas fetch a larger batch anyway (``replica.fetch.max.bytes`` is
   not an absolute maximum since KIP-74).
@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.schema import MAX_RECORD_BYTES
 from pgval.kafka.client import quiet_conf
-from pgval.schema import MAX_RECORD_BYTES
 
 #: Settings of every topic pgval creates (see the module docstring), but its replicas.
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime", "retention.ms": "-1",

@@ -34,8 +34,8 @@ from types import TracebackType
 
 from confluent_kafka import KafkaException
 
-from pgval.errors import EnvironmentFailure, PgvalError, UserMistake
-from pgval.files import copy_private, write_private, write_private_json
+from pgval.core.errors import EnvironmentFailure, PgvalError, UserMistake
+from pgval.core.files import copy_private, write_private, write_private_json
 from pgval.host import cds
 from pgval.host.jars import Jars, check_java, ensure_jars, java_executable
 from pgval.host.procs import Managed, free_port, log_cause, spawn, wait_for_port

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from pgval.errors import EnvironmentFailure
-from pgval.files import key_value_lines, split_key_value
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.files import key_value_lines, split_key_value
 
 
 class _NullLogger:

@@ -35,7 +35,7 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
 from pgval.host import cds
 from pgval.host.jars import default_cache_dir, ensure_jars, java_executable
 from pgval.host.javac import build_jar

@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.core.errors import EnvironmentFailure, PgvalError
 from pgval.kafka.client import quiet_conf
 from pgval.kafka.jvm_reader import JVM_FAILED, Taker, Task, jvm_unusable, read_tasks_jvm
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords

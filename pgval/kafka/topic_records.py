@@ -1,7 +1,7 @@
 """What was read of one topic, and the proof of how much: the model the evidence keeps.
 
 :class:`TopicRecords` is made by the reader (:mod:`pgval.kafka.reader`) and kept, written
-and read again by the evidence (:mod:`pgval.evidence`), which is a layer above Kafka. It
+and read again by the evidence (:mod:`pgval.evidence.bundle`), which is a layer above Kafka. It
 lives here, in a module of its own with nothing but numpy and Arrow, so both use the one
 model without the evidence importing a reader or the reader importing the evidence. The
 same :data:`RECORD_SCHEMA` is the wire between reader processes (Arrow IPC) and the

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pgval.dbfile import plain_error
-from pgval.files import write_public
+from pgval.core.files import write_public
 from pgval.report.data import (
     ReportError,
     Selection,
@@ -39,6 +38,7 @@ from pgval.report.formats import (
 )
 from pgval.report.machines import machines_note
 from pgval.report.tables import build_tables
+from pgval.store.dbfile import plain_error
 
 
 def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = None,

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from pgval.checker.recovery import recovery_bounds
-from pgval.dbfile import StoreError, connect_readonly, json_object_cell
-from pgval.errors import UserMistake
-from pgval.schema import CrashPoint, Fault, Guarantee, Topology
-from pgval.shape import REPORTED, RunShape
+from pgval.core.errors import UserMistake
+from pgval.core.schema import CrashPoint, Fault, Guarantee, Topology
+from pgval.core.shape import REPORTED, RunShape
+from pgval.store.dbfile import StoreError, connect_readonly, json_object_cell
 
 #: Display order of the matrix axes; unknown values sort after these, alphabetically.
 TOPOLOGY_ORDER: tuple[str, ...] = (Topology.SST, Topology.MST, Topology.JOB)
@@ -129,7 +129,7 @@ class RunData:
 
     @property
     def shape(self) -> tuple[Any, ...]:
-        """What of the run's shape a report compares (:data:`pgval.shape.REPORTED`;
+        """What of the run's shape a report compares (:data:`pgval.core.shape.REPORTED`;
         numbers as floats, defaults filled in)."""
         values: list[Any] = []
         for name in REPORTED:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgval.checker.explain import CAUSES, JOB_CAUSES
+from pgval.core.schema import PHASES, Fault
+from pgval.core.shape import REPORTED
 from pgval.report.data import (
     DASH,
     RECOVERY_FLAGS,
@@ -25,8 +27,6 @@ from pgval.report.data import (
     group_runs,
     number,
 )
-from pgval.schema import PHASES, Fault
-from pgval.shape import REPORTED
 
 #: The paper's names for the faults (Table 4).
 FAULT_LABELS: dict[str, str] = {Fault.NONE: "No fault", Fault.DELAY_LT_TIMEOUT: "PD < TO",

@@ -21,23 +21,23 @@ from typing import Any
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.result import Reason
 from pgval.checker.validity import Validity, evaluation_reasons
-from pgval.errors import EnvironmentFailure, PgvalError
-from pgval.evidence import Manifest, save_anomalies, seal, sha256_file
-from pgval.faults.evidence import fault_reasons
+from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.schema import OUTPUT_TOPIC, Fault, Restart, sink_kind
+from pgval.core.spec import RunSpec
+from pgval.evidence.bundle import Manifest, save_anomalies, seal, sha256_file
+from pgval.evidence.recheck import evaluate_run
 from pgval.faults.network import timeouts_fired
+from pgval.faults.took_effect import fault_reasons
 from pgval.host.machine import describe_machine
 from pgval.kafka.topic_records import TopicRecords
-from pgval.recheck import evaluate_run
 from pgval.run.job_oracle import batch_heap_mb, batch_timeout_s, run_batch_oracle
 from pgval.run.readback import ReadBack, read_back
 from pgval.run.result import ExperimentResult
 from pgval.run.setup import RunHandles, job_changed
-from pgval.run.sinks import read_sink
+from pgval.run.sink_readback import read_sink
 from pgval.run.teardown import Teardown
 from pgval.run.timeline import TimelineRecord
-from pgval.schema import OUTPUT_TOPIC, Fault, Restart, sink_kind
-from pgval.spec import RunSpec
-from pgval.store import ResultsStore, unstored_error
+from pgval.store.results import ResultsStore, unstored_error
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pgval.driver_spec import SPARK_CONF_ENV
-from pgval.errors import EnvironmentFailure, UserMistake
+from pgval.core.driver_spec import SPARK_CONF_ENV
+from pgval.core.errors import EnvironmentFailure, UserMistake
 from pgval.host.procs import spawn
 
 #: The batch oracle's own allowance, plus this per input event: a local[1] session reads,

@@ -17,11 +17,11 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pgval.checker.explain import watermark_ms
 from pgval.checker.result import Reason
-from pgval.errors import EnvironmentFailure, PgvalError
+from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.schema import Topics
+from pgval.deploy.driver_process import DriverProcess
 from pgval.kafka.client import quiet_conf
 from pgval.run.result import Status
-from pgval.schema import Topics
-from pgval.spark.driver import DriverProcess
 
 
 class OutputMonitor:

@@ -15,10 +15,10 @@ from typing import Any
 
 from pgval.checker.result import Result, compose
 from pgval.checker.validity import generator_reasons, readback_reasons, reconcile_inputs
-from pgval.evidence import save_progress, save_topic
+from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
+from pgval.evidence.bundle import save_progress, save_topic
 from pgval.kafka.reader import read_topics
 from pgval.kafka.topic_records import TopicRecords
-from pgval.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
 
 
 @dataclass

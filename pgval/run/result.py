@@ -8,7 +8,7 @@ from typing import Any
 
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.validity import Validity
-from pgval.phases import Phases
+from pgval.records.phases import Phases
 
 
 @dataclass
@@ -37,7 +37,7 @@ class ExperimentResult:
     validity: Validity = field(default_factory=Validity)
     readback: dict[str, Any] = field(default_factory=dict)
     run_dir: Path | None = None
-    #: Every bound of the timeline (:attr:`pgval.experiment.Experiment.phase_bounds`).
+    #: Every bound of the timeline (:attr:`pgval.run.experiment.Experiment.phase_bounds`).
     bounds: dict[str, int | None] = field(default_factory=dict)
     #: The warm-up's measurement (:meth:`pgval.run.warmup.WarmUp.record`).
     warmup: dict[str, Any] = field(default_factory=dict)

@@ -1,5 +1,5 @@
 """The fault schedule: inject at T2, remove at T3 (and always on the way out), every step
-in the fault log — the evidence :func:`pgval.faults.evidence.fault_reasons` reads.
+in the fault log — the evidence :func:`pgval.faults.took_effect.fault_reasons` reads.
 
 Each step keeps four clocks: ``intended_ms`` (the schedule's T2 or T3), ``actual_ms`` (the
 step began), ``done_ms`` (it returned) and ``effective_ms``: when the fault took effect or
@@ -10,11 +10,11 @@ hit, a restart once the process is back; :mod:`pgval.faults.process`), else ``do
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from pgval.core.clock import now_ms
+from pgval.core.schema import Fault, Restart
 from pgval.faults import FaultHooks
-from pgval.schema import Fault, Restart
 
 
 class NoFault:
@@ -26,9 +26,6 @@ class NoFault:
     def remove(self, restore: bool = True) -> dict[str, Any]:
         return {}
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class FaultSchedule:

@@ -16,22 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.guard import RunGuard
-from pgval.datasets import ProducerGroup
-from pgval.deploy import Deployment, FaultContext
-from pgval.deploy.shared_driver import SharedDrivers, SharedQuery, own_driver_reason
-from pgval.errors import UserMistake
-from pgval.evidence import keep_job_source
-from pgval.faults import TimeoutProfile, default_target
-from pgval.faults.descriptor import descriptor
-from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
-from pgval.faults.network import log_sizes
-from pgval.host import cds, undo
-from pgval.host.jars import ensure_delta_jars
-from pgval.run.control import ControlEvents
-from pgval.run.monitor import OutputMonitor
-from pgval.run.schedule import FaultSchedule, NoFault
-from pgval.run.sinks import FileSinkWatch, UserSinkWatch
-from pgval.schema import (
+from pgval.core.errors import UserMistake
+from pgval.core.schema import (
     BROKER_TARGETS,
     CrashPoint,
     Deploy,
@@ -41,8 +27,22 @@ from pgval.schema import (
     sink_kind,
     transactional_id,
 )
-from pgval.spark.driver import DriverProcess, DriverSpec
-from pgval.spec import RunSpec
+from pgval.core.spec import RunSpec
+from pgval.datasets import ProducerGroup
+from pgval.deploy import Deployment, FaultContext
+from pgval.deploy.driver_process import DriverProcess, DriverSpec
+from pgval.deploy.shared_driver import SharedDrivers, SharedQuery, own_driver_reason
+from pgval.evidence.bundle import keep_job_source
+from pgval.faults import TimeoutProfile, default_target
+from pgval.faults.descriptor import descriptor
+from pgval.faults.hooks import crash_trigger, ensure_hooks_jar, sink_trigger
+from pgval.faults.network import log_sizes
+from pgval.host import cds, undo
+from pgval.host.jars import ensure_delta_jars
+from pgval.run.monitor import OutputMonitor
+from pgval.run.own_events import ControlEvents
+from pgval.run.schedule import FaultSchedule, NoFault
+from pgval.run.sink_readback import FileSinkWatch, UserSinkWatch
 from pgval.topologies.job import source_file
 
 Driver = DriverProcess | SharedQuery
@@ -262,7 +262,7 @@ def choose_driver(cfg: RunSpec, spec: DriverSpec, run_dir: Path,
 
 def fault_target(cfg: RunSpec, dep: Deployment) -> int | str:
     """A worker's index (chosen by the seed unless given); a broker crash's target is its
-    own (a broker id, or the role it plays: :mod:`pgval.faults.broker`)."""
+    own (a broker id, or the role it plays: :mod:`pgval.faults.broker_crash`)."""
     if cfg.target is not None:
         return cfg.target
     if cfg.fault is Fault.BROKER_CRASH:

@@ -10,7 +10,7 @@ commit — a reader that lists the folder sees them too ("raw"). Checkpoints
 keeps (Delta deletes them after ``delta.logRetentionDuration``, 30 days), so they are not
 read.
 
-Rows come out as :data:`pgval.evidence.SINK_ROWS_SCHEMA`: through the log, each row's
+Rows come out as :data:`pgval.evidence.bundle.SINK_ROWS_SCHEMA`: through the log, each row's
 batch is the ``txn`` version its commit recorded (-1: none) and its time the commit's;
 raw, the data file's time.
 """
@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from pgval.evidence import SINK_ROWS_SCHEMA
+from pgval.evidence.bundle import SINK_ROWS_SCHEMA
 from pgval.run.sink_files import PROBLEMS, data_files, describe_problems, rows_of_file
 
 #: The transaction log's folder under the table.

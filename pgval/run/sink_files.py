@@ -9,7 +9,7 @@ promise is for readers that go through that log (Spark's own file source does): 
 a batch that failed or was re-run are in the directory but in no log entry. A reader that
 lists the directory sees them too — "raw". pgval reads both and judges both.
 
-Each output row becomes one row of :data:`pgval.evidence.SINK_ROWS_SCHEMA`: its key text
+Each output row becomes one row of :data:`pgval.evidence.bundle.SINK_ROWS_SCHEMA`: its key text
 and ``ids`` (the columns the driver adds to a job's rows), the batch whose log entry names
 its file (-1: none), and when it became visible to that reader: through the log, when the
 batch's log file was written (its commit); raw, when its data file was last modified.
@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pgval.evidence import SINK_ROWS_SCHEMA
-from pgval.records import JOB_KEY
+from pgval.evidence.bundle import SINK_ROWS_SCHEMA
+from pgval.records.parse import JOB_KEY
 
 #: The file sink's metadata log, under its output directory.
 METADATA_DIR = "_spark_metadata"

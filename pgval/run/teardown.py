@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pgval.clock import now_ms
+from pgval.core.clock import now_ms
 from pgval.deploy.shared_driver import SharedDrivers, SharedQuery
 from pgval.host import cds, signals, undo
 from pgval.run.setup import Started

@@ -22,15 +22,15 @@ from typing import Any
 from pgval.checker.explain import watermark_ms
 from pgval.checker.result import Reason
 from pgval.checker.validity import Validity, generator_reasons
-from pgval.clock import Clock
+from pgval.core.clock import Clock
+from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.schema import Guarantee
+from pgval.core.spec import RunSpec
 from pgval.datasets import GeneratorConfig, KafkaSink, ProducerGroup
-from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.run.monitor import batches, drain, wait_first_trigger, wait_primed
 from pgval.run.result import Status
 from pgval.run.setup import RunHandles, Started, driver_is_target
 from pgval.run.warmup import WarmUp
-from pgval.schema import Guarantee
-from pgval.spec import RunSpec
 
 #: Seconds the query may take to read its priming events.
 PRIME_TIMEOUT_S = 240.0
@@ -97,7 +97,7 @@ class Timeline:
 
     # ------------------------------------------------------------------ before T1
     def prime(self) -> float:
-        """Warm the query up on old-window control events (:mod:`pgval.run.control`)."""
+        """Warm the query up on old-window control events (:mod:`pgval.run.own_events`)."""
         cfg, h = self.cfg, self.h
         t0 = self.clock.monotonic()
         logs = str(self.started.run_dir / "logs")

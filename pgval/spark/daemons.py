@@ -43,8 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pgval.errors import EnvironmentFailure
-from pgval.files import write_private
+from pgval.core.errors import EnvironmentFailure
+from pgval.core.files import write_private
 from pgval.host import cds, netns
 from pgval.host.procs import (
     Managed,
@@ -71,7 +71,7 @@ REST_ENABLED = "spark.master.rest.enabled"
 
 def spark_home() -> Path:
     """pyspark's install dir; it holds ``bin/spark-class`` and ``jars/``."""
-    from pgval.extras import require
+    from pgval.core.extras import require
 
     require("spark")
     import pyspark

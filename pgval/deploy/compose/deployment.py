@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgval.core.driver_spec import SETTINGS_ENV
+from pgval.core.errors import EnvironmentFailure
 from pgval.deploy.base import Deployment, DriverPlacement, FaultContext
 from pgval.deploy.compose.pumba import PumbaFault
 from pgval.deploy.compose.stack import (
@@ -26,13 +28,11 @@ from pgval.deploy.compose.stack import (
     require_engine,
     worker_container,
 )
-from pgval.driver_spec import SETTINGS_ENV
-from pgval.errors import EnvironmentFailure
 from pgval.faults.descriptor import CONTAINERS, DRIVER_PROCESS
 
 if TYPE_CHECKING:
+    from pgval.core.spec import RunSpec
     from pgval.faults.timeouts import TimeoutProfile
-    from pgval.spec import RunSpec
 
 CONTAINER_RUNS = "/work/runs"
 BROKERS = 3

@@ -47,6 +47,8 @@ from typing import Any, Literal
 import docker
 from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
 
+from pgval.core.clock import now_ms
+from pgval.core.errors import EnvironmentFailure, PgvalError
 from pgval.deploy.compose.stack import (
     HOST_BOOTSTRAP,
     NETWORK_BOOTSTRAP,
@@ -61,7 +63,6 @@ from pgval.deploy.compose.stack import (
     spark_daemon_opts,
     worker_container,
 )
-from pgval.errors import EnvironmentFailure, PgvalError
 from pgval.faults.container import ContainerDelay, ContainerKill, entry
 from pgval.host import undo
 from pgval.host.procs import Managed, spawn
@@ -79,9 +80,6 @@ _IFACE_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,15}$")
 #: A pumba ≥ PR #349 root qdisc uses this owned handle; older versions put netem at the root.
 _PUMBA_HANDLE = "504d:"
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---- pumba argument lists ------------------------------------------------------------------
@@ -384,7 +382,7 @@ class PumbaFault:
     # -- kill
 
     def _inject_kill(self, container: Any) -> dict[str, Any]:
-        started = _now_ms()
+        started = now_ms()
         proc = self._spawn()
         try:
             code = proc.popen.wait(timeout=_KILL_TIMEOUT_S)
@@ -403,7 +401,7 @@ class PumbaFault:
             raise EnvironmentFailure(f"pumba kill exited 0 but {self.target} is still {status}; "
                                     f"see {proc.log_path}")
         return ContainerKill.entry(self.target, self.argv, status=status, started_ms=started,
-                                   stopped_ms=_now_ms(),
+                                   stopped_ms=now_ms(),
                                    exit_code=container.attrs.get("State", {}).get("ExitCode"))
 
     def _remove_kill(self) -> dict[str, Any]:
@@ -411,13 +409,13 @@ class PumbaFault:
         if not self.restart:
             return out
         container = get_container(self.client, self.target)
-        started = _now_ms()
+        started = now_ms()
         container.start()
         status = self._wait_status(container, {"running"}, timeout_s=30.0)
         if status != "running":
             raise EnvironmentFailure(f"{self.target} did not come back after start() (it is "
                                     f"{status}); see `docker logs {self.target}`")
-        return {**out, "restart_ms": started, "running_ms": _now_ms()}
+        return {**out, "restart_ms": started, "running_ms": now_ms()}
 
     @staticmethod
     def _wait_status(container: Any, wanted: set[str], timeout_s: float) -> str:
@@ -439,7 +437,7 @@ class PumbaFault:
             undo.record(self.run_dir, self._undo_name, {
                 "argv": clear_netem_argv(self.target, self.interface, self.tc_image),
                 "what": f"clear pumba's netem on {self.target}"})
-        started = _now_ms()
+        started = now_ms()
         self._proc = self._spawn()
         deadline = time.monotonic() + _APPLY_TIMEOUT_S
         lines: list[str] = []
@@ -460,7 +458,7 @@ class PumbaFault:
                                     f"{_APPLY_TIMEOUT_S:.0f} s of starting pumba")
         self._injected = True
         return ContainerDelay.entry(
-            self.target, self.argv, qdisc=lines[0], started_ms=started, applied_ms=_now_ms(),
+            self.target, self.argv, qdisc=lines[0], started_ms=started, applied_ms=now_ms(),
             stale_netem_deleted=stale, pumba_pid=self._proc.pid, direction="egress",
             delay_ms=self.delay_ms, jitter_ms=self.jitter_ms,
             # Egress only: a round trip grows by D (the embedded delay holds both ways: 2D).
@@ -489,7 +487,7 @@ class PumbaFault:
         proc = self._proc
         out["ended_before_remove"] = proc is not None and not proc.alive()
         out["pumba_exit"] = self._stop_proc()
-        out["stopped_ms"] = _now_ms()
+        out["stopped_ms"] = now_ms()
         try:
             container = get_container(self.client, self.target)
         except PgvalError:
@@ -501,7 +499,7 @@ class PumbaFault:
             return {**out, "netem_deleted": False}
         deleted = _Tc(self.client, self.tc_image).clear(container, self.interface)
         self._undone()
-        return {**out, "netem_deleted": deleted, "verified_ms": _now_ms()}
+        return {**out, "netem_deleted": deleted, "verified_ms": now_ms()}
 
     @property
     def _undo_name(self) -> str:

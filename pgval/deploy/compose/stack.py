@@ -13,7 +13,7 @@ import docker
 import requests
 from docker.errors import DockerException, NotFound
 
-from pgval.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure
 
 #: Labels every container of compose/docker-compose.yml carries.
 ROLE_LABEL = "pgval.role"

@@ -19,7 +19,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pgval.files import write_private_json
+from pgval.core.files import write_private_json
 from pgval.report.data import Selection
 from pgval.report.plots.matrix import plot_matrix
 from pgval.report.plots.timeline import RunPlot, draw_run, load_run_plot

@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from pgval.core.schema import PHASES
 from pgval.report.data import (
     DASH,
     Group,
@@ -31,7 +32,6 @@ from pgval.report.data import (
     opened,
 )
 from pgval.report.plots.png import DPI, save_png, style
-from pgval.schema import PHASES
 
 #: The stronger colour of each phase's bars.
 BAR = {"control": "#41ab5d", "failure": "#e6550d", "recovery": "#3182bd", "run": "#8c8c8c"}

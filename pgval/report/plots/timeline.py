@@ -24,10 +24,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from pgval.dbfile import json_object_cell
+from pgval.core.schema import Fault
 from pgval.report.data import DASH, ReportError, RunData, Selection, load_runs, opened
 from pgval.report.plots.png import DPI, save_png, style
-from pgval.schema import Fault
+from pgval.store.dbfile import json_object_cell
 
 #: Light shading of each phase on the timeline.
 SHADE = {"warm-up": "#ececec", "control": "#e3f4dc", "failure": "#fde0d4",

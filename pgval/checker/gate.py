@@ -1,0 +1,212 @@
+"""The CI gate: does a run keep the guarantee its job is expected to keep (``--expect``),
+and the JUnit XML a CI system shows (``--junit``).
+
+A verdict is *met* when the run is valid and its guarantee is at least as strong as the
+expected one: exactly-once meets all three; at-least-once and at-most-once meet only
+themselves (neither is stronger than the other); ``none`` meets nothing. A run whose
+validity is unknown meets nothing either, but is not a failure of the job: the evidence
+cannot say, and CI is told so by its own exit status.
+
+Exit statuses with ``--expect`` (:func:`exit_status`): 0 every case met, 1 a case weaker
+than expected (a finding about the job), 3 a case unknown, 4 a run that did not finish (the
+environment failed, or a signal stopped it: no verdict at all). The worst wins in that
+order: 1, 4, 3, 0 — a weaker verdict is news whatever else happened; no case at all is 3.
+An error keeps its own status (:mod:`pgval.core.errors`): 2 bad input, 3 evidence in doubt, 4
+the environment; the gate's 3 and 4 are those kinds' statuses, so a CI script reads each
+number one way.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pgval.core.errors import EnvironmentFailure, EvidenceInDoubt
+from pgval.core.files import open_public
+
+#: What ``--expect`` accepts, strongest first.
+EXPECTATIONS = ("exactly-once", "at-least-once", "at-most-once")
+#: The exit statuses of a gated command, by outcome.
+MET, WEAKER, UNKNOWN, FAILED = "met", "weaker", "unknown", "failed"
+EXIT = {MET: 0, WEAKER: 1, UNKNOWN: EvidenceInDoubt.exit_status,
+        FAILED: EnvironmentFailure.exit_status}
+#: Which outcome decides a command's exit status when its cases differ: the first present.
+PRECEDENCE = (WEAKER, FAILED, UNKNOWN, MET)
+Outcome = Literal["met", "weaker", "unknown", "failed"]
+
+#: The numbers a JUnit test case carries as properties, when the run has them.
+KEY_NUMBERS = ("run_id", "expected", "processed", "duplicate", "incorrect", "unprocessed",
+               "reliability", "failure_cost_s")
+
+
+def meets(guarantee: str | None, expected: str) -> bool:
+    """Whether verdict ``guarantee`` is at least as strong as ``expected``."""
+    if expected not in EXPECTATIONS:
+        raise ValueError(f"--expect must be one of {', '.join(EXPECTATIONS)}, not {expected!r}")
+    return guarantee == "exactly-once" or guarantee == expected
+
+
+@dataclass(frozen=True)
+class Case:
+    """One verdict to judge: a run (``validate``, ``check``, ``recheck``) or a matrix cell
+    (its repetitions in ``runs``, the cell judged by its weakest). ``error`` is set when
+    the run did not finish, and then there is no verdict."""
+
+    name: str
+    classname: str
+    guarantee: str | None = None
+    valid: bool = False
+    reasons: tuple[str, ...] = ()
+    numbers: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    seconds: float = 0.0
+    runs: tuple[Case, ...] = ()
+
+    @classmethod
+    def of_summary(cls, name: str, classname: str, summary: Mapping[str, Any],
+                   seconds: float = 0.0) -> Case:
+        """A case from a ``--json`` object (or a stored run's row)."""
+        reasons = summary.get("validity_reasons") or ()
+        if isinstance(reasons, str):
+            reasons = (reasons,)
+        return cls(name, classname, guarantee=summary.get("guarantee"),
+                   valid=bool(summary.get("valid")), reasons=tuple(map(str, reasons)),
+                   numbers={k: summary[k] for k in KEY_NUMBERS if summary.get(k) is not None},
+                   seconds=seconds)
+
+    @classmethod
+    def failed(cls, name: str, classname: str, error: str, seconds: float = 0.0) -> Case:
+        return cls(name, classname, error=error, seconds=seconds)
+
+    @classmethod
+    def cell(cls, name: str, classname: str, runs: Sequence[Case]) -> Case:
+        """A matrix cell: its runs, judged together (:meth:`outcome` is the worst)."""
+        return cls(name, classname, runs=tuple(runs),
+                   seconds=sum(r.seconds for r in runs))
+
+    def outcome(self, expected: str | None) -> Outcome:
+        """MET, WEAKER, UNKNOWN or FAILED against ``expected`` (None: only the run's
+        validity and completion are judged)."""
+        if self.runs:
+            return worst(r.outcome(expected) for r in self.runs)
+        if self.error is not None:
+            return FAILED
+        if not self.valid:
+            return UNKNOWN
+        if expected is not None and not meets(self.guarantee, expected):
+            return WEAKER
+        return MET
+
+    def verdict(self) -> str:
+        """One line: the guarantee and validity, or why there is none."""
+        if self.runs:
+            return "; ".join(f"{r.name}: {r.verdict()}" for r in self.runs)
+        if self.error is not None:
+            return f"did not finish: {self.error}"
+        n = self.numbers
+        counts = (f" ({n['duplicate']:,} duplicate, {n['unprocessed']:,} unprocessed, "
+                  f"{n['incorrect']:,} incorrect of {n['expected']:,} IDs)"
+                  if all(isinstance(n.get(k), int) for k in
+                         ("duplicate", "unprocessed", "incorrect", "expected")) else "")
+        verdict = f"{self.guarantee or 'no verdict'}{counts}"
+        if not self.valid:
+            return (f"{verdict}, validity unknown: " + "; ".join(self.reasons)
+                    if self.reasons else f"{verdict}, validity unknown")
+        return f"{verdict}, valid"
+
+
+def worst(outcomes: Iterable[Outcome]) -> Outcome:
+    """The outcome that decides the exit status (:data:`PRECEDENCE`); MET when none."""
+    seen = set(outcomes)
+    return next((o for o in PRECEDENCE if o in seen), MET)
+
+
+def exit_status(cases: Sequence[Case], expected: str) -> int:
+    """The exit status of a command gated by ``--expect expected`` over ``cases``; no case
+    at all (a grid whose every cell was left out) is unknown, not a pass."""
+    if not cases:
+        return EXIT[UNKNOWN]
+    return EXIT[worst(c.outcome(expected) for c in cases)]
+
+
+def sentence(cases: Sequence[Case], expected: str) -> str:
+    """What the gate decided, in one line for the terminal."""
+    outcomes = [c.outcome(expected) for c in cases]
+    counts = {o: outcomes.count(o) for o in PRECEDENCE if o in outcomes}
+    what = ", ".join(f"{n} {o}" for o, n in counts.items()) or "nothing to judge"
+    return f"expect {expected}: {what} — exit {exit_status(cases, expected)}"
+
+
+#: What XML 1.0 cannot hold: control characters, lone surrogates (a file name that is not
+#: UTF-8 reaches Python as them), U+FFFE and U+FFFF.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _text(value: object) -> str:
+    """``value`` as XML 1.0 character data: control characters it cannot hold dropped, and
+    line ends as a parser gives them back (a bare CR becomes LF on reading)."""
+    return _XML_ILLEGAL.sub("", str(value)).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _testcase(case: Case, expected: str | None) -> ET.Element:
+    el = ET.Element("testcase", classname=_text(case.classname), name=_text(case.name),
+                    time=f"{case.seconds:.3f}")
+    props = ET.SubElement(el, "properties")
+    runs = case.runs or (case,)
+    for run in runs:
+        prefix = f"{run.name}." if case.runs else ""
+        values: dict[str, object] = {"guarantee": run.guarantee,
+                                     "valid": str(run.valid).lower(), **run.numbers}
+        if run.error is not None:
+            values = {"error": run.error}
+        for key, value in values.items():
+            ET.SubElement(props, "property", name=_text(f"{prefix}{key}"),
+                          value=_text("" if value is None else value))
+    outcome = case.outcome(expected)
+    verdict = _text(case.verdict())
+    if outcome == WEAKER:
+        failure = ET.SubElement(el, "failure", type="weaker",
+                                message=_text(f"expected {expected}, got {case.verdict()}"))
+        failure.text = verdict
+    elif outcome in (UNKNOWN, FAILED):
+        error = ET.SubElement(el, "error", type=outcome, message=verdict)
+        error.text = verdict
+    out = ET.SubElement(el, "system-out")
+    out.text = verdict
+    return el
+
+
+def junit(cases: Sequence[Case], expected: str | None, suite: str) -> ET.ElementTree:
+    """The JUnit XML of ``cases`` (one ``testsuite`` named ``suite``): a weaker verdict is
+    a ``failure``, an unknown or unfinished run an ``error``; every case carries its
+    verdict and key numbers as properties and its verdict line as ``system-out``."""
+    outcomes = [c.outcome(expected) for c in cases]
+    attrs = {"name": _text(suite), "tests": str(len(cases)),
+             "failures": str(outcomes.count(WEAKER)),
+             "errors": str(outcomes.count(UNKNOWN) + outcomes.count(FAILED)),
+             "skipped": "0", "time": f"{sum(c.seconds for c in cases):.3f}",
+             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
+             "hostname": _text(socket.gethostname())}
+    root = ET.Element("testsuites", {k: attrs[k] for k in
+                                     ("name", "tests", "failures", "errors", "time")})
+    ts = ET.SubElement(root, "testsuite", attrs)
+    props = ET.SubElement(ts, "properties")
+    ET.SubElement(props, "property", name="expect", value=expected or "")
+    for case in cases:
+        ts.append(_testcase(case, expected))
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_junit(path: Path, cases: Sequence[Case], expected: str | None, suite: str) -> None:
+    """Write :func:`junit` to ``path`` (OSError for the caller to say)."""
+    tree = junit(cases, expected, suite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open_public(path) as fh:
+        tree.write(fh, encoding="utf-8", xml_declaration=True)

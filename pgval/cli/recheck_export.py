@@ -1,0 +1,120 @@
+"""`pgval recheck` and `pgval export`: a stored run again from its kept, verified evidence."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from pgval.cli.common import (
+    console,
+    finish_gate,
+    gate_options,
+    print_json,
+    print_output_before_input,
+    print_validity,
+    print_views,
+)
+from pgval.cli.errors import UserError
+from pgval.core.files import is_dir
+from pgval.store.dbfile import plain_error
+
+
+@click.command()
+@click.argument("run")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results database: where a run id is looked up (the run's directory, or, "
+                   "once that is gone, a copy of its evidence beside the database in "
+                   "evidence/run-ID/), and whose hashes of the run's evidence it must match "
+                   "(without it nothing is verified).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the `pgval check --json` object (plus validity).")
+@click.option("--store", "store_derived", is_flag=True,
+              help="With a run id and --db: store the recomputed recovery metrics and "
+                   "unprocessed causes (after a definition improved), only if the verdict "
+                   "and counts equal the stored ones. With a run directory and --db: store "
+                   "a run whose storing failed (its evidence unedited since).")
+@gate_options
+def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expect: str | None,
+            junit_path: Path | None) -> None:
+    """Recompute a stored run's results from its kept evidence (RUN: directory or run id)."""
+    from pgval.evidence.recheck import locate_run, parse_run_id
+    from pgval.evidence.recheck import recheck as do_recheck
+    from pgval.evidence.recheck import store_derived as do_store
+
+    if store_derived and db is not None and is_dir(Path(run, "evidence")):
+        from pgval.evidence.run_import import import_run
+
+        if expect is not None or junit_path is not None:
+            raise UserError("--expect and --junit judge a re-check, and --store of a run "
+                            "directory only imports it: import first, then run `pgval "
+                            "recheck RUN_ID --db DB --expect ...`")
+        try:
+            run_id = import_run(Path(run), db)
+        except sqlite3.Error as exc:  # still full, locked, read-only: try again later
+            raise plain_error(db, exc) from exc
+        console.print(f"stored {escape(run)} as run {run_id} in {escape(str(db))}")
+        return
+    if store_derived and (db is None or parse_run_id(run) is None):
+        raise UserError("--store needs a run id and --db (the row it updates), or a run "
+                        "directory and --db (a run whose storing failed, imported)")
+    try:
+        run_dir = locate_run(run, db)
+        result = do_recheck(run_dir, db, None if run_dir == Path(run) else parse_run_id(run))
+        if store_derived:
+            assert db is not None
+            do_store(db, parse_run_id(run) or 0, result)
+    except sqlite3.Error as exc:  # the row or hashes of a damaged database
+        raise plain_error(db or "--db", exc) from exc
+    from pgval.checker.gate import Case
+
+    summary = result.summary()
+    case = Case.of_summary(f"run {result.manifest.run_id}", "pgval.evidence.recheck", summary)
+    if as_json:
+        print_json(summary)
+        finish_gate([case], expect, junit_path, "pgval recheck", quiet=True)
+        return
+    from pgval.checker.render import render_evaluation
+
+    m = result.manifest
+    render_evaluation(result.evaluation, console,
+                      title=f"re-check of {m.topology.upper()} run {m.run_id} — per phase")
+    print_output_before_input(result.evaluation)
+    print_validity(result.validity)
+    print_views(summary)
+    if result.validity_changes:
+        console.print(f"  stored validity differs by kind: {result.validity_changes}")
+    console.print(escape(result.anomalies["note"]))
+    console.print(result.evidence.note)
+    finish_gate([case], expect, junit_path, "pgval recheck")
+
+
+@click.command()
+@click.argument("run")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results database: where a run id is looked up (its run directory, or "
+                   "evidence/run-ID/ beside the database), and whose hashes of the run's "
+                   "evidence it must match (without it nothing is verified).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True,
+              help="Folder for inputs.jsonl, outputs.jsonl, anomalies.jsonl and run.json.")
+def export(run: str, db: Path | None, out_dir: Path) -> None:
+    """Write a stored run's streams in the `pgval check` format (RUN: directory or run id)."""
+    from pgval.evidence.export import export as do_export
+    from pgval.evidence.recheck import locate_run, parse_run_id
+
+    try:
+        run_dir = locate_run(run, db)
+        info = do_export(run_dir, out_dir, db,
+                         None if run_dir == Path(run) else parse_run_id(run))
+    except sqlite3.Error as exc:
+        raise plain_error(db or "--db", exc) from exc
+    start, t2, t3 = info["phases"]
+    console.print(f"wrote {info['inputs']:,} inputs, {info['outputs']:,} outputs and "
+                  f"{info['anomalies']:,} anomalies ({info['anomalies_source']}) to "
+                  f"{out_dir}; check them with:\n  pgval check --topology {info['topology']} "
+                  f"--inputs {out_dir / 'inputs.jsonl'} --outputs {out_dir / 'outputs.jsonl'} "
+                  f"--window-ms {info['window_ms']} --phases {start},{t2},{t3} --json")
+    console.print(info["evidence"]["note"])

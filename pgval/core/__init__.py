@@ -1,0 +1,3 @@
+"""The foundation: names shared by every stage, errors, redaction, the one writer of private
+files, the clock, extras, run shapes, the run spec and the driver's document.
+"""

@@ -1,0 +1,454 @@
+"""Re-check a stored run from its evidence.
+
+``recheck`` recomputes everything (oracle, validator, metrics, recovery, why-unprocessed)
+from the records the run kept (:mod:`pgval.evidence.bundle`), and the validity too, from its
+inputs (:func:`recompute_validity`), never from the verdict run.json or the database
+stored. (:mod:`pgval.evidence.export` writes the same streams for ``pgval check``;
+:mod:`pgval.evidence.run_import` stores a run whose storing failed.)
+
+A re-check first compares the evidence files with the SHA-256 hashes stored with the run in the
+results database (:func:`anchor`): edited evidence is refused in one sentence. A run
+directory given without a database has no anchor, and the output says so.
+
+Stored and recomputed validity are compared by the reasons' kinds, never their wording.
+Runs stored before reasons had kinds keep only sentences: :func:`legacy_reason_kind` reads
+their kinds from the sentences' first words, for those runs only.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pgval.checker.anomalies import counts as anomaly_counts
+from pgval.checker.evaluate import Evaluation, evaluate
+from pgval.checker.result import Reason, ReasonKind, reasons_from_records
+from pgval.checker.validity import (
+    Validity,
+    evaluation_reasons,
+    generator_reasons,
+    readback_reasons,
+    reconcile_inputs,
+    sink_reasons,
+)
+from pgval.core.errors import EvidenceInDoubt
+from pgval.core.files import is_dir
+from pgval.core.schema import FAULTS, OUTPUT_TOPIC, SINKS, Fault
+from pgval.evidence.bundle import (
+    INPUT_TOPICS,
+    MANIFEST,
+    EvidenceError,
+    Manifest,
+    Streams,
+    cross_check_of,
+    evaluation_streams,
+    evidence_dir,
+    load_anomalies,
+    load_progress,
+    load_topic,
+    verify,
+)
+from pgval.faults.took_effect import fault_reasons
+from pgval.kafka.topic_records import TopicRecords
+from pgval.store.dbfile import StoreError, connect_readonly, json_cell, json_object_cell
+from pgval.store.results import SEALED_AT_IMPORT
+
+NO_ANCHOR = "evidence not verified: no results database"
+
+
+@dataclass
+class Anchor:
+    """What vouches for a run directory's evidence: the database's hashes, or nothing."""
+
+    verified: bool
+    note: str
+    row: dict[str, Any] | None = None  # the run's row, when a database was given
+    fault_log: list[dict[str, Any]] | None = None  # its fault log rows (None: none stored)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verified": self.verified, "note": self.note}
+
+
+@dataclass
+class Recheck:
+    manifest: Manifest
+    streams: Streams
+    evaluation: Evaluation
+    validity: Validity
+    evidence: Anchor = field(default_factory=lambda: Anchor(False, NO_ANCHOR))
+    #: Reason kinds only in the stored validity / only now (compared by kind, not text).
+    validity_changes: dict[str, list[str]] = field(default_factory=dict)
+    #: Kinds whose inputs the run did not keep: their reasons are the stored ones.
+    carried: list[str] = field(default_factory=list)
+    #: The recomputed anomaly set against the one the run kept (:func:`compare_anomalies`).
+    anomalies: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """The ``pgval check --json`` object plus validity, evidence check and run id."""
+        out = self.evaluation.summary()
+        out.update(self.validity.as_dict())
+        out["run_id"] = self.manifest.run_id
+        out["evidence"] = self.evidence.as_dict()
+        out["validity_changes"] = self.validity_changes
+        out["validity_carried"] = self.carried
+        out["anomalies"] = self.anomalies
+        return out
+
+
+def compare_anomalies(stored: pa.Table | None, now: pa.Table) -> dict[str, Any]:
+    """The recomputed anomaly set beside the kept one: ``same`` (None: the run kept none),
+    the counts per kind of both, and a sentence."""
+    counted = anomaly_counts(now)
+    if stored is None:
+        return {"same": None, "now": counted,
+                "note": "the run kept no anomaly set (stored before they were kept)"}
+    kept = anomaly_counts(stored)
+    if stored.equals(now):
+        return {"same": True, "now": counted, "stored": kept,
+                "note": f"anomaly set: the {len(now):,} kept anomalies recomputed exactly"}
+    moved = [f"{k} {kept[k]:,} kept, {counted[k]:,} now" for k in kept if kept[k] != counted[k]]
+    if not moved:
+        rows = np.flatnonzero(~np.array([a == b for a, b in zip(
+            stored.to_pylist(), now.to_pylist(), strict=True)]))
+        moved = [f"the same counts, {len(rows):,} rows differ (the first is row "
+                 f"{int(rows[0]):,})"]
+    return {"same": False, "now": counted, "stored": kept,
+            "note": f"the recomputed anomaly set differs from the kept one: {'; '.join(moved)}"}
+
+
+def parse_run_id(text: str) -> int | None:
+    """``text`` as a run id, or None. ASCII digits only (``²`` and ``١`` are digits to
+    Python but no run id) and below 2^63 (SQLite's rowids; 10^23 overflows its integers)."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value < 1 << 63 else None
+
+
+def locate_run(run: str, db: Path | None = None) -> Path:
+    """A run directory, from a path or from a run id looked up in ``db``."""
+    path = Path(run)
+    if is_dir(path):
+        return path
+    run_id = parse_run_id(run)
+    if run_id is None:  # digits to Python (², ١, 10^23) are told what a run id is
+        hint = " (a run id is ASCII digits, below 2^63)" if run.isdigit() else ""
+        raise EvidenceError(f"{run!r} is neither a run directory nor a run id{hint}")
+    if db is None:
+        raise EvidenceError(f"run id {run} needs --db with the results database that holds it")
+    row = _stored_run(Path(db), run_id)
+    if row is None:
+        raise EvidenceError(f"{db} has no run {run}")
+    found = row.get("run_dir") or json_object_cell(row.get("params")).get("run_dir")
+    if found and not isinstance(found, str):
+        raise EvidenceError(f"run {run} in {db} records no usable run directory "
+                            f"({found!r}); the database is damaged")
+    if not found:
+        raise EvidenceError(f"run {run} in {db} records no run directory (a `pgval check` "
+                            "run keeps no evidence; re-run check on its files instead)")
+    recorded = Path(found)
+    if is_dir(evidence_dir(recorded)):
+        return recorded
+    shipped = shipped_run_dir(Path(db), run_id)
+    if is_dir(evidence_dir(shipped)):
+        return shipped
+    if is_dir(recorded):  # there, without evidence: recheck says so in its own words
+        return recorded
+    raise EvidenceError(f"the run directory of run {run}, {found}, no longer exists, and "
+                        f"{db} has no copy of its evidence beside it ({shipped}/evidence)")
+
+
+def shipped_run_dir(db: Path, run_id: int) -> Path:
+    """Where a results database carries a run's evidence with it: ``evidence/run-<id>/``
+    beside the database file (a symlinked database: beside the file it links to, the one
+    that is read). A run directory stays on the machine that made it; a database committed
+    with its evidence (experiments/grid-23/) is re-checked from any clone. The copy is held
+    to the database's hashes like the original."""
+    return db.resolve().parent / "evidence" / f"run-{run_id}"
+
+
+def _stored_run(db: Path, run_id: int) -> dict[str, Any] | None:
+    """Run ``run_id``'s row, read without writing: a missing or foreign file is one
+    sentence (and a missing one is not created)."""
+    try:
+        conn = connect_readonly(db)
+    except StoreError as exc:
+        raise EvidenceError(str(exc)) from exc
+    try:
+        cur = conn.execute("SELECT * FROM runs WHERE id = ?", [run_id])
+        found = cur.fetchone()
+        names = [d[0] for d in cur.description]
+    except sqlite3.OperationalError as exc:
+        raise EvidenceError(f"{db} has no runs table (is it a pgval results database?)") \
+            from exc
+    finally:
+        conn.close()
+    return dict(zip(names, found, strict=True)) if found is not None else None
+
+
+def anchor(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> Anchor:
+    """Verify ``run_dir``'s evidence against the hashes stored with its run in ``db``.
+
+    ``run_id``: the run asked for (else the one run.json names). Edited, missing or added
+    files are refused (:class:`~pgval.core.errors.EvidenceInDoubt`); a run stored before hashes
+    existed, or never completed, is let through with a note saying it is not verified."""
+    if db is None:
+        return Anchor(False, NO_ANCHOR)
+    if run_id is None:
+        run_id = Manifest.read(run_dir).run_id
+        if not isinstance(run_id, int) or isinstance(run_id, bool):
+            raise EvidenceError(f"the run.json of {run_dir} names no run, so {db} cannot "
+                                "vouch for its evidence; re-check it without --db")
+    row, hashes, fault_log = _stored_evidence(Path(db), run_id)
+    if row is None:
+        raise EvidenceError(f"{db} has no run {run_id}")
+    if hashes:
+        verify(run_dir, hashes, run_id)
+        if row.get("sealed") == SEALED_AT_IMPORT:  # its own SHA256SUMS, not a seal we kept
+            return Anchor(False, f"evidence unchanged since run {run_id} was imported, but its "
+                          "hashes came from the run's own SHA256SUMS at the import: not "
+                          "verified against the end of the run", row, fault_log)
+        return Anchor(True, f"evidence verified: its {len(hashes)} files match the hashes "
+                      f"stored with run {run_id}", row, fault_log)
+    if row.get("sealed"):
+        raise EvidenceInDoubt(f"run {run_id} was stored with evidence hashes, but {db} holds "
+                              "none for it; refusing to re-check unverifiable evidence")
+    if row.get("sealed") == 0:
+        note = (f"run {run_id} was stored without evidence to seal (e.g. `pgval check`): "
+                "not verified")
+    elif row.get("status") != "complete":
+        note = (f"run {run_id} was never completed (status {row.get('status')}), so its "
+                "evidence was never sealed: not verified")
+    else:
+        from pgval.store.results import EVIDENCE_SCHEMA
+
+        note = (f"stored before evidence hashes (schema v{EVIDENCE_SCHEMA - 1} or older): "
+                "not verified")
+    return Anchor(False, note, row, fault_log)
+
+
+def _stored_evidence(db: Path, run_id: int) -> tuple[dict[str, Any] | None, dict[str, str],
+                                                      list[dict[str, Any]] | None]:
+    """Run ``run_id``'s row, its evidence hashes in the order stored, its fault log."""
+    row = _stored_run(db, run_id)
+    if row is None:
+        return None, {}, None
+    try:
+        conn = connect_readonly(db)
+    except StoreError as exc:
+        raise EvidenceError(str(exc)) from exc
+    try:
+        try:
+            hashes = {str(p): str(h) for p, h in conn.execute(
+                "SELECT path, sha256 FROM evidence_files WHERE run_id = ? ORDER BY rowid",
+                [run_id])}
+        except sqlite3.OperationalError:  # a database from before evidence hashes
+            hashes = {}
+        try:
+            details = [d for (d,) in conn.execute(
+                "SELECT detail FROM fault_log WHERE run_id = ? ORDER BY seq", [run_id])]
+        except sqlite3.OperationalError:
+            details = []
+    finally:
+        conn.close()
+    log = []
+    for detail in details:
+        try:
+            entry = json.loads(detail)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(entry, dict):
+            log.append(entry)
+    return row, hashes, log or None
+
+
+def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> Recheck:
+    """Evaluate a stored run again from its evidence, verified against ``db`` first."""
+    evidence = anchor(run_dir, db, run_id)
+    manifest = Manifest.read(run_dir)
+    fault = _fault(manifest, run_dir)
+    inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
+    streams, evaluation = evaluate_run(run_dir, manifest, inputs,
+                                       load_topic(run_dir, OUTPUT_TOPIC), load_progress(run_dir))
+    row = evidence.row or {}
+    stored = (stored_reasons(json_cell(row.get("validity")), row.get("validity_reasons"))
+              if row else stored_reasons(manifest.validity, manifest.validity_reasons))
+    generator = manifest.generator
+    if generator is None and row:
+        summary = json_object_cell(row.get("summary"))
+        generator = summary.get("generator") if isinstance(summary.get("generator"),
+                                                           dict) else None
+    validity, carried = recompute_validity(manifest, inputs, evaluation, stored, generator,
+                                           fault, evidence.fault_log)
+    before = {r.kind for r in stored}
+    now = validity.kinds()
+    changes = {"only_stored": sorted(before - now), "only_now": sorted(now - before)}
+    return Recheck(manifest, streams, evaluation, validity, evidence,
+                   {k: v for k, v in changes.items() if v}, carried,
+                   compare_anomalies(load_anomalies(run_dir), evaluation.anomalies()))
+
+
+def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecords],
+                 output: TopicRecords, progress: list[dict[str, Any]]
+                 ) -> tuple[Streams, Evaluation]:
+    """A run judged from its records: what ``validate`` does at the end of a run and
+    ``recheck`` does again, one function so the two cannot differ. A user's job is judged
+    by its batch oracle's rows, a built-in one also against pgval's own oracle; a file
+    sink's raw read is judged too, as what a reader listing the directory would conclude
+    (:attr:`Evaluation.views`)."""
+    streams, expected = evaluation_streams(run_dir, manifest, inputs, output)
+    evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
+                          manifest.window_ms, manifest.phase_bounds, progress=progress,
+                          expected=expected, cross_check=cross_check_of(manifest))
+    sink = manifest.sink if isinstance(manifest.sink, dict) else {}
+    if sink.get("kind") in SINKS and SINKS[sink["kind"]].raw_read:
+        raw, raw_expected = evaluation_streams(run_dir, manifest, inputs, output, raw=True)
+        evaluation.views["raw"] = evaluate(
+            raw.events, raw.outputs, manifest.topology, manifest.window_ms,
+            manifest.phase_bounds, progress=progress, expected=raw_expected).view()
+    if sink:
+        evaluation.views["clock"] = sink.get("clock")
+    return streams, evaluation
+
+
+def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],
+                       evaluation: Evaluation, stored: list[Reason],
+                       generator: dict[str, Any] | None, fault: Fault | None,
+                       fault_log: list[dict[str, Any]] | None) -> tuple[Validity, list[str]]:
+    """The run's validity from its inputs, as the run itself decided it: read-back proof
+    (run.json), reconciliation (the records read against the end offsets and deliveries),
+    generator report, what was seen live (drain, driver), the data, the fault log (the
+    database's). A kind whose inputs the run did not keep (older runs; the fault log
+    without a database) keeps its stored reasons; those kinds are returned too."""
+    validity = Validity()
+    carried: list[str] = []
+
+    def carry(kind: ReasonKind) -> None:
+        validity.add(r for r in stored if r.kind == kind)
+        carried.append(kind)
+
+    readback = manifest.readback if isinstance(manifest.readback, dict) else {}
+    per_topic = {k: v for k, v in readback.items() if k != "inputs" and isinstance(v, dict)}
+    if per_topic:
+        validity.add(readback_reasons(per_topic))
+        sink = manifest.sink if isinstance(manifest.sink, dict) else None
+        if sink is not None and isinstance(sink.get("read"), dict):
+            validity.add(sink_reasons(str(sink.get("kind")), sink["read"]))
+    else:
+        carry("readback")
+    info = readback.get("inputs")
+    ends = [per_topic.get(t, {}).get("end_offsets") for t in INPUT_TOPICS]
+    if isinstance(info, dict) and all(isinstance(e, dict) for e in ends):
+        clean = (generator_reasons(generator).valid if generator is not None
+                 else not any(r.kind == "generator" for r in stored))
+        _, reasons = reconcile_inputs(
+            sum(len(inputs[t]) for t in INPUT_TOPICS),
+            sum(int(o) for e in ends for o in e.values()),
+            int(info.get("delivered") or 0), int(info.get("control") or 0), clean)
+        validity.add(reasons)
+    else:
+        carry("reconcile")
+    if generator is not None:
+        validity.add(generator_reasons(generator))
+    else:
+        carry("generator")
+    if manifest.observed_reasons is not None:
+        validity.add(Reason("observed", str(r)) for r in manifest.observed_reasons)
+    else:
+        carry("observed")
+    validity.add(evaluation_reasons(evaluation))
+    if fault_log is not None and fault is not None:
+        validity.add(fault_reasons(fault, fault_log))
+    elif fault not in (None, Fault.NONE):
+        carry("fault")
+    carry("other")
+    return validity, [k for k in carried if k != "other"]
+
+
+def _fault(manifest: Manifest, run_dir: Path) -> Fault | None:
+    """The run's fault as run.json's config names it (None: not named); a name pgval
+    does not know is a damaged manifest, said in one sentence."""
+    fault = manifest.config.get("fault")
+    if fault is None:
+        return None
+    if not (isinstance(fault, str) and fault in FAULTS):
+        shown = json.dumps(fault, default=str)[:40]
+        raise EvidenceError(f"{evidence_dir(run_dir) / MANIFEST} is damaged: its config names "
+                            f"the fault {shown}, which is none of {', '.join(FAULTS)}")
+    return Fault(fault)
+
+
+#: How a run stored before reasons had kinds is read: the kind of each of its sentences,
+#: by their first words (the sentences pgval wrote then). Used for those runs only.
+LEGACY_REASON_STARTS: tuple[tuple[ReasonKind, tuple[str, ...]], ...] = (
+    ("data", ("nothing was expected", "the control phase had no", "the failure phase had no",
+              "the recovery phase had no")),
+    ("readback", ("read-back of topic",)),
+    ("reconcile", ("input records read", "input topics hold")),
+    ("generator", ("the generator had", "a generator process failed")),
+    ("observed", ("the drain timed out", "the driver died")),
+    ("fault", ("injecting ", "removing ", "crash:", "driver-crash:", "delay")),
+)
+
+
+def legacy_reason_kind(text: str) -> ReasonKind:
+    """The kind of one reason stored as a sentence alone (``other``: no rule knows it, and
+    a re-check carries it unchanged)."""
+    for kind, starts in LEGACY_REASON_STARTS:
+        if text.startswith(starts):
+            return kind
+    if text.startswith("the ") and " fault was never " in text:
+        return "fault"
+    return "other"
+
+
+def stored_reasons(typed: object, texts: object) -> list[Reason]:
+    """A stored validity: its reasons with their stored kinds (``typed``, the records of
+    run.json's or the database's ``validity``), or, for a run stored before kinds (no
+    usable records), its sentences (``texts``) with kinds read by
+    :func:`legacy_reason_kind`."""
+    reasons = reasons_from_records(typed)
+    if reasons is not None:
+        return reasons
+    if isinstance(texts, str):  # the database's column: a JSON list
+        texts = json_cell(texts)
+    if not isinstance(texts, list):
+        return []
+    return [Reason(legacy_reason_kind(str(t)), str(t)) for t in texts]
+
+
+#: The stored counts a re-check must reproduce before its derived measures may be stored.
+VERDICT_FIELDS = ("guarantee", "expected", "processed", "duplicate", "incorrect",
+                  "unprocessed")
+
+
+def store_derived(db: Path, run_id: int, result: Recheck) -> None:
+    """Write a re-check's recovery metrics and unprocessed causes over the stored ones.
+
+    These are derived measures whose definitions improve (a detector fix); the verdict and
+    counts are the evidence and must not move: when they differ from the stored row the
+    run is left untouched and the difference is the error."""
+    from pgval.store.results import ResultsStore
+
+    if not result.evidence.verified:  # edited evidence must not rewrite what was measured
+        raise EvidenceInDoubt(f"run {run_id}'s evidence cannot be verified "
+                              f"({result.evidence.note}); --store writes only what verified "
+                              "evidence gives, nothing was stored")
+    stored = _stored_run(Path(db), run_id)
+    if stored is None:
+        raise EvidenceError(f"{db} has no run {run_id}")
+    now = result.evaluation.summary()
+    moved = [f"{k} {stored.get(k)!r} → {now.get(k)!r}" for k in VERDICT_FIELDS
+             if stored.get(k) != now.get(k)]
+    if moved:
+        raise EvidenceInDoubt(f"run {run_id}'s re-check does not reproduce its stored "
+                              f"counts ({'; '.join(moved)}); nothing was stored")
+    with ResultsStore(db) as store, store.transaction():
+        store.save_recovery(run_id, result.evaluation.recovery.as_dict())
+        store.save_unprocessed_causes(run_id, result.evaluation.unprocessed_causes)

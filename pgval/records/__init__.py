@@ -1,0 +1,3 @@
+"""Records as columns: JSON lines and Kafka values parsed into numpy columns, tolerant of bad
+records; the three phases.
+"""

@@ -1,0 +1,796 @@
+"""Columnar input events and output records, and fast tolerant readers for them.
+
+Everything downstream (oracle, validator, metrics) works on numpy columns, so
+the readers' job is to turn JSON lines or Kafka values into those columns fast
+(pyarrow's multithreaded JSON reader) without ever failing on a bad record: a
+block that pyarrow rejects is re-read line by line, and unusable records are
+counted as malformed and skipped.
+
+A record is one line: lines are separated by ``\n`` only (a ``\r`` is JSON whitespace,
+never a separator). pyarrow is more permissive than that (several objects on one line,
+one object over several lines, invalid UTF-8 inside strings, and it crashes on a
+top-level ``null``), so a block reaches it only when every non-blank line looks like one
+object, and its result is kept only when it has one row per line. Everything else takes
+the exact per-line path, so a record's fate never depends on its neighbours.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+
+from pgval.core.schema import GET, POST
+from pgval.records.phases import MAX_MS
+
+BLOCK_BYTES = 64 << 20  # pyarrow parses a file in blocks of this size
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+JSON_SPACE = b" \t\r"  # JSON whitespace other than the line separator
+_SPACE_CODES = np.frombuffer(JSON_SPACE, dtype=np.uint8)
+_MAX_TRIM = 64  # lines with more leading/trailing blanks go the exact per-line path
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class ResourceTable:
+    """Maps resource names to dense int32 codes, shared by inputs and outputs."""
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self.names: list[str] = []
+        self.codes: dict[str, int] = {}
+        for name in names:
+            self.code(name)
+
+    def code(self, name: str) -> int:
+        code = self.codes.get(name)
+        if code is None:
+            code = len(self.names)
+            self.codes[name] = code
+            self.names.append(name)
+        return code
+
+    def encode(self, column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        """Vectorised name → code for a string column (nulls become -1); names not seen
+        before get the next codes, in order of first appearance."""
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        if len(column) == 0:
+            return np.zeros(0, dtype=np.int32)
+        encoded = pc.dictionary_encode(column)
+        names = encoded.dictionary
+        if self.names:
+            known = pc.index_in(names, value_set=pa.array(self.names, pa.string()))
+        else:
+            known = pa.nulls(len(names), pa.int32())
+        is_new = pc.is_null(known).to_numpy(zero_copy_only=False)
+        fresh = names.filter(pa.array(is_new)).to_pylist()
+        start = len(self.names)
+        self.names.extend(fresh)
+        self.codes.update(zip(fresh, range(start, start + len(fresh)), strict=True))
+        lookup = known.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int32)
+        lookup[is_new] = np.arange(start, start + len(fresh), dtype=np.int32)
+        lookup = np.r_[lookup, np.int32(-1)]
+        indices = encoded.indices.fill_null(len(lookup) - 1)
+        return lookup[indices.to_numpy(zero_copy_only=False)]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass
+class InputEvents:
+    """Input events as columns; ``is_get`` is False for POST."""
+
+    id: np.ndarray
+    is_get: np.ndarray
+    resource: np.ndarray
+    event_ts: np.ndarray
+    ingress_ts: np.ndarray
+    resources: ResourceTable
+    malformed: int = 0
+    #: Malformed records that lacked a required field, per field (a record lacking two
+    #: counts for both): ``pgval check`` refuses a file whose records lack a field rather
+    #: than judge what is left (:mod:`pgval.checker.questions`).
+    missing: dict[str, int] = field(default_factory=dict)
+    #: Where each event sits in Kafka (set when read from Kafka): topic code (0 get, 1 post),
+    #: partition and offset. They let the explainer find the micro-batch that read it.
+    topic: np.ndarray | None = None
+    partition: np.ndarray | None = None
+    offset: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    @classmethod
+    def empty(cls, resources: ResourceTable | None = None) -> InputEvents:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int32), z, z,
+                   resources or ResourceTable())
+
+    def take(self, index: np.ndarray) -> InputEvents:
+        def opt(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[index]
+
+        return InputEvents(self.id[index], self.is_get[index], self.resource[index],
+                           self.event_ts[index], self.ingress_ts[index], self.resources,
+                           self.malformed, self.missing, opt(self.topic),
+                           opt(self.partition), opt(self.offset))
+
+    @staticmethod
+    def concat(parts: Sequence[InputEvents], resources: ResourceTable) -> InputEvents:
+        if not parts:
+            return InputEvents.empty(resources)
+
+        def opt(name: str) -> np.ndarray | None:
+            cols = [getattr(p, name) for p in parts]
+            return None if any(c is None for c in cols) else np.concatenate(cols)
+
+        return InputEvents(
+            np.concatenate([p.id for p in parts]),
+            np.concatenate([p.is_get for p in parts]),
+            np.concatenate([p.resource for p in parts]),
+            np.concatenate([p.event_ts for p in parts]),
+            np.concatenate([p.ingress_ts for p in parts]),
+            resources,
+            sum(p.malformed for p in parts),
+            add_counts(p.missing for p in parts),
+            opt("topic"), opt("partition"), opt("offset"),
+        )
+
+
+@dataclass
+class OutputRecords:
+    """Produced outputs as columns; ``ids`` is flattened, ``offsets`` has len(outputs)+1 entries.
+
+    ``count``/``gets``/``posts`` hold -1 where the record did not carry the field.
+    ``position`` is the record's place in the output stream (file line, or the
+    order of (timestamp, partition, offset) when read from Kafka).
+    """
+
+    window_start: np.ndarray
+    window_end: np.ndarray
+    resource: np.ndarray
+    count: np.ndarray
+    gets: np.ndarray
+    posts: np.ndarray
+    ingress_ts: np.ndarray
+    position: np.ndarray
+    ids: np.ndarray
+    offsets: np.ndarray
+    resources: ResourceTable
+    malformed: int = 0
+    malformed_samples: list[str] = field(default_factory=list)
+    #: As :attr:`InputEvents.missing`: malformed records that lacked a required field.
+    missing: dict[str, int] = field(default_factory=dict)
+    #: Where each output sits in Kafka (set when read from Kafka), so an anomaly can name
+    #: the record: partition and offset.
+    partition: np.ndarray | None = None
+    offset: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.window_start)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def add_counts(parts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Per-field counts of several parts added up."""
+    total: dict[str, int] = {}
+    for part in parts:
+        for name, n in part.items():
+            total[name] = total.get(name, 0) + n
+    return total
+
+
+# --------------------------------------------------------------------------- reading
+
+INPUT_SCHEMA = pa.schema([
+    ("id", pa.int64()), ("type", pa.string()), ("resource", pa.string()),
+    ("event_ts", pa.int64()), ("ingress_ts", pa.int64()),
+])
+OUTPUT_SCHEMA = pa.schema([
+    ("window_start", pa.int64()), ("window_end", pa.int64()), ("resource", pa.string()),
+    ("count", pa.int64()), ("gets", pa.int64()), ("posts", pa.int64()),
+    ("ids", pa.list_(pa.int64())), ("ingress_ts", pa.int64()),
+])
+
+
+def _iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """Yield chunks of whole lines, each about ``block_bytes`` long."""
+    with open(path, "rb") as fh:
+        rest = b""
+        first = True
+        while True:
+            data = fh.read(block_bytes)
+            if first:  # a byte-order mark (Windows tools) is not part of the first record
+                data = data.removeprefix(UTF8_BOM)
+                first = False
+            if not data:
+                if rest.strip(JSON_SPACE):  # same blank rule as every other line
+                    yield rest
+                return
+            data = rest + data
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            yield data[: cut + 1]
+            rest = data[cut + 1:]
+
+
+def _object_lines(block: bytes) -> int | None:
+    """Number of non-blank lines if each one can only be a single JSON object, else None.
+
+    A line (split on ``\n`` only) qualifies when, without JSON whitespace around it, it
+    starts with ``{`` and ends with ``}``: no top-level ``null`` (which crashes pyarrow 26
+    at the start of its internal chunks) and no object continued on the next line
+    (after a ``}``, a ``{`` cannot continue a value). Several objects on one line are
+    caught afterwards by the row count. Vectorised over the block's newline positions.
+    """
+    data = np.frombuffer(block, dtype=np.uint8)
+    nl = np.flatnonzero(data == 0x0A)
+    starts = np.r_[0, nl + 1]
+    ends = np.r_[nl, len(data)]
+    lines = np.flatnonzero(starts < ends)
+    # Usually every line is exactly {...}; only the others are trimmed and looked at again.
+    odd = lines[(data[starts[lines]] != 0x7B) | (data[ends[lines] - 1] != 0x7D)]
+    if len(odd) == 0:
+        return len(lines)
+    starts, ends = starts[odd], ends[odd]
+    for bound, step, peek in ((starts, 1, 0), (ends, -1, -1)):  # trim blanks, both sides
+        idx = np.arange(len(odd))
+        for _ in range(_MAX_TRIM):
+            idx = idx[starts[idx] < ends[idx]]
+            idx = idx[np.isin(data[bound[idx] + peek], _SPACE_CODES)]
+            if len(idx) == 0:
+                break
+            bound[idx] += step
+        else:
+            return None
+    live = starts < ends
+    if not ((data[starts[live]] == 0x7B).all() and (data[ends[live] - 1] == 0x7D).all()):
+        return None
+    return len(lines) - int((~live).sum())
+
+
+def _is_utf8(block: bytes) -> bool:
+    if block.isascii():  # the common case, at memory speed
+        return True
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _read_exact(block: bytes, schema: pa.Schema, behaviours: Sequence[str],
+                lines: int | None = None, block_size: int = 16 << 20) -> pa.Table | None:
+    """pyarrow's table of ``block`` with one row per non-blank line, or None.
+
+    None means the exact per-line path must decide: a line that is not one object, a
+    block pyarrow rejects, invalid UTF-8 (pyarrow lets it through inside strings), or a
+    row count that differs from the line count (pyarrow reads ``{..} {..}`` as two).
+    ``lines``: the caller already knows that every line can only be one object and how
+    many there are (what :func:`_object_lines` would say).
+    """
+    if lines is None:
+        lines = _object_lines(block)
+    if lines is None or not _is_utf8(block):
+        return None
+    if lines == 0:
+        return schema.empty_table()
+    read_opts = pajson.ReadOptions(block_size=block_size)
+    for behaviour in behaviours:
+        opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior=behaviour,
+                                   newlines_in_values=False)
+        try:
+            table = pajson.read_json(io.BytesIO(block), parse_options=opts,
+                                     read_options=read_opts)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            continue
+        return table if len(table) == lines else None
+    return None
+
+
+def _split_lines(block: bytes) -> list[bytes]:
+    """Lines of a block, separated by ``\n`` only (``splitlines`` would also cut at ``\r``)."""
+    lines = block.split(b"\n")
+    return lines[:-1] if lines and lines[-1] == b"" else lines
+
+
+def _parse_block(block: bytes, schema: pa.Schema
+                 ) -> tuple[pa.Table, int, list[str], np.ndarray, int]:
+    """Parse one block of JSON lines; fall back to per-line parsing if pyarrow cannot.
+
+    Returns (table, malformed, samples, each row's record number in the block, records):
+    a record is a non-blank line. The strict attempt (unknown fields are an error) is ~15 %
+    faster than ignoring them; a block with extra fields pays for a second, lenient
+    attempt, still in C++.
+    """
+    table = _read_exact(block, schema, ("error", "ignore"))
+    if table is not None:
+        return table, 0, [], np.arange(len(table), dtype=np.int64), len(table)
+    lines = [line for line in _split_lines(block) if line.strip(JSON_SPACE)]
+    table, malformed, samples, kept = _parse_lines_tolerant(lines, schema)
+    return table, malformed, samples, kept, len(lines)
+
+
+def _is_int64(value: object) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and INT64_MIN <= value <= INT64_MAX)
+
+
+def _coerce(value: object, typ: pa.DataType) -> object:
+    """Return the value if it fits the column type, else raise ValueError.
+
+    Integers outside int64 are refused here (pyarrow refuses them too), not left to
+    overflow when the column is built.
+    """
+    if value is None:
+        return None
+    if pa.types.is_int64(typ):
+        if not _is_int64(value):
+            raise ValueError("not a 64-bit integer")
+        return value
+    if pa.types.is_string(typ):
+        if not isinstance(value, str):
+            raise ValueError("not a string")
+        if not value.isascii():
+            value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError (a ValueError)
+        return value
+    if pa.types.is_list(typ):
+        if not isinstance(value, list) or not all(_is_int64(v) for v in value):
+            raise ValueError("not a list of 64-bit integers")
+        return value
+    raise ValueError(f"unsupported type {typ}")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _loads(line: bytes) -> object:
+    """orjson, plus the NaN/Infinity literals pyarrow accepts (in fields pgval ignores).
+
+    Without the retry a line carrying ``"x": NaN`` would be fine in a block pyarrow reads
+    and malformed in a block read line by line.
+    """
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        if b"NaN" not in line and b"Infinity" not in line:
+            raise
+    return json.loads(line, parse_float=_finite)
+
+
+def _row(line: bytes, schema: pa.Schema) -> dict[str, object]:
+    """One line's values by column; ValueError (or Overflow/RecursionError) if it is bad.
+
+    A line the Python parsers refuse gets pyarrow's verdict on that line alone: what it
+    gets in a block of its own. pyarrow reads things Python does not (nesting deeper than
+    orjson's 1024 levels, ``-NaN`` in an ignored field), and a record must not be lost
+    because a bad neighbour sent its block here. Only refused lines pay for this.
+    """
+    try:
+        obj = _loads(line)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        table = _read_exact(line + b"\n", schema, ("error", "ignore"))
+        if table is None or len(table) != 1:
+            raise
+        return table.to_pylist()[0]
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    return {f.name: _coerce(obj.get(f.name), f.type) for f in schema}
+
+
+def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
+                          ) -> tuple[pa.Table, int, list[str], np.ndarray]:
+    """Slow path, used only for blocks with bad lines: keep the good ones, count the rest.
+
+    Returns (table, malformed, samples, the index among ``lines`` of each row kept)."""
+    columns: dict[str, list[object]] = {name: [] for name in schema.names}
+    malformed = 0
+    samples: list[str] = []
+    kept: list[int] = []
+    for k, line in enumerate(lines):
+        if not line.strip(JSON_SPACE):
+            continue
+        try:
+            row = _row(line, schema)
+        except (ValueError, OverflowError, RecursionError):  # JSONDecodeError, Unicode*Error
+            malformed += 1
+            if len(samples) < 5:
+                samples.append(line[:200].decode(errors="replace"))
+            continue
+        kept.append(k)
+        for name, value in row.items():
+            columns[name].append(value)
+    table = pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in schema},
+                     schema=schema)
+    return table, malformed, samples, np.array(kept, dtype=np.int64)
+
+
+def read_table(path: Path, schema: pa.Schema
+               ) -> tuple[pa.Table, int, list[str], np.ndarray]:
+    """Read a JSON-lines file into an Arrow table; returns (table, malformed, samples,
+    record numbers): each row's place among the file's records (its non-blank lines,
+    from 0), so a judged output can be found in the file."""
+    tables: list[pa.Table] = []
+    records: list[np.ndarray] = []
+    malformed = 0
+    samples: list[str] = []
+    base = 0
+    for block in _iter_blocks(Path(path)):
+        table, bad, bad_samples, kept, lines = _parse_block(block, schema)
+        tables.append(table)
+        records.append(base + kept)
+        base += lines
+        malformed += bad
+        samples.extend(bad_samples[: 5 - len(samples)])
+    if not tables:
+        return schema.empty_table(), 0, [], np.zeros(0, dtype=np.int64)
+    return pa.concat_tables(tables), malformed, samples, np.concatenate(records)
+
+
+KAFKA_INPUT_SCHEMA = pa.schema([f for f in INPUT_SCHEMA if f.name != "ingress_ts"])
+KAFKA_OUTPUT_SCHEMA = pa.schema([f for f in OUTPUT_SCHEMA if f.name != "ingress_ts"])
+
+
+#: Kafka values are parsed in blocks of about this many bytes, each cut by pyarrow into
+#: pieces of VALUE_PIECE_BYTES that its threads parse in parallel.
+VALUE_BLOCK_BYTES = 32 << 20
+VALUE_PIECE_BYTES = 4 << 20
+_EMPTY = pa.scalar(b"", type=pa.binary())
+_NEWLINE = pa.scalar(b"\n", type=pa.binary())
+Values = Sequence[bytes | None] | pa.Array | pa.ChunkedArray
+
+
+def binary_chunks(values: Values) -> list[pa.BinaryArray]:
+    """Kafka keys or values as Arrow binary arrays (a list of bytes is converted once)."""
+    if isinstance(values, pa.ChunkedArray):
+        chunks = list(values.chunks)
+    elif isinstance(values, pa.Array):
+        chunks = [values]
+    else:
+        chunks = [pa.array(list(values), type=pa.binary())]
+    return [c if c.type == pa.binary() else c.cast(pa.binary()) for c in chunks]
+
+
+def _value_bytes(arr: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray]:
+    """(data bytes, offsets as int64, n + 1 of them) of a binary array, without copying data."""
+    _, offsets, data = arr.buffers()
+    offs = (np.frombuffer(offsets, dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
+            .astype(np.int64) if offsets is not None else np.zeros(len(arr) + 1, np.int64))
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return raw, offs
+
+
+def _usable(arr: pa.BinaryArray) -> np.ndarray:
+    """Values that can be one line of a block: present, without a newline, not blank.
+
+    Vectorised; only values that start with JSON whitespace (never pgval's own) are looked
+    at one by one.
+    """
+    ok = arr.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+    if not len(arr):
+        return ok
+    data, offs = _value_bytes(arr)
+    starts, ends = offs[:-1], offs[1:]
+    ok &= ends > starts
+    newlines = np.flatnonzero(data[offs[0]:offs[-1]] == 0x0A) + offs[0]
+    if len(newlines):
+        ok[np.searchsorted(offs, newlines, side="right") - 1] = False
+    spaced = np.flatnonzero(ok)
+    spaced = spaced[np.isin(data[starts[spaced]], _SPACE_CODES)]
+    for i in spaced.tolist():
+        if not arr[i].as_py().strip(JSON_SPACE):
+            ok[i] = False
+    return ok
+
+
+def _parse_value_block(good: pa.BinaryArray, schema: pa.Schema
+                       ) -> tuple[pa.Table, np.ndarray, int, list[str]]:
+    """Usable values, one JSON object each: pyarrow reads them as one newline-joined block;
+    if it refuses, every value is judged alone (so a value's fate never depends on its
+    neighbours). Returns (table, parsed mask, malformed, samples)."""
+    joined = pc.binary_join_element_wise(good, _EMPTY, _NEWLINE)  # value + "\n", in C++
+    data, offs = _value_bytes(joined)
+    block = data[offs[0]:offs[-1]].tobytes()
+    # Each usable value is exactly one non-blank line; it can only be one object when it
+    # starts with { and ends with } (else _object_lines trims blanks and decides).
+    first, last = data[offs[:-1]], data[offs[1:] - 2]
+    lines = len(good) if ((first == 0x7B) & (last == 0x7D)).all() else None
+    table = _read_exact(block, schema, ("ignore",), lines=lines, block_size=VALUE_PIECE_BYTES)
+    if table is not None:
+        return table, np.ones(len(good), dtype=bool), 0, []
+    return _parse_lines_with_mask(good.to_pylist(), schema)
+
+
+def parse_values(values: Values, schema: pa.Schema
+                 ) -> tuple[pa.Table, np.ndarray, int, list[str]]:
+    """Parse Kafka record values (one JSON object each), in blocks, with pyarrow.
+
+    Returns (table, kept, malformed, samples): ``kept`` are the indices of the values
+    that became rows, so per-record metadata (timestamps, offsets) can be aligned.
+    ``values`` is an Arrow binary column (as :func:`pgval.kafka.reader.read_topic`
+    returns it) or a sequence of bytes.
+    """
+    tables: list[pa.Table] = []
+    kept: list[np.ndarray] = []
+    malformed = 0
+    samples: list[str] = []
+    pending: list[tuple[pa.BinaryArray, np.ndarray]] = []
+    pending_bytes = 0
+
+    def parse_pending() -> None:
+        nonlocal malformed, pending_bytes
+        if not pending:
+            return
+        good = pa.concat_arrays([g for g, _ in pending]) if len(pending) > 1 else pending[0][0]
+        index = np.concatenate([i for _, i in pending])
+        table, ok, bad, bad_samples = _parse_value_block(good, schema)
+        tables.append(table)
+        kept.append(index[ok])
+        malformed += bad
+        samples.extend(bad_samples[: 5 - len(samples)])
+        pending.clear()
+        pending_bytes = 0
+
+    base = 0
+    for chunk in binary_chunks(values):
+        ok = _usable(chunk)
+        index = base + np.flatnonzero(ok)
+        base += len(chunk)
+        malformed += len(chunk) - len(index)
+        if len(index):
+            good = chunk if len(index) == len(chunk) else chunk.filter(pa.array(ok))
+            pending.append((good, index))
+            pending_bytes += good.nbytes
+            if pending_bytes >= VALUE_BLOCK_BYTES:
+                parse_pending()
+    parse_pending()
+    if not tables:
+        return schema.empty_table(), np.zeros(0, dtype=np.int64), malformed, samples
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    return table, np.concatenate(kept), malformed, samples
+
+
+def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
+                           ) -> tuple[pa.Table, np.ndarray, int, list[str]]:
+    ok = np.zeros(len(lines), dtype=bool)
+    good: list[bytes] = []
+    for k, line in enumerate(lines):
+        table, bad, _, _ = _parse_lines_tolerant([line], schema)
+        if not bad and len(table):
+            ok[k] = True
+            good.append(line)
+    table, _, _, _ = _parse_lines_tolerant(good, schema)
+    samples = [lines[k][:200].decode(errors="replace") for k in np.flatnonzero(~ok)[:5]]
+    return table, ok, int((~ok).sum()), samples
+
+
+def inputs_from_kafka(values: Values, timestamps: np.ndarray,
+                      resources: ResourceTable, partitions: np.ndarray | None = None,
+                      offsets: np.ndarray | None = None, topic_code: int = 0) -> InputEvents:
+    """Input events from Kafka values; ingress time = the record timestamp (LogAppendTime)."""
+    table, kept, malformed, _ = parse_values(values, KAFKA_INPUT_SCHEMA)
+    table = table.append_column("ingress_ts", pa.array(np.asarray(timestamps)[kept],
+                                                       type=pa.int64()))
+    if partitions is not None and offsets is not None:
+        table = table.append_column("_partition", pa.array(np.asarray(partitions)[kept],
+                                                           type=pa.int64()))
+        table = table.append_column("_offset", pa.array(np.asarray(offsets)[kept],
+                                                        type=pa.int64()))
+        table = table.append_column("_topic", pa.array(np.full(len(kept), topic_code),
+                                                       type=pa.int64()))
+    return inputs_from_table(table, resources, malformed)
+
+
+def outputs_from_kafka(values: Values, timestamps: np.ndarray,
+                       partitions: np.ndarray, offsets: np.ndarray, resources: ResourceTable
+                       ) -> OutputRecords:
+    """Output records from Kafka; stream position = order of (timestamp, partition, offset)."""
+    timestamps = np.asarray(timestamps, dtype=np.int64)
+    order = np.lexsort((np.asarray(offsets), np.asarray(partitions), timestamps))
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    table, kept, malformed, samples = parse_values(values, KAFKA_OUTPUT_SCHEMA)
+    table = table.append_column("ingress_ts", pa.array(timestamps[kept], type=pa.int64()))
+    return outputs_from_table(table, resources, malformed, samples, position=position[kept],
+                              partition=np.asarray(partitions)[kept],
+                              offset=np.asarray(offsets)[kept])
+
+
+#: The field of a user's job's output value that holds its canonical key text
+#: (``to_json`` of the key columns: :mod:`pgval.topologies.batch`).
+JOB_KEY = "_pgval_key"
+KAFKA_JOB_OUTPUT_SCHEMA = pa.schema([(JOB_KEY, pa.string()), ("ids", pa.list_(pa.int64()))])
+
+
+def job_outputs_from_kafka(values: Values, timestamps: np.ndarray, partitions: np.ndarray,
+                           offsets: np.ndarray, keys: ResourceTable) -> OutputRecords:
+    """A user's job's outputs from Kafka: each value's key text (coded with ``keys``, the
+    table the batch oracle's rows were coded with) and ``ids``; every other column is the
+    job's own and not read. ``window_start`` is 0, as in the job's expected outputs."""
+    timestamps = np.asarray(timestamps, dtype=np.int64)
+    order = np.lexsort((np.asarray(offsets), np.asarray(partitions), timestamps))
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    table, kept, malformed, samples = parse_values(values, KAFKA_JOB_OUTPUT_SCHEMA)
+    n = len(table)
+    table = pa.table({
+        "window_start": pa.array(np.zeros(n, dtype=np.int64)),
+        "window_end": pa.nulls(n, pa.int64()), "resource": table.column(JOB_KEY),
+        "count": pa.nulls(n, pa.int64()), "gets": pa.nulls(n, pa.int64()),
+        "posts": pa.nulls(n, pa.int64()), "ids": table.column("ids"),
+        "ingress_ts": pa.array(timestamps[kept], type=pa.int64())})
+    return outputs_from_table(table, keys, malformed, samples, position=position[kept],
+                              partition=np.asarray(partitions)[kept],
+                              offset=np.asarray(offsets)[kept])
+
+
+def job_outputs_from_rows(rows: pa.Table, keys: ResourceTable) -> OutputRecords:
+    """A user's job's outputs from a sink other than Kafka: rows of ``key`` (the key text),
+    ``ids``, ``written_ms`` (the sink's clock: the output's ingress) and ``batch``; stream
+    position = order of (written_ms, batch, row); ``partition`` holds the batch (-1: none),
+    ``offset`` the row's index in what was read."""
+    n = rows.num_rows
+    written = rows.column("written_ms").to_numpy(zero_copy_only=False).astype(np.int64)
+    batch = (rows.column("batch").fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+             if "batch" in rows.column_names else np.full(n, -1, dtype=np.int64))
+    index = np.arange(n, dtype=np.int64)
+    order = np.lexsort((index, batch, written))
+    position = np.empty(n, dtype=np.int64)
+    position[order] = index
+    table = pa.table({
+        "window_start": pa.array(np.zeros(n, dtype=np.int64)),
+        "window_end": pa.nulls(n, pa.int64()), "resource": rows.column("key"),
+        "count": pa.nulls(n, pa.int64()), "gets": pa.nulls(n, pa.int64()),
+        "posts": pa.nulls(n, pa.int64()), "ids": rows.column("ids"),
+        "ingress_ts": pa.array(written, type=pa.int64())})
+    return outputs_from_table(table, keys, position=position, partition=batch, offset=index)
+
+
+def _is_time(table: pa.Table, name: str) -> pa.ChunkedArray:
+    """True where the column holds a time within ±MAX_MS (year 9999 either side of 1970).
+
+    Farther "times" are typos; near the int64 limits they would overflow the oracle's
+    window arithmetic and the metrics' differences (silently, or with an OverflowError).
+    """
+    col = table.column(name)
+    return pc.and_(pc.greater_equal(col, -MAX_MS), pc.less_equal(col, MAX_MS))
+
+
+#: The fields without which a record cannot be judged (a record lacking one is malformed).
+INPUT_REQUIRED = ("id", "type", "resource", "event_ts", "ingress_ts")
+OUTPUT_REQUIRED = ("window_start", "resource", "ids", "ingress_ts")
+
+
+def _missing(table: pa.Table, names: Sequence[str]) -> dict[str, int]:
+    """Records lacking each field (absent or null), for the fields some record lacks."""
+    counts = {name: table.column(name).null_count for name in names}
+    return {name: n for name, n in counts.items() if n}
+
+
+def _int_column(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
+
+
+def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0
+                      ) -> InputEvents:
+    """Validate and convert an input table; rows missing a field, with a bad type or with a
+    time beyond ±MAX_MS are dropped (counted malformed)."""
+    t = table.column("type").combine_chunks()
+    ok = pc.and_(
+        pc.and_(pc.is_valid(table.column("id")), pc.is_valid(table.column("resource"))),
+        pc.and_(pc.and_(_is_time(table, "event_ts"), _is_time(table, "ingress_ts")),
+                pc.is_in(t, value_set=pa.array([GET, POST]))),
+    )
+    ok = pc.fill_null(ok, False)
+    bad = len(table) - pc.sum(ok).as_py() if len(table) else 0
+    good = table.filter(ok)
+    coords = {}
+    for name in ("topic", "partition", "offset"):
+        if f"_{name}" in good.column_names:
+            coords[name] = _int_column(good, f"_{name}").astype(np.int64, copy=False)
+    return InputEvents(
+        **coords,
+        id=_int_column(good, "id").astype(np.int64, copy=False),
+        is_get=pc.equal(good.column("type"), GET).combine_chunks()
+        .to_numpy(zero_copy_only=False).astype(bool),
+        resource=resources.encode(good.column("resource")),
+        event_ts=_int_column(good, "event_ts").astype(np.int64, copy=False),
+        ingress_ts=_int_column(good, "ingress_ts").astype(np.int64, copy=False),
+        resources=resources,
+        malformed=malformed + int(bad),
+        missing=_missing(table, INPUT_REQUIRED),
+    )
+
+
+def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0,
+                       samples: list[str] | None = None, position: np.ndarray | None = None,
+                       partition: np.ndarray | None = None, offset: np.ndarray | None = None
+                       ) -> OutputRecords:
+    """Validate and convert an output table; records lacking required fields, or with an
+    ingress time beyond ±MAX_MS, are malformed. ``position``, ``partition`` and
+    ``offset`` are per row of ``table``."""
+    n = len(table)
+    if position is None:
+        position = np.arange(n, dtype=np.int64)
+    ok = pc.and_(
+        pc.and_(pc.is_valid(table.column("window_start")), pc.is_valid(table.column("resource"))),
+        pc.and_(pc.is_valid(table.column("ids")), _is_time(table, "ingress_ts")),
+    ) if n else pa.array([], type=pa.bool_())
+    ok = pc.fill_null(ok, False)
+    ok_np = ok.to_numpy(zero_copy_only=False).astype(bool) if n else np.zeros(0, dtype=bool)
+    good = table.filter(ok)
+    ids_col = good.column("ids").combine_chunks() if len(good) else pa.array(
+        [], type=pa.list_(pa.int64()))
+    flat = pc.list_flatten(ids_col)
+    if flat.null_count:  # "ids": [1, null] is not a list of integers: the record is malformed
+        hole = np.zeros(len(good), dtype=bool)
+        parent = pc.list_parent_indices(ids_col).to_numpy(zero_copy_only=False)
+        hole[parent[flat.is_null().to_numpy(zero_copy_only=False)]] = True
+        ok_np[np.flatnonzero(ok_np)[hole]] = False
+        good = good.filter(pa.array(~hole))
+        ids_col = good.column("ids").combine_chunks()
+        flat = pc.list_flatten(ids_col)
+    bad = int(n - ok_np.sum())
+    lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = flat.to_numpy(zero_copy_only=False).astype(np.int64) if len(flat) else np.zeros(
+        0, dtype=np.int64)
+    return OutputRecords(
+        window_start=_int_column(good, "window_start").astype(np.int64, copy=False),
+        window_end=_int_column(good, "window_end").astype(np.int64, copy=False),
+        resource=resources.encode(good.column("resource")),
+        count=_int_column(good, "count").astype(np.int64, copy=False),
+        gets=_int_column(good, "gets").astype(np.int64, copy=False),
+        posts=_int_column(good, "posts").astype(np.int64, copy=False),
+        ingress_ts=_int_column(good, "ingress_ts").astype(np.int64, copy=False),
+        position=np.asarray(position, dtype=np.int64)[ok_np],
+        ids=ids,
+        offsets=offsets,
+        resources=resources,
+        malformed=malformed + bad,
+        malformed_samples=list(samples or []),
+        missing=_missing(table, OUTPUT_REQUIRED),
+        partition=None if partition is None else np.asarray(partition, np.int64)[ok_np],
+        offset=None if offset is None else np.asarray(offset, np.int64)[ok_np],
+    )
+
+
+def read_inputs(path: Path, resources: ResourceTable | None = None) -> InputEvents:
+    """Read input events from JSON lines (id, type, resource, event_ts, ingress_ts)."""
+    resources = resources if resources is not None else ResourceTable()
+    table, malformed, _, _ = read_table(path, INPUT_SCHEMA)
+    return inputs_from_table(table, resources, malformed)
+
+
+def read_outputs(path: Path, resources: ResourceTable) -> OutputRecords:
+    """Read produced outputs from a JSON-lines file (the output record plus ``ingress_ts``);
+    an output's ``position`` is its record number in the file."""
+    table, malformed, samples, records = read_table(path, OUTPUT_SCHEMA)
+    return outputs_from_table(table, resources, malformed, samples, position=records)
+
+
+def read_streams(inputs: Path, outputs: Path) -> tuple[InputEvents, OutputRecords]:
+    """A recorded run's two JSON-lines files (what ``pgval check`` reads), sharing one
+    resource table so that inputs and outputs name resources alike."""
+    resources = ResourceTable()
+    return read_inputs(inputs, resources), read_outputs(outputs, resources)
+
