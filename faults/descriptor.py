@@ -132,7 +132,7 @@ NONE = FaultDescriptor(Fault.NONE, "no fault", targets=NOTHING, schedulable=Fals
 
 #: Modules that describe no fault and are not imported to look: this one, the packet
 #: holder (a program of its own), and the evidence registry (built from the descriptors).
-SKIPPED: Final = ("descriptor", "evidence", "holder")
+SKIPPED: Final = ("descriptor", "took_effect", "holder")
 
 _lock = threading.RLock()
 _loading: list[bool] = []

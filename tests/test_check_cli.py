@@ -513,3 +513,17 @@ def test_every_command_says_its_exit_statuses(tmp_path: Path) -> None:
     assert "--window-ms that is not the outputs' window" in check_help
     # And the verdict is not an exit status: an unknown, at-most-once run exits 0.
     assert run_raw(tmp_path, make_inputs(), [], "--window-ms", str(W)).exit_code == 0
+
+
+@pytest.mark.parametrize("command", ["check", "oracle"])
+def test_the_topology_is_required_in_one_sentence(tmp_path: Path, command: str) -> None:
+    """The files cannot say which topology made them: without --topology the command
+    stops before reading anything, one line and exit 2, never a traceback."""
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text("")
+    argv = [command, "--inputs", str(inputs)]
+    if command == "check":
+        argv += ["--outputs", str(inputs)]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    assert "--topology" in result.output and "Traceback" not in result.output

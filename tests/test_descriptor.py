@@ -52,3 +52,22 @@ def test_a_deployment_makes_what_its_mechanisms_allow(tmp_path: Path) -> None:
     assert descriptor("packet-loss").maker_for(frozenset({WORKER_NETNS})) is not None
     assert descriptor("pause-lt-timeout").where_problem(Deploy.LOCAL, attached=True)
     assert descriptor("crash").where_problem(Deploy.EXTERNAL, attached=False) is None
+
+
+def test_a_fresh_process_loads_the_descriptors_before_anything_else() -> None:
+    """The registry imports every fault module to find its descriptors: in a process where
+    nothing of the faults was imported yet (the command line's), a module that reads the
+    descriptors at import (the evidence registry) must not be among them. And a seed draws
+    what it drew before faults were described: ``--seed 27``'s three parts."""
+    import subprocess
+    import sys
+
+    code = ("from pgval.config import resolve\n"
+            "s = resolve({'fault': 'random', 'fault_count': 3, 'seed': 27, 'pg': 'a1',\n"
+            "             'phase_seconds': 16, 'cluster': {'workers': 2, 'brokers': 3}})\n"
+            "print([(str(p.fault), p.target) for p in s.schedule_parts])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ("[('partition', 1), ('crash', 0), "
+                                   "('pause-lt-timeout', 1)]")

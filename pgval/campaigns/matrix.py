@@ -123,27 +123,41 @@ def rates_at(grid: Sequence[Cell], base: RunSpec, fraction: float,
     return lambda c: rates[(c.topology, c.pg)]
 
 
-#: A run's crash point in SQL (rows stored before crash points existed are ``timed``).
-_POINT = "coalesce(json_extract(params, '$.crash_point'), 'timed')"
+#: The rows of matrix ``key`` (``matrix_key`` is the campaign's own note in a run's params,
+#: not a field of its spec; the spec's fields are read typed, :func:`_stored_spec`).
+_OF_MATRIX = "json_extract(params, '$.matrix_key') = ?"
+
+
+def _stored_spec(row: Mapping[str, Any]) -> RunSpec | None:
+    """A stored run's spec, typed (:meth:`RunSpec.from_record`), its row's own columns
+    (topology, pg, fault) taking precedence over its params; None for a row this pgval
+    cannot read as one (names it does not know, damaged params)."""
+    try:
+        record = json.loads(row["params"] or "{}")
+        if not isinstance(record, dict):
+            return None
+        columns = {k: row[k] for k in ("topology", "pg", "fault") if row.get(k) is not None}
+        return RunSpec.from_record({**record, **columns})
+    except (PgvalError, ValueError, TypeError):
+        return None
 
 
 def _complete_runs(store: ResultsStore, key: str) -> Iterator[tuple[Cell, dict[str, Any]]]:
-    """The complete runs of matrix ``key`` in id order, each with its cell; a row whose
-    names this pgval does not know belongs to no cell of its grid and is skipped."""
+    """The complete runs of matrix ``key`` in id order, each with its cell and its rate; a
+    row whose spec this pgval cannot read belongs to no cell of its grid and is skipped."""
     rows = store.db.query(
-        f"select id, topology, pg, fault, repeat, {_POINT} as crash_point, "
-        "json_extract(params, '$.rate') as rate, guarantee, valid, validity_reasons, "
-        "expected, processed, duplicate, incorrect, unprocessed, reliability, "
-        "failure_cost_s, created_at, finished_at from runs where "
-        "kind = 'validate' and status = 'complete' and "
-        "json_extract(params, '$.matrix_key') = ? order by id", [key])
+        "select id, topology, pg, fault, repeat, params, guarantee, valid, validity_reasons, "
+        "expected, processed, "
+        "duplicate, incorrect, unprocessed, reliability, failure_cost_s, created_at, "
+        "finished_at from runs where kind = 'validate' and status = 'complete' and "
+        f"{_OF_MATRIX} order by id", [key])
     for r in rows:
-        try:
-            cell = Cell(Topology.parse(r["topology"]), Guarantee.parse(r["pg"]),
-                        FaultSpec(r["fault"], r["crash_point"]), r["repeat"])
-        except PgvalError:
+        spec = _stored_spec(r)
+        del r["params"]
+        if spec is None:
             continue
-        yield cell, r
+        cell = Cell(spec.topology, spec.pg, spec.fault_spec, r["repeat"])
+        yield cell, {**r, "rate": spec.rate}
 
 
 def completed(store: ResultsStore, key: str) -> dict[Cell, set[float]]:
@@ -199,8 +213,7 @@ def mark_stale(store: ResultsStore, key: str) -> int:
     rows without an owner (older stores) count as gone."""
     with store.transaction():
         rows = list(store.db.query(
-            "select id, owner from runs where status = 'running' and "
-            "json_extract(params, '$.matrix_key') = ?", [key]))
+            f"select id, owner from runs where status = 'running' and {_OF_MATRIX}", [key]))
         stale = [r["id"] for r in rows if not owner_alive(r["owner"])]
         for run_id in stale:
             store.db.execute("update runs set status = 'interrupted', error = ? where id = ?",
@@ -217,15 +230,16 @@ def claim_cell(store: ResultsStore, key: str, cell: Cell, *, window_ms: int, see
     processes claiming the same cell exactly one gets it. A 'running' row of a dead
     owner is marked interrupted on the way."""
     with store.transaction():
-        rows = list(store.db.query(
-            "select id, status, owner, params from runs where kind = 'validate' and "
-            "status in ('complete', 'running') and topology = ? and pg = ? and fault = ? "
-            f"and repeat = ? and {_POINT} = ? and json_extract(params, '$.matrix_key') = ?",
-            [cell.topology, cell.pg, cell.fault.kind, cell.repeat, cell.fault.point, key]))
-        running = [r for r in rows if r["status"] == "running"]
-        for r in rows:
-            if r["status"] == "complete" and (
-                    rate is None or json.loads(r["params"] or "{}").get("rate") == rate):
+        rows = [(r, spec) for r in store.db.query(
+            "select id, topology, pg, fault, status, owner, params from runs where "
+            "kind = 'validate' and status in ('complete', 'running') and repeat = ? and "
+            f"{_OF_MATRIX}", [cell.repeat, key])
+            if (spec := _stored_spec(r)) is not None
+            and (spec.topology, spec.pg, spec.fault_spec) == (cell.topology, cell.pg,
+                                                               cell.fault)]
+        running = [r for r, _ in rows if r["status"] == "running"]
+        for r, spec in rows:
+            if r["status"] == "complete" and (rate is None or spec.rate == rate):
                 return None  # a complete run at another looked-up rate does not count
         if any(owner_alive(r["owner"]) for r in running):
             return None

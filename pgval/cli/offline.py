@@ -23,7 +23,8 @@ from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import config_option
 from pgval.records.phases import Phases
 
-topology_option = config_option("topology")
+#: What ``check`` and ``oracle`` judge: their files cannot say which topology made them.
+topology_option = config_option("topology", required=True)
 window_option = config_option("window_ms")
 
 

@@ -89,8 +89,9 @@ def option_name(f: dataclasses.Field[Any]) -> str:
     return f.metadata.get("name") or "--" + f.name.replace("_", "-")
 
 
-def field_option(f: dataclasses.Field[Any], hint: Any) -> Decorator:
-    """One field as a click option whose parameter name is the field's name."""
+def field_option(f: dataclasses.Field[Any], hint: Any, required: bool = False) -> Decorator:
+    """One field as a click option whose parameter name is the field's name; ``required``:
+    the command cannot run without it (``check`` and ``oracle`` judge one topology)."""
     meta = f.metadata
     if not meta.get("help"):
         raise TypeError(f"config field {f.name} has no help text in its metadata")
@@ -119,9 +120,11 @@ def field_option(f: dataclasses.Field[Any], hint: Any) -> Decorator:
                   metavar=meta.get("metavar", "KEY=VALUE"))
     else:
         kw.update(type=_param_type(kind, meta), default=default)
-    if meta.get("required"):
-        kw.update(required=True, default=None, show_default=False)
-    if meta.get("required_unless"):  # this or the other option: build_config checks
+    if required or meta.get("required"):
+        # No default at all: click takes an explicit ``default=None`` for a given value.
+        kw.pop("default", None)
+        kw.update(required=True, show_default=False)
+    elif meta.get("required_unless"):  # this or the other option: build_config checks
         kw.update(default=None, show_default=False,
                   help=f"{meta['help']} Required unless --{meta['required_unless']}.")
     return click.option(*decls, f.name, **kw)
@@ -143,11 +146,11 @@ def cluster_options() -> Decorator:
     return _stack([field_option(f, hint) for f, hint in option_fields() if f.name in names])
 
 
-def config_option(name: str) -> Decorator:
+def config_option(name: str, required: bool = False) -> Decorator:
     """The option of one config field, for commands that share only it (`check`, `oracle`)."""
     for f, hint in option_fields():
         if f.name == name:
-            return field_option(f, hint)
+            return field_option(f, hint, required=required)
     raise KeyError(name)
 
 
