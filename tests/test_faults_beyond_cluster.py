@@ -43,11 +43,12 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
 
 def config(pg: str, target: str | int | None, fault: str = "broker-crash",
            **more: object) -> RunSpec:
-    return RunSpec(
+    """The spec, resolved (``--fault random`` draws its schedule there)."""
+    return resolve(dict(
         topology="sst", pg=pg, fault=fault, target=target, rate=300, resources=4,
         phase_seconds=16, warmup_seconds=4, warmup_max_seconds=6, window_ms=2000,
         watermark_ms=1000, trigger_ms=500, drain_timeout_s=150,
-        cluster=ClusterSpec(brokers=3, partitions=3, workers=2), **more)  # type: ignore[arg-type]
+        cluster=ClusterSpec(brokers=3, partitions=3, workers=2), **more))
 
 
 def run(warm: WarmDeployments, tmp_path: Path, pg: str, target: str | int | None = None,
