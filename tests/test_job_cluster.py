@@ -149,9 +149,11 @@ def test_a_crash_during_a_foreach_batch_write(warm: WarmDeployments, tmp_path: P
     # One row per input in both: the enrichment join into the append, the filter into the
     # upsert (the doc's test runs the filter too; every example runs here under a crash).
     job = "enrich.py" if sink == "sqlite_append" else "filter.py"
+    # 16 s phases: the driver dies with the write and comes back at T3, which takes it 6-12 s
+    # here; with 10 s phases a slow restart left no recovery phase and the run unknown.
     cfg = job_config(f"{EXAMPLES / job}:build", "a1", "crash",
                      crash_point="during-sink-write", sink=f"{sinks / (sink + '.py')}:write",
-                     keep_data=True)  # the SQLite file, read below
+                     keep_data=True, phase_seconds=16)  # the SQLite file, read below
     result = run(warm, cfg, tmp_path / "run")
     s = assert_rechecks_the_same(tmp_path / "run", result)
     assert s["valid"], s["validity_reasons"]
