@@ -323,3 +323,27 @@ def test_an_import_takes_only_evidence_files_from_sha256sums(tmp_path: Path) -> 
     res = CliRunner().invoke(main, ["recheck", str(run_dir), "--store", "--db",
                                     str(tmp_path / "other.db")])
     assert res.exit_code == 3 and "which is no evidence file" in res.stderr, res.output
+
+
+def test_every_reader_refuses_a_database_of_a_newer_schema(tmp_path: Path) -> None:
+    """A newer pgval's tables may mean what this one would misread: ``report`` and
+    ``recheck`` refuse such a file in one sentence (exit 2), and leave it as it was."""
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from pgval.cli import main
+    from pgval.store.results import SCHEMA_VERSION, ResultsStore
+
+    db = tmp_path / "r.db"
+    ResultsStore(db).close()
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    before = db.read_bytes()
+    for argv in (["report", "--db", str(db)], ["recheck", "1", "--db", str(db)]):
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert "written by a newer pgval" in result.output, (argv, result.output)
+        assert "Traceback" not in result.output
+    assert db.read_bytes() == before

@@ -57,7 +57,7 @@ from pgval.evidence.bundle import (
 from pgval.faults.took_effect import fault_reasons
 from pgval.kafka.topic_records import TopicRecords
 from pgval.store.dbfile import StoreError, connect_readonly, json_cell, json_object_cell
-from pgval.store.results import SEALED_AT_IMPORT
+from pgval.store.results import SCHEMA_VERSION, SEALED_AT_IMPORT
 
 NO_ANCHOR = "evidence not verified: no results database"
 
@@ -177,7 +177,7 @@ def _stored_run(db: Path, run_id: int) -> dict[str, Any] | None:
     """Run ``run_id``'s row, read without writing: a missing or foreign file is one
     sentence (and a missing one is not created)."""
     try:
-        conn = connect_readonly(db)
+        conn = connect_readonly(db, newest=SCHEMA_VERSION)
     except StoreError as exc:
         raise EvidenceError(str(exc)) from exc
     try:
@@ -240,7 +240,7 @@ def _stored_evidence(db: Path, run_id: int) -> tuple[dict[str, Any] | None, dict
     if row is None:
         return None, {}, None
     try:
-        conn = connect_readonly(db)
+        conn = connect_readonly(db, newest=SCHEMA_VERSION)
     except StoreError as exc:
         raise EvidenceError(str(exc)) from exc
     try:

@@ -34,6 +34,7 @@ from pgval.core.errors import UserMistake
 from pgval.core.schema import CrashPoint, Fault, Guarantee, Topology
 from pgval.core.shape import REPORTED, RunShape
 from pgval.store.dbfile import StoreError, connect_readonly, json_object_cell
+from pgval.store.results import SCHEMA_VERSION
 
 #: Display order of the matrix axes; unknown values sort after these, alphabetically.
 TOPOLOGY_ORDER: tuple[str, ...] = (Topology.SST, Topology.MST, Topology.JOB)
@@ -264,7 +265,7 @@ def connect(db: Path | str | Any) -> sqlite3.Connection:
     if isinstance(conn, sqlite3.Connection):
         return conn
     try:
-        return connect_readonly(Path(db))
+        return connect_readonly(Path(db), newest=SCHEMA_VERSION)
     except StoreError as exc:
         raise ReportError(str(exc)) from exc
 

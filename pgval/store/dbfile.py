@@ -103,9 +103,10 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
         delay = min(delay * 2, 0.1)
 
 
-def connect_readonly(path: Path | str) -> sqlite3.Connection:
+def connect_readonly(path: Path | str, newest: int | None = None) -> sqlite3.Connection:
     """A connection that never writes and never creates the file; a database that is not
-    pgval's (:func:`foreign_problem`) is refused.
+    pgval's (:func:`foreign_problem`) is refused, and so is one of a schema newer than
+    ``newest`` (a newer pgval's tables may mean what this one would misread).
 
     Missing file: ``no results database at X``. When the file and its folder are writable
     the connection is an ordinary one with ``query_only`` (so the last reader to close a
@@ -144,6 +145,11 @@ def connect_readonly(path: Path | str) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         conn.close()
         raise plain_error(path, exc) from exc
+    if problem is None and newest is not None:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > newest:
+            problem = (f"{path} was written by a newer pgval (schema version {version}; this "
+                       f"pgval reads up to {newest})")
     if problem is not None:
         conn.close()
         raise StoreError(problem)
