@@ -64,6 +64,7 @@ from typing import Any
 
 from pgval.core.clock import now_ms
 from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.faults.pause import process_state
 from pgval.host import netns, registry
 from pgval.host.identity import Owner, start_ticks
 from pgval.host.procs import Managed, kill_group, spawn
@@ -87,6 +88,9 @@ _READY_TIMEOUT_S = 20.0
 DEFAULT_MAX_SECONDS = 3600.0
 _REMOVE_ATTEMPTS = 3
 _NS_IF = "eth0"
+#: /proc states of a process that runs no code until it is continued: ``T`` stopped
+#: (SIGSTOP, SIGTSTP), ``t`` stopped by a debugger.
+STOPPED_STATES = ("T", "t")
 _COMMENT_RE = re.compile(rf"{re.escape(COMMENT_PREFIX)}[0-9a-f]{{8}}-(\S+)")
 
 
@@ -310,6 +314,8 @@ class PacketDelay:
         self._rules: list[tuple[str, list[str]]] = []
         self._injected_ms: int | None = None
         self._removed: dict[str, Any] | None = None
+        #: Set when a stopped holder was let go (:meth:`_fail_open`): why, when, what.
+        self._failed_open: dict[str, Any] | None = None
 
     @property
     def rtt_added_ms(self) -> int:
@@ -324,13 +330,40 @@ class PacketDelay:
         """Why the delay is no longer in force while it should be (None: it is, or netem).
 
         A dead holder means packets pass undelayed (fail open): the run must not be
-        recorded as delayed from then on.
+        recorded as delayed from then on. A stopped one (SIGSTOP, a debugger's stop) is
+        worse: alive, it keeps its queues bound, so every packet waits in the kernel until
+        the queue is full (65,536 packets; only then does it fail open): a cut link, not a
+        delay. Seen here (a run asks every second), it is let go at once
+        (:meth:`_fail_open`) and said so from then on.
         """
-        if not self.active or self.holder is None or self.holder.alive():
+        if not self.active or self.holder is None:
             return None
+        if self._failed_open is not None:
+            return str(self._failed_open["why"])
+        if self.holder.alive():
+            state = process_state(self.holder.pid)
+            return self._fail_open(state) if state in STOPPED_STATES else None
         summary = _holder_summary(self.holder.log_path) or {}
         why = summary.get("why") or f"exit status {self.holder.popen.returncode}"
         return f"the packet holder for {self.ns} (pid {self.holder.pid}) exited early ({why})"
+
+    def _fail_open(self, state: str) -> str:
+        """End the delay of a stopped holder: its rules first (no packet is queued any
+        more), then SIGTERM and SIGCONT, so it resumes, accepts what it holds and exits (a
+        SIGKILL after 2 s: the kernel then drops what it held, and TCP sends it again)."""
+        assert self.holder is not None
+        pid = self.holder.pid
+        removed = self._remove_nfqueue_rules() if self.mechanism == "nfqueue" else {}
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        self.holder.stop(grace_s=2.0)
+        registry.unregister_holder(pid)
+        why = (f"the packet holder for {self.ns} (pid {pid}) was stopped (state {state}), not "
+               "dead, and held every packet; pgval removed its rules and let it go, so "
+               "packets pass undelayed (fail open)")
+        self._failed_open = {"why": why, "at_ms": now_ms(), **removed}
+        return why
 
     def _describe(self) -> dict[str, Any]:
         if self.mechanism == "netem":
@@ -374,7 +407,8 @@ class PacketDelay:
             return self._removed
         described = self._describe()
         removed = self._undo()
-        self._removed = {**described, "removed_ms": now_ms(), **removed}
+        failed_open = {"failed_open": self._failed_open} if self._failed_open else {}
+        self._removed = {**described, "removed_ms": now_ms(), **removed, **failed_open}
         return self._removed
 
     # -- netem ---------------------------------------------------------------------------
@@ -515,6 +549,28 @@ class PacketDelay:
         ready.unlink(missing_ok=True)
 
     # -- removal -------------------------------------------------------------------------
+    def _remove_nfqueue_rules(self) -> dict[str, Any]:
+        """Delete this delay's iptables rules where their namespace still exists, retrying
+        (xtables lock time-outs are transient): what was removed, and what is left."""
+        out: dict[str, Any] = {"rules_removed": [], "leftovers": []}
+        existing = set(netns.list_namespaces()) | {HOST}
+        places = list(dict.fromkeys([w for w, _ in self._rules]))
+        for attempt in range(_REMOVE_ATTEMPTS):
+            for where, spec in self._rules:
+                if where in existing and _run(_iptables(where, "-t", "mangle", "-D",
+                                                        *spec)).returncode == 0:
+                    out["rules_removed"].append(f"{where}: {shlex.join(['-A', *spec])}")
+            existing = set(netns.list_namespaces()) | {HOST}
+            out["leftovers"] = [f"{where}: {' '.join(args)}" for where in places
+                                if where in existing
+                                for args, c in _pgval_rules(where, "mangle")
+                                if c == self.comment]
+            if not out["leftovers"]:
+                break
+            out["attempts"] = attempt + 2
+            time.sleep(0.5)
+        return out
+
     def _undo(self) -> dict[str, Any]:
         """Remove whatever of this delay exists; tolerant of a vanished namespace."""
         out: dict[str, Any] = {"rules_removed": [], "leftovers": []}
@@ -527,21 +583,7 @@ class PacketDelay:
         else:
             # Rules first: from here on no new packet is queued, so stopping the holder
             # (which accepts everything it still holds) ends the delay cleanly.
-            places = list(dict.fromkeys([w for w, _ in self._rules]))
-            for attempt in range(_REMOVE_ATTEMPTS):  # xtables lock time-outs are transient
-                for where, spec in self._rules:
-                    if where in existing and _run(_iptables(where, "-t", "mangle", "-D",
-                                                            *spec)).returncode == 0:
-                        out["rules_removed"].append(f"{where}: {shlex.join(['-A', *spec])}")
-                existing = set(netns.list_namespaces()) | {HOST}
-                out["leftovers"] = [f"{where}: {' '.join(args)}" for where in places
-                                    if where in existing
-                                    for args, c in _pgval_rules(where, "mangle")
-                                    if c == self.comment]
-                if not out["leftovers"]:
-                    break
-                out["attempts"] = attempt + 2
-                time.sleep(0.5)
+            out.update(self._remove_nfqueue_rules())
         if self.holder is not None:
             self.holder.stop(grace_s=3.0)
             registry.unregister_holder(self.holder.pid)
@@ -596,16 +638,18 @@ def stop_holder(pid: int) -> list[str]:
 
 
 def _stop_pid(pid: int) -> None:
-    """SIGTERM (the holder then releases what it holds), SIGKILL after 3 s."""
+    """SIGTERM (the holder then releases what it holds), SIGKILL after 3 s. SIGCONT too:
+    a stopped holder acts on the SIGTERM only once it runs again."""
     try:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         return
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
     if pgid == pid:
         kill_group(pgid, grace_s=3.0)
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
     for _ in range(150):
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

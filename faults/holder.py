@@ -45,9 +45,13 @@ Design points:
   or when ``--max-seconds`` have passed, whatever pgval does.
 * Fail-open queues (``NFQA_CFG_F_FAIL_OPEN``): a holder that is alive but stalled fills
   its kernel queue (``--max-held``); the kernel then accepts the overflow unqueued
-  instead of dropping it. NetfilterQueue has no call for this flag, so it is set with a
-  raw ``NFQNL_MSG_CONFIG`` message on the queue's own netlink socket (the kernel only
-  takes a queue's configuration from the socket bound to it).
+  instead of dropping it. Until then the link is cut, not delayed: a holder stopped
+  outright (SIGSTOP) is therefore seen by its owner's once-a-second check
+  (``PacketDelay.problem`` in :mod:`pgval.faults.delay`), which deletes the rules and
+  sends SIGTERM and SIGCONT: the holder resumes, accepts what it holds and exits.
+  NetfilterQueue has no call for this flag, so it is set with a raw
+  ``NFQNL_MSG_CONFIG`` message on the queue's own netlink socket (the kernel only takes
+  a queue's configuration from the socket bound to it).
 """
 
 from __future__ import annotations

@@ -19,13 +19,14 @@ Which side of the time-outs it was on is read from the driver's log, which runs 
 from __future__ import annotations
 
 import shlex
+import string
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pgval.checker.result import Reason
-from pgval.core.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure, UserMistake
 from pgval.core.redact import redact_argv, scrub
 from pgval.core.schema import Fault
 from pgval.faults.broker_crash import NEMESIS_BROKER
@@ -40,22 +41,44 @@ MECHANISM = "user nemesis"
 def nemesis_argv(template: str, worker: int | None = None, delay_ms: int | None = None,
                  broker: int | None = None) -> list[str]:
     """The argv of ``template`` with its placeholders filled in (no shell involved): a
-    delay's ``{worker}`` and ``{delay_ms}``, a broker crash's ``{broker}``."""
+    delay's ``{worker}`` and ``{delay_ms}``, a broker crash's ``{broker}``. A template
+    that cannot be filled is the user's mistake, said in one sentence naming the program
+    only (its arguments may carry a token)."""
     try:
         parts = shlex.split(template)
     except ValueError as exc:
-        raise EnvironmentFailure(f"cannot split a nemesis command: {exc}") from exc
+        raise UserMistake(f"cannot split a nemesis command: {exc}") from exc
     if not parts:
-        raise EnvironmentFailure("the nemesis command is empty")
+        raise UserMistake("the nemesis command is empty")
     values = {name: str(value) for name, value in
               (("worker", worker), ("delay_ms", delay_ms), ("broker", broker))
               if value is not None}
+    return [_filled(part, values, parts[0]) for part in parts]
+
+
+def _filled(part: str, values: dict[str, str], program: str) -> str:
+    """One argument with its placeholders replaced, each a plain ``{name}`` of ``values``.
+
+    Checked field by field, never handed to :meth:`str.format`: that would evaluate
+    ``{worker.real}`` (an attribute, AttributeError), ``{worker[0]}`` or ``{worker!r}``, and
+    build ``{worker:99999999999}`` (a width of 100 GB, MemoryError)."""
     try:
-        return [part.format_map(values) for part in parts]
-    except (KeyError, ValueError, IndexError) as exc:
-        allowed = " and ".join(f"{{{name}}}" for name in values) or "none"
-        raise EnvironmentFailure(f"the nemesis command {parts[0]!r} has a placeholder other "
-                                f"than {allowed}") from exc
+        fields = list(string.Formatter().parse(part))
+    except ValueError:
+        raise UserMistake(f"the nemesis command {program!r} has a lone brace in an argument "
+                          "(write {{ or }} for a literal one)") from None
+    out = []
+    for literal, name, spec, conversion in fields:
+        out.append(literal)
+        if name is None:
+            continue
+        if name not in values or spec or conversion:
+            allowed = " and ".join(f"{{{n}}}" for n in values) or "none"
+            raise UserMistake(f"the nemesis command {program!r} has a placeholder other "
+                              f"than {allowed} (each written just so: no attribute, index, "
+                              "conversion or format)")
+        out.append(values[name])
+    return "".join(out)
 
 
 class NemesisDelay:

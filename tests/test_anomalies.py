@@ -130,6 +130,34 @@ def test_a_kept_set_that_differs_is_a_plain_mismatch(tmp_path: Path) -> None:
     assert compare_anomalies(None, now)["same"] is None
 
 
+def test_a_kept_set_with_rows_of_no_known_kind_is_a_sentence(tmp_path: Path) -> None:
+    """Rows no count shows (a null or unknown kind) make the kept set longer with the same
+    counts per kind: a sentence through ``pgval recheck``, not a traceback from comparing
+    rows of two lengths."""
+    from click.testing import CliRunner
+
+    from pgval.cli import main
+
+    run_dir, *_ = stored_run(tmp_path)
+    now = recheck(run_dir).evaluation.anomalies()
+    for kind in (None, "mystery"):
+        kept = pa.Table.from_pylist([*now.to_pylist(), {**now.to_pylist()[0], "kind": kind}],
+                                    schema=now.schema)
+        result = compare_anomalies(kept, now)
+        assert result["same"] is False
+        assert result["note"] == ("the recomputed anomaly set differs from the kept one: the "
+                                  f"same counts per kind, but {len(now) + 1} rows kept and "
+                                  f"{len(now)} now (kept rows of no known kind)")
+    save_anomalies(run_dir, kept)
+    res = CliRunner().invoke(main, ["recheck", str(run_dir), "--json"])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "Traceback" not in res.output
+    assert "no known kind" in json.loads(res.stdout)["anomalies"]["note"]
+    same_rows = pa.Table.from_pylist(now.to_pylist(), schema=pa.schema(
+        [f.with_nullable(False) if f.name == "kind" else f for f in now.schema]))
+    assert compare_anomalies(same_rows, now)["note"].endswith("in a table of another schema")
+
+
 def test_series_counts_anomalies_per_second(tmp_path: Path) -> None:
     run_dir, db, run_id, _ = stored_run(tmp_path)
     with ResultsStore(db) as store:
@@ -182,7 +210,7 @@ def test_a_version_5_database_gains_the_anomaly_columns_and_still_plots(tmp_path
     old_plot = plot_run(db, run_id, tmp_path / "old.png")  # read as is, before migrating
     assert old_plot.stat().st_size > 0
     with ResultsStore(db) as store:
-        assert SCHEMA_VERSION == 6
+        assert SCHEMA_VERSION >= 6  # migrated past v6
         assert store.run(run_id)["output_before_input"] is None
         assert "duplicate" in store.db["series"].columns_dict
     assert plot_run(db, run_id, tmp_path / "new.png").stat().st_size > 0

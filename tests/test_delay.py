@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,6 +172,51 @@ def test_bad_arguments_are_plain_errors(tmp_path: Path) -> None:
     with pytest.raises(PgvalError):
         delay.PacketDelay("pgval-x-w0", 10, tmp_path, mechanism="tbf")
     assert delay.PacketDelay("pgval-x-w0", 10, tmp_path).rtt_added_ms == 20
+
+
+class _StandInHolder(delay.PacketDelay):
+    """An injected nfqueue delay whose holder is a process that only waits: what
+    :meth:`PacketDelay.problem` judges of a holder (alive, dead, stopped) without root."""
+
+    def inject(self) -> dict[str, Any]:
+        from pgval.host.procs import spawn
+
+        self.mechanism = "nfqueue"
+        self.holder = spawn("stand-in-holder", [sys.executable, "-c",
+                                                "import time; time.sleep(120)"],
+                            self.run_dir / "logs" / "stand-in-holder.log",
+                            pid_dir=self.run_dir / "pids")
+        self._injected_ms = int(time.time() * 1000)
+        return self._describe()
+
+
+def test_a_stopped_holder_is_seen_at_once_and_let_go(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGSTOP, not a death: the holder still binds its queues, so packets wait in the
+    kernel until 65,536 are queued. The first check sees the stopped state, lets the holder
+    go (it is gone) and says so, every time it is asked."""
+    from pgval.host import registry
+
+    monkeypatch.setattr(registry, "RUN_ROOT", tmp_path / "run-root")
+    pd = _StandInHolder("pgval-x-w0", D_MS, tmp_path)
+    pd.inject()
+    assert pd.holder is not None
+    try:
+        assert pd.problem() is None  # running: the delay is in force
+        os.kill(pd.holder.pid, signal.SIGSTOP)
+        wait_until(lambda: Path(f"/proc/{pd.holder.pid}/stat").read_text()  # type: ignore[union-attr]
+                   .rsplit(")", 1)[1].split()[0] == "T", 5, "the stop")
+        t = time.monotonic()
+        why = pd.problem()
+        assert time.monotonic() - t < 5
+        assert why is not None and "was stopped (state T), not dead" in why, why
+        assert "fail open" in why
+        assert not pd.holder.alive()
+        assert pd.problem() == why  # said again: the run records it once
+    finally:
+        pd.holder.stop(grace_s=0)
+    removed = pd.remove()
+    assert removed["failed_open"]["why"] == why
 
 
 # -- real namespaces (root) ------------------------------------------------------------------
@@ -362,6 +408,33 @@ def test_a_full_queue_fails_open(worker_ns, tmp_path: Path) -> None:  # type: ig
         os.kill(pd.holder.pid, signal.SIGCONT)
         pd.remove()
     assert rules_with_comment(*_places(layout)) == []
+
+
+@pytest.mark.cluster
+def test_a_stopped_holder_fails_open_within_seconds(worker_ns, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGSTOP with the default queue (65,536 packets): the worker is cut off, not delayed,
+    until pgval's check (once a second in a run) sees it; then the rules are gone, the
+    holder has released what it held and exited, and traffic flows undelayed."""
+    layout, ns = worker_ns
+    pd = delay.PacketDelay(ns.name, D_MS, tmp_path, mechanism="nfqueue")
+    pd.inject()
+    assert pd.holder is not None
+    try:
+        assert p50(ping(ns.ip, count=10)) >= 2 * D_MS - 1
+        os.kill(pd.holder.pid, signal.SIGSTOP)
+        assert ping(ns.ip, count=10, wait_s=1.0) == []  # held: a cut link, not a delay
+        t = time.monotonic()
+        why = pd.problem()
+        assert why is not None and "was stopped" in why and time.monotonic() - t < 5, why
+        assert not pd.holder.alive()
+        assert rules_with_comment(*_places(layout)) == []
+        assert p50(ping(ns.ip)) < 5.0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pd.holder.pid, signal.SIGCONT)
+        removed = pd.remove()
+    assert removed["failed_open"]["why"] == why and removed["holder"]["why"] == "signal"
+    assert [p for p, t in delay.holder_processes() if t == ns.name] == []
 
 
 @pytest.mark.cluster

@@ -10,7 +10,7 @@ import pytest
 
 from pgval.checker.explain import topic_code
 from pgval.config import resolve
-from pgval.core.errors import PgvalError
+from pgval.core.errors import PgvalError, UserMistake
 from pgval.core.schema import Topics
 from pgval.core.spec import RunSpec
 from pgval.deploy import make_deployment
@@ -54,8 +54,24 @@ def test_nemesis_placeholders_fill_single_arguments_without_a_shell() -> None:
         nemesis_argv("x 'unclosed", 0, 1)
     # A broker crash fills {broker} only: a delay's placeholder there is a mistake.
     assert nemesis_argv("stop-broker --id={broker}", broker=2) == ["stop-broker", "--id=2"]
-    with pytest.raises(PgvalError, match=r"other than \{broker\}$"):
+    with pytest.raises(PgvalError, match=r"other than \{broker\} \("):
         nemesis_argv("stop-broker {worker}", broker=2)
+
+
+@pytest.mark.parametrize("template", ["tc {worker.real}", "tc {worker:99999999999}",
+                                      "tc {worker[0]}", "tc {delay_ms!r}", "tc {0}", "tc {}",
+                                      "tc --ms={delay_ms:{worker}}"])
+def test_a_nemesis_placeholder_is_a_plain_name_or_one_sentence(template: str) -> None:
+    """str.format would evaluate an attribute (AttributeError), build a 100 GB width
+    (MemoryError) or an index: each is the user's mistake, said in one sentence."""
+    with pytest.raises(UserMistake, match=r"^the nemesis command 'tc' has a placeholder "
+                                          r"other than \{worker\} and \{delay_ms\}"):
+        NemesisDelay("delay-lt-timeout", template, "true", worker=1, delay_ms=500)
+    for lone in ("tc {worker", "tc }"):
+        with pytest.raises(UserMistake, match="lone brace"):
+            nemesis_argv(lone, 1, 500)
+    assert nemesis_argv("tc {{literal}} {worker}:{delay_ms}", 1, 500) == [
+        "tc", "{literal}", "1:500"]
 
 
 def test_nemesis_runs_the_users_commands_and_logs_them(tmp_path: Path) -> None:

@@ -7,11 +7,15 @@ Why: fault injection later relies on each worker being individually addressable
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,21 +85,51 @@ def _procs_mentioning(text: str) -> list[int]:
 
 
 def listening_ports(pid: int) -> set[int]:
-    """TCP ports process ``pid`` listens on: its sockets' inodes, looked up in the
-    /proc/net/tcp{,6} of its own network namespace."""
+    """TCP ports process ``pid`` listens on."""
+    return {port for _, port in listening(pid)}
+
+
+def listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) process ``pid`` listens on: its sockets' inodes, looked up in the
+    /proc/net/tcp{,6} of its own network namespace (an IPv4-mapped address as IPv4)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         with contextlib.suppress(OSError):
             link = os.readlink(fd)
             if link.startswith("socket:["):
                 inodes.add(link[len("socket:["):-1])
-    ports = set()
+    found = set()
     for table in ("tcp", "tcp6"):
         for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
             f = line.split()
             if f[3] == "0A" and f[9] in inodes:  # 0A: LISTEN
-                ports.add(int(f[1].rsplit(":", 1)[1], 16))
-    return ports
+                addr, port = f[1].rsplit(":", 1)
+                found.add((_proc_net_address(addr), int(port, 16)))
+    return found
+
+
+def _proc_net_address(text: str) -> str:
+    """An address as /proc/net/tcp{,6} write it: 32-bit words in host (little) order."""
+    raw = b"".join(bytes.fromhex(text[i:i + 8])[::-1] for i in range(0, len(text), 8))
+    ip = ipaddress.ip_address(raw)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return str(mapped or ip)
+
+
+def _kill_requests_refused(cluster: SparkCluster, app_id: str) -> None:
+    """The master's UI kill endpoints (``spark.ui.killEnabled``, on by default in Spark)
+    answer no request: a local user cannot stop the run's application or a driver there.
+    With them on, Spark answers the POST with a redirect to its front page (followed:
+    200) and the application is gone."""
+    for path, form in (("/app/kill/", {"id": app_id, "terminate": "true"}),
+                       ("/driver/kill/", {"id": "driver-0", "terminate": "true"})):
+        request = urllib.request.Request(f"{cluster.master_webui_url}{path}", method="POST",
+                                         data=urllib.parse.urlencode(form).encode())
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert 400 <= refused.value.code < 500, (path, refused.value.code)
+    apps = cluster.master_state()["activeapps"]
+    assert app_id in [a["id"] for a in apps], apps  # type: ignore[attr-defined]
 
 
 def _retire_gateway() -> None:
@@ -199,6 +233,10 @@ def test_cluster_job_kill_restart(tmp_path: Path, isolate: bool) -> None:
         assert cluster.master is not None
         assert listening_ports(cluster.master.pid) == {cluster.master_port,
                                                        cluster.master_webui_port}
+        # Every UI on its daemon's own address (the bridge's, a namespace's, or loopback).
+        assert {a for a, _ in listening(cluster.master.pid)} == {cluster.master_host}
+        for w in cluster.workers:
+            assert w.pid is not None and {a for a, _ in listening(w.pid)} == {w.host}
 
         t = time.monotonic()
         with _driver(cluster, cores_max=2) as spark:
@@ -210,6 +248,7 @@ def test_cluster_job_kill_restart(tmp_path: Path, isolate: bool) -> None:
             assert _sum_job(spark) == EXPECTED_SUM
             timings["warm_job_s"] = time.monotonic() - t
             assert _python_job(spark) == 999_000
+            _kill_requests_refused(cluster, spark.sparkContext.applicationId)
             _wait(lambda: all(w.executor_pids() for w in cluster.workers), 30,
                   "an executor on each worker")
             # Driver JVM, daemons and executors all up: the secret is on no command line.

@@ -6,13 +6,16 @@ Two sweeps, both judged by owner (:class:`~pgval.host.identity.Owner`: pid + sta
   ``runs``): a ``state.json`` whose owner is dead gets :func:`~pgval.cluster.local.
   force_down`; a live owner's run, and a cluster held by ``pgval cluster up``, are spared
   and named;
-* **the host** (as root): namespaces, veths and bridges whose suffix has no live owner in
-  ``/run/pgval/netns`` (wherever their run directory is), packet holders whose owner is
-  dead (holders pgval registered with their start ticks, never a process picked by its
-  command line), and delay rules naming such namespaces.
+* **the host** (as root): namespaces, veths and bridges whose suffix this installation's
+  registry (``$PGVAL_RUN_ROOT/netns``, by default ``/run/pgval/netns``) records with a
+  dead owner (wherever their run directory is), packet holders whose owner is dead
+  (holders pgval registered with their start ticks, never a process picked by its command
+  line), and delay rules naming such namespaces. A ``pgval-`` namespace its registry does
+  not record is another installation's (another ``PGVAL_RUN_ROOT``), live or not: it is
+  named and left alone, as that installation's own cleanup judges it.
 
-``force=True`` removes everything pgval-made regardless of owners (a last resort: it
-stops runs in progress too).
+``force=True`` removes everything of this installation regardless of owners (a last
+resort: it stops runs in progress too), still nothing another registry records.
 """
 
 from __future__ import annotations
@@ -70,6 +73,9 @@ def cleanup(runs_root: Path, force: bool = False) -> CleanupReport:
             continue
         report.removed += [f"{run_dir.name}: {r}" for r in force_down(run_dir)]
     report.removed += sweep_host(force)
+    report.spared += [f"network {netns.NS_PREFIX}{suffix}-*: not in this installation's "
+                      f"registry ({registry.RUN_ROOT / 'netns'}; another PGVAL_RUN_ROOT's?)"
+                      for suffix in foreign_suffixes()]
     return report
 
 
@@ -90,13 +96,28 @@ def _suffix_of(name: str) -> str | None:
     return None
 
 
+def _suffixes_on_host() -> set[str]:
+    """Suffixes of the pgval namespaces, veths and bridges that exist on this host."""
+    names = [*netns.list_namespaces(), *netns.list_links()]
+    return {s for n in names if (s := _suffix_of(n.split("@")[0]))}
+
+
+def foreign_suffixes() -> list[str]:
+    """Suffixes of pgval networks on this host that this installation's registry does not
+    record: another installation's (another ``PGVAL_RUN_ROOT``), never swept from here."""
+    if os.geteuid() != 0:
+        return []
+    return sorted(_suffixes_on_host() - set(registry.netns_entries()))
+
+
 def sweep_host(force: bool = False) -> list[str]:
-    """Remove host-level pgval resources whose owner is dead (all of them with ``force``)."""
+    """Remove host-level pgval resources of this installation's registry whose owner is
+    dead (all of them with ``force``)."""
     if os.geteuid() != 0:
         return []
     from pgval.faults.delay import cleanup_delays, holder_owner, holder_processes, stop_holder
 
-    live = set() if force else registry.live_suffixes()
+    entries = registry.netns_entries()
     removed: list[str] = []
     for pid, _target in holder_processes():  # registered ones only (pid + start ticks)
         owner = holder_owner(pid)
@@ -107,9 +128,10 @@ def sweep_host(force: bool = False) -> list[str]:
         m = _PROBE_NS_RE.match(name)
         if m and (force or start_ticks(int(m.group(1))) is None):
             removed += netns.cleanup_all(name)
-    suffixes = {s for n in [*names, *netns.list_links()] if (s := _suffix_of(n.split("@")[0]))}
-    suffixes |= set(registry.netns_entries())
-    for suffix in sorted(suffixes - live):
+    # Only what this registry records: a namespace it does not know may be another
+    # installation's live run (its registry elsewhere), which this owner check cannot see.
+    dead = [s for s, entry in entries.items() if force or not registry.entry_is_live(entry)]
+    for suffix in sorted(dead):
         prefix = f"{netns.NS_PREFIX}{suffix}-"
         removed += [f"delay {d}" for d in cleanup_delays(prefix)]
         removed += [f"netns {n}" for n in netns.cleanup_all(prefix)]

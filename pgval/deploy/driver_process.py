@@ -36,6 +36,7 @@ from pgval.core.errors import EnvironmentFailure, UserMistake
 from pgval.core.files import write_private_json
 from pgval.host.cds import ClassArchive
 from pgval.host.procs import Managed, spawn
+from pgval.spark.daemons import UI_KILL_OFF
 
 #: The driver's document in the directory above its logs (a run's, a shared driver's).
 SPEC_FILE = "driver-spec.json"
@@ -63,6 +64,12 @@ class DriverSpec(DriverDocument):
     python: str = sys.executable
     path_map: Callable[[Path], str] | None = None
     signal_argv: Callable[[str], list[str]] | None = None
+
+    def __post_init__(self) -> None:
+        """The document's ``conf`` wins over the user's settings in the driver: a web UI
+        the user turns on (``--spark-conf spark.ui.enabled=true``) has no kill endpoints."""
+        super().__post_init__()
+        object.__setattr__(self, "conf", {**self.conf, **UI_KILL_OFF})
 
     def _path(self, path: Path) -> str:
         return self.path_map(path) if self.path_map else str(path)

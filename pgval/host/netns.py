@@ -345,11 +345,14 @@ def cleanup_all(prefix: str = NS_PREFIX) -> list[str]:
         if name.startswith(prefix):
             _delete_namespace(name)
             removed.append(name)
-    link_prefixes = (f"{BRIDGE_PREFIX}{rest}", f"{LINK_PREFIX}{rest}")
+    # The suffix's own links exactly: a prefix match would also take another run's whose
+    # suffix starts the same (``pgvab`` is the start of ``pgvabcdefh0``).
+    suffix = re.escape(rest) if rest else "[a-z0-9]+"
+    own = re.compile(rf"{BRIDGE_PREFIX}{suffix}|{LINK_PREFIX}{suffix}(h\d+)?")
     links = [n.split("@", 1)[0] for n in list_links()]
     # veths first, then bridges
     for name in sorted(links, key=lambda n: n.startswith(BRIDGE_PREFIX)):
-        if name.startswith(link_prefixes) and _ip("link", "del", name, check=False).returncode == 0:
+        if own.fullmatch(name) and _ip("link", "del", name, check=False).returncode == 0:
             removed.append(name)
     if NETNS_ETC.is_dir():
         for d in NETNS_ETC.iterdir():

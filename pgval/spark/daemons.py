@@ -16,7 +16,9 @@ Isolation: when ``isolate`` is on (default when root and namespaces work), each
 worker runs in its own network namespace (see :mod:`pgval.host.netns`) via
 ``ip netns exec``, which execs, so the worker JVM is the spawned pid and leads the
 process group; executors are forked by the worker JVM and stay in that group.
-The master listens on the bridge IP, and so must everything executors reach
+The master listens on the bridge IP (its web UI too: Spark binds a UI to
+``SPARK_LOCAL_IP``, set for every daemon, never to every address; and every UI has its
+kill endpoints off: :data:`UI_KILL_OFF`), and so must everything executors reach
 (driver: ``spark.driver.host``/``bindAddress`` = :attr:`SparkCluster.driver_host`;
 Kafka: ``host=cluster.driver_host``).
 
@@ -67,6 +69,14 @@ SECRET_FILE_ENV = "PGVAL_SPARK_SECRET_FILE"
 NS_WORKER_WEBUI_PORT = 8081  # every namespace has its own port space
 #: The master's REST submission server: off on every master pgval starts.
 REST_ENABLED = "spark.master.rest.enabled"
+#: Every web UI pgval starts (master, workers, a driver's if a user turns it on) is
+#: read-only: Spark's UIs take no part in spark.authenticate, so with their kill endpoints
+#: (the master's ``/app/kill``, ``/driver/kill``, an application's ``/jobs/job/kill``) any
+#: local user who reaches the address could stop a run.
+UI_KILL_OFF = {"spark.ui.killEnabled": "false"}
+#: The daemons' also refuse the master's ``/workers/kill`` to everyone (Spark serves it
+#: only with decommissioning on, and then by default to any address of this machine).
+DAEMON_UI = {**UI_KILL_OFF, "spark.master.ui.decommission.allow.mode": "DENY"}
 
 
 def spark_home() -> Path:
@@ -318,6 +328,7 @@ class SparkCluster:
             "spark.master": self.master_url,
             "spark.driver.host": self.driver_host,
             "spark.driver.bindAddress": self.driver_host,
+            **UI_KILL_OFF,
         }
         if self._secret:  # for a driver in this process (tests); never put on a command line
             conf["spark.authenticate"] = "true"
@@ -428,7 +439,8 @@ class SparkCluster:
 
     def _env(self, local_ip: str, opts_var: str, work_dir: Path | None = None) -> dict[str, str]:
         """Env for a daemon; SPARK_LOCAL_HOSTNAME=IP so nothing ever advertises a hostname."""
-        daemon_conf = {"spark.port.maxRetries": "0", **self.extra_conf}
+        # The read-only UI last: no other setting turns the kill endpoints back on.
+        daemon_conf = {"spark.port.maxRetries": "0", **self.extra_conf, **DAEMON_UI}
         if opts_var == "SPARK_MASTER_OPTS":
             # Spark 4.1+ starts the REST submission server (port 6066) by default; it takes
             # no part in spark.authenticate, so any local user could submit a driver there.

@@ -114,7 +114,8 @@ def connect_readonly(path: Path | str, newest: int | None = None) -> sqlite3.Con
     reader would leave them behind). Otherwise (read-only storage, another user's folder)
     it is a ``mode=ro`` URI with the path percent-encoded, which reads a WAL database as
     long as its ``-shm`` exists; when SQLite cannot open it so (it would have to create the
-    ``-shm``), :func:`_read_only_fallback` reads it without one.
+    ``-shm``: "unable to open" on a read-only mount, "attempt to write a readonly database"
+    in a folder this user may not write), :func:`_read_only_fallback` reads it without one.
     """
     path = Path(path)
     try:
@@ -134,7 +135,7 @@ def connect_readonly(path: Path | str, newest: int | None = None) -> sqlite3.Con
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             except sqlite3.OperationalError as exc:
                 conn.close()
-                if getattr(exc, "sqlite_errorcode", None) != _CANTOPEN:
+                if _primary(exc) not in (_CANTOPEN, _READONLY):
                     raise
                 conn = _read_only_fallback(full)
     except sqlite3.Error as exc:
@@ -157,6 +158,16 @@ def connect_readonly(path: Path | str, newest: int | None = None) -> sqlite3.Con
 
 
 _CANTOPEN = 14
+#: SQLITE_READONLY: for a reader that may not write the folder SQLite says "attempt to
+#: write a readonly database" (SQLITE_READONLY_DIRECTORY: it cannot create the ``-shm``)
+#: where a read-only mount gives SQLITE_CANTOPEN.
+_READONLY = 8
+
+
+def _primary(exc: BaseException) -> int | None:
+    """SQLite's primary result code of ``exc`` (the low byte of an extended one)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
 
 
 def _uri(full: Path, query: str) -> sqlite3.Connection:
