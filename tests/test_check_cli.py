@@ -151,14 +151,28 @@ def test_planted_foreign_id_and_unknown_key_are_incorrect(tmp_path: Path) -> Non
     assert 999_999 in {i for _, i in out["witnesses"]["incorrect"]}
 
 
-def test_malformed_output_lines_are_counted_not_fatal(tmp_path: Path) -> None:
+def test_malformed_output_lines_are_refused_or_counted(tmp_path: Path) -> None:
+    """Was: "4 malformed outputs skipped", verdict none, valid. Now refused, naming the first
+    bad line; with --allow-malformed counted, and the run unknown with the count."""
     inputs = make_inputs()
     outputs = faithful(inputs, "sst", tmp_path)
     bad = ["this is not json", '{"window_start": "x", "resource": "r0000", "ids": [1]}',
            '{"window_start": 0, "resource": "r0000", "ids": ["a"], "ingress_ts": 1}', "[1,2]"]
-    out = run_check(tmp_path, "sst", inputs, outputs, extra_output_lines=bad)
+    assert run_raw(tmp_path, inputs, outputs, "--window-ms", str(W)).exit_code == 0
+    write_jsonl(tmp_path / "out.jsonl", outputs, bad)
+    argv = ["check", "--topology", "sst", "--inputs", str(tmp_path / "in.jsonl"),
+            "--outputs", str(tmp_path / "out.jsonl"), "--window-ms", str(W)]
+    refused = CliRunner().invoke(main, argv)
+    assert refused.exit_code == 2
+    assert refused.stderr == ("error: output line 5 is not one JSON object: 4 of 8 output "
+                              "records are malformed; pass --allow-malformed to judge the "
+                              "files anyway (the run is then unknown)\n")
+    out = json.loads(CliRunner().invoke(main, [*argv, "--json", "--allow-malformed"]).stdout)
     assert out["malformed"] == len(bad)
     assert out["processed"] == 18 and out["guarantee"] == "none"
+    assert out["valid"] is False and out["validity_reasons"] == [
+        "output line 5 is not one JSON object: 4 of 8 output records are malformed (judged "
+        "anyway: --allow-malformed)"]
 
 
 def test_phases_split_by_ingress(tmp_path: Path) -> None:
@@ -208,13 +222,14 @@ def test_bad_flags_end_in_one_line(tmp_path: Path, args: list[str], needle: str)
 
 
 def check_files(tmp: Path, in_bytes: bytes, out_bytes: bytes, *extra: str) -> dict:
-    """`pgval check --json` over raw file contents; it must exit 0 without a traceback."""
+    """`pgval check --json --allow-malformed` over raw file contents (malformed records are
+    counted): it must exit 0 without a traceback."""
     (tmp / "raw-in.jsonl").write_bytes(in_bytes)
     (tmp / "raw-out.jsonl").write_bytes(out_bytes)
     result = CliRunner().invoke(main, ["check", "--topology", "sst", "--inputs",
                                        str(tmp / "raw-in.jsonl"), "--outputs",
                                        str(tmp / "raw-out.jsonl"), "--window-ms", str(W),
-                                       "--json", *extra])
+                                       "--json", "--allow-malformed", *extra])
     assert result.exit_code == 0 and result.exception is None, result.output
     return json.loads(result.output)
 
@@ -399,7 +414,8 @@ def test_window_size_of_the_outputs_is_checked(tmp_path: Path) -> None:
                              "1,000 ms long (window_end − window_start in 4 of 4 outputs); "
                              "pass --window-ms 1000\n")
     assert run_raw(tmp_path, inputs, outputs, "--window-ms", str(W)).exit_code == 0
-    # Outputs without window_end cannot say: judged as asked.
+    # Outputs without window_end say it by the IDs they hold: here every event lies in the
+    # first half of its window, so 500 ms windows hold the same IDs: judged as asked.
     bare = [{k: v for k, v in o.items() if k != "window_end"} for o in outputs]
     assert run_raw(tmp_path, inputs, bare, "--window-ms", "500", "--json").exit_code == 0
 
@@ -410,8 +426,9 @@ def test_oracle_output_as_outputs_names_the_missing_field(tmp_path: Path) -> Non
     rows = oracle_rows(inputs, "sst", tmp_path)
     result = run_raw(tmp_path, inputs, rows, "--window-ms", str(W))
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: 4 output records lack the field 'ingress_ts' "
-                                    "(is it `pgval oracle` output?")
+    assert result.stderr.startswith("error: output line 1 lacks the field 'ingress_ts' (is it "
+                                    "`pgval oracle` output?")
+    assert "4 of 4 output records are malformed" in result.stderr
     assert len(result.stderr.splitlines()) == 1
     allowed = run_raw(tmp_path, inputs, rows, "--window-ms", str(W), "--json",
                       "--allow-malformed")
@@ -422,8 +439,8 @@ def test_oracle_output_as_outputs_names_the_missing_field(tmp_path: Path) -> Non
     result = run_raw(tmp_path, broken, faithful(inputs, "sst", tmp_path), "--window-ms",
                      str(W))
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: 1 input record lacks the field 'resource', 3 "
-                                    "inputs are usable")
+    assert result.stderr.startswith("error: input line 4 lacks the field 'resource': 1 of 4 "
+                                    "input records is malformed")
 
 
 def test_phases_in_seconds_are_refused(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ control events in them.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,26 @@ def test_recheck_and_export_agree_with_the_reference(tmp_path_factory: pytest.Te
                        Phases(*info["phases"]))
     assert {k: checked.summary()[k] for k in want} == want
     assert checked.validation.malformed_inputs == len(garbage)
+    assert_anomalies_point_into_the_export(out, checked.anomalies().to_pylist())
+
+
+def assert_anomalies_point_into_the_export(out: Path, checked: list[dict[str, Any]]) -> None:
+    """The exported anomalies name outputs by their record number in the exported
+    outputs.jsonl, as `pgval check --anomalies` of those files does; not by their place in
+    the output topic, which counts the control outputs and unreadable records set aside."""
+    exported = [json.loads(line) for line in
+                (out / "anomalies.jsonl").read_text(encoding="utf-8").splitlines()]
+    lines = (out / "outputs.jsonl").read_text(encoding="utf-8").splitlines()
+
+    def key(a: dict[str, Any]) -> tuple:
+        return a["kind"], a["id"], a["ts_ms"], a["output"] is None, a["output"] or 0, \
+            a["first_output"] is None, a["first_output"] or 0
+
+    assert sorted(map(key, exported)) == sorted(map(key, checked))
+    for a in exported:
+        for name in ("output", "first_output"):
+            if a[name] is not None:
+                assert a["id"] in json.loads(lines[a[name]])["ids"], (name, a)
 
 
 def test_only_pgvals_own_control_ids_are_set_aside(tmp_path: Path) -> None:
@@ -183,6 +204,35 @@ def test_recheck_and_export_cli(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["export", str(run_dir), "--out", str(tmp_path / "x")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "x" / "run.json").exists()
+
+
+@pytest.mark.parametrize("garbage", [[], [b"garbage"]])
+def test_export_prints_a_check_command_that_pastes_as_printed(tmp_path: Path,
+                                                             garbage: list[bytes]) -> None:
+    """The suggested `pgval check` is one line however long (it once broke inside
+    --phases at the console's width), quoted for the shell (a folder with a space and
+    brackets), and, run as printed, gives the re-check's counts (with --allow-malformed
+    when the export holds unreadable records as malformed lines)."""
+    inputs = [{"id": i, "type": "GET", "resource": "r0", "event_ts": 60 + i, "ingress_ts": 60 + i}
+              for i in range(5)]
+    outputs = [{"window_start": 0, "window_end": W, "resource": "r0", "count": 5,
+                "ids": [0, 1, 2, 3, 4, 4], "ingress_ts": 120}]
+    run_dir = tmp_path / "run"
+    build_run(run_dir, inputs, outputs, garbage, control=2)
+    out = tmp_path / ("a long folder [x] " + "y" * 90)
+    res = CliRunner().invoke(main, ["export", str(run_dir), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("  pgval check "))
+    args = shlex.split(line)
+    assert args[args.index("--inputs") + 1] == str(out / "inputs.jsonl")
+    assert args[args.index("--phases") + 1] == "50,150,250"
+    assert ("--allow-malformed" in args) == bool(garbage)
+    checked = CliRunner().invoke(main, args[1:])
+    assert checked.exit_code == 0, checked.output
+    again = json.loads(CliRunner().invoke(main, ["recheck", str(run_dir), "--json"]).output)
+    got = json.loads(checked.output)
+    assert {k: got[k] for k in ("expected", "duplicate", "malformed")} == \
+        {k: again[k] for k in ("expected", "duplicate", "malformed")}
 
 
 @pytest.mark.parametrize("args,msg", [

@@ -84,3 +84,36 @@ def test_the_readme_summary_counts_what_the_database_holds(
     cells = {run[:5] for run in runs}
     assert (int(said.group(1)), int(said.group(2).replace(",", ""))) == (len(cells), len(runs))
     assert all(run[5] == 1 for run in runs)
+
+
+def test_the_readme_numbers_are_what_the_database_says() -> None:
+    """Every number the example README quotes from its database is marked and computed
+    from it (tests/example_facts.py): the warm-up once read "35–67 s" where the database
+    has 34.8–73.6 s. A number changed by hand, or a database re-made without the README,
+    fails here; `python -m tests.example_facts` rewrites them."""
+    from tests.example_facts import facts, marked
+
+    known = facts(ROOT / DB)
+    found = marked((ROOT / EXAMPLE / "README.md").read_text(encoding="utf-8"))
+    assert len(found) > 40
+    wrong = [(name, said, known.get(name)) for name, said in found if known.get(name) != said]
+    assert not wrong, wrong
+    assert set(known) == {name for name, _ in found}  # every computed number is quoted
+
+
+def test_the_paper_comparison_labels_costs_at_another_load_not_comparable() -> None:
+    """The grid ran at an eighth of this machine's OIR, the paper at the OIR: a cost set
+    beside the paper's is labelled not comparable, with why, and the header says each
+    side's load (the table once said "yes" for the process crash's cost)."""
+    readme = (ROOT / EXAMPLE / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Side by side with the paper", 1)[1].split("\n## ", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")]
+            for line in _table_lines(section)]
+    header, body = rows[0], rows[2:]
+    assert header[-1] == "comparable?" and "1/8 of the OIR" in header[1]
+    assert all("at the OIR" in cell for cell in header[2:5])
+    costs = [row for row in body if "failure cost" in row[0]]
+    assert len(costs) == 4
+    for row in costs:
+        assert row[-1].startswith("no: "), row
+    assert "No cost or latency here is comparable with the paper's" in section

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,10 +13,12 @@ from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.checker.metrics import (
     compute_metrics,
     emission_lags_ms,
+    failure_cost_bound,
     outage_at_removal,
     reference_ingress,
 )
 from pgval.checker.recovery import recovery_bounds
+from pgval.checker.render import notes as render_notes
 from pgval.checker.validator import validate
 from pgval.oracle import expected_outputs
 from pgval.records.parse import ResourceTable
@@ -110,7 +114,7 @@ def test_series_span_ignores_a_stray_timestamp_and_counts_it() -> None:
     assert val.processed == 601  # still validated and counted
 
 
-def _stalled(hold: str, removal_scheduled: bool = True) -> Evaluation:
+def _stalled(hold: str, removal_scheduled: bool = True, t3: int = 40_000) -> Evaluation:
     """One GET per 100 ms for 60 s, 1 s windows, each out 300 ms after it closes, phases
     0 / 20 s / 40 s / T4 60 s. The windows closing in the failure phase are held: ``t3``
     until just after T3 (the removal ends the stall, as a delay below the time-outs does),
@@ -119,16 +123,20 @@ def _stalled(hold: str, removal_scheduled: bool = True) -> Evaluation:
     after T3 (in order, as Spark emits them): ``rising`` holds each failure-phase window
     5 s plus a quarter of its time since T2 (falling behind until the removal); ``burst``
     holds those closing 10 s or more before T3 until 0.5 s before T3 — the flagship MST
-    delay-gt run's shape: Spark ends its long batch itself just before T3, still behind."""
+    delay-gt run's shape: Spark ends its long batch itself just before T3, still behind.
+    ``half`` runs at half speed from T2 (a window closing s after T2 is out 2s after T2)
+    and catches up 0.5 s after T3."""
     rt = ResourceTable()
     events = to_inputs([ev(i, "a", 100 * i, 100 * i) for i in range(600)], rt)
     exp = expected_outputs(events, "sst", 1000)
-    t2, t3 = 20_000, 40_000
+    t2 = 20_000
     catch_up = t3 + 2_000
 
     def out_at(at: int) -> int:
         if at < t2 or (at >= t3 and hold in ("t3", "early", "slow")):
             return at
+        if hold == "half":
+            return min(t2 + 2 * (at - t2), max(at, t3 + 500))
         if hold == "rising" and at + 5_000 + (at - t2) // 4 < t3:
             return at + 5_000 + (at - t2) // 4
         if hold == "burst" and at < t3 - 10_000:
@@ -192,7 +200,7 @@ def test_a_stall_that_ends_before_t3_is_measured() -> None:
 def test_outputs_falling_behind_until_t3_bound_the_latency_but_not_the_downtime() -> None:
     rising = _stalled("rising")
     outage = rising.metrics.outage_at_t3
-    assert outage is not None and outage.kind == "rising" and outage.bounds_peak
+    assert outage is not None and outage.kind == "rising"
     # The last window out before T3, [30 s, 31 s), closed at 31 s and was held 5 + 2.825 s
     # (out at 39.125 s): the outputs were 8.1 s behind the newest input they covered. The
     # catch-up 2 s after T3 brings [31 s, 32 s) at latency 10.0 s, above 8.1 s + 1 s.
@@ -206,40 +214,79 @@ def test_outputs_falling_behind_until_t3_bound_the_latency_but_not_the_downtime(
     assert set(bounds) == {"recovery_latency_bound", "recovery_latency_bound_why"}
 
 
-def test_a_steadily_slower_pipeline_at_t3_bounds_the_recovery_not_the_slowest_output() -> None:
-    """5 s late throughout: the slowest output is no slower for a longer failure phase (it
-    came before T3), but the pipeline was not back when the fault was removed."""
+def test_a_steadily_slower_pipeline_at_t3_bounds_the_failure_cost_too() -> None:
+    """5 s late throughout: the outputs were still behind when the fault was removed, so the
+    failure phase ended before the pipeline had caught up: the failure cost is flagged as a
+    lower bound as well as the recovery (how much slower it would have got is not known)."""
     slow = _stalled("slow")
     outage = slow.metrics.outage_at_t3
-    assert outage is not None and outage.kind == "behind" and not outage.bounds_peak
-    assert "still 5.3 s behind" in outage.why
+    assert outage is not None and outage.kind == "behind"
+    assert "still 5.3 s behind" in outage.why and "had caught up" in outage.why
     summary = slow.summary()
-    assert "failure_cost_bound" not in summary
-    assert "max_bound" not in summary["latency"]["failure"]  # type: ignore[index]
+    assert summary["failure_cost_bound"] == "lower"
+    assert summary["failure_cost_bound_why"] == outage.why
+    assert summary["latency"]["failure"]["max_bound"] == "lower"  # type: ignore[index]
     assert summary["schedule_bound"] == outage.as_dict()
     assert "recovery_latency_bound" in recovery_bounds({"recovery_latency_s": 21.0},
                                                        outage.as_dict())
 
 
-def test_a_stall_spark_ends_just_before_t3_is_measured_and_its_catch_up_bounded() -> None:
-    """The flagship run's shape: the old-rule sentence "latency was still 54.4 s when the
-    fault was removed" came from the catch-up burst's own old windows; what counts is how
-    far behind the outputs were and whether the slowest came after the removal."""
+def test_a_stall_spark_ends_just_before_t3_still_behind_is_a_lower_bound() -> None:
+    """The flagship run's shape: a burst just before T3 that leaves the outputs still behind
+    does not show the stall was over, so the failure cost is a bound too. (The old-rule
+    sentence "latency was still 54.4 s when the fault was removed" came from the catch-up
+    burst's own old windows; what counts is how far behind the outputs were.)"""
     burst = _stalled("burst")
     m = burst.metrics
     outage = m.outage_at_t3
     assert outage is not None and outage.kind == "behind"
     # The burst at 39.5 s carried windows up to [28 s, 29 s), closed by the input at 29 s:
     # 10.5 s behind at T3. The catch-up after T3 is no slower (its oldest window, 12 s).
-    assert "still 10.5 s behind" in outage.why and "Spark ended the stall itself" in outage.why
-    # The slowest output, window [19 s, 20 s) out at 39.5 s, is Spark's: measured.
+    assert "still 10.5 s behind" in outage.why
+    assert "Spark ended the stall itself" not in outage.why
     assert m.failure_cost_s == pytest.approx(19.5 - 0.3)
     summary = burst.summary()
-    assert "failure_cost_bound" not in summary
-    assert "max_bound" not in summary["latency"]["failure"]  # type: ignore[index]
+    assert summary["failure_cost_bound"] == "lower"
+    assert summary["latency"]["failure"]["max_bound"] == "lower"  # type: ignore[index]
     bounds = recovery_bounds(burst.recovery.as_dict(), outage.as_dict())
     assert "downtime_bound" not in bounds  # not silent at T3
     assert "recovery_latency_bound" in bounds
+
+
+def test_half_speed_until_t3_gives_a_bounded_cost_that_grows_with_the_phase() -> None:
+    """At half speed from T2 and caught up just after T3, the slowest output comes just
+    before T3 and the failure cost is about half the failure phase: 19 s of it give 9.3 s,
+    9 s give 4.3 s. Both are flagged, and the sentence says the phase ended before the
+    pipeline caught up (it once said "Spark ended the stall itself", unflagged). (Outputs
+    every 2 s, the last 0.4 s before T3: not silent against control's 1 s gaps.)"""
+    costs = []
+    for t3 in (39_000, 29_000):
+        half = _stalled("half", t3=t3)
+        outage = half.metrics.outage_at_t3
+        assert outage is not None and outage.kind == "behind"  # slowest output before T3
+        summary = half.summary()
+        assert summary["failure_cost_bound"] == "lower", t3
+        assert "ended before the pipeline had caught up" in str(summary["failure_cost_bound_why"])
+        assert "Spark ended" not in str(summary["failure_cost_bound_why"])
+        costs.append(half.metrics.failure_cost_s)
+    assert costs == pytest.approx([9.6 - 0.3, 4.6 - 0.3])
+
+
+def test_a_recovery_censored_at_the_end_of_the_run_bounds_the_failure_cost() -> None:
+    """Spark recovers on its own 8 s into the failure phase (no outage at T3), but the run's
+    recovery detector was censored (recovered: false): the slowest output may be still to
+    come, so the cost is a lower bound and says why. Recovered, it is a measurement."""
+    early = _stalled("early")
+    assert early.metrics.outage_at_t3 is None and early.recovery.recovered is True
+    assert "failure_cost_bound" not in early.summary()
+    early.recovery.recovered, early.recovery.censored = False, True
+    summary = early.summary()
+    assert summary["failure_cost_bound"] == "lower"
+    assert "recovered: false" in str(summary["failure_cost_bound_why"])
+    assert failure_cost_bound(None, False) == summary["failure_cost_bound_why"]
+    assert failure_cost_bound(None, None) is None and failure_cost_bound(None, True) is None
+    notes = " ".join(render_notes(early))
+    assert "failure cost ≥ " in notes and "recovered: false" in notes
 
 
 def test_emission_lag_is_cut_by_a_burst_whatever_its_own_latencies() -> None:
@@ -294,3 +341,53 @@ def test_the_lag_at_t3_is_the_last_output_before_it_even_mid_second() -> None:
     # Without the catch-up before T3 the same run is behind at T3 (and silent from 35 s).
     early = outage_at_removal(Phases(0, 20_000, 36_000, 60_000), ts, lat, 300.0)
     assert early is not None and early.kind == "behind" and "still 13.0 s behind" in early.why
+
+
+def _shaped(out_at: Callable[[int], int]) -> Evaluation:
+    """One GET per 100 ms for 60 s, 1 s windows; phases 0 / 20 s / 40 s / T4 60 s; each
+    window's output at ``out_at(window_end)``."""
+    rt = ResourceTable()
+    events = to_inputs([ev(i, "a", 100 * i, 100 * i) for i in range(600)], rt)
+    exp = expected_outputs(events, "sst", 1000)
+    outs = [{**row, "ingress_ts": out_at(int(row["window_end"]))} for row in exp.to_records()]
+    return evaluate(events, to_outputs(outs, rt), "sst", 1000, Phases(0, 20_000, 40_000, 60_000))
+
+
+def test_a_control_phase_much_slower_than_recovery_was_not_yet_steady() -> None:
+    """Control at 5 s of latency, later 2 s: 2.5× (more than 1.5×), so control was measured
+    before the pipeline was warm, and the run says so. At 2.8 s against 2 s it is steady."""
+    cold = _shaped(lambda end: end + (5_000 if end <= 20_000 else 2_000))
+    why = cold.metrics.control_unsettled
+    assert why is not None and why.startswith("control's latency p50 5.0 s is 2.5× recovery's "
+                                              "2.0 s (more than 1.5×)")
+    assert cold.summary()["control_unsettled"] == why
+    assert f"caveat: {why}" in render_notes(cold)
+    warm = _shaped(lambda end: end + (2_800 if end <= 20_000 else 2_000))
+    assert warm.metrics.control_unsettled is None and warm.summary()["control_unsettled"] is None
+
+
+def test_outputs_falling_behind_through_control_say_the_pipeline_does_not_keep_up() -> None:
+    """Each window out 0.3 s later than the one before through control, one every 1.3 s (a
+    pipeline that takes 1/1.3 = 77 % of the rate): the lag grows 0.23 s a second, 4.6 s over
+    control's 20 s, and the run says it does not keep up, with the rate and how to find one
+    it can take."""
+    behind = _shaped(lambda end: end + 300 + (3 * min(end, 20_000)) // 10)
+    why = behind.metrics.falls_behind
+    assert why is not None and "does not keep up with the input rate (10 ev/s)" in why
+    assert "pgval oir" in why and "--job" in why and "fell 4.6 s further behind" in why
+    assert "(0.23 s a second)" in why
+    assert behind.summary()["falls_behind"] == why
+    assert f"caveat: {why}" in render_notes(behind)
+
+
+@pytest.mark.parametrize("shape", ["steady", "jitter", "draining"])
+def test_a_pipeline_that_keeps_up_or_catches_up_is_not_said_to_fall_behind(shape: str) -> None:
+    """Outputs 0.3 s after their window; the same with ±0.9 s of jitter; a backlog drained
+    through control (each window out 0.2 s less late than the one before): none falls
+    further behind, so none is flagged."""
+    rng = np.random.default_rng(3)
+    jitter = {end: int(rng.integers(-900, 900)) for end in range(0, 61_000, 1000)}
+    late = {"steady": lambda end: end + 300,
+            "jitter": lambda end: end + 1_000 + jitter[end],
+            "draining": lambda end: end + 300 + max(0, 4_000 - end // 5)}[shape]
+    assert _shaped(late).metrics.falls_behind is None

@@ -251,3 +251,63 @@ def test_minus_nan_in_an_ignored_field_is_judged_alike_next_to_garbage() -> None
 
     assert rows([good]) == (1, 0)
     assert rows([b"{", good]) == (1, 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(POOL), max_size=12))
+def test_the_first_defect_is_the_same_alone_or_not(
+        tmp_path_factory: pytest.TempPathFactory, lines: list[bytes]) -> None:
+    """``pgval check`` names the first malformed record (its field and fault): the same
+    record, said the same way, whichever path read it and whatever its neighbours."""
+    tmp = tmp_path_factory.mktemp("first")
+    records = [line for line in lines if line.strip(b" \t\r")]
+    alone = [read_outputs(write(tmp / f"{k}.jsonl", [line]), ResourceTable())
+             for k, line in enumerate(records)]
+    bad = [k for k, a in enumerate(alone) if a.malformed]
+    got = read_outputs(write(tmp / "all.jsonl", lines), ResourceTable()).defect
+    if not bad:
+        assert got is None
+        return
+    first = alone[bad[0]].defect
+    assert first is not None and got is not None
+    assert (got.record, got.field, got.problem) == (bad[0], first.field, first.problem)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([GOOD, b"", b" ", b"\r", b" \t\r", b"x", b"  {}"]),
+                max_size=15),
+       st.booleans(), st.booleans(), st.sampled_from([3, 17, 64, 1 << 20]))
+def test_a_record_is_found_on_its_line(tmp_path_factory: pytest.TempPathFactory,
+                                       lines: list[bytes], bom: bool, final_newline: bool,
+                                       block: int) -> None:
+    """Record k (the k-th non-blank line) is on the line a reader counting every line of
+    the file finds it, whatever the blocks the file is read in."""
+    from pgval.records.parse import line_of_record
+
+    path = tmp_path_factory.mktemp("lines") / "f.jsonl"
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + b"\n".join(lines)
+                     + (b"\n" if final_newline and lines else b""))
+    where = [i + 1 for i, line in enumerate(lines) if line.strip(b" \t\r")]
+    assert [line_of_record(path, k, block) for k in range(len(where) + 1)] == [*where, None]
+
+
+def test_a_defect_says_field_and_fault(tmp_path: Path) -> None:
+    """What a refusal of `pgval check` says about each kind of bad input record."""
+    cases = {
+        in_line(id="5"): ("id", "has 'id': \"5\", not a 64-bit integer"),
+        in_line(type="get"): ("type", "has 'type': \"get\", not \"GET\" or \"POST\""),
+        in_line(event_ts=1.5): ("event_ts", "has 'event_ts': 1.5, not epoch milliseconds "
+                                            "(an integer)"),
+        in_line(ingress_ts=1_698_300_000_000_000): (
+            "ingress_ts", "has 'ingress_ts': 1698300000000000, beyond the year 9999 in epoch "
+                          "milliseconds (it looks like microseconds)"),
+        in_line(resource=None): ("resource", "lacks the field 'resource'"),
+        in_line()[:-4]: (None, "is cut short (not a whole JSON object)"),
+        b"[1]": (None, "is not one JSON object"),
+        b"\xff": (None, "is not UTF-8 text"),
+    }
+    for line, said in cases.items():
+        for neighbours in ([], [in_line(id=2)], [b"garbage"]):
+            got = read_inputs(write(tmp_path / "i.jsonl", [in_line(id=3), line, *neighbours]))
+            assert got.defect is not None
+            assert (got.defect.record, got.defect.field, got.defect.problem) == (1, *said)

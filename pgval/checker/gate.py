@@ -7,6 +7,11 @@ themselves (neither is stronger than the other); ``none`` meets nothing. A run w
 validity is unknown meets nothing either, but is not a failure of the job: the evidence
 cannot say, and CI is told so by its own exit status.
 
+A verdict read back from a stored run is met only by *verified* evidence (:attr:`Case.doubt`
+says why not): a re-check whose evidence the results database did not vouch for (no
+database, a run stored without hashes, an import), or whose stored figures differ from the
+recomputed ones, is unknown whatever its verdict; so is a stored row of an imported run.
+
 Exit statuses with ``--expect`` (:func:`exit_status`): 0 every case met, 1 a case weaker
 than expected (a finding about the job), 3 a case unknown, 4 a run that did not finish (the
 environment failed, or a signal stopped it: no verdict at all). The worst wins in that
@@ -40,6 +45,13 @@ EXIT = {MET: 0, WEAKER: 1, UNKNOWN: EvidenceInDoubt.exit_status,
 PRECEDENCE = (WEAKER, FAILED, UNKNOWN, MET)
 Outcome = Literal["met", "weaker", "unknown", "failed"]
 
+#: ``runs.sealed`` of an imported run, as :mod:`pgval.store.results` writes it
+#: (``SEALED_AT_IMPORT``, ``UNSEALED_IMPORT``; tests/test_gate.py holds them equal): no
+#: verified evidence stands behind such a row.
+IMPORTED_SEALS = {2: "imported: its hashes came from the run's own SHA256SUMS, not a seal "
+                     "kept at the end of the run",
+                  3: "imported without evidence hashes (unsealed)"}
+
 #: The numbers a JUnit test case carries as properties, when the run has them.
 KEY_NUMBERS = ("run_id", "expected", "processed", "duplicate", "incorrect", "unprocessed",
                "reliability", "failure_cost_s")
@@ -56,7 +68,8 @@ def meets(guarantee: str | None, expected: str) -> bool:
 class Case:
     """One verdict to judge: a run (``validate``, ``check``, ``recheck``) or a matrix cell
     (its repetitions in ``runs``, the cell judged by its weakest). ``error`` is set when
-    the run did not finish, and then there is no verdict."""
+    the run did not finish, and then there is no verdict. ``doubt`` is set when the
+    verdict was read back from evidence that is not verified: it meets nothing."""
 
     name: str
     classname: str
@@ -67,18 +80,20 @@ class Case:
     error: str | None = None
     seconds: float = 0.0
     runs: tuple[Case, ...] = ()
+    doubt: str | None = None
 
     @classmethod
     def of_summary(cls, name: str, classname: str, summary: Mapping[str, Any],
                    seconds: float = 0.0) -> Case:
-        """A case from a ``--json`` object (or a stored run's row)."""
+        """A case from a ``--json`` object (or a stored run's row); a re-check's evidence
+        check and stored-figure comparison, or a row's import mark, set :attr:`doubt`."""
         reasons = summary.get("validity_reasons") or ()
         if isinstance(reasons, str):
             reasons = (reasons,)
         return cls(name, classname, guarantee=summary.get("guarantee"),
                    valid=bool(summary.get("valid")), reasons=tuple(map(str, reasons)),
                    numbers={k: summary[k] for k in KEY_NUMBERS if summary.get(k) is not None},
-                   seconds=seconds)
+                   seconds=seconds, doubt=doubt_of(summary))
 
     @classmethod
     def failed(cls, name: str, classname: str, error: str, seconds: float = 0.0) -> Case:
@@ -97,7 +112,7 @@ class Case:
             return worst(r.outcome(expected) for r in self.runs)
         if self.error is not None:
             return FAILED
-        if not self.valid:
+        if not self.valid or self.doubt is not None:
             return UNKNOWN
         if expected is not None and not meets(self.guarantee, expected):
             return WEAKER
@@ -115,10 +130,29 @@ class Case:
                   if all(isinstance(n.get(k), int) for k in
                          ("duplicate", "unprocessed", "incorrect", "expected")) else "")
         verdict = f"{self.guarantee or 'no verdict'}{counts}"
+        if self.doubt is not None:
+            return f"{verdict}, not verified: {self.doubt}"
         if not self.valid:
             return (f"{verdict}, validity unknown: " + "; ".join(self.reasons)
                     if self.reasons else f"{verdict}, validity unknown")
         return f"{verdict}, valid"
+
+
+def doubt_of(summary: Mapping[str, Any]) -> str | None:
+    """Why a summary's verdict is not backed by verified evidence, or None: a re-check's
+    ``evidence`` not verified, its ``stored_figures`` not the recomputed ones, or a stored
+    row marked imported (:data:`IMPORTED_SEALS`). A summary with none of these (a live run,
+    ``check`` of a user's files) is not in doubt."""
+    evidence = summary.get("evidence")
+    if isinstance(evidence, Mapping) and evidence.get("verified") is not True:
+        return str(evidence.get("note") or "evidence not verified")
+    figures = summary.get("stored_figures")
+    if isinstance(figures, Mapping) and figures.get("same") is False:
+        return str(figures.get("note") or "the stored figures differ from the evidence")
+    sealed = summary.get("sealed")
+    if isinstance(sealed, int) and not isinstance(sealed, bool) and sealed in IMPORTED_SEALS:
+        return IMPORTED_SEALS[sealed]
+    return None
 
 
 def worst(outcomes: Iterable[Outcome]) -> Outcome:
@@ -140,7 +174,14 @@ def sentence(cases: Sequence[Case], expected: str) -> str:
     outcomes = [c.outcome(expected) for c in cases]
     counts = {o: outcomes.count(o) for o in PRECEDENCE if o in outcomes}
     what = ", ".join(f"{n} {o}" for o, n in counts.items()) or "nothing to judge"
-    return f"expect {expected}: {what} — exit {exit_status(cases, expected)}"
+    doubts = [f"{c.name}: {c.doubt}" for c in _leaves(cases) if c.doubt is not None]
+    why = f" ({'; '.join(doubts)})" if doubts else ""
+    return f"expect {expected}: {what} — exit {exit_status(cases, expected)}{why}"
+
+
+def _leaves(cases: Sequence[Case]) -> list[Case]:
+    """The runs of ``cases``: a matrix cell's repetitions, else the case itself."""
+    return [r for c in cases for r in (c.runs or (c,))]
 
 
 #: What XML 1.0 cannot hold: control characters, lone surrogates (a file name that is not

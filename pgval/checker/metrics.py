@@ -14,16 +14,23 @@ A phase without outputs is a measurement, not a broken run: its throughput is 0 
 latency is *undefined*, with the reason (``undefined`` in ``--json``). A number the run's
 own schedule bounds is a *lower bound*: when the fault's outage was still on at T3 (no
 output for longer than control's longest gap, or outputs further behind their inputs than
-control's ever were), the recovery's numbers grow with the time the fault was left in
-place, and so do the slowest output and the failure cost unless Spark had already ended
-the stall before the removal (:func:`outage_at_removal`; ``*_bound: "lower"``).
+control's ever were), the recovery's numbers, the slowest output and the failure cost grow
+with the time the fault was left in place (:func:`outage_at_removal`; ``*_bound:
+"lower"``). The failure cost is a lower bound too when the recovery was not over by the
+run's end (``recovered: false``): the slowest output may have been still to come
+(:func:`failure_cost_bound`).
+
+Two caveats of control itself, neither a validity reason: control's latency p50 more than
+:data:`SETTLED_RATIO` × recovery's (control started before the pipeline was warm:
+:func:`control_unsettled`), and outputs falling further behind their inputs through control
+(the pipeline does not keep up with the input rate: :func:`falls_behind`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -50,6 +57,13 @@ LATENCY_SLACK_S = 1.0
 NO_OUTPUT = "no output in this phase"
 NO_LATENCY = "no output in this phase has a defined latency (no later input closed its window)"
 NO_PHASE = "no such phase (no phases given)"
+#: Control's latency p50 may be at most this × recovery's: above it, control was measured
+#: before the pipeline was warm (on the default cluster a cold control phase was 1.7-3×).
+SETTLED_RATIO = 1.5
+#: Why a failure cost is a lower bound when the recovery was censored at the run's end.
+CENSORED_WHY = ("the recovery was not over when the load ended at T4 (recovered: false), "
+                "so the slowest output may have been still to come: a longer recovery phase "
+                "could give a larger number")
 
 
 @dataclass
@@ -89,18 +103,14 @@ class Outage:
     """The fault's outage, still on when the fault was removed (T3). ``silent``: no output
     for longer than control's longest gap. ``rising``: outputs, further behind their inputs
     than control's ever were, and the slowest output came after the removal. ``behind``:
-    as far behind, but the slowest output came before the removal (Spark ended the stall on
-    its own and was catching up). ``why`` is the sentence every bounded number carries.
-    Runs stored before ``rising``/``behind`` say ``slow`` (judged as ``rising``)."""
+    as far behind, the slowest output before the removal. Every kind bounds the failure
+    cost, the slowest outputs and the recovery's times: the failure phase ended before the
+    pipeline had caught up, so how much slower it would still have got is not known.
+    ``why`` is the sentence every bounded number carries. Runs stored before
+    ``rising``/``behind`` say ``slow``."""
 
     kind: Literal["silent", "rising", "behind", "slow"]
     why: str
-
-    @property
-    def bounds_peak(self) -> bool:
-        """Whether the slowest output (failure cost, max latency) waited for the removal;
-        the recovery's times are bounded by every kind."""
-        return self.kind != "behind"
 
     def as_dict(self) -> dict[str, str]:
         return {"kind": self.kind, "why": self.why}
@@ -128,21 +138,43 @@ class Metrics:
     #: The fault's outage when it was still on at T3 (then failure cost, max latencies and
     #: the recovery's numbers are lower bounds), else None.
     outage_at_t3: Outage | None = None
+    #: Why control was not yet steady (:func:`control_unsettled`), or None.
+    control_unsettled: str | None = None
+    #: Why the pipeline does not keep up with the input rate (:func:`falls_behind`), or None.
+    falls_behind: str | None = None
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self, recovered: bool | None = None) -> dict[str, object]:
+        """The ``--json`` keys; ``recovered`` (the recovery's verdict) decides whether a
+        failure cost is a bound because the run ended before the recovery did."""
         out: dict[str, object] = {
             "reliable_throughput": {p: round(v, 3) for p, v in self.throughput.items()},
             "latency": {p: s.as_dict() for p, s in self.latency.items()},
             "latency_karimov": {p: s.as_dict() for p, s in self.latency_karimov.items()},
             "failure_cost_s": self.failure_cost_s,
         }
+        outage = None if self.outage_at_t3 is None else self.outage_at_t3.as_dict()
+        bound = failure_cost_bound(outage, recovered)
         if self.failure_cost_undefined is not None:
             out["failure_cost_undefined"] = self.failure_cost_undefined
-        elif self.outage_at_t3 is not None and self.outage_at_t3.bounds_peak:
-            out.update(failure_cost_bound="lower", failure_cost_bound_why=self.outage_at_t3.why)
-        out["schedule_bound"] = None if self.outage_at_t3 is None else self.outage_at_t3.as_dict()
+        elif bound is not None:
+            out.update(failure_cost_bound="lower", failure_cost_bound_why=bound)
+        out["schedule_bound"] = outage
+        out["control_unsettled"] = self.control_unsettled
+        out["falls_behind"] = self.falls_behind
         out["series_outside"] = self.series_outside
         return out
+
+
+def failure_cost_bound(outage: Mapping[str, Any] | None, recovered: bool | None) -> str | None:
+    """Why a failure cost is a lower bound, or None when it is a measurement: the fault's
+    outage was on at T3 (``outage``, :meth:`Outage.as_dict`, as stored in ``schedule_bound``,
+    any kind), or the recovery was not over by the run's end (``recovered`` False). A
+    stored run's fields give the same answer as the live run."""
+    if outage:
+        return str(outage.get("why"))
+    if recovered is False:
+        return CENSORED_WHY
+    return None
 
 
 def topology_inputs(events: InputEvents, topology: str) -> InputEvents:
@@ -242,22 +274,8 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
     latency_k = {p: LatencyStats.of(lat_karimov[both & (out_phase == c)], why[p])
                  for p, c in codes.items()}
 
-    # Reliable throughput per phase: first own occurrences / phase length (s).
     first = validation.first_own_ingress
-    first_phase = phases.of(first)
-    last_out = int(outputs.ingress_ts.max()) if len(outputs) else 0
-    first_out = int(outputs.ingress_ts.min()) if len(outputs) else 0
-    if phases.bounded():
-        spans = {"control": (phases.start, phases.t2), "failure": (phases.t2, phases.t3),
-                 "recovery": (phases.t3, max(last_out, phases.t3 + 1000))}
-    else:
-        spans = {"control": (first_out, max(last_out, first_out + 1000)),
-                 "failure": (0, 0), "recovery": (0, 0)}
-    throughput = {}
-    for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True):
-        a, b = spans[p]
-        dur = (b - a) / 1000.0
-        throughput[p] = float((first_phase == c).sum()) / dur if dur > 0 else 0.0
+    throughput = _throughput(first, outputs.ingress_ts, phases)
 
     # Failure cost: only meaningful with a control baseline and something after it.
     failure_cost = None
@@ -273,10 +291,14 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
     if phases.bounded() and phases.removal_scheduled and len(ctrl):
         outage = outage_at_removal(phases, outputs.ingress_ts, lat_paper,
                                    float(np.median(ctrl)))
-    if outage is not None and outage.bounds_peak:
+    if outage is not None:
         for p in ("failure", "recovery"):
             if latency[p].max is not None:
                 latency[p].max_bound_why = outage.why
+    behind = None
+    if phases.bounded() and len(ctrl):
+        behind = falls_behind(phases, outputs.ingress_ts, lat_paper,
+                              _rate(consumed.ingress_ts, phases.start, phases.t2))
 
     series_start, n_bins = series_span(events, outputs)
     outside = {"inputs": _outside(events.ingress_ts, series_start, n_bins),
@@ -295,7 +317,74 @@ def compute_metrics(events: InputEvents, outputs: OutputRecords, validation: Val
         series_outside=outside,
         failure_cost_undefined=cost_undefined,
         outage_at_t3=outage,
+        control_unsettled=control_unsettled(latency) if phases.bounded() else None,
+        falls_behind=behind,
     )
+
+
+def _throughput(first_own_ms: np.ndarray, output_ingress_ms: np.ndarray, phases: Phases
+                ) -> dict[str, float]:
+    """Reliable throughput per phase: first own occurrences / phase length (s)."""
+    first_phase = phases.of(first_own_ms)
+    last_out = int(output_ingress_ms.max()) if len(output_ingress_ms) else 0
+    first_out = int(output_ingress_ms.min()) if len(output_ingress_ms) else 0
+    if phases.bounded():
+        spans = {"control": (phases.start, phases.t2), "failure": (phases.t2, phases.t3),
+                 "recovery": (phases.t3, max(last_out, phases.t3 + 1000))}
+    else:
+        spans = {"control": (first_out, max(last_out, first_out + 1000)),
+                 "failure": (0, 0), "recovery": (0, 0)}
+    throughput = {}
+    for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True):
+        a, b = spans[p]
+        dur = (b - a) / 1000.0
+        throughput[p] = float((first_phase == c).sum()) / dur if dur > 0 else 0.0
+    return throughput
+
+
+def _rate(ingress_ms: np.ndarray, start: int, end: int) -> float:
+    """Inputs per second with ingress in ``[start, end)``."""
+    seconds = (end - start) / 1000
+    inside = (ingress_ms >= start) & (ingress_ms < end)
+    return float(inside.sum()) / seconds if seconds > 0 else 0.0
+
+
+def control_unsettled(latency: Mapping[str, LatencyStats]) -> str | None:
+    """Why control was measured before the pipeline was warm: its latency p50 more than
+    :data:`SETTLED_RATIO` × recovery's (the warm-up rule sees only a few windows, and a
+    flat cold plateau looks steady to it; the finished run sees what came later). None when
+    within the ratio or when either p50 is undefined."""
+    ctrl, rec = latency["control"].p50, latency["recovery"].p50
+    if ctrl is None or rec is None or rec <= 0 or ctrl <= SETTLED_RATIO * rec:
+        return None
+    return (f"control's latency p50 {ctrl:.1f} s is {ctrl / rec:.1f}× recovery's {rec:.1f} s "
+            f"(more than {SETTLED_RATIO:g}×): the pipeline was not yet steady when control "
+            "started, so control's numbers and the failure cost measured against them are "
+            "not its steady state; a longer --warmup-seconds starts control later")
+
+
+def falls_behind(phases: Phases, output_ingress_ms: np.ndarray, latency_ms: np.ndarray,
+                 rate: float) -> str | None:
+    """Why the pipeline does not keep up with the input rate, or None: through control the
+    outputs fell further behind their inputs (the emission lag, :func:`emission_lags_ms`,
+    whose least-squares line rises by more than TOLERANCE of the time elapsed and by more
+    than LATENCY_SLACK_S in all). A pipeline that keeps up holds its lag (one burst per
+    window); one that cannot take the rate falls behind by the share it cannot take, so its
+    latencies grow with the run's length and say nothing of the rate it can take."""
+    at, lag = emission_lags_ms(output_ingress_ms, latency_ms, (phases.start, phases.t2))
+    ctrl = (at >= phases.start) & (at < phases.t2)
+    if ctrl.sum() < 3 or np.ptp(at[ctrl]) <= 0:
+        return None
+    x = at[ctrl] - at[ctrl].mean()
+    slope = float((x * lag[ctrl]).sum() / (x * x).sum())  # least squares: ms of lag per ms
+    span = float(phases.t2 - phases.start)
+    if slope <= TOLERANCE or slope * span <= 1000 * LATENCY_SLACK_S:
+        return None
+    return (f"the outputs fell {slope * span / 1000:.1f} s further behind their inputs over "
+            f"control's {span / 1000:.0f} s ({slope:.2f} s a second): the pipeline does not "
+            f"keep up with the input rate ({rate:,.0f} ev/s), so its latencies grow with the "
+            "run's length; `pgval oir` (with --job for your own job) finds the rate it can "
+            "take")
 
 
 def control_max_gap_ms(out_ts: np.ndarray, phases: Phases) -> float | None:
@@ -339,10 +428,12 @@ def outage_at_removal(phases: Phases, output_ingress_ms: np.ndarray, latency_ms:
     longer than control's longest gap — or the last output before T3 left the outputs
     further behind their inputs (:func:`emission_lags_ms`) than control's ever were ×
     (1 + TOLERANCE) + LATENCY_SLACK_S. Then the recovery was not over at the removal, and
-    the recovery's times grow with the time the fault stayed: lower bounds. The slowest
-    output and the failure cost are bounded too (``rising``) unless the slowest output came
-    before T3 (``behind``): e.g. the flagship MST delay-gt run, whose 80 s batch Spark
-    ended on its own 2.4 s before T3 with one burst, 19.6 s behind (control ≤ 8.6 s).
+    the recovery's times grow with the time the fault stayed: lower bounds, and so are the
+    slowest output and the failure cost, whether the slowest output came after T3
+    (``rising``) or before it (``behind``): a pipeline at half speed until T3 has its
+    slowest output just before T3 and a failure cost that grows with the failure phase (a
+    burst just before T3 that left the outputs still behind, as in the flagship MST
+    delay-gt run, 19.6 s behind with control ≤ 8.6 s, does not show the stall was over).
     ``control_p50_ms`` is only quoted.
     """
     t2, t3 = phases.t2, phases.t3
@@ -384,9 +475,9 @@ def outage_at_removal(phases: Phases, output_ingress_ms: np.ndarray, latency_ms:
         return Outage("rising", f"{behind} and the slowest output came after it: the removal "
                                 "ended the outage, so a longer failure phase would give a "
                                 "larger number")
-    return Outage("behind", f"{behind}: the slowest output came before the removal (Spark "
-                            "ended the stall itself), but the catch-up was not over, so a "
-                            "longer failure phase would give a longer recovery")
+    return Outage("behind", f"{behind}: the failure phase ended before the pipeline had "
+                            "caught up, so a longer failure phase could give a larger "
+                            "failure cost and a longer recovery")
 
 
 def series_span(events: InputEvents, outputs: OutputRecords) -> tuple[int, int]:

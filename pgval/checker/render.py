@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pgval.checker.evaluate import Evaluation
-from pgval.checker.metrics import NO_OUTPUT, LatencyStats
+from pgval.checker.metrics import NO_OUTPUT, LatencyStats, failure_cost_bound
 from pgval.checker.recovery import recovery_bounds
 from pgval.core.schema import PHASES
 
@@ -73,7 +73,8 @@ def phase_table(ev: Evaluation, title: str | None = None) -> Table:
     for col in ("phase", "expected", "processed", "unprocessed", "duplicate", "incorrect",
                 "dup IDs", "inc IDs", "reliability", "reliable ev/s", "lat p50 s",
                 "lat p99 s", "Karimov p50 s"):
-        # One-word headers keep their width; the others wrap when the terminal is narrow.
+        # One-word headers keep their width; the others wrap when a column is squeezed (a
+        # console narrower than the table prints it in parts: pgval.cli.common.fit).
         table.add_column(col, justify="right" if col != "phase" else "left",
                          min_width=max(map(len, col.split())))
     for p in PHASES:
@@ -110,12 +111,15 @@ def notes(ev: Evaluation) -> list[str]:
         extras += [f"{p} latency undefined: {m.latency[p].undefined}" for p in PHASES
                    if m.latency[p].undefined is not None]
     outage = m.outage_at_t3
+    rec = ev.recovery
+    cost_bound = failure_cost_bound(None if outage is None else outage.as_dict(),
+                                    rec.recovered)
     if m.failure_cost_s is not None:
-        peak_bound = outage is not None and outage.bounds_peak
-        extras.append(f"failure cost {_fmt_bound(m.failure_cost_s, peak_bound)} s")
+        extras.append(f"failure cost {_fmt_bound(m.failure_cost_s, cost_bound is not None)} s"
+                      + (f" (≥: a lower bound, {cost_bound})"
+                         if outage is None and cost_bound is not None else ""))
     elif ev.phases.bounded():
         extras.append(f"failure cost undefined: {m.failure_cost_undefined}")
-    rec = ev.recovery
     if ev.phases.bounded() and rec.note:
         extras.append(f"recovery: {rec.note}")
     elif ev.phases.bounded() and rec.recovered is not None:
@@ -129,6 +133,7 @@ def notes(ev: Evaluation) -> list[str]:
             + (" — censored: not back by the end of the load" if rec.censored else ""))
     if outage is not None:
         extras.append(f"≥ marks a lower bound: {outage.why} (--phase-seconds sets it)")
+    extras += [f"caveat: {why}" for why in (m.control_unsettled, m.falls_behind) if why]
     counts = ev.unprocessed_causes.get("counts") or {}
     if any(counts.values()):
         examples = ev.unprocessed_causes.get("examples") or {}

@@ -40,12 +40,14 @@ traceback. The status is the kind of the error (`pgval/core/errors.py`, mapped i
 * **0** — done. A verdict (at-most-once, …) and its validity (unknown, …) are output, not
   an exit status, unless `--expect` says which verdict the job must keep (below).
 * **2** — bad input: a flag, a file, a question the files cannot answer (`check`: a
-  window size the outputs contradict, records lacking a field, phases in another unit),
+  window size the outputs contradict, phases in another unit, malformed records or
+  records the inputs contradict unless `--allow-malformed`),
   a run directory or run id without usable evidence (missing, unreadable, damaged),
   a results database that cannot be used (damaged, newer, another program's), or one that
   failed to store a finished run (the message says how to import the run later).
 * **3** — evidence in doubt: a run's evidence edited since it was sealed (a file changed,
   missing, added, another run's), a sealed run whose hashes the database no longer holds,
+  a run directory whose `run.json` names a row that cannot be its own (a `check` result),
   `recheck --store` of evidence that is not verified or whose re-check does not reproduce
   the stored counts.
 * **4** — the environment failed: Kafka, Spark, Docker, a process, the disk, a signal
@@ -61,7 +63,10 @@ repetitions stored by an earlier (resumed) invocation. Then the status is:
 
 * **0** — every run met it;
 * **1** — a verdict weaker than expected (only this: a finding about the job);
-* **3** — a run's validity unknown (the evidence cannot say; the reasons are printed);
+* **3** — a run's validity unknown (the evidence cannot say; the reasons are printed), or
+  a re-checked verdict that verified evidence does not back: no `--db`, a run stored
+  without hashes or imported, a stored row whose figures differ from its re-check (each
+  named);
 * **4** — a run that did not finish (the environment failed, or a signal stopped it);
 * **2** — bad input, and **3** for evidence in doubt, as without `--expect`.
 

@@ -3,9 +3,12 @@ output, and whether recorded outputs of any stream processor keep a guarantee.""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -23,9 +26,30 @@ from pgval.cli.errors import UserError, err_console
 from pgval.cli.options import config_option
 from pgval.records.phases import Phases
 
+if TYPE_CHECKING:
+    from pgval.checker.evaluate import Evaluation
+    from pgval.checker.validity import Validity
+
 #: What ``check`` and ``oracle`` judge: their files cannot say which topology made them.
 topology_option = config_option("topology", required=True)
 window_option = config_option("window_ms")
+
+
+def readable(path: Path, flag: str) -> Path:
+    """``path`` if it is a file pgval can read to its end: a regular file, a pipe
+    (``<(zcat in.jsonl.gz)``, a FIFO: never waited on forever, see
+    :func:`pgval.records.parse.open_stream`) or /dev/null; anything else (a terminal,
+    /dev/zero, a socket, a disk) is refused in one sentence instead of hanging."""
+    try:
+        st, null = os.stat(path), os.stat(os.devnull).st_rdev
+        mode, device = st.st_mode, st.st_rdev
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: {exc.strerror or exc}") from exc
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or (stat.S_ISCHR(mode) and device == null):
+        return path
+    kind = ("a terminal or device" if stat.S_ISCHR(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+    raise UserError(f"{flag} {path} is {kind}, not a file of records: pass a file or a pipe")
 
 
 @click.command()
@@ -38,7 +62,7 @@ def oracle(topology: str, inputs: Path, window_ms: int) -> None:
     from pgval.oracle import expected_outputs
     from pgval.records.parse import read_inputs
 
-    events = read_inputs(inputs)
+    events = read_inputs(readable(inputs, "--inputs"))
     if events.malformed:
         err_console.print(f"{events.malformed} malformed input records skipped")
     expected = expected_outputs(events, topology, window_ms)
@@ -46,6 +70,33 @@ def oracle(topology: str, inputs: Path, window_ms: int) -> None:
     for row in expected.to_records():
         out.write(orjson.dumps(row) + b"\n")
     out.flush()
+
+
+def judge(inputs: Path, outputs: Path, topology: str, window_ms: int, phases: Phases,
+          allow_malformed: bool) -> tuple[Evaluation, Validity]:
+    """The files' evaluation and validity; one sentence (exit 2) instead when a flag
+    asks what they cannot answer, or when they raise a doubt (:mod:`pgval.checker.questions`)
+    and ``--allow-malformed`` does not say to judge them anyway, as unknown."""
+    from pgval.checker import questions
+    from pgval.checker.evaluate import evaluate
+    from pgval.checker.validity import Validity, doubt_reasons, evaluation_reasons
+    from pgval.records.parse import read_streams
+
+    events, produced = read_streams(readable(inputs, "--inputs"),
+                                    readable(outputs, "--outputs"))
+    wrong = questions.wrong_flags(events, produced, window_ms, phases)
+    if wrong is not None:
+        raise UserError(wrong)
+    doubts = questions.doubts(events, produced, topology, window_ms)
+    if doubts and not allow_malformed:
+        raise UserError(questions.refusal(doubts[0]))
+    ev = evaluate(events, produced, topology, window_ms, phases)
+    doubts += questions.judged_doubts(ev, produced)
+    if doubts and not allow_malformed:
+        raise UserError(questions.refusal(doubts[0]))
+    empty = questions.nothing_to_judge(produced, phases)
+    return ev, Validity(evaluation_reasons(ev), [empty] if empty else [],
+                        doubt_reasons(doubts))
 
 
 @click.command()
@@ -63,37 +114,33 @@ def oracle(topology: str, inputs: Path, window_ms: int) -> None:
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
               help="Also store the result in this SQLite database.")
 @click.option("--allow-malformed", is_flag=True,
-              help="Judge what is left when records lack a required field (they are counted "
-                   "as malformed) instead of refusing the files.")
+              help="Judge the files even when they raise a doubt (malformed records, counted "
+                   "and left out; another topology's outputs; windows or an output clock the "
+                   "inputs contradict) instead of refusing them: the run is then unknown, "
+                   "each doubt a reason.")
 @click.option("--anomalies", "anomalies_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write every anomaly (unprocessed, duplicate, incorrect, output before "
                    "input), one JSON object per line, to this file.")
+@click.option("--label", metavar="NAME",
+              help="With --db: store the result under this name; `pgval report` groups runs "
+                   "by it, so results of unrelated jobs never pool.")
 @gate_options
 def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_text: str | None,
           as_json: bool, db: Path | None, allow_malformed: bool,
-          anomalies_path: Path | None, expect: str | None, junit_path: Path | None) -> None:
+          anomalies_path: Path | None, label: str | None, expect: str | None,
+          junit_path: Path | None) -> None:
     """Validate recorded input and output streams of any stream processor."""
-    from pgval.checker import questions
-    from pgval.checker.evaluate import evaluate
-    from pgval.records.parse import read_streams
-
     try:
         phases = Phases.parse(phases_text) if phases_text is not None else Phases.unbounded()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    from pgval.checker.validity import Validity, evaluation_reasons
-    from pgval.store.results import ResultsStore
+    from pgval.store.results import ResultsStore, label_problem
 
+    if label is not None and (db is None or label_problem(label)):
+        raise UserError(label_problem(label) or "--label names the result stored with --db; "
+                        "give --db too")
     store = ResultsStore(db) if db is not None else None  # a bad --db: before the work
-    events, produced = read_streams(inputs, outputs)
-    for problem in (None if allow_malformed else questions.missing_fields(events, produced),
-                    questions.window_mismatch(produced, window_ms),
-                    questions.phases_off(phases, events, produced, window_ms)):
-        if problem is not None:
-            raise UserError(problem)
-    ev = evaluate(events, produced, topology, window_ms, phases)
-    validity = Validity(evaluation_reasons(ev), [r for r in (
-        questions.nothing_to_judge(produced, phases),) if r is not None])
+    ev, validity = judge(inputs, outputs, topology, window_ms, phases, allow_malformed)
     if anomalies_path is not None:
         from pgval.evidence.export import write_anomalies
 
@@ -106,7 +153,7 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         try:
             run_id = store.save_check(
                 ev, params={"inputs": str(inputs), "outputs": str(outputs),
-                            "phases": phases_text})
+                            "phases": phases_text}, label=label, validity=validity)
         except (sqlite3.Error, OSError) as exc:  # the disk filled, a file in the way, …
             raise UserError(f"cannot store the result in {db}: {exc}") from exc
         if not as_json:

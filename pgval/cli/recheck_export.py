@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sqlite3
 from pathlib import Path
 
@@ -35,11 +36,16 @@ from pgval.store.dbfile import plain_error
               help="With a run id and --db: store the recomputed recovery metrics and "
                    "unprocessed causes (after a definition improved), only if the verdict "
                    "and counts equal the stored ones. With a run directory and --db: store "
-                   "a run whose storing failed (its evidence unedited since).")
+                   "a run whose storing failed (its evidence unedited since its SHA256SUMS; "
+                   "without them it is stored unsealed), never as verified evidence.")
 @gate_options
 def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expect: str | None,
             junit_path: Path | None) -> None:
-    """Recompute a stored run's results from its kept evidence (RUN: directory or run id)."""
+    """Recompute a stored run's results from its kept evidence (RUN: directory or run id).
+
+    With --db the evidence is held to the hashes stored with the run and the stored row's
+    figures to the recomputed ones (those that differ are named). --expect is met only by
+    verified evidence whose row equals its re-check; anything else exits 3 with the reason."""
     from pgval.evidence.recheck import locate_run, parse_run_id
     from pgval.evidence.recheck import recheck as do_recheck
     from pgval.evidence.recheck import store_derived as do_store
@@ -52,10 +58,11 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
                             "directory only imports it: import first, then run `pgval "
                             "recheck RUN_ID --db DB --expect ...`")
         try:
-            run_id = import_run(Path(run), db)
+            run_id, sealed = import_run(Path(run), db)
         except sqlite3.Error as exc:  # still full, locked, read-only: try again later
             raise plain_error(db, exc) from exc
-        console.print(f"stored {escape(run)} as run {run_id} in {escape(str(db))}")
+        console.print(f"stored {escape(run)} as run {run_id} in {escape(str(db))}, "
+                      f"{escape(sealed)}")
         return
     if store_derived and (db is None or parse_run_id(run) is None):
         raise UserError("--store needs a run id and --db (the row it updates), or a run "
@@ -87,7 +94,9 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
     if result.validity_changes:
         console.print(f"  stored validity differs by kind: {result.validity_changes}")
     console.print(escape(result.anomalies["note"]))
-    console.print(result.evidence.note)
+    if result.figures["same"] is not None:
+        console.print(escape(result.figures["note"]))
+    console.print(escape(result.evidence.note))
     finish_gate([case], expect, junit_path, "pgval recheck")
 
 
@@ -111,10 +120,22 @@ def export(run: str, db: Path | None, out_dir: Path) -> None:
                          None if run_dir == Path(run) else parse_run_id(run))
     except sqlite3.Error as exc:
         raise plain_error(db or "--db", exc) from exc
-    start, t2, t3 = info["phases"]
     console.print(f"wrote {info['inputs']:,} inputs, {info['outputs']:,} outputs and "
                   f"{info['anomalies']:,} anomalies ({info['anomalies_source']}) to "
-                  f"{out_dir}; check them with:\n  pgval check --topology {info['topology']} "
-                  f"--inputs {out_dir / 'inputs.jsonl'} --outputs {out_dir / 'outputs.jsonl'} "
-                  f"--window-ms {info['window_ms']} --phases {start},{t2},{t3} --json")
-    console.print(info["evidence"]["note"])
+                  f"{escape(str(out_dir))}; check them with:")
+    # One line whatever the terminal's width, and quoted for the shell: pasted as printed.
+    console.print(f"  {check_command(info, out_dir)}", soft_wrap=True, markup=False,
+                  highlight=False)
+    console.print(escape(info["evidence"]["note"]))
+
+
+def check_command(info: dict, out_dir: Path) -> str:
+    """The `pgval check` command line that judges an export (``info``: its run.json)."""
+    start, t2, t3 = info["phases"]
+    words = ["pgval", "check", "--topology", str(info["topology"]),
+             "--inputs", str(out_dir / "inputs.jsonl"),
+             "--outputs", str(out_dir / "outputs.jsonl"),
+             "--window-ms", str(info["window_ms"]), "--phases", f"{start},{t2},{t3}", "--json"]
+    if any((info.get("malformed") or {}).values()):  # the export keeps them as lines
+        words.append("--allow-malformed")
+    return shlex.join(words)

@@ -36,15 +36,21 @@ from pgval.core.schema import FAULTS, PROCESSING_GUARANTEES, TOPOLOGIES
 @click.option("--include-unknown", is_flag=True,
               help="Also aggregate runs whose validity is unknown (not evidence); by default "
                    "they are only listed.")
+@click.option("--include-unsealed", is_flag=True,
+              help="Also aggregate imported runs (`pgval recheck RUN_DIR --store`: unsealed, "
+                   "or sealed only with the run's own SHA256SUMS); by default they are held "
+                   "apart in a table of their own, with why.")
 def report(db: Path, fmt: str, out: Path | None, plots_dir: Path | None,
            topology: str | None, pg: str | None, fault: str | None, kind: str | None,
-           include_unknown: bool) -> None:
-    """Tables (and plots) of the runs in a results database, grouped by topology × pg × fault
-    and run shape (rate, phases, window, crash point, deployment); OIR trials apart."""
+           include_unknown: bool, include_unsealed: bool) -> None:
+    """Tables (and plots) of the runs in a results database, grouped by topology × pg × fault,
+    label (`check --label`) and run shape (rate, phases, window, crash point, deployment);
+    OIR trials and imported runs apart."""
     from pgval.report import Selection, build_report
 
     result = build_report(db, runs=Selection(topology=topology, pg=pg, fault=fault, kind=kind,
-                                             include_unknown=include_unknown),
+                                             include_unknown=include_unknown,
+                                             include_unsealed=include_unsealed),
                           fmt=fmt, out=out, plots_dir=plots_dir,
                           console=console if fmt == "terminal" and out is None else None,
                           progress=lambda line: click.echo(line, err=True))

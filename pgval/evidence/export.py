@@ -3,7 +3,11 @@
 ``export`` writes ``inputs.jsonl``, ``outputs.jsonl``, ``anomalies.jsonl`` and ``run.json``
 from evidence verified first against the results database (:func:`pgval.evidence.recheck.anchor`),
 so another checker reading them can reach the same counts as pgval, and compare its
-anomalies with pgval's one by one.
+anomalies with pgval's one by one. An anomaly's ``output`` and ``first_output`` are the
+output's record number in the exported ``outputs.jsonl`` (as ``pgval check --anomalies``
+gives them for that file), not its place among all the records of the output topic, which
+count pgval's own control outputs and unreadable records that the file leaves out or puts
+last; ``output_partition`` and ``output_offset`` still name it in Kafka.
 """
 
 from __future__ import annotations
@@ -59,11 +63,15 @@ def export(run_dir: Path, out_dir: Path, db: Path | None = None,
         out_dir.mkdir(parents=True, exist_ok=True)
         n_in = write_inputs(streams.events, out_dir / "inputs.jsonl")
         n_out = write_outputs(streams.outputs, out_dir / "outputs.jsonl")
-        n_anomalies = write_anomalies(found, out_dir / "anomalies.jsonl")
+        n_anomalies = write_anomalies(renumber_outputs(found, streams.outputs),
+                                      out_dir / "anomalies.jsonl")
         info = {"topology": manifest.topology, "window_ms": manifest.window_ms,
                 "phases": list(manifest.phases), "t4": manifest.t4, "source": str(run_dir),
                 "run_id": manifest.run_id, "inputs": n_in, "outputs": n_out,
                 "anomalies": n_anomalies, "anomalies_source": source,
+                # Unreadable records, written as lines `pgval check` counts as malformed.
+                "malformed": {"inputs": streams.events.malformed,
+                              "outputs": streams.outputs.malformed},
                 "control_ids_set_aside": manifest.control_ids,
                 "evidence": evidence.as_dict()}
         write_public(out_dir / "run.json", json.dumps(info, indent=1) + "\n")
@@ -87,9 +95,34 @@ def write_inputs(events: InputEvents, path: Path) -> int:
     return len(ids) + events.malformed
 
 
+def export_order(outputs: OutputRecords) -> np.ndarray:
+    """The outputs in the order ``outputs.jsonl`` holds them: stream order (ingress time,
+    then position), so line order = stream order."""
+    return np.lexsort((outputs.position, outputs.ingress_ts))
+
+
+def renumber_outputs(table: pa.Table, outputs: OutputRecords) -> pa.Table:
+    """The anomaly set with ``output`` and ``first_output`` turned from the outputs' places
+    in the output topic (``outputs.position``) into record numbers of the exported file."""
+    places = outputs.position[export_order(outputs)]  # line k holds the output at places[k]
+    by_place = np.argsort(places, kind="stable")
+    sorted_places = places[by_place]
+    for name in ("output", "first_output"):
+        column = table.column(name)
+        values = column.fill_null(-1).to_numpy()
+        at = np.searchsorted(sorted_places, values)
+        found = column.is_valid().to_numpy(zero_copy_only=False) & (at < len(places))
+        found[found] = sorted_places[at[found]] == values[found]
+        lines = np.zeros(len(values), dtype=np.int64)
+        lines[found] = by_place[at[found]]
+        table = table.set_column(table.schema.get_field_index(name), name,
+                                 pa.array(lines, mask=~found))
+    return table
+
+
 def write_outputs(outputs: OutputRecords, path: Path) -> int:
-    """Outputs in stream order (ingress time, then position), so line order = stream order."""
-    order = np.lexsort((outputs.position, outputs.ingress_ts))
+    """Outputs in stream order (:func:`export_order`); malformed records last."""
+    order = export_order(outputs)
     names = outputs.resources.names
     offsets = outputs.offsets
     with open_public(path) as fh:

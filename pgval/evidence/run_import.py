@@ -5,6 +5,12 @@ Why a module of its own: the run's results never reached the database (disk full
 database locked past its busy time-out, read-only storage), but its evidence and
 ``SHA256SUMS`` did. The evidence must still match those hashes (an import must not launder
 an edit); the re-check of :mod:`pgval.evidence.recheck` then computes what is stored.
+
+An import is never a run sealed at its end: with the run's own ``SHA256SUMS`` it is stored
+``runs.sealed = 2`` (an edit made before the import cannot be ruled out), without them (the
+file deleted, or the evidence naming another run) ``runs.sealed = 3``, *unsealed*. Neither
+is verified evidence: ``recheck --expect`` does not pass on it, and ``pgval report`` holds
+both apart from its tables unless ``--include-unsealed``.
 """
 
 from __future__ import annotations
@@ -25,13 +31,14 @@ from pgval.evidence.recheck import recheck
 from pgval.store.dbfile import json_object_cell
 
 
-def import_run(run_dir: Path, db: Path) -> int:
+def import_run(run_dir: Path, db: Path) -> tuple[int, str]:
     """Store a run whose evidence is complete but whose storing failed (disk full, the
     database locked past the busy time-out, read-only): ``pgval recheck RUN_DIR --store
     --db DB``. The evidence must still match the ``SHA256SUMS`` the run wrote; its row in
     ``db`` (the one run.json names, if it is this run's and not complete) is finished
     with the evidence hashes; else a new row is made, without them (the evidence names
-    another run id, so a re-check by the new id could not verify it). Returns the run id."""
+    another run id, so a re-check by the new id could not verify it). Returns the run id and
+    a sentence saying how it is sealed."""
     from pgval.store.results import UNSTORED, ResultsStore
 
     manifest = Manifest.read(run_dir)
@@ -41,7 +48,7 @@ def import_run(run_dir: Path, db: Path) -> int:
     fault_log = [e for e in extra.pop("fault_log", None) or [] if isinstance(e, dict)]
     with ResultsStore(db) as store:
         row = store.run(manifest.run_id) if isinstance(manifest.run_id, int) else None
-        mine = row is not None and all(
+        mine = row is not None and row.get("kind") == "validate" and all(
             _same_dir(where, run_dir) for where in (
                 row.get("run_dir"), json_object_cell(row.get("params")).get("run_dir")))
         if row is not None and mine and row.get("status") == "complete":
@@ -58,10 +65,15 @@ def import_run(run_dir: Path, db: Path) -> int:
         store.finish_run(run_id, result.evaluation, extra={**extra, "imported": True},
                          validity=result.validity, run_dir=Path(run_dir),
                          batches=load_progress(run_dir), fault_log=fault_log or None,
-                         **({"evidence": hashes, "sealed_at_import": True}
-                            if hashes is not None else {}))
+                         evidence=hashes, imported=True)
     (Path(run_dir) / UNSTORED).unlink(missing_ok=True)
-    return run_id
+    if hashes is not None:
+        return run_id, ("sealed with the hashes of its own SHA256SUMS (an edit before the "
+                        "import cannot be ruled out): not verified evidence")
+    why = ("its evidence has no SHA256SUMS" if not (evidence_dir(run_dir) / "SHA256SUMS")
+           .exists() else f"its evidence names run {manifest.run_id}, not this row")
+    return run_id, (f"unsealed ({why}): not verified evidence; `pgval report` holds it apart "
+                    "unless --include-unsealed")
 
 
 def _same_dir(recorded: object, run_dir: Path) -> bool:

@@ -19,8 +19,11 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import select
+import stat
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +41,23 @@ JSON_SPACE = b" \t\r"  # JSON whitespace other than the line separator
 _SPACE_CODES = np.frombuffer(JSON_SPACE, dtype=np.uint8)
 _MAX_TRIM = 64  # lines with more leading/trailing blanks go the exact per-line path
 UTF8_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class Defect:
+    """A malformed record, for the sentence that names it: its number in the stream (from
+    0: a file's non-blank lines, or the values read from Kafka), the field at fault (None:
+    the record is no JSON object at all) and what is wrong, said after "input line N"."""
+
+    record: int
+    field: str | None
+    problem: str
+
+
+def first_defect(*defects: Defect | None) -> Defect | None:
+    """The defect of the lowest record number, or None."""
+    found = [d for d in defects if d is not None]
+    return min(found, key=lambda d: d.record) if found else None
 
 
 class ResourceTable:
@@ -100,6 +120,9 @@ class InputEvents:
     #: counts for both): ``pgval check`` refuses a file whose records lack a field rather
     #: than judge what is left (:mod:`pgval.checker.questions`).
     missing: dict[str, int] = field(default_factory=dict)
+    #: The first malformed record (``pgval check`` names it), and the file read (None: Kafka).
+    defect: Defect | None = None
+    source: Path | None = None
     #: Where each event sits in Kafka (set when read from Kafka): topic code (0 get, 1 post),
     #: partition and offset. They let the explainer find the micro-batch that read it.
     topic: np.ndarray | None = None
@@ -121,8 +144,8 @@ class InputEvents:
 
         return InputEvents(self.id[index], self.is_get[index], self.resource[index],
                            self.event_ts[index], self.ingress_ts[index], self.resources,
-                           self.malformed, self.missing, opt(self.topic),
-                           opt(self.partition), opt(self.offset))
+                           self.malformed, self.missing, self.defect, self.source,
+                           opt(self.topic), opt(self.partition), opt(self.offset))
 
     @staticmethod
     def concat(parts: Sequence[InputEvents], resources: ResourceTable) -> InputEvents:
@@ -142,6 +165,7 @@ class InputEvents:
             resources,
             sum(p.malformed for p in parts),
             add_counts(p.missing for p in parts),
+            next((p.defect for p in parts if p.defect is not None), None), None,
             opt("topic"), opt("partition"), opt("offset"),
         )
 
@@ -170,6 +194,9 @@ class OutputRecords:
     malformed_samples: list[str] = field(default_factory=list)
     #: As :attr:`InputEvents.missing`: malformed records that lacked a required field.
     missing: dict[str, int] = field(default_factory=dict)
+    #: As :attr:`InputEvents.defect` and :attr:`InputEvents.source`.
+    defect: Defect | None = None
+    source: Path | None = None
     #: Where each output sits in Kafka (set when read from Kafka), so an anomaly can name
     #: the record: partition and offset.
     partition: np.ndarray | None = None
@@ -205,17 +232,42 @@ OUTPUT_SCHEMA = pa.schema([
 ])
 
 
+#: How long a FIFO with no writer is waited for before it reads as empty.
+FIFO_WAIT_S = 2.0
+
+
+def open_stream(path: Path) -> io.BufferedReader | io.BytesIO:
+    """Open a file to read whatever it is, without hanging: a FIFO is opened without
+    waiting for a writer (O_NONBLOCK, then cleared for the reads), and one that has no
+    writer and no data within :data:`FIFO_WAIT_S` reads as empty. A FIFO whose writer
+    is there (``<(zcat in.jsonl.gz)``) is read to its end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            poll = select.poll()
+            poll.register(fd, select.POLLIN)
+            if not poll.poll(FIFO_WAIT_S * 1000):
+                os.close(fd)
+                return io.BytesIO(b"")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
 def _iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
     """Yield chunks of whole lines, each about ``block_bytes`` long."""
-    with open(path, "rb") as fh:
+    with open_stream(path) as fh:
         rest = b""
         first = True
         while True:
             data = fh.read(block_bytes)
+            end = not data
             if first:  # a byte-order mark (Windows tools) is not part of the first record
                 data = data.removeprefix(UTF8_BOM)
                 first = False
-            if not data:
+            if end:
                 if rest.strip(JSON_SPACE):  # same blank rule as every other line
                     yield rest
                 return
@@ -309,25 +361,48 @@ def _split_lines(block: bytes) -> list[bytes]:
 
 
 def _parse_block(block: bytes, schema: pa.Schema
-                 ) -> tuple[pa.Table, int, list[str], np.ndarray, int]:
+                 ) -> tuple[pa.Table, int, list[str], np.ndarray, int, Defect | None]:
     """Parse one block of JSON lines; fall back to per-line parsing if pyarrow cannot.
 
-    Returns (table, malformed, samples, each row's record number in the block, records):
-    a record is a non-blank line. The strict attempt (unknown fields are an error) is ~15 %
-    faster than ignoring them; a block with extra fields pays for a second, lenient
-    attempt, still in C++.
+    Returns (table, malformed, samples, each row's record number in the block, records, the
+    first bad record's defect): a record is a non-blank line. The strict attempt (unknown
+    fields are an error) is ~15 % faster than ignoring them; a block with extra fields pays
+    for a second, lenient attempt, still in C++.
     """
     table = _read_exact(block, schema, ("error", "ignore"))
     if table is not None:
-        return table, 0, [], np.arange(len(table), dtype=np.int64), len(table)
+        return table, 0, [], np.arange(len(table), dtype=np.int64), len(table), None
     lines = [line for line in _split_lines(block) if line.strip(JSON_SPACE)]
-    table, malformed, samples, kept = _parse_lines_tolerant(lines, schema)
-    return table, malformed, samples, kept, len(lines)
+    table, malformed, samples, kept, first = _parse_lines_tolerant(lines, schema)
+    return table, malformed, samples, kept, len(lines), first
 
 
 def _is_int64(value: object) -> bool:
     return (isinstance(value, int) and not isinstance(value, bool)
             and INT64_MIN <= value <= INT64_MAX)
+
+
+#: Finer clocks a time may be in by mistake, and how many of their ticks make a millisecond.
+OTHER_UNITS = (("microseconds", 1_000), ("nanoseconds", 1_000_000))
+#: Fields that hold epoch milliseconds (said so when one holds something else).
+TIME_FIELDS = ("event_ts", "ingress_ts", "window_start", "window_end")
+
+
+def _show(value: object) -> str:
+    """A value as JSON, short enough for a sentence (NaN and lone surrogates included)."""
+    try:
+        text = json.dumps(value, ensure_ascii=True, allow_nan=True)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _wanted(name: str, typ: pa.DataType) -> str:
+    if pa.types.is_int64(typ):
+        return "epoch milliseconds (an integer)" if name in TIME_FIELDS else "a 64-bit integer"
+    if pa.types.is_string(typ):
+        return "a string of UTF-8 text"
+    return "a list of 64-bit integers"
 
 
 def _coerce(value: object, typ: pa.DataType) -> object:
@@ -396,15 +471,48 @@ def _row(line: bytes, schema: pa.Schema) -> dict[str, object]:
     return {f.name: _coerce(obj.get(f.name), f.type) for f in schema}
 
 
+def _lenient(line: bytes) -> object:
+    """The line's value as leniently as Python reads JSON (lone surrogates, NaN), or None:
+    only to say which field of a refused line is at fault."""
+    for load in (_loads, json.loads):
+        try:
+            return load(line)
+        except (ValueError, RecursionError):
+            continue
+    return None
+
+
+def _line_defect(k: int, line: bytes, schema: pa.Schema) -> Defect:
+    """What is wrong with a line the exact path refused (``k``: its record number): the
+    first field that does not fit its column, else why the line is no object."""
+    obj = _lenient(line)
+    if isinstance(obj, dict):
+        for f in schema:
+            value = obj.get(f.name)
+            try:
+                _coerce(value, f.type)
+            except ValueError:
+                return Defect(k, f.name, f"has {f.name!r}: {_show(value)}, not "
+                                         f"{_wanted(f.name, f.type)}")
+    text = line.strip(JSON_SPACE)
+    if obj is None and text.startswith(b"{") and not text.endswith(b"}"):
+        return Defect(k, None, "is cut short (not a whole JSON object)")
+    if not _is_utf8(text):
+        return Defect(k, None, "is not UTF-8 text")
+    return Defect(k, None, "is not one JSON object")
+
+
 def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
-                          ) -> tuple[pa.Table, int, list[str], np.ndarray]:
+                          ) -> tuple[pa.Table, int, list[str], np.ndarray, Defect | None]:
     """Slow path, used only for blocks with bad lines: keep the good ones, count the rest.
 
-    Returns (table, malformed, samples, the index among ``lines`` of each row kept)."""
+    Returns (table, malformed, samples, the index among ``lines`` of each row kept, and the
+    first bad line's defect, numbered by its index among ``lines``)."""
     columns: dict[str, list[object]] = {name: [] for name in schema.names}
     malformed = 0
     samples: list[str] = []
     kept: list[int] = []
+    first: Defect | None = None
     for k, line in enumerate(lines):
         if not line.strip(JSON_SPACE):
             continue
@@ -412,6 +520,8 @@ def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
             row = _row(line, schema)
         except (ValueError, OverflowError, RecursionError):  # JSONDecodeError, Unicode*Error
             malformed += 1
+            if first is None:
+                first = _line_defect(k, line, schema)
             if len(samples) < 5:
                 samples.append(line[:200].decode(errors="replace"))
             continue
@@ -420,29 +530,61 @@ def _parse_lines_tolerant(lines: Iterable[bytes], schema: pa.Schema
             columns[name].append(value)
     table = pa.table({f.name: pa.array(columns[f.name], type=f.type) for f in schema},
                      schema=schema)
-    return table, malformed, samples, np.array(kept, dtype=np.int64)
+    return table, malformed, samples, np.array(kept, dtype=np.int64), first
 
 
 def read_table(path: Path, schema: pa.Schema
-               ) -> tuple[pa.Table, int, list[str], np.ndarray]:
+               ) -> tuple[pa.Table, int, list[str], np.ndarray, Defect | None]:
     """Read a JSON-lines file into an Arrow table; returns (table, malformed, samples,
-    record numbers): each row's place among the file's records (its non-blank lines,
-    from 0), so a judged output can be found in the file."""
+    record numbers, first defect): each row's place among the file's records (its
+    non-blank lines, from 0), so a judged output can be found in the file, and the first
+    record the parser refused."""
     tables: list[pa.Table] = []
     records: list[np.ndarray] = []
     malformed = 0
     samples: list[str] = []
+    first: Defect | None = None
     base = 0
     for block in _iter_blocks(Path(path)):
-        table, bad, bad_samples, kept, lines = _parse_block(block, schema)
+        table, bad, bad_samples, kept, lines, defect = _parse_block(block, schema)
         tables.append(table)
         records.append(base + kept)
+        if first is None and defect is not None:
+            first = replace(defect, record=base + defect.record)
         base += lines
         malformed += bad
         samples.extend(bad_samples[: 5 - len(samples)])
     if not tables:
-        return schema.empty_table(), 0, [], np.zeros(0, dtype=np.int64)
-    return pa.concat_tables(tables), malformed, samples, np.concatenate(records)
+        return schema.empty_table(), 0, [], np.zeros(0, dtype=np.int64), None
+    return pa.concat_tables(tables), malformed, samples, np.concatenate(records), first
+
+
+def line_of_record(path: Path, record: int, block_bytes: int = BLOCK_BYTES) -> int | None:
+    """The line (from 1) of a file on which its record number ``record`` stands (records
+    are its non-blank lines, from 0), or None past its end: what a sentence about a bad
+    record names. One vectorised pass over the blocks, only when a record is named."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe cannot be read twice
+            return None
+    except OSError:
+        return None
+    lines_before = records_before = 0
+    for block in _iter_blocks(Path(path), block_bytes):
+        data = np.frombuffer(block, dtype=np.uint8)
+        nl = np.flatnonzero(data == 0x0A)
+        n = len(nl) + (not block.endswith(b"\n"))
+        starts, ends = np.r_[0, nl + 1][:n], np.r_[nl, len(data)][:n]
+        filled = ends > starts
+        spaced = np.flatnonzero(filled)
+        spaced = spaced[np.isin(data[starts[spaced]], _SPACE_CODES)]
+        for i in spaced.tolist():  # only lines that start with a blank are looked at
+            filled[i] = bool(block[starts[i]:ends[i]].strip(JSON_SPACE))
+        at = np.flatnonzero(filled)
+        if record - records_before < len(at):
+            return lines_before + int(at[record - records_before]) + 1
+        records_before += len(at)
+        lines_before += n
+    return None
 
 
 KAFKA_INPUT_SCHEMA = pa.schema([f for f in INPUT_SCHEMA if f.name != "ingress_ts"])
@@ -573,11 +715,11 @@ def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
     ok = np.zeros(len(lines), dtype=bool)
     good: list[bytes] = []
     for k, line in enumerate(lines):
-        table, bad, _, _ = _parse_lines_tolerant([line], schema)
+        table, bad, _, _, _ = _parse_lines_tolerant([line], schema)
         if not bad and len(table):
             ok[k] = True
             good.append(line)
-    table, _, _, _ = _parse_lines_tolerant(good, schema)
+    table, _, _, _, _ = _parse_lines_tolerant(good, schema)
     samples = [lines[k][:200].decode(errors="replace") for k in np.flatnonzero(~ok)[:5]]
     return table, ok, int((~ok).sum()), samples
 
@@ -689,10 +831,41 @@ def _int_column(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
 
 
-def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0
+def _table_defect(table: pa.Table, ok: np.ndarray, records: np.ndarray | None,
+                  required: Sequence[str]) -> Defect | None:
+    """The first row that ``ok`` refuses, said field by field (its record number from
+    ``records``, else its row number); a Python look at that one row only."""
+    bad = np.flatnonzero(~ok)
+    if len(bad) == 0:
+        return None
+    k = int(bad[0])
+    row = table.slice(k, 1).to_pylist()[0]
+    record = int(records[k]) if records is not None else k
+    for name in required:
+        if row.get(name) is None:
+            return Defect(record, name, f"lacks the field {name!r}")
+    if "type" in row and row["type"] not in (GET, POST):
+        return Defect(record, "type", f"has 'type': {_show(row['type'])}, not "
+                                      f'"{GET}" or "{POST}"')
+    for name in ("event_ts", "ingress_ts"):
+        value = row.get(name)
+        if isinstance(value, int) and not -MAX_MS <= value <= MAX_MS:
+            unit = next((f" (it looks like {unit})" for unit, per_ms in OTHER_UNITS
+                         if abs(value) // per_ms <= MAX_MS), "")
+            return Defect(record, name, f"has {name!r}: {value}, beyond the year 9999 in "
+                                        f"epoch milliseconds{unit}")
+    if None in (row.get("ids") or []):
+        return Defect(record, "ids", f"has 'ids': {_show(row['ids'])}, not a list of 64-bit "
+                                     "integers")
+    return Defect(record, None, "is malformed")
+
+
+def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0,
+                      records: np.ndarray | None = None, defect: Defect | None = None
                       ) -> InputEvents:
     """Validate and convert an input table; rows missing a field, with a bad type or with a
-    time beyond ±MAX_MS are dropped (counted malformed)."""
+    time beyond ±MAX_MS are dropped (counted malformed). ``records``: each row's record
+    number, ``defect``: the first record the parser refused, for :attr:`InputEvents.defect`."""
     t = table.column("type").combine_chunks()
     ok = pc.and_(
         pc.and_(pc.is_valid(table.column("id")), pc.is_valid(table.column("resource"))),
@@ -701,6 +874,9 @@ def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int 
     )
     ok = pc.fill_null(ok, False)
     bad = len(table) - pc.sum(ok).as_py() if len(table) else 0
+    if bad:
+        ok_np = ok.to_numpy(zero_copy_only=False).astype(bool)
+        defect = first_defect(defect, _table_defect(table, ok_np, records, INPUT_REQUIRED))
     good = table.filter(ok)
     coords = {}
     for name in ("topic", "partition", "offset"):
@@ -717,16 +893,18 @@ def inputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int 
         resources=resources,
         malformed=malformed + int(bad),
         missing=_missing(table, INPUT_REQUIRED),
+        defect=defect,
     )
 
 
 def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int = 0,
                        samples: list[str] | None = None, position: np.ndarray | None = None,
-                       partition: np.ndarray | None = None, offset: np.ndarray | None = None
-                       ) -> OutputRecords:
+                       partition: np.ndarray | None = None, offset: np.ndarray | None = None,
+                       defect: Defect | None = None) -> OutputRecords:
     """Validate and convert an output table; records lacking required fields, or with an
     ingress time beyond ±MAX_MS, are malformed. ``position``, ``partition`` and
-    ``offset`` are per row of ``table``."""
+    ``offset`` are per row of ``table``; ``defect``: the first record the parser refused
+    (a row's defect is numbered by its ``position``)."""
     n = len(table)
     if position is None:
         position = np.arange(n, dtype=np.int64)
@@ -749,6 +927,9 @@ def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int
         ids_col = good.column("ids").combine_chunks()
         flat = pc.list_flatten(ids_col)
     bad = int(n - ok_np.sum())
+    if bad:
+        defect = first_defect(defect, _table_defect(table, ok_np, np.asarray(position),
+                                                    OUTPUT_REQUIRED))
     lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -769,6 +950,7 @@ def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int
         malformed=malformed + bad,
         malformed_samples=list(samples or []),
         missing=_missing(table, OUTPUT_REQUIRED),
+        defect=defect,
         partition=None if partition is None else np.asarray(partition, np.int64)[ok_np],
         offset=None if offset is None else np.asarray(offset, np.int64)[ok_np],
     )
@@ -777,15 +959,20 @@ def outputs_from_table(table: pa.Table, resources: ResourceTable, malformed: int
 def read_inputs(path: Path, resources: ResourceTable | None = None) -> InputEvents:
     """Read input events from JSON lines (id, type, resource, event_ts, ingress_ts)."""
     resources = resources if resources is not None else ResourceTable()
-    table, malformed, _, _ = read_table(path, INPUT_SCHEMA)
-    return inputs_from_table(table, resources, malformed)
+    table, malformed, _, records, defect = read_table(path, INPUT_SCHEMA)
+    events = inputs_from_table(table, resources, malformed, records, defect)
+    events.source = Path(path)
+    return events
 
 
 def read_outputs(path: Path, resources: ResourceTable) -> OutputRecords:
     """Read produced outputs from a JSON-lines file (the output record plus ``ingress_ts``);
     an output's ``position`` is its record number in the file."""
-    table, malformed, samples, records = read_table(path, OUTPUT_SCHEMA)
-    return outputs_from_table(table, resources, malformed, samples, position=records)
+    table, malformed, samples, records, defect = read_table(path, OUTPUT_SCHEMA)
+    outputs = outputs_from_table(table, resources, malformed, samples, position=records,
+                                 defect=defect)
+    outputs.source = Path(path)
+    return outputs
 
 
 def read_streams(inputs: Path, outputs: Path) -> tuple[InputEvents, OutputRecords]:

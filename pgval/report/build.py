@@ -21,7 +21,9 @@ from rich.console import Console
 
 from pgval.core.files import write_public
 from pgval.report.data import (
+    DASH,
     ReportError,
+    RunData,
     Selection,
     group_runs,
     load_runs,
@@ -37,7 +39,7 @@ from pgval.report.formats import (
     render_terminal,
 )
 from pgval.report.machines import machines_note
-from pgval.report.tables import build_tables
+from pgval.report.tables import GROUP_KEYS, Column, ReportTable, Row, build_tables
 from pgval.store.dbfile import plain_error
 
 
@@ -83,16 +85,19 @@ def build_report(db_path: Path | str, runs: Selection | Sequence[int] | None = N
 def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: str,
            out: Path | None, plots_dir: Path | None, console: Console | None,
            run_plots: bool, width: int, progress: Callable[[str], None] | None) -> str:
-    listed = load_runs(conn, replace(selection, include_unknown=True))
+    every = load_runs(conn, replace(selection, include_unknown=True, include_unsealed=True))
+    asked = selection.include_unsealed or selection.run_ids is not None
+    apart = [r for r in every if r.held_apart is not None and not asked]
+    listed = [r for r in every if asked or r.held_apart is None]
     loaded = [r for r in listed if selection.keeps(r)]
     left_out = len(listed) - len(loaded)
-    if not listed:
+    if not every:
         raise ReportError(f"no runs in {db_name} match ({selection.describe()})")
     if not loaded:
-        raise ReportError(f"all {left_out} runs in {db_name} that match "
-                          f"({selection.describe()}) are unknown, not evidence; "
-                          "use --include-unknown to report them anyway")
+        raise ReportError(_nothing_kept(db_name, selection, left_out, apart))
     tables = build_tables(loaded, stored_run_columns(conn), listed)
+    if apart:
+        tables.append(held_apart_table(apart))
     unknown = sum(not r.valid for r in loaded)
     trials = sum(r.oir_trial for r in loaded)
     cells = group_runs([r for r in loaded if not r.oir_trial])
@@ -108,6 +113,9 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
                    "(use --include-unknown)")
     elif unknown:
         header += f"; {unknown} unknown run{'s' if unknown != 1 else ''} included"
+    if apart:
+        header += (f"; {len(apart)} imported run{'s' if len(apart) != 1 else ''} held apart, "
+                   "not in any table but the last (use --include-unsealed)")
 
     images: list[tuple[str, Path]] = []
     run_images: list[tuple[str, Path]] = []
@@ -147,6 +155,32 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
             text = render_html(tables, header, images, run_images,
                                link=(lambda p: _relative(p, base)) if plots_dir else None)
     return text
+
+
+def _nothing_kept(db_name: str, selection: Selection, unknown: int,
+                  apart: Sequence[RunData]) -> str:
+    """Why a report has no run to show: every match unknown, imported, or both."""
+    why = [f"{n} {what}" for n, what in (
+        (unknown, "unknown, not evidence (--include-unknown)"),
+        (len(apart), "imported, with no seal kept at the end of the run "
+                     "(--include-unsealed)")) if n]
+    return (f"all {unknown + len(apart)} runs in {db_name} that match "
+            f"({selection.describe()}) are left out: {' and '.join(why)}")
+
+
+def held_apart_table(runs: Sequence[RunData]) -> ReportTable:
+    """The runs kept out of every other table for their evidence (imports), with why."""
+    cols = [Column("verdict", "guarantee"), Column("validity", "validity"),
+            Column("held apart because", "why")]
+    rows = [Row({"run": str(r.id), "topology": r.row.get("topology") or DASH,
+                 "pg": r.row.get("pg") or DASH, "fault": r.row.get("fault") or DASH},
+                1, [r.row.get("guarantee") or DASH, r.validity_text, r.held_apart])
+            for r in runs]
+    return ReportTable("held_apart", "Runs held apart (not in the tables above)",
+                       [("run", "run"), *GROUP_KEYS], cols, rows,
+                       "Imported runs (`pgval recheck RUN_DIR --store`): no seal kept at the "
+                       "end of the run vouches for their evidence. --include-unsealed puts "
+                       "them in the tables; `pgval recheck RUN --db DB` re-checks one.")
 
 
 def _relative(path: Path, base: Path | None) -> str:

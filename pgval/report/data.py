@@ -8,7 +8,11 @@ anomalies on the input's clock) are read when present.
 
 Runs whose validity is ``unknown`` (``runs.valid = 0``: the run is no evidence,
 docs/semantics.md) stay out unless the :class:`Selection` includes them or names runs by
-id. Databases from before validity existed (``valid`` NULL) count as valid.
+id. Databases from before validity existed (``valid`` NULL) count as valid. Imported runs
+(``pgval recheck RUN_DIR --store``: unsealed, or sealed only with the run's own
+``SHA256SUMS``) are held apart the same way (:attr:`RunData.held_apart` says why): no seal
+kept at the end of the run vouches for their numbers. Runs are grouped by the user's
+``label`` too (``pgval check --label``), so unrelated results never pool.
 
 A number is carried with what it is: *undefined* (a phase without outputs has no latency;
 runs say why in their summary, older ones by ``latency_n = 0``) and *a lower bound* (the
@@ -29,12 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pgval.checker.metrics import failure_cost_bound
 from pgval.checker.recovery import recovery_bounds
 from pgval.core.errors import UserMistake
 from pgval.core.schema import CrashPoint, Fault, Guarantee, Topology
 from pgval.core.shape import REPORTED, RunShape
 from pgval.store.dbfile import StoreError, connect_readonly, json_object_cell
-from pgval.store.results import SCHEMA_VERSION
+from pgval.store.results import SCHEMA_VERSION, SEALED_AT_IMPORT, UNSEALED_IMPORT
 
 #: Display order of the matrix axes; unknown values sort after these, alphabetically.
 TOPOLOGY_ORDER: tuple[str, ...] = (Topology.SST, Topology.MST, Topology.JOB)
@@ -72,10 +77,16 @@ class Selection:
     status: str | None = "complete"
     #: Also aggregate runs whose validity is unknown (they are not evidence).
     include_unknown: bool = False
+    #: Also aggregate imported runs (unsealed, or sealed only at the import).
+    include_unsealed: bool = False
 
     def keeps(self, run: RunData) -> bool:
-        """Whether ``run`` enters aggregates: valid runs, all runs if asked or named by id."""
-        return run.valid or self.include_unknown or self.run_ids is not None
+        """Whether ``run`` enters aggregates: valid runs sealed at their end (or stored
+        before seals, or a ``check``); others if asked, or when runs are named by id."""
+        if self.run_ids is not None:
+            return True
+        return ((run.valid or self.include_unknown)
+                and (run.held_apart is None or self.include_unsealed))
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -98,6 +109,8 @@ class Selection:
             parts.append(f"runs={','.join(map(str, self.run_ids))}")
         if self.include_unknown:
             parts.append("unknown runs included")
+        if self.include_unsealed:
+            parts.append("imported runs included")
         return ", ".join(parts) or "all runs"
 
 
@@ -152,6 +165,25 @@ class RunData:
         return (_text(self.row.get("topology")), _text(self.row.get("pg")),
                 _text(self.row.get("fault")))
 
+    @functools.cached_property
+    def held_apart(self) -> str | None:
+        """Why the run stays out of the tables unless asked (``--include-unsealed``), or
+        None: an import, whose evidence no seal kept at the end of the run vouches for
+        (``runs.sealed`` 2 or 3, or an import stored before those marks, ``sealed`` 0)."""
+        sealed = self.row.get("sealed")
+        if sealed == SEALED_AT_IMPORT:
+            return ("imported: its evidence hashes came from the run's own SHA256SUMS at "
+                    "the import, not from the end of the run")
+        if sealed == UNSEALED_IMPORT or (sealed == 0 and json_object_cell(
+                self.row.get("summary")).get("imported") is True):
+            return "imported without evidence hashes (unsealed): nothing vouches for it"
+        return None
+
+    @property
+    def label(self) -> str | None:
+        """The user's name for the run (``pgval check --label``), None when it has none."""
+        return _text(self.row.get("label")) or None
+
     @property
     def valid(self) -> bool:
         """False only for runs stored as unknown; NULL (older databases) counts as valid."""
@@ -204,6 +236,10 @@ class RunData:
         if self.summary.get(f"{name}_bound") == "lower":
             return True
         outage = self.summary.get("schedule_bound")
+        if name == "failure_cost":  # the current rule on what any stored run kept
+            recovered = self.row.get("recovered")
+            return failure_cost_bound(outage if isinstance(outage, dict) else None,
+                                      None if recovered is None else bool(recovered)) is not None
         return (isinstance(outage, dict)
                 and f"{name}_bound" in recovery_bounds(self.row, outage))
 
@@ -236,8 +272,11 @@ class Group:
     key: tuple[str | None, str | None, str | None]
     runs: list[RunData]
     shape: tuple[Any, ...] = ()
-    #: What sets this group's shape apart from the others' (empty when all share one).
+    #: What sets this group's shape apart from the others' (empty when all share one),
+    #: its label first when its runs have one.
     shape_label: str = ""
+    #: The label its runs share (``pgval check --label``), None for runs without one.
+    label: str | None = None
 
     @property
     def n(self) -> int:
@@ -384,17 +423,21 @@ def _shape_order(shape: tuple[Any, ...]) -> tuple:
 
 
 def group_runs(runs: Iterable[RunData]) -> list[Group]:
-    """Repetitions of one topology × PG × fault and one run shape together, in the paper's
-    order. A group's ``shape_label`` names the shape parameters that differ from the other
-    groups of its topology × PG × fault (so a matrix at each cell's own OIR is not labelled
-    with rates, while two rates of one cell are)."""
+    """Repetitions of one topology × PG × fault, one label and one run shape together, in
+    the paper's order. A group's ``shape_label`` names its label ("label nightly") and the
+    shape parameters that differ from the other groups of its topology × PG × fault (so a
+    matrix at each cell's own OIR is not labelled with rates, while two rates of one cell
+    are)."""
     groups: dict[tuple, list[RunData]] = {}
     for run in runs:
-        groups.setdefault((run.key, run.shape), []).append(run)
-    order = sorted(groups, key=lambda ks: (group_key_order(ks[0]), _shape_order(ks[1])))
-    out = [Group(key, groups[(key, shape)], shape) for key, shape in order]
-    for g, label in zip(out, cell_labels([(g.key, g.shape) for g in out]), strict=True):
-        g.shape_label = label
+        groups.setdefault((run.key, run.label, run.shape), []).append(run)
+    order = sorted(groups, key=lambda ks: (group_key_order(ks[0]), ks[1] is not None,
+                                           ks[1] or "", _shape_order(ks[2])))
+    out = [Group(key, groups[(key, label, shape)], shape, label=label)
+           for key, label, shape in order]
+    for g, part in zip(out, cell_labels([(g.key, g.shape) for g in out]), strict=True):
+        g.shape_label = ", ".join(t for t in (f"label {g.label}" if g.label else "", part)
+                                  if t)
     return out
 
 

@@ -166,9 +166,13 @@ def failure_cost_table(groups: list[Group]) -> ReportTable:
                        [Column("Spark", "failure_cost", "s", None, 1)], rows,
                        "Max paper latency in failure + recovery − median control latency. "
                        "≥: a lower bound — the fault's outage was still on when it was removed "
-                       "at T3, so the number is the failure phase's length, not Spark's cost "
-                       "(lengthen --phase-seconds to measure it). undefined: no control latency "
-                       "or none after T2.",
+                       "at T3 (no output, or the outputs further behind their inputs than in "
+                       "control), or the recovery was not over when the load ended, so a "
+                       "longer phase could give a larger number (lengthen --phase-seconds to "
+                       "measure it). undefined: no control latency or none after T2. The "
+                       "paper's Table 4 ran each system at the highest rate it sustains: set a "
+                       "cell beside it only when its rate was that rate on this machine "
+                       "(`pgval oir` finds it), as a fault's cost grows with the load.",
                        key_format={"topology": str.upper, "pg": str.upper,
                                    "fault": lambda f: FAULT_LABELS.get(f, f)})
 
@@ -348,7 +352,8 @@ def cells_by_run_table(groups: list[Group], run_columns: set[str],
                        f"count valid runs. Unknown runs are listed and named; {where}. "
                        "Downtime: the longest output gap after T2; latency back: from T2 until "
                        "latency is back near control's; catch-up: their difference; failure "
-                       "cost: the paper's. ≥: a lower bound (the outage lasted until T3).")
+                       "cost: the paper's. ≥: a lower bound (the outage lasted until T3, or "
+                       "the recovery until the load ended).")
 
 
 def runs_table(runs: list[RunData]) -> ReportTable:

@@ -51,6 +51,7 @@ from pgval.run.teardown import (
     teardown,
 )
 from pgval.run.timeline import Timeline, TimelineRecord
+from pgval.run.warmup import after_run
 from pgval.store.results import ResultsStore
 
 __all__ = ["LATE_ID_BASE", "Experiment", "RunSpec", "ExperimentResult", "Status",
@@ -171,10 +172,15 @@ class Experiment:
         t_val = time.monotonic()
         evaluation, validity = judge(manifest, got, record, cfg.fault_spec.kind, fault_log,
                                      run_dir)
+        # Only the finished run can tell a cold plateau from a steady level (run/warmup.py).
+        warmup = after_run(record.warmup, evaluation.metrics.control_unsettled)
+        flipped = bool(record.warmup.get("settled")) and not warmup.get("settled")
+        b = {**record.bounds, **({"settled": None} if flipped else {})}
+        manifest = dataclasses.replace(manifest, config={
+            **manifest.config, "warmup": warmup, "phase_bounds_ms": b})
         self.timings["validate_s"] = time.monotonic() - t_val
         self.timings["total_s"] = time.monotonic() - wall0
         # T1 to T4: the warm-up is the pipeline settling, a finding, not pgval's overhead.
-        b = record.bounds
         phase_total = ((b["t4"] or 0) - (b["t1"] or 0)) / 1000 if "t4" in b else 0.0
         self.timings["overhead_s"] = self.timings["total_s"] - phase_total
         manifest = with_verdict(manifest, validity, self.run_id)
@@ -185,7 +191,7 @@ class Experiment:
             run_id=self.run_id, evaluation=evaluation, timings=self.timings,
             phases=manifest.phase_bounds, generator=record.generator, batches=got.progress,
             fault_log=fault_log, validity=validity, readback=got.back.describe,
-            run_dir=run_dir, bounds=b, warmup=record.warmup)
+            run_dir=run_dir, bounds=b, warmup=warmup)
         try:
             if store is not None and self.run_id is not None and self.db is not None:
                 store_result(store, result, manifest, sealed, self._describe(), self.db)

@@ -55,7 +55,9 @@ RUN_COLUMNS = {
     # The pgval process the run belongs to (JSON of Owner.as_dict()); NULL in older rows.
     "owner": str,
     # 1: the run's evidence hashes are in evidence_files (stored at finish_run); 0: finished
-    # without evidence (a `pgval check`); NULL: stored before evidence hashes existed.
+    # without evidence (a `pgval check`); 2: imported, its hashes taken from the run's own
+    # SHA256SUMS (SEALED_AT_IMPORT); 3: imported without hashes (UNSEALED_IMPORT); NULL:
+    # stored before evidence hashes existed.
     "sealed": int,
     # The validity reasons with their kinds, a JSON list of {"kind", "text"} (what recheck
     # compares, by kind); NULL in runs stored before kinds (validity_reasons only).
@@ -63,6 +65,9 @@ RUN_COLUMNS = {
     # Incorrect occurrences whose output arrived before their input (part of incorrect);
     # NULL in runs stored before they were told apart.
     "output_before_input": int,
+    # A name the user gave the run (`pgval check --label`): `pgval report` groups by it.
+    # NULL when none was given, and in runs stored before labels.
+    "label": str,
 }
 #: Anomalies per second by kind, columns of ``series`` (the run plot's anomaly panel);
 #: NULL in runs stored before they were counted.
@@ -194,12 +199,19 @@ def _v6_anomaly_series(db: sqlite_utils.Database) -> None:
     _ensure_declared(db)
 
 
+def _v7_run_labels(db: sqlite_utils.Database) -> None:
+    """6 → 7: runs carry the label a user gave them (``label``, ``pgval check --label``),
+    which ``pgval report`` groups by; rows stored before keep it NULL (no label)."""
+    _ensure_declared(db)
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_v1_declared_schema,
                                                                     _v2_oir_bracket,
                                                                     _v3_oir_shape,
                                                                     _v4_evidence_hashes,
                                                                     _v5_reason_kinds,
-                                                                    _v6_anomaly_series)
+                                                                    _v6_anomaly_series,
+                                                                    _v7_run_labels)
 SCHEMA_VERSION = len(MIGRATIONS)
 #: The first schema whose runs carry evidence hashes (older ones are re-checked unverified).
 EVIDENCE_SCHEMA = MIGRATIONS.index(_v4_evidence_hashes) + 1
@@ -227,6 +239,55 @@ def _current_owner() -> str | None:
 
 #: ``runs.sealed`` of a run whose hashes came from its own SHA256SUMS at an import.
 SEALED_AT_IMPORT = 2
+#: ``runs.sealed`` of a run imported without hashes (its SHA256SUMS was missing, or its
+#: evidence names another run id): nothing vouches for its evidence.
+UNSEALED_IMPORT = 3
+
+
+def run_figures(evaluation: Evaluation, validity: Validity) -> dict[str, Any]:
+    """The figures of a run's ``runs`` row, as :meth:`ResultsStore.finish_run` stores them
+    and ``pgval recheck`` holds a stored row to (one function, so the two cannot differ)."""
+    v = evaluation.validation
+    ph = evaluation.phases
+    bounded = ph.bounded()
+    return {"guarantee": v.guarantee, "expected": v.expected, "processed": v.processed,
+            "duplicate": v.duplicate, "incorrect": v.incorrect, "unprocessed": v.unprocessed,
+            "malformed": v.malformed, "malformed_inputs": v.malformed_inputs,
+            "reliability": v.reliability, "output_before_input": v.output_before_input,
+            "correctness": v.correctness, "outputs": v.outputs,
+            "failure_cost_s": evaluation.metrics.failure_cost_s,
+            "t_start": ph.start if bounded else None, "t2": ph.t2 if bounded else None,
+            "t3": ph.t3 if bounded else None, "valid": int(validity.valid)}
+
+
+def phase_figures(evaluation: Evaluation) -> dict[str, dict[str, Any]]:
+    """Each phase's ``phase_results`` row (without ``run_id`` and ``phase``), by phase."""
+    v = evaluation.validation
+    m = evaluation.metrics
+    out = {}
+    for p in PHASES:
+        c = v.phases[p]
+        lat = m.latency[p]
+        kar = m.latency_karimov[p]
+        out[p] = {**c.as_dict(), "reliability": c.reliability,
+                  "throughput": m.throughput[p], "latency_n": lat.n,
+                  "latency_p50_s": lat.p50, "latency_p95_s": lat.p95,
+                  "latency_p99_s": lat.p99, "latency_max_s": lat.max,
+                  "karimov_p50_s": kar.p50, "karimov_p99_s": kar.p99}
+    return out
+
+
+#: The longest label a run may carry (a table's column, not a note).
+MAX_LABEL = 80
+
+
+def label_problem(label: str) -> str | None:
+    """Why ``label`` cannot name a run (``pgval check --label``), or None: it must be 1 to
+    :data:`MAX_LABEL` printable characters, since ``pgval report`` shows it in a column."""
+    if not label.strip() or len(label) > MAX_LABEL or not label.isprintable():
+        return (f"--label must be 1 to {MAX_LABEL} printable characters (no line breaks or "
+                f"control characters), not {label[:MAX_LABEL]!r}")
+    return None
 
 
 class ResultsStore:
@@ -299,8 +360,8 @@ class ResultsStore:
     # ------------------------------------------------------------------ runs
     def start_run(self, kind: str, topology: str, window_ms: int, pg: str | None = None,
                   fault: str | None = None, seed: int | None = None, repeat: int | None = None,
-                  params: Mapping[str, Any] | None = None) -> int:
-        """A new ``running`` row owned by this process."""
+                  params: Mapping[str, Any] | None = None, label: str | None = None) -> int:
+        """A new ``running`` row owned by this process (``label``: the user's name for it)."""
         with self.transaction():
             table = self.db["runs"]
             table.insert({
@@ -308,7 +369,7 @@ class ResultsStore:
                 "topology": topology, "pg": pg, "fault": fault, "window_ms": window_ms,
                 "seed": seed, "repeat": repeat,
                 "params": json.dumps(redact_record(dict(params or {})), default=str),
-                "owner": _current_owner(),
+                "owner": _current_owner(), "label": label,
             })
             return int(table.last_pk)
 
@@ -330,59 +391,39 @@ class ResultsStore:
                    batches: Iterable[Mapping[str, Any]] | None = None,
                    fault_log: Iterable[Mapping[str, Any]] | None = None,
                    evidence: Mapping[str, str] | None = None,
-                   sealed_at_import: bool = False) -> None:
+                   imported: bool = False) -> None:
         """Store a run's evaluation: totals, phases, witnesses, 1 s series, validity,
         recovery, causes, micro-batches, fault log and evidence hashes (``evidence``,
         from :func:`pgval.evidence.bundle.seal`), in one transaction whose last statement marks the
         run ``complete`` (a failure leaves it ``running``, with nothing of it stored, so a
-        matrix redoes it)."""
-        v = evaluation.validation
-        m = evaluation.metrics
+        matrix redoes it). ``imported``: stored by an import (``pgval recheck RUN_DIR
+        --store``), not at the end of the run: marked :data:`SEALED_AT_IMPORT` with hashes,
+        :data:`UNSEALED_IMPORT` without."""
         summary = evaluation.summary()
         if validity is None:
             validity = Validity(evaluation_reasons(evaluation))
         summary.update(validity.as_dict())
         if extra:
             summary.update(extra)
-        ph = evaluation.phases
-        bounded = ph.bounded()
+        sealed = ((SEALED_AT_IMPORT if imported else 1) if evidence
+                  else UNSEALED_IMPORT if imported else 0)
         with self.transaction():
             self.db["runs"].update(run_id, {
-                "guarantee": v.guarantee,
-                "expected": v.expected, "processed": v.processed, "duplicate": v.duplicate,
-                "incorrect": v.incorrect, "unprocessed": v.unprocessed, "malformed": v.malformed,
-                "malformed_inputs": v.malformed_inputs, "reliability": v.reliability,
-                "output_before_input": v.output_before_input,
-                "correctness": v.correctness, "outputs": v.outputs,
-                "failure_cost_s": m.failure_cost_s,
-                "t_start": ph.start if bounded else None, "t2": ph.t2 if bounded else None,
-                "t3": ph.t3 if bounded else None,
+                **run_figures(evaluation, validity),
                 "summary": json.dumps(redact_record(summary), default=_json_default),
-                "valid": int(validity.valid),
                 "validity_reasons": json.dumps(validity.texts),
                 "validity": json.dumps(validity.records()),
                 "run_dir": str(run_dir) if run_dir is not None else None,
-                # 1: sealed at the end of the run; 2: hashes taken at an import from the
-                # run's own SHA256SUMS (an edit before the import cannot be ruled out).
-                "sealed": (SEALED_AT_IMPORT if sealed_at_import else 1) if evidence else 0,
+                "sealed": sealed,
             })
             if evidence is not None:
                 self.db["evidence_files"].insert_all(
                     ({"run_id": run_id, "path": k, "sha256": h} for k, h in evidence.items()),
                     replace=True)
-            rows = []
-            for p in PHASES:
-                c = v.phases[p]
-                lat = m.latency[p]
-                kar = m.latency_karimov[p]
-                rows.append({
-                    "run_id": run_id, "phase": p, **c.as_dict(), "reliability": c.reliability,
-                    "throughput": m.throughput[p], "latency_n": lat.n,
-                    "latency_p50_s": lat.p50, "latency_p95_s": lat.p95,
-                    "latency_p99_s": lat.p99, "latency_max_s": lat.max,
-                    "karimov_p50_s": kar.p50, "karimov_p99_s": kar.p99,
-                })
-            self.db["phase_results"].upsert_all(rows, pk=("run_id", "phase"))
+            self.db["phase_results"].upsert_all(
+                ({"run_id": run_id, "phase": p, **row}
+                 for p, row in phase_figures(evaluation).items()), pk=("run_id", "phase"))
+            v = evaluation.validation
             self.db["witnesses"].insert_all(
                 {"run_id": run_id, "kind": kind, "window_start": w, "id": i}
                 for kind, pairs in v.witnesses.items() for w, i in pairs)
@@ -448,10 +489,13 @@ class ResultsStore:
                 self.db["fault_log"].insert_all(rows, replace=True)
 
     def save_check(self, evaluation: Evaluation, params: Mapping[str, Any] | None = None,
-                   kind: str = "check") -> int:
+                   kind: str = "check", label: str | None = None,
+                   validity: Validity | None = None) -> int:
+        """Store a ``pgval check`` result (no evidence to seal), with the user's label and
+        the validity the command printed (its files' doubts included)."""
         run_id = self.start_run(kind, evaluation.topology, evaluation.window_ms,
-                                params=params)
-        self.finish_run(run_id, evaluation)
+                                params=params, label=label)
+        self.finish_run(run_id, evaluation, validity=validity)
         return run_id
 
     def run(self, run_id: int) -> dict[str, Any] | None:
