@@ -32,6 +32,7 @@ import numpy as np
 from pgval.core.errors import EnvironmentFailure
 from pgval.core.files import create_public, open_public
 from pgval.core.schema import GET, POST, Topics, resource_name
+from pgval.datasets.models import InputModel, PreparedModel
 
 if TYPE_CHECKING:
     from pgval.datasets.generator import EventBatch, GeneratorConfig, ProducerReport
@@ -432,6 +433,10 @@ class KafkaSink:
     flush_timeout_s: float = 30.0
     max_failed_ids: int = 100
     config: dict[str, Any] = field(default_factory=dict)
+    #: The user's input model (:mod:`pgval.datasets.models`) and the seed of its draws;
+    #: None: the web log. Its first input goes to ``topics.get``, its second to ``post``.
+    model: InputModel | None = None
+    model_seed: int = 0
 
     def describe(self) -> str:
         return f"kafka {self.bootstrap_servers} ({self.topics.get}/{self.topics.post})"
@@ -504,6 +509,8 @@ class _KafkaWriter:
         # Per-event keys and topics come from these tables by numpy indexing (no Python loop).
         self._keys = np.array(resource_keys(cfg.resources), dtype=object)
         self._topics = np.array([sink.topics.get, sink.topics.post], dtype=object)
+        self._model = (None if sink.model is None
+                       else PreparedModel(sink.model, sink.model_seed))
         conf = sink.producer_config(producer_index)
         conf["delivery.report.only.error"] = True
         conf["on_delivery"] = self._on_failure
@@ -543,9 +550,13 @@ class _KafkaWriter:
               should_stop: Callable[[], bool]) -> int:
         if self._fatal is not None:
             raise KafkaFatalError(f"Kafka producer failed fatally: {self._fatal}")
-        values = encode_values(chunk, event_ts)
-        topics = self._topics[chunk.is_post.astype(np.intp)].tolist()
-        keys = self._keys[chunk.resource].tolist()
+        if self._model is not None:
+            slots, keys, values = self._model.records(chunk.ids, event_ts)
+            topics = self._topics[slots].tolist()
+        else:
+            values = encode_values(chunk, event_ts)
+            topics = self._topics[chunk.is_post.astype(np.intp)].tolist()
+            keys = self._keys[chunk.resource].tolist()
         produce = self._producer.produce
         n = len(values)
         done = 0

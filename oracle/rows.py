@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -116,19 +117,55 @@ def expected_from_rows(keys: Sequence[str] | pa.Array, ids: np.ndarray, offsets:
     )
 
 
-def set_aside_rows(rows: pa.Table, control_ids: Sequence[int] | None) -> pa.Table:
+#: Between a row's key text and its one ID when rows are keyed by their ID.
+ID_SEPARATOR = "#id="
+
+
+def key_by_single_id(rows: pa.Table) -> tuple[pa.Table, bool]:
+    """Rows keyed by their one ID when their key texts repeat and every row has exactly
+    one ID (a job with one output per input, no key declared: two outputs may share every
+    column, and the ID is what tells them apart); else the rows as they are. True when
+    re-keyed: the streaming outputs are then keyed the same way (:func:`single_id_keys`)."""
+    if rows.num_rows == 0:
+        return rows, False
+    keys = rows.column("key").combine_chunks()
+    if pc.count_distinct(keys).as_py() == rows.num_rows:
+        return rows, False
+    ids = rows.column("ids").combine_chunks()
+    if not pc.all(pc.equal(pc.list_value_length(ids), 1)).as_py():
+        return rows, False
+    return rows.set_column(rows.schema.get_field_index("key"), "key",
+                           single_id_keys(keys, ids)), True
+
+
+def single_id_keys(keys: pa.Array, ids: pa.Array) -> pa.Array:
+    """``key#id=ID`` for each row with exactly one ID; other rows keep their key text (an
+    output listing several IDs where each expected row has one then matches no key)."""
+    lengths = pc.list_value_length(ids).fill_null(0)
+    one = pc.equal(lengths, 1)
+    first = pc.list_element(pc.if_else(one, ids, pa.scalar([0], ids.type)), 0)
+    joined = pc.binary_join_element_wise(keys, pc.cast(first, pa.string()), ID_SEPARATOR)
+    return pc.if_else(one, joined, keys)
+
+
+def set_aside_rows(rows: pa.Table, control_ids: Sequence[int] | np.ndarray | None
+                   ) -> pa.Table:
     """The batch oracle's rows without pgval's own IDs (an inclusive range), by the rule
-    the outputs are cleaned with (:func:`pgval.evidence.bundle.set_aside_control`): those IDs
+    the outputs are cleaned with (:func:`pgval.evidence.bundle.set_aside_control`; a range
+    of negative IDs, or the IDs themselves as a sorted array): those IDs
     leave every row, and a row left without an ID — it held only pgval's events — goes.
     The batch ran over every record, pgval's priming and closing events too, exactly as
     the stream did, so whatever those events do to a job's rows they do on both sides."""
-    if not control_ids or rows.num_rows == 0:
+    if control_ids is None or len(control_ids) == 0 or rows.num_rows == 0:
         return rows
-    lo, hi = int(control_ids[0]), int(control_ids[1])
     ids_col = rows.column("ids").combine_chunks()
     flat = pc.list_flatten(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
     parent = pc.list_parent_indices(ids_col).to_numpy(zero_copy_only=False)
-    keep = (flat < lo) | (flat > hi)
+    if isinstance(control_ids, np.ndarray):  # the IDs themselves (coordinates)
+        keep = ~np.isin(flat, control_ids)
+    else:
+        lo, hi = int(control_ids[0]), int(control_ids[1])
+        keep = (flat < lo) | (flat > hi)
     if keep.all():
         return rows
     old = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False)
@@ -175,3 +212,92 @@ def disagreement(batch: ExpectedOutputs, own: ExpectedOutputs) -> str | None:
             f"{batch.resources.names[batch.resource[batch.id_output[first]]]}, pgval's own "
             f"window {int(own.window_start[own.id_output[first]])} resource "
             f"{own.resources.names[own.resource[own.id_output[first]]]}")
+
+
+# ---------------------------------------------------------------- a job judged by its rows
+@dataclass
+class RowsMatch:
+    """A streaming job's rows matched with its batch run's rows, each expected row one
+    synthetic input (IDs 1..n): what the ID validator then judges."""
+
+    expected_keys: pa.Array  # unique key texts, ascending
+    expected_ids: np.ndarray  # synthetic IDs by key
+    expected_offsets: np.ndarray
+    events: InputEvents  # one per expected row; ingress = its first equal output's time
+    output_ids: pa.Array  # list<int64> per kept output: the row it equals, or a foreign ID
+    kept: np.ndarray  # outputs not set aside (those equal to pgval's own rows)
+    set_aside: int
+
+
+def _ranks(codes: np.ndarray) -> np.ndarray:
+    """Each element's occurrence number among equal codes, in the given order."""
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]] if len(codes) else np.zeros(
+        0, dtype=bool)
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(codes)), 0))
+    ranks = np.empty(len(codes), dtype=np.int64)
+    ranks[order] = np.arange(len(codes)) - first
+    return ranks
+
+
+def match_rows(exp_keys: pa.Array, exp_values: pa.Array, exp_own: np.ndarray,
+               out_keys: pa.Array, out_values: pa.Array, out_ts: np.ndarray) -> RowsMatch:
+    """Match outputs (in stream order) with expected rows by their whole text (key and
+    value): the k-th output equal to a row text takes the k-th expected copy's ID, an
+    output beyond the copies repeats the last one's (a duplicate), an output equal to no
+    expected row gets an ID of its own that no input has (incorrect). Outputs equal to
+    pgval's own rows (``exp_own``: rows only pgval's own records made) are set aside, as
+    many as there are such rows. Vectorised: no per-row Python."""
+    exp_keys, exp_values, out_keys, out_values = (
+        a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+        for a in (exp_keys, exp_values, out_keys, out_values))
+    sep = "\x00"
+    exp_text = pc.binary_join_element_wise(exp_keys, exp_values, sep)
+    out_text = pc.binary_join_element_wise(out_keys, out_values, sep)
+    encoded = pc.dictionary_encode(pa.concat_arrays([exp_text.cast(pa.string()),
+                                                     out_text.cast(pa.string())]))
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    n_exp = len(exp_text)
+    exp_codes, out_codes = codes[:n_exp], codes[n_exp:]
+    size = len(encoded.dictionary)
+    exp_own = np.asarray(exp_own, dtype=bool)
+    own_count = np.bincount(exp_codes[exp_own], minlength=size)
+    real = np.flatnonzero(~exp_own)
+    real_count = np.bincount(exp_codes[real], minlength=size)
+    # Synthetic IDs 1..m for the real expected rows, by key text, copies of one text
+    # next to each other (so a text's k-th copy is its first copy's ID + k).
+    key_rank = np.unique(exp_keys.to_numpy(zero_copy_only=False), return_inverse=True)[1]
+    order = real[np.lexsort((exp_codes[real], key_rank[real]))]
+    syn = np.zeros(n_exp, dtype=np.int64)
+    syn[order] = np.arange(1, len(order) + 1)
+    first_copy = np.full(size, -1, dtype=np.int64)
+    is_first = _ranks(exp_codes[order]) == 0
+    first_copy[exp_codes[order][is_first]] = syn[order][is_first]
+    rank = _ranks(out_codes)
+    aside = rank < own_count[out_codes]
+    r = rank - own_count[out_codes]
+    has = real_count[out_codes] > 0
+    pick = np.where(has, np.minimum(r, real_count[out_codes] - 1), 0)
+    # Copies of one text are consecutive in ``order``: first copy + k.
+    out_ids = np.where(has, first_copy[out_codes] + pick, 0)
+    foreign = ~has & ~aside
+    out_ids[foreign] = len(order) + 1 + np.arange(int(foreign.sum()))
+    kept = ~aside
+    # Each expected row's ingress: the time of its first equal output (-1: none).
+    ingress = np.full(len(order) + 1, -1, dtype=np.int64)
+    first_match = kept & has & (r < real_count[out_codes])
+    ingress[out_ids[first_match]] = np.asarray(out_ts, dtype=np.int64)[first_match]
+    keys_sorted = exp_keys.take(pa.array(order))
+    unique_keys, starts = np.unique(keys_sorted.to_numpy(zero_copy_only=False),
+                                    return_index=True)
+    offsets = np.r_[starts, len(order)].astype(np.int64)
+    m = len(order)
+    table = ResourceTable(["row"])
+    events = InputEvents(np.arange(1, m + 1, dtype=np.int64), np.ones(m, dtype=bool),
+                         np.zeros(m, dtype=np.int32), ingress[1:], ingress[1:], table)
+    kept_ids = out_ids[kept]
+    return RowsMatch(pa.array(unique_keys.tolist(), pa.string()), syn[order], offsets,
+                     events, pa.ListArray.from_arrays(
+                         pa.array(np.arange(len(kept_ids) + 1, dtype=np.int32)),
+                         pa.array(kept_ids, pa.int64())), kept, int(aside.sum()))

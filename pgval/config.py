@@ -25,11 +25,14 @@ from pgval.core.schema import (
     Guarantee,
     Restart,
     Topology,
+    parse_trigger,
     sink_kind,
 )
 from pgval.core.spec import DERIVED, RANDOM, ClusterSpec, RunSpec, ScheduledFault
+from pgval.datasets.models import InputModel, model_from_options
 from pgval.faults.composite import draw_random, load_schedule, parse_plus, schedule_problem
 from pgval.faults.descriptor import BROKER, descriptor, descriptors
+from pgval.faults.nemesis import nemesis_argv
 
 #: With ``--job``: the longest window a job may have (pgval's closing events run an hour
 #: ahead, and the drain waits for a watermark past every window of ``--window-ms``).
@@ -49,6 +52,7 @@ def resolve(given: RunSpec | Mapping[str, Any], fault_axis: bool = False,
     for name in DERIVED:
         fields.pop(name, None)
     fields.update(_schedule_fields(fields))
+    fields.update(_model_paths(fields))
     cluster = fields.get("cluster")
     if not isinstance(cluster, ClusterSpec):
         fields["cluster"] = ClusterSpec(**(cluster or {}))
@@ -91,6 +95,46 @@ def _schedule_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {"schedule": tuple(parts), "schedule_origin": origin, "fault": Fault.SCHEDULE}
 
 
+def _model_paths(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The input model's files as absolute paths: the producers run elsewhere."""
+    out: dict[str, Any] = {}
+    replay = fields.get("replay") or {}
+    makers = fields.get("input_makers") or {}
+    if replay:
+        out["replay"] = {n: str(Path(p).resolve()) for n, p in replay.items()}
+    if makers:
+        out["input_makers"] = {n: _absolute_ref(r) for n, r in makers.items()}
+    if fields.get("inputs_spec"):
+        out["inputs_spec"] = str(Path(fields["inputs_spec"]).resolve())
+    return out
+
+
+def _absolute_ref(ref: str) -> str:
+    target, sep, function = str(ref).rpartition(":")
+    return f"{Path(target).resolve()}:{function}" if sep and target.endswith(".py") else ref
+
+
+def trigger_problem(cfg: RunSpec) -> str | None:
+    """Why ``--trigger`` cannot be used as asked (one sentence), or None."""
+    if cfg.trigger is None:
+        return None
+    try:
+        kind, _ = parse_trigger(cfg.trigger)
+    except ValueError as exc:
+        return f"--{exc}"
+    if kind == "real-time" and (cfg.pg is not Guarantee.A1 or cfg.sink != "kafka"):
+        return ("--trigger real-time: Spark's Real-time Mode writes through Spark's own "
+                "Kafka sink or foreach, not a foreachBatch sink: use --pg a1 with --sink "
+                "kafka")
+    return None
+
+
+def input_model(cfg: RunSpec) -> InputModel | None:
+    """The run's input model (None: the web log), its files read and checked."""
+    return model_from_options(cfg.replay, cfg.input_makers, cfg.event_time_field, cfg.skew,
+                              cfg.disorder, cfg.late, cfg.inputs_spec)
+
+
 def _restart_policy(cfg: RunSpec) -> Restart | None:
     """When a crashed process comes back in this run: ``--restart``, else the fault's
     default (:func:`default_restart`); None where nothing restarts."""
@@ -128,6 +172,11 @@ def check(cfg: RunSpec, fault_axis: bool = False) -> None:
                                 "give --job or --topology sst|mst, not both")
     if reason := sink_problem(cfg):
         raise UserMistake(reason)
+    if reason := trigger_problem(cfg):
+        raise UserMistake(reason)
+    if input_model(cfg) is not None and cfg.job is None:
+        raise UserMistake("an input model (--replay, --input, --inputs-spec) feeds your own "
+                          "job: give --job (SST and MST read the web log)")
     if cfg.job is not None:
         from pgval.topologies.job import JobRef
 
@@ -229,6 +278,10 @@ def _deployment_problem(cfg: RunSpec) -> None:
     if bool(cfg.nemesis_inject) != bool(cfg.nemesis_remove):
         raise UserMistake("--nemesis-inject and --nemesis-remove go together: pgval "
                                 "must be able to undo what it started")
+    for template in filter(None, (cfg.nemesis_inject, cfg.nemesis_remove)):
+        # Filled with stand-ins now, so a placeholder pgval cannot fill is said before
+        # anything starts (each is filled for real at T2 and T3).
+        nemesis_argv(template, worker=0, delay_ms=0, broker=0)
     d = descriptor(cfg.fault)
     if reason := d.where_problem(cfg.deploy, bool(cfg.running_cluster)):
         raise UserMistake(reason)

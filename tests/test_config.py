@@ -16,7 +16,7 @@ from pgval.campaigns.matrix import cells, matrix_key, plan, rates_at
 from pgval.campaigns.oir import OirNotStored, oir_for, trial_config
 from pgval.cli import main
 from pgval.config import check, resolve
-from pgval.core.errors import PgvalError
+from pgval.core.errors import PgvalError, UserMistake
 from pgval.core.schema import CrashPoint, Deploy, Fault, FaultSpec, Guarantee, Restart, Topology
 from pgval.core.shape import REPORTED, RunShape
 from pgval.core.spec import ClusterSpec, RunSpec
@@ -293,3 +293,13 @@ def test_an_output_row_too_big_for_a_kafka_record_is_warned_before_the_run() -> 
     # Files take any row: nothing to warn about.
     assert RunSpec(rate=3_000_000, topology="sst", sink="files",
                             pg="e1").output_row_warning() is None
+
+
+@pytest.mark.parametrize("template", ["tc {worker.real}", "tc {worker:99999999999}",
+                                      "tc {token}"])
+def test_a_nemesis_template_is_checked_when_the_options_are_read(template: str) -> None:
+    """A placeholder pgval cannot fill is one sentence before anything starts, not at T2."""
+    with pytest.raises(UserMistake, match="has a placeholder other than"):
+        resolve({"topology": "sst", "deploy": "external", "bootstrap": "k:9092",
+                 "master": "local[1]", "fault": "delay-gt-timeout",
+                 "nemesis_inject": template, "nemesis_remove": "tc del"})

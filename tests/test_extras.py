@@ -71,7 +71,7 @@ def test_a_command_that_needs_spark_names_the_extra(tmp_path: Path, args: list[s
     assert proc.stderr.strip() == (
         "error: Spark (validate, matrix, oir, cluster, soak) needs the Python package pyspark, "
         "which "
-        "is not installed here: pip install 'pgval[spark]'")
+        "is not installed here: pip install '.[spark]' in pgval's checkout")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results.db").exists()
 
 

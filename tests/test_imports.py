@@ -308,7 +308,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("embedded cluster", frozenset({"pgval.cluster"})),
     ("what a run keeps", frozenset({"pgval.store", "pgval.evidence", "pgval.report"})),
     ("pipeline parts", frozenset({"pgval.config", "pgval.datasets", "pgval.topologies",
-                                  "pgval.streams"})),
+                                  "pgval.streams", "pgval.job"})),
     ("deployments", frozenset({"pgval.deploy"})),
     ("one run", frozenset({"pgval.run"})),
     ("campaigns", frozenset({"pgval.campaigns"})),

@@ -69,7 +69,7 @@ def test_a_module_job_loads_from_the_path(tmp_path: Path, job_file: Path,
     ("{d}/missing.py:build", "no such file"),
     ("{f}:absent", "has no absent"),
     ("{f}:not_a_function", "not_a_function is not a function"),
-    ("{f}:one", "one(spark) must take two arguments, (spark, sources)"),
+    ("{f}:one", "one(spark) must take two arguments, (spark, kafka) or (spark, sources)"),
     ("{f}:bad_key", "bad_key.key must be a non-empty list of column names, not 'resource'"),
     ("{f}:ids_key", "ids_key.key names 'ids', the column of input IDs"),
 ])
@@ -100,8 +100,6 @@ WINDOWED = [("window_start", "bigint"), ("resource", "string"), ("n", "bigint"),
 
 
 @pytest.mark.parametrize(("schema", "streaming", "says"), [
-    (WINDOWED[:3], True, "the result has no 'ids' column (array<long>: the input IDs behind "
-                         "each row); it has window_start, resource, n"),
     ([*WINDOWED[:3], ("ids", "array<string>")], True, "'ids' is array<string>, not "
                                                       "array<bigint>"),
     ([*WINDOWED, ("n", "int")], True, "two columns named n"),
@@ -113,6 +111,15 @@ def test_outputs_pgval_cannot_judge_are_refused(job_file: Path, schema: list[tup
     with pytest.raises(JobError) as err:
         check_output(load(f"{job_file}:unkeyed"), schema, streaming)
     assert says in str(err.value)
+
+
+def test_an_output_without_ids_is_judged_by_its_rows(job_file: Path) -> None:
+    """No ``ids``: not refused here; its key is every column (a verdict by rows)."""
+    from pgval.topologies.job import has_ids
+
+    assert check_output(load(f"{job_file}:unkeyed"), WINDOWED[:3]) == (
+        "window_start", "resource", "n")
+    assert not has_ids(WINDOWED[:3]) and has_ids(WINDOWED)
 
 
 def test_the_key_of_an_output(job_file: Path) -> None:

@@ -172,3 +172,36 @@ def test_pgvals_own_ids_leave_the_batch_rows_as_they_leave_the_outputs(
     assert list(zip(got.column("key").to_pylist(), got.column("ids").to_pylist(),
                     strict=True)) == want
     assert set_aside_rows(_rows_table(rows), None).equals(_rows_table(rows))
+
+
+def test_a_one_to_one_job_without_a_key_is_judged_by_each_rows_one_id() -> None:
+    """A filter with no ``build.key``: two outputs share every column (the same resource
+    at the same time), so the key text repeats; each row has one ID, and the ID tells the
+    outputs apart — a re-written output is a duplicate, a missing one unprocessed, and an
+    output that lists two IDs matches no key (incorrect)."""
+    from pgval.evidence.bundle import job_streams_from_records
+    from pgval.kafka.topic_records import TopicRecords
+
+    def records(values: list[bytes], timestamps: list[int]) -> TopicRecords:
+        n = len(values)
+        return TopicRecords(keys=[None] * n, values=values, timestamps=timestamps,
+                            partitions=[0] * n, offsets=list(range(n)))
+
+    inputs = records([json.dumps({"id": i, "type": "GET", "resource": "r0000",
+                                  "event_ts": 5}).encode() for i in range(1, 5)],
+                     [10, 11, 12, 13])
+    same = '{"resource":"r0000"}'
+    rows = _rows_table([(same, [1]), (same, [2]), (same, [3]), (same, [4])])
+
+    def out(ids: list[int]) -> bytes:
+        return json.dumps({"_pgval_key": same, "ids": ids}).encode()
+
+    output = records([out([1]), out([2]), out([2]), out([3, 4])], [20, 21, 22, 23])
+    streams, expected = job_streams_from_records({"get": inputs}, output, rows, 1, None)
+    v = validate(expected, streams.outputs)
+    assert (v.processed, v.duplicate, v.unprocessed) == (2, 1, 2)  # 1, 2 | 2 | 3, 4
+    assert v.incorrect == 2 and v.guarantee == "none"
+    # Rows with distinct keys keep them: nothing re-keyed.
+    distinct = _rows_table([('{"r":1}', [1]), ('{"r":2}', [2])])
+    _, kept = job_streams_from_records({"get": inputs}, records([], []), distinct, 1, None)
+    assert sorted(kept.resources.names) == ['{"r":1}', '{"r":2}']

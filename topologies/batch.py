@@ -26,12 +26,13 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pgval.core.errors import UserMistake
 from pgval.oracle.rows import rows_of
 from pgval.topologies.job import IDS, SOURCES, Job, JobError, check_result
 from pgval.topologies.job_query import key_column
@@ -72,14 +73,127 @@ def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir:
     return out
 
 
-def batch_table(job: Job, spark: SparkSession, sources: Mapping[str, DataFrame]) -> pa.Table:
-    """``job`` run as a batch over ``sources``: one row per output, ``key`` (the key text)
-    and ``ids`` (:data:`EXPECTED_SCHEMA`); the job's output is checked as the streaming one
-    is (``ids`` widened to array<bigint>: a job may collect ints)."""
+#: A topic's records as a job reading Kafka itself gets them in the batch: the Kafka
+#: source's columns (``timestampType`` 1: the broker's LogAppendTime, as the run's topics).
+KAFKA_SOURCE_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+                    "timestamp TIMESTAMP, timestampType INT")
+
+
+def recorded_inputs(spark: SparkSession, run_dir: Path, topics: Mapping[str, str],
+                    workdir: Path) -> Any:
+    """The ``kafka`` of a job reading Kafka itself, over the records the run read back:
+    each input a batch DataFrame with the Kafka source's columns and the run's topic
+    names (so ``record_id()`` gives the IDs the stream gave). Through Parquet files in
+    ``workdir``: no per-record Python."""
+    import pyarrow.parquet as pq
+
+    from pgval.core.files import private_temp_path
+    from pgval.evidence.bundle import load_topic
+    from pgval.job import KafkaInputs
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    frames = {}
+    for (name, topic), role in zip(topics.items(), SOURCES, strict=False):
+        recs = load_topic(run_dir, role)
+        n = len(recs)
+        table = pa.table({"key": recs.keys, "value": recs.values,
+                          "topic": pa.array([topic] * n, pa.string()),
+                          "partition": pa.array(recs.partitions, pa.int32()),
+                          "offset": pa.array(recs.offsets, pa.int64()),
+                          "timestamp": pa.array(recs.timestamps, pa.int64()).cast(
+                              pa.timestamp("ms", tz="UTC")),
+                          "timestampType": pa.array(np.ones(n, dtype=np.int32))})
+        path = workdir / f"{role}.parquet"
+        with private_temp_path(path) as tmp:  # 0600, never through a planted link
+            pq.write_table(table, tmp)
+        frames[name] = spark.read.schema(KAFKA_SOURCE_DDL).parquet(str(path))
+    return KafkaInputs(spark, topics, {}, recorded=frames)
+
+
+def without_own(kafka: Any) -> Any:
+    """The same ``kafka`` without pgval's own records (Kafka key :data:`OWN_KEY`)."""
     from pyspark.sql import functions as F
 
-    result = job.build(spark, dict(sources))
+    from pgval.core.record_ids import OWN_KEY
+    from pgval.job import KafkaInputs
+
+    own = F.lit(bytearray(OWN_KEY))
+    frames = {name: kafka.reader(name).load().where(F.col("key").isNull()
+                                                    | (F.col("key") != own))
+              for name in kafka.names}
+    return KafkaInputs(kafka.spark, kafka.topics, {}, recorded=frames)
+
+
+def rows_table(job: Job, spark: SparkSession, kafka: Any) -> pa.Table:
+    """A job without ``ids`` run as a batch twice, over every record and over the real
+    records alone: its rows as key text and row text (the value the stream writes), each
+    marked ``own`` when it is not a row of the second run (a row of pgval's priming or
+    closing records, set aside on both sides). A row is expected as often as both runs
+    have it."""
+    import pyarrow.compute as pc
+
+    from pgval.evidence.bundle import EXPECTED_ROWS_SCHEMA
+
+    every = _texts(job, spark, kafka)
+    real = _texts(job, spark, without_own(kafka))
+    text = pc.binary_join_element_wise(every.column("key"), every.column("value"), "\x00")
+    real_text = pc.binary_join_element_wise(real.column("key"), real.column("value"),
+                                            "\x00")
+    both = pa.concat_arrays([text.combine_chunks(), real_text.combine_chunks()])
+    codes = pc.dictionary_encode(both).indices.to_numpy(zero_copy_only=False)
+    n = every.num_rows
+    in_real = np.bincount(codes[n:], minlength=int(codes.max(initial=-1)) + 1)
+    rank = np.zeros(n, dtype=np.int64)
+    order = np.argsort(codes[:n], kind="stable")
+    sorted_codes = codes[:n][order]
+    starts = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]] if n else np.zeros(0, bool)
+    rank[order] = np.arange(n) - np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    own = rank >= in_real[codes[:n]] if n else np.zeros(0, dtype=bool)
+    return pa.table({"key": every.column("key"), "value": every.column("value"),
+                     "own": pa.array(own)}, schema=EXPECTED_ROWS_SCHEMA)
+
+
+def _texts(job: Job, spark: SparkSession, sources: Any) -> pa.Table:
+    """A job's batch rows as (key text, row text)."""
+    from pyspark.sql import functions as F
+
+    from pgval.topologies.job_query import with_key
+
+    result = job.build(spark, sources)
+    written = with_key(job, result, rows=False, streaming=None)
+    return to_arrow(written.select(F.col("key").cast("string").alias("key"),
+                                   F.col("value").cast("string").alias("value")))
+
+
+def carries_ids(job: Job, spark: SparkSession, sources: Any) -> bool:
+    """The job's result has an ``ids`` column (its plan only: nothing runs). A job without
+    one is judged by its rows, which needs a job that reads Kafka itself (its own records
+    are told apart by their Kafka key there)."""
+    from pgval.topologies.job import has_ids
+
+    result = job.build(spark, sources if job.reads_kafka else dict(sources))
+    fields = [(f.name, f.dataType.simpleString()) for f in result.schema.fields]
+    if not has_ids(fields) and not job.reads_kafka:
+        raise JobError(f"--job {job.ref}: the result has no {IDS!r} column; a job over the "
+                       "web log's sources carries ids (F.collect_list('id')), and a job "
+                       "without them is judged by its rows when it reads Kafka itself "
+                       "(build(spark, kafka))")
+    return has_ids(fields)
+
+
+def batch_table(job: Job, spark: SparkSession, sources: Mapping[str, DataFrame] | Any
+                ) -> pa.Table:
+    """``job`` run as a batch over ``sources`` (the parsed web log, or the ``kafka`` of
+    :func:`recorded_inputs`): one row per output, ``key`` (the key text) and ``ids``
+    (:data:`EXPECTED_SCHEMA`); the job's output is checked as the streaming one is
+    (``ids`` widened to array<bigint>: a job may collect ints)."""
+    from pyspark.sql import functions as F
+
+    from pgval.topologies.job_query import refuse_rows_verdict
+
+    result = job.build(spark, sources if job.reads_kafka else dict(sources))
     key = check_result(job, result, streaming=None)
+    refuse_rows_verdict(job, result, sink_rows=True)  # no ids: rows_table's, not this
     table = to_arrow(result.select(key_column(key).alias("key"),
                                    F.col(f"`{IDS}`").cast("array<bigint>").alias("ids")))
     table = table.cast(EXPECTED_SCHEMA)
@@ -148,7 +262,7 @@ def _session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
 def main(argv: Sequence[str] | None = None) -> int:
     import os
 
-    from pgval.evidence.bundle import save_expected
+    from pgval.evidence.bundle import save_expected, save_expected_rows
     from pgval.topologies.builtin import builtin_of
     from pgval.topologies.job_query import load_job_for_spark
 
@@ -159,28 +273,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--run-dir", required=True, type=Path)
     ap.add_argument("--heap-mb", type=int, default=1024,
                     help="the session's heap (spark.driver.memory), MiB")
+    ap.add_argument("--inputs", default="", metavar="NAME=TOPIC,...",
+                    help="a job reading Kafka itself: its inputs' names and the run's topics")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
-        job = load_job_for_spark(args.job)
-        records = _evidence_records(args.run_dir)
         conf = json.loads(os.environ.get("PGVAL_SPARK_CONF") or "{}")
+        # The session first: a job file may need one to load (as under spark-submit).
         spark = _session(conf, args.heap_mb)
         workdir = args.run_dir / "batch-oracle"
         try:
             spark.sparkContext.setLogLevel("ERROR")
-            table = batch_table(job, spark, batch_sources(spark, records, workdir))
+            job = load_job_for_spark(args.job)
+            if job.reads_kafka:
+                topics = dict(p.split("=", 1) for p in args.inputs.split(",") if p)
+                sources = recorded_inputs(spark, args.run_dir, topics, workdir)
+            else:
+                sources = batch_sources(spark, _evidence_records(args.run_dir), workdir)
+            by_rows = not carries_ids(job, spark, sources)
+            table = (rows_table(job, spark, sources) if by_rows
+                     else batch_table(job, spark, sources))
         finally:
             spark.stop()
             shutil.rmtree(workdir, ignore_errors=True)  # a copy of every input record
-    except JobError as exc:
+    except UserMistake as exc:  # the job (JobError) or its reads (an unknown input)
         print(f"pgval-batch: {exc}", file=sys.stderr)
         return 2
-    path = save_expected(args.run_dir, table)
-    n_ids = int(pc.sum(pc.list_value_length(table.column("ids"))).as_py() or 0)
-    print(json.dumps({"rows": table.num_rows, "ids": n_ids, "file": str(path),
-                      "seconds": round(time.monotonic() - t0, 3),
+    if by_rows:
+        path = save_expected_rows(args.run_dir, table)
+        own = int(pc.sum(table.column("own")).as_py() or 0)
+        said = {"rows": table.num_rows - own, "own_rows": own, "by_rows": True}
+    else:
+        path = save_expected(args.run_dir, table)
+        said = {"rows": table.num_rows,
+                "ids": int(pc.sum(pc.list_value_length(table.column("ids"))).as_py() or 0)}
+    print(json.dumps({**said, "file": str(path), "seconds": round(time.monotonic() - t0, 3),
                       "builtin": builtin_of(job.build)}), flush=True)
     return 0
 

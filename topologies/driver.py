@@ -445,7 +445,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("SPARK_LOCAL_IP", spec.driver_host or "127.0.0.1")
 
     from pgval.core.driver_spec import JOB_REFUSED
-    from pgval.topologies.job import JobError
 
     router = None
     if spec.serve_dir is not None:
@@ -454,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         router = QueryRouter(ProgressLog(spec.serve_dir / SESSION_LOG))
     try:
         query, session, sink = _start(spec, settings, log, router)
-    except JobError as exc:  # the user's job or sink: bad input, said as such
+    except UserMistake as exc:  # the user's job or sink (JobError): bad input, said as such
         log.write("terminated", error=_first_line(exc), phase="job")
         print(f"pgval-driver: {_first_line(exc)}", file=sys.stderr)
         return JOB_REFUSED
@@ -616,9 +615,16 @@ def _source(spec: DriverDocument, session: Session, log: ProgressLog) -> _Source
     cfg = TopologyConfig(topology=spec.topology, bootstrap=spec.bootstrap,
                          window_ms=spec.window_ms, watermark_ms=spec.watermark_ms,
                          max_offsets_per_trigger=spec.max_offsets_per_trigger,
-                         topics=spec.topics, source_options=source_options)
+                         topics=spec.topics, source_options=source_options,
+                         input_names=tuple(spec.input_names.split(",")))
     return _Source(cfg, java_options, checkpoint,
                    source_options.get("startingOffsets", "earliest"))
+
+
+def _trigger(spec: DriverDocument, job: Any) -> int | str:
+    """The query's trigger: ``--trigger``, else the job's ``build.trigger``, else the
+    processing-time interval ``trigger_ms``."""
+    return spec.trigger or (getattr(job, "trigger", None) or spec.trigger_ms)
 
 
 def _row_writer(spec: DriverDocument, spark: Any, source: _Source, job: Any,
@@ -635,14 +641,14 @@ def _row_writer(spec: DriverDocument, spark: Any, source: _Source, job: Any,
     sink_dir = spec.sink_dir.resolve()
     checkpoint = source.checkpoint
     if spec.sink == "files":
-        return file_sink(rows, str(sink_dir), checkpoint, spec.query_name, spec.trigger_ms)
+        return file_sink(rows, str(sink_dir), checkpoint, spec.query_name, _trigger(spec, job))
     if spec.sink == "delta":
         delta = UserSink(JobRef("pgval.topologies.guarantee_sinks", "delta_write"),
                          delta_write(str(sink_dir), spec.query_name), lambda _: [])
         return user_sink(rows, SinkWriter(delta, sink_dir, log.write), checkpoint,
-                         spec.query_name, spec.trigger_ms)
+                         spec.query_name, _trigger(spec, job))
     return user_sink(rows, SinkWriter(load_sink(spec.sink), sink_dir, log.write),
-                     checkpoint, spec.query_name, spec.trigger_ms)
+                     checkpoint, spec.query_name, _trigger(spec, job))
 
 
 def _kafka_writer(spec: DriverDocument, session: Session, source: _Source, job: Any,
@@ -662,14 +668,14 @@ def _kafka_writer(spec: DriverDocument, session: Session, source: _Source, job: 
             from pgval.topologies.serve import cell_client_id
 
             producer["client.id"] = cell_client_id(spec.query_name, producer.get("client.id"))
-        return kafka_sink(out, spec.bootstrap, checkpoint, spec.query_name, spec.trigger_ms,
+        return kafka_sink(out, spec.bootstrap, checkpoint, spec.query_name, _trigger(spec, job),
                           topic=spec.output, kafka_options=producer), None
     sink = TransactionalSink(spec.bootstrap, spec.query_name, checkpoint,
                              topic=spec.output, marker_topic=spec.topics.marker,
                              producer_conf=dict(session.settings.kafka),
                              on_batch=sink_event_writer(log),
                              sabotage=sabotage)
-    return transactional_sink(out, sink, checkpoint, spec.query_name, spec.trigger_ms), sink
+    return transactional_sink(out, sink, checkpoint, spec.query_name, _trigger(spec, job)), sink
 
 
 def _log_started(spec: DriverDocument, session: Session, log: ProgressLog, query: Any,

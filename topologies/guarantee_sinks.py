@@ -107,19 +107,26 @@ def _row_ids(value: str | bytes | None) -> tuple[list[int], int]:
 
 
 def _base_writer(df: DataFrame, checkpoint: str, query_name: str,
-                 trigger_ms: int) -> DataStreamWriter:
+                 trigger_ms: int | str) -> DataStreamWriter:
+    """The append-mode writer; ``trigger_ms`` a processing-time interval in ms (0: as soon
+    as possible), or a job's own trigger (``processing-time:5 seconds``,
+    ``real-time:5 seconds``: :func:`pgval.core.schema.parse_trigger`)."""
     writer = (
         df.writeStream.outputMode("append")
         .queryName(query_name)
         .option("checkpointLocation", checkpoint)
     )
+    if isinstance(trigger_ms, str):
+        kind, interval = schema.parse_trigger(trigger_ms)
+        return (writer.trigger(realTime=interval) if kind == "real-time"
+                else writer.trigger(processingTime=interval))
     if trigger_ms > 0:
         writer = writer.trigger(processingTime=f"{int(trigger_ms)} milliseconds")
     return writer
 
 
 def kafka_sink(df: DataFrame, bootstrap: str, checkpoint: str, query_name: str,
-               trigger_ms: int, topic: str = schema.OUTPUT_TOPIC,
+               trigger_ms: int | str, topic: str = schema.OUTPUT_TOPIC,
                kafka_options: dict[str, str] | None = None) -> DataStreamWriter:
     """a1: Spark's Kafka sink; at-least-once because a re-run batch is written again.
     ``kafka_options``: the user's client settings (SASL, SSL, …), given as ``kafka.KEY``."""
@@ -141,7 +148,7 @@ def kafka_sink(df: DataFrame, bootstrap: str, checkpoint: str, query_name: str,
 
 
 def file_sink(rows: DataFrame, out_dir: str, checkpoint: str, query_name: str,
-              trigger_ms: int) -> DataStreamWriter:
+              trigger_ms: int | str) -> DataStreamWriter:
     """``--sink files``: Spark's file sink, Parquet into ``out_dir``, exactly-once for
     readers that go through its ``_spark_metadata`` log (:mod:`pgval.run.sink_files`)."""
     return (_base_writer(rows, checkpoint, query_name, trigger_ms).format("parquet")
@@ -149,7 +156,7 @@ def file_sink(rows: DataFrame, out_dir: str, checkpoint: str, query_name: str,
 
 
 def user_sink(rows: DataFrame, writer: Any, checkpoint: str, query_name: str,
-              trigger_ms: int) -> DataStreamWriter:
+              trigger_ms: int | str) -> DataStreamWriter:
     """``--sink PATH.py:FUNCTION``: the user's ``foreachBatch`` function, through
     :class:`pgval.topologies.user_sink.SinkWriter`."""
     return _base_writer(rows, checkpoint, query_name, trigger_ms).foreachBatch(writer)
@@ -173,7 +180,7 @@ def delta_write(table_dir: str, app_id: str) -> Callable[[DataFrame, int], None]
 
 
 def transactional_sink(df: DataFrame, sink: TransactionalSink, checkpoint: str,
-                       query_name: str, trigger_ms: int) -> DataStreamWriter:
+                       query_name: str, trigger_ms: int | str) -> DataStreamWriter:
     """e1: ``foreachBatch(sink)``; exactly-once into Kafka for read_committed consumers."""
     return _base_writer(df, checkpoint, query_name, trigger_ms).foreachBatch(sink)
 

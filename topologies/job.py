@@ -25,6 +25,7 @@ pairs (``field.dataType.simpleString()``), so the rules are tested without a JVM
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.core.errors import UserMistake
+from pgval.job import wants_kafka
 
 #: The column every job's output carries: the input IDs behind the row.
 IDS = "ids"
@@ -51,6 +53,20 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 class JobError(UserMistake):
     """A job pgval cannot load or judge (one sentence: exit 2, bad input)."""
+
+
+class NeedsSession(JobError):
+    """A job file whose module-level code needs a Spark session (a UDF declared with a
+    type string, a read of ``spark.conf``): it loads where one runs, as under
+    spark-submit, and is checked by its syntax before (:func:`check_file`)."""
+
+
+def needs_session(exc: BaseException) -> bool:
+    """An import failed only because no Spark session was running."""
+    text = str(exc)
+    return ("SparkContext or SparkSession should be created first" in text
+            or "SparkSession should be created" in text
+            or type(exc).__name__ in ("PySparkRuntimeError",) and "SESSION" in text.upper())
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,11 @@ class Job:
     ref: JobRef
     build: Callable[..., Any]
     key: tuple[str, ...] | None = None
+    #: ``build(spark, kafka)``: the job reads Kafka itself (:mod:`pgval.job`), its IDs are
+    #: the records' coordinates; else ``build(spark, sources)`` over the parsed web log.
+    reads_kafka: bool = False
+    #: ``build.trigger``: the job's own trigger (``real-time:5 seconds``), or None.
+    trigger: str | None = None
 
     def key_columns(self, columns: Sequence[str]) -> tuple[str, ...]:
         """The output's key among ``columns`` (the declared one, else all but ``ids``)."""
@@ -115,6 +136,9 @@ def import_module(ref: JobRef, option: str = "--job") -> Any:
         except SyntaxError as exc:
             raise JobError(f"{option} {ref}: {path} line {exc.lineno}: {exc.msg}") from exc
         except Exception as exc:  # the user's module failed while importing
+            if needs_session(exc):
+                raise NeedsSession(f"{option} {ref}: {path} needs a Spark session to load "
+                                   f"({exc})") from exc
             raise JobError(f"{option} {ref}: importing {path} failed: "
                            f"{type(exc).__name__}: {exc}") from exc
         return module
@@ -160,8 +184,27 @@ def load(ref: JobRef | str) -> Job:
             sig.bind(object(), object())
         except TypeError as exc:
             raise JobError(f"--job {ref}: {ref.function}{sig} must take two arguments, "
-                           "(spark, sources)") from exc
-    key = getattr(build, "key", None)
+                           "(spark, kafka) or (spark, sources)") from exc
+    return Job(ref, build, _key(ref, getattr(build, "key", None)),
+               sig is not None and wants_kafka(list(sig.parameters)),
+               _trigger(ref, getattr(build, "trigger", None)))
+
+
+def _trigger(ref: JobRef, trigger: Any) -> str | None:
+    """``build.trigger`` checked (:func:`pgval.core.schema.parse_trigger`)."""
+    if trigger is None:
+        return None
+    from pgval.core.schema import parse_trigger
+
+    try:
+        parse_trigger(str(trigger))
+    except ValueError as exc:
+        raise JobError(f"--job {ref}: {ref.function}.{exc}") from None
+    return str(trigger)
+
+
+def _key(ref: JobRef, key: Any) -> tuple[str, ...] | None:
+    """``build.key`` checked: a non-empty list of column names other than ``ids``."""
     if key is not None:
         if isinstance(key, str) or not isinstance(key, Sequence) or not key or not all(
                 isinstance(k, str) and k for k in key):
@@ -171,7 +214,53 @@ def load(ref: JobRef | str) -> Job:
             raise JobError(f"--job {ref}: {ref.function}.key names {IDS!r}, the column of "
                            "input IDs; the key is what identifies an output")
         key = tuple(key)
-    return Job(ref, build, key)
+    return key
+
+
+def check_file(ref: JobRef | str) -> Job:
+    """A job file checked by its syntax alone, for a file that loads only with a Spark
+    session: it parses, defines the function with two parameters, and a literal
+    ``FUNCTION.key`` is a list of names. The returned job's ``build`` is a placeholder; the
+    driver and the batch oracle load the file for real, in their sessions."""
+    import ast
+
+    ref = JobRef.parse(ref) if isinstance(ref, str) else ref
+    path = Path(ref.target)
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        raise JobError(f"--job {ref}: {path} line {exc.lineno}: {exc.msg}") from exc
+    except OSError as exc:
+        raise JobError(f"--job {ref}: cannot read {path} ({exc.strerror})") from exc
+    found = next((n for n in tree.body if isinstance(n, (ast.FunctionDef,
+                                                          ast.AsyncFunctionDef))
+                  and n.name == ref.function), None)
+    if found is None:
+        raise JobError(f"--job {ref}: {ref.target} has no function {ref.function}")
+    params = [a.arg for a in (*found.args.posonlyargs, *found.args.args)]
+    if len(params) < 2 and found.args.vararg is None:
+        raise JobError(f"--job {ref}: {ref.function}({', '.join(params)}) must take two "
+                       "arguments, (spark, kafka) or (spark, sources)")
+    found_attrs: dict[str, Any] = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Attribute)
+                and node.targets[0].attr in ("key", "trigger")
+                and isinstance(node.targets[0].value, ast.Name)
+                and node.targets[0].value.id == ref.function):
+            # A computed value is checked by the driver once loaded.
+            with contextlib.suppress(ValueError):
+                found_attrs[node.targets[0].attr] = ast.literal_eval(node.value)
+    return Job(ref, lambda *_: None, _key(ref, found_attrs.get("key")), wants_kafka(params),
+               _trigger(ref, found_attrs.get("trigger")))
+
+
+def load_or_check(ref: JobRef | str) -> Job:
+    """:func:`load`, or for a file that needs a session to load, :func:`check_file`."""
+    try:
+        return load(ref)
+    except NeedsSession:
+        return check_file(ref)
 
 
 def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool | None = True
@@ -188,10 +277,7 @@ def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool | 
     if len(set(names)) != len(names):
         dupes = sorted({n for n in names if names.count(n) > 1})
         raise JobError(f"{where}: the result has two columns named {', '.join(dupes)}")
-    if IDS not in types:
-        raise JobError(f"{where}: the result has no {IDS!r} column (array<long>: the input "
-                       f"IDs behind each row); it has {', '.join(names) or 'no columns'}")
-    if types[IDS] not in IDS_TYPES:
+    if IDS in types and types[IDS] not in IDS_TYPES:
         raise JobError(f"{where}: {IDS!r} is {types[IDS]}, not array<bigint> (collect the "
                        "input IDs, e.g. F.collect_list('id'))")
     key = job.key_columns(names)
@@ -210,6 +296,11 @@ def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool | 
         raise JobError(f"{where}: the result has only {IDS!r}: nothing says which output a "
                        "row is (add the columns that identify it)")
     return key
+
+
+def has_ids(schema: Sequence[tuple[str, str]]) -> bool:
+    """The result carries ``ids`` (judged ID by ID); without, it is judged by its rows."""
+    return any(name == IDS for name, _ in schema)
 
 
 #: Functions whose value depends on when or where a row is computed (Spark's SQL names, as

@@ -19,6 +19,7 @@ from pgval.topologies.job import Job, check_result, load
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from pgval.job import KafkaInputs
     from pgval.topologies.query import TopologyConfig
 
 
@@ -58,6 +59,7 @@ def job_rows(spark: SparkSession, job: Job, get_records: DataFrame,
     result = job.build(spark, {"get": job_source(get_records),
                                "post": job_source(post_records)})
     key = check_result(job, result, result.isStreaming)
+    refuse_rows_verdict(job, result, sink_rows=True)
     return result.select(key_column(key).alias(JOB_KEY),
                          *[F.col(f"`{f.name}`") for f in result.schema.fields])
 
@@ -76,12 +78,67 @@ def job_plan(spark: SparkSession, job: Job, get_records: DataFrame,
 
 def build_job_topology(spark: SparkSession, cfg: TopologyConfig, job: Job,
                        rows: bool = False) -> DataFrame:
-    """:func:`job_plan` (``rows``: :func:`job_rows`) over the run's topics."""
+    """:func:`job_plan` (``rows``: :func:`job_rows`) over the run's topics; a job that
+    reads Kafka itself gets the ``kafka`` object (:func:`kafka_inputs`)."""
     from pgval.topologies.query import kafka_records
 
+    if job.reads_kafka:
+        return with_key(job, job.build(spark, kafka_inputs(spark, cfg)), rows)
     make = job_rows if rows else job_plan
     return make(spark, job, kafka_records(spark, cfg, cfg.topics.get),
                 kafka_records(spark, cfg, cfg.topics.post))
+
+
+def refuse_rows_verdict(job: Job, result: DataFrame, sink_rows: bool) -> None:
+    """A result without ``ids`` is judged by its rows, through the Kafka sink, of a job
+    that reads Kafka itself; anything else without ``ids`` is one sentence here, in the
+    driver, before any event is generated."""
+    from pgval.topologies.job import IDS, JobError, has_ids
+
+    if has_ids([(f.name, f.dataType.simpleString()) for f in result.schema.fields]):
+        return
+    if not job.reads_kafka:
+        raise JobError(f"--job {job.ref}: the result has no {IDS!r} column; a job over the "
+                       "web log's sources carries ids (F.collect_list('id')), and a job "
+                       "without them is judged by its rows when it reads Kafka itself "
+                       "(build(spark, kafka))")
+    if sink_rows:
+        raise JobError(f"--job {job.ref}: a job without {IDS!r} is judged by its rows "
+                       "through the Kafka sink (--sink kafka); its rows in files or your "
+                       "own sink carry nothing to judge them by")
+
+
+def kafka_inputs(spark: SparkSession, cfg: TopologyConfig) -> KafkaInputs:
+    """The ``kafka`` a job reading Kafka itself gets in the driver: each input's reader
+    set to the run's brokers, the run's security settings and topic, from the earliest
+    offset and with lost offsets recorded rather than fatal (as SST and MST read), and
+    pgval's --max-offsets-per-trigger if given; the job's own options come after."""
+    from pgval.job import KafkaInputs
+
+    options = {"kafka.bootstrap.servers": cfg.bootstrap, "startingOffsets": "earliest",
+               "failOnDataLoss": "false",
+               **({"maxOffsetsPerTrigger": str(int(cfg.max_offsets_per_trigger))}
+                  if cfg.max_offsets_per_trigger else {}),
+               **cfg.source_options}
+    topics = dict(zip(cfg.input_names, cfg.topics.inputs, strict=False))
+    return KafkaInputs(spark, topics, options)
+
+
+def with_key(job: Job, result: DataFrame, rows: bool, streaming: bool | None = True
+             ) -> DataFrame:
+    """A job's result checked and with its key text first (``_pgval_key``): as rows
+    (``rows``), or as Kafka records (key and value)."""
+    from pyspark.sql import functions as F
+
+    key = check_result(job, result, result.isStreaming if streaming else streaming)
+    refuse_rows_verdict(job, result, rows)
+    out = result.select(key_column(key).alias(JOB_KEY),
+                        *[F.col(f"`{f.name}`") for f in result.schema.fields])
+    if rows:
+        return out
+    return out.select(F.col(JOB_KEY).alias("key"),
+                      F.to_json(F.struct(*[F.col(f"`{c}`") for c in out.columns]))
+                      .alias("value"))
 
 
 def load_job_for_spark(ref: str) -> Job:

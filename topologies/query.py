@@ -41,6 +41,8 @@ class TopologyConfig:
     topics: schema.Topics = field(default_factory=schema.Topics)
     #: Extra options for the Kafka source (``kafka.*`` consumer settings, ``minPartitions``...).
     source_options: Mapping[str, str] = field(default_factory=dict)
+    #: A job's input names, in slot order (:attr:`DriverDocument.input_names`).
+    input_names: tuple[str, ...] = ("get", "post")
 
     def __post_init__(self) -> None:
         if self.topology not in schema.TOPOLOGIES:

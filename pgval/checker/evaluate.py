@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from pgval.checker import anomalies
 from pgval.checker.explain import CAUSES, summarize_causes, unprocessed_cause_codes
-from pgval.checker.metrics import Metrics, compute_metrics
+from pgval.checker.metrics import LatencyStats, Metrics, compute_metrics
 from pgval.checker.recovery import Recovery, recovery_bounds, recovery_metrics
 from pgval.checker.validator import Validation, validate
 from pgval.core.schema import PHASES
@@ -48,6 +48,10 @@ class Evaluation:
     #: Other readings of the same run: ``raw`` (a file sink read by listing its directory:
     #: :meth:`view`), ``clock`` (what the outputs' times are, for a sink without Kafka's).
     views: dict[str, Any] = field(default_factory=dict)
+    #: A job without ``ids``, judged by its rows (:func:`by_rows`): what that can tell,
+    #: and the real input records per phase (the expected rows have no input time).
+    by_rows: str | None = None
+    phase_inputs: dict[str, int] | None = None
     _anomalies: pa.Table | None = field(default=None, init=False, repr=False)
 
     def anomalies(self) -> pa.Table:
@@ -100,11 +104,13 @@ class Evaluation:
             "correct_outputs": v.correct_outputs,
             "correctness": v.correctness,
             "phase_reliability": {p: v.phases[p].reliability for p in PHASES},
-            **self.metrics.as_dict(),
+            **self.metrics.as_dict(self.recovery.recovered),
             "recovery": self._recovery(),
             "unprocessed_causes": self.unprocessed_causes,
             "witnesses": {k: [[w, i] for w, i in pairs] for k, pairs in v.witnesses.items()},
         })
+        if self.by_rows:
+            out["by_rows"] = self.by_rows
         if self.views.get("clock"):
             out["latency_clock"] = self.views["clock"]
         if self.views.get("raw"):
@@ -149,3 +155,38 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
     return Evaluation(topology, window_ms, phases, expected, validation, metrics, recovery,
                       causes, outputs, codes, oracles)
 
+
+
+#: What a verdict by rows is: said with every such verdict.
+BY_ROWS = ("a verdict by rows: the job carries no ids, so each output row was compared "
+           "with its batch run's rows (found once, missing, duplicated, or with other "
+           "values); it tells which rows, not which inputs, and rows carry no input time "
+           "(no latency, no failure cost)")
+
+
+def by_rows(evaluation: Evaluation, real_ingress: np.ndarray | None = None) -> Evaluation:
+    """An evaluation of a job judged by its rows (each expected row one synthetic input,
+    :func:`pgval.oracle.rows.match_rows`): its latencies and failure cost undefined (an
+    output row's time minus the time of its own first copy is no latency), and
+    :data:`BY_ROWS` said. ``real_ingress``: the real input records' ingress times, so a
+    phase's load is judged by them (a phase in which no row came out is no phase without
+    load)."""
+    import dataclasses
+
+    from pgval.records.phases import PHASE_CODES
+
+    m = evaluation.metrics
+    none = {p: LatencyStats.of(np.zeros(0), "undefined by rows: rows carry no input time")
+            for p in m.latency}
+    metrics = dataclasses.replace(
+        m, latency=none, latency_karimov=dict(none), failure_cost_s=None,
+        failure_cost_undefined="undefined by rows: rows carry no input time",
+        latency_per_output_ms=np.full(len(m.latency_per_output_ms), np.nan))
+    inputs = None
+    if real_ingress is not None:
+        of = evaluation.phases.of(np.asarray(real_ingress, dtype=np.int64))
+        inputs = {p: int((of == code).sum()) for p, code in PHASE_CODES.items()}
+    return dataclasses.replace(evaluation, metrics=metrics,
+                               recovery=recovery_metrics(evaluation.phases, metrics,
+                                                         evaluation.window_ms),
+                               by_rows=BY_ROWS, phase_inputs=inputs)

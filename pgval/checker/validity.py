@@ -11,8 +11,9 @@ any of these holds, and each gives one plain reason of one kind
   wrote;
 * ``generator``: the generator had failed or unacknowledged sends;
 * ``data``: nothing was expected, a phase had no expected inputs (the load did not go
-  through it: the judged run is not the experiment the phases describe), or an input ID
-  occurs more than once in the input topics (its duplicate outputs are not the job's doing);
+  through it: the judged run is not the experiment the phases describe), an input ID
+  occurs more than once in the input topics (its duplicate outputs are not the job's doing),
+  or ``pgval check --allow-malformed`` judged files it doubts (malformed records, …);
 * ``observed``: the drain timed out, or the driver died outside a driver-crash fault (seen
   live, made by :mod:`pgval.run.monitor` and :mod:`pgval.run.experiment`);
 * ``fault``: the fault has no evidence of taking effect, or its removal failed (made by
@@ -91,10 +92,20 @@ def evaluation_reasons(ev: Evaluation) -> Result:
         reasons.append(f"{v.duplicate_inputs:,} input records repeat an ID already in the "
                        "inputs: their outputs show duplicates the job did not make")
     if ev.phases.bounded():
+        # By rows, a phase's load is its real input records (rows have no input time).
+        load = ev.phase_inputs or {name: v.phases[name].expected for name in PHASES}
         reasons += [f"the {name} phase had no expected inputs: no load went through it, so "
                     "the verdict says nothing about it" for name in PHASES
-                    if v.phases[name].expected == 0]
+                    if load.get(name, 0) == 0]
     return _of("data", reasons)
+
+
+def doubt_reasons(doubts: Iterable[str]) -> Result:
+    """What ``pgval check --allow-malformed`` judged in spite of a doubt about its files
+    (:mod:`pgval.checker.questions`: malformed records, another topology's outputs, windows
+    or an output clock the inputs contradict): the verdict stands on records pgval could
+    not take at their word, so the run is unknown, each doubt with its count a reason."""
+    return _of("data", (f"{d} (judged anyway: --allow-malformed)" for d in doubts))
 
 
 def _of(kind: ReasonKind, texts: Iterable[str]) -> Result:

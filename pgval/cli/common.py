@@ -1,18 +1,24 @@
-"""What several command groups share: the console, JSON and validity output, the early
-check of ``--db``, and ``--rate`` (a number, or ``oir``: the stored optimum ingestion rate).
+"""What several command groups share: the console (and its width in pipes), JSON and
+validity output, the early check of ``--db``, and ``--rate`` (a number, or ``oir``: the
+stored optimum ingestion rate).
 
 Apart from the commands so each group's module imports only this, never another group.
 """
 
 from __future__ import annotations
 
+import copy
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import orjson
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions, RenderableType
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
 
 from pgval.cli.errors import UserError, as_error, err_console
 from pgval.core.errors import EnvironmentFailure, PgvalError
@@ -21,9 +27,81 @@ if TYPE_CHECKING:
     from pgval.checker.gate import Case
     from pgval.core.spec import RunSpec
 
-console = Console()
-if not console.is_terminal:  # pipes and CI logs: wide enough for the phase table
-    console = Console(width=140)
+#: The width of a pipe or CI log that no ``COLUMNS`` sizes.
+PIPE_WIDTH = 140
+
+
+class TableConsole(Console):
+    """The console of every command. On a terminal, rich's own width; in a pipe or a CI log,
+    ``COLUMNS`` when it is set (read at each print), else :data:`PIPE_WIDTH`. A table wider
+    than that is printed as several tables of the same rows (:func:`fit`), never cut."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self.is_terminal:
+            return size
+        columns = os.environ.get("COLUMNS", "").strip()
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+        return ConsoleDimensions(width, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: A003 - rich's name
+        if not any(isinstance(o, Table) for o in objects):
+            super().print(*objects, **kwargs)
+            return
+        for o in objects:
+            for part in fit(o, self) if isinstance(o, Table) else [o]:
+                super().print(part, **kwargs)
+
+
+def _natural_width(table: Table, console: Console) -> int:
+    return Measurement.get(console, console.options.update(width=100_000), table).maximum
+
+
+def _part(table: Table, columns: list[int], first: bool) -> Table:
+    """The table's rows in some of its columns, cells folded rather than cut; the title
+    on the first part only, the caption on none (:func:`fit` prints it after the last)."""
+    part = copy.copy(table)
+    part.columns = []
+    for k, i in enumerate(columns):
+        column = copy.copy(table.columns[i])
+        column._index = k  # noqa: SLF001 - rich numbers columns by it
+        column.overflow = "fold"
+        part.columns.append(column)
+    part.title = table.title if first else None
+    part.caption = None
+    return part
+
+
+def fit(table: Table, console: Console) -> list[RenderableType]:
+    """``table`` if it fits the console's width; else the same rows as several tables, each
+    with the row's key columns (the leading ``no_wrap`` ones, at least the first) and as
+    many of the others as fit side by side, then the caption as a line of its own."""
+    width = console.size.width
+    keys = next((i for i, c in enumerate(table.columns) if not c.no_wrap), len(table.columns))
+    key = list(range(max(keys, 1)))
+    if len(table.columns) < len(key) + 2 or _natural_width(table, console) <= width:
+        return [table]
+    groups: list[list[int]] = [[]]
+    for i in range(len(key), len(table.columns)):
+        trial = _part(table, [*key, *groups[-1], i], True)
+        if groups[-1] and _natural_width(trial, console) > width:
+            groups.append([])
+        groups[-1].append(i)
+    parts: list[RenderableType] = [_part(table, [*key, *group], k == 0)
+                                   for k, group in enumerate(groups)]
+    if table.caption is not None:
+        caption = (Text(table.caption, style="table.caption")
+                   if isinstance(table.caption, str) else table.caption)
+        parts.append(caption)
+    return parts
+
+
+console = TableConsole(emoji=False)  # a name or value ":x:" stays as typed
 
 #: The rate a config holds until ``--rate oir`` is looked up (the config is checked, and
 #: a matrix keyed, before the database is opened).
@@ -89,12 +167,19 @@ def resolve_job(cfg: RunSpec) -> RunSpec:
     driver and the batch oracle run elsewhere)."""
     if cfg.job is None:
         return cfg
-    from pgval.config import resolve
+    from pgval.config import resolve, trigger_problem
+    from pgval.core.errors import UserMistake
     from pgval.core.schema import BUILTIN_SINKS
-    from pgval.topologies.job import load
+    from pgval.run.setup import job_inputs
+    from pgval.topologies.job import load_or_check
     from pgval.topologies.user_sink import load_sink
 
-    ref = load(cfg.job).ref
+    job = load_or_check(cfg.job)
+    ref = job.ref
+    job_inputs(cfg)  # an input model for a job that reads the web log: one sentence
+    if job.trigger and cfg.trigger is None and (why := trigger_problem(
+            cfg.replace(trigger=job.trigger))):
+        raise UserMistake(f"--job {ref}: build.trigger {job.trigger!r}: {why}")
     sink = load_sink(cfg.sink).ref if cfg.sink not in BUILTIN_SINKS else None
     changes = {}
     for name, given in (("job", ref), ("sink", sink)):
@@ -185,7 +270,7 @@ def finish_gate(cases: list[Case], expect: str | None, junit_path: Path | None,
 
 
 def require_spark(deploy: str = "local") -> None:
-    """One sentence before anything starts when pyspark is missing (``pip install pgval``
+    """One sentence before anything starts when pyspark is missing (``pip install .``
     without the ``spark`` extra) or of a line pgval does not run on; ``--deploy compose``
     runs Spark in its containers."""
     from pgval.core.extras import require

@@ -15,7 +15,8 @@ from rich.markup import escape
 
 from pgval.core.errors import EnvironmentFailure, PgvalError, UserMistake
 
-err_console = Console(stderr=True)
+# No emoji codes: a value the user typed may hold ":x:" or ":ok:".
+err_console = Console(stderr=True, emoji=False)
 
 
 def print_error(message: str) -> None:
@@ -72,12 +73,15 @@ EXIT_STATUS_MORE = {
     "": "1 only under --expect (validate, matrix, check, recheck): a verdict weaker than "
         "expected.",
     "check": "2 also for a question the files cannot answer: --window-ms that is not the "
-             "outputs' window, records lacking a required field (unless --allow-malformed), "
-             "--phases that are no times of the records.",
+             "outputs' window, --phases that are no times of the records, and unless "
+             "--allow-malformed records in doubt (malformed, named by their first line; "
+             "another topology's outputs; windows or an output clock the inputs contradict).",
     "recheck": "3 for evidence edited since the run was sealed (with --store of a run "
                "directory: since its SHA256SUMS), a sealed run whose hashes the database no "
-               "longer holds, and --store when the evidence is not verified or the re-check "
-               "does not reproduce the stored counts.",
+               "longer holds, a run.json naming a row that is not a run's (a check result), "
+               "--store when the evidence is not verified or the re-check does not "
+               "reproduce the stored counts, and under --expect evidence not verified or a "
+               "stored row that differs from the re-check.",
     "export": "3 for evidence edited since the run was sealed.",
     "validate": "2 also when the run finished but could not be stored (the message says how "
                 "to import it later).",

@@ -89,6 +89,12 @@ class DriverDocument:
     #: With topology ``job``: the user's job (``/abs/path.py:FUNCTION`` or
     #: ``package.module:FUNCTION``).
     job: str | None = None
+    #: The names a job reading Kafka itself gives its inputs (``kafka.reader(NAME)``),
+    #: comma-separated, in slot order: the first reads the get topic, the second the post.
+    input_names: str = "get,post"
+    #: The query's own trigger (``KIND:INTERVAL``, :func:`pgval.core.schema.parse_trigger`)
+    #: instead of ``trigger_ms``; "": ``trigger_ms``, or the job's ``build.trigger``.
+    trigger: str = ""
     #: Where a job's rows go (``kafka``: the pg's sink; ``files``; ``delta``; a user's sink)
     #: and, for the others, the folder they write to.
     sink: str = KAFKA_SINK

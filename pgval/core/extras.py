@@ -1,6 +1,7 @@
 """Which optional parts of pgval are installed.
 
-``pip install pgval`` gives the commands that need no cluster — ``check``, ``oracle``,
+``pip install .`` (in a checkout: no package index serves pgval) gives the commands that
+need no cluster — ``check``, ``oracle``,
 ``report``, ``recheck``, ``export``, ``generate``, ``record`` — without pyspark (485 MB),
 the packet holder's C build or the Docker SDK. The extras bring the rest: ``spark`` for
 ``validate``, ``matrix``, ``oir``, ``cluster`` and ``soak``, ``netdelay`` for the delay
@@ -37,4 +38,4 @@ def require(extra: str) -> None:
         return
     module, what = EXTRAS[extra]
     raise EnvironmentFailure(f"{what} needs the Python package {module}, which is not "
-                            f"installed here: pip install 'pgval[{extra}]'")
+                            f"installed here: pip install '.[{extra}]' in pgval's checkout")

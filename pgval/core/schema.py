@@ -320,3 +320,25 @@ def resource_name(index: int) -> str:
 def window_start(event_ts: int, window_ms: int) -> int:
     """Tumbling event-time window that holds ``event_ts`` (floor division, also for negatives)."""
     return (event_ts // window_ms) * window_ms
+
+
+#: The triggers a job may run with (``--trigger``, ``build.trigger``): Spark's processing
+#: time and, from Spark 4.1, Real-time Mode, each with its interval (``5 seconds``, …).
+TRIGGER_KINDS: Final = ("processing-time", "real-time")
+
+
+def parse_trigger(text: str) -> tuple[str, str]:
+    """``KIND:INTERVAL`` as (kind, Spark interval); a bad one is a ValueError sentence.
+    ``available-now`` is refused: such a query ends once it has read what is there, and a
+    run needs one that reads through its phases."""
+    kind, sep, interval = str(text).strip().partition(":")
+    kind = kind.strip().lower()
+    if kind in ("available-now", "availablenow", "once"):
+        raise ValueError(f"trigger {text!r}: an {kind} query ends once it has read what is "
+                         "there; a run needs a query that keeps reading through its phases "
+                         "(use processing-time:INTERVAL or real-time:INTERVAL)")
+    interval = interval.strip()
+    if kind not in TRIGGER_KINDS or not sep or not interval or not interval[0].isdigit():
+        raise ValueError(f"trigger {text!r}: expected processing-time:INTERVAL or "
+                         "real-time:INTERVAL, e.g. real-time:5 seconds")
+    return kind, interval

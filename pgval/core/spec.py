@@ -165,9 +165,34 @@ class RunSpec:
     #: A user's own job (``PATH.py:FUNCTION``, a file's path made absolute, or
     #: ``package.module:FUNCTION``); the topology is then ``job``.
     job: str | None = field(default=None, metadata=opt(
-        "Your own PySpark job instead of --topology: build(spark, sources) returning a "
-        "streaming DataFrame with an ids column (docs/your-job.md). Its build run as a batch "
-        "over the run's inputs is the oracle.", metavar="PATH.py:FUNCTION|MODULE:FUNCTION"))
+        "Your own PySpark job instead of --topology: build(spark, kafka) reading its inputs "
+        "with kafka.reader(NAME) (or build(spark, sources) over the web log), returning a "
+        "streaming DataFrame, with an ids column where it can (docs/your-job.md). Its build "
+        "run as a batch over the run's inputs is the oracle.",
+        metavar="PATH.py:FUNCTION|MODULE:FUNCTION"))
+    #: The user's input model (:mod:`pgval.datasets.models`); all unset: the web log.
+    replay: dict[str, str] = field(default_factory=dict, metadata=opt(
+        "An input of your job made from a sample of real records (JSON lines), replayed in "
+        "a loop at --rate; repeatable, at most two inputs (docs/your-job.md).",
+        metavar="NAME=SAMPLE.jsonl"))
+    input_makers: dict[str, str] = field(default_factory=dict, metadata=opt(
+        "An input of your job made by your function make(i, rng, event_ms) -> dict; "
+        "repeatable.", metavar="NAME=FILE.py:FUNCTION", name="--input"))
+    event_time_field: str | None = field(default=None, metadata=opt(
+        "The event-time field of the --replay samples (epoch ms or ISO text), re-stamped "
+        "to the time of sending in the record's own format.", metavar="FIELD"))
+    skew: dict[str, str] = field(default_factory=dict, metadata=opt(
+        "Key skew on a field of your records: its values drawn Zipf-distributed, the "
+        "record's Kafka key; repeatable.", metavar="FIELD=zipf:S"))
+    disorder: str | None = field(default=None, metadata=opt(
+        "Event-time disorder: that share of records carries an event time up to MAX_MS in "
+        "the past.", metavar="SHARE:MAX_MS"))
+    late: str | None = field(default=None, metadata=opt(
+        "Late records: that share of records carries an event time MS in the past.",
+        metavar="SHARE:MS"))
+    inputs_spec: str | None = field(default=None, metadata=opt(
+        "A TOML file holding the whole input model (inputs, event-time fields, skew, "
+        "disorder, late), instead of the options above.", metavar="FILE.toml"))
     pg: Guarantee = field(default=Guarantee.A1, metadata=opt(
         "a1: Spark's Kafka sink (at-least-once); e1: transactional sink; m1: the Kafka "
         "sink reading from the latest offsets with a checkpoint a restart does not find "
@@ -219,7 +244,8 @@ class RunSpec:
         "Length of each of control, failure and recovery (the paper: 90 s).", min=1))
     warmup_seconds: float = field(default=5.0, metadata=opt(
         "ε, at least: generated but not judged; control starts once the pipeline is steady "
-        "(outputs flowing, their latency no longer falling) and this has passed.", min=0))
+        "(outputs flowing, their latency neither falling nor rising) and this has passed.",
+        min=0))
     warmup_max_seconds: float = field(default=180.0, metadata=opt(
         "At most this long a warm-up: then control starts anyway and the run says why the "
         "pipeline never settled.", min=0))
@@ -231,6 +257,11 @@ class RunSpec:
         "Allowed lateness (ms); with --job your job sets its own watermark.", min=0))
     trigger_ms: int = field(default=1_000, metadata=opt("Micro-batch trigger interval (ms).",
                                                                  min=0))
+    trigger: str | None = field(default=None, metadata=opt(
+        "The query's trigger instead of --trigger-ms: processing-time:INTERVAL, or "
+        "real-time:INTERVAL (Spark 4.1+'s Real-time Mode, stateless jobs, Spark's Kafka "
+        "sink: --pg a1). A job's build.trigger says the same; this wins.",
+        metavar="KIND:INTERVAL"))
     shuffle_partitions: int | None = field(default=None, metadata=opt(
         "spark.sql.shuffle.partitions (default: the number of Kafka partitions).", min=1))
     max_offsets_per_trigger: int | None = field(default=None, metadata=opt(
@@ -347,6 +378,8 @@ class RunSpec:
                                         for p in self.schedule))
         put(self, "kafka_config", FrozenDict(self.kafka_config or {}))
         put(self, "spark_conf", FrozenDict(self.spark_conf or {}))
+        for name in ("replay", "input_makers", "skew"):
+            put(self, name, FrozenDict(getattr(self, name) or {}))
         if not isinstance(self.cluster, ClusterSpec):
             put(self, "cluster", ClusterSpec.from_record(self.cluster))
 

@@ -29,6 +29,7 @@ why a re-check gives the same answer.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -39,10 +40,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pgval.core.errors import EvidenceInDoubt, UserMistake
 from pgval.core.files import copy_private, private_temp_path, write_private
+from pgval.core.record_ids import OWN_KEY, record_ids
 from pgval.core.redact import redact_record
 from pgval.core.schema import (
     BUILTIN_TOPOLOGIES,
@@ -54,7 +57,15 @@ from pgval.core.schema import (
 )
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.oracle.expected import ExpectedOutputs
-from pgval.oracle.rows import RowsError, expected_from_rows, rows_of, set_aside_rows
+from pgval.oracle.rows import (
+    RowsError,
+    expected_from_rows,
+    key_by_single_id,
+    match_rows,
+    rows_of,
+    set_aside_rows,
+    single_id_keys,
+)
 from pgval.records.parse import (
     InputEvents,
     OutputRecords,
@@ -72,6 +83,10 @@ PROGRESS = "progress.jsonl"
 ANOMALIES = "anomalies.parquet"
 #: A user's job: its batch oracle's rows and its source as it ran.
 EXPECTED = "expected.parquet"
+#: The batch oracle's rows of a job without ``ids`` (judged by rows): key text, row text.
+EXPECTED_ROWS = "expected-rows.parquet"
+EXPECTED_ROWS_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()),
+                                  ("own", pa.bool_())])
 JOB_SOURCE = "job.py"
 #: A sink other than Kafka: its rows as read back (a file sink: through its log), and a
 #: file sink's rows as a reader listing the directory sees them ("raw").
@@ -85,7 +100,7 @@ INPUT_TOPICS = (GET_TOPIC, POST_TOPIC)
 #: Every file a re-check or an export reads, in the order they are verified; the progress
 #: file only when the driver wrote one, the anomalies only in runs stored since they are.
 EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOPIC)), PROGRESS,
-                  ANOMALIES, EXPECTED, JOB_SOURCE, SINK_ROWS, SINK_RAW)
+                  ANOMALIES, EXPECTED, EXPECTED_ROWS, JOB_SOURCE, SINK_ROWS, SINK_RAW)
 
 
 class EvidenceError(UserMistake):
@@ -395,15 +410,51 @@ def save_topic(run_dir: Path, records: TopicRecords, name: str | None = None) ->
     return path
 
 
+#: The columns of a topic's records that every record has (Kafka gives each one).
+RECORD_NOT_NULL = ("partition", "offset", "timestamp")
+
+
+def read_evidence_table(path: Path, schema: pa.Schema, what: str,
+                        not_null: Sequence[str] = (), missing: str | None = None,
+                        required: Sequence[str] | None = None) -> pa.Table:
+    """One evidence Parquet file as ``schema``, or refused in one sentence naming ``what``
+    it should hold: a path that is not a regular file (a directory reads as an empty
+    dataset), a file lacking one of the columns (read with ``schema``, Arrow would fill it
+    with nulls; ``required``: the columns it must have, default all), or nulls in a
+    ``not_null`` column. Each was judged as if it were a run (an empty ``output.parquet``
+    directory: at-most-once, valid). ``missing``: the sentence when nothing is there."""
+    if not path.is_file():
+        if not path.exists():
+            raise EvidenceError(missing or f"{path} is missing")
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise EvidenceError(f"{path} is {kind}, not one Parquet file of {what}; refusing it")
+    try:
+        have = pq.ParquetFile(path).schema_arrow
+        lacking = [name for name in (schema.names if required is None else required)
+                   if have.get_field_index(name) < 0]
+        if lacking:
+            raise EvidenceError(f"{path} is not a file of {what}: it lacks the column"
+                                f"{'s' if len(lacking) > 1 else ''} {', '.join(lacking)} "
+                                f"(its columns: {', '.join(have.names)[:80] or 'none'}); "
+                                "refusing it")
+        table = pq.read_table(path, schema=schema)
+    except FileNotFoundError as exc:  # gone since is_file()
+        raise EvidenceError(missing or f"{path} is missing") from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+    for name in not_null:
+        empty = table.column(name).null_count
+        if empty:
+            raise EvidenceError(f"{path} is not a file of {what}: {empty:,} of its "
+                                f"{table.num_rows:,} rows have no {name}; refusing it")
+    return table
+
+
 def load_topic(run_dir: Path, topic: str) -> TopicRecords:
     """Read one topic's records back from the evidence (the inverse of :func:`save_topic`)."""
     path = evidence_dir(run_dir) / f"{topic}.parquet"
-    try:
-        table = pq.read_table(path, schema=RECORD_SCHEMA)
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"the evidence of {run_dir} lacks {path.name}") from exc
-    except (OSError, pa.ArrowException) as exc:
-        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+    table = read_evidence_table(path, RECORD_SCHEMA, "Kafka records", RECORD_NOT_NULL,
+                                missing=f"the evidence of {run_dir} lacks {path.name}")
     return TopicRecords.from_table(table, topic)
 
 
@@ -415,15 +466,13 @@ def _save_table(run_dir: Path, name: str, table: pa.Table) -> Path:
     return path
 
 
-def _load_table(run_dir: Path, name: str, schema: pa.Schema, what: str) -> pa.Table:
-    """One evidence table; a missing or unreadable one is one sentence naming ``what``."""
-    path = evidence_dir(run_dir) / name
-    try:
-        return pq.read_table(path, schema=schema)
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"the evidence of {run_dir} lacks {name}, {what}") from exc
-    except (OSError, pa.ArrowException) as exc:
-        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+def _load_table(run_dir: Path, name: str, schema: pa.Schema, what: str,
+                **checks: Any) -> pa.Table:
+    """One evidence table; a missing, unreadable or foreign one is one sentence naming
+    ``what`` (``checks``: :func:`read_evidence_table`'s ``required`` and ``not_null``)."""
+    return read_evidence_table(evidence_dir(run_dir) / name, schema, what,
+                               missing=f"the evidence of {run_dir} lacks {name}, {what}",
+                               **checks)
 
 
 def save_anomalies(run_dir: Path, table: pa.Table) -> Path:
@@ -438,10 +487,7 @@ def load_anomalies(run_dir: Path) -> pa.Table | None:
     path = evidence_dir(run_dir) / ANOMALIES
     if not path.exists():
         return None
-    try:
-        return pq.read_table(path, schema=SCHEMA)
-    except (OSError, pa.ArrowException) as exc:
-        raise EvidenceError(f"cannot read {path}: {exc}") from exc
+    return read_evidence_table(path, SCHEMA, "a run's anomalies", ("kind", "id"))
 
 
 def save_progress(run_dir: Path, progress_file: Path) -> None:
@@ -510,10 +556,18 @@ class Streams:
     control_inputs: int = 0  # pgval's own priming/closing events removed from the inputs
     control_outputs: int = 0  # output records that held only pgval's control IDs
     control_occurrences: int = 0  # control IDs removed from outputs
+    #: A job judged by rows: the ingress time of each real input record (its events are
+    #: synthetic, one per expected row), so each phase's load is still known.
+    real_ingress: np.ndarray | None = None
 
 
-def is_control(ids: np.ndarray, control_ids: Sequence[int] | None) -> np.ndarray:
-    """True for the IDs pgval wrote itself (inclusive range); nothing else is set aside."""
+def is_control(ids: np.ndarray, control_ids: Sequence[int] | np.ndarray | None
+               ) -> np.ndarray:
+    """True for the IDs pgval wrote itself: an inclusive range ``[lo, hi]`` (the web log's
+    negative IDs), or the IDs themselves (a sorted array: a job reading Kafka itself, whose
+    IDs are coordinates); nothing else is set aside."""
+    if isinstance(control_ids, np.ndarray):
+        return np.isin(ids, control_ids)
     if not control_ids:
         return np.zeros(len(ids), dtype=bool)
     lo, hi = control_ids
@@ -580,20 +634,51 @@ def streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRecord
     return Streams(events, outputs, control_inputs, control_outputs, control_occ)
 
 
+def coordinate_events(inputs: Mapping[str, TopicRecords]) -> tuple[InputEvents, np.ndarray]:
+    """The input records of a job that reads Kafka itself as events: each ID the record's
+    coordinates (:func:`pgval.core.record_ids.record_ids`, slot = the input's position),
+    event and ingress time the broker's timestamp; and the sorted IDs of pgval's own
+    records (Kafka key :data:`OWN_KEY`), set aside. Nothing is parsed: the payload is the
+    job's, so no record is malformed here."""
+    table = ResourceTable(["input"])
+    parts, own = [], []
+    for code, topic in enumerate(INPUT_TOPICS):
+        recs = inputs.get(topic)
+        if recs is None:
+            continue
+        ids = record_ids(code, recs.partitions, recs.offsets)
+        mine = pc.equal(recs.keys, pa.scalar(OWN_KEY, pa.binary())).fill_null(False)
+        mine_np = mine.to_numpy(zero_copy_only=False).astype(bool)
+        own.append(ids[mine_np])
+        n = len(ids)
+        ev = InputEvents(ids, np.ones(n, dtype=bool), np.zeros(n, dtype=np.int32),
+                         recs.timestamps, recs.timestamps, table,
+                         topic=np.full(n, code, dtype=np.int64),
+                         partition=recs.partitions.astype(np.int64), offset=recs.offsets)
+        parts.append(ev.take(np.flatnonzero(~mine_np)))
+    control = np.sort(np.concatenate(own)) if own else np.zeros(0, dtype=np.int64)
+    return InputEvents.concat(parts, table), control
+
+
 def job_streams_from_records(inputs: Mapping[str, TopicRecords],
                              output: TopicRecords | pa.Table, rows: pa.Table, resources: int,
-                             control_ids: Sequence[int] | None
+                             control_ids: Sequence[int] | None, coordinates: bool = False
                              ) -> tuple[Streams, ExpectedOutputs]:
     """A user's job's streams and its expected outputs: the batch oracle's ``rows``
     (:data:`pgval.topologies.batch.EXPECTED_SCHEMA`) and the outputs' key texts coded with
     one table, so an output's key is an expected one exactly when the texts are equal. A
     batch result the validator cannot use (an ID in two rows, an ID that is no input) is
-    an :class:`EvidenceError`, one sentence."""
-    events, control_inputs = _input_events(inputs, resources, control_ids)
+    an :class:`EvidenceError`, one sentence. ``coordinates``: the job reads Kafka itself,
+    its IDs are the records' coordinates (:func:`coordinate_events`)."""
+    if coordinates:
+        events, control = coordinate_events(inputs)
+        control_inputs, control_ids = len(control), control
+    else:
+        events, control_inputs = _input_events(inputs, resources, control_ids)
     keys = ResourceTable()
+    rows, by_id = key_by_single_id(set_aside_rows(rows, control_ids))
     try:
-        expected = expected_from_rows(*rows_of(set_aside_rows(rows, control_ids)), events,
-                                      keys)
+        expected = expected_from_rows(*rows_of(rows), events, keys)
     except RowsError as exc:
         raise JobNotJudgeable(f"the job cannot be judged ID by ID: {exc}") from exc
     if isinstance(output, pa.Table):  # a sink's rows (SINK_ROWS_SCHEMA)
@@ -602,7 +687,48 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
         outputs = job_outputs_from_kafka(output.values, output.timestamps, output.partitions,
                                          output.offsets, keys)
     outputs, control_outputs, control_occ = set_aside_control(outputs, control_ids)
+    if by_id:
+        outputs = rekey_by_single_id(outputs, keys)
     return Streams(events, outputs, control_inputs, control_outputs, control_occ), expected
+
+
+def rekey_by_single_id(outputs: OutputRecords, keys: ResourceTable) -> OutputRecords:
+    """Outputs keyed as :func:`pgval.oracle.rows.key_by_single_id` keyed the batch's rows:
+    each output's key text and its one ID (after pgval's own IDs were set aside)."""
+    known = outputs.resource >= 0
+    texts = pa.array(keys.names, pa.string()).take(
+        pa.array(np.where(known, outputs.resource, 0), mask=~known))
+    ids = pa.LargeListArray.from_arrays(pa.array(outputs.offsets, pa.int64()),
+                                        pa.array(outputs.ids, pa.int64()))
+    codes = keys.encode(single_id_keys(texts, ids)).astype(np.int32)
+    return dataclasses.replace(outputs, resource=codes)
+
+
+def rows_streams(rows: pa.Table, output: TopicRecords,
+                 inputs: Mapping[str, TopicRecords] | None = None
+                 ) -> tuple[Streams, ExpectedOutputs]:
+    """The streams of a job judged by rows (:func:`pgval.oracle.rows.match_rows`): each
+    expected row one synthetic input, each output the synthetic ID of the row it equals."""
+    order = np.lexsort((output.offsets, output.partitions, output.timestamps))
+    keys = output.keys.take(pa.array(order)).cast(pa.string())
+    values = output.values.take(pa.array(order)).cast(pa.string())
+    own = rows.column("own").combine_chunks().to_numpy(zero_copy_only=False)
+    matched = match_rows(rows.column("key").combine_chunks(),
+                         rows.column("value").combine_chunks(), own, keys, values,
+                         output.timestamps[order])
+    table = ResourceTable()
+    expected = expected_from_rows(matched.expected_keys, matched.expected_ids,
+                                  matched.expected_offsets, matched.events, table)
+    kept = pa.array(matched.kept)
+    n = int(matched.kept.sum())
+    sunk = pa.table({"key": keys.filter(kept), "ids": matched.output_ids,
+                     "written_ms": pa.array(output.timestamps[order][matched.kept], pa.int64()),
+                     "batch": pa.array(output.partitions[order][matched.kept].astype(np.int64)),
+                     "origin": pa.nulls(n, pa.string())}, schema=SINK_ROWS_SCHEMA)
+    real = coordinate_events(inputs)[0].ingress_ts if inputs is not None else None
+    return Streams(matched.events, job_outputs_from_rows(sunk, table),
+                   control_inputs=int(own.sum()), control_outputs=matched.set_aside,
+                   real_ingress=real), expected
 
 
 def save_expected(run_dir: Path, rows: pa.Table) -> Path:
@@ -617,6 +743,27 @@ def load_expected(run_dir: Path) -> pa.Table:
                        "the batch oracle's rows of its job")
 
 
+def save_expected_rows(run_dir: Path, rows: pa.Table) -> Path:
+    """Keep the batch oracle's rows of a job without ``ids`` (:data:`EXPECTED_ROWS_SCHEMA`):
+    its rows over every record the run read, ``own`` the rows that are not also rows of
+    the run over the real records alone (those of pgval's priming and closing records)."""
+    return _save_table(run_dir, EXPECTED_ROWS, rows)
+
+
+def load_expected_rows(run_dir: Path) -> pa.Table:
+    """The batch oracle's rows of a job judged by rows (``key``, ``value``, ``own``: a row
+    only pgval's own records made, set aside)."""
+    return _load_table(run_dir, EXPECTED_ROWS, EXPECTED_ROWS_SCHEMA,
+                       "the batch oracle's rows of its job")
+
+
+def by_rows(manifest: Manifest) -> bool:
+    """The run's job carries no ``ids``: it is judged by its rows."""
+    job = manifest.job if isinstance(manifest.job, dict) else {}
+    oracle = job.get("oracle") if isinstance(job.get("oracle"), dict) else {}
+    return bool(oracle.get("by_rows"))
+
+
 def save_sink_rows(run_dir: Path, rows: pa.Table, name: str = SINK_ROWS) -> Path:
     """Keep a sink's rows as read back (:data:`SINK_ROWS_SCHEMA`), before :func:`seal`."""
     return _save_table(run_dir, name,
@@ -625,7 +772,8 @@ def save_sink_rows(run_dir: Path, rows: pa.Table, name: str = SINK_ROWS) -> Path
 
 def load_sink_rows(run_dir: Path, name: str = SINK_ROWS) -> pa.Table:
     """A sink's rows from the evidence (:func:`save_sink_rows`)."""
-    return _load_table(run_dir, name, SINK_ROWS_SCHEMA, "the rows its sink held")
+    return _load_table(run_dir, name, SINK_ROWS_SCHEMA, "the rows its sink held",
+                       required=("key", "ids", "written_ms"), not_null=("written_ms",))
 
 
 def keep_job_source(run_dir: Path, source: Path | None) -> str | None:
@@ -635,6 +783,11 @@ def keep_job_source(run_dir: Path, source: Path | None) -> str | None:
         return None
     path = write_private(evidence_dir(run_dir) / JOB_SOURCE, source.read_bytes())
     return sha256_file(path)
+
+
+def reads_kafka(manifest: Manifest) -> bool:
+    """The run's job read Kafka itself: its IDs are the records' coordinates."""
+    return isinstance(manifest.job, dict) and manifest.job.get("ids") == "kafka"
 
 
 def cross_check_of(manifest: Manifest) -> dict[str, Any] | None:
@@ -655,11 +808,14 @@ def evaluation_streams(run_dir: Path, manifest: Manifest, inputs: Mapping[str, T
     """The streams a run is judged on and, for a user's job, its expected outputs from the
     batch oracle's rows kept in the evidence (None: the topology's own oracle runs). A
     sink other than Kafka: its rows as kept (``raw``: a file sink's raw read)."""
+    if manifest.topology == "job" and by_rows(manifest):
+        return rows_streams(load_expected_rows(run_dir), output, inputs)
     if manifest.topology == "job":
         sunk = (load_sink_rows(run_dir, SINK_RAW if raw else SINK_ROWS)
                 if manifest.sink is not None else output)
         return job_streams_from_records(inputs, sunk, load_expected(run_dir),
-                                        manifest.resources, manifest.control_ids)
+                                        manifest.resources, manifest.control_ids,
+                                        coordinates=reads_kafka(manifest))
     return streams_from_records(inputs, output, manifest.resources, manifest.control_ids), None
 
 

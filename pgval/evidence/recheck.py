@@ -8,7 +8,10 @@ stored. (:mod:`pgval.evidence.export` writes the same streams for ``pgval check`
 
 A re-check first compares the evidence files with the SHA-256 hashes stored with the run in the
 results database (:func:`anchor`): edited evidence is refused in one sentence. A run
-directory given without a database has no anchor, and the output says so.
+directory given without a database has no anchor, and the output says so. Then the run's
+stored row is held to what the evidence gives (:func:`compare_figures`): a figure edited in
+the database is named. ``--expect`` passes only when both hold
+(:func:`pgval.checker.gate.doubt_of`).
 
 Stored and recomputed validity are compared by the reasons' kinds, never their wording.
 Runs stored before reasons had kinds keep only sentences: :func:`legacy_reason_kind` reads
@@ -18,6 +21,7 @@ their kinds from the sentences' first words, for those runs only.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +32,7 @@ import pyarrow as pa
 
 from pgval.checker.anomalies import counts as anomaly_counts
 from pgval.checker.evaluate import Evaluation, evaluate
+from pgval.checker.evaluate import by_rows as rows_verdict
 from pgval.checker.result import Reason, ReasonKind, reasons_from_records
 from pgval.checker.validity import (
     Validity,
@@ -46,6 +51,7 @@ from pgval.evidence.bundle import (
     EvidenceError,
     Manifest,
     Streams,
+    by_rows,
     cross_check_of,
     evaluation_streams,
     evidence_dir,
@@ -57,7 +63,14 @@ from pgval.evidence.bundle import (
 from pgval.faults.took_effect import fault_reasons
 from pgval.kafka.topic_records import TopicRecords
 from pgval.store.dbfile import StoreError, connect_readonly, json_cell, json_object_cell
-from pgval.store.results import SCHEMA_VERSION, SEALED_AT_IMPORT
+from pgval.store.results import (
+    RECOVERY_COLUMNS,
+    SCHEMA_VERSION,
+    SEALED_AT_IMPORT,
+    UNSEALED_IMPORT,
+    phase_figures,
+    run_figures,
+)
 
 NO_ANCHOR = "evidence not verified: no results database"
 
@@ -88,6 +101,8 @@ class Recheck:
     carried: list[str] = field(default_factory=list)
     #: The recomputed anomaly set against the one the run kept (:func:`compare_anomalies`).
     anomalies: dict[str, Any] = field(default_factory=dict)
+    #: The stored row's figures against the recomputed ones (:func:`compare_figures`).
+    figures: dict[str, Any] = field(default_factory=lambda: dict(NO_FIGURES))
 
     def summary(self) -> dict[str, Any]:
         """The ``pgval check --json`` object plus validity, evidence check and run id."""
@@ -98,6 +113,7 @@ class Recheck:
         out["validity_changes"] = self.validity_changes
         out["validity_carried"] = self.carried
         out["anomalies"] = self.anomalies
+        out["stored_figures"] = self.figures
         return out
 
 
@@ -113,13 +129,98 @@ def compare_anomalies(stored: pa.Table | None, now: pa.Table) -> dict[str, Any]:
         return {"same": True, "now": counted, "stored": kept,
                 "note": f"anomaly set: the {len(now):,} kept anomalies recomputed exactly"}
     moved = [f"{k} {kept[k]:,} kept, {counted[k]:,} now" for k in kept if kept[k] != counted[k]]
-    if not moved:
-        rows = np.flatnonzero(~np.array([a == b for a, b in zip(
-            stored.to_pylist(), now.to_pylist(), strict=True)]))
-        moved = [f"the same counts, {len(rows):,} rows differ (the first is row "
-                 f"{int(rows[0]):,})"]
     return {"same": False, "now": counted, "stored": kept,
-            "note": f"the recomputed anomaly set differs from the kept one: {'; '.join(moved)}"}
+            "note": "the recomputed anomaly set differs from the kept one: "
+                    + ("; ".join(moved) or _rows_differ(stored, now))}
+
+
+def _rows_differ(stored: pa.Table, now: pa.Table) -> str:
+    """Where two anomaly sets of the same counts per kind differ, as a phrase. A kept set
+    may hold rows of no kind pgval knows (a null, another word), which no count shows."""
+    if len(stored) != len(now):
+        return (f"the same counts per kind, but {len(stored):,} rows kept and {len(now):,} "
+                f"now (kept rows of no known kind)")
+    rows = np.flatnonzero(~np.array([a == b for a, b in zip(
+        stored.to_pylist(), now.to_pylist(), strict=True)], dtype=bool))
+    if not len(rows):
+        return "the same rows, in a table of another schema"
+    return f"the same counts, {len(rows):,} rows differ (the first is row {int(rows[0]):,})"
+
+
+#: What a re-check without a stored row reports for ``stored_figures``.
+NO_FIGURES: dict[str, Any] = {"same": None, "differ": {},
+                              "note": "no stored row to compare (no results database)"}
+#: The phase figures a row has held since phases were stored; others may be NULL in a row
+#: stored before they existed, and a NULL there is not compared.
+PHASE_COUNTS = ("expected", "processed", "unprocessed", "duplicate", "incorrect")
+
+
+def compare_figures(row: dict[str, Any], phases: dict[str, dict[str, Any]],
+                    evaluation: Evaluation, validity: Validity) -> dict[str, Any]:
+    """The stored row's figures (``runs`` and ``phase_results``, what ``pgval report``
+    shows) against those the re-check computed, as :meth:`ResultsStore.finish_run` would
+    store them: ``same``, the figures that ``differ`` (stored, now) and a sentence. A
+    figure the row lacks (a column or phase row from before it existed, NULL) is not
+    compared, except the verdict's counts, which every row has."""
+    now: dict[str, Any] = {**run_figures(evaluation, validity),
+                           **{k: v for k, v in evaluation.recovery.as_dict().items()
+                              if k in RECOVERY_COLUMNS}}
+    differ: dict[str, dict[str, Any]] = {}
+    for key, value in now.items():
+        stored = row.get(key)
+        if key in row and (stored is not None or key in VERDICT_FIELDS) \
+                and not _same(stored, value):
+            differ[key] = {"stored": _plain(stored), "now": _plain(value)}
+    for phase, figures in (phase_figures(evaluation).items() if phases else ()):
+        kept = phases.get(phase, {})
+        for key, value in figures.items():
+            stored = kept.get(key)
+            if (stored is not None or key in PHASE_COUNTS) and not _same(stored, value):
+                differ[f"{phase}.{key}"] = {"stored": _plain(stored), "now": _plain(value)}
+    run = row.get("id")
+    if not differ:
+        return {"same": True, "differ": {},
+                "note": f"stored figures: run {run}'s row equals its re-check"}
+    said = [f"{k} {_shown_figure(d['stored'])} stored, {_shown_figure(d['now'])} now"
+            for k, d in differ.items()]
+    more = f" (and {len(said) - 6} more)" if len(said) > 6 else ""
+    measures = set(RECOVERY_COLUMNS)
+    hint = ("; these recovery measures are derived, and a newer pgval's definitions may "
+            f"move them: `pgval recheck {run} --db DB --store` stores the recomputed ones"
+            if set(differ) <= measures else "")
+    return {"same": False, "differ": differ,
+            "note": f"the stored row of run {run} differs from what its evidence gives: "
+                    f"{'; '.join(said[:6])}{more}{hint}"}
+
+
+def _plain(value: object) -> object:
+    """A figure as JSON keeps it: booleans as 0/1, numpy scalars as Python, NaN as None."""
+    if isinstance(value, bool | np.bool_):
+        return int(value)
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _same(stored: object, now: object) -> bool:
+    """Whether a stored figure is the recomputed one (floats to 1e-9, as SQLite keeps them)."""
+    a, b = _plain(stored), _plain(now)
+    if a is None or b is None:
+        return a is None and b is None
+    if not (isinstance(a, int | float) and isinstance(b, int | float)):
+        return a == b
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _shown_figure(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_run_id(text: str) -> int | None:
@@ -196,8 +297,10 @@ def anchor(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> 
     """Verify ``run_dir``'s evidence against the hashes stored with its run in ``db``.
 
     ``run_id``: the run asked for (else the one run.json names). Edited, missing or added
-    files are refused (:class:`~pgval.core.errors.EvidenceInDoubt`); a run stored before hashes
-    existed, or never completed, is let through with a note saying it is not verified."""
+    files are refused (:class:`~pgval.core.errors.EvidenceInDoubt`), and so is a row that
+    cannot be this evidence's (a ``pgval check`` result, a row without a run directory); a
+    run stored before hashes existed, never completed, or imported is let through with a
+    note saying it is not verified."""
     if db is None:
         return Anchor(False, NO_ANCHOR)
     if run_id is None:
@@ -216,9 +319,13 @@ def anchor(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> 
                           "verified against the end of the run", row, fault_log)
         return Anchor(True, f"evidence verified: its {len(hashes)} files match the hashes "
                       f"stored with run {run_id}", row, fault_log)
+    if row.get("sealed") == UNSEALED_IMPORT or (row.get("sealed") == 0 and _imported(row)):
+        return Anchor(False, f"run {run_id} was imported without evidence hashes "
+                      "(unsealed): not verified", row, fault_log)
     if row.get("sealed"):
         raise EvidenceInDoubt(f"run {run_id} was stored with evidence hashes, but {db} holds "
                               "none for it; refusing to re-check unverifiable evidence")
+    _refuse_foreign_row(run_dir, db, run_id, row)
     if row.get("sealed") == 0:
         note = (f"run {run_id} was stored without evidence to seal (e.g. `pgval check`): "
                 "not verified")
@@ -231,6 +338,45 @@ def anchor(run_dir: Path, db: Path | None = None, run_id: int | None = None) -> 
         note = (f"stored before evidence hashes (schema v{EVIDENCE_SCHEMA - 1} or older): "
                 "not verified")
     return Anchor(False, note, row, fault_log)
+
+
+def _imported(row: dict[str, Any]) -> bool:
+    """Whether a row was stored by an import (its summary says so; older imports without
+    hashes were stored ``sealed = 0``, as a ``check`` is)."""
+    return json_object_cell(row.get("summary")).get("imported") is True
+
+
+def _refuse_foreign_row(run_dir: Path, db: Path, run_id: int, row: dict[str, Any]) -> None:
+    """Refuse a row without hashes that cannot be ``run_dir``'s: a ``pgval check`` result
+    or any row that records no run directory. (A sealed row is held to its hashes, which
+    name the run, instead.) Without this, a run.json naming such a row re-checked as merely
+    "not verified"."""
+    recorded = row.get("run_dir") or json_object_cell(row.get("params")).get("run_dir")
+    if row.get("kind") == "validate" and recorded:
+        return
+    what = ("a `pgval check` result" if row.get("kind") == "check"
+            else "a row that records no run directory" if not recorded
+            else f"a {str(row.get('kind'))[:20]!r} row")
+    raise EvidenceInDoubt(f"run {run_id} in {db} is {what}, not a run with evidence, so it "
+                          f"cannot vouch for the evidence in {run_dir}; refusing to re-check "
+                          "it against another row (re-check the directory without --db)")
+
+
+def _stored_phases(db: Path, run_id: int) -> dict[str, dict[str, Any]]:
+    """Run ``run_id``'s ``phase_results`` rows by phase (none: a database without them)."""
+    try:
+        conn = connect_readonly(db, newest=SCHEMA_VERSION)
+    except StoreError as exc:
+        raise EvidenceError(str(exc)) from exc
+    try:
+        cur = conn.execute("SELECT * FROM phase_results WHERE run_id = ?", [run_id])
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    except sqlite3.OperationalError:  # no such table: nothing stored to compare
+        return {}
+    finally:
+        conn.close()
+    return {str(r.get("phase")): r for r in rows}
 
 
 def _stored_evidence(db: Path, run_id: int) -> tuple[dict[str, Any] | None, dict[str, str],
@@ -291,7 +437,19 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
     changes = {"only_stored": sorted(before - now), "only_now": sorted(now - before)}
     return Recheck(manifest, streams, evaluation, validity, evidence,
                    {k: v for k, v in changes.items() if v}, carried,
-                   compare_anomalies(load_anomalies(run_dir), evaluation.anomalies()))
+                   compare_anomalies(load_anomalies(run_dir), evaluation.anomalies()),
+                   _row_figures(db, row, evaluation, validity))
+
+
+def _row_figures(db: Path | None, row: dict[str, Any], evaluation: Evaluation,
+                 validity: Validity) -> dict[str, Any]:
+    """:func:`compare_figures` of a complete stored row; :data:`NO_FIGURES` without one."""
+    if not row or db is None:
+        return dict(NO_FIGURES)
+    if row.get("status") != "complete":
+        return {**NO_FIGURES, "note": f"run {row.get('id')} was never completed: no stored "
+                                      "figures to compare"}
+    return compare_figures(row, _stored_phases(Path(db), int(row["id"])), evaluation, validity)
 
 
 def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecords],
@@ -306,6 +464,8 @@ def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecor
     evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
                           manifest.window_ms, manifest.phase_bounds, progress=progress,
                           expected=expected, cross_check=cross_check_of(manifest))
+    if by_rows(manifest):  # a job without ids: synthetic inputs, one per expected row
+        evaluation = rows_verdict(evaluation, streams.real_ingress)
     sink = manifest.sink if isinstance(manifest.sink, dict) else {}
     if sink.get("kind") in SINKS and SINKS[sink["kind"]].raw_read:
         raw, raw_expected = evaluation_streams(run_dir, manifest, inputs, output, raw=True)

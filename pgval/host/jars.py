@@ -150,7 +150,8 @@ def installed_spark() -> SparkLine:
     try:
         version = metadata.version("pyspark")
     except metadata.PackageNotFoundError:
-        raise EnvironmentFailure("pyspark is not installed: pip install 'pgval[spark]'") from None
+        raise EnvironmentFailure("pyspark is not installed: pip install '.[spark]' in "
+                                 "pgval's checkout") from None
     line = ".".join(version.split(".")[:2])
     if line not in SPARK_LINES:
         raise EnvironmentFailure(f"pgval runs on {SUPPORTED_SPARK}; this Python has pyspark "

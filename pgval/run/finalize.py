@@ -88,10 +88,12 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
         if changed := job_changed(h, sha256_file):
             reasons.add(Reason("observed", changed))
         events = sum(len(r) for k, r in back.records.items() if k != OUTPUT_TOPIC)
+        reads = h.inputs.describe(h.topics) if h.inputs is not None else {}
         said = run_batch_oracle(cfg.job, run_dir, dict(cfg.spark_conf),
-                                batch_timeout_s(events), batch_heap_mb(events))
+                                batch_timeout_s(events), batch_heap_mb(events),
+                                reads.get("inputs"))
         job = {"ref": cfg.job, "source": None if h.job_source is None else str(h.job_source),
-               "sha256": h.job_sha, "oracle": said}
+               "sha256": h.job_sha, "oracle": said, **reads}
         timings["job_oracle_s"] = time.monotonic() - t0
     return Collected(back, progress, sink, job, tuple(reasons.reasons), timings)
 

@@ -55,14 +55,18 @@ def batch_heap_mb(events: int, machine_mb: int | None = None) -> int:
 
 
 def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
-                     timeout_s: float, heap_mb: int = BASE_HEAP_MB) -> dict[str, Any]:
+                     timeout_s: float, heap_mb: int = BASE_HEAP_MB,
+                     inputs: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the batch oracle of ``job`` over ``run_dir``'s evidence in a heap of ``heap_mb``
     (a ``spark.driver.memory`` among the user's settings wins); its summary (rows, IDs,
     seconds). A job that cannot be judged, a failure or a time-out is one sentence
     (:class:`PgvalError`) naming the log."""
     log = run_dir / "logs" / "batch-oracle.log"
-    proc = spawn("batch-oracle", [sys.executable, "-m", "pgval.topologies.batch", "--job", job,
-                                  "--run-dir", str(run_dir), "--heap-mb", str(heap_mb)], log,
+    argv = [sys.executable, "-m", "pgval.topologies.batch", "--job", job,
+            "--run-dir", str(run_dir), "--heap-mb", str(heap_mb)]
+    if inputs:  # a job reading Kafka itself: its inputs' names and the run's topics
+        argv += ["--inputs", ",".join(f"{n}={t}" for n, t in inputs.items())]
+    proc = spawn("batch-oracle", argv, log,
                  env={SPARK_CONF_ENV: json.dumps(spark_conf)} if spark_conf else None,
                  pid_dir=run_dir / "pids")
     t0 = time.monotonic()

@@ -23,7 +23,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from pgval.core.errors import EnvironmentFailure
+from pgval.core.record_ids import OWN_KEY
 from pgval.core.schema import GET, POST, Topics, Topology, resource_name
+from pgval.datasets.models import PreparedModel
 
 #: IDs of planted late events (a self-test): far above any generator ID, so a test can
 #: tell them apart; they are ordinary inputs for the oracle and the validator.
@@ -34,10 +36,16 @@ class ControlEvents:
     """Writes pgval's own events and accounts for every one (the read-back reconciles
     the input topics with the generator's deliveries plus :attr:`written`)."""
 
-    def __init__(self, client_config: dict[str, Any], topics: Topics, resources: int) -> None:
+    def __init__(self, client_config: dict[str, Any], topics: Topics, resources: int,
+                 own_key: bool = False, model: PreparedModel | None = None) -> None:
         self.client_config = client_config
         self.topics = topics
         self.resources = resources
+        #: A job that reads Kafka itself knows its records by their coordinates, so pgval's
+        #: own are told apart by their Kafka key (:data:`OWN_KEY`), not by negative IDs;
+        #: with an input model they are the model's records (the job parses them as its own).
+        self.own_key = own_key or model is not None
+        self.model = model
         self.next_id = -1
         self.written = 0  # every event pgval wrote to the input topics (late ones too)
         #: Inclusive range [lo, hi] of the negative IDs written (None: none yet), and how
@@ -56,6 +64,8 @@ class ControlEvents:
         Spread over windows (one pair per key), so MST's join stays one row per key.
         Returns the next free ID.
         """
+        if self.model is not None:
+            return self._write_model(event_ts, per_resource, step_ms)
         producer = self._producer()
         first_id = self.next_id
         ident = first_id
@@ -71,7 +81,8 @@ class ControlEvents:
                                         "event_ts": event_ts + k * step_ms}).encode()
                     while True:
                         try:
-                            producer.produce(topic, key=name.encode(), value=value)
+                            producer.produce(topic, value=value, key=OWN_KEY
+                                             if self.own_key else name.encode())
                             break
                         except BufferError:
                             producer.poll(0.1)
@@ -83,6 +94,30 @@ class ControlEvents:
         self.control_events += written
         self.next_id = ident
         return ident
+
+    def _write_model(self, event_ts: int, per_resource: int, step_ms: int) -> int:
+        """The model's records in place of the web log's pairs: as many per input, with
+        the Kafka key :data:`OWN_KEY` (the evidence sets them aside by it)."""
+        assert self.model is not None
+        producer = self._producer()
+        topics = (self.topics.get, self.topics.post)
+        written = 0
+        for k in range(per_resource):
+            for slot in range(len(self.model.streams)):
+                for value in self.model.own_records(slot, self.resources,
+                                                    event_ts + k * step_ms):
+                    while True:
+                        try:
+                            producer.produce(topics[slot], key=OWN_KEY, value=value)
+                            break
+                        except BufferError:
+                            producer.poll(0.1)
+                    written += 1
+        if producer.flush(30) != 0:
+            raise EnvironmentFailure("could not write pgval's control events to Kafka in 30 s")
+        self.written += written
+        self.control_events += written
+        return self.next_id
 
     def priming(self, now_ms: int, window_ms: int, prime_events: int) -> None:
         """``prime_events`` events in windows far in the past (one pair per key each)."""

@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from pgval.cluster.guard import RunGuard
+from pgval.config import input_model
 from pgval.core.errors import UserMistake
 from pgval.core.schema import (
     BROKER_TARGETS,
+    GET_TOPIC,
+    POST_TOPIC,
     CrashPoint,
     Deploy,
     Fault,
@@ -29,6 +32,7 @@ from pgval.core.schema import (
 )
 from pgval.core.spec import RunSpec
 from pgval.datasets import ProducerGroup
+from pgval.datasets.models import InputModel, PreparedModel
 from pgval.deploy import Deployment, FaultContext
 from pgval.deploy.driver_process import DriverProcess, DriverSpec
 from pgval.deploy.shared_driver import SharedDrivers, SharedQuery, own_driver_reason
@@ -43,7 +47,7 @@ from pgval.run.monitor import OutputMonitor
 from pgval.run.own_events import ControlEvents
 from pgval.run.schedule import FaultSchedule, NoFault
 from pgval.run.sink_readback import FileSinkWatch, UserSinkWatch
-from pgval.topologies.job import source_file
+from pgval.topologies.job import load_or_check, source_file
 
 Driver = DriverProcess | SharedQuery
 Watch = OutputMonitor | FileSinkWatch | UserSinkWatch
@@ -77,6 +81,46 @@ class OutputCount:
 
 
 @dataclass(frozen=True)
+class JobInputs:
+    """How a user's job reads its inputs: Kafka itself (``build(spark, kafka)``, IDs from
+    the records' coordinates) or the parsed web log, and from which input model."""
+
+    reads_kafka: bool
+    model: InputModel | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The inputs by name, in slot order: the model's, or the web log's two."""
+        return self.model.names if self.model is not None else (GET_TOPIC, POST_TOPIC)
+
+    def topics(self, topics: Topics) -> dict[str, str]:
+        """Each input's topic in this run: the first is the run's get topic, the second
+        its post topic."""
+        return dict(zip(self.names, topics.inputs, strict=False))
+
+    def describe(self, topics: Topics) -> dict[str, Any]:
+        """What run.json's ``job`` says of the inputs (the evidence reads it back)."""
+        if not self.reads_kafka:
+            return {}
+        return {"ids": "kafka", "inputs": self.topics(topics),
+                **({"model": self.model.to_record()} if self.model is not None else {})}
+
+
+def job_inputs(cfg: RunSpec) -> JobInputs | None:
+    """The run's :class:`JobInputs` (None without ``--job``); an input model for a job that
+    reads the web log is one sentence."""
+    if cfg.job is None:
+        return None
+    job = load_or_check(cfg.job)
+    model = input_model(cfg)
+    if model is not None and not job.reads_kafka:
+        raise UserMistake(f"--job {cfg.job}: with an input model the job reads its inputs "
+                          "itself: name build's second parameter kafka and read each input "
+                          "with kafka.reader(NAME) (docs/your-job.md)")
+    return JobInputs(job.reads_kafka, model)
+
+
+@dataclass(frozen=True)
 class RunHandles:
     """A deployed run: what the timeline and the finalize step act on."""
 
@@ -102,6 +146,8 @@ class RunHandles:
     #: What the setup adds to run.json's config (topic prefix, a shared driver, a restore).
     notes: Mapping[str, Any]
     timings: Mapping[str, float]
+    #: How a user's job reads its inputs (None: no job).
+    inputs: JobInputs | None = None
 
     @property
     def driver_log_dirs(self) -> list[Path]:
@@ -173,9 +219,14 @@ def setup_run(cfg: RunSpec, started: Started, profile: TimeoutProfile,
     topics = started.topics = dep.topics_for(run_dir)
     notes["topic_prefix"] = topics.prefix
     dep.open_run(topics)
-    control = ControlEvents(dep.client_config(), topics, cfg.resources)
+    inputs = job_inputs(cfg)
+    control = ControlEvents(dep.client_config(), topics, cfg.resources,
+                            own_key=inputs is not None and inputs.reads_kafka,
+                            model=(PreparedModel(inputs.model, cfg.seed)
+                                   if inputs is not None and inputs.model is not None
+                                   else None))
     fault = cfg.fault_spec
-    spec = driver_spec(cfg, dep, topics, run_dir, profile, fault)
+    spec = driver_spec(cfg, dep, topics, run_dir, profile, fault, inputs)
     driver, driver_note = choose_driver(cfg, spec, run_dir, drivers, log_offsets)
     started.driver = driver
     if driver_note:
@@ -203,11 +254,12 @@ def setup_run(cfg: RunSpec, started: Started, profile: TimeoutProfile,
     count.watch = watch = sink_watch(cfg, monitor, driver, spec.sink_dir)
     return RunHandles(dep, topics, control, driver, spec, started.schedule, fault, profile,
                       target, monitor, watch, dict(log_offsets), job_source, job_sha, notes,
-                      timings)
+                      timings, inputs)
 
 
 def driver_spec(cfg: RunSpec, dep: Deployment, topics: Topics, run_dir: Path,
-                profile: TimeoutProfile, fault: FaultSpec) -> DriverSpec:
+                profile: TimeoutProfile, fault: FaultSpec, inputs: JobInputs | None = None
+                ) -> DriverSpec:
     """The streaming driver's spec for this run on this deployment."""
     where = dep.driver_placement()
     return DriverSpec(
@@ -222,6 +274,8 @@ def driver_spec(cfg: RunSpec, dep: Deployment, topics: Topics, run_dir: Path,
         master=where.master, driver_host=where.driver_host, extra_env=where.extra_env,
         launcher=where.launcher, python=where.python, path_map=where.path_map,
         signal_argv=where.signal_argv, topic_prefix=topics.prefix, job=cfg.job,
+        input_names=",".join(inputs.names) if inputs is not None else "get,post",
+        trigger=cfg.trigger or "",
         sink=cfg.sink, sink_dir=None if cfg.sink == "kafka" else run_dir / "sink",
         # The control channel (a thread polling the JVM twice a second) only where a
         # fault needs it: the executor kill on a cluster pgval does not own.

@@ -140,9 +140,13 @@ class Timeline:
                                   seed=cfg.seed)
         client = self.h.deployment.client_config()
         # log_level 3: keep librdkafka's transient retry warnings off the live display.
+        inputs = self.h.inputs
         sink = KafkaSink(str(client["bootstrap.servers"]), topics=self.h.topics,
                          config={**{k: v for k, v in client.items()
-                                    if k != "bootstrap.servers"}, "log_level": 3})
+                                    if k != "bootstrap.servers"}, "log_level": 3},
+                         # The user's records, where the run has an input model.
+                         model=inputs.model if inputs is not None else None,
+                         model_seed=cfg.seed)
         generators = ProducerGroup(gen_cfg, sink, pid_dir=self.started.run_dir / "pids")
         self.started.generators = self._generators = generators
         generators.start()
