@@ -250,6 +250,9 @@ def test_a_job_without_ids_is_judged_by_its_rows(written: list[str], verdict: st
     assert streams.control_outputs == 1 and ev.validation.expected == 3
     assert ev.summary()["by_rows"].startswith("a verdict by rows")
     assert ev.metrics.latency["control"].p50 is None
+    from pgval.checker.render import notes
+
+    assert notes(ev)[0].startswith("a verdict by rows")
 
 
 @pytest.mark.parametrize("trigger, said", [

@@ -98,6 +98,9 @@ def notes(ev: Evaluation) -> list[str]:
     recovery, why IDs were unprocessed."""
     v, m = ev.validation, ev.metrics
     extras = []
+    if ev.by_rows:  # first: every count above is of rows, by the time they came out
+        extras.append(f"{ev.by_rows}; the phase rows count expected rows by the time their "
+                      "first copy came out (a row never written is in no phase)")
     if v.malformed:
         extras.append(f"{v.malformed} malformed output records skipped")
     if v.malformed_inputs:
