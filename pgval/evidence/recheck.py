@@ -274,13 +274,19 @@ def shipped_run_dir(db: Path, run_id: int) -> Path:
     return db.resolve().parent / "evidence" / f"run-{run_id}"
 
 
+def _read_only(db: Path) -> sqlite3.Connection:
+    """The results database opened without writing; a missing or foreign file is one
+    sentence (and a missing one is not created)."""
+    try:
+        return connect_readonly(db, newest=SCHEMA_VERSION)
+    except StoreError as exc:
+        raise EvidenceError(str(exc)) from exc
+
+
 def _stored_run(db: Path, run_id: int) -> dict[str, Any] | None:
     """Run ``run_id``'s row, read without writing: a missing or foreign file is one
     sentence (and a missing one is not created)."""
-    try:
-        conn = connect_readonly(db, newest=SCHEMA_VERSION)
-    except StoreError as exc:
-        raise EvidenceError(str(exc)) from exc
+    conn = _read_only(db)
     try:
         cur = conn.execute("SELECT * FROM runs WHERE id = ?", [run_id])
         found = cur.fetchone()
@@ -364,10 +370,7 @@ def _refuse_foreign_row(run_dir: Path, db: Path, run_id: int, row: dict[str, Any
 
 def _stored_phases(db: Path, run_id: int) -> dict[str, dict[str, Any]]:
     """Run ``run_id``'s ``phase_results`` rows by phase (none: a database without them)."""
-    try:
-        conn = connect_readonly(db, newest=SCHEMA_VERSION)
-    except StoreError as exc:
-        raise EvidenceError(str(exc)) from exc
+    conn = _read_only(db)
     try:
         cur = conn.execute("SELECT * FROM phase_results WHERE run_id = ?", [run_id])
         names = [d[0] for d in cur.description]
@@ -385,10 +388,7 @@ def _stored_evidence(db: Path, run_id: int) -> tuple[dict[str, Any] | None, dict
     row = _stored_run(db, run_id)
     if row is None:
         return None, {}, None
-    try:
-        conn = connect_readonly(db, newest=SCHEMA_VERSION)
-    except StoreError as exc:
-        raise EvidenceError(str(exc)) from exc
+    conn = _read_only(db)
     try:
         try:
             hashes = {str(p): str(h) for p, h in conn.execute(
