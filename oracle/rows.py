@@ -229,7 +229,7 @@ class RowsMatch:
     set_aside: int
 
 
-def _ranks(codes: np.ndarray) -> np.ndarray:
+def occurrence_ranks(codes: np.ndarray) -> np.ndarray:
     """Each element's occurrence number among equal codes, in the given order."""
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
@@ -272,9 +272,9 @@ def match_rows(exp_keys: pa.Array, exp_values: pa.Array, exp_own: np.ndarray,
     syn = np.zeros(n_exp, dtype=np.int64)
     syn[order] = np.arange(1, len(order) + 1)
     first_copy = np.full(size, -1, dtype=np.int64)
-    is_first = _ranks(exp_codes[order]) == 0
+    is_first = occurrence_ranks(exp_codes[order]) == 0
     first_copy[exp_codes[order][is_first]] = syn[order][is_first]
-    rank = _ranks(out_codes)
+    rank = occurrence_ranks(out_codes)
     aside = rank < own_count[out_codes]
     r = rank - own_count[out_codes]
     has = real_count[out_codes] > 0

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pgval.core.errors import UserMistake
-from pgval.oracle.rows import rows_of
+from pgval.oracle.rows import occurrence_ranks, rows_of
 from pgval.topologies.job import IDS, SOURCES, Job, JobError, check_result
 from pgval.topologies.job_query import key_column
 
@@ -143,12 +143,7 @@ def rows_table(job: Job, spark: SparkSession, kafka: Any) -> pa.Table:
     codes = pc.dictionary_encode(both).indices.to_numpy(zero_copy_only=False)
     n = every.num_rows
     in_real = np.bincount(codes[n:], minlength=int(codes.max(initial=-1)) + 1)
-    rank = np.zeros(n, dtype=np.int64)
-    order = np.argsort(codes[:n], kind="stable")
-    sorted_codes = codes[:n][order]
-    starts = np.r_[True, sorted_codes[1:] != sorted_codes[:-1]] if n else np.zeros(0, bool)
-    rank[order] = np.arange(n) - np.maximum.accumulate(np.where(starts, np.arange(n), 0))
-    own = rank >= in_real[codes[:n]] if n else np.zeros(0, dtype=bool)
+    own = occurrence_ranks(codes[:n].astype(np.int64)) >= in_real[codes[:n]]
     return pa.table({"key": every.column("key"), "value": every.column("value"),
                      "own": pa.array(own)}, schema=EXPECTED_ROWS_SCHEMA)
 
