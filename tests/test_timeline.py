@@ -112,8 +112,26 @@ def test_a_run_follows_its_operations_in_order_and_ends_after_t4() -> None:
     t.follow(t.operations())
     start = T0 + 10_000
     assert fault.asked == [("inject", start + 30_000), ("remove", start + 60_000)]
-    assert t._generators.stop_requested and clock.ms == start + 90_000
+    # The removal took effect 1 s after T3: recovery still gets its whole phase.
+    assert t._generators.stop_requested and clock.ms == start + 91_000
+    assert t.bounds["t4"] == start + 91_000
     assert [p for k, p in enumerate(phases) if k == 0 or phases[k - 1] != p] == [
         "control", "failure", "recovery"]
     t.judge_bounds()
     assert (t.bounds["t2"], t.bounds["t3"]) == (start + 30_500, start + 61_000)
+
+
+def test_a_removal_that_acts_late_moves_t4_to_a_whole_recovery_phase_after_it() -> None:
+    """A driver that needs 25 s to run its query again after a 10 s failure phase: without
+    the move, the generators would stop before recovery began (no recovery inputs)."""
+    clock = FakeClock()
+    t, fault = timeline(RunSpec(fault="crash", phase_seconds=10), clock)
+    fault.remove = lambda restore=True: (  # type: ignore[method-assign]
+        clock.sleep(25.0), {"effective_ms": clock.ms})[1]
+    t.status = lambda now, total, note="": None  # type: ignore[method-assign]
+    t.follow(t.operations())
+    start = T0 + 10_000
+    t.judge_bounds()
+    assert t.bounds["t3"] == start + 45_000
+    assert t.bounds["t4"] == start + 55_000 and clock.ms == start + 55_000
+    assert t._generators.stop_requested

@@ -228,6 +228,10 @@ class Timeline:
                     injected = True
                 elif op.name == "remove":
                     removed = True
+                    pending = self.full_recovery(pending)
+                    t4 = b["t4"]
+                    assert t4 is not None
+                    total_s = (t4 - t1) / 1000.0
                 if follow_up is not None:
                     bisect.insort(pending, follow_up)
             now = self.clock.now_ms()
@@ -243,6 +247,20 @@ class Timeline:
             if injected and not removed:
                 self.h.schedule.check()
             self.clock.sleep(TICK_S)
+
+    def full_recovery(self, pending: list[Op]) -> list[Op]:
+        """A whole phase of load after the fault's removal took effect: a removal that acted
+        late (a driver that took its time to run its query again) moves T4, and the
+        generators' stop, on; without it a slow restart leaves recovery with no inputs."""
+        b = self.bounds
+        removed = self.h.schedule.effective("remove")
+        t4, t3 = b["t4"], b["t3_intended"]
+        assert t4 is not None and t3 is not None
+        if removed is None or removed + (t4 - t3) <= t4:
+            return pending
+        b["t4"] = removed + (t4 - t3)
+        return sorted([op for op in pending if op.name != "stop-generators"]
+                      + [Op(b["t4"], "stop-generators")])
 
     def do(self, op: Op) -> Op | None:
         """One operation; returns the operation it makes due (the removal after an inject)."""
