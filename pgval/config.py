@@ -126,7 +126,30 @@ def trigger_problem(cfg: RunSpec) -> str | None:
         return ("--trigger real-time: Spark's Real-time Mode writes through Spark's own "
                 "Kafka sink or foreach, not a foreachBatch sink: use --pg a1 with --sink "
                 "kafka")
+    if kind == "real-time" and cfg.deploy is Deploy.LOCAL:
+        return real_time_slots_problem(cfg)
     return None
+
+
+def real_time_slots_problem(cfg: RunSpec) -> str | None:
+    """Real-time Mode runs one task a Kafka partition for the whole of each batch; a task
+    that waits for a free core past the batch's end time reads nothing (Spark's
+    ``LowLatencyReaderWrap``: ``curTime >= lowLatencyEndTime`` ends its read at once), so
+    with fewer cores than partitions some partitions are never read, without an error.
+    Measured: 3 partitions on 2 cores, a third of the inputs never read, the drain timed
+    out. The embedded cluster's cores are known: refused before it starts."""
+    model = input_model(cfg)
+    topics = len(model.inputs) if model is not None else 1
+    size = cfg.cluster
+    needed = size.partitions * topics
+    cores = size.workers * size.cores_per_worker
+    if cores >= needed:
+        return None
+    return (f"--trigger real-time: Spark's Real-time Mode holds a core for each of the "
+            f"{needed} Kafka partitions it reads for the whole of every batch, and a "
+            f"partition whose task finds no free core is never read: the cluster has "
+            f"{cores} (--workers {size.workers} x --cores-per-worker "
+            f"{size.cores_per_worker}); give at least {needed} cores or fewer --partitions")
 
 
 def input_model(cfg: RunSpec) -> InputModel | None:

@@ -269,8 +269,26 @@ def test_real_time_mode_needs_sparks_own_kafka_sink() -> None:
     with pytest.raises(UserMistake, match="use --pg a1 with --sink kafka"):
         resolve({"job": JOB, "topology": "job", "trigger": "real-time:5 seconds",
                  "pg": "e1"})
-    spec = resolve({"job": JOB, "topology": "job", "trigger": "real-time:5 seconds"})
+    spec = resolve({"job": JOB, "topology": "job", "trigger": "real-time:5 seconds",
+                    "cluster": {"cores_per_worker": 2}})
     assert spec.trigger == "real-time:5 seconds"
+
+
+def test_real_time_mode_with_fewer_cores_than_partitions_is_refused_before_a_start() -> None:
+    """Spark's Real-time Mode holds a core per partition for a whole batch; a partition
+    whose task finds none is never read (a third of the inputs, 3 partitions on 2 cores,
+    measured on the real cluster): refused with the cores it needs."""
+    rtm = {"job": JOB, "topology": "job", "trigger": "real-time:5 seconds"}
+    with pytest.raises(UserMistake, match=r"the 3 Kafka partitions .* the cluster has 2 "
+                       r"\(--workers 2 x --cores-per-worker 1\); give at least 3 cores"):
+        resolve(rtm)
+    two_inputs = {**rtm, "replay": {"a": str(SAMPLE), "b": str(SAMPLE)},
+                  "cluster": {"cores_per_worker": 2}}
+    with pytest.raises(UserMistake, match="the 6 Kafka partitions"):
+        resolve(two_inputs)
+    assert resolve({**rtm, "cluster": {"partitions": 2}}).cluster.partitions == 2
+    assert resolve({**two_inputs, "cluster": {"cores_per_worker": 2, "workers": 3}}
+                   ).cluster.workers == 3
 
 
 def test_a_jobs_own_trigger_is_read_from_build(tmp_path: Path) -> None:

@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.cluster
-
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "your-job.md"
 
@@ -33,11 +31,56 @@ def doc_commands(text: str) -> list[list[str]]:
     return [shlex.split(line) for line in joined.splitlines() if line.strip()]
 
 
+def all_commands(text: str) -> list[list[str]]:
+    """Every ``pgval`` command of the page's bash blocks, as argv."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip().startswith("pgval "):
+                out.append(shlex.split(line))
+    return out
+
+
+def test_every_command_of_the_page_is_accepted_as_written(monkeypatch) -> None:  # noqa: ANN001
+    """Each ``pgval validate|matrix|recheck`` line parses, and a validate or matrix line
+    passes every check its command makes before a cluster starts (its job loaded, its input
+    model read, its trigger and grid checked): the page names real files and flags."""
+    from pgval.campaigns.matrix import cells, plan
+    from pgval.cli.app import main as cli
+    from pgval.cli.campaigns import _matrix_base
+    from pgval.cli.common import OIR_PENDING, parse_rate, resolve_job
+    from pgval.cli.options import build_config
+
+    monkeypatch.chdir(ROOT)
+    commands = all_commands(DOC.read_text())
+    assert {c[1] for c in commands} >= {"validate", "matrix", "recheck"}
+    left_out: list[tuple[object, str]] = []
+    for argv in commands:
+        command = cli.commands[argv[1]]
+        with command.make_context(" ".join(argv[:2]), argv[2:]) as ctx:
+            values = dict(ctx.params)
+            if argv[1] == "validate":
+                for name in ("run_dir", "db", "as_json", "expect", "junit_path"):
+                    values.pop(name)
+                rate = parse_rate(values["rate"])
+                resolve_job(build_config(values, rate=OIR_PENDING if rate is None else rate))
+            elif argv[1] == "matrix":
+                axes = {name: values.pop(name) for name in (
+                    "topologies", "pgs", "faults", "repeat", "rate_fraction", "runs_dir",
+                    "db", "driver", "expect", "junit_path")}
+                base = resolve_job(_matrix_base(values, parse_rate(values["rate"]),
+                                                axes["rate_fraction"]))
+                grid = plan(base, cells(["job"], axes["pgs"], axes["faults"], axes["repeat"]),
+                            on_left_out=lambda cell, why: left_out.append((cell, why)))
+                assert grid and not left_out, (argv, left_out)
+
+
 def test_the_tested_block_is_what_the_doc_shows() -> None:
     commands = doc_commands(DOC.read_text())
     assert [c[:2] for c in commands] == [["pgval", "validate"], ["pgval", "recheck"]]
 
 
+@pytest.mark.cluster
 def test_the_docs_first_verdict_runs_as_written(tmp_path: Path) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = {**os.environ, "PGVAL_RUNS": str(tmp_path / "runs")}

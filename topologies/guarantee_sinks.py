@@ -108,9 +108,10 @@ def _row_ids(value: str | bytes | None) -> tuple[list[int], int]:
 
 def _base_writer(df: DataFrame, checkpoint: str, query_name: str,
                  trigger_ms: int | str) -> DataStreamWriter:
-    """The append-mode writer; ``trigger_ms`` a processing-time interval in ms (0: as soon
-    as possible), or a job's own trigger (``processing-time:5 seconds``,
-    ``real-time:5 seconds``: :func:`pgval.core.schema.parse_trigger`)."""
+    """The append-mode writer (update-mode in Real-time Mode); ``trigger_ms`` a
+    processing-time interval in ms (0: as soon as possible), or a job's own trigger
+    (``processing-time:5 seconds``, ``real-time:5 seconds``:
+    :func:`pgval.core.schema.parse_trigger`)."""
     writer = (
         df.writeStream.outputMode("append")
         .queryName(query_name)
@@ -118,8 +119,12 @@ def _base_writer(df: DataFrame, checkpoint: str, query_name: str,
     )
     if isinstance(trigger_ms, str):
         kind, interval = schema.parse_trigger(trigger_ms)
-        return (writer.trigger(realTime=interval) if kind == "real-time"
-                else writer.trigger(processingTime=interval))
+        if kind == "real-time":
+            # Spark 4.2's Real-time Mode takes Update only (STREAMING_REAL_TIME_MODE.
+            # OUTPUT_MODE_NOT_SUPPORTED for Append); for the stateless queries it runs,
+            # Update writes each row once, as Append does.
+            return writer.outputMode("update").trigger(realTime=interval)
+        return writer.trigger(processingTime=interval)
     if trigger_ms > 0:
         writer = writer.trigger(processingTime=f"{int(trigger_ms)} milliseconds")
     return writer

@@ -1,6 +1,7 @@
 """Orders made by a function: record ``i`` from a seeded ``rng`` at ``event_ms``.
 
-``pgval validate --job examples/jobs/orders.py:build --input orders=examples/inputs/orders_make.py:make``
+``pgval validate --job examples/jobs/orders.py:build
+--input orders=examples/inputs/orders_make.py:make``
 """
 
 from datetime import datetime, timezone
