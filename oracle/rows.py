@@ -247,8 +247,9 @@ def match_rows(exp_keys: pa.Array, exp_values: pa.Array, exp_own: np.ndarray,
     value): the k-th output equal to a row text takes the k-th expected copy's ID, an
     output beyond the copies repeats the last one's (a duplicate), an output equal to no
     expected row gets an ID of its own that no input has (incorrect). Outputs equal to
-    pgval's own rows (``exp_own``: rows only pgval's own records made) are set aside, as
-    many as there are such rows. Vectorised: no per-row Python."""
+    pgval's own rows (``exp_own``: rows only pgval's own records made) are set aside: all
+    of them, or where a real row has the same text, as many as there are own rows.
+    Vectorised: no per-row Python."""
     exp_keys, exp_values, out_keys, out_values = (
         a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
         for a in (exp_keys, exp_values, out_keys, out_values))
@@ -275,9 +276,13 @@ def match_rows(exp_keys: pa.Array, exp_values: pa.Array, exp_own: np.ndarray,
     is_first = occurrence_ranks(exp_codes[order]) == 0
     first_copy[exp_codes[order][is_first]] = syn[order][is_first]
     rank = occurrence_ranks(out_codes)
-    aside = rank < own_count[out_codes]
-    r = rank - own_count[out_codes]
     has = real_count[out_codes] > 0
+    # pgval's own rows are not judged: every output equal to a row only pgval's records
+    # made is set aside, however often (a dedup whose state the watermark evicted writes
+    # the priming's row again for the closing records; the batch writes it once); a text
+    # that is also a real row's gives up only as many copies as pgval's records made.
+    aside = (own_count[out_codes] > 0) & (~has | (rank < own_count[out_codes]))
+    r = rank - own_count[out_codes]
     pick = np.where(has, np.minimum(r, real_count[out_codes] - 1), 0)
     # Copies of one text are consecutive in ``order``: first copy + k.
     out_ids = np.where(has, first_copy[out_codes] + pick, 0)
