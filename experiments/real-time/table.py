@@ -32,6 +32,7 @@ def runs(db: Path = DB) -> list[dict]:
             "mode": "real-time" if (p.get("trigger") or "").startswith("real-time")
             else "micro-batch",
             "dup_ids": sum(s["phases"][ph]["duplicated_ids"] for ph in PHASES),
+            "cost": s.get("failure_cost_s"),
             "p50": {ph: s["latency"][ph]["p50_s"] for ph in PHASES}})
     return out
 
@@ -42,11 +43,12 @@ def cell(value: float | None) -> str:
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| mode | fault | verdict | dup IDs | p50 control s | p50 failure s | "
-             "p50 recovery s | valid |", "|---|---|---|---|---|---|---|---|"]
+             "p50 recovery s | failure cost s | valid |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['mode']} | {r['fault']} | {r['verdict']} | {r['dup_ids']:,} | "
                      + " | ".join(cell(r["p50"][ph]) for ph in PHASES)
-                     + f" | {'yes' if r['valid'] else 'no'} (run {r['run']}) |")
+                     + f" | {cell(r['cost'])} | {'yes' if r['valid'] else 'no'} (run {r['run']}) |")
     return "\n".join(lines)
 
 
