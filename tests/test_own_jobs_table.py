@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "your-job.md"
 DB = ROOT / "experiments" / "own-jobs" / "results.db"
-ROW = re.compile(r"^\| `(?P<job>[\w.]+)` \| (?P<pg>\w+) \| (?P<fault>[\w-]+)"
+ROW = re.compile(r"^\| `(?P<job>[\w.]+)` \| (?P<pg>\w+) \| (?P<fault>[\w@-]+)"
                  r"(?: \| (?P<trigger>[\w-]+))? \| (?P<verdict>[\w-]+) \| (?P<count>[\d,]+) "
                  r"(?P<unit>IDs|rows) \| (?P<valid>yes|no) \(run (?P<run>\d+)\) \|$")
 
@@ -51,8 +51,10 @@ def test_the_docs_table_is_the_databases() -> None:
         trigger = run["params"].get("trigger") or "micro-batch"
         assert (row["trigger"] or "micro-batch") == (
             "real-time" if trigger.startswith("real-time") else "micro-batch"), row
-        assert (run["pg"], run["fault"], run["verdict"]) == (
-            row["pg"], row["fault"], row["verdict"]), row
+        point = run["params"].get("crash_point") or "timed"
+        fault = run["fault"] + ("" if point == "timed" else f"@{point}")
+        assert (run["pg"], fault, run["verdict"]) == (row["pg"], row["fault"],
+                                                      row["verdict"]), row
         assert int(row["count"].replace(",", "")) == run["expected"], row
         assert row["unit"] == ("rows" if by_rows(run["summary"]) else "IDs"), row
         assert row["valid"] == ("yes" if run["valid"] else "no"), row

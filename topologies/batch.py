@@ -10,6 +10,12 @@ key — ``to_json`` of the key
 columns, the text the streaming query writes, in a session whose time zone is UTC like the
 driver's — with its ``ids``, ready for :func:`pgval.oracle.rows.expected_from_rows`.
 
+A streaming-only call has its batch meaning here (:func:`batch_meanings`):
+``dropDuplicatesWithinWatermark``, which Spark refuses on a batch DataFrame, is
+``dropDuplicates`` on the same columns — the stream's result when every copy of a row comes
+within the watermark's delay of the first; a copy that comes later is written again by the
+stream, and counted as the duplicate it is.
+
 ``python -m pgval.topologies.batch --job REF --run-dir RUN`` is the batch oracle of a run:
 a ``local[1]`` Spark process over the run's evidence (``get``/``post`` as read back from
 Kafka) that writes ``evidence/expected.parquet`` (``key``, ``ids``), sealed with the rest,
@@ -254,6 +260,25 @@ def _session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
 
 
+def batch_meanings(spark: SparkSession) -> None:
+    """Give this process's DataFrames the batch meaning of Spark's streaming-only calls
+    (the module docstring); the batch oracle is a process of its own, so nothing else
+    sees the change. A streaming DataFrame keeps Spark's own call."""
+    DataFrame = type(spark.range(0))  # noqa: N806 (Spark 4's classic DataFrame, 3.5's own)
+
+    streaming_only = DataFrame.dropDuplicatesWithinWatermark
+    if getattr(streaming_only, "pgval_batch_meaning", False):
+        return
+
+    def drop_duplicates_within_watermark(self: DataFrame, subset: Any = None) -> DataFrame:
+        if self.isStreaming:
+            return streaming_only(self, subset)
+        return self.dropDuplicates(subset)
+
+    drop_duplicates_within_watermark.pgval_batch_meaning = True  # type: ignore[attr-defined]
+    DataFrame.dropDuplicatesWithinWatermark = drop_duplicates_within_watermark  # type: ignore[method-assign]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import os
 
@@ -277,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         conf = json.loads(os.environ.get("PGVAL_SPARK_CONF") or "{}")
         # The session first: a job file may need one to load (as under spark-submit).
         spark = _session(conf, args.heap_mb)
+        batch_meanings(spark)
         workdir = args.run_dir / "batch-oracle"
         try:
             spark.sparkContext.setLogLevel("ERROR")
