@@ -58,3 +58,19 @@ def test_the_docs_table_is_the_databases() -> None:
         assert int(row["count"].replace(",", "")) == run["expected"], row
         assert row["unit"] == ("rows" if by_rows(run["summary"]) else "IDs"), row
         assert row["valid"] == ("yes" if run["valid"] else "no"), row
+
+
+def test_every_run_of_the_table_rechecks_from_the_evidence_beside_its_database() -> None:
+    """The database carries its runs' evidence (experiments/ship_evidence.py), so each
+    verdict of the table re-checks from any clone; one run by rows and one by coordinates
+    are re-checked here, each meeting its stored verdict."""
+    import subprocess
+    import sys
+
+    for run_id in stored_runs():
+        assert (DB.parent / "evidence" / f"run-{run_id}" / "evidence" / "run.json").is_file()
+    for run_id, verdict in ((16, "at-least-once"), (12, "exactly-once")):
+        done = subprocess.run([sys.executable, "-m", "pgval.cli", "recheck", str(run_id),
+                               "--db", str(DB), "--expect", verdict],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -31,3 +31,9 @@ def test_the_readme_table_is_the_databases() -> None:
     assert {r["verdict"] for r in rows if r["mode"] == "real-time"} == {"at-least-once"}
     assert {(r["mode"], r["fault"]) for r in rows} == {
         (m, f) for m in ("micro-batch", "real-time") for f in ("crash", "driver-crash")}
+
+
+def test_every_run_carries_its_evidence_beside_the_database() -> None:
+    db = ROOT / "experiments" / "real-time" / "results.db"
+    for row in _table_module().runs(db):
+        assert (db.parent / "evidence" / f"run-{row['run']}" / "evidence" / "run.json").is_file()
