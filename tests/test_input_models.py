@@ -272,25 +272,32 @@ def test_real_time_mode_needs_sparks_own_kafka_sink() -> None:
         resolve({"job": JOB, "topology": "job", "trigger": "real-time:5 seconds",
                  "pg": "e1"})
     spec = resolve({"job": JOB, "topology": "job", "trigger": "real-time:5 seconds",
-                    "cluster": {"cores_per_worker": 2}})
+                    "replay": {"orders": str(SAMPLE)}, "cluster": {"cores_per_worker": 2}})
     assert spec.trigger == "real-time:5 seconds"
 
 
 def test_real_time_mode_with_fewer_cores_than_partitions_is_refused_before_a_start() -> None:
     """Spark's Real-time Mode holds a core per partition for a whole batch; a partition
     whose task finds none is never read (a third of the inputs, 3 partitions on 2 cores,
-    measured on the real cluster): refused with the cores it needs."""
-    rtm = {"job": JOB, "topology": "job", "trigger": "real-time:5 seconds"}
+    seen on the real cluster): refused with the cores it needs, counting every input the
+    run has (the web log's two topics, a model's inputs)."""
+    one_input = {"job": JOB, "topology": "job", "trigger": "real-time:5 seconds",
+                 "replay": {"orders": str(SAMPLE)}}
     with pytest.raises(UserMistake, match=r"the 3 Kafka partitions .* the cluster has 2 "
                        r"\(--workers 2 x --cores-per-worker 1\); give at least 3 cores"):
-        resolve(rtm)
-    two_inputs = {**rtm, "replay": {"a": str(SAMPLE), "b": str(SAMPLE)},
+        resolve(one_input)
+    web_log = {"job": JOB, "topology": "job", "trigger": "real-time:5 seconds",
+               "cluster": {"cores_per_worker": 2}}
+    with pytest.raises(UserMistake, match="the 6 Kafka partitions"):
+        resolve(web_log)
+    two_inputs = {**one_input, "replay": {"a": str(SAMPLE), "b": str(SAMPLE)},
                   "cluster": {"cores_per_worker": 2}}
     with pytest.raises(UserMistake, match="the 6 Kafka partitions"):
         resolve(two_inputs)
-    assert resolve({**rtm, "cluster": {"partitions": 2}}).cluster.partitions == 2
+    assert resolve({**one_input, "cluster": {"partitions": 2}}).cluster.partitions == 2
     assert resolve({**two_inputs, "cluster": {"cores_per_worker": 2, "workers": 3}}
                    ).cluster.workers == 3
+    assert resolve({**web_log, "cluster": {"cores_per_worker": 3}}).trigger
 
 
 def test_a_jobs_own_trigger_is_read_from_build(tmp_path: Path) -> None:

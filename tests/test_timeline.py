@@ -135,3 +135,16 @@ def test_a_removal_that_acts_late_moves_t4_to_a_whole_recovery_phase_after_it() 
     assert t.bounds["t3"] == start + 45_000
     assert t.bounds["t4"] == start + 55_000 and clock.ms == start + 55_000
     assert t._generators.stop_requested
+
+
+def test_a_removal_in_time_leaves_t4_three_phases_after_control_starts() -> None:
+    """A driver restarted at once (2 s after the crash, well before T3) changes nothing:
+    only a removal later than a phase before T4 moves it."""
+    clock = FakeClock()
+    t, fault = timeline(RunSpec(fault="driver-crash", phase_seconds=30,
+                                restart_delay_s=2.0), clock)
+    t.status = lambda now, total, note="": None  # type: ignore[method-assign]
+    t.follow(t.operations())
+    start = T0 + 10_000
+    assert [name for name, _ in fault.asked] == ["inject", "remove"]
+    assert t.bounds["t4"] == start + 90_000 and clock.ms == start + 90_000

@@ -13,8 +13,9 @@ driver's — with its ``ids``, ready for :func:`pgval.oracle.rows.expected_from_
 A streaming-only call has its batch meaning here (:func:`batch_meanings`):
 ``dropDuplicatesWithinWatermark``, which Spark refuses on a batch DataFrame, is
 ``dropDuplicates`` on the same columns — the stream's result when every copy of a row comes
-within the watermark's delay of the first; a copy that comes later is written again by the
-stream, and counted as the duplicate it is.
+within the watermark's delay of the first and the copies agree on every output column (the
+batch keeps one copy, the stream the first to arrive). A copy that comes after the state
+has expired is written again by the stream, as Spark documents, and counted a duplicate.
 
 ``python -m pgval.topologies.batch --job REF --run-dir RUN`` is the batch oracle of a run:
 a ``local[1]`` Spark process over the run's evidence (``get``/``post`` as read back from

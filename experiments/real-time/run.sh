@@ -2,7 +2,8 @@
 # The same stateless job (examples/jobs/orders_enriched.py: orders joined with a static
 # customer table, Spark's Kafka sink, --pg a1) in micro-batch and in Spark's Real-time
 # Mode, under a worker crash and a driver crash, 3 repetitions a cell, into results.db
-# beside this script (docs/your-job.md, "Micro-batch and Real-time Mode", cites them).
+# beside this script (docs/example-report/README.md, "Micro-batch and Real-time Mode",
+# shows them; docs/your-job.md sums them up).
 # One cluster size for both: 2 workers x 2 cores, enough for the 3 partitions Real-time
 # Mode holds a core for; the orders sample replayed at 1,000 ev/s, 20 s phases.
 #

@@ -1,4 +1,4 @@
-"""The table docs/your-job.md shows for micro-batch against Real-time Mode, from
+"""The table docs/example-report/README.md shows for micro-batch against Real-time Mode, from
 results.db beside this file: one row a run, and a row a mode and fault with the medians.
 
     .venv/bin/python experiments/real-time/table.py

@@ -241,7 +241,8 @@ class RunSpec:
     get_share: float = field(default=0.995, metadata=opt("Share of GET requests.", min=0.0,
                                                                    max=1.0))
     phase_seconds: float = field(default=90.0, metadata=opt(
-        "Length of each of control, failure and recovery (the paper: 90 s).", min=1))
+        "Length of each of control, failure and recovery (the paper: 90 s); recovery is "
+        "longer when the fault's removal took effect late: a whole phase after it.", min=1))
     warmup_seconds: float = field(default=5.0, metadata=opt(
         "ε, at least: generated but not judged; control starts once the pipeline is steady "
         "(outputs flowing, their latency neither falling nor rising) and this has passed.",

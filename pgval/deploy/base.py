@@ -87,12 +87,18 @@ class FaultContext:
     topics: Topics | None = None
     #: The e1 sink's transactional.id (``broker-crash --target coordinator``), or None.
     transactional_id: str | None = None
+    #: The run's window (``--window-ms``) in seconds: a windowed job writes once a window.
+    window_seconds: float = 0.0
 
     @property
     def reach_timeout_s(self) -> float:
         """How long a crash point may take after T2 (else the run is unknown): half the
-        failure phase, at most a minute, so the failure phase keeps its crash."""
-        return max(2.0, min(60.0, 0.5 * self.phase_seconds))
+        failure phase, or a window and a half where that is longer (a windowed job writes
+        only when a window closes: with 10 s windows and 20 s phases half the phase once
+        found no batch with outputs), within 0.8 of the phase so the failure phase keeps
+        its crash, and at most a minute."""
+        wanted = max(0.5 * self.phase_seconds, 1.5 * self.window_seconds)
+        return max(2.0, min(60.0, wanted, 0.8 * self.phase_seconds))
 
 
 class Deployment(ABC):

@@ -241,7 +241,8 @@ def setup_run(cfg: RunSpec, started: Started, profile: TimeoutProfile,
                           FaultContext(run_dir, cfg.phase_seconds, driver, cfg.seed, count,
                                        spec.checkpoint, spec.crash_trigger, spec.sink_trigger,
                                        topics=topics,
-                                       transactional_id=transactional_id(spec.query_name)))
+                                       transactional_id=transactional_id(spec.query_name),
+                                       window_seconds=cfg.window_ms / 1000))
     started.schedule = FaultSchedule(made or NoFault())
     job_source = source_file(cfg.job) if cfg.job is not None else None
     # What runs, kept before the driver imports it.

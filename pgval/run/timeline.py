@@ -9,7 +9,9 @@ From the warm-up's end on, the timeline is a list of timed operations (:class:`O
 Jepsen's generator is: inject the fault at T2, plant the self-test's late events mid-control,
 stop the generators at T4; the removal is added when the inject has taken effect (at T3, or
 ``restart_delay_s`` after a crash under the restart policy ``immediate``). T2 and T3 are
-then judged where the fault acted (the steps' ``effective_ms``, :mod:`pgval.run.schedule`).
+then judged where the fault acted (the steps' ``effective_ms``, :mod:`pgval.run.schedule`),
+and a removal that took effect late moves T4 to a whole phase after it
+(:meth:`Timeline.full_recovery`).
 """
 
 from __future__ import annotations
@@ -254,11 +256,12 @@ class Timeline:
         generators' stop, on; without it a slow restart leaves recovery with no inputs."""
         b = self.bounds
         removed = self.h.schedule.effective("remove")
-        t4, t3 = b["t4"], b["t3_intended"]
-        assert t4 is not None and t3 is not None
-        if removed is None or removed + (t4 - t3) <= t4:
+        phase_ms = int(self.cfg.phase_seconds * 1000)
+        t4 = b["t4"]
+        assert t4 is not None
+        if removed is None or removed + phase_ms <= t4:
             return pending
-        b["t4"] = removed + (t4 - t3)
+        b["t4"] = removed + phase_ms
         return sorted([op for op in pending if op.name != "stop-generators"]
                       + [Op(b["t4"], "stop-generators")])
 
