@@ -324,17 +324,18 @@ def test_a_halt_by_an_unknown_executor_is_an_error(tmp_path: Path) -> None:
     assert "belongs to no worker" in entry["error"] and worker.killed_at is not None
 
 
-def test_a_crash_point_waits_half_the_phase_or_a_window_and_a_half() -> None:
-    """A windowed job writes once a window: the wait for a batch with outputs covers a
-    window and a half where half the phase is shorter, and never more than 0.8 of the
-    failure phase (the crash stays in it) or a minute."""
+def test_a_crash_point_waits_half_the_phase_or_two_windows() -> None:
+    """A windowed job writes once a window: the wait for a batch with outputs covers two
+    windows where half the phase is shorter, and never more than 0.8 of the failure phase
+    (the crash stays in it) or a minute."""
     from pgval.deploy.base import FaultContext
 
     def wait(phase_s: float, window_s: float) -> float:
         return FaultContext(Path("/nonexistent"), phase_s, driver=object(),  # type: ignore[arg-type]
                             window_seconds=window_s).reach_timeout_s
 
-    assert wait(20, 10) == 15.0  # was 10 s: once no batch with outputs came in it
+    assert wait(20, 10) == 16.0  # was 10 s: once no batch with outputs came in it
+    assert wait(30, 10) == 20.0
     assert wait(10, 10) == 8.0
     assert wait(40, 2) == 20.0
     assert wait(300, 60) == 60.0

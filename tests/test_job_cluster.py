@@ -176,10 +176,12 @@ ORDERS = Path(__file__).resolve().parents[1] / "examples" / "inputs" / "orders.j
 def orders_config(job: str, pg: str, fault: str, **extra: object) -> RunSpec:
     """A job that reads Kafka itself, on the user's own records: the orders sample
     replayed with a skewed customer and out-of-order event time (within the job's 10 s
-    watermark), judged over 10 s windows."""
+    watermark), judged over 10 s windows; 30 s phases, so that the halt after the sink's
+    write has two windows' closes to find a batch with outputs (at 20 s it twice found
+    none)."""
     return job_config(f"{EXAMPLES / job}:build", pg, fault, replay={"orders": str(ORDERS)},
                       event_time_field="ts", skew={"customer": "zipf:1.2"},
-                      disorder="0.2:4000", window_ms=10_000, phase_seconds=20, **extra)
+                      disorder="0.2:4000", window_ms=10_000, phase_seconds=30, **extra)
 
 
 def test_a_job_reading_kafka_on_its_own_records_is_judged_by_coordinates(

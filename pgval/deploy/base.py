@@ -93,11 +93,11 @@ class FaultContext:
     @property
     def reach_timeout_s(self) -> float:
         """How long a crash point may take after T2 (else the run is unknown): half the
-        failure phase, or a window and a half where that is longer (a windowed job writes
-        only when a window closes: with 10 s windows and 20 s phases half the phase once
-        found no batch with outputs), within 0.8 of the phase so the failure phase keeps
-        its crash, and at most a minute."""
-        wanted = max(0.5 * self.phase_seconds, 1.5 * self.window_seconds)
+        failure phase, or two windows where that is longer (a windowed job writes only
+        when a window closes: with 10 s windows and 20 s phases, half the phase twice found
+        no batch with outputs), within 0.8 of the phase so the failure
+        phase keeps its crash, and at most a minute."""
+        wanted = max(0.5 * self.phase_seconds, 2.0 * self.window_seconds)
         return max(2.0, min(60.0, wanted, 0.8 * self.phase_seconds))
 
 
