@@ -104,6 +104,9 @@ def _model_paths(fields: Mapping[str, Any]) -> dict[str, Any]:
         out["replay"] = {n: str(Path(p).resolve()) for n, p in replay.items()}
     if makers:
         out["input_makers"] = {n: _absolute_ref(r) for n, r in makers.items()}
+    if fields.get("avro_schema"):
+        out["avro_schema"] = {n: str(Path(p).resolve())
+                              for n, p in fields["avro_schema"].items()}
     if fields.get("inputs_spec"):
         out["inputs_spec"] = str(Path(fields["inputs_spec"]).resolve())
     return out
@@ -158,7 +161,7 @@ def real_time_slots_problem(cfg: RunSpec) -> str | None:
 def input_model(cfg: RunSpec) -> InputModel | None:
     """The run's input model (None: the web log), its files read and checked."""
     return model_from_options(cfg.replay, cfg.input_makers, cfg.event_time_field, cfg.skew,
-                              cfg.disorder, cfg.late, cfg.inputs_spec)
+                              cfg.disorder, cfg.late, cfg.inputs_spec, cfg.avro_schema)
 
 
 def _restart_policy(cfg: RunSpec) -> Restart | None:

@@ -9,9 +9,13 @@ from typing import Any
 
 
 def local_session(app: str, cores: int = 1) -> Iterator[Any]:
-    """A ``local[cores]`` session with UTC time, two shuffle partitions and no UI; stopped
-    after the ``yield`` (use as a fixture's body: ``yield from local_session(...)``)."""
+    """A ``local[cores]`` session with UTC time, two shuffle partitions and no UI, and the
+    jars a run's driver has (Kafka's connector, spark-avro: the JVM of a test process is
+    started once, so every session of it has them); stopped after the ``yield`` (use as a
+    fixture's body: ``yield from local_session(...)``)."""
     from pyspark.sql import SparkSession
+
+    from pgval.host.jars import ensure_jars
 
     session = (SparkSession.builder.master(f"local[{cores}]")
                .appName(app)
@@ -19,6 +23,7 @@ def local_session(app: str, cores: int = 1) -> Iterator[Any]:
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "512m")
                .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.jars", ensure_jars(spark=True).spark_jars_csv)
                .getOrCreate())
     try:
         yield session

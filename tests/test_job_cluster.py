@@ -179,19 +179,25 @@ def orders_config(job: str, pg: str, fault: str, **extra: object) -> RunSpec:
     watermark), judged over 10 s windows; 30 s phases, so that the halt after the sink's
     write has two windows' closes to find a batch with outputs (at 20 s it twice found
     none)."""
-    return job_config(f"{EXAMPLES / job}:build", pg, fault, replay={"orders": str(ORDERS)},
-                      event_time_field="ts", skew={"customer": "zipf:1.2"},
-                      disorder="0.2:4000", window_ms=10_000, phase_seconds=30, **extra)
+    settings: dict[str, object] = dict(
+        replay={"orders": str(ORDERS)}, event_time_field="ts", skew={"customer": "zipf:1.2"},
+        disorder="0.2:4000", window_ms=10_000, phase_seconds=30)
+    return job_config(f"{EXAMPLES / job}:build", pg, fault, **{**settings, **extra})
 
 
 def test_a_job_reading_kafka_on_its_own_records_is_judged_by_coordinates(
         warm: WarmDeployments, tmp_path: Path) -> None:
-    """orders.py (its own schema, source option and record_id()) halted after its sink's
-    write under a1: the re-run batch's windows come out twice, each ID a Kafka record's
-    coordinates; pgval's own records (the model's, under pgval's key) set aside."""
+    """orders_avro.py (its own Avro schema decoded with from_avro, its source option and
+    record_id()) on the orders as Avro, halted after its sink's write under a1: the re-run
+    batch's windows come out twice, each ID a Kafka record's coordinates; pgval's own
+    records (the model's, under pgval's key) set aside. The batch oracle decodes the same
+    bytes with the same jar (the JSON job's cells: experiments/own-jobs)."""
     from pgval.core.record_ids import coordinates
 
-    cfg = orders_config("orders.py", "a1", "driver-crash", crash_point="after-sink-write")
+    cfg = orders_config("orders_avro.py", "a1", "driver-crash",
+                        crash_point="after-sink-write", replay={},
+                        inputs_spec=str(ORDERS.with_name("orders_avro.toml")),
+                        event_time_field=None, skew={}, disorder=None)
     result = run(warm, cfg, tmp_path / "run")
     s = assert_rechecks_the_same(tmp_path / "run", result)
     assert s["valid"], s["validity_reasons"]

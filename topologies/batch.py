@@ -246,6 +246,8 @@ def _session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
     ``spark.sql.session.timeZone`` the user sets applies to both."""
     from pyspark.sql import SparkSession
 
+    from pgval.host.jars import ensure_jars
+
     builder = (SparkSession.builder.master("local[1]").appName("pgval-batch-oracle")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -255,6 +257,10 @@ def _session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
                .config("spark.sql.session.timeZone", "UTC"))
     for key, value in conf.items():
         builder = builder.config(key, value)
+    # The jars the streaming query has (spark-avro's from_avro among them), and the user's.
+    jars = ",".join(filter(None, (conf.get("spark.jars"),
+                                  ensure_jars(spark=True).spark_jars_csv)))
+    builder = builder.config("spark.jars", jars)
     # pgval's own, after the user's: a local process on loopback.
     return (builder.config("spark.master", "local[1]")
             .config("spark.driver.host", "127.0.0.1")

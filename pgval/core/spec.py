@@ -181,6 +181,10 @@ class RunSpec:
     event_time_field: str | None = field(default=None, metadata=opt(
         "The event-time field of the --replay samples (epoch ms or ISO text), re-stamped "
         "to the time of sending in the record's own format.", metavar="FIELD"))
+    avro_schema: dict[str, str] = field(default_factory=dict, metadata=opt(
+        "Send input NAME's records as Avro with this schema file (plain Avro binary, what "
+        "Spark's from_avro reads), not JSON; a .avro sample carries its own schema; "
+        "repeatable.", metavar="NAME=FILE.avsc"))
     skew: dict[str, str] = field(default_factory=dict, metadata=opt(
         "Key skew on a field of your records: its values drawn Zipf-distributed, the "
         "record's Kafka key; repeatable.", metavar="FIELD=zipf:S"))
@@ -379,7 +383,7 @@ class RunSpec:
                                         for p in self.schedule))
         put(self, "kafka_config", FrozenDict(self.kafka_config or {}))
         put(self, "spark_conf", FrozenDict(self.spark_conf or {}))
-        for name in ("replay", "input_makers", "skew"):
+        for name in ("replay", "input_makers", "skew", "avro_schema"):
             put(self, name, FrozenDict(getattr(self, name) or {}))
         if not isinstance(self.cluster, ClusterSpec):
             put(self, "cluster", ClusterSpec.from_record(self.cluster))

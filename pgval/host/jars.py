@@ -129,13 +129,15 @@ class SparkLine:
 
     @property
     def artifacts(self) -> tuple[tuple[str, str, str], ...]:
-        """The connector's jars that pyspark's own jars directory lacks."""
+        """The connector's jars that pyspark's own jars directory lacks, and spark-avro
+        (``from_avro`` for jobs whose records are Avro)."""
         _, kafka, pool = SPARK_LINES[self.line]
         connector = self.connector or self.version
         return (("org.apache.spark", f"spark-sql-kafka-0-10_{self.scala}", connector),
                 ("org.apache.spark", f"{_TOKEN_PROVIDER}_{self.scala}", connector),
                 ("org.apache.kafka", "kafka-clients", kafka),
-                ("org.apache.commons", "commons-pool2", pool))
+                ("org.apache.commons", "commons-pool2", pool),
+                ("org.apache.spark", f"spark-avro_{self.scala}", connector))
 
     @property
     def kafka_clients(self) -> tuple[str, str, str]:
