@@ -4,6 +4,7 @@ whatever a run's reasons say."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import xml.etree.ElementTree as ET
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xmlschema
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -75,8 +77,9 @@ def test_outcomes_and_the_status_the_worst_one_sets() -> None:
 
 def test_junit_counts_and_elements() -> None:
     cases = [_run(numbers={"duplicate": 0, "unprocessed": 0, "incorrect": 0, "expected": 9}),
-             _run("at-least-once", numbers={"duplicate": 3, "unprocessed": 0, "incorrect": 0,
-                                            "expected": 9, "run_id": 7}),
+             Case("r7", "pgval.test", guarantee="at-least-once", valid=True,
+                  numbers={"duplicate": 3, "unprocessed": 0, "incorrect": 0, "expected": 9,
+                           "run_id": 7}),
              _run(valid=False, reasons=("no output at all",)),
              Case.failed("r", "pgval.test", "Spark did not start")]
     root = junit(cases, "exactly-once", "pgval test").getroot()
@@ -89,11 +92,47 @@ def test_junit_counts_and_elements() -> None:
     assert failure is not None and failure.get("message") == (
         "expected exactly-once, got at-least-once (3 duplicate, 0 unprocessed, 0 incorrect "
         "of 9 IDs), valid")
-    props = {p.get("name"): p.get("value") for p in tcs[1].iter("property")}
-    assert props["run_id"] == "7" and props["guarantee"] == "at-least-once"
-    assert props["valid"] == "true"
+    assert not [tc for tc in tcs if tc.find("properties") is not None]  # the suite's
+    props = {p.get("name"): p.get("value") for p in suite.find("properties").iter("property")}  # type: ignore[union-attr]
+    name = tcs[1].get("name")
+    assert props[f"{name}.run_id"] == "7" and props[f"{name}.guarantee"] == "at-least-once"
+    assert props[f"{name}.valid"] == "true" and props["expect"] == "exactly-once"
+    assert props["r.error"] == "Spark did not start"
+    junit_schema().validate(ET.tostring(root, encoding="unicode"))
     assert [tc.find("error").get("type") for tc in tcs[2:]] == ["unknown", "failed"]  # type: ignore[union-attr]
     assert "no output at all" in tcs[2].find("error").get("message")  # type: ignore[union-attr,operator]
+
+
+@functools.cache
+def junit_schema() -> xmlschema.XMLSchema:
+    """The JUnit schema CI systems check (tests/data/junit.xsd)."""
+    return xmlschema.XMLSchema(Path(__file__).with_name("data") / "junit.xsd")
+
+
+def test_a_junit_file_of_every_outcome_and_a_matrix_cell_is_valid_junit() -> None:
+    """Met, weaker, unknown, not finished, not verified, and a matrix cell of three
+    repetitions: one file the schema accepts, which a file with properties inside a
+    test case (as pgval once wrote) is not."""
+    runs = [_run(numbers={"run_id": 3, "expected": 9, "duplicate": 0, "unprocessed": 0,
+                          "incorrect": 0}),
+            _run("at-least-once"), Case.failed("#2", "", "interrupted")]
+    cases = [_run(), _run("at-most-once"), _run(valid=False, reasons=("why",)),
+             Case.failed("f", "pgval.test", "Spark did not start"),
+             Case("d", "pgval.test", guarantee="exactly-once", valid=True, doubt="imported"),
+             Case.cell("sst kafka a1 crash", "pgval.campaigns.matrix.sst.a1",
+                       [Case(f"#{k}", "", guarantee=r.guarantee, valid=r.valid,
+                             numbers=r.numbers, error=r.error, seconds=12.5)
+                        for k, r in enumerate(runs)])]
+    text = ET.tostring(junit(cases, "exactly-once", "pgval matrix").getroot(),
+                       encoding="unicode")
+    junit_schema().validate(text)
+    root = ET.fromstring(text)
+    cell = root.find("testsuite/testcase[@name='sst kafka a1 crash']")
+    assert cell is not None and cell.get("time") == "37.500"
+    names = {p.get("name") for p in root.iter("property")}
+    assert {"sst kafka a1 crash.#0.run_id", "sst kafka a1 crash.#2.error"} <= names
+    old_style = text.replace("<system-out>", "<properties /><system-out>", 1)
+    assert not junit_schema().is_valid(old_style)
 
 
 #: Every code point, lone surrogates too (st.text() leaves them out; a file name that is
@@ -117,6 +156,7 @@ def test_junit_is_well_formed_whatever_the_text(name: str, reason: str, error: s
             c >= " " and c not in "\ufffe\uffff" and not "\ud800" <= c <= "\udfff"))
         return kept.replace("\r\n", "\n").replace("\r", "\n")
 
+    junit_schema().validate(text)
     assert tcs[0].get("name") == legal(name)
     assert legal(reason) in tcs[0].find("error").get("message")  # type: ignore[union-attr,operator]
     assert legal(error) in tcs[1].find("error").text  # type: ignore[union-attr,operator]
@@ -247,9 +287,9 @@ def test_matrix_judges_every_cell_from_the_database(tmp_path: Path) -> None:
     suite = ET.parse(junit_path).getroot().find("testsuite")
     assert suite is not None
     tcs = {tc.get("name"): tc for tc in suite.findall("testcase")}
-    assert set(tcs) == {"sst a1 none", "sst e1 none"}
-    assert tcs["sst a1 none"].find("failure") is not None
-    error = tcs["sst e1 none"].find("error")
+    assert set(tcs) == {"sst kafka a1 none", "sst kafka e1 none"}
+    assert tcs["sst kafka a1 none"].find("failure") is not None
+    error = tcs["sst kafka e1 none"].find("error")
     assert error is not None and "the drain timed out" in str(error.get("message"))
     assert _cli(*_matrix_args(tmp_path, "--expect", "at-least-once"))[0] == 3
     with sqlite3.connect(tmp_path / "r.db") as con:  # the gate only read the database
@@ -276,8 +316,27 @@ def test_a_cell_is_judged_by_its_runs_at_the_cells_rate(tmp_path: Path) -> None:
     store.close()
     [case] = cell_cases(tmp_path / "r.db", base, grid, {grid[2]: "Spark did not start"},
                         rate_for=lambda cell: 1000.0, not_run="interrupted")
-    assert case.name == cell_case_name(grid[0]) == "sst a1 none"
+    assert case.name == cell_case_name(base, grid[0]) == "sst kafka a1 none"
     assert [r.verdict() for r in case.runs] == [
         "exactly-once, valid", "did not finish: interrupted",
         "did not finish: Spark did not start"]
     assert case.outcome("exactly-once") == FAILED
+
+
+def test_a_case_is_named_the_same_from_build_to_build() -> None:
+    """What ran, its sink, guarantee, fault and crash point: no run id, no checkout path
+    (a CI machine clones to a new folder each build), no seed."""
+    from pgval.config import resolve
+
+    def name(**fields: object) -> str:
+        return resolve({"topology": "job", "job": "/ci/build-1/jobs/orders.py:build",
+                        "pg": "a1", "fault": "driver-crash",
+                        "crash_point": "after-sink-write", **fields}).case_name()
+
+    assert name() == "orders.py:build kafka a1 driver-crash@after-sink-write"
+    assert name(job="/ci/build-2/jobs/orders.py:build", seed=9) == name()
+    assert name(sink="/ci/build-2/sinks/upsert.py:write") == (
+        "orders.py:build upsert.py:write a1 driver-crash@after-sink-write")
+    assert name(pg="e1") != name() and name(crash_point="timed") != name()
+    assert name(trigger="processing-time:2 seconds").endswith(
+        "trigger=processing-time:2 seconds")

@@ -107,8 +107,8 @@ def test_unverified_evidence_does_not_meet_expect(tmp_path: Path) -> None:
     code, out = cli("recheck", str(run_dir), "--expect", "at-least-once", "--junit",
                     str(junit))
     assert code == 3, out
-    assert ("expect at-least-once: 1 unknown — exit 3 (run 1: evidence not verified: no "
-            "results database)") in out
+    assert ("expect at-least-once: 1 unknown — exit 3 (sst kafka a1 none: evidence not "
+            "verified: no results database)") in out
     error = ET.parse(junit).getroot().find("testsuite/testcase/error")
     assert error is not None and "no results database" in str(error.get("message"))
     # The same directory with its database: verified, the row equal, met.

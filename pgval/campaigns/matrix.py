@@ -190,20 +190,22 @@ def cell_cases(db: Path, base: RunSpec, grid: Sequence[Cell],
             summary = {**row, "run_id": row["id"],
                        "validity_reasons": json.loads(row["validity_reasons"] or "[]")}
             seconds = (row["finished_at"] or 0) - (row["created_at"] or 0)
-            case = Case.of_summary(f"{run_name} run {row['id']}", "", summary,
-                                   max(seconds, 0.0))
+            case = Case.of_summary(run_name, "", summary, max(seconds, 0.0))
         else:
             case = Case.failed(run_name, "", failed.get(cell, not_run))
         of, cases = groups.setdefault((cell.topology, cell.pg, cell.fault), ([], []))
         of.append(cell)
         cases.append(case)
-    return [Case.cell(cell_case_name(runs_of[0]), f"pgval.campaigns.matrix.{t}.{pg}", runs)
+    return [Case.cell(cell_case_name(base, runs_of[0]), f"pgval.campaigns.matrix.{t}.{pg}",
+                      runs)
             for (t, pg, fault), (runs_of, runs) in groups.items()]
 
 
-def cell_case_name(cell: Cell) -> str:
-    """A cell's name in the gate and its JUnit file: topology, pg and fault."""
-    return f"{cell.topology} {cell.pg} {cell.fault}"
+def cell_case_name(base: RunSpec, cell: Cell) -> str:
+    """A cell's name in the gate and its JUnit file (:meth:`RunSpec.case_name`): the same
+    from build to build; its repetitions are ``#0``, ``#1``, … and their run ids
+    properties."""
+    return cell.config(base).case_name()
 
 
 def mark_stale(store: ResultsStore, key: str) -> int:

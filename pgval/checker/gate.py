@@ -195,20 +195,25 @@ def _text(value: object) -> str:
     return _XML_ILLEGAL.sub("", str(value)).replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _testcase(case: Case, expected: str | None) -> ET.Element:
-    el = ET.Element("testcase", classname=_text(case.classname), name=_text(case.name),
-                    time=f"{case.seconds:.3f}")
-    props = ET.SubElement(el, "properties")
-    runs = case.runs or (case,)
-    for run in runs:
-        prefix = f"{run.name}." if case.runs else ""
+def _properties(case: Case) -> list[tuple[str, str]]:
+    """A case's verdict and key numbers as (name, value) pairs, each name prefixed with
+    the case's (and a matrix repetition's) name: they go on the suite, where the JUnit
+    schema allows properties (:func:`junit`)."""
+    out = []
+    for run in case.runs or (case,):
+        prefix = f"{case.name}.{run.name}." if case.runs else f"{case.name}."
         values: dict[str, object] = {"guarantee": run.guarantee,
                                      "valid": str(run.valid).lower(), **run.numbers}
         if run.error is not None:
             values = {"error": run.error}
-        for key, value in values.items():
-            ET.SubElement(props, "property", name=_text(f"{prefix}{key}"),
-                          value=_text("" if value is None else value))
+        out += [(_text(f"{prefix}{key}"), _text("" if value is None else value))
+                for key, value in values.items()]
+    return out
+
+
+def _testcase(case: Case, expected: str | None) -> ET.Element:
+    el = ET.Element("testcase", classname=_text(case.classname), name=_text(case.name),
+                    time=f"{case.seconds:.3f}")
     outcome = case.outcome(expected)
     verdict = _text(case.verdict())
     if outcome == WEAKER:
@@ -224,9 +229,12 @@ def _testcase(case: Case, expected: str | None) -> ET.Element:
 
 
 def junit(cases: Sequence[Case], expected: str | None, suite: str) -> ET.ElementTree:
-    """The JUnit XML of ``cases`` (one ``testsuite`` named ``suite``): a weaker verdict is
-    a ``failure``, an unknown or unfinished run an ``error``; every case carries its
-    verdict and key numbers as properties and its verdict line as ``system-out``."""
+    """The JUnit XML of ``cases`` (one ``testsuite`` named ``suite``), valid against the
+    JUnit schema Jenkins' xUnit plugin checks (tests/data/junit.xsd holds its element
+    structure): a weaker verdict is a ``failure``, an unknown or unfinished run an
+    ``error``, every case's verdict line its ``system-out``; the expectation and each
+    case's verdict and key numbers are the suite's properties (``CASE.guarantee``,
+    ``CASE.#0.run_id`` for a matrix repetition), since a ``testcase`` may hold none."""
     outcomes = [c.outcome(expected) for c in cases]
     attrs = {"name": _text(suite), "tests": str(len(cases)),
              "failures": str(outcomes.count(WEAKER)),
@@ -239,6 +247,9 @@ def junit(cases: Sequence[Case], expected: str | None, suite: str) -> ET.Element
     ts = ET.SubElement(root, "testsuite", attrs)
     props = ET.SubElement(ts, "properties")
     ET.SubElement(props, "property", name="expect", value=expected or "")
+    for case in cases:
+        for name, value in _properties(case):
+            ET.SubElement(props, "property", name=name, value=value)
     for case in cases:
         ts.append(_testcase(case, expected))
     ET.indent(root)

@@ -71,12 +71,17 @@ repetitions stored by an earlier (resumed) invocation. Then the status is:
 * **2** — bad input, and **3** for evidence in doubt, as without `--expect`.
 
 When cases differ the first of 1, 4, 3 that applies wins. `--junit FILE` (with or
-without `--expect`) writes JUnit XML: one `testcase` per run (per cell in a matrix, its
-repetitions as properties), a weaker verdict as `failure`, an unknown or unfinished run as
-`error` (`type="unknown"` / `"failed"`), the verdict line with the anomaly counts as the
-message, key numbers (run id, expected, duplicate, unprocessed, incorrect, reliability,
-failure cost) as properties. Under `--json` the gate's line goes to stderr, so stdout stays
-one JSON object.
+without `--expect`) writes JUnit XML that the JUnit schema of Jenkins' xUnit plugin
+accepts: one `testcase` per run (per cell in a matrix), a weaker verdict as `failure`, an
+unknown or unfinished run as `error` (`type="unknown"` / `"failed"`), the verdict line with
+the anomaly counts as the message, and its real duration as `time`. A case's name is the
+same from build to build, so a CI system follows it over time: what ran (the job's file
+name and function, or the topology), the sink, the guarantee, the fault and its crash
+point, e.g. `orders.py:build kafka a1 driver-crash@after-sink-write` (a `check` names its
+topology and `--label` or outputs file). The suite's properties hold `expect` and each
+case's verdict and key numbers (run id, expected, duplicate, unprocessed, incorrect,
+reliability, failure cost), named `CASE.KEY`, or `CASE.#R.KEY` for a matrix repetition R.
+Under `--json` the gate's line goes to stderr, so stdout stays one JSON object.
 """
 
 

@@ -7,6 +7,7 @@ import os
 import sqlite3
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -130,6 +131,7 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
           anomalies_path: Path | None, label: str | None, expect: str | None,
           junit_path: Path | None) -> None:
     """Validate recorded input and output streams of any stream processor."""
+    started = time.monotonic()
     try:
         phases = Phases.parse(phases_text) if phases_text is not None else Phases.unbounded()
     except ValueError as exc:
@@ -172,5 +174,6 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
                           f"{escape(str(anomalies_path))}")
     from pgval.checker.gate import Case
 
-    case = Case.of_summary(outputs.name, f"pgval.check.{topology}", summary)
+    case = Case.of_summary(f"{topology} {label or outputs.name}", f"pgval.check.{topology}",
+                           summary, time.monotonic() - started)
     finish_gate([case], expect, junit_path, "pgval check", quiet=as_json)

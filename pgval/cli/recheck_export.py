@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import shlex
 import sqlite3
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
@@ -21,6 +23,9 @@ from pgval.cli.common import (
 from pgval.cli.errors import UserError
 from pgval.core.files import is_dir
 from pgval.store.dbfile import plain_error
+
+if TYPE_CHECKING:
+    from pgval.evidence.bundle import Manifest
 
 
 @click.command()
@@ -67,6 +72,7 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
     if store_derived and (db is None or parse_run_id(run) is None):
         raise UserError("--store needs a run id and --db (the row it updates), or a run "
                         "directory and --db (a run whose storing failed, imported)")
+    started = time.monotonic()
     try:
         run_dir = locate_run(run, db)
         result = do_recheck(run_dir, db, None if run_dir == Path(run) else parse_run_id(run))
@@ -78,7 +84,8 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
     from pgval.checker.gate import Case
 
     summary = result.summary()
-    case = Case.of_summary(f"run {result.manifest.run_id}", "pgval.evidence.recheck", summary)
+    case = Case.of_summary(recheck_case_name(result.manifest), "pgval.evidence.recheck",
+                           summary, time.monotonic() - started)
     if as_json:
         print_json(summary)
         finish_gate([case], expect, junit_path, "pgval recheck", quiet=True)
@@ -139,3 +146,15 @@ def check_command(info: dict, out_dir: Path) -> str:
     if any((info.get("malformed") or {}).values()):  # the export keeps them as lines
         words.append("--allow-malformed")
     return shlex.join(words)
+
+
+def recheck_case_name(manifest: Manifest) -> str:
+    """A re-check's name in the gate: its run's :meth:`RunSpec.case_name` (the same for
+    every re-check of one kind of run), or ``run N`` where the stored spec cannot be
+    read back (an evidence directory older than the spec's shape)."""
+    from pgval.core.spec import RunSpec
+
+    try:
+        return RunSpec.from_record(manifest.config).case_name()
+    except Exception:  # noqa: BLE001 - any stored spec this pgval cannot read
+        return f"run {manifest.run_id}"

@@ -52,7 +52,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
     _sabotage_spec(values["sabotage"])
     rate = parse_rate(values["rate"])
     cfg = build_config(values, rate=OIR_PENDING if rate is None else rate)
-    name = f"{cfg.job or cfg.topology} {cfg.pg} {cfg.fault}"
+    name = cfg.case_name()
     gated = expect is not None or junit_path is not None
     started = time.monotonic()
 

@@ -416,6 +416,17 @@ class RunSpec:
         return self.deploy is Deploy.EXTERNAL or bool(
             self.deploy is Deploy.LOCAL and self.running_cluster)
 
+    def case_name(self) -> str:
+        """The run's name in the CI gate and its JUnit file, the same from build to build
+        and machine to machine: what ran (a job's file name and function, or the
+        topology), its sink, guarantee, fault and crash point, and a trigger of its own —
+        ``orders.py:build kafka a1 driver-crash@after-sink-write``."""
+        what = _short_ref(self.job) if self.job else str(self.topology)
+        parts = [what, _short_ref(self.sink), str(self.pg), str(self.fault_spec)]
+        if self.trigger:
+            parts.append(f"trigger={self.trigger}")
+        return " ".join(parts)
+
     def shape(self) -> RunShape:
         """What this run is comparable by (the matrix key, the OIR shape, the report)."""
         return RunShape.of(self.settings())
@@ -493,3 +504,12 @@ class RunSpec:
 def parts_of(records: Iterable[Mapping[str, Any]] | None) -> tuple[ScheduledFault, ...]:
     """A schedule's records as parts."""
     return tuple(ScheduledFault.from_record(r) for r in records or ())
+
+
+def _short_ref(ref: str) -> str:
+    """``PATH.py:FUNCTION`` as its file's name and function (a path differs between
+    machines); a module reference or a built-in name as it is."""
+    target, sep, function = str(ref).rpartition(":")
+    if sep and target.endswith(".py"):
+        return f"{target.replace(chr(92), '/').rsplit('/', 1)[-1]}:{function}"
+    return str(ref)
