@@ -262,7 +262,7 @@ def test_matrix_judges_every_cell_from_the_database(tmp_path: Path) -> None:
 
     ctx = main.commands["matrix"].make_context("matrix", _matrix_args(tmp_path)[1:])
     grid_keys = ("topologies", "pgs", "faults", "repeat", "rate_fraction", "runs_dir", "db",
-                 "driver", "expect", "junit_path")
+                 "driver", "expect", "junit_path", "as_json")
     values = {k: v for k, v in ctx.params.items() if k not in grid_keys}
     key = matrix_key(build_config(values, rate=parse_rate(values["rate"])))
     store = ResultsStore(tmp_path / "r.db")
@@ -292,6 +292,19 @@ def test_matrix_judges_every_cell_from_the_database(tmp_path: Path) -> None:
     error = tcs["sst kafka e1 none"].find("error")
     assert error is not None and "the drain timed out" in str(error.get("message"))
     assert _cli(*_matrix_args(tmp_path, "--expect", "at-least-once"))[0] == 3
+    # --json: one object a cell on stdout, everything else on stderr.
+    res = CliRunner().invoke(main, _matrix_args(tmp_path, "--json", "--expect",
+                                                "exactly-once"))
+    assert res.exit_code == 1
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    by_name = {c["name"]: c for c in lines}
+    assert set(by_name) == {"sst kafka a1 none", "sst kafka e1 none"}
+    a1, e1 = by_name["sst kafka a1 none"], by_name["sst kafka e1 none"]
+    assert (a1["outcome"], e1["outcome"]) == ("weaker", "unknown")
+    assert [r["guarantee"] for r in a1["runs"]] == ["exactly-once", "at-least-once"]
+    assert e1["runs"][1]["duplicate"] == 3 and a1["runs"][1]["run_id"] > 0
+    assert e1["runs"][1]["validity_reasons"] == ["the drain timed out"]
+    assert "expect exactly-once" in res.stderr and "matrix: 0 run" in res.stderr
     with sqlite3.connect(tmp_path / "r.db") as con:  # the gate only read the database
         assert con.execute("select count(*) from runs").fetchone() == (4,)
 

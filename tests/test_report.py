@@ -199,6 +199,33 @@ def test_csv_is_tidy(db: tuple[Path, dict], tmp_path: Path) -> None:
     assert {(r["topology"], r["pg"], r["fault"]) for r in cost} >= {("sst", "a1", "crash")}
 
 
+def test_json_holds_what_the_csv_holds(db: tuple[Path, dict]) -> None:
+    """``report --json``: one object, every table, the same figures as the CSV rows."""
+    from click.testing import CliRunner
+
+    from pgval.cli import main
+
+    path, reliability = db
+    res = CliRunner().invoke(main, ["report", "--db", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    tables = {t["table"]: t for t in report["tables"]}
+    assert {"reliability", "throughput", "latency", "failure_cost", "anomalies"} <= set(tables)
+    row = next(r for r in tables["reliability"]["rows"]
+               if (r["fault"], r["pg"]) == ("crash", "a1"))
+    vals = [reliability[("crash", 0)], reliability[("crash", 1)]]
+    total = row["values"]["total.reliability"]
+    assert total["mean"] == pytest.approx(100 * statistics.fmean(vals), rel=1e-5)
+    assert total["sd"] == pytest.approx(100 * statistics.stdev(vals), rel=1e-5)
+    assert total["n"] == row["n"] == 2 and total["unit"] == "%"
+    verdict = next(r for r in tables["anomalies"]["rows"]
+                   if (r["fault"], r["pg"]) == ("crash", "a1"))
+    assert verdict["values"]["guarantee"] == "at-least-once ×2"
+    assert report["header"].startswith(f"{sum(r['n'] for r in tables['reliability']['rows'])}")
+    both = CliRunner().invoke(main, ["report", "--db", str(path), "--json", "--format", "csv"])
+    assert both.exit_code == 2 and "two formats" in both.output
+
+
 def test_html_is_one_self_contained_page(db: tuple[Path, dict], tmp_path: Path) -> None:
     path, _ = db
     out = build_report(path, fmt="html", out=tmp_path / "report.html")

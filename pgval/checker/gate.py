@@ -118,6 +118,19 @@ class Case:
             return WEAKER
         return MET
 
+    def as_json(self, expected: str | None) -> dict[str, Any]:
+        """The case as one JSON object (``matrix --json`` prints one a cell): its name, its
+        outcome against ``expected``, its verdict line and, for a run, the guarantee,
+        validity and key numbers; a matrix cell lists its repetitions so."""
+        out: dict[str, Any] = {"name": self.name, "outcome": self.outcome(expected),
+                               "verdict": self.verdict(), "seconds": round(self.seconds, 3)}
+        if self.runs:
+            return {**out, "runs": [{k: v for k, v in r.as_json(expected).items()
+                                     if k != "verdict"} for r in self.runs]}
+        return {**out, "guarantee": self.guarantee, "valid": self.valid,
+                "validity_reasons": list(self.reasons), **dict(self.numbers),
+                "error": self.error, "doubt": self.doubt}
+
     def verdict(self) -> str:
         """One line: the guarantee and validity, or why there is none."""
         if self.runs:

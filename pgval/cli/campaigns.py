@@ -19,6 +19,7 @@ from pgval.cli.common import (
     gate_failed,
     gate_options,
     parse_rate,
+    print_json,
     require_spark,
     resolve_job,
     stored_oir_rate,
@@ -56,10 +57,15 @@ def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
                    "at the OIR, 1.0) [default: 1.0].")
 @config_options("matrix")
 @_runs_and_db
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object a cell at the end (JSON lines): its name, outcome, "
+                   "verdict and each repetition's guarantee, validity and numbers; the "
+                   "progress and the summary line go to stderr.")
 @gate_options
 def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int,
            rate_fraction: float | None, runs_dir: Path, db: Path, driver: str,
-           expect: str | None, junit_path: Path | None, **values: Any) -> None:
+           as_json: bool, expect: str | None, junit_path: Path | None,
+           **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from pgval.campaigns.matrix import cell_cases, cells, plan, rates_at, run_matrix
 
@@ -110,10 +116,15 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
                 raise RunDidNotFinish(why) from exc  # a bug's exception: still 4
             raise  # the error's own status (2, 3, 4), as without the gate
     taken = (f", {counts['taken']} being run by another pgval" if counts["taken"] else "")
-    console.print(f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
-                  f"{counts['failed']} failed — results in {db}")
+    (err_console if as_json else console).print(
+        f"matrix: {counts['done']} run, {counts['skipped']} already complete{taken}, "
+        f"{counts['failed']} failed — results in {db}")
+    cases = judged() if gated or as_json else []
+    if as_json:
+        for case in cases:
+            print_json(case.as_json(expect))
     if gated:
-        finish_gate(judged(), expect, junit_path, "pgval matrix")
+        finish_gate(cases, expect, junit_path, "pgval matrix", quiet=as_json)
     if counts["failed"]:
         raise EnvironmentFailure(f"{counts['failed']} of the matrix's runs failed (their "
                                  "errors are above)")

@@ -35,6 +35,7 @@ from pgval.report.formats import (
     Format,
     render_csv,
     render_html,
+    render_json,
     render_markdown,
     render_terminal,
 )
@@ -150,6 +151,8 @@ def _build(conn: sqlite3.Connection, db_name: str, selection: Selection, fmt: st
             text = render_markdown(tables, header, refs)
         elif fmt == "csv":
             text = render_csv(tables)
+        elif fmt == "json":
+            text = render_json(tables, header)
         else:  # with --plots, link the PNGs; else inline them before the folder goes
             base = Path(out).parent if out is not None else Path.cwd()
             text = render_html(tables, header, images, run_images,

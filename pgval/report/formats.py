@@ -17,9 +17,11 @@ import base64
 import csv
 import html
 import io
+import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -27,8 +29,8 @@ from rich.table import Table
 from pgval.report.data import Stat
 from pgval.report.tables import ReportTable
 
-Format = Literal["terminal", "markdown", "csv", "html"]
-FORMATS: tuple[str, ...] = ("terminal", "markdown", "csv", "html")
+Format = Literal["terminal", "markdown", "csv", "html", "json"]
+FORMATS: tuple[str, ...] = ("terminal", "markdown", "csv", "html", "json")
 
 
 def render_terminal(tables: list[ReportTable], console: Console, header: str) -> None:
@@ -113,6 +115,33 @@ def render_csv(tables: list[ReportTable]) -> str:
                     rec["text"] = v
                 w.writerow(rec)
     return buf.getvalue()
+
+
+def render_json(tables: list[ReportTable], header: str) -> str:
+    """The report as one JSON object: the header line and every table, each row its keys
+    (raw, as the CSV keeps them), ``n`` and one entry a column — a statistic as ``mean``,
+    ``sd`` and ``n`` in the column's unit (with its flags as ``text``), else its text."""
+    out = []
+    for t in tables:
+        rows = []
+        for row in t.rows:
+            values: dict[str, Any] = {}
+            for c, v in zip(t.columns, row.values, strict=True):
+                name = f"{c.phase}.{c.metric}" if c.phase else c.metric
+                if isinstance(v, Stat):
+                    values[name] = {"mean": _json_num(v.mean, c.scale),
+                                    "sd": _json_num(v.sd, c.scale), "n": v.n,
+                                    "unit": c.unit, "text": v.flags()}
+                else:
+                    values[name] = v
+            rows.append({**row.keys, "n": row.n, "values": values})
+        out.append({"table": t.name, "title": t.title, "note": t.note,
+                    "keys": [k for k, _ in t.key_headers], "rows": rows})
+    return json.dumps({"header": header, "tables": out}, indent=1, allow_nan=False) + "\n"
+
+
+def _json_num(v: float | None, scale: float) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(f"{v * scale:.6g}")
 
 
 def _csv_num(v: float | None, scale: float) -> str:
