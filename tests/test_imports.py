@@ -312,6 +312,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("deployments", frozenset({"pgval.deploy"})),
     ("one run", frozenset({"pgval.run"})),
     ("campaigns", frozenset({"pgval.campaigns"})),
+    ("library front", frozenset({"pgval.api", "pgval.pytest_plugin"})),
     ("command line", frozenset({"pgval.cli"})),
 )
 

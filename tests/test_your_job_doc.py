@@ -67,7 +67,7 @@ def test_every_command_of_the_page_is_accepted_as_written(monkeypatch) -> None: 
             elif argv[1] == "matrix":
                 axes = {name: values.pop(name) for name in (
                     "topologies", "pgs", "faults", "repeat", "rate_fraction", "runs_dir",
-                    "db", "driver", "expect", "junit_path")}
+                    "db", "driver", "expect", "junit_path", "as_json")}
                 base = resolve_job(_matrix_base(values, parse_rate(values["rate"]),
                                                 axes["rate_fraction"]))
                 grid = plan(base, cells(["job"], axes["pgs"], axes["faults"], axes["repeat"]),

@@ -161,31 +161,11 @@ def check_db(db: Path) -> None:
 
 
 def resolve_job(cfg: RunSpec) -> RunSpec:
-    """The config with its ``--job`` (and a user's ``--sink``) imported and checked (a
-    missing file or function, a syntax error, a bad ``build.key``, a sink without a reader:
-    one sentence, exit 2, before anything starts) and a file's path made absolute (the
-    driver and the batch oracle run elsewhere)."""
-    if cfg.job is None:
-        return cfg
-    from pgval.config import resolve, trigger_problem
-    from pgval.core.errors import UserMistake
-    from pgval.core.schema import BUILTIN_SINKS
-    from pgval.run.setup import job_inputs
-    from pgval.topologies.job import load_or_check
-    from pgval.topologies.user_sink import load_sink
+    """The config with its ``--job`` and a user's ``--sink`` loaded and checked
+    (:func:`pgval.run.setup.checked_job`): one sentence, exit 2, before anything starts."""
+    from pgval.run.setup import checked_job
 
-    job = load_or_check(cfg.job)
-    ref = job.ref
-    job_inputs(cfg)  # an input model for a job that reads the web log: one sentence
-    if job.trigger and cfg.trigger is None and (why := trigger_problem(
-            cfg.replace(trigger=job.trigger))):
-        raise UserMistake(f"--job {ref}: build.trigger {job.trigger!r}: {why}")
-    sink = load_sink(cfg.sink).ref if cfg.sink not in BUILTIN_SINKS else None
-    changes = {}
-    for name, given in (("job", ref), ("sink", sink)):
-        if given is not None and given.is_file:
-            changes[name] = f"{Path(given.target).resolve()}:{given.function}"
-    return resolve(cfg, **changes) if changes else cfg
+    return checked_job(cfg)
 
 
 def parse_rate(text: str) -> float | None:

@@ -106,6 +106,31 @@ class JobInputs:
                 **({"model": self.model.to_record()} if self.model is not None else {})}
 
 
+def checked_job(cfg: RunSpec) -> RunSpec:
+    """The config with its ``--job`` (and a user's ``--sink``) imported and checked (a
+    missing file or function, a syntax error, a bad ``build.key``, a sink without a reader:
+    one sentence, exit 2, before anything starts) and a file's path made absolute (the
+    driver and the batch oracle run elsewhere)."""
+    if cfg.job is None:
+        return cfg
+    from pgval.config import resolve, trigger_problem
+    from pgval.core.schema import BUILTIN_SINKS
+    from pgval.topologies.user_sink import load_sink
+
+    job = load_or_check(cfg.job)
+    ref = job.ref
+    job_inputs(cfg)  # an input model for a job that reads the web log: one sentence
+    if job.trigger and cfg.trigger is None and (why := trigger_problem(
+            cfg.replace(trigger=job.trigger))):
+        raise UserMistake(f"--job {ref}: build.trigger {job.trigger!r}: {why}")
+    sink = load_sink(cfg.sink).ref if cfg.sink not in BUILTIN_SINKS else None
+    changes = {}
+    for name, given in (("job", ref), ("sink", sink)):
+        if given is not None and given.is_file:
+            changes[name] = f"{Path(given.target).resolve()}:{given.function}"
+    return resolve(cfg, **changes) if changes else cfg
+
+
 def job_inputs(cfg: RunSpec) -> JobInputs | None:
     """The run's :class:`JobInputs` (None without ``--job``); an input model for a job that
     reads the web log is one sentence."""
