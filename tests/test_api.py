@@ -59,17 +59,37 @@ def test_the_verdict_as_an_assertion() -> None:
 
 
 USER_TEST = '''
+    import numpy as np
+
     from pgval import api
+    from pgval.records.phases import CONTROL, FAILURE, RECOVERY
 
 
-    def test_a_sabotaged_sink_is_not_exactly_once(pgval_cluster, tmp_path):
-        """The e1 sink writes its second batch twice (pgval's self-test): a verdict held
-        as an assertion sees it."""
+    def test_a_duplicated_batch_is_flagged_exactly(pgval_cluster, tmp_path):
+        """MST's e1 sink writes its second batch with real outputs twice (pgval's
+        self-test, a canary on the real cluster): exactly those IDs are duplicated, each
+        once, in the phases their inputs belong to, and the verdict held as an assertion
+        is at-least-once, not exactly-once."""
         result = pgval_cluster.validate(
-            topology="sst", pg="e1", sabotage="dup-batch:2", rate=400, resources=4,
-            phase_seconds=6, warmup_seconds=5, warmup_max_seconds=8, window_ms=2000,
-            trigger_ms=500, brokers=1, partitions=3, workers=1, db=tmp_path / "r.db")
-        assert result.summary()["duplicate"] > 0
+            topology="mst", pg="e1", sabotage="dup-batch:2", rate=400, resources=4,
+            phase_seconds=8, warmup_seconds=8, warmup_max_seconds=10, window_ms=2000,
+            watermark_ms=1000, trigger_ms=500, get_share=0.9, brokers=1, partitions=3,
+            workers=1, db=tmp_path / "r.db")
+        [event] = [b for b in result.batches if b.get("event") == "sabotage"]
+        doubled = set(event["ids"])
+        assert doubled and len(doubled) == len(event["ids"])
+        v = result.evaluation.validation
+        assert set(v.ids("duplicate").tolist()) == doubled
+        assert v.duplicate == len(doubled)  # each written exactly twice
+        assert (v.unprocessed, v.incorrect, v.malformed) == (0, 0, 0)
+        exp = result.evaluation.expected
+        sel = np.isin(exp.id_sorted, np.fromiter(doubled, dtype=np.int64))
+        codes = result.phases.of(exp.id_ingress[sel])
+        want = {name: int((codes == c).sum()) for name, c in
+                (("control", CONTROL), ("failure", FAILURE), ("recovery", RECOVERY))}
+        assert {p: v.phases[p].duplicated_ids for p in want} == want
+        assert result.validity.valid, result.validity.reasons
+
         api.assert_guarantee(result, "at-least-once")
         try:
             api.assert_guarantee(result, "exactly-once")
@@ -86,7 +106,9 @@ USER_TEST = '''
 def test_a_users_test_session_holds_a_verdict_with_the_plugin(tmp_path: Path) -> None:
     """A user's own pytest session, in a process of its own: pytest finds the plugin (an
     installed entry point, no conftest), the session's cluster runs the validation and
-    is stopped when the session ends (the check of this test: nothing left behind)."""
+    is stopped when the session ends (the check of this test: nothing left behind). The
+    session's test is also the canary of a duplicated batch (tests/test_canary.py has the
+    dropped one)."""
     (tmp_path / "test_guarantee.py").write_text(textwrap.dedent(USER_TEST))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "test_guarantee.py"], cwd=tmp_path, capture_output=True,

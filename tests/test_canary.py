@@ -70,15 +70,4 @@ def test_dropped_batch_and_late_events_are_flagged_exactly(tmp_path: Path) -> No
     assert result.validity.valid, result.validity.reasons
 
 
-def test_duplicated_batch_is_flagged_exactly(tmp_path: Path) -> None:
-    result = Experiment(config("mst", "dup-batch:2"), tmp_path / "run",
-                        db=tmp_path / "r.db").run()
-    v = result.evaluation.validation
-    doubled = sabotaged_ids(result)
-    assert set(v.ids("duplicate").tolist()) == doubled
-    assert v.duplicate == len(doubled)  # each written exactly twice
-    assert (v.unprocessed, v.incorrect, v.malformed) == (0, 0, 0)
-    assert v.guarantee == "at-least-once"
-    want = per_phase(result, doubled)
-    assert {p: v.phases[p].duplicated_ids for p in want} == want
-    assert result.validity.valid, result.validity.reasons
+# The duplicated batch's canary runs through pgval's pytest plugin: tests/test_api.py.
