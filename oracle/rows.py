@@ -174,9 +174,11 @@ def set_aside_rows(rows: pa.Table, control_ids: Sequence[int] | np.ndarray | Non
     offsets = np.zeros(int(kept_rows.sum()) + 1, dtype=np.int32)
     np.cumsum(new[kept_rows], out=offsets[1:])
     values = flat[keep & kept_rows[parent]]
-    return pa.table({"key": rows.column("key").combine_chunks().filter(pa.array(kept_rows)),
-                     "ids": pa.ListArray.from_arrays(pa.array(offsets),
-                                                     pa.array(values, pa.int64()))})
+    out = {"key": rows.column("key").combine_chunks().filter(pa.array(kept_rows)),
+           "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64()))}
+    if "value" in rows.column_names:  # a row's values: those of every record, own ones too
+        out["value"] = rows.column("value").combine_chunks().filter(pa.array(kept_rows))
+    return pa.table(out)
 
 
 def disagreement(batch: ExpectedOutputs, own: ExpectedOutputs) -> str | None:

@@ -103,7 +103,8 @@ def test_every_planted_anomaly_is_kept_once_with_its_kind_and_phase(tmp_path: Pa
     assert summary["guarantee"] == "none"
     assert summary["anomalies"]["same"] is True
     assert summary["anomalies"]["stored"] == {"unprocessed": 1, "duplicate": 5,
-                                              "incorrect": 2, "output-before-input": 1}
+                                              "incorrect": 2, "output-before-input": 1,
+                                              "wrong-value": 0}
 
 
 def test_export_writes_the_kept_anomalies(tmp_path: Path) -> None:

@@ -41,6 +41,9 @@ PRIVATE_CONTROL_FLOW = {
 #: Not errors: a signal unwinds as ``KeyboardInterrupt`` so that no ``except Exception``
 #: swallows it; the command line maps it to 4 (:func:`pgval.cli.errors.as_error`).
 SIGNALS = {("pgval.host.signals", "Interrupted")}
+#: Not errors either: a verdict held as an assertion in a user's test suite fails the test
+#: as an ``AssertionError`` (pytest shows it as a failure, not an error).
+ASSERTIONS = {("pgval.api", "GuaranteeNotMet")}
 
 #: Builtins a module may raise itself, and why none of them is a message for the user.
 ALLOWED_BUILTINS = {
@@ -193,7 +196,7 @@ def test_every_exception_class_is_of_a_kind(src: Source) -> None:
     assert ("pgval.cli.errors", "UserError") in found  # the scan sees through click
     outside = sorted(f"{m}.{n}" for m, n in found
                      if not in_family(src, (m, n)) and (m, n) not in PRIVATE_CONTROL_FLOW
-                     and (m, n) not in SIGNALS
+                     and (m, n) not in SIGNALS and (m, n) not in ASSERTIONS
                      and not (m == ERRORS_MODULE and n == PgvalError.__name__))
     assert not outside, ("exception classes outside pgval's error family (subclass "
                          "UserMistake, EvidenceInDoubt or EnvironmentFailure):\n  "
@@ -268,7 +271,7 @@ def test_every_raise_names_the_family_or_an_allowed_builtin(src: Source) -> None
             if returns is None or not in_family(src, resolve(src, ref[0], returns)):
                 bad.append(f"{where}: returns no error of the family")
         elif (ref in src.classes and not in_family(src, ref)
-              and ref not in PRIVATE_CONTROL_FLOW | SIGNALS):
+              and ref not in PRIVATE_CONTROL_FLOW | SIGNALS | ASSERTIONS):
             bad.append(f"{where}: outside the family")
         # else: a variable (a caught error raised again, a future's exception)
     assert not bad, ("raise only the three kinds (pgval.core.errors) or, for a programming "

@@ -170,6 +170,30 @@ def test_a_crash_during_a_foreach_batch_write(warm: WarmDeployments, tmp_path: P
     assert s["latency_clock"] == "your sink's written_ms"
 
 
+def test_a_sink_that_adds_a_replayed_batch_to_its_counts_is_caught_by_its_values(
+        warm: WarmDeployments, tmp_path: Path) -> None:
+    """sqlite_counter.py adds each batch's count to its row (n = n + excluded.n) and
+    replaces the IDs: halted after its write, the batch Spark runs again is added twice.
+    By IDs the run is exactly-once; its values are not the batch run's, so the outputs of
+    that batch are incorrect (wrong-value), the verdict none, each with both values."""
+    sinks = Path(__file__).resolve().parents[1] / "examples" / "sinks"
+    cfg = job_config(f"{EXAMPLES / 'per_type_window.py'}:build", "a1", "driver-crash",
+                     crash_point="after-sink-write",
+                     sink=f"{sinks / 'sqlite_counter.py'}:write", phase_seconds=12)
+    result = run(warm, cfg, tmp_path / "run")
+    s = assert_rechecks_the_same(tmp_path / "run", result)
+    assert s["valid"], s["validity_reasons"]
+    assert s["values"]["columns"] == "read" and s["values"]["wrong_outputs"] > 0, s["values"]
+    assert s["guarantee"] == "none" and s["duplicate"] == 0, s
+    assert s["incorrect"] == s["values"]["wrong_value"] > 0
+    wrong = [a for a in result.evaluation.anomalies().to_pylist()
+             if a["kind"] == "wrong-value"]
+    assert len(wrong) == s["values"]["wrong_value"]
+    for anomaly in wrong:  # the replayed batch's count, added a second time
+        assert json.loads(anomaly["written_value"])["n"] == 2 * json.loads(
+            anomaly["expected_value"])["n"]
+
+
 ORDERS = Path(__file__).resolve().parents[1] / "examples" / "inputs" / "orders.jsonl"
 
 

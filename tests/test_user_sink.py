@@ -52,11 +52,13 @@ def test_a_reader_may_return_an_arrow_table_or_nothing(tmp_path: Path) -> None:
         "    return pa.table({'_pgval_key': ['a'], 'ids': [[1, 2]], 'written_ms': [7],"
         " 'extra': [0]})\n")
     table = read_back(load_sink(f"{tmp_path / 's.py'}:write"), tmp_path)
-    assert table.to_pylist() == [{"key": "a", "ids": [1, 2], "written_ms": 7}]
+    # A column of the job's own the sink gives back is kept as the row's value text.
+    assert table.to_pylist() == [{"key": "a", "ids": [1, 2], "written_ms": 7,
+                                  "value": '{"extra":0}'}]
     (tmp_path / "e.py").write_text("def write(df, b):\n    pass\n\ndef read(d):\n"
                                    "    return []\n")
     empty = read_back(load_sink(f"{tmp_path / 'e.py'}:write"), tmp_path)
-    assert empty.num_rows == 0 and empty.column_names == ["key", "ids", "written_ms"]
+    assert empty.num_rows == 0 and empty.column_names == ["key", "ids", "written_ms", "value"]
 
 
 @pytest.fixture(scope="module")

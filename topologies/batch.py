@@ -51,7 +51,10 @@ if TYPE_CHECKING:
 RAW_SCHEMA = pa.schema([("value", pa.binary()), ("partition", pa.int32()),
                         ("offset", pa.int64())])
 #: The batch oracle's file in a run's evidence: one row per expected output.
-EXPECTED_SCHEMA = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64()))])
+#: A job's expected rows: key text, IDs and value text (its columns but ids, as JSON: the
+#: streaming query writes the same text with each output, :mod:`pgval.oracle.values`).
+EXPECTED_SCHEMA = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64())),
+                             ("value", pa.string())])
 
 
 def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir: Path
@@ -191,13 +194,14 @@ def batch_table(job: Job, spark: SparkSession, sources: Mapping[str, DataFrame] 
     (``ids`` widened to array<bigint>: a job may collect ints)."""
     from pyspark.sql import functions as F
 
-    from pgval.topologies.job_query import refuse_rows_verdict
+    from pgval.topologies.job_query import refuse_rows_verdict, value_column
 
     result = job.build(spark, sources if job.reads_kafka else dict(sources))
     key = check_result(job, result, streaming=None)
     refuse_rows_verdict(job, result, sink_rows=True)  # no ids: rows_table's, not this
     table = to_arrow(result.select(key_column(key).alias("key"),
-                                   F.col(f"`{IDS}`").cast("array<bigint>").alias("ids")))
+                                   F.col(f"`{IDS}`").cast("array<bigint>").alias("ids"),
+                                   value_column(result).alias("value")))
     table = table.cast(EXPECTED_SCHEMA)
     if pc.list_flatten(table.column("ids")).null_count:
         raise JobError(f"--job {job.ref}: the batch result has a null among its ids")
@@ -336,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = save_expected(args.run_dir, table)
         said = {"rows": table.num_rows,
                 "ids": int(pc.sum(pc.list_value_length(table.column("ids"))).as_py() or 0)}
+    if job.tolerance is not None:
+        said["tolerance"] = job.tolerance
     print(json.dumps({**said, "file": str(path), "seconds": round(time.monotonic() - t0, 3),
                       "builtin": builtin_of(job.build)}), flush=True)
     return 0

@@ -107,6 +107,9 @@ class Job:
     reads_kafka: bool = False
     #: ``build.trigger``: the job's own trigger (``real-time:5 seconds``), or None.
     trigger: str | None = None
+    #: ``build.tolerance``: the relative tolerance of non-integer numbers when the outputs'
+    #: values are compared with the batch's (None: :data:`pgval.oracle.values.DEFAULT_TOLERANCE`).
+    tolerance: float | None = None
 
     def key_columns(self, columns: Sequence[str]) -> tuple[str, ...]:
         """The output's key among ``columns`` (the declared one, else all but ``ids``)."""
@@ -187,7 +190,19 @@ def load(ref: JobRef | str) -> Job:
                            "(spark, kafka) or (spark, sources)") from exc
     return Job(ref, build, _key(ref, getattr(build, "key", None)),
                sig is not None and wants_kafka(list(sig.parameters)),
-               _trigger(ref, getattr(build, "trigger", None)))
+               _trigger(ref, getattr(build, "trigger", None)),
+               _tolerance(ref, getattr(build, "tolerance", None)))
+
+
+def _tolerance(ref: JobRef, tolerance: Any) -> float | None:
+    """``build.tolerance`` checked: a relative tolerance from 0 (exact) below 1."""
+    if tolerance is None:
+        return None
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (
+            0 <= tolerance < 1):
+        raise JobError(f"--job {ref}: {ref.function}.tolerance must be a number from 0 "
+                       f"(values compared exactly) below 1, not {tolerance!r}")
+    return float(tolerance)
 
 
 def _trigger(ref: JobRef, trigger: Any) -> str | None:

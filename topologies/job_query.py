@@ -31,6 +31,35 @@ def key_column(key: tuple[str, ...]) -> Any:
     return F.to_json(F.struct(*[F.col(f"`{k}`") for k in key]))
 
 
+def value_column(result: DataFrame) -> Any:
+    """``to_json(struct(every column but ids))``: an output's values as one text, the same
+    in the streaming query and in the batch (both sessions in UTC), so equal values are
+    equal texts (:mod:`pgval.oracle.values`)."""
+    from pyspark.sql import functions as F
+
+    from pgval.topologies.job import IDS
+
+    return F.to_json(F.struct(*[F.col(f"`{f.name}`") for f in result.schema.fields
+                                if f.name != IDS]))
+
+
+def _kafka_records(result: DataFrame, keyed: DataFrame) -> DataFrame:
+    """A keyed result (its key text first) as Kafka records: key the key text, value the
+    row as JSON with, where the job carries ids, its values as one text too
+    (``_pgval_value``), which the evaluation compares with the batch's."""
+    from pyspark.sql import functions as F
+
+    from pgval.records.parse import JOB_VALUE
+    from pgval.topologies.job import has_ids
+
+    if has_ids([(f.name, f.dataType.simpleString()) for f in result.schema.fields]):
+        keyed = keyed.select(F.col(JOB_KEY), value_column(result).alias(JOB_VALUE),
+                             *[F.col(f"`{c}`") for c in keyed.columns if c != JOB_KEY])
+    return keyed.select(F.col(JOB_KEY).alias("key"),
+                        F.to_json(F.struct(*[F.col(f"`{c}`") for c in keyed.columns]))
+                        .alias("value"))
+
+
 def job_source(records: DataFrame) -> DataFrame:
     """Raw records (``value``, ``partition``, ``offset``) as a job's source."""
     from pyspark.sql import functions as F
@@ -68,12 +97,9 @@ def job_plan(spark: SparkSession, job: Job, get_records: DataFrame,
              post_records: DataFrame) -> DataFrame:
     """The (key, value) stream of ``job`` over raw input records (:func:`job_rows` as
     Kafka records: key and ``_pgval_key`` the key text, value the row as JSON)."""
-    from pyspark.sql import functions as F
 
     rows = job_rows(spark, job, get_records, post_records)
-    return rows.select(F.col(JOB_KEY).alias("key"),
-                       F.to_json(F.struct(*[F.col(f"`{c}`") for c in rows.columns]))
-                       .alias("value"))
+    return _kafka_records(rows.drop(JOB_KEY), rows)
 
 
 def build_job_topology(spark: SparkSession, cfg: TopologyConfig, job: Job,
@@ -136,9 +162,7 @@ def with_key(job: Job, result: DataFrame, rows: bool, streaming: bool | None = T
                         *[F.col(f"`{f.name}`") for f in result.schema.fields])
     if rows:
         return out
-    return out.select(F.col(JOB_KEY).alias("key"),
-                      F.to_json(F.struct(*[F.col(f"`{c}`") for c in out.columns]))
-                      .alias("value"))
+    return _kafka_records(result, out)
 
 
 def load_job_for_spark(ref: str) -> Job:

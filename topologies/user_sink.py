@@ -22,6 +22,7 @@ only inside the writer.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pgval.records.parse import JOB_KEY
+from pgval.records.parse import JOB_KEY, JOB_VALUE
 from pgval.topologies.job import JobError, JobRef, import_module
 
 #: The environment variable the driver sets for ``write``: the run's folder for the sink.
@@ -65,8 +66,10 @@ def load_sink(text: str) -> UserSink:
 
 
 def read_back(sink: UserSink, sink_dir: Path) -> pa.Table:
-    """Every row the sink holds (``read``), as ``key``, ``ids``, ``written_ms``; a reader
-    that fails or returns other columns is one sentence (:class:`JobError`)."""
+    """Every row the sink holds (``read``), as ``key``, ``ids``, ``written_ms`` and
+    ``value``: the row's other columns (the job's own, as the sink stored them) as JSON
+    text, null when it gave back none; a reader that fails or returns other columns is
+    one sentence (:class:`JobError`)."""
     try:
         got = sink.read(sink_dir)
     except Exception as exc:  # the user's reader
@@ -84,7 +87,8 @@ def read_back(sink: UserSink, sink_dir: Path) -> pa.Table:
     if not table.num_rows:
         return pa.table({"key": pa.array([], pa.string()),
                          "ids": pa.array([], pa.list_(pa.int64())),
-                         "written_ms": pa.array([], pa.int64())})
+                         "written_ms": pa.array([], pa.int64()),
+                         "value": pa.array([], pa.string())})
     try:
         out = pa.table({"key": table.column(JOB_KEY).cast(pa.string()),
                         "ids": table.column("ids").cast(pa.list_(pa.int64())),
@@ -97,7 +101,11 @@ def read_back(sink: UserSink, sink_dir: Path) -> pa.Table:
     if nulls:
         raise JobError(f"--sink {sink.ref}: read returned rows whose {', '.join(nulls)} is "
                        "null: each row needs a key, its IDs and when it was written")
-    return out
+    own = [c for c in table.column_names if c not in (*READ_COLUMNS, JOB_VALUE, "batch")]
+    value = (pa.array([json.dumps(row, default=str, separators=(",", ":"))
+                       for row in table.select(own).to_pylist()], pa.string())
+             if own else pa.nulls(out.num_rows, pa.string()))
+    return out.append_column("value", value)
 
 
 class SinkWriter:

@@ -19,7 +19,11 @@ One row per counted anomaly, so the rows of a kind add up to the run's count of 
   this window and resource was expected), ``not expected`` (no expected input has this
   ID);
 * ``output-before-input`` — an occurrence in the ID's own output that arrived before its
-  input did. The run's ``incorrect`` count includes these rows (docs/semantics.md).
+  input did. The run's ``incorrect`` count includes these rows (docs/semantics.md);
+* ``wrong-value`` — an occurrence in an output of the right key whose values differ from
+  the batch run's row (:mod:`pgval.oracle.values`): ``expected_value`` and
+  ``written_value`` hold both, as JSON text. The run's ``incorrect`` count includes these
+  rows too.
 
 ``input_phase`` is the ID's input's phase whatever the kind (null when no expected input
 has the ID): the phase row's ``duplicated_ids``/``incorrect_ids`` clock.
@@ -38,7 +42,7 @@ from pgval.oracle.expected import ExpectedOutputs
 from pgval.records.parse import OutputRecords
 from pgval.records.phases import Phases
 
-KINDS = ("unprocessed", "duplicate", "incorrect", "output-before-input")
+KINDS = ("unprocessed", "duplicate", "incorrect", "output-before-input", "wrong-value")
 #: Phase names by :meth:`pgval.records.phases.Phases.of`'s codes.
 PHASE_NAMES = ("warm-up", "control", "failure", "recovery")
 INCORRECT_CAUSES = ("another key", "unknown key", "not expected")
@@ -52,7 +56,11 @@ SCHEMA = pa.schema([
     ("output", pa.int64()), ("output_partition", pa.int64()), ("output_offset", pa.int64()),
     ("first_output", pa.int64()), ("first_partition", pa.int64()),
     ("first_offset", pa.int64()),
+    # A wrong-value anomaly's two values (null for every other kind).
+    ("expected_value", pa.string()), ("written_value", pa.string()),
 ])
+#: The columns every kept anomaly set has (the two values came later: null when absent).
+REQUIRED = tuple(name for name in SCHEMA.names if not name.endswith("_value"))
 
 
 def _names(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
@@ -78,12 +86,14 @@ def _at(column: np.ndarray | None, rows: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def build(expected: ExpectedOutputs, outputs: OutputRecords, validation: Validation,
           phases: Phases, cause_codes: np.ndarray | None = None,
-          cause_names: Sequence[str] = ()) -> pa.Table:
+          cause_names: Sequence[str] = (),
+          values: tuple[pa.Array, pa.Array] | None = None) -> pa.Table:
     """Every anomaly of a validation as one table (:data:`SCHEMA`), ordered by kind, then
     time, then ID.
 
     ``cause_codes``: per unprocessed ID (in ``validation.unprocessed_slots`` order), an
-    index into ``cause_names``; None without batch progress (causes null)."""
+    index into ``cause_names``; None without batch progress (causes null). ``values``:
+    per output, its expected and its written value text (values compared)."""
     occ = validation.occurrences
     exp_window = expected.window_start[expected.id_output] if len(expected.id_sorted) else \
         np.zeros(0, dtype=np.int64)
@@ -93,6 +103,9 @@ def build(expected: ExpectedOutputs, outputs: OutputRecords, validation: Validat
 
     unproc = validation.unprocessed_slots
     inc_early = occ.incorrect_early
+    inc_value = (occ.incorrect_wrong_value if len(occ.incorrect_wrong_value)
+                 == len(inc_early) else np.zeros(len(inc_early), dtype=bool))
+    inc_other = ~inc_early & ~inc_value
     out_row = validation.output_known_key[occ.incorrect_output]
     inc_cause = np.where(occ.incorrect_slot < 0, 2, np.where(out_row < 0, 1, 0))
     parts = [
@@ -103,17 +116,22 @@ def build(expected: ExpectedOutputs, outputs: OutputRecords, validation: Validat
         (1, expected.id_sorted[occ.duplicate_slot], occ.duplicate_slot, occ.duplicate_output,
          occ.duplicate_first, outputs.ingress_ts[occ.duplicate_output],
          np.full(len(occ.duplicate_slot), -1), ()),
-        (2, occ.incorrect_id[~inc_early], occ.incorrect_slot[~inc_early],
-         occ.incorrect_output[~inc_early], np.full(int((~inc_early).sum()), -1),
-         outputs.ingress_ts[occ.incorrect_output[~inc_early]], inc_cause[~inc_early],
+        (2, occ.incorrect_id[inc_other], occ.incorrect_slot[inc_other],
+         occ.incorrect_output[inc_other], np.full(int(inc_other.sum()), -1),
+         outputs.ingress_ts[occ.incorrect_output[inc_other]], inc_cause[inc_other],
          INCORRECT_CAUSES),
         (3, occ.incorrect_id[inc_early], occ.incorrect_slot[inc_early],
          occ.incorrect_output[inc_early], np.full(int(inc_early.sum()), -1),
          outputs.ingress_ts[occ.incorrect_output[inc_early]],
          np.full(int(inc_early.sum()), -1), ()),
+        (4, occ.incorrect_id[inc_value], occ.incorrect_slot[inc_value],
+         occ.incorrect_output[inc_value], np.full(int(inc_value.sum()), -1),
+         outputs.ingress_ts[occ.incorrect_output[inc_value]],
+         np.full(int(inc_value.sum()), -1), ()),
     ]
     tables = [_part(kind, ids, slots, out, first, ts, causes, names, expected, outputs,
-                    phases, in_phase, exp_window, exp_resource)
+                    phases, in_phase, exp_window, exp_resource,
+                    values if kind == 4 else None)
               for kind, ids, slots, out, first, ts, causes, names in parts]
     table = pa.concat_tables(tables)
     order = np.lexsort((table.column("id").to_numpy(), table.column("ts_ms").to_numpy(),
@@ -124,7 +142,8 @@ def build(expected: ExpectedOutputs, outputs: OutputRecords, validation: Validat
 def _part(kind: int, ids: np.ndarray, slots: np.ndarray, out: np.ndarray, first: np.ndarray,
           ts: np.ndarray, causes: np.ndarray, cause_names: Sequence[str],
           expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases,
-          in_phase: np.ndarray, exp_window: np.ndarray, exp_resource: np.ndarray) -> pa.Table:
+          in_phase: np.ndarray, exp_window: np.ndarray, exp_resource: np.ndarray,
+          values: tuple[pa.Array, pa.Array] | None = None) -> pa.Table:
     n = len(ids)
     slots = np.asarray(slots, dtype=np.int64)
     out = np.asarray(out, dtype=np.int64)
@@ -151,6 +170,10 @@ def _part(kind: int, ids: np.ndarray, slots: np.ndarray, out: np.ndarray, first:
         "first_output": _ints(*_at(outputs.position, first)),
         "first_partition": _ints(*_at(outputs.partition, first)),
         "first_offset": _ints(*_at(outputs.offset, first)),
+        "expected_value": (values[0].take(pa.array(out, pa.int64())) if values is not None
+                           else pa.nulls(n, pa.string())),
+        "written_value": (values[1].take(pa.array(out, pa.int64())) if values is not None
+                          else pa.nulls(n, pa.string())),
     }
     return pa.table(columns, schema=SCHEMA)
 

@@ -23,6 +23,7 @@ from pgval.checker.validator import Validation, validate
 from pgval.core.schema import PHASES
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs
 from pgval.oracle.rows import disagreement
+from pgval.oracle.values import ValueCheck
 from pgval.records.parse import InputEvents, OutputRecords
 from pgval.records.phases import Phases
 
@@ -52,6 +53,8 @@ class Evaluation:
     #: and the real input records per phase (the expected rows have no input time).
     by_rows: str | None = None
     phase_inputs: dict[str, int] | None = None
+    #: A user's job's values compared with its batch run's (None: not compared).
+    values: ValueCheck | None = None
     _anomalies: pa.Table | None = field(default=None, init=False, repr=False)
 
     def anomalies(self) -> pa.Table:
@@ -59,8 +62,10 @@ class Evaluation:
         if self.outputs is None:
             raise ValueError("this evaluation kept no outputs to name its anomalies by")
         if self._anomalies is None:
-            self._anomalies = anomalies.build(self.expected, self.outputs, self.validation,
-                                              self.phases, self.cause_codes, CAUSES)
+            self._anomalies = anomalies.build(
+                self.expected, self.outputs, self.validation, self.phases, self.cause_codes,
+                CAUSES, None if self.values is None else (self.values.expected,
+                                                          self.values.written))
         return self._anomalies
 
     def _recovery(self) -> dict[str, object]:
@@ -111,6 +116,8 @@ class Evaluation:
         })
         if self.by_rows:
             out["by_rows"] = self.by_rows
+        if self.values is not None:
+            out["values"] = {**self.values.as_dict(), "wrong_value": v.wrong_value}
         if self.views.get("clock"):
             out["latency_clock"] = self.views["clock"]
         if self.views.get("raw"):
@@ -126,7 +133,8 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
              phases: Phases | None = None,
              progress: Iterable[Mapping[str, Any]] | None = None,
              expected: ExpectedOutputs | None = None,
-             cross_check: Mapping[str, Any] | None = None) -> Evaluation:
+             cross_check: Mapping[str, Any] | None = None,
+             values: ValueCheck | None = None) -> Evaluation:
     """Run oracle, validator, metrics and recovery over in-memory columns.
 
     ``progress`` (the driver's per-batch records) lets each unprocessed ID be
@@ -135,11 +143,14 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
     without it the topology's own oracle runs. ``cross_check``: ``{"topology",
     "window_ms"}`` of a built-in job whose ``expected`` came from its batch run: pgval's
     own oracle of that topology is computed too and compared (:attr:`Evaluation.oracles`).
+    ``values``: the outputs' values compared with the expected rows'
+    (:mod:`pgval.oracle.values`); an output whose values differ is incorrect.
     """
     phases = phases or Phases.unbounded()
     if expected is None:
         expected = expected_outputs(events, topology, window_ms)
-    validation = validate(expected, outputs, phases)
+    validation = validate(expected, outputs, phases,
+                          wrong_value=None if values is None else values.wrong)
     validation.malformed_inputs = events.malformed
     metrics = compute_metrics(events, outputs, validation, window_ms, phases)
     recovery = recovery_metrics(phases, metrics, window_ms)
@@ -153,7 +164,7 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
                                int(cross_check["window_ms"]))
         oracles = disagreement(expected, own) or ""
     return Evaluation(topology, window_ms, phases, expected, validation, metrics, recovery,
-                      causes, outputs, codes, oracles)
+                      causes, outputs, codes, oracles, values=values)
 
 
 

@@ -9,7 +9,10 @@ late-data side output; see docs/semantics.md.
 One refinement of Algorithm 1, which has no clock: an occurrence in the right output whose
 output arrived before its input did (output ingress < input ingress) cannot be that
 input's processing. It is *incorrect*, of its own sub-kind ``output_before_input``, and
-does not make the ID processed (docs/semantics.md, "Output before input").
+does not make the ID processed (docs/semantics.md, "Output before input"). Another, for a
+user's job: an occurrence in an output with the right key whose values differ from the
+batch's row (``wrong_value``, :mod:`pgval.oracle.values`) is incorrect too, of the sub-kind
+``wrong_value``, and does not make the ID processed either.
 
 Here the walk is done for all occurrences at once: occurrences are put in
 stream order (output ingress time, then position), each is looked up in the
@@ -56,6 +59,9 @@ class Occurrences:
     incorrect_output: np.ndarray
     incorrect_slot: np.ndarray
     incorrect_early: np.ndarray
+    #: Whether the incorrect occurrence is in an output with the right key and IDs but
+    #: other values than expected (and not early).
+    incorrect_wrong_value: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @classmethod
     def empty(cls) -> Occurrences:
@@ -128,6 +134,11 @@ class Validation:
     #: Incorrect occurrences in the ID's own output that arrived before the ID's input
     #: (a subset of ``incorrect``).
     output_before_input: int = 0
+    #: Incorrect occurrences in an output of the right key whose values differ from the
+    #: expected row's (a subset of ``incorrect``), and how many such outputs; None where
+    #: values were not compared (a built-in topology, evidence without values).
+    wrong_value: int | None = None
+    wrong_value_outputs: int | None = None
     #: Every anomaly, for the full set (:mod:`pgval.checker.anomalies`).
     occurrences: Occurrences = field(repr=False, default_factory=Occurrences.empty)
     # For :meth:`ids`: every expected ID (ascending), its own-occurrence count, and the ID
@@ -216,8 +227,12 @@ def _sample_per_window(windows: np.ndarray, ids: np.ndarray, k: int) -> list[tup
 
 
 def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases | None = None,
-             witnesses_per_window: int = WITNESSES_PER_WINDOW) -> Validation:
-    """Classify every produced ID occurrence and every expected ID (docs/semantics.md)."""
+             witnesses_per_window: int = WITNESSES_PER_WINDOW,
+             wrong_value: np.ndarray | None = None) -> Validation:
+    """Classify every produced ID occurrence and every expected ID (docs/semantics.md).
+
+    ``wrong_value``: per output, whether its values differ from its expected row's (None:
+    values not compared); its occurrences are then incorrect, not processed."""
     phases = phases or Phases.unbounded()
     n_exp = len(expected.id_sorted)
     n_out = len(outputs)
@@ -247,7 +262,11 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
     # An output that arrived before the ID's input cannot hold its processing.
     early = (own_key & (outputs.ingress_ts[occ_output] < expected.id_ingress[slot_c])
              if n_exp else found)
-    own = own_key & ~early
+    if wrong_value is not None:
+        bad_value = own_key & ~early & np.asarray(wrong_value, dtype=bool)[occ_output]
+    else:
+        bad_value = np.zeros(len(occ_id), dtype=bool)
+    own = own_key & ~early & ~bad_value
     own_slots = slot_c[own]
     own_count = np.bincount(own_slots, minlength=n_exp)
     foreign_count = np.bincount(slot_c[found & ~own], minlength=n_exp)
@@ -290,6 +309,8 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         counts_ok = ((outputs.gets == expected.gets[rows_c])
                      & (outputs.posts == expected.posts[rows_c])) if len(expected) else known
     correct = known & counts_ok
+    if wrong_value is not None:
+        correct &= ~np.asarray(wrong_value, dtype=bool)
     missing = int(len(expected) - len(np.unique(out_row[known])))
 
     # Witnesses: a bounded sample per anomaly kind and window.
@@ -314,7 +335,8 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         duplicate_first=first_output[dup_slots],
         incorrect_id=occ_id[incorrect_occ], incorrect_output=occ_output[incorrect_occ],
         incorrect_slot=np.where(found[incorrect_occ], slot_c[incorrect_occ], -1),
-        incorrect_early=early[incorrect_occ])
+        incorrect_early=early[incorrect_occ],
+        incorrect_wrong_value=bad_value[incorrect_occ])
 
     processed = int(processed_mask.sum())
     return Validation(
@@ -345,4 +367,7 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         incorrect_occurrence_ids=occ_id[incorrect_occ],
         output_before_input=int(early.sum()),
         occurrences=occurrences,
+        wrong_value=None if wrong_value is None else int(bad_value.sum()),
+        wrong_value_outputs=(None if wrong_value is None
+                             else int(np.asarray(wrong_value, dtype=bool).sum())),
     )

@@ -66,7 +66,9 @@ from pgval.oracle.rows import (
     set_aside_rows,
     single_id_keys,
 )
+from pgval.oracle.values import DEFAULT_TOLERANCE, ValueCheck
 from pgval.records.parse import (
+    JOB_VALUE,
     InputEvents,
     OutputRecords,
     ResourceTable,
@@ -74,6 +76,7 @@ from pgval.records.parse import (
     job_outputs_from_kafka,
     job_outputs_from_rows,
     outputs_from_kafka,
+    parse_values,
 )
 from pgval.records.phases import Phases
 
@@ -94,7 +97,9 @@ SINK_ROWS = "output-rows.parquet"
 SINK_RAW = "output-raw.parquet"
 SINK_ROWS_SCHEMA = pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64())),
                               ("written_ms", pa.int64()), ("batch", pa.int64()),
-                              ("origin", pa.string())])
+                              ("origin", pa.string()),
+                              # a user's sink: the job's columns its read gave back, as JSON
+                              ("value", pa.string())])
 SUMS = "SHA256SUMS"
 INPUT_TOPICS = (GET_TOPIC, POST_TOPIC)
 #: Every file a re-check or an export reads, in the order they are verified; the progress
@@ -482,12 +487,13 @@ def save_anomalies(run_dir: Path, table: pa.Table) -> Path:
 
 def load_anomalies(run_dir: Path) -> pa.Table | None:
     """The anomaly set a run kept (None: stored before anomaly sets were kept)."""
-    from pgval.checker.anomalies import SCHEMA
+    from pgval.checker.anomalies import REQUIRED, SCHEMA
 
     path = evidence_dir(run_dir) / ANOMALIES
     if not path.exists():
         return None
-    return read_evidence_table(path, SCHEMA, "a run's anomalies", ("kind", "id"))
+    return read_evidence_table(path, SCHEMA, "a run's anomalies", ("kind", "id"),
+                               required=REQUIRED)
 
 
 def save_progress(run_dir: Path, progress_file: Path) -> None:
@@ -559,6 +565,8 @@ class Streams:
     #: A job judged by rows: the ingress time of each real input record (its events are
     #: synthetic, one per expected row), so each phase's load is still known.
     real_ingress: np.ndarray | None = None
+    #: A user's job's outputs' values against its batch rows' (None: not compared).
+    values: ValueCheck | None = None
 
 
 def is_control(ids: np.ndarray, control_ids: Sequence[int] | np.ndarray | None
@@ -662,14 +670,17 @@ def coordinate_events(inputs: Mapping[str, TopicRecords]) -> tuple[InputEvents, 
 
 def job_streams_from_records(inputs: Mapping[str, TopicRecords],
                              output: TopicRecords | pa.Table, rows: pa.Table, resources: int,
-                             control_ids: Sequence[int] | None, coordinates: bool = False
+                             control_ids: Sequence[int] | None, coordinates: bool = False,
+                             tolerance: float = DEFAULT_TOLERANCE
                              ) -> tuple[Streams, ExpectedOutputs]:
     """A user's job's streams and its expected outputs: the batch oracle's ``rows``
     (:data:`pgval.topologies.batch.EXPECTED_SCHEMA`) and the outputs' key texts coded with
     one table, so an output's key is an expected one exactly when the texts are equal. A
     batch result the validator cannot use (an ID in two rows, an ID that is no input) is
     an :class:`EvidenceError`, one sentence. ``coordinates``: the job reads Kafka itself,
-    its IDs are the records' coordinates (:func:`coordinate_events`)."""
+    its IDs are the records' coordinates (:func:`coordinate_events`). Where the batch rows
+    have their values and the outputs theirs, each output's values are compared with its
+    row's (:mod:`pgval.oracle.values`, relative ``tolerance``)."""
     if coordinates:
         events, control = coordinate_events(inputs)
         control_inputs, control_ids = len(control), control
@@ -689,7 +700,45 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
     outputs, control_outputs, control_occ = set_aside_control(outputs, control_ids)
     if by_id:
         outputs = rekey_by_single_id(outputs, keys)
-    return Streams(events, outputs, control_inputs, control_outputs, control_occ), expected
+    values = None
+    written, compared = written_values(output, outputs)
+    if written is not None and "value" in rows.column_names:
+        row_of = np.full(len(keys.names), -1, dtype=np.int64)  # key code -> batch row
+        row_of[keys.encode(rows.column("key").combine_chunks())] = np.arange(rows.num_rows)
+        row = np.where(outputs.resource >= 0, row_of[np.maximum(outputs.resource, 0)], -1)
+        expected_text = rows.column("value").combine_chunks().take(
+            pa.array(np.maximum(row, 0), mask=row < 0))
+        values = ValueCheck.of(expected_text, written, tolerance, compared)
+    return Streams(events, outputs, control_inputs, control_outputs, control_occ,
+                   values=values), expected
+
+
+def written_values(output: TopicRecords | pa.Table, outputs: OutputRecords
+                   ) -> tuple[pa.Array | None, str]:
+    """Each judged output's written value text and what it holds: from Kafka, the
+    ``_pgval_value`` the streaming query wrote with it (``all`` its value columns); from
+    a user's sink, the columns its ``read`` gave back (``read``); None where the evidence
+    has none (a run stored before values were kept, a file sink)."""
+    if isinstance(output, pa.Table):
+        if "value" not in output.column_names or outputs.offset is None:
+            return None, "read"
+        column = output.column("value").combine_chunks()
+        if column.null_count == len(column):
+            return None, "read"
+        return column.take(pa.array(outputs.offset, pa.int64())), "read"
+    if outputs.partition is None or outputs.offset is None or not len(output.values):
+        return None, "all"
+    table, kept, _, _ = parse_values(output.values, pa.schema([(JOB_VALUE, pa.string())]))
+    texts = table.column(JOB_VALUE).combine_chunks()
+    if texts.null_count == len(texts):
+        return None, "all"
+    where = (np.asarray(output.partitions, np.int64)[kept] << 40) | np.asarray(
+        output.offsets, np.int64)[kept]
+    order = np.argsort(where, kind="stable")
+    want = (outputs.partition.astype(np.int64) << 40) | outputs.offset.astype(np.int64)
+    at = np.minimum(np.searchsorted(where[order], want), max(len(order) - 1, 0))
+    found = where[order][at] == want if len(order) else np.zeros(len(want), dtype=bool)
+    return texts.take(pa.array(order[at], mask=~found)), "all"
 
 
 def rekey_by_single_id(outputs: OutputRecords, keys: ResourceTable) -> OutputRecords:
@@ -724,7 +773,8 @@ def rows_streams(rows: pa.Table, output: TopicRecords,
     sunk = pa.table({"key": keys.filter(kept), "ids": matched.output_ids,
                      "written_ms": pa.array(output.timestamps[order][matched.kept], pa.int64()),
                      "batch": pa.array(output.partitions[order][matched.kept].astype(np.int64)),
-                     "origin": pa.nulls(n, pa.string())}, schema=SINK_ROWS_SCHEMA)
+                     "origin": pa.nulls(n, pa.string()),
+                     "value": pa.nulls(n, pa.string())}, schema=SINK_ROWS_SCHEMA)
     real = coordinate_events(inputs)[0].ingress_ts if inputs is not None else None
     return Streams(matched.events, job_outputs_from_rows(sunk, table),
                    control_inputs=int(own.sum()), control_outputs=matched.set_aside,
@@ -737,10 +787,15 @@ def save_expected(run_dir: Path, rows: pa.Table) -> Path:
 
 
 def load_expected(run_dir: Path) -> pa.Table:
-    """A job's batch-oracle rows (``key``, ``ids``) from the evidence."""
-    return _load_table(run_dir, EXPECTED, pa.schema([("key", pa.string()),
-                                                     ("ids", pa.list_(pa.int64()))]),
-                       "the batch oracle's rows of its job")
+    """A job's batch-oracle rows (``key``, ``ids``, and ``value`` since values are
+    compared: a run stored before has none) from the evidence."""
+    table = _load_table(run_dir, EXPECTED, pa.schema([("key", pa.string()),
+                                                      ("ids", pa.list_(pa.int64())),
+                                                      ("value", pa.string())]),
+                        "the batch oracle's rows of its job", required=("key", "ids"))
+    if table.num_rows and table.column("value").null_count == table.num_rows:
+        return table.drop_columns(["value"])
+    return table
 
 
 def save_expected_rows(run_dir: Path, rows: pa.Table) -> Path:
@@ -766,6 +821,8 @@ def by_rows(manifest: Manifest) -> bool:
 
 def save_sink_rows(run_dir: Path, rows: pa.Table, name: str = SINK_ROWS) -> Path:
     """Keep a sink's rows as read back (:data:`SINK_ROWS_SCHEMA`), before :func:`seal`."""
+    if "value" not in rows.column_names:  # a sink that gives back no values of its own
+        rows = rows.append_column("value", pa.nulls(rows.num_rows, pa.string()))
     return _save_table(run_dir, name,
                        rows.select(SINK_ROWS_SCHEMA.names).cast(SINK_ROWS_SCHEMA))
 
@@ -788,6 +845,17 @@ def keep_job_source(run_dir: Path, source: Path | None) -> str | None:
 def reads_kafka(manifest: Manifest) -> bool:
     """The run's job read Kafka itself: its IDs are the records' coordinates."""
     return isinstance(manifest.job, dict) and manifest.job.get("ids") == "kafka"
+
+
+def tolerance_of(manifest: Manifest) -> float:
+    """The relative tolerance the run's job declared (``build.tolerance``, as its batch
+    oracle said it), else :data:`pgval.oracle.values.DEFAULT_TOLERANCE`."""
+    job = manifest.job if isinstance(manifest.job, dict) else {}
+    oracle = job.get("oracle") if isinstance(job.get("oracle"), dict) else {}
+    value = oracle.get("tolerance")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1:
+        return float(value)
+    return DEFAULT_TOLERANCE
 
 
 def cross_check_of(manifest: Manifest) -> dict[str, Any] | None:
@@ -815,7 +883,8 @@ def evaluation_streams(run_dir: Path, manifest: Manifest, inputs: Mapping[str, T
                 if manifest.sink is not None else output)
         return job_streams_from_records(inputs, sunk, load_expected(run_dir),
                                         manifest.resources, manifest.control_ids,
-                                        coordinates=reads_kafka(manifest))
+                                        coordinates=reads_kafka(manifest),
+                                        tolerance=tolerance_of(manifest))
     return streams_from_records(inputs, output, manifest.resources, manifest.control_ids), None
 
 

@@ -463,7 +463,8 @@ def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecor
     streams, expected = evaluation_streams(run_dir, manifest, inputs, output)
     evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
                           manifest.window_ms, manifest.phase_bounds, progress=progress,
-                          expected=expected, cross_check=cross_check_of(manifest))
+                          expected=expected, cross_check=cross_check_of(manifest),
+                          values=streams.values)
     if by_rows(manifest):  # a job without ids: synthetic inputs, one per expected row
         evaluation = rows_verdict(evaluation, streams.real_ingress)
     sink = manifest.sink if isinstance(manifest.sink, dict) else {}

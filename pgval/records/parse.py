@@ -759,6 +759,9 @@ def outputs_from_kafka(values: Values, timestamps: np.ndarray,
 #: The field of a user's job's output value that holds its canonical key text
 #: (``to_json`` of the key columns: :mod:`pgval.topologies.batch`).
 JOB_KEY = "_pgval_key"
+#: The field of a job's Kafka output that holds its value columns as JSON text (all its
+#: columns but ``ids``), which the batch oracle's rows hold too: values are compared.
+JOB_VALUE = "_pgval_value"
 KAFKA_JOB_OUTPUT_SCHEMA = pa.schema([(JOB_KEY, pa.string()), ("ids", pa.list_(pa.int64()))])
 
 

@@ -135,6 +135,7 @@ def rows_of_file(path: Path, batch: int, visible_ms: int) -> pa.Table:
         "written_ms": pa.array(np.full(n, visible_ms, dtype=np.int64)),
         "batch": pa.array(np.full(n, batch, dtype=np.int64)),
         "origin": pa.repeat(pa.scalar(path.name, pa.string()), n),
+        "value": pa.nulls(n, pa.string()),
     }, schema=SINK_ROWS_SCHEMA)
 
 

@@ -160,7 +160,8 @@ def read_sink(kind: str, ref: str, sink_dir: Path, checkpoint: Path, run_dir: Pa
     rows = pa.table({"key": table.column("key"), "ids": table.column("ids"),
                      "written_ms": table.column("written_ms"),
                      "batch": pa.array(np.full(n, -1, dtype=np.int64)),
-                     "origin": pa.repeat(pa.scalar("read", pa.string()), n)},
+                     "origin": pa.repeat(pa.scalar("read", pa.string()), n),
+                     "value": table.column("value")},
                     schema=SINK_ROWS_SCHEMA)
     save_sink_rows(run_dir, rows, SINK_ROWS)
     return SinkReadBack(kind, rows, None, {"rows": n, "read": f"{ref}: read({sink_dir})"})
