@@ -9,7 +9,8 @@ for a user's sink, the columns its ``read`` gives back, as JSON. Equal texts are
 (compared in Arrow, no Python per output); a pair that differs is compared field by field:
 integers exactly, other numbers within a relative tolerance (:data:`DEFAULT_TOLERANCE`,
 ``build.tolerance`` to change it: Spark may sum floating-point numbers in another order in
-a stream than in a batch), times as instants, everything else exactly.
+a stream than in a batch), times as instants, arrays as multisets (``collect_list`` keeps
+the order rows came in, which a stream and a batch do not share), everything else exactly.
 """
 
 from __future__ import annotations
@@ -58,20 +59,32 @@ def _instant(value: Any) -> datetime | None:
     return when
 
 
+def _order(value: Any) -> str:
+    """A sort key for list items of any JSON type."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def same_value(expected: Any, written: Any, tolerance: float = DEFAULT_TOLERANCE,
                written_fields_only: bool = False) -> bool:
     """Whether ``written`` (parsed JSON) is ``expected`` (parsed JSON): integers exactly,
-    other numbers within ``tolerance`` (relative), times as the same instant, lists item
-    by item, objects field by field (``written_fields_only``: only the fields ``written``
-    has, for a sink that keeps some of the job's columns)."""
+    other numbers within ``tolerance`` (relative), times as the same instant, lists as
+    multisets (item by item in some order: ``collect_list`` has none), objects field by
+    field (``written_fields_only``: only the fields ``written`` has, for a sink that keeps
+    some of the job's columns)."""
     if isinstance(expected, dict) and isinstance(written, dict):
         names = set(written) if written_fields_only else set(expected) | set(written)
         return all(name in expected and name in written
                    and same_value(expected[name], written[name], tolerance)
                    for name in names)
     if isinstance(expected, list) and isinstance(written, list):
-        return len(expected) == len(written) and all(
-            same_value(a, b, tolerance) for a, b in zip(expected, written, strict=True))
+        if len(expected) != len(written):
+            return False
+        if all(same_value(a, b, tolerance) for a, b in zip(expected, written, strict=True)):
+            return True
+        # As multisets: Spark's collect_list and collect_set promise no order, and a stream
+        # collects in the order its batches came.
+        return all(same_value(a, b, tolerance) for a, b in zip(
+            sorted(expected, key=_order), sorted(written, key=_order), strict=True))
     if expected == written and type(expected) is type(written):
         return True
     a, b = _number(expected), _number(written)

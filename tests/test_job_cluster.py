@@ -63,11 +63,11 @@ def assert_rechecks_the_same(run_dir: Path, result: ExperimentResult) -> dict:
     """Evidence holds the job's rows and source; a re-check (no Spark) is the run again."""
     assert (evidence_dir(run_dir) / JOB_SOURCE).is_file()
     rows = pq.read_table(evidence_dir(run_dir) / EXPECTED)
-    assert rows.num_rows > 0 and rows.column_names == ["key", "ids"]
+    assert rows.num_rows > 0 and rows.column_names == ["key", "ids", "value"]
     summary = result.summary()
     again = recheck(run_dir, db=run_dir.parent / "results.db").summary()
     for key in ("expected", "processed", "duplicate", "incorrect", "unprocessed",
-                "guarantee", "valid", "validity_reasons", "phases", "raw_read"):
+                "guarantee", "valid", "validity_reasons", "phases", "raw_read", "values"):
         assert again.get(key) == summary.get(key), key
     assert again["anomalies"]["same"] is True, again["anomalies"]
     return summary

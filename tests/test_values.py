@@ -47,7 +47,9 @@ def test_a_sum_in_another_order_is_the_same_value(terms: list[float], rnd) -> No
     ({"t": "2026-11-02T09:00:00.000Z"}, {"t": "2026-11-02 09:00:01+00:00"}, False),
     ({"s": "a"}, {"s": "b"}, False),
     ({"l": [1, 2]}, {"l": [1, 2]}, True),
-    ({"l": [1, 2]}, {"l": [2, 1]}, False),
+    ({"l": [1, 2]}, {"l": [2, 1]}, True),              # collect_list: no order
+    ({"l": [1, 2]}, {"l": [1, 1]}, False),
+    ({"l": [1.0, 2.5]}, {"l": [2.5, 1.0000000000001]}, True),
     ({"a": 1, "b": 2}, {"a": 1}, False),               # a column missing
     ({"b": True}, {"b": 1}, False),
 ])
