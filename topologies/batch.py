@@ -243,7 +243,7 @@ def _evidence_records(run_dir: Path) -> dict[str, pa.Table]:
     return records
 
 
-def _session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
+def batch_session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
     """A ``local[1]`` session, small and without UI, with the driver's defaults (UTC) and
     then the user's Spark settings, as the driver applies them: the key text of a
     timestamp is the streaming query's only in the same session time zone, so a
@@ -312,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         conf = json.loads(os.environ.get("PGVAL_SPARK_CONF") or "{}")
         # The session first: a job file may need one to load (as under spark-submit).
-        spark = _session(conf, args.heap_mb)
+        spark = batch_session(conf, args.heap_mb)
         batch_meanings(spark)
         workdir = args.run_dir / "batch-oracle"
         try:

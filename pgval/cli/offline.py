@@ -100,8 +100,43 @@ def judge(inputs: Path, outputs: Path, topology: str, window_ms: int, phases: Ph
                         doubt_reasons(doubts))
 
 
+def judge_job(job: str, inputs: Path, outputs: Path, window_ms: int, phases: Phases,
+              allow_malformed: bool) -> tuple[Evaluation, Validity]:
+    """A user's job's recorded outputs judged by its batch run over the recorded inputs
+    (:mod:`pgval.run.job_files`); the job checked before Spark starts, one sentence."""
+    from pgval.checker.validity import Validity, doubt_reasons, evaluation_reasons
+    from pgval.core.extras import require
+    from pgval.records.parse import read_inputs
+    from pgval.run.job_files import judge_job_files
+    from pgval.topologies.job import load_or_check
+
+    require("spark")
+    if load_or_check(job).reads_kafka:
+        raise UserError(f"--job {job}: check --job judges a job over the web log's sources "
+                        "(build(spark, sources)); a job that reads Kafka itself is judged "
+                        "from a run's evidence (pgval recheck)")
+    events = read_inputs(readable(inputs, "--inputs"))
+    readable(outputs, "--outputs")
+    if events.malformed and not allow_malformed:
+        raise UserError(f"--inputs {inputs}: {events.malformed:,} malformed input records "
+                        "(--allow-malformed judges the rest, as unknown)")
+    ev = judge_job_files(job, events, inputs, outputs, window_ms, phases)
+    bad = ev.validation.malformed
+    if bad and not allow_malformed:
+        raise UserError(f"--outputs {outputs}: {bad:,} output records lack their ids or "
+                        "ingress_ts (--allow-malformed judges the rest, as unknown)")
+    doubts = ([f"{bad:,} malformed output records left out"] if bad else []) + (
+        [f"{events.malformed:,} malformed input records left out"] if events.malformed else [])
+    return ev, Validity(evaluation_reasons(ev), doubt_reasons(doubts))
+
+
 @click.command()
-@topology_option
+@config_option("topology")
+@click.option("--job", metavar="PATH.py:FUNCTION",
+              help="Judge the outputs of your own PySpark job instead of a topology's: its "
+                   "build(spark, sources) run as a batch over --inputs (local Spark) is the "
+                   "oracle; --outputs holds its rows as JSON lines (its columns, ids and "
+                   "ingress_ts), values compared too (docs/your-job.md).")
 @click.option("--inputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               required=True, help="Input events, JSON lines with ingress_ts.")
 @click.option("--outputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -126,12 +161,21 @@ def judge(inputs: Path, outputs: Path, topology: str, window_ms: int, phases: Ph
               help="With --db: store the result under this name; `pgval report` groups runs "
                    "by it, so results of unrelated jobs never pool.")
 @gate_options
-def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_text: str | None,
+def check(topology: str, job: str | None, inputs: Path, outputs: Path, window_ms: int,
+          phases_text: str | None,
           as_json: bool, db: Path | None, allow_malformed: bool,
           anomalies_path: Path | None, label: str | None, expect: str | None,
           junit_path: Path | None) -> None:
-    """Validate recorded input and output streams of any stream processor."""
+    """Validate recorded input and output streams of any stream processor, or of your
+    own PySpark job (--job)."""
     started = time.monotonic()
+    given = click.get_current_context().get_parameter_source("topology")
+    if job is not None and given is not click.core.ParameterSource.DEFAULT:
+        raise UserError("--topology and --job exclude each other: --job names your own job "
+                        "in place of a built-in topology")
+    if job is None and given is click.core.ParameterSource.DEFAULT:
+        raise UserError("give --topology sst|mst, or --job PATH.py:FUNCTION for your own job")
+    topology = "job" if job is not None else topology
     try:
         phases = Phases.parse(phases_text) if phases_text is not None else Phases.unbounded()
     except ValueError as exc:
@@ -142,7 +186,9 @@ def check(topology: str, inputs: Path, outputs: Path, window_ms: int, phases_tex
         raise UserError(label_problem(label) or "--label names the result stored with --db; "
                         "give --db too")
     store = ResultsStore(db) if db is not None else None  # a bad --db: before the work
-    ev, validity = judge(inputs, outputs, topology, window_ms, phases, allow_malformed)
+    ev, validity = (judge(inputs, outputs, topology, window_ms, phases, allow_malformed)
+                    if job is None else
+                    judge_job(job, inputs, outputs, window_ms, phases, allow_malformed))
     if anomalies_path is not None:
         from pgval.evidence.export import write_anomalies
 

@@ -700,17 +700,26 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
     outputs, control_outputs, control_occ = set_aside_control(outputs, control_ids)
     if by_id:
         outputs = rekey_by_single_id(outputs, keys)
-    values = None
     written, compared = written_values(output, outputs)
-    if written is not None and "value" in rows.column_names:
-        row_of = np.full(len(keys.names), -1, dtype=np.int64)  # key code -> batch row
-        row_of[keys.encode(rows.column("key").combine_chunks())] = np.arange(rows.num_rows)
-        row = np.where(outputs.resource >= 0, row_of[np.maximum(outputs.resource, 0)], -1)
-        expected_text = rows.column("value").combine_chunks().take(
-            pa.array(np.maximum(row, 0), mask=row < 0))
-        values = ValueCheck.of(expected_text, written, tolerance, compared)
     return Streams(events, outputs, control_inputs, control_outputs, control_occ,
-                   values=values), expected
+                   values=value_check(rows, keys, outputs, written, compared,
+                                      tolerance)), expected
+
+
+def value_check(rows: pa.Table, keys: ResourceTable, outputs: OutputRecords,
+                written: pa.Array | None, compared: str, tolerance: float
+                ) -> ValueCheck | None:
+    """Each output's written value text against its batch row's (the row with its key:
+    the keys are coded with ``keys``, as the rows were); None when either side has no
+    values (a run kept before values were, a sink that gives back none)."""
+    if written is None or "value" not in rows.column_names:
+        return None
+    row_of = np.full(len(keys.names), -1, dtype=np.int64)  # key code -> batch row
+    row_of[keys.encode(rows.column("key").combine_chunks())] = np.arange(rows.num_rows)
+    row = np.where(outputs.resource >= 0, row_of[np.maximum(outputs.resource, 0)], -1)
+    expected_text = rows.column("value").combine_chunks().take(
+        pa.array(np.maximum(row, 0), mask=row < 0))
+    return ValueCheck.of(expected_text, written, tolerance, compared)
 
 
 def written_values(output: TopicRecords | pa.Table, outputs: OutputRecords

@@ -61,37 +61,58 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
     (a ``spark.driver.memory`` among the user's settings wins); its summary (rows, IDs,
     seconds). A job that cannot be judged, a failure or a time-out is one sentence
     (:class:`PgvalError`) naming the log."""
-    log = run_dir / "logs" / "batch-oracle.log"
     argv = [sys.executable, "-m", "pgval.topologies.batch", "--job", job,
             "--run-dir", str(run_dir), "--heap-mb", str(heap_mb)]
     if inputs:  # a job reading Kafka itself: its inputs' names and the run's topics
         argv += ["--inputs", ",".join(f"{n}={t}" for n, t in inputs.items())]
-    proc = spawn("batch-oracle", argv, log,
+    return _oracle_process("batch-oracle", argv, run_dir / "logs" / "batch-oracle.log",
+                           spark_conf, timeout_s, f"the batch oracle of {job}",
+                           "pgval-batch: ", heap_mb, pid_dir=run_dir / "pids")
+
+
+def run_check_job(job: str, inputs: Path, outputs: Path, out_dir: Path,
+                  spark_conf: dict[str, str], timeout_s: float) -> dict[str, Any]:
+    """``pgval check --job``'s Spark process (:mod:`pgval.topologies.check_job`): the job's
+    batch oracle over recorded inputs and the recorded outputs keyed as the stream keys
+    them, into ``out_dir``; its summary, or one sentence naming the log."""
+    argv = [sys.executable, "-m", "pgval.topologies.check_job", "--job", job,
+            "--inputs", str(inputs), "--outputs", str(outputs), "--out", str(out_dir)]
+    return _oracle_process("check-job", argv, out_dir / "check-job.log", spark_conf,
+                           timeout_s, f"the batch oracle of {job}", "pgval-check-job: ",
+                           BASE_HEAP_MB, pid_dir=None)
+
+
+def _oracle_process(name: str, argv: list[str], log: Path, spark_conf: dict[str, str],
+                    timeout_s: float, what: str, prefix: str, heap_mb: int,
+                    pid_dir: Path | None) -> dict[str, Any]:
+    """One oracle process to its end: its JSON summary line, or one sentence (a job it
+    refused, exit 2; its heap run out; a failure; a time-out) naming ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    proc = spawn(name, argv, log,
                  env={SPARK_CONF_ENV: json.dumps(spark_conf)} if spark_conf else None,
-                 pid_dir=run_dir / "pids")
+                 pid_dir=pid_dir)
     t0 = time.monotonic()
     try:
         rc = proc.popen.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.stop(grace_s=5.0)
-        raise EnvironmentFailure(f"the batch oracle of {job} did not finish within "
-                                f"{timeout_s:.0f} s (log: {log})") from None
+        raise EnvironmentFailure(f"{what} did not finish within {timeout_s:.0f} s "
+                                 f"(log: {log})") from None
     finally:
         if proc.alive():
             proc.stop(grace_s=5.0)
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     if rc == 2:
-        said = next((ln.split("pgval-batch: ", 1)[1] for ln in reversed(lines)
-                     if "pgval-batch: " in ln), "the job cannot be judged")
+        said = next((ln.split(prefix, 1)[1] for ln in reversed(lines) if prefix in ln),
+                    "the job cannot be judged")
         raise UserMistake(f"the batch oracle refused the job: {said}")
     if rc != 0:
         if any("java.lang.OutOfMemoryError" in ln for ln in lines):
             raise EnvironmentFailure(
-                f"the batch oracle of {job} ran out of its {heap_mb} MiB heap; give it more "
-                f"with --spark-conf spark.driver.memory=SIZE (log: {log})")
+                f"{what} ran out of its {heap_mb} MiB heap; give it more with --spark-conf "
+                f"spark.driver.memory=SIZE (log: {log})")
         last = lines[-1] if lines else "no output"
-        raise EnvironmentFailure(f"the batch oracle of {job} failed (exit {rc}): {last} "
-                                f"(log: {log})")
+        raise EnvironmentFailure(f"{what} failed (exit {rc}): {last} (log: {log})")
     for line in reversed(lines):
         try:
             summary = json.loads(line)
@@ -100,4 +121,4 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
         if isinstance(summary, dict) and "rows" in summary:
             summary["wall_s"] = round(time.monotonic() - t0, 3)
             return summary
-    raise EnvironmentFailure(f"the batch oracle of {job} said nothing of its result (log: {log})")
+    raise EnvironmentFailure(f"{what} said nothing of its result (log: {log})")
