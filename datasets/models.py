@@ -319,9 +319,13 @@ def _avro_values(record: dict[str, Any], schema: Mapping[str, Any]) -> dict[str,
                 out[f["name"]] = Decimal(str(value))
             elif logical.endswith(("timestamp-millis", "timestamp-micros")):
                 if isinstance(value, str):
-                    out[f["name"]] = datetime.fromisoformat(value.replace("Z", "+00:00"))
+                    value = datetime.fromisoformat(value.replace("Z", "+00:00"))
                 elif isinstance(value, int) and not isinstance(value, bool):
-                    out[f["name"]] = datetime.fromtimestamp(value / 1000, timezone.utc)
+                    value = datetime.fromtimestamp(value / 1000, timezone.utc)
+                if isinstance(value, datetime) and value.tzinfo is None:
+                    # fastavro writes a naive time in the host's zone; JSON means UTC
+                    value = value.replace(tzinfo=timezone.utc)
+                out[f["name"]] = value
             elif logical == "date" and isinstance(value, str):
                 out[f["name"]] = date.fromisoformat(value)
         except (ValueError, ArithmeticError):
@@ -482,12 +486,18 @@ class _Stream:
     #: Per skewed field, its values, most common first.
     skew_values: dict[str, list[Any]] = field(default_factory=dict)
 
-    def encode(self, record: Mapping[str, Any]) -> bytes:
-        """A record as its Kafka value: compact JSON, or one Avro datum."""
+    def encode(self, record: Mapping[str, Any], number: int = 0) -> bytes:
+        """A record as its Kafka value: compact JSON, or one Avro datum; a record the
+        schema cannot write (a later ``make`` record than those checked) is one sentence
+        naming it (``number``)."""
         if self.schema is None:
             return json.dumps(record, separators=(",", ":")).encode()
         out = io.BytesIO()
-        fastavro.schemaless_writer(out, self.schema, record)
+        try:
+            fastavro.schemaless_writer(out, self.schema, record)
+        except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
+            raise InputModelError(f"input {self.source.name!r}: record {number} does not "
+                                  f"match the Avro schema ({_short(exc)})") from None
         return out.getvalue()
 
     def check(self, records: Sequence[Mapping[str, Any]], what: str) -> None:
@@ -497,10 +507,31 @@ class _Stream:
         for number, record in enumerate(records, 1):
             try:
                 validate(record, self.schema, raise_errors=True)
+                problem = _decimal_problem(record, self.schema)
             except ValidationError as exc:
-                said = "; ".join(map(str, getattr(exc, "errors", None) or [exc]))
+                problem = "; ".join(map(str, getattr(exc, "errors", None) or [exc]))
+            except (ValueError, TypeError, ArithmeticError) as exc:  # e.g. a decimal's scale
+                problem = str(exc)
+            if problem:
                 raise InputModelError(f"{what}: record {number} does not match the Avro "
-                                      f"schema ({_short(Exception(said))})") from None
+                                      f"schema ({_short(Exception(problem))})")
+
+
+def _decimal_problem(record: Mapping[str, Any], schema: Mapping[str, Any]) -> str | None:
+    """A top-level decimal with more digits than its precision allows (fastavro writes it;
+    Spark's ``from_avro`` fails the query on it), said; else None."""
+    for f in schema["fields"]:
+        kinds = f["type"] if isinstance(f["type"], list) else [f["type"]]
+        spec = next((k for k in kinds if isinstance(k, dict)
+                     and k.get("logicalType") == "decimal"), None)
+        value = record.get(f["name"])
+        if spec is None or not isinstance(value, Decimal):
+            continue
+        digits = len(str(abs(int(value.scaleb(int(spec.get("scale", 0)))))))
+        if digits > int(spec["precision"]):
+            return (f"{f['name']} is {value}: more than the {spec['precision']} digits of "
+                    f"decimal({spec['precision']},{spec.get('scale', 0)})")
+    return None
 
 
 def _value_key(value: Any) -> str:
@@ -522,9 +553,11 @@ class PreparedModel:
         if source.kind == "replay":
             stream.sample, stream.schema = _load_sample(source, schema)
             if source.event_time_field is not None:
-                stream.time_format = (
-                    _avro_time_format(source, stream.schema) if stream.schema is not None
-                    else _time_format(stream.sample[0][source.event_time_field]))
+                own = _time_format(stream.sample[0].get(source.event_time_field))
+                stream.time_format = own if stream.schema is None else (
+                    # an Avro string keeps the sample's own ISO form (with Z or an offset)
+                    own if (avro := _avro_time_format(source, stream.schema)) == "iso-z"
+                    and own in ("iso", "iso-z") else avro)
             pool = stream.sample
             if stream.schema is not None:
                 stream.check([self._stamped(stream, r, 0) for r in pool],
@@ -600,7 +633,7 @@ class PreparedModel:
             record, key = self._record(self.streams[slot], i // n, times[row],
                                        {f: r[row] for f, r in ranks.items()})
             keys.append(key)
-            values.append(self.streams[slot].encode(record))
+            values.append(self.streams[slot].encode(record, i // n))
         return slots, keys, values
 
     def _skew_ranks(self, ids: np.ndarray, slots: np.ndarray) -> dict[str, list[int]]:
@@ -638,7 +671,7 @@ class PreparedModel:
         for k in range(count):
             record, _ = self._record(stream, -1 - k, event_ms,
                                      {f: 0 for f, _ in self.model.skew})
-            out.append(stream.encode(record))
+            out.append(stream.encode(record, -1 - k))
         return out
 
 

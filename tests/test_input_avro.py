@@ -189,3 +189,65 @@ def test_spark_from_avro_reads_what_pgval_wrote(spark: object, tmp_path: Path) -
         cell[3].append(rid)
     assert got == {k: (n, total, c, sorted(r)) for k, (n, total, c, r) in want.items()}
     assert sum(v[0] for v in got.values()) == len(ids)
+
+
+def _sample(tmp_path: Path, change: dict) -> Path:
+    """The orders sample with its third record changed."""
+    lines = [json.loads(line) for line in JSONL.read_text().splitlines()]
+    lines[2].update(change)
+    path = tmp_path / "orders.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"amount": 12.345}, "record 3 does not match the Avro schema"),          # its scale
+    ({"amount": 123456789.5}, "more than the 10 digits of decimal(10,2)"),    # its precision
+])
+def test_a_decimal_the_schema_cannot_hold_is_one_sentence(tmp_path: Path, change: dict,
+                                                          said: str) -> None:
+    with pytest.raises(InputModelError, match=r"record 3 .*") as caught:
+        model_from_options({"orders": str(_sample(tmp_path, change))}, {}, "ts", {}, None,
+                           None, None, {"orders": str(SCHEMA)})
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_time_without_an_offset_is_utc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                         ) -> None:
+    """As JSON means it, whatever the host's zone (fastavro writes a naive time in it)."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        schema = json.loads(SCHEMA.read_text())
+        schema["fields"].append({"name": "paid", "type": {"type": "long",
+                                                          "logicalType": "timestamp-millis"}})
+        (tmp_path / "o.avsc").write_text(json.dumps(schema))
+        sample = _sample(tmp_path, {"paid": "2026-11-02T09:00:00"})
+        lines = [json.loads(line) for line in sample.read_text().splitlines()]
+        for line in lines:
+            line.setdefault("paid", "2026-11-02T09:00:00")
+        sample.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        model = model_from_options({"orders": str(sample)}, {}, "ts", {}, None, None, None,
+                                   {"orders": str(tmp_path / "o.avsc")})
+        _, _, values = PreparedModel(model, 1).records(np.arange(3), NOW)
+        parsed = fastavro.parse_schema(schema)
+        paid = [fastavro.schemaless_reader(io.BytesIO(v), parsed)["paid"] for v in values]
+        assert paid == [datetime(2026, 11, 2, 9, tzinfo=timezone.utc)] * 3
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_a_later_make_record_the_schema_cannot_write_is_one_sentence(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "def make(i, rng, event_ms):\n"
+        "    return {'order_id': f'M-{i}', 'customer': 'c', 'amount': 1,\n"
+        "            'currency': 'EUR' if i < 5 else 'JPY', 'ts': event_ms}\n")
+    model = model_from_options({}, {"orders": f"{tmp_path / 'm.py'}:make"}, None, {}, None,
+                               None, None, {"orders": str(SCHEMA)})
+    prepared = PreparedModel(model, 1)
+    prepared.records(np.arange(5), NOW)
+    with pytest.raises(InputModelError, match="input .orders.: record 5 does not match"):
+        prepared.records(np.arange(10), NOW)

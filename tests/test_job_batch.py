@@ -156,6 +156,11 @@ def test_a_job_whose_rows_a_rerun_would_not_repeat_is_refused(spark: object,
     ("Project [uuid(Some(7)) AS u#3]", "uuid"),
     ("Filter (operand#3 > 0)\n+- Project [brand(x) AS b]", None),  # a UDF named brand
     ("Aggregate [window#3], [count(1) AS n#9, collect_list(id#1, 0, 0) AS ids#10]", None),
+    # As Spark 4.2 prints them: order-dependent aggregates.
+    ("Aggregate [g#1L], [g#1L, first(id#0L, false) AS x#2L]", "first"),
+    ("Aggregate [g#1L], [g#1L, last(id#0L, true) AS x#6L]", "last"),
+    ("Aggregate [g#1L], [g#1L, any_value(id#0L, false) AS x#10L]", "any_value"),
+    ("Project [first_name#3, last_seen#4]", None),  # columns, not calls
 ])
 def test_the_functions_a_rerun_would_not_repeat_are_found_in_a_plan(plan: str,
                                                                     found: str | None) -> None:

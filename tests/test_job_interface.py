@@ -141,3 +141,12 @@ def test_a_floating_point_column_in_an_undeclared_key_is_refused(job_file: Path)
     assert check_output(keyed, [("window_start", "timestamp"), ("resource", "string"),
                                 ("avg", "double"), ("ids", "array<bigint>")]) == (
         "window_start", "resource")
+
+
+def test_a_floating_point_column_in_a_declared_key_is_refused(job_file: Path) -> None:
+    """A declared key of a double cannot identify an output: the stream and the batch may
+    compute it apart in the last digits (it is compared as a value instead)."""
+    keyed = load(f"{job_file}:build")  # build.key = window_start, resource
+    with pytest.raises(JobError, match="build.key names resource, which is floating-point"):
+        check_output(keyed, [("window_start", "timestamp"), ("resource", "double"),
+                             ("ids", "array<bigint>")])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -35,32 +36,56 @@ def test_a_sum_in_another_order_is_the_same_value(terms: list[float], rnd) -> No
     assert same_value({"total": sum(terms)}, {"total": sum(shuffled)})
 
 
-@pytest.mark.parametrize(("expected", "written", "same"), [
-    ({"n": 3}, {"n": 3}, True),
-    ({"n": 3}, {"n": 4}, False),                       # a count is exact
-    ({"n": 3}, {"n": 3.0}, True),                      # the same number
-    ({"x": 1.0}, {"x": 1.0 + 1e-12}, True),            # within the tolerance
-    ({"x": 1.0}, {"x": 1.001}, False),
-    ({"x": 100.0}, {"x": 200.0}, False),
-    ({"amount": 237.12}, {"amount": "237.12"}, True),  # a sink's decimal as text
-    ({"t": "2026-11-02T09:00:00.000Z"}, {"t": "2026-11-02 09:00:00+00:00"}, True),
-    ({"t": "2026-11-02T09:00:00.000Z"}, {"t": "2026-11-02 09:00:01+00:00"}, False),
-    ({"s": "a"}, {"s": "b"}, False),
-    ({"l": [1, 2]}, {"l": [1, 2]}, True),
-    ({"l": [1, 2]}, {"l": [2, 1]}, True),              # collect_list: no order
-    ({"l": [1, 2]}, {"l": [1, 1]}, False),
-    ({"l": [1.0, 2.5]}, {"l": [2.5, 1.0000000000001]}, True),
-    ({"a": 1, "b": 2}, {"a": 1}, False),               # a column missing
-    ({"b": True}, {"b": 1}, False),
+@pytest.mark.parametrize(("expected", "written", "sink", "same"), [
+    ('{"n": 3}', '{"n": 3}', False, True),
+    ('{"n": 3}', '{"n": 4}', False, False),                  # a count is exact
+    ('{"n": 3}', '{"n": 3.0}', False, True),                 # the same number
+    ('{"x": 1.0}', '{"x": 1.000000000001}', False, True),    # within the tolerance
+    ('{"x": 1.0}', '{"x": 1.001}', False, False),
+    ('{"x": 5.551115123125783e-17}', '{"x": 2.7755575615628914e-17}', False, True),  # cancels
+    ('{"s": "a"}', '{"s": "b"}', False, False),
+    ('{"s": "007"}', '{"s": "7"}', False, False),            # text is text
+    ('{"s": "1000000000"}', '{"s": "1000000001"}', False, False),
+    ('{"n": 5}', '{"n": "5"}', False, False),                # not in the stream's own text
+    ('{"l": [1, 2]}', '{"l": [1, 2]}', False, True),
+    ('{"l": [1, 2]}', '{"l": [2, 1]}', False, True),         # collect_list: no order
+    ('{"l": [1, 2]}', '{"l": [1, 1]}', False, False),
+    ('{"l": [10.000000000000002, 9.5]}', '{"l": [9.5, 9.999999999999998]}', False, True),
+    ('{"a": 1, "b": 2}', '{"a": 1}', False, False),          # a column missing
+    ('{"a": 1}', '{"a": 1, "b": null}', False, True),        # to_json leaves nulls out
+    ('{"b": true}', '{"b": 1}', False, False),
+    ('{"d": 1.000000000000000000001}', '{"d": 1.000000000000000000002}', False, True),
+    # What a sink gives back, in its own types.
+    ('{"amount": 237.12}', '{"amount": "237.12"}', True, True),  # a decimal as text
+    ('{"t": "2026-11-02T09:00:00.000Z"}', '{"t": "2026-11-02 09:00:00+00:00"}', True, True),
+    ('{"t": "2026-11-02T09:00:00.000Z"}', '{"t": "2026-11-02 09:00:00"}', True, True),  # UTC
+    ('{"t": "2026-11-02T09:00:00.123Z"}', '{"t": "2026-11-02 09:00:00.123456"}', True, True),
+    ('{"t": "2026-11-02T09:00:00.000Z"}', '{"t": "2026-11-02 09:00:01+00:00"}', True, False),
+    ('{"t": "2024-01-01"}', '{"t": "2024-01-01T00:00:00"}', True, False),  # a date is no time
+    ('{"b": true}', '{"b": 1}', True, True),                 # SQLite's boolean
+    ('{"n": 1}', '{"n": true}', True, True),
+    ('{"x": "NaN"}', '{"x": NaN}', True, True),              # Spark's text, Python's float
+    ('{"s": "007"}', '{"s": "7"}', True, False),
 ])
-def test_values_compare_as_values(expected: dict, written: dict, same: bool) -> None:
-    assert same_value(expected, written) is same
+def test_values_compare_as_values(expected: str, written: str, sink: bool, same: bool) -> None:
+    parse = lambda text: json.loads(text, parse_float=Decimal)  # noqa: E731
+    assert same_value(parse(expected), parse(written), from_sink=sink) is same
 
 
-def test_a_sink_is_compared_on_the_columns_it_gives_back() -> None:
-    assert same_value({"a": 1, "b": 2}, {"a": 1}, written_fields_only=True)
-    assert not same_value({"a": 1, "b": 2}, {"a": 2}, written_fields_only=True)
-    assert not same_value({"a": 1}, {"c": 1}, written_fields_only=True)
+def test_exactly_means_exactly() -> None:
+    a, b = Decimal("1.000000000000000000001"), Decimal("1.000000000000000000002")
+    assert same_value(a, b) and not same_value(a, b, tolerance=0)
+
+
+def test_a_sink_is_compared_on_the_jobs_columns() -> None:
+    """A sink's own columns (a row id, an update time) are not the job's: not compared."""
+    job = frozenset({"a", "b"})
+    assert same_value({"a": 1, "b": 2}, {"a": 1, "b": 2, "rowid": 7}, from_sink=True,
+                      fields=job)
+    assert not same_value({"a": 1, "b": 2}, {"a": 1, "b": 3, "rowid": 7}, from_sink=True,
+                          fields=job)
+    assert not same_value({"a": 1, "b": 2}, {"a": 1, "rowid": 7}, from_sink=True,
+                          fields=job)  # the job's column b given back as nothing
 
 
 def test_only_differing_texts_are_parsed() -> None:

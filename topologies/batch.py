@@ -205,7 +205,15 @@ def batch_table(job: Job, spark: SparkSession, sources: Mapping[str, DataFrame] 
     table = table.cast(EXPECTED_SCHEMA)
     if pc.list_flatten(table.column("ids")).null_count:
         raise JobError(f"--job {job.ref}: the batch result has a null among its ids")
-    return table
+    # The job's columns, which a sink's values are compared on (not the sink's own).
+    columns = [f.name for f in result.schema.fields if f.name != IDS]
+    return table.replace_schema_metadata({"columns": json.dumps(columns)})
+
+
+def job_columns(table: pa.Table) -> list[str] | None:
+    """The job's columns (but ids) :func:`batch_table` recorded with its rows."""
+    meta = table.schema.metadata or {}
+    return json.loads(meta[b"columns"]) if b"columns" in meta else None
 
 
 def to_arrow(df: DataFrame) -> pa.Table:
@@ -294,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import os
 
     from pgval.evidence.bundle import save_expected, save_expected_rows
+    from pgval.oracle.values import DEFAULT_TOLERANCE
     from pgval.topologies.builtin import builtin_of
     from pgval.topologies.job_query import load_job_for_spark
 
@@ -339,9 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         path = save_expected(args.run_dir, table)
         said = {"rows": table.num_rows,
-                "ids": int(pc.sum(pc.list_value_length(table.column("ids"))).as_py() or 0)}
-    if job.tolerance is not None:
-        said["tolerance"] = job.tolerance
+                "ids": int(pc.sum(pc.list_value_length(table.column("ids"))).as_py() or 0),
+                "columns": job_columns(table)}
+    said["tolerance"] = DEFAULT_TOLERANCE if job.tolerance is None else job.tolerance
     print(json.dumps({**said, "file": str(path), "seconds": round(time.monotonic() - t0, 3),
                       "builtin": builtin_of(job.build)}), flush=True)
     return 0

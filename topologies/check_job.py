@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pyarrow.parquet as pq
 
     from pgval.core.files import private_temp_path
-    from pgval.topologies.batch import batch_meanings, batch_session, batch_table
+    from pgval.topologies.batch import batch_meanings, batch_session, batch_table, job_columns
     from pgval.topologies.job_query import load_job_for_spark
 
     ap = argparse.ArgumentParser(prog="python -m pgval.topologies.check_job",
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with private_temp_path(args.out / f"{name}.parquet") as tmp:  # 0600, no planted link
             pq.write_table(table, tmp)
     print(json.dumps({"rows": expected.num_rows, "outputs": outputs.num_rows,
-                      "tolerance": job.tolerance,
+                      "tolerance": job.tolerance, "columns": job_columns(expected),
                       "seconds": round(time.monotonic() - t0, 3)}), flush=True)
     return 0
 

@@ -297,6 +297,12 @@ def check_output(job: Job, schema: Sequence[tuple[str, str]], streaming: bool | 
                        "input IDs, e.g. F.collect_list('id'))")
     key = job.key_columns(names)
     inexact = [k for k in key if types.get(k, "").split("(")[0] in ("double", "float")]
+    if job.key is not None and inexact:
+        raise JobError(f"{where}: build.key names {', '.join(inexact)}, which is "
+                       "floating-point: a value computed in the stream and in the batch run "
+                       "can differ in its last digits, so it cannot identify an output (key "
+                       "by what identifies it, a window or an ID; a double is compared as a "
+                       "value, within build.tolerance)")
     if job.key is None and inexact:
         raise JobError(f"{where}: without build.key every column but {IDS!r} is the key, and "
                        f"{', '.join(inexact)} is floating-point: a sum or an average can "
@@ -325,11 +331,17 @@ NOT_REPEATABLE = ("current_timestamp", "current_date", "now", "localtimestamp",
                   "current_timezone", "rand", "randn", "uuid", "shuffle",
                   "monotonically_increasing_id", "spark_partition_id",
                   "input_file_name", "current_batch_id")
-_CALL = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(NOT_REPEATABLE) + r")\(")
+#: Aggregates whose value depends on the order rows arrive in (``first``, ``last``,
+#: ``any_value``: Spark documents them as non-deterministic), which a stream and its batch
+#: run do not share: the batch run cannot say which row the stream should have kept.
+ORDER_DEPENDENT = ("first", "last", "any_value")
+_CALL = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join((*NOT_REPEATABLE, *ORDER_DEPENDENT))
+                   + r")\(")
 
 
 def not_repeatable(plan: str) -> str | None:
-    """The first function of :data:`NOT_REPEATABLE` an analyzed plan calls, or None."""
+    """The first function of :data:`NOT_REPEATABLE` or :data:`ORDER_DEPENDENT` an analyzed
+    plan calls, or None."""
     found = _CALL.search(plan)
     return found.group(1) if found else None
 
@@ -347,7 +359,12 @@ def check_result(job: Job, result: Any, streaming: bool | None) -> tuple[str, ..
         plan = str(result._jdf.queryExecution().analyzed().toString())
     except Exception:  # not a JVM-backed DataFrame (a test's stand-in): nothing to read
         plan = ""
-    if (name := not_repeatable(plan)) is not None:
+    if (name := not_repeatable(plan)) in ORDER_DEPENDENT:
+        raise JobError(f"--job {job.ref}: the job calls {name}(), whose value depends on the "
+                       "order rows arrive in, which the stream and its batch run, the oracle, "
+                       "do not share (use min, max, max_by of the event time, or "
+                       "collect_list)")
+    if name is not None:
         raise JobError(f"--job {job.ref}: the job calls {name}(), whose value a re-run does "
                        "not repeat: its batch run, the oracle, cannot give the rows the stream "
                        "gave (use the event time, and no randomness)")

@@ -671,7 +671,8 @@ def coordinate_events(inputs: Mapping[str, TopicRecords]) -> tuple[InputEvents, 
 def job_streams_from_records(inputs: Mapping[str, TopicRecords],
                              output: TopicRecords | pa.Table, rows: pa.Table, resources: int,
                              control_ids: Sequence[int] | None, coordinates: bool = False,
-                             tolerance: float = DEFAULT_TOLERANCE
+                             tolerance: float = DEFAULT_TOLERANCE,
+                             columns: Sequence[str] | None = None
                              ) -> tuple[Streams, ExpectedOutputs]:
     """A user's job's streams and its expected outputs: the batch oracle's ``rows``
     (:data:`pgval.topologies.batch.EXPECTED_SCHEMA`) and the outputs' key texts coded with
@@ -703,15 +704,16 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
     written, compared = written_values(output, outputs)
     return Streams(events, outputs, control_inputs, control_outputs, control_occ,
                    values=value_check(rows, keys, outputs, written, compared,
-                                      tolerance)), expected
+                                      tolerance, columns)), expected
 
 
 def value_check(rows: pa.Table, keys: ResourceTable, outputs: OutputRecords,
-                written: pa.Array | None, compared: str, tolerance: float
-                ) -> ValueCheck | None:
+                written: pa.Array | None, compared: str, tolerance: float,
+                columns: Sequence[str] | None = None) -> ValueCheck | None:
     """Each output's written value text against its batch row's (the row with its key:
     the keys are coded with ``keys``, as the rows were); None when either side has no
-    values (a run kept before values were, a sink that gives back none)."""
+    values (a run kept before values were, a sink that gives back none). ``columns``:
+    the job's, which a sink's values are compared on."""
     if written is None or "value" not in rows.column_names:
         return None
     row_of = np.full(len(keys.names), -1, dtype=np.int64)  # key code -> batch row
@@ -719,7 +721,7 @@ def value_check(rows: pa.Table, keys: ResourceTable, outputs: OutputRecords,
     row = np.where(outputs.resource >= 0, row_of[np.maximum(outputs.resource, 0)], -1)
     expected_text = rows.column("value").combine_chunks().take(
         pa.array(np.maximum(row, 0), mask=row < 0))
-    return ValueCheck.of(expected_text, written, tolerance, compared)
+    return ValueCheck.of(expected_text, written, tolerance, compared, columns)
 
 
 def written_values(output: TopicRecords | pa.Table, outputs: OutputRecords
@@ -867,6 +869,17 @@ def tolerance_of(manifest: Manifest) -> float:
     return DEFAULT_TOLERANCE
 
 
+def columns_of(manifest: Manifest) -> list[str] | None:
+    """The job's columns (but ids) as its batch oracle said them: what a sink's values
+    are compared on (None: a run stored before, every field a sink gives back)."""
+    job = manifest.job if isinstance(manifest.job, dict) else {}
+    oracle = job.get("oracle") if isinstance(job.get("oracle"), dict) else {}
+    columns = oracle.get("columns")
+    if isinstance(columns, list) and all(isinstance(c, str) for c in columns):
+        return columns
+    return None
+
+
 def cross_check_of(manifest: Manifest) -> dict[str, Any] | None:
     """A built-in job's topology and window, as its batch oracle named them: the run's
     expectation is then compared with pgval's own oracle (None: a user's job)."""
@@ -893,7 +906,8 @@ def evaluation_streams(run_dir: Path, manifest: Manifest, inputs: Mapping[str, T
         return job_streams_from_records(inputs, sunk, load_expected(run_dir),
                                         manifest.resources, manifest.control_ids,
                                         coordinates=reads_kafka(manifest),
-                                        tolerance=tolerance_of(manifest))
+                                        tolerance=tolerance_of(manifest),
+                                        columns=columns_of(manifest))
     return streams_from_records(inputs, output, manifest.resources, manifest.control_ids), None
 
 

@@ -57,6 +57,7 @@ def judge_job_files(job: str, events: InputEvents, inputs: Path, outputs: Path,
 
 def _evaluate(rows: pa.Table, outs: pa.Table, events: InputEvents, window_ms: int,
               phases: Phases, tolerance: float) -> Evaluation:
+    """The outputs (keyed and valued by Spark as the rows are) judged by the rows."""
     keys = ResourceTable()
     rows, by_id = key_by_single_id(rows)
     try:

@@ -73,6 +73,11 @@ RUN_COLUMNS = {
 #: NULL in runs stored before they were counted.
 SERIES_ANOMALIES = {"unprocessed": "unprocessed", "duplicate": "duplicate",
                     "incorrect": "incorrect", "output-before-input": "output_before_input"}
+#: The anomaly kinds each series column counts: a wrong value is an incorrect occurrence.
+_SERIES_COLUMNS = {column: tuple(k for k, c in {**SERIES_ANOMALIES,
+                                                  "wrong-value": "incorrect"}.items()
+                                 if c == column)
+                   for column in SERIES_ANOMALIES.values()}
 #: The recovery columns of ``runs`` (a test keeps them equal to Recovery's fields).
 RECOVERY_COLUMNS = ("downtime_s", "control_max_gap_s", "recovery_throughput_s",
                     "recovery_latency_s", "catchup_s", "recovered", "censored",
@@ -554,8 +559,9 @@ def _series_rows(run_id: int, evaluation: Evaluation) -> Iterable[dict[str, Any]
                "reliable": int(m.reliable_per_s[i]),
                "latency_p50_s": None if np.isnan(p50[i]) else p50[i],
                "latency_max_s": None if np.isnan(mx[i]) else mx[i],
-               **{column: int(per_kind[kind][i]) for kind, column in SERIES_ANOMALIES.items()
-                  if kind in per_kind}}
+               **{column: int(sum(per_kind[kind][i] for kind in kinds if kind in per_kind))
+                  for column, kinds in _SERIES_COLUMNS.items()
+                  if any(kind in per_kind for kind in kinds)}}
 
 
 def _json_default(obj: object) -> object:
