@@ -108,10 +108,14 @@ def same_value(expected: Any, written: Any, tolerance: float = DEFAULT_TOLERANCE
     has no order), objects field by field, a missing field as null (``to_json`` leaves
     null fields out), everything else exactly. ``from_sink``: ``written`` is what a user's
     sink gave back, in its own types: a number as text, a time without an offset (UTC) or
-    with microseconds, a boolean as 0 or 1 are the same values. ``fields``: the object's
-    fields to compare (the job's columns; None: every field either side has)."""
+    with microseconds, a boolean as 0 or 1 are the same values, and only the fields it gave
+    back are compared (a sink may keep some of the job's columns), of ``fields`` (the
+    job's columns; a sink's own, a row id, are not compared)."""
     if isinstance(expected, dict) and isinstance(written, dict):
-        names = fields if fields is not None else set(expected) | set(written)
+        if from_sink:  # what the sink gave back (a null too), of the job's columns
+            names = set(written) if fields is None else fields & set(written)
+        else:
+            names = set(expected) | set(written)
         return all(same_value(expected.get(n), written.get(n), tolerance, from_sink)
                    for n in names)
     if isinstance(expected, list) and isinstance(written, list):

@@ -84,8 +84,11 @@ def test_a_sink_is_compared_on_the_jobs_columns() -> None:
                       fields=job)
     assert not same_value({"a": 1, "b": 2}, {"a": 1, "b": 3, "rowid": 7}, from_sink=True,
                           fields=job)
-    assert not same_value({"a": 1, "b": 2}, {"a": 1, "rowid": 7}, from_sink=True,
-                          fields=job)  # the job's column b given back as nothing
+    assert same_value({"a": 1, "b": 2}, {"a": 1, "rowid": 7}, from_sink=True,
+                      fields=job)  # b not kept by the sink: nothing to compare it with
+    assert not same_value({"a": 1, "b": 2}, {"a": 1, "b": None}, from_sink=True,
+                          fields=job)  # b given back as null: it is not 2
+    assert same_value({"a": 1}, {"a": 1, "b": None}, from_sink=True, fields=job)
 
 
 def test_only_differing_texts_are_parsed() -> None:
