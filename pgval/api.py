@@ -59,14 +59,16 @@ def run_spec(**settings: Any) -> RunSpec:
 
 def validate(spec: RunSpec | None = None, *, run_dir: Path | str | None = None,
              db: Path | str | None = None, cluster: Cluster | None = None,
-             on_status: Callable[[Any], None] | None = None,
+             on_status: Callable[[Any], None] | None = None, lint: bool = True,
              **settings: Any) -> Any:
     """Run one validation and return its :class:`~pgval.run.result.ExperimentResult`
     (``.summary()`` is ``validate --json``'s object; ``.evaluation``, ``.validity``).
 
     ``spec`` or ``settings`` (:func:`run_spec`); ``run_dir`` keeps the evidence (default
     ``./runs/<time>-<pid>``); ``db`` stores the run (then ``pgval recheck`` can verify
-    it); ``cluster`` runs it on a warm :class:`Cluster` instead of a cluster of its own.
+    it); ``cluster`` runs it on a warm :class:`Cluster` instead of a cluster of its own;
+    ``lint``: a user's job is first tried on a sample as ``pgval lint`` does, and one with
+    problems raises :class:`~pgval.run.lint.LintFailed` before anything starts.
     Everything the run started is stopped when it returns or raises."""
     from pgval.core.extras import require
     from pgval.host.jars import installed_spark
@@ -78,6 +80,10 @@ def validate(spec: RunSpec | None = None, *, run_dir: Path | str | None = None,
     if str(cfg.deploy) != "compose":
         require("spark")
         installed_spark()
+    if lint:
+        from pgval.run.lint import lint_before_run
+
+        lint_before_run(cfg)
     where = Path(run_dir) if run_dir is not None else default_run_dir()
     deployment = cluster.deployment_for(cfg) if cluster is not None else None
     return Experiment(cfg, where, db=Path(db) if db is not None else None,

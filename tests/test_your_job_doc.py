@@ -60,14 +60,14 @@ def test_every_command_of_the_page_is_accepted_as_written(monkeypatch) -> None: 
         with command.make_context(" ".join(argv[:2]), argv[2:]) as ctx:
             values = dict(ctx.params)
             if argv[1] == "validate":
-                for name in ("run_dir", "db", "as_json", "expect", "junit_path"):
+                for name in ("run_dir", "db", "as_json", "lint", "expect", "junit_path"):
                     values.pop(name)
                 rate = parse_rate(values["rate"])
                 resolve_job(build_config(values, rate=OIR_PENDING if rate is None else rate))
             elif argv[1] == "matrix":
                 axes = {name: values.pop(name) for name in (
                     "topologies", "pgs", "faults", "repeat", "rate_fraction", "runs_dir",
-                    "db", "driver", "expect", "junit_path", "as_json")}
+                    "db", "driver", "expect", "junit_path", "as_json", "lint")}
                 base = resolve_job(_matrix_base(values, parse_rate(values["rate"]),
                                                 axes["rate_fraction"]))
                 grid = plan(base, cells(["job"], axes["pgs"], axes["faults"], axes["repeat"]),

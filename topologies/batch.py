@@ -251,16 +251,23 @@ def _evidence_records(run_dir: Path) -> dict[str, pa.Table]:
     return records
 
 
-def batch_session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
-    """A ``local[1]`` session, small and without UI, with the driver's defaults (UTC) and
+def batch_session(conf: Mapping[str, str], heap_mb: int = 1024, cores: int = 1
+                  ) -> SparkSession:
+    """A ``local[cores]`` session (one core: the batch oracle), small and without UI,
+    with the driver's defaults (UTC) and
     then the user's Spark settings, as the driver applies them: the key text of a
     timestamp is the streaming query's only in the same session time zone, so a
     ``spark.sql.session.timeZone`` the user sets applies to both."""
+    import os
+
     from pyspark.sql import SparkSession
 
     from pgval.host.jars import ensure_jars
 
-    builder = (SparkSession.builder.master("local[1]").appName("pgval-batch-oracle")
+    # Python workers run this Python, as the driver's do (else ``python3`` from PATH, which
+    # may lack the job's packages: pandas for a pandas UDF).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.master(f"local[{cores}]").appName("pgval-batch-oracle")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", f"{int(heap_mb)}m")
@@ -274,7 +281,7 @@ def batch_session(conf: Mapping[str, str], heap_mb: int = 1024) -> SparkSession:
                                   ensure_jars(spark=True).spark_jars_csv)))
     builder = builder.config("spark.jars", jars)
     # pgval's own, after the user's: a local process on loopback.
-    return (builder.config("spark.master", "local[1]")
+    return (builder.config("spark.master", f"local[{cores}]")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
 
@@ -283,6 +290,11 @@ def batch_meanings(spark: SparkSession) -> None:
     """Give this process's DataFrames the batch meaning of Spark's streaming-only calls
     (the module docstring); the batch oracle is a process of its own, so nothing else
     sees the change. A streaming DataFrame keeps Spark's own call."""
+    # A batch transformWithState keeps its state in a state store, whose coordinator the
+    # driver registers when the session's StreamingQueryManager is made (lazily, by the
+    # first stream): without this, a batch run of it fails "Cannot find endpoint:
+    # StateStoreCoordinator" in a session that never streamed.
+    _ = spark.streams
     DataFrame = type(spark.range(0))  # noqa: N806 (Spark 4's classic DataFrame, 3.5's own)
 
     streaming_only = DataFrame.dropDuplicatesWithinWatermark
@@ -296,6 +308,77 @@ def batch_meanings(spark: SparkSession) -> None:
 
     drop_duplicates_within_watermark.pgval_batch_meaning = True  # type: ignore[attr-defined]
     DataFrame.dropDuplicatesWithinWatermark = drop_duplicates_within_watermark  # type: ignore[method-assign]
+
+    GroupedData = type(spark.range(0).groupBy())  # noqa: N806
+    with_state = GroupedData.applyInPandasWithState
+
+    def apply_in_pandas_with_state(self: Any, func: Any, outputStructType: Any,  # noqa: N803
+                                   stateStructType: Any, outputMode: str,  # noqa: N803
+                                   timeoutConf: str) -> DataFrame:  # noqa: N803
+        if self._df.isStreaming:
+            return with_state(self, func, outputStructType, stateStructType, outputMode,
+                              timeoutConf)
+        return self.applyInPandas(one_batch(func, outputStructType), outputStructType)
+
+    GroupedData.applyInPandasWithState = apply_in_pandas_with_state  # type: ignore[method-assign]
+
+
+class BatchGroupState:
+    """The ``GroupState`` a group gets in :class:`OneBatch`: empty at first, never timed out,
+    its watermark and clock unknown (a timeout is refused before: :func:`operator_problem
+    <pgval.topologies.job.operator_problem>`)."""
+
+    hasTimedOut = False
+
+    def __init__(self) -> None:
+        self._value: tuple[Any, ...] | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self._value is not None
+
+    @property
+    def get(self) -> tuple[Any, ...]:
+        if self._value is None:
+            raise ValueError("State is either not defined or has already been removed")
+        return self._value
+
+    @property
+    def getOption(self) -> tuple[Any, ...] | None:  # noqa: N802 (Spark's name)
+        return self._value
+
+    def update(self, new_value: tuple[Any, ...]) -> None:
+        self._value = tuple(new_value)
+
+    def remove(self) -> None:
+        self._value = None
+
+    def setTimeoutDuration(self, _ms: Any) -> None:  # noqa: N802 (Spark's name)
+        raise ValueError("a timeout has no batch meaning")
+
+    setTimeoutTimestamp = setTimeoutDuration  # noqa: N815 (Spark's name)
+
+
+def one_batch(func: Any, schema: Any) -> Any:
+    """``applyInPandasWithState``'s batch meaning: ``func`` called once per group with all
+    of its rows and an empty state, as a stream calls it when one micro-batch holds the
+    whole input. A function whose outputs depend on how its input is cut into
+    micro-batches shows it here: ``pgval lint`` compares the two. (A plain function of
+    ``(key, frame)``: ``applyInPandas`` passes the key by the function's arity.)"""
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    parsed = schema if isinstance(schema, StructType) else _parse_datatype_string(schema)
+    names = [f.name for f in parsed.fields]
+
+    def whole(key: Any, frame: Any) -> Any:
+        import pandas as pd
+
+        out = [f for f in func(key, iter([frame]), BatchGroupState()) if len(f)]
+        if not out:
+            return pd.DataFrame({name: [] for name in names})
+        return pd.concat(out, ignore_index=True)[names]
+
+    return whole
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -51,6 +51,22 @@ SOURCE_COLUMNS = (("id", "bigint"), ("type", "string"), ("resource", "string"),
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
+#: What a missing package is told with (the job's import, or a Python worker's).
+MISSING_PACKAGE = ("a Python package the Python running pgval and Spark's Python workers "
+                   f"({sys.executable}) does not have: install {{name}} there")
+_NO_MODULE = re.compile(r"No module named '([^']+)'|cannot import name '\w+' from "
+                        r"'([\w.]+)'")
+
+
+def missing_package(text: str) -> str | None:
+    """The package a failure's text says is missing (a Python worker's ImportError), or
+    None."""
+    found = _NO_MODULE.search(text)
+    if not found:
+        return None
+    return found.group(1).split(".")[0] if found.group(1) else found.group(2)
+
+
 class JobError(UserMistake):
     """A job pgval cannot load or judge (one sentence: exit 2, bad input)."""
 
@@ -139,6 +155,9 @@ def import_module(ref: JobRef, option: str = "--job") -> Any:
         except SyntaxError as exc:
             raise JobError(f"{option} {ref}: {path} line {exc.lineno}: {exc.msg}") from exc
         except Exception as exc:  # the user's module failed while importing
+            if isinstance(exc, ModuleNotFoundError) and exc.name:
+                raise JobError(f"{option} {ref}: {path} imports {exc.name}, "
+                               f"{MISSING_PACKAGE.format(name=exc.name)}") from exc
             if needs_session(exc):
                 raise NeedsSession(f"{option} {ref}: {path} needs a Spark session to load "
                                    f"({exc})") from exc
@@ -359,6 +378,8 @@ def check_result(job: Job, result: Any, streaming: bool | None) -> tuple[str, ..
         plan = str(result._jdf.queryExecution().analyzed().toString())
     except Exception:  # not a JVM-backed DataFrame (a test's stand-in): nothing to read
         plan = ""
+    if problem := operator_problem(plan):
+        raise JobError(f"--job {job.ref}: {problem}")
     if (name := not_repeatable(plan)) in ORDER_DEPENDENT:
         raise JobError(f"--job {job.ref}: the job calls {name}(), whose value depends on the "
                        "order rows arrive in, which the stream and its batch run, the oracle, "
@@ -369,3 +390,44 @@ def check_result(job: Job, result: Any, streaming: bool | None) -> tuple[str, ..
                        "not repeat: its batch run, the oracle, cannot give the rows the stream "
                        "gave (use the event time, and no randomness)")
     return key
+
+
+#: Stateful operators whose timers fire on the stream's clock or watermark, which a batch
+#: run does not have (Spark's plan names, then the timeout or time mode that needs one):
+#: their batch run, the oracle, cannot say what the stream should have written.
+_TIMED = re.compile(r"(FlatMapGroupsWithState|FlatMapGroupsInPandasWithState)\b.*\b"
+                    r"(ProcessingTimeTimeout|EventTimeTimeout)\b|"
+                    r"(TransformWithState\w*)\b.*, (ProcessingTime|EventTime),")
+_TIMED_NAMES = {"FlatMapGroupsWithState": "flatMapGroupsWithState",
+                "FlatMapGroupsInPandasWithState": "applyInPandasWithState"}
+
+
+def operator_problem(plan: str) -> str | None:
+    """What the operator table (docs/your-job.md) refuses in an analyzed streaming plan,
+    as one sentence naming the operator, or None."""
+    for line in plan.splitlines():
+        found = _TIMED.search(line)
+        if not found:
+            continue
+        if found.group(1):
+            name, timer = _TIMED_NAMES[found.group(1)], found.group(2)
+        else:
+            name, timer = "transformWithState", f"{found.group(4)} timers"
+        return (f"the job's {name} uses {timer}, which fire on the stream's clock or "
+                "watermark: its batch run, the oracle, has neither, so it cannot say which "
+                "outputs the timers should have written (use NoTimeout / TimeMode None, and "
+                "end a group's state by its events)")
+    return None
+
+
+def fan_out_operator(plan: str) -> str | None:
+    """The operator that can put one input into several outputs, as a user names it
+    (a sliding window, explode, a join), or None; for the sentence that refuses a
+    fan-out the batch run shows."""
+    if re.search(r"^\W*Expand \[.*\bwindow#", plan, re.MULTILINE):
+        return "a sliding window (one event in every window that covers it)"
+    if found := re.search(r"^\W*Generate (\w+)\(", plan, re.MULTILINE):
+        return f"{found.group(1)} (one input in each row it makes)"
+    if re.search(r"^\W*Join \w+", plan, re.MULTILINE):
+        return "a join (one input matched with several rows)"
+    return None

@@ -16,6 +16,7 @@ from pgval.cli import (
     campaigns,
     cluster,
     housekeeping,
+    lint,
     offline,
     recheck_export,
     report,
@@ -59,7 +60,7 @@ def _with_exit_status(command: click.Command) -> None:
 
 
 main.epilog = exit_status("")
-for command in (offline.oracle, offline.check, streams.generate, streams.record,
+for command in (offline.oracle, offline.check, lint.lint, streams.generate, streams.record,
                 validate.validate, recheck_export.recheck,
                 recheck_export.export, campaigns.matrix, campaigns.oir, report.report,
                 cluster.cluster, housekeeping.cleanup, housekeeping.soak,

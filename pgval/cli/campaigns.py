@@ -18,6 +18,8 @@ from pgval.cli.common import (
     finish_gate,
     gate_failed,
     gate_options,
+    lint_job_first,
+    lint_option,
     parse_rate,
     print_json,
     require_spark,
@@ -61,10 +63,11 @@ def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
               help="Print one JSON object a cell at the end (JSON lines): its name, outcome, "
                    "verdict and each repetition's guarantee, validity and numbers; the "
                    "progress and the summary line go to stderr.")
+@lint_option
 @gate_options
 def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int,
            rate_fraction: float | None, runs_dir: Path, db: Path, driver: str,
-           as_json: bool, expect: str | None, junit_path: Path | None,
+           as_json: bool, lint: bool, expect: str | None, junit_path: Path | None,
            **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from pgval.campaigns.matrix import cell_cases, cells, plan, rates_at, run_matrix
@@ -82,6 +85,8 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
         gate_failed(exc, Case.failed("matrix", "pgval.campaigns.matrix", why_not_finished(exc)),
                     expect, junit_path, "pgval matrix")
     base = resolve_job(base)
+    if lint:
+        lint_job_first(base, quiet=as_json)
 
     def left_out(cell, reason):  # noqa: ANN001, ANN202
         err_console.print(f"{cell.topology} {cell.pg} {cell.fault}: left out — {reason}")

@@ -168,6 +168,27 @@ def resolve_job(cfg: RunSpec) -> RunSpec:
     return checked_job(cfg)
 
 
+#: ``--lint/--no-lint`` of the commands that run a user's job (validate, matrix).
+lint_option = click.option(
+    "--lint/--no-lint", default=True, show_default=True,
+    help="With --job: try the job on a sample of its input first, as `pgval lint` does (a "
+         "local Spark, no Kafka, under a minute), and end with its problems before any "
+         "cluster starts.")
+
+
+def lint_job_first(cfg: RunSpec, quiet: bool = False) -> None:
+    """``pgval lint``'s checks of ``cfg``'s job before anything starts: its problems end
+    the command, one sentence, exit 2 (:class:`pgval.run.lint.LintFailed`)."""
+    from rich.markup import escape
+
+    from pgval.run.lint import lint_before_run
+
+    report = lint_before_run(cfg, None if quiet else
+                             lambda line: err_console.print(escape(line), highlight=False))
+    if report is not None and not quiet:
+        err_console.print(f"lint: no problem found ({report.seconds:.1f} s)")
+
+
 def parse_rate(text: str) -> float | None:
     """``--rate`` in events/s, or None for ``oir`` (read from the database later)."""
     if text.strip().lower() == "oir":

@@ -86,6 +86,8 @@ EXIT_STATUS_MORE = {
     "validate": "2 also when the run finished but could not be stored (the message says how "
                 "to import it later).",
     "matrix": "4 also when a cell failed.",
+    "lint": "2 also for each problem found in the job (one sentence each; the last is the "
+            "error line).",
     "soak": "4 also when something was left behind.",
 }
 

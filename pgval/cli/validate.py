@@ -16,6 +16,8 @@ from pgval.cli.common import (
     finish_gate,
     gate_failed,
     gate_options,
+    lint_job_first,
+    lint_option,
     parse_rate,
     print_json,
     print_validity,
@@ -38,8 +40,9 @@ from pgval.config import resolve
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("results.db"), show_default=True, help="SQLite results database.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object at the end.")
+@lint_option
 @gate_options
-def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
+def validate(run_dir: Path | None, db: Path, as_json: bool, lint: bool, expect: str | None,
              junit_path: Path | None, **values: Any) -> None:
     """Run one experiment on Kafka + Spark (the embedded cluster unless --deploy) and
     validate its guarantee."""
@@ -69,6 +72,8 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, expect: str | None,
         not_finished(exc)
     cfg = resolve_job(cfg)
     check_db(db)
+    if lint:
+        lint_job_first(cfg, quiet=as_json)
     if rate is None:
         cfg = resolve(cfg, rate=stored_oir_rate(db, cfg))
     run_dir = run_dir or default_run_dir()

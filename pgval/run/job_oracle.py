@@ -79,7 +79,7 @@ def run_check_job(job: str, inputs: Path, outputs: Path, out_dir: Path,
             "--inputs", str(inputs), "--outputs", str(outputs), "--out", str(out_dir)]
     return _oracle_process("check-job", argv, out_dir / "check-job.log", spark_conf,
                            timeout_s, f"the batch oracle of {job}", "pgval-check-job: ",
-                           BASE_HEAP_MB, pid_dir=None)
+                           BASE_HEAP_MB, pid_dir=out_dir / "pids")
 
 
 def _oracle_process(name: str, argv: list[str], log: Path, spark_conf: dict[str, str],

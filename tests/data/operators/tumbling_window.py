@@ -1,0 +1,11 @@
+"""A tumbling window: GETs counted per resource and 5-second window."""
+from pyspark.sql import functions as F
+
+
+def build(spark, sources):
+    gets = sources["get"].withWatermark("event_ts", "2 seconds")
+    return (gets.groupBy(F.window("event_ts", "5 seconds"), "resource")
+            .agg(F.count("*").alias("n"), F.collect_list("id").alias("ids")))
+
+
+build.key = ["window", "resource"]
