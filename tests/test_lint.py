@@ -74,12 +74,22 @@ def test_each_planted_difference_is_one_sentence(got: pa.Table, needle: str) -> 
 
 
 def test_a_key_in_two_rows_and_an_input_in_two_rows_are_named_before_the_stream() -> None:
-    twice = _rows(("a", [1], "{}"), ("a", [2], "{}"))
+    twice = _rows(("a", [1, 4], "{}"), ("a", [2], "{}"))  # not one ID a row: no ID keys
     [problem] = compare_ids(twice, twice, OWN, 1e-9, None)
     assert "the key does not identify an output" in problem and "e.g. a" in problem
     shared = _rows(("a", [1, 2], "{}"), ("b", [2, 3], "{}"))
     [problem] = compare_ids(shared, shared, OWN, 1e-9, "explode (one input in each row)")
     assert problem.startswith("fan-out by explode") and "IDs 2" in problem
+
+
+def test_rows_of_one_id_whose_keys_repeat_are_keyed_by_their_id_as_a_run_keys_them() -> None:
+    """A job with one output per input and no build.key: two orders may share every
+    column; the run keys such rows by their ID, and so does lint."""
+    want = _rows(("a", [1], "{}"), ("a", [2], "{}"), ("b", [3], "{}"))
+    assert compare_ids(want, _rows(("a", [2], "{}"), ("b", [3], "{}"), ("a", [1], "{}")),
+                       OWN, 1e-9, None) == []
+    [problem] = compare_ids(want, _rows(("a", [1], "{}"), ("b", [3], "{}")), OWN, 1e-9, None)
+    assert "no row for 1 of the batch's 3 outputs" in problem
 
 
 def test_rows_are_compared_as_a_multiset_without_pgvals_own() -> None:

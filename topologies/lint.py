@@ -135,7 +135,9 @@ def run_stream(spark: SparkSession, job: Job, rows: DataFrame, work: Path, name:
     except Exception as exc:  # the query failed in a batch: the job's own error
         raise UserMistake(f"--job {job.ref}: {failure('the stream', exc)}") from None
     finally:
-        progress = [json.loads(p.json) for p in query.recentProgress]
+        # Spark 4 gives progress objects, 3.5 dicts.
+        progress = [p if isinstance(p, dict) else json.loads(p.json)
+                    for p in query.recentProgress]
         if query.isActive:
             query.stop()
     return spark.table(name), [_batch_progress(p) for p in progress]

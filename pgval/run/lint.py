@@ -221,11 +221,26 @@ def _own_rows(table: pa.Table, own_ids: np.ndarray) -> np.ndarray:
     return own
 
 
-def _rows(table: pa.Table, own_ids: np.ndarray) -> list[tuple[str, tuple[int, ...], str]]:
-    keep = ~_own_rows(table, own_ids)
-    rows = table.filter(pa.array(keep)).to_pydict()
+def _rows(table: pa.Table) -> list[tuple[str, tuple[int, ...], str]]:
+    rows = table.to_pydict()
     return [(k, tuple(sorted(i or ())), v) for k, i, v in
             zip(rows["key"], rows["ids"], rows["value"], strict=True)]
+
+
+def _keyed_as_a_run(expected: pa.Table, stream: pa.Table, own_ids: np.ndarray
+                    ) -> tuple[pa.Table, pa.Table]:
+    """Both sides without pgval's own rows, keyed as a run keys them: rows of one ID each
+    whose key texts repeat are keyed by their ID (:func:`pgval.oracle.rows.key_by_single_id`)."""
+    from pgval.oracle.rows import key_by_single_id, single_id_keys
+
+    expected = expected.filter(pa.array(~_own_rows(expected, own_ids)))
+    stream = stream.filter(pa.array(~_own_rows(stream, own_ids)))
+    expected, by_id = key_by_single_id(expected)
+    if by_id:
+        keys = single_id_keys(stream.column("key").combine_chunks(),
+                              stream.column("ids").combine_chunks())
+        stream = stream.set_column(stream.schema.get_field_index("key"), "key", keys)
+    return expected, stream
 
 
 def compare_ids(expected: pa.Table, stream: pa.Table, own_ids: np.ndarray,
@@ -233,7 +248,7 @@ def compare_ids(expected: pa.Table, stream: pa.Table, own_ids: np.ndarray,
     """The problems of a job judged ID by ID: the batch's rows (what the validator
     expects) and the stream's, both without pgval's own rows."""
     problems: list[str] = []
-    want, got = _rows(expected, own_ids), _rows(stream, own_ids)
+    want, got = map(_rows, _keyed_as_a_run(expected, stream, own_ids))
     by_key = Counter(k for k, _, _ in want)
     if twice := sorted(k for k, c in by_key.items() if c > 1):
         problems.append(f"the key does not identify an output: the batch run has "
