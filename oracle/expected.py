@@ -23,6 +23,10 @@ class ExpectedOutputs:
     Rows are ordered by (window_start, resource code); ``ids[offsets[k]:offsets[k+1]]``
     are output k's IDs, ascending. ``id_sorted`` holds every expected ID ascending;
     ``id_output[i]`` is the row of ``id_sorted[i]`` and ``id_ingress[i]`` its ingress time.
+
+    A slot ``i`` is an (input, row) pair: where a job's batch result lists one input in
+    several rows (fan-out: a sliding window, a join, ``explode``), the ID has a slot per
+    row, in row order, and each pair is judged (:mod:`pgval.checker.validator`).
     """
 
     topology: str
@@ -42,6 +46,12 @@ class ExpectedOutputs:
 
     def __len__(self) -> int:
         return len(self.window_start)
+
+    @property
+    def fans_out(self) -> bool:
+        """Some input is expected in more than one row (its slots are pairs)."""
+        return bool(len(self.id_sorted) > 1
+                    and (self.id_sorted[1:] == self.id_sorted[:-1]).any())
 
     @property
     def window_end(self) -> np.ndarray:

@@ -3,10 +3,10 @@ batch over the run's inputs (Structured Streaming's promise: the streaming resul
 it, less what the watermark drops), as the validator's :class:`ExpectedOutputs`.
 
 A row is an output key (the canonical JSON of the job's key columns, the same text the
-streaming query writes) and the input IDs that made it. The validator's index needs each
-expected ID in exactly one output, so a result that lists an ID in two rows (sliding
-windows, a join that fans one input out) or an ID that is no input of the run is refused,
-with the first such ID: such a job cannot be judged ID by ID this way.
+streaming query writes) and the input IDs that made it. A result that lists an ID in
+several rows (sliding windows, a join that matches one input with several rows, ``explode``)
+fans out: the validator then judges each (input, row) pair. An ID that is no input of the
+run is refused, with the first such ID.
 """
 
 from __future__ import annotations
@@ -82,12 +82,14 @@ def expected_from_rows(keys: Sequence[str] | pa.Array, ids: np.ndarray, offsets:
     new_offsets = np.zeros(len(keys) + 1, dtype=np.int64)
     np.cumsum(new_sizes, out=new_offsets[1:])
 
-    by_id = np.argsort(ids, kind="stable")
+    # One slot per (input, row) pair, by ID then row: an ID of a fan-out has several.
+    by_id = np.lexsort((rank[row_of_id], ids))
     id_sorted = ids[by_id]
-    if len(id_sorted) > 1 and (repeat := np.flatnonzero(id_sorted[1:] == id_sorted[:-1])).size:
-        raise RowsError(f"the batch result lists input ID {int(id_sorted[repeat[0]])} in more "
-                        "than one row: pgval judges jobs where each input makes at most one "
-                        "output (not sliding windows or fan-out joins)")
+    if len(id_sorted) > 1 and (twice := np.flatnonzero(
+            (id_sorted[1:] == id_sorted[:-1])
+            & (row_of_id[by_id][1:] == row_of_id[by_id][:-1]))).size:
+        raise RowsError(f"the batch result lists input ID {int(id_sorted[twice[0]])} twice in "
+                        "one row: an output lists each input it was made of once")
     inputs, duplicates = deduplicate_inputs(events)
     in_order = np.argsort(inputs.id, kind="stable")
     at = np.searchsorted(inputs.id[in_order], id_sorted)

@@ -8,6 +8,7 @@ duplicates exactly the rows a cut write had inserted, an upsert keyed by batch i
 Each example job runs here under a crash: the windowed count into the file sink, the
 enrichment join into the append, the filter into the upsert (and, under a driver crash
 after the sink's write, as docs/your-job.md's own first command: tests/test_your_job_doc.py).
+A sliding window's rows fan out, and its pairs are judged under a crash too.
 Every example job under both crashes, SST and MST as jobs too: experiments/jobs-24."""
 
 from __future__ import annotations
@@ -250,3 +251,21 @@ def test_a_job_without_ids_is_judged_by_its_rows(warm: WarmDeployments,
     assert summary["by_rows"].startswith("a verdict by rows")
     rows = pq.read_table(evidence_dir(tmp_path / "run") / "expected-rows.parquet")
     assert rows.column_names == ["key", "value", "own"]
+
+
+def test_a_sliding_window_is_judged_pair_by_pair(warm: WarmDeployments,
+                                                 tmp_path: Path) -> None:
+    """sliding_windows.py (10 s windows every 5 s: each GET in two windows) halted after
+    its sink's write under a1: the re-run batch's windows come out twice. The rows fan out,
+    so each (input, window) pair is judged: its duplicated pairs are the halted batch's,
+    nothing lost, about two pairs an input; the re-check gives the same."""
+    cfg = job_config(f"{EXAMPLES / 'sliding_windows.py'}:build", "a1", "driver-crash",
+                     crash_point="after-sink-write", window_ms=10_000, phase_seconds=15)
+    result = run(warm, cfg, tmp_path / "run")
+    s = assert_rechecks_the_same(tmp_path / "run", result)
+    assert s["valid"], s["validity_reasons"]
+    assert s["guarantee"] == "at-least-once" and s["duplicate"] > 0, s
+    assert s["unprocessed"] == 0 and s["incorrect"] == 0, s
+    assert 1.8 * s["expected_inputs"] <= s["expected"] <= 2 * s["expected_inputs"], s
+    v = result.evaluation.validation
+    assert v.duplicate >= len(v.ids("duplicate")) > 0  # pairs, of fewer inputs or as many

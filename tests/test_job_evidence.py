@@ -98,11 +98,20 @@ def test_a_job_run_without_its_oracle_rows_is_one_sentence(tmp_path: Path) -> No
         recheck(tmp_path)
 
 
-def test_rows_that_list_an_id_twice_cannot_be_judged(tmp_path: Path) -> None:
+def test_rows_that_fan_out_are_judged_pair_by_pair_and_an_id_twice_in_a_row_is_not(
+        tmp_path: Path) -> None:
     rows = {'{"w":0}': [1, 3], '{"w":1}': [3, 5]}  # sliding windows: 3 in two rows
-    build_job_run(tmp_path, _inputs(), rows, list(rows.items()))
-    with pytest.raises(EvidenceError, match="cannot be judged ID by ID: .* input ID 3 in more"):
-        recheck(tmp_path)
+    build_job_run(tmp_path / "fan", _inputs(), rows, list(rows.items()))
+    s = recheck(tmp_path / "fan").summary()
+    assert (s["expected"], s["expected_inputs"], s["guarantee"]) == (4, 3, "exactly-once")
+    # Window 1 lost: its pairs (3, w1) and (5, w1) unprocessed, though 3 is in window 0.
+    build_job_run(tmp_path / "lost", _inputs(), rows, [('{"w":0}', [1, 3])])
+    s = recheck(tmp_path / "lost").summary()
+    assert (s["unprocessed"], s["guarantee"]) == (2, "at-most-once"), s
+    twice = {'{"w":0}': [1, 3, 3]}
+    build_job_run(tmp_path / "twice", _inputs(), twice, list(twice.items()))
+    with pytest.raises(EvidenceError, match="cannot be judged ID by ID: .* ID 3 twice in one"):
+        recheck(tmp_path / "twice")
 
 
 def _sst_rows(inputs: list[dict]) -> dict[str, list[int]]:

@@ -1,6 +1,7 @@
 """Expected outputs from a batch result's rows (the oracle for a user's job): for SST's
-rows, written out by hand, the same expectation as the SST oracle; and the batch results
-the validator cannot use, refused with the first offending key or ID."""
+rows, written out by hand, the same expectation as the SST oracle; rows that fan out
+(one input in several rows), judged pair by pair; and the batch results the validator
+cannot use, refused with the first offending key or ID."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_the_validator_judges_a_job_by_its_rows() -> None:
 
 @pytest.mark.parametrize(("keys", "rows", "says"), [
     (['{"k":1}', '{"k":1}'], [[1], [2]], 'two rows with the key {"k":1}'),
-    (['{"k":1}', '{"k":2}'], [[1, 2], [2]], "lists input ID 2 in more than one row"),
+    (['{"k":1}', '{"k":2}'], [[1, 2, 2], [2]], "lists input ID 2 twice in one row"),
     (['{"k":1}'], [[1, 99]], "lists ID 99, which is no input of the run"),
 ])
 def test_a_batch_result_the_validator_cannot_use_is_refused(
@@ -205,3 +206,83 @@ def test_a_one_to_one_job_without_a_key_is_judged_by_each_rows_one_id() -> None:
     distinct = _rows_table([('{"r":1}', [1]), ('{"r":2}', [2])])
     _, kept = job_streams_from_records({"get": inputs}, records([], []), distinct, 1, None)
     assert sorted(kept.resources.names) == ['{"r":1}', '{"r":2}']
+
+
+def _sliding() -> tuple:
+    """Four GETs in three overlapping windows (a sliding window's rows): w1 ← 1, 2;
+    w2 ← 2, 3; w3 ← 3, 4. Six (input, row) pairs of four inputs."""
+    inputs = to_inputs([{"id": i, "type": "GET", "resource": "a", "event_ts": i,
+                         "ingress_ts": i} for i in (1, 2, 3, 4)])
+    ids, offsets = _flat([[1, 2], [2, 3], [3, 4]])
+    table = ResourceTable()
+    keys = ['{"w":1}', '{"w":2}', '{"w":3}']
+    return table, expected_from_rows(keys, ids, offsets, inputs, table)
+
+
+def _out(key: str, ids: list[int], at: int = 10) -> dict:
+    return {"window_start": 0, "resource": key, "ids": ids, "ingress_ts": at}
+
+
+@pytest.mark.parametrize(("outputs", "counts", "guarantee"), [
+    # Every pair once.
+    ([_out('{"w":1}', [1, 2]), _out('{"w":2}', [2, 3]), _out('{"w":3}', [3, 4])],
+     (6, 6, 0, 0, 0), "exactly-once"),
+    # Window 2 lost: its two pairs unprocessed, though inputs 2 and 3 are in other windows.
+    ([_out('{"w":1}', [1, 2]), _out('{"w":3}', [3, 4])], (6, 4, 2, 0, 0), "at-most-once"),
+    # Window 1 written twice: its two pairs duplicated.
+    ([_out('{"w":1}', [1, 2]), _out('{"w":1}', [1, 2], 11), _out('{"w":2}', [2, 3]),
+      _out('{"w":3}', [3, 4])], (6, 6, 0, 2, 0), "at-least-once"),
+    # Input 1 in window 2 (not one of its windows): incorrect; its own pair still done.
+    ([_out('{"w":1}', [1, 2]), _out('{"w":2}', [1, 2, 3]), _out('{"w":3}', [3, 4])],
+     (6, 6, 0, 0, 1), "none"),
+])
+def test_a_fan_out_is_judged_pair_by_pair(outputs: list[dict], counts: tuple,
+                                          guarantee: str) -> None:
+    table, expected = _sliding()
+    assert expected.fans_out and len(expected.id_sorted) == 6
+    v = validate(expected, to_outputs(outputs, table))
+    assert (v.expected, v.processed, v.unprocessed, v.duplicate, v.incorrect) == counts
+    assert v.guarantee == guarantee and v.expected_inputs == 4
+    if v.unprocessed:
+        assert v.ids("unprocessed").tolist() == [2, 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(0, 7), min_size=1, max_size=4, unique=True),
+                     min_size=1, max_size=5),
+       picks=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 7), st.booleans()),
+                      max_size=25))
+def test_fan_out_counts_agree_with_pairs_counted_by_hand(rows: list[list[int]],
+                                                         picks: list) -> None:
+    """Any rows (an ID in any of them) and any outputs (each a row's key with some IDs):
+    the validator's counts are the pairs' counts, each (ID, key) occurrence counted by
+    hand: own pair first time processed, again duplicate, any other incorrect."""
+    inputs = to_inputs([{"id": i, "type": "GET", "resource": "a", "event_ts": i,
+                         "ingress_ts": 0} for i in range(8)])
+    keys = [f'{{"k":{k}}}' for k in range(len(rows))]
+    ids, offsets = _flat(rows)
+    table = ResourceTable()
+    expected = expected_from_rows(keys, ids, offsets, inputs, table)
+    outputs = {}
+    for row, i, _ in picks:
+        outputs.setdefault(row % len(rows), set()).add(i)
+    produced = [_out(keys[r], sorted(found), at=1 + r) for r, found in outputs.items()]
+    # Each picked output once more when its flag says so: a duplicate of the whole output.
+    produced += [_out(keys[r % len(rows)], sorted(outputs[r % len(rows)]), at=50)
+                 for r, _, again in picks[:3] if again]
+    pairs = {(i, k) for k, row in enumerate(rows) for i in row}
+    seen: dict[tuple[int, int], int] = {}
+    incorrect = 0
+    for out in produced:
+        k = keys.index(out["resource"])
+        for i in out["ids"]:
+            if (i, k) in pairs:
+                seen[(i, k)] = seen.get((i, k), 0) + 1
+            else:
+                incorrect += 1
+    v = validate(expected, to_outputs(produced, table))
+    assert v.expected == len(pairs)
+    assert v.processed == len(seen)
+    assert v.duplicate == sum(c - 1 for c in seen.values())
+    assert v.incorrect == incorrect
+    assert set(v.ids("unprocessed").tolist()) == {i for i, k in pairs - set(seen)}

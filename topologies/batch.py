@@ -358,6 +358,14 @@ class BatchGroupState:
 
     setTimeoutTimestamp = setTimeoutDuration  # noqa: N815 (Spark's name)
 
+    def getCurrentWatermarkMs(self) -> int:  # noqa: N802 (Spark's name)
+        raise ValueError("the job reads the stream's watermark in applyInPandasWithState, "
+                         "which its batch run does not have: its outputs cannot be judged")
+
+    def getCurrentProcessingTimeMs(self) -> int:  # noqa: N802 (Spark's name)
+        raise ValueError("the job reads the stream's clock in applyInPandasWithState, "
+                         "which a batch run does not repeat: its outputs cannot be judged")
+
 
 def one_batch(func: Any, schema: Any) -> Any:
     """``applyInPandasWithState``'s batch meaning: ``func`` called once per group with all

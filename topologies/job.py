@@ -55,7 +55,7 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MISSING_PACKAGE = ("a Python package the Python running pgval and Spark's Python workers "
                    f"({sys.executable}) does not have: install {{name}} there")
 _NO_MODULE = re.compile(r"No module named '([^']+)'|cannot import name '\w+' from "
-                        r"'([\w.]+)'")
+                        r"'([\w.]+)' \(unknown location\)")
 
 
 def missing_package(text: str) -> str | None:
@@ -410,13 +410,13 @@ def operator_problem(plan: str) -> str | None:
         if not found:
             continue
         if found.group(1):
-            name, timer = _TIMED_NAMES[found.group(1)], found.group(2)
+            name, timer = _TIMED_NAMES[found.group(1)], f"uses {found.group(2)}"
         else:
-            name, timer = "transformWithState", f"{found.group(4)} timers"
-        return (f"the job's {name} uses {timer}, which fire on the stream's clock or "
-                "watermark: its batch run, the oracle, has neither, so it cannot say which "
-                "outputs the timers should have written (use NoTimeout / TimeMode None, and "
-                "end a group's state by its events)")
+            name, timer = "transformWithState", f"runs in TimeMode {found.group(4)}"
+        return (f"the job's {name} {timer}: its timers (and TTL) go by the stream's clock "
+                "or watermark, which its batch run, the oracle, does not have, so it cannot "
+                "say what they should have written (use NoTimeout / TimeMode None, and end "
+                "a group's state by its events)")
     return None
 
 
@@ -424,10 +424,12 @@ def fan_out_operator(plan: str) -> str | None:
     """The operator that can put one input into several outputs, as a user names it
     (a sliding window, explode, a join), or None; for the sentence that refuses a
     fan-out the batch run shows."""
+    found = []
     if re.search(r"^\W*Expand \[.*\bwindow#", plan, re.MULTILINE):
-        return "a sliding window (one event in every window that covers it)"
-    if found := re.search(r"^\W*Generate (\w+)\(", plan, re.MULTILINE):
-        return f"{found.group(1)} (one input in each row it makes)"
-    if re.search(r"^\W*Join \w+", plan, re.MULTILINE):
-        return "a join (one input matched with several rows)"
-    return None
+        found.append("a sliding window (one event in every window that covers it)")
+    if gen := re.search(r"^\W*Generate ((?:pos)?explode(?:_outer)?|inline(?:_outer)?)\(",
+                        plan, re.MULTILINE):
+        found.append(f"{gen.group(1)} (one input in each row it makes)")
+    if re.search(r"^\W*Join (?!LeftSemi|LeftAnti)\w+", plan, re.MULTILINE):
+        found.append("a join (one input matched with several rows)")
+    return found[0] if len(found) == 1 else None  # several: none named, to be sure

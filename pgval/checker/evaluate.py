@@ -116,6 +116,8 @@ class Evaluation:
         })
         if self.by_rows:
             out["by_rows"] = self.by_rows
+        if v.expected_inputs is not None:  # a fan-out: the counts above are of pairs
+            out["expected_inputs"] = v.expected_inputs
         if self.values is not None:
             out["values"] = {**self.values.as_dict(), "wrong_value": v.wrong_value}
         if self.views.get("clock"):

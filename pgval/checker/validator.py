@@ -1,5 +1,10 @@
 """The validator: the paper's Algorithms 1–3 as vectorised set operations.
 
+What is judged is each expected slot: an input ID in its expected output. A job's result
+may fan out (one input in several rows: sliding windows, joins, ``explode``); a slot is
+then an (input, row) pair, and the counts — expected, processed, unprocessed, duplicate —
+are counts of pairs (``Validation.expected_inputs`` counts the inputs behind them).
+
 Algorithm 1 walks every ID of every produced output: an ID found in its
 expected output is processed the first time and a duplicate after that; an ID
 not in the expected output is incorrect. Algorithm 3 counts expected IDs never
@@ -139,6 +144,9 @@ class Validation:
     #: values were not compared (a built-in topology, evidence without values).
     wrong_value: int | None = None
     wrong_value_outputs: int | None = None
+    #: Where the expected outputs fan out, the distinct inputs behind ``expected`` pairs
+    #: (None: one slot an input, ``expected`` counts inputs).
+    expected_inputs: int | None = None
     #: Every anomaly, for the full set (:mod:`pgval.checker.anomalies`).
     occurrences: Occurrences = field(repr=False, default_factory=Occurrences.empty)
     # For :meth:`ids`: every expected ID (ascending), its own-occurrence count, and the ID
@@ -170,10 +178,10 @@ class Validation:
         ``unprocessed``: expected IDs with no own occurrence; ``duplicate``: expected IDs
         with more than one; ``incorrect``: IDs of incorrect occurrences, expected or not.
         """
-        if kind == "unprocessed":
-            return self.expected_ids[self.own_count == 0]
+        if kind == "unprocessed":  # np.unique: an input of a fan-out has a slot per row
+            return np.unique(self.expected_ids[self.own_count == 0])
         if kind == "duplicate":
-            return self.expected_ids[self.own_count > 1]
+            return np.unique(self.expected_ids[self.own_count > 1])
         if kind == "incorrect":
             return np.unique(self.incorrect_occurrence_ids)
         raise ValueError(f"unknown anomaly kind {kind!r} (expected one of {', '.join(ANOMALIES)})")
@@ -211,6 +219,23 @@ def output_rows(expected: ExpectedOutputs, outputs: OutputRecords) -> np.ndarray
     hit = known_window & (outputs.resource >= 0) & (exp_key[order][pos_c] == out_key)
     rows[hit] = order[pos_c[hit]]
     return rows
+
+
+def pair_slots(expected: ExpectedOutputs, ids: np.ndarray, rows: np.ndarray,
+               first: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """For occurrences of expected IDs ``ids`` in outputs of expected rows ``rows`` (-1:
+    no expected row), the slot of their (input, row) pair where the input is expected in
+    that row, else ``first`` (the input's first slot: the occurrence is then in a wrong
+    output). Slots are sorted by ID, then row (:func:`pgval.oracle.rows.expected_from_rows`),
+    so a pair is one ``searchsorted`` on (dense ID rank, row + 1)."""
+    unique_ids, dense = np.unique(expected.id_sorted, return_inverse=True)
+    width = np.int64(len(expected) + 2)
+    pair_key = dense.astype(np.int64) * width + expected.id_output.astype(np.int64) + 1
+    occ_dense = np.minimum(np.searchsorted(unique_ids, ids), len(unique_ids) - 1)
+    occ_key = occ_dense.astype(np.int64) * width + rows.astype(np.int64) + 1
+    at = np.minimum(np.searchsorted(pair_key, occ_key), len(pair_key) - 1)
+    hit = found & (pair_key[at] == occ_key) & (rows >= 0)
+    return np.where(hit, at, first)
 
 
 def _sample_per_window(windows: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, int]]:
@@ -255,6 +280,8 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         slot = np.searchsorted(expected.id_sorted, occ_id)
         slot_c = np.minimum(slot, n_exp - 1)
         found = expected.id_sorted[slot_c] == occ_id
+        if expected.fans_out:  # the (input, row) pair's slot, else the input's first
+            slot_c = pair_slots(expected, occ_id, out_row[occ_output], slot_c, found)
     else:
         slot_c = np.zeros(len(occ_id), dtype=np.int64)
         found = np.zeros(len(occ_id), dtype=bool)
@@ -370,4 +397,6 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         wrong_value=None if wrong_value is None else int(bad_value.sum()),
         wrong_value_outputs=(None if wrong_value is None
                              else int(np.asarray(wrong_value, dtype=bool).sum())),
+        expected_inputs=(int(1 + np.count_nonzero(np.diff(expected.id_sorted)))
+                         if expected.fans_out else None),
     )

@@ -173,7 +173,7 @@ lint_option = click.option(
     "--lint/--no-lint", default=True, show_default=True,
     help="With --job: try the job on a sample of its input first, as `pgval lint` does (a "
          "local Spark, no Kafka, under a minute), and end with its problems before any "
-         "cluster starts.")
+         "cluster starts (skipped with --deploy compose).")
 
 
 def lint_job_first(cfg: RunSpec, quiet: bool = False) -> None:

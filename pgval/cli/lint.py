@@ -40,8 +40,8 @@ def lint(job: str, records: int, batches: int, seed: int, as_json: bool, spark_c
          **model: Any) -> None:
     """Try the job PATH.py:FUNCTION on a small sample of its input, as a stream and as a
     batch, with no Kafka and no cluster, and say every problem that keeps pgval from
-    judging it: an operator it cannot judge, a key that does not identify an output,
-    fan-out, a missing package, a stream whose rows differ from the batch's. Exit 0: none
+    judging it: an operator it cannot judge, a key that does not identify an output, a
+    missing package, a stream whose rows differ from the batch's. Exit 0: none
     found; 2: each problem in one sentence."""
     from pgval.datasets.models import model_from_options
     from pgval.run.lint import lint_job
@@ -68,6 +68,10 @@ def lint(job: str, records: int, batches: int, seed: int, as_json: bool, spark_c
     else:
         console.print(f"{escape(job)}: {report.expected_rows:,} batch rows, "
                       f"{report.stream_rows:,} stream rows, {report.seconds:.1f} s")
+    if report.fan_out and not as_json:
+        console.print(escape(report.fan_out))
+    for warning in report.warnings:
+        err_console.print(f"warning: {escape(warning)}", highlight=False)
     if report.problems:
         for problem in report.problems[:-1]:
             err_console.print(f"error: {escape(problem)}", highlight=False)

@@ -115,8 +115,8 @@ class EvidenceError(UserMistake):
 
 
 class JobNotJudgeable(EvidenceError):
-    """A job whose batch rows the validator cannot use (an ID in two rows: sliding windows,
-    fan-out): found from the evidence, a mistake of the job, not of the run."""
+    """A job whose batch rows the validator cannot use (two rows with one key, an ID that
+    is no input): found from the evidence, a mistake of the job, not of the run."""
 
 @dataclass
 class Manifest:

@@ -7,12 +7,14 @@ process (:mod:`pgval.topologies.lint`) runs the job over it as a stream and as a
 this module compares the two as the validator would and words every problem in one
 sentence: a job that does not load (a missing package among them), an operator the table in
 docs/your-job.md refuses, a query Spark will not start, a key that does not identify an
-output, an input in several outputs (fan-out), and a stream whose rows differ from the
-batch's (rows missing or extra, other IDs, other values). Records Spark dropped behind the
-watermark are named as such: pgval counts them unprocessed today.
+output, and a stream whose rows differ from the batch's (rows missing or extra, other
+IDs, other values). Records Spark dropped behind the watermark are named as such: pgval
+counts them unprocessed today. A fan-out is named, not refused: it is judged pair by pair.
 
 The process runs in a private work folder guarded like a run's (``state.json`` and a
-reaper): a kill of pgval does not leave it behind, and the folder goes when lint ends.
+reaper): a kill of pgval does not leave the process behind, and the folder (the sample, a
+copy of the records) goes when lint ends; a ``kill -9`` of pgval leaves the folder in the
+temp directory.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pgval.cluster.guard import RunGuard
-from pgval.core.errors import UserMistake
+from pgval.core.errors import EnvironmentFailure, UserMistake
 from pgval.core.record_ids import OWN_KEY, record_ids
 from pgval.datasets.models import InputModel, PreparedModel
 from pgval.oracle.values import DEFAULT_TOLERANCE, wrong_values
@@ -65,6 +68,8 @@ class Sample:
     batches: int
     records: int
     own_ids: np.ndarray
+    #: Every real record's ID (a row listing another is refused, as a run refuses it).
+    input_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 @dataclass
@@ -74,11 +79,16 @@ class LintReport:
 
     job: str
     problems: list[str] = field(default_factory=list)
+    #: What a run will judge, but a user should know first (records Spark drops behind
+    #: the watermark by its own rule).
+    warnings: list[str] = field(default_factory=list)
     records: int = 0
     batches: int = 0
     expected_rows: int = 0
     stream_rows: int = 0
     dropped_behind_watermark: int = 0
+    #: The batch's rows fan out (an input in several rows): which operator, how many.
+    fan_out: str | None = None
     seconds: float = 0.0
 
     @property
@@ -87,9 +97,11 @@ class LintReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"job": self.job, "ok": self.ok, "problems": self.problems,
+                "warnings": self.warnings,
                 "records": self.records, "batches": self.batches,
                 "expected_rows": self.expected_rows, "stream_rows": self.stream_rows,
                 "dropped_behind_watermark": self.dropped_behind_watermark,
+                "fan_out": self.fan_out,
                 "seconds": round(self.seconds, 3)}
 
 
@@ -149,7 +161,7 @@ def weblog_sample(folder: Path, records: int, batches: int, seed: int = 0,
                 "partition": pa.array(np.zeros(len(at), dtype=np.int32)),
                 "offset": pa.array(np.searchsorted(offsets, at).astype(np.int64))}))
     sample = Sample("weblog", {"get": "get", "post": "post"}, batches, records,
-                    np.array(own, dtype=np.int64))
+                    np.sort(np.array(own, dtype=np.int64)), events.ids.astype(np.int64))
     _describe(folder, sample)
     return sample
 
@@ -166,6 +178,7 @@ def model_sample(folder: Path, model: InputModel, records: int, batches: int, se
     batch = _batch_of(records, batches)
     last = int(times[-1]) if records else START_MS
     own: list[int] = []
+    real: list[np.ndarray] = []
     for slot, name in enumerate(model.names):
         mine = np.flatnonzero(slots == slot)
         own_values = [v for k in (1, 2) for v in
@@ -177,6 +190,7 @@ def model_sample(folder: Path, model: InputModel, records: int, batches: int, se
         stamps = np.concatenate([times[mine], [last + CLOSE_GAP_MS, last + 2 * CLOSE_GAP_MS]])
         offsets = np.arange(len(all_values), dtype=np.int64)
         own.extend(record_ids(slot, np.zeros(2, dtype=np.int64), offsets[-2:]).tolist())
+        real.append(record_ids(slot, np.zeros(len(mine), dtype=np.int64), offsets[:-2]))
         for b in range(batches + 2):
             at = np.flatnonzero(all_batches == b)
             _write(folder, name, b, pa.table({
@@ -189,7 +203,8 @@ def model_sample(folder: Path, model: InputModel, records: int, batches: int, se
                     pa.timestamp("ms", tz="UTC")),
                 "timestampType": pa.array(np.ones(len(at), dtype=np.int32))}))
     sample = Sample("kafka", {name: name for name in model.names}, batches, records,
-                    np.array(own, dtype=np.int64))
+                    np.sort(np.array(own, dtype=np.int64)),
+                    np.concatenate(real) if real else np.zeros(0, np.int64))
     _describe(folder, sample)
     return sample
 
@@ -209,8 +224,7 @@ def _example(items: Sequence[Any]) -> str:
 
 
 def _own_rows(table: pa.Table, own_ids: np.ndarray) -> np.ndarray:
-    """Rows that carry one of pgval's own closing IDs (set aside, as a run sets them
-    aside)."""
+    """Rows that carry one of pgval's own closing IDs (for the counts)."""
     import pyarrow.compute as pc
 
     ids = table.column("ids").combine_chunks()
@@ -229,12 +243,13 @@ def _rows(table: pa.Table) -> list[tuple[str, tuple[int, ...], str]]:
 
 def _keyed_as_a_run(expected: pa.Table, stream: pa.Table, own_ids: np.ndarray
                     ) -> tuple[pa.Table, pa.Table]:
-    """Both sides without pgval's own rows, keyed as a run keys them: rows of one ID each
+    """Both sides without pgval's own IDs, keyed as a run keys them: rows of one ID each
     whose key texts repeat are keyed by their ID (:func:`pgval.oracle.rows.key_by_single_id`)."""
-    from pgval.oracle.rows import key_by_single_id, single_id_keys
+    from pgval.oracle.rows import key_by_single_id, set_aside_rows, single_id_keys
 
-    expected = expected.filter(pa.array(~_own_rows(expected, own_ids)))
-    stream = stream.filter(pa.array(~_own_rows(stream, own_ids)))
+    # pgval's own IDs leave every row, and a row left with none goes (the run's rule).
+    expected = set_aside_rows(expected, own_ids)
+    stream = set_aside_rows(stream, own_ids)
     expected, by_id = key_by_single_id(expected)
     if by_id:
         keys = single_id_keys(stream.column("key").combine_chunks(),
@@ -243,23 +258,59 @@ def _keyed_as_a_run(expected: pa.Table, stream: pa.Table, own_ids: np.ndarray
     return expected, stream
 
 
+def fan_out_note(expected: pa.Table, own_ids: np.ndarray, operator: str | None
+                 ) -> str | None:
+    """A sentence naming a fan-out of the batch's rows (inputs in several rows, judged pair
+    by pair: no problem), or None."""
+    import pyarrow.compute as pc
+
+    rows = expected.filter(pa.array(~_own_rows(expected, own_ids)))
+    ids = pc.list_flatten(rows.column("ids")).to_numpy(zero_copy_only=False)
+    _, counts = np.unique(ids, return_counts=True)
+    shared = int((counts > 1).sum())
+    if not shared:
+        return None
+    return (f"fan-out{f' by {operator}' if operator else ''}: {shared} of {len(counts)} "
+            "inputs are in more than one output; each (input, row) pair is judged")
+
+
+def _unusable_ids(expected: pa.Table, stream: pa.Table, own_ids: np.ndarray,
+                  input_ids: np.ndarray | None) -> list[str]:
+    """What a run refuses in the IDs themselves: a null among them, an ID that is no
+    input (a payload field collected instead of the record's ID)."""
+    import pyarrow.compute as pc
+
+    problems = []
+    for side, table in (("the batch run", expected), ("the stream", stream)):
+        flat = pc.list_flatten(table.column("ids"))
+        if flat.null_count or table.column("ids").null_count:
+            problems.append(f"{side} has a null among its ids (every output lists the "
+                            "input IDs it was made of)")
+    if problems or input_ids is None:
+        return problems
+    flat = pc.list_flatten(expected.column("ids")).to_numpy(zero_copy_only=False)
+    stray = np.setdiff1d(flat, np.concatenate([input_ids, own_ids]))
+    if len(stray):
+        problems.append(f"the batch run lists {len(stray)} IDs that are no input (e.g. "
+                        f"{_example(stray.tolist())}): ids must be the records' IDs "
+                        "(the web log's id, or record_id() of a record read from Kafka)")
+    return problems
+
+
 def compare_ids(expected: pa.Table, stream: pa.Table, own_ids: np.ndarray,
-                tolerance: float, fan_out: str | None) -> list[str]:
+                tolerance: float, input_ids: np.ndarray | None = None) -> list[str]:
     """The problems of a job judged ID by ID: the batch's rows (what the validator
-    expects) and the stream's, both without pgval's own rows."""
-    problems: list[str] = []
+    expects) and the stream's, both without pgval's own IDs (``input_ids``: every real
+    record's ID, None: not checked)."""
+    problems = _unusable_ids(expected, stream, own_ids, input_ids)
+    if problems:
+        return problems
     want, got = map(_rows, _keyed_as_a_run(expected, stream, own_ids))
     by_key = Counter(k for k, _, _ in want)
     if twice := sorted(k for k, c in by_key.items() if c > 1):
         problems.append(f"the key does not identify an output: the batch run has "
                         f"{len(twice)} keys in more than one row (e.g. {_example(twice)}); "
                         "declare build.key, the columns that identify an output")
-    owners = Counter(i for _, ids, _ in want for i in set(ids))
-    if shared := sorted(i for i, c in owners.items() if c > 1):
-        what = f" by {fan_out}" if fan_out else ""
-        problems.append(f"fan-out{what}: {len(shared)} inputs are in more than one output "
-                        f"of the batch run (e.g. IDs {_example(shared)}), and pgval judges "
-                        "jobs where each input makes at most one output")
     if problems:
         return problems
     written = Counter(k for k, _, _ in got)
@@ -301,7 +352,13 @@ def compare_rows(expected: pa.Table, stream: pa.Table) -> tuple[list[str], int, 
     own = Counter((k, v) for k, v, o in zip(rows["key"], rows["value"], rows["own"],
                                             strict=True) if o)
     got = Counter(zip(stream.column("key").to_pylist(), stream.column("value").to_pylist(),
-                      strict=True)) - own
+                      strict=True))
+    for row in own:  # an output equal to a row only pgval's records made: set aside
+        if row not in want:
+            got.pop(row, None)
+        else:
+            got[row] -= own[row]
+    got = +got
     problems = []
     if missing := want - got:
         problems.append(f"the stream did not give {sum(missing.values())} of the batch's "
@@ -319,9 +376,9 @@ def _watermark_note(progress: Sequence[Mapping[str, Any]]) -> tuple[int, str | N
     if not dropped:
         return 0, None
     return dropped, (f"Spark dropped {dropped} rows behind the watermark over the sample "
-                     "(late records, as Spark documents): pgval's oracle keeps them, so a "
-                     "run counts their inputs unprocessed; a longer withWatermark delay or "
-                     "less --disorder/--late keeps them")
+                     "(late records, as Spark documents): the batch run keeps them, so a "
+                     "run counts their inputs unprocessed, with the cause late; a longer "
+                     "withWatermark delay, or less --disorder/--late, keeps them")
 
 
 # ---------------------------------------------------------------------------- the process
@@ -349,28 +406,38 @@ def lint_job(job: str, model: InputModel | None = None,
                      if spark_conf else None, pid_dir=work / "pids")
         try:
             rc = proc.popen.wait(timeout=TIMEOUT_S)
-        except Exception:
-            raise UserMistake(f"--job {job}: lint did not end within {TIMEOUT_S:.0f} s") \
-                from None
+        except subprocess.TimeoutExpired:
+            rc = None
         finally:
             if proc.alive():
                 proc.stop(grace_s=5.0)
         if rc != 0 or not (work / "lint.json").is_file():
-            from pgval.core.errors import EnvironmentFailure
-
-            lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-            raise EnvironmentFailure(f"lint's Spark process failed (exit {rc}): "
-                                     f"{lines[-1] if lines else 'no output'}")
+            raise _process_failed(rc, log)
         found = json.loads((work / "lint.json").read_text())
         for name in ("expected", "stream"):
             if (work / f"{name}.parquet").is_file():
                 found[name] = pq.read_table(work / f"{name}.parquet")
         judge(report, found, sample)
     finally:
-        guard.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if guard.stop():  # else a process still runs: the reaper needs the folder
+            shutil.rmtree(work, ignore_errors=True)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _process_failed(rc: int | None, log: Path) -> EnvironmentFailure:
+    """The Spark process failed or ran out of time (the machine's, not the job's): one
+    sentence naming a copy of its log, which outlives the work folder."""
+    from pgval.core.files import write_private
+
+    kept = Path(tempfile.gettempdir()) / f"pgval-lint-{os.getpid()}.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    write_private(kept, text)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    what = (f"did not end within {TIMEOUT_S:.0f} s" if rc is None else
+            f"failed (exit {rc}): {lines[-1] if lines else 'no output'}")
+    return EnvironmentFailure(f"lint's Spark process {what} (log: {kept}; --no-lint runs "
+                              "without it)")
 
 
 def judge(report: LintReport, found: Mapping[str, Any], sample: Sample) -> None:
@@ -388,12 +455,27 @@ def judge(report: LintReport, found: Mapping[str, Any], sample: Sample) -> None:
         report.stream_rows = int((~_own_rows(stream, sample.own_ids)).sum())
         problems = compare_ids(expected, stream, sample.own_ids,
                                DEFAULT_TOLERANCE if tolerance is None else float(tolerance),
-                               found.get("fan_out"))
+                               sample.input_ids)
+        report.fan_out = fan_out_note(expected, sample.own_ids, found.get("fan_out"))
     dropped, note = _watermark_note(found.get("progress") or [])
     report.dropped_behind_watermark = dropped
     if problems and note:
+        if not found.get("by_rows") and _only_lacking(expected, stream, sample.own_ids):
+            report.warnings.append(note)  # Spark's own rule, not the job's fault
+            return
         problems.append(note)
     report.problems.extend(problems)
+
+
+def _only_lacking(expected: pa.Table, stream: pa.Table, own_ids: np.ndarray) -> bool:
+    """The stream's rows differ from the batch's only by lacking inputs: no key the batch
+    lacks, none twice, each row's IDs among its batch row's (what records dropped behind
+    the watermark do)."""
+    want, got = map(_rows, _keyed_as_a_run(expected, stream, own_ids))
+    want_by = {k: set(ids) for k, ids, _ in want}
+    keys = [k for k, _, _ in got]
+    return len(set(keys)) == len(keys) and all(
+        k in want_by and set(ids) <= want_by[k] for k, ids, _ in got)
 
 
 class LintFailed(UserMistake):
@@ -422,4 +504,7 @@ def lint_before_run(cfg: Any, say: Any = None) -> LintReport | None:
     report = lint_job(cfg.job, input_model(cfg), dict(cfg.spark_conf or {}))
     if report.problems:
         raise LintFailed(report)
+    if say is not None:
+        for warning in report.warnings:
+            say(f"lint warning: {warning}")
     return report
