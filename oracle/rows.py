@@ -89,7 +89,8 @@ def expected_from_rows(keys: Sequence[str] | pa.Array, ids: np.ndarray, offsets:
             (id_sorted[1:] == id_sorted[:-1])
             & (row_of_id[by_id][1:] == row_of_id[by_id][:-1]))).size:
         raise RowsError(f"the batch result lists input ID {int(id_sorted[twice[0]])} twice in "
-                        "one row: an output lists each input it was made of once")
+                        "one row (collect_list after an explode or a join can; collect_set "
+                        "or array_distinct lists each input once)")
     inputs, duplicates = deduplicate_inputs(events)
     in_order = np.argsort(inputs.id, kind="stable")
     at = np.searchsorted(inputs.id[in_order], id_sorted)

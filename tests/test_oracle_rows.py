@@ -247,6 +247,31 @@ def test_a_fan_out_is_judged_pair_by_pair(outputs: list[dict], counts: tuple,
         assert v.ids("unprocessed").tolist() == [2, 3]
 
 
+def test_a_stray_occurrence_is_charged_to_a_processed_pair_of_its_input() -> None:
+    """Input 2 in window 3 (none of its windows), window 1 lost: the stray occurrence is
+    charged to 2's processed pair (2, w2), which is then not reliable, not to the lost
+    (2, w1); the input's IDs are listed once however many of its pairs are anomalous."""
+    table, expected = _sliding()
+    v = validate(expected, to_outputs([_out('{"w":2}', [2, 3]), _out('{"w":3}', [2, 3, 4])],
+                                      table))
+    assert (v.processed, v.unprocessed, v.incorrect, v.reliable) == (4, 2, 1, 3)
+    assert v.incorrect_ids == 1
+    slot = int(v.occurrences.incorrect_slot[0])
+    assert expected.id_sorted[slot] == 2 and expected.id_output[slot] == 1  # (2, w2)
+    assert v.ids("unprocessed").tolist() == [1, 2]  # (1, w1) and (2, w1)
+    assert [i for _, i in v.witnesses["unprocessed"]] == [1, 2]  # each input once
+    # Nothing written: every input unprocessed, each listed and witnessed once.
+    none = validate(expected, to_outputs([], table))
+    assert none.unprocessed == 6 and none.ids("unprocessed").tolist() == [1, 2, 3, 4]
+    assert [i for _, i in none.witnesses["unprocessed"]] == [1, 2, 3, 4]
+    # Every own occurrence's slot is its own pair.
+    dup = validate(expected, to_outputs([_out('{"w":2}', [2, 3]), _out('{"w":2}', [2, 3], 11)],
+                                        table))
+    for slot in dup.occurrences.duplicate_slot.tolist():
+        assert expected.id_output[slot] == 1
+    assert dup.ids("duplicate").tolist() == [2, 3]
+
+
 @settings(max_examples=200, deadline=None)
 @given(rows=st.lists(st.lists(st.integers(0, 7), min_size=1, max_size=4, unique=True),
                      min_size=1, max_size=5),
@@ -285,4 +310,8 @@ def test_fan_out_counts_agree_with_pairs_counted_by_hand(rows: list[list[int]],
     assert v.processed == len(seen)
     assert v.duplicate == sum(c - 1 for c in seen.values())
     assert v.incorrect == incorrect
-    assert set(v.ids("unprocessed").tolist()) == {i for i, k in pairs - set(seen)}
+    assert v.ids("unprocessed").tolist() == sorted({i for i, k in pairs - set(seen)})
+    assert v.processed + v.unprocessed == v.expected
+    # A pair is reliable when done once and not charged with a stray of its input.
+    assert v.reliable <= sum(1 for c in seen.values() if c == 1)
+    assert v.reliable >= sum(1 for c in seen.values() if c == 1) - incorrect

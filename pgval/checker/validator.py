@@ -149,8 +149,9 @@ class Validation:
     expected_inputs: int | None = None
     #: Every anomaly, for the full set (:mod:`pgval.checker.anomalies`).
     occurrences: Occurrences = field(repr=False, default_factory=Occurrences.empty)
-    # For :meth:`ids`: every expected ID (ascending), its own-occurrence count, and the ID
-    # of every incorrect occurrence. Views of arrays the validator builds anyway.
+    # For :meth:`ids`: every expected slot's ID (ascending; an input of a fan-out once a
+    # pair), its own-occurrence count, and the ID of every incorrect occurrence. Views of
+    # arrays the validator builds anyway.
     expected_ids: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     own_count: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     incorrect_occurrence_ids: np.ndarray = field(
@@ -221,21 +222,41 @@ def output_rows(expected: ExpectedOutputs, outputs: OutputRecords) -> np.ndarray
     return rows
 
 
-def pair_slots(expected: ExpectedOutputs, ids: np.ndarray, rows: np.ndarray,
-               first: np.ndarray, found: np.ndarray) -> np.ndarray:
-    """For occurrences of expected IDs ``ids`` in outputs of expected rows ``rows`` (-1:
-    no expected row), the slot of their (input, row) pair where the input is expected in
-    that row, else ``first`` (the input's first slot: the occurrence is then in a wrong
-    output). Slots are sorted by ID, then row (:func:`pgval.oracle.rows.expected_from_rows`),
-    so a pair is one ``searchsorted`` on (dense ID rank, row + 1)."""
-    unique_ids, dense = np.unique(expected.id_sorted, return_inverse=True)
+def _runs(id_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per slot, whether it starts its input's run of slots, and that run's first slot
+    (slots are sorted by ID: an input of a fan-out has one slot per row, side by side)."""
+    n = len(id_sorted)
+    start = np.ones(n, dtype=bool)
+    start[1:] = id_sorted[1:] != id_sorted[:-1]
+    return start, np.maximum.accumulate(np.where(start, np.arange(n), 0))
+
+
+def pair_slots(expected: ExpectedOutputs, rows: np.ndarray, first: np.ndarray,
+               found: np.ndarray) -> np.ndarray:
+    """For occurrences of expected IDs (``first``: each one's first slot, ``found``: it is
+    expected at all) in outputs of expected rows ``rows`` (-1: no expected row), the slot
+    of their (input, row) pair where the input is expected in that row, else ``first``
+    (the occurrence is then in a wrong output). Slots are sorted by ID, then row
+    (:func:`pgval.oracle.rows.expected_from_rows`), so a pair is one ``searchsorted`` on
+    (the input's first slot, row + 1)."""
+    _, run_start = _runs(expected.id_sorted)
     width = np.int64(len(expected) + 2)
-    pair_key = dense.astype(np.int64) * width + expected.id_output.astype(np.int64) + 1
-    occ_dense = np.minimum(np.searchsorted(unique_ids, ids), len(unique_ids) - 1)
-    occ_key = occ_dense.astype(np.int64) * width + rows.astype(np.int64) + 1
+    pair_key = run_start.astype(np.int64) * width + expected.id_output.astype(np.int64) + 1
+    occ_key = first.astype(np.int64) * width + rows.astype(np.int64) + 1
     at = np.minimum(np.searchsorted(pair_key, occ_key), len(pair_key) - 1)
-    hit = found & (pair_key[at] == occ_key) & (rows >= 0)
+    hit = found & (rows >= 0) & (pair_key[at] == occ_key)
     return np.where(hit, at, first)
+
+
+def first_processed_pair(id_sorted: np.ndarray, own_count: np.ndarray) -> np.ndarray:
+    """Per slot, its input's first processed pair (its first pair if none is): where an
+    occurrence in a wrong output is charged, so that an input with one is not reliable
+    in a pair it was processed in."""
+    n = len(id_sorted)
+    start, run_start = _runs(id_sorted)
+    candidate = np.where(own_count > 0, np.arange(n), n)
+    first = np.minimum.reduceat(candidate, np.flatnonzero(start))[np.cumsum(start) - 1]
+    return np.where(first < n, first, run_start)
 
 
 def _sample_per_window(windows: np.ndarray, ids: np.ndarray, k: int) -> list[tuple[int, int]]:
@@ -260,6 +281,7 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
     values not compared); its occurrences are then incorrect, not processed."""
     phases = phases or Phases.unbounded()
     n_exp = len(expected.id_sorted)
+    fans_out = expected.fans_out
     n_out = len(outputs)
 
     # Stream order of outputs: ingress time, then position in the output stream.
@@ -280,8 +302,8 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         slot = np.searchsorted(expected.id_sorted, occ_id)
         slot_c = np.minimum(slot, n_exp - 1)
         found = expected.id_sorted[slot_c] == occ_id
-        if expected.fans_out:  # the (input, row) pair's slot, else the input's first
-            slot_c = pair_slots(expected, occ_id, out_row[occ_output], slot_c, found)
+        if fans_out:  # the (input, row) pair's slot, else the input's first
+            slot_c = pair_slots(expected, out_row[occ_output], slot_c, found)
     else:
         slot_c = np.zeros(len(occ_id), dtype=np.int64)
         found = np.zeros(len(occ_id), dtype=bool)
@@ -296,6 +318,9 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
     own = own_key & ~early & ~bad_value
     own_slots = slot_c[own]
     own_count = np.bincount(own_slots, minlength=n_exp)
+    if fans_out:  # in no row of its input: charged to the input's first processed pair
+        slot_c = np.where(found & ~own_key,
+                          first_processed_pair(expected.id_sorted, own_count)[slot_c], slot_c)
     foreign_count = np.bincount(slot_c[found & ~own], minlength=n_exp)
     _, first_idx = np.unique(own_slots, return_index=True)
     is_first = np.zeros(len(own_slots), dtype=bool)
@@ -344,10 +369,13 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
     k = witnesses_per_window
     unproc_slots = np.flatnonzero(~processed_mask)
     dup_occ_out = own_output[~is_first]
+    # Under fan-out an input has several unprocessed pairs: witnessed once.
+    witness_slots = (unproc_slots[_runs(expected.id_sorted[unproc_slots])[0]] if fans_out
+                     else unproc_slots)
     witnesses = {
         "unprocessed": _sample_per_window(
-            expected.window_start[expected.id_output[unproc_slots]],
-            expected.id_sorted[unproc_slots], k),
+            expected.window_start[expected.id_output[witness_slots]],
+            expected.id_sorted[witness_slots], k),
         "duplicate": _sample_per_window(
             outputs.window_start[dup_occ_out], expected.id_sorted[own_slots[~is_first]], k),
         "incorrect": _sample_per_window(
@@ -397,6 +425,5 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         wrong_value=None if wrong_value is None else int(bad_value.sum()),
         wrong_value_outputs=(None if wrong_value is None
                              else int(np.asarray(wrong_value, dtype=bool).sum())),
-        expected_inputs=(int(1 + np.count_nonzero(np.diff(expected.id_sorted)))
-                         if expected.fans_out else None),
+        expected_inputs=int(_runs(expected.id_sorted)[0].sum()) if fans_out else None,
     )
