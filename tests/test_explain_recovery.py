@@ -101,6 +101,28 @@ def test_a_jobs_id_read_behind_the_watermark_is_late_or_lost_never_late() -> Non
     assert out["counts"] == {"late": 0, "skipped": 0, "in-flight at end": 0, "lost": 1,
                              "late or lost": 1}
     assert out["examples"]["late or lost"] == [3] and out["examples"]["lost"] == [4]
+    # Where the run's batches were replayed, Spark's rule kept ID 3 (it is still
+    # expected): missing, it is lost.
+    from pgval.checker.explain import summarize_causes, unprocessed_cause_codes
+
+    prog = [progress(0, None, 1, 0), progress(1, 1, 2, T0 + 1000),
+            progress(2, 2, 3, T0 + 9000)]
+    codes = unprocessed_cause_codes(events, ev.expected, ev.validation, prog, ruled=True)
+    ruled = summarize_causes(ev.expected.id_sorted[ev.validation.unprocessed_slots], codes)
+    assert ruled["counts"] == {"late": 0, "skipped": 0, "in-flight at end": 0, "lost": 2}
+    # Not replayed though Spark dropped rows: the run is no evidence, and says why.
+    from pgval.checker.validity import evaluation_reasons
+    from pgval.oracle.replay import LateDrops
+
+    unsure = evaluate(events, outs, "job", 1000, expected=expected, progress=prog,
+                      late=LateDrops.unused("the replay is not the run's batches", 7))
+    said = [r.text for r in evaluation_reasons(unsure).reasons]
+    assert any("Spark dropped 7 rows behind the watermark and pgval could not tell them "
+               "from losses (the replay is not the run's batches)" in r for r in said), said
+    assert unsure.summary()["dropped_behind_watermark"]["told_apart"] is False
+    told = evaluate(events, outs, "job", 1000, expected=expected, progress=prog,
+                    late=LateDrops(True, None, np.zeros(0, dtype=np.int64), 7))
+    assert not [r for r in evaluation_reasons(told).reasons if "behind" in r.text]
 
 
 def test_a_query_on_a_new_checkpoint_starts_without_a_watermark() -> None:

@@ -129,7 +129,7 @@ def test_rows_are_compared_as_a_multiset_without_pgvals_own() -> None:
 
 def test_drops_behind_the_watermark_alone_are_a_warning_and_with_more_a_problem() -> None:
     """A stream that only lacks inputs, with Spark's drops counted: Spark's own rule, which
-    a run judges (unprocessed, cause late): a warning. With another difference besides:
+    a run tells apart (dropped behind the watermark): a warning. With another difference besides:
     problems, the drops said with them."""
     from pgval.run.lint import Sample
 
@@ -311,8 +311,8 @@ def test_the_fan_out_examples_are_judged_pair_by_pair(lint_spark: tuple, example
 def test_pgval_lint_on_a_kafka_job_with_late_records_names_the_drops() -> None:
     """The orders job (10 s windows, 10 s watermark) on its model with records up to 40 s
     out of order: the stream drops those whose window ended before the previous batch's
-    watermark, which the batch keeps; lint warns, exit 0: a run judges them (unprocessed,
-    cause late). (Up to 25 s out of order drops nothing here: a window must have ended,
+    watermark, which the batch keeps; lint warns, exit 0: a run reports them apart (dropped
+    behind the watermark). (Up to 25 s out of order drops nothing here: a window must have ended,
     not just the record's time.)"""
     t0 = time.monotonic()
     done = subprocess.run([*PGVAL, "lint", "examples/jobs/orders.py:build", "--replay",

@@ -2,7 +2,9 @@
 
 Structured Streaming promises that a streaming query's result equals the same query run
 as a batch over the same input, less what the watermark drops (``withWatermark`` does
-nothing in a batch). :func:`batch_table` takes that promise as the oracle: it gives the
+nothing in a batch: where the run's operators dropped rows, :func:`replay_if_dropped`
+replays the run's micro-batches to tell which). :func:`batch_table` takes that promise as
+the oracle: it gives the
 job's ``build`` every input record of the run — pgval's own priming and closing events
 too, as the stream read them — parsed by the very function the streaming query parses
 them with (:func:`pgval.topologies.job_query.job_source`), and returns each output row's
@@ -19,8 +21,9 @@ has expired is written again by the stream, as Spark documents, and counted a du
 
 ``python -m pgval.topologies.batch --job REF --run-dir RUN`` is the batch oracle of a run:
 a ``local[1]`` Spark process over the run's evidence (``get``/``post`` as read back from
-Kafka) that writes ``evidence/expected.parquet`` (``key``, ``ids``), sealed with the rest,
-so a re-check needs no Spark and gives the same answer. Exit 0 with one JSON line, 2 when
+Kafka) that writes ``evidence/expected.parquet`` (``key``, ``ids``, ``value``), and
+``evidence/replay.parquet`` where it replayed the run's batches, sealed with the rest, so
+a re-check needs no Spark and gives the same answer. Exit 0 with one JSON line, 2 when
 the job cannot be judged (one sentence on stderr), 1 when Spark failed.
 """
 
@@ -98,26 +101,35 @@ def recorded_inputs(spark: SparkSession, run_dir: Path, topics: Mapping[str, str
     import pyarrow.parquet as pq
 
     from pgval.core.files import private_temp_path
-    from pgval.evidence.bundle import load_topic
     from pgval.job import KafkaInputs
 
     workdir.mkdir(parents=True, exist_ok=True)
     frames = {}
-    for (name, topic), role in zip(topics.items(), SOURCES, strict=False):
-        recs = load_topic(run_dir, role)
-        n = len(recs)
-        table = pa.table({"key": recs.keys, "value": recs.values,
-                          "topic": pa.array([topic] * n, pa.string()),
-                          "partition": pa.array(recs.partitions, pa.int32()),
-                          "offset": pa.array(recs.offsets, pa.int64()),
-                          "timestamp": pa.array(recs.timestamps, pa.int64()).cast(
-                              pa.timestamp("ms", tz="UTC")),
-                          "timestampType": pa.array(np.ones(n, dtype=np.int32))})
-        path = workdir / f"{role}.parquet"
+    for name, table in kafka_tables(run_dir, topics).items():
+        path = workdir / f"{name}.kafka.parquet"
         with private_temp_path(path) as tmp:  # 0600, never through a planted link
             pq.write_table(table, tmp)
         frames[name] = spark.read.schema(KAFKA_SOURCE_DDL).parquet(str(path))
     return KafkaInputs(spark, topics, {}, recorded=frames)
+
+
+def kafka_tables(run_dir: Path, topics: Mapping[str, str]) -> dict[str, pa.Table]:
+    """Each input of a job reading Kafka itself as the records the run read back, with the
+    Kafka source's columns (:data:`KAFKA_SOURCE_DDL`) and the run's topic names."""
+    from pgval.evidence.bundle import load_topic
+
+    tables = {}
+    for (name, topic), role in zip(topics.items(), SOURCES, strict=False):
+        recs = load_topic(run_dir, role)
+        n = len(recs)
+        tables[name] = pa.table({"key": recs.keys, "value": recs.values,
+                                 "topic": pa.array([topic] * n, pa.string()),
+                                 "partition": pa.array(recs.partitions, pa.int32()),
+                                 "offset": pa.array(recs.offsets, pa.int64()),
+                                 "timestamp": pa.array(recs.timestamps, pa.int64()).cast(
+                                     pa.timestamp("ms", tz="UTC")),
+                                 "timestampType": pa.array(np.ones(n, dtype=np.int32))})
+    return tables
 
 
 def without_own(kafka: Any) -> Any:
@@ -389,10 +401,48 @@ def one_batch(func: Any, schema: Any) -> Any:
     return whole
 
 
+def replay_if_dropped(job: Job, spark: SparkSession, run_dir: Path,
+                      topics: Mapping[str, str] | None, by_rows: bool, workdir: Path
+                      ) -> tuple[pa.Table | None, dict[str, Any]]:
+    """Where the run's stateful operators dropped rows behind the watermark, the run's
+    micro-batches replayed (:mod:`pgval.topologies.replay`): its rows, or None, and what
+    the replay found (``used``; ``why`` not). ``topics``: a job reading Kafka itself."""
+    from pgval.evidence.bundle import load_progress
+    from pgval.oracle.replay import NOTHING_DROPPED, dropped_by_run, topic_of
+    from pgval.topologies.lint import RAW_DDL
+    from pgval.topologies.replay import replay_run
+
+    progress = load_progress(run_dir)
+    dropped = dropped_by_run(progress)
+    if not dropped:
+        return None, {"used": False, "why": NOTHING_DROPPED, "run_dropped": 0}
+    if by_rows:
+        return None, {"used": False, "run_dropped": dropped,
+                      "why": "a job judged by its rows: rows carry no inputs to set apart"}
+    if topics is not None:
+        tables = kafka_tables(run_dir, topics)
+        ddl = KAFKA_SOURCE_DDL
+        positions = {n: (topics[n], t.column("partition").to_numpy(),
+                         t.column("offset").to_numpy()) for n, t in tables.items()}
+    else:
+        tables = _evidence_records(run_dir)
+        ddl = RAW_DDL
+        positions = {n: (topic_of(n, progress), t.column("partition").to_numpy(),
+                         t.column("offset").to_numpy()) for n, t in tables.items()}
+    try:
+        rows, said = replay_run(spark, job, tables, positions, progress, ddl, workdir)
+    except Exception as exc:  # the job failed in the replay: the drops are not told apart
+        from pgval.topologies.lint import first_line
+
+        return None, {"used": False, "run_dropped": dropped,
+                      "why": f"the replay of the run's batches failed: {first_line(exc)}"}
+    return rows, {**said, "run_dropped": dropped}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import os
 
-    from pgval.evidence.bundle import save_expected, save_expected_rows
+    from pgval.evidence.bundle import save_expected, save_expected_rows, save_replay
     from pgval.oracle.values import DEFAULT_TOLERANCE
     from pgval.topologies.builtin import builtin_of
     from pgval.topologies.job_query import load_job_for_spark
@@ -418,14 +468,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             spark.sparkContext.setLogLevel("ERROR")
             job = load_job_for_spark(args.job)
+            topics = dict(p.split("=", 1) for p in args.inputs.split(",") if p)
             if job.reads_kafka:
-                topics = dict(p.split("=", 1) for p in args.inputs.split(",") if p)
                 sources = recorded_inputs(spark, args.run_dir, topics, workdir)
             else:
                 sources = batch_sources(spark, _evidence_records(args.run_dir), workdir)
             by_rows = not carries_ids(job, spark, sources)
             table = (rows_table(job, spark, sources) if by_rows
                      else batch_table(job, spark, sources))
+            replayed, replay = replay_if_dropped(job, spark, args.run_dir, topics if
+                                                 job.reads_kafka else None, by_rows, workdir)
         finally:
             spark.stop()
             shutil.rmtree(workdir, ignore_errors=True)  # a copy of every input record
@@ -442,6 +494,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "ids": int(pc.sum(pc.list_value_length(table.column("ids"))).as_py() or 0),
                 "columns": job_columns(table)}
     said["tolerance"] = DEFAULT_TOLERANCE if job.tolerance is None else job.tolerance
+    if replayed is not None:
+        save_replay(args.run_dir, replayed.cast(EXPECTED_SCHEMA))
+    said["replay"] = replay
     print(json.dumps({**said, "file": str(path), "seconds": round(time.monotonic() - t0, 3),
                       "builtin": builtin_of(job.build)}), flush=True)
     return 0

@@ -77,7 +77,7 @@ def job_inputs(spark: SparkSession, job: Job, sample: Path, info: Mapping[str, A
     return {name: job_source(frame) for name, frame in frames.items()}
 
 
-def _keyed(job: Job, result: DataFrame, streaming: bool | None) -> DataFrame:
+def keyed_rows(job: Job, result: DataFrame, streaming: bool | None) -> DataFrame:
     """A result checked as the driver checks it, as (key, ids, value) rows, or (key,
     value) for a job judged by its rows."""
     from pyspark.sql import functions as F
@@ -112,7 +112,8 @@ def _plan(result: DataFrame) -> str:
         return ""
 
 
-def run_stream(spark: SparkSession, job: Job, rows: DataFrame, work: Path, name: str
+def run_stream(spark: SparkSession, job: Job, rows: DataFrame, work: Path, name: str,
+               timeout_s: float = STREAM_TIMEOUT_S, over: str = "the sample"
                ) -> tuple[DataFrame, list[dict[str, Any]]]:
     """The job's keyed streaming rows over the sample, into a memory table: (its rows,
     each batch's progress). A query Spark refuses or that fails is a :class:`UserMistake`."""
@@ -127,9 +128,9 @@ def run_stream(spark: SparkSession, job: Job, rows: DataFrame, work: Path, name:
     except Exception as exc:  # Spark's AnalysisException: the query cannot start
         raise UserMistake(f"--job {job.ref}: {start_refusal(exc)}") from None
     try:
-        if not query.awaitTermination(STREAM_TIMEOUT_S):
+        if not query.awaitTermination(timeout_s):
             raise UserMistake(f"--job {job.ref}: the stream did not end within "
-                              f"{STREAM_TIMEOUT_S:.0f} s over the sample")
+                              f"{timeout_s:.0f} s over {over}")
     except UserMistake:
         raise
     except Exception as exc:  # the query failed in a batch: the job's own error
@@ -224,7 +225,7 @@ def _streaming_rows(spark: SparkSession, job: Job, sample: Path, info: Mapping[s
     from pgval.topologies.job import fan_out_operator
 
     result = _built(job, spark, job_inputs(spark, job, sample, info, streaming=True))
-    return _keyed(job, result, getattr(result, "isStreaming", True)), fan_out_operator(
+    return keyed_rows(job, result, getattr(result, "isStreaming", True)), fan_out_operator(
         _plan(result))
 
 
@@ -248,7 +249,7 @@ def _batch_rows(spark: SparkSession, job: Job, sample: Path, info: Mapping[str, 
         if not carries_ids(job, spark, inputs):
             return {"by_rows": True, "expected": rows_table(job, spark, inputs)}
         return {"by_rows": False,
-                "expected": to_arrow(_keyed(job, _built(job, spark, inputs), None))}
+                "expected": to_arrow(keyed_rows(job, _built(job, spark, inputs), None))}
     except UserMistake:
         raise
     except Exception as exc:  # Spark or the job's Python failed in the batch run

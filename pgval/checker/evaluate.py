@@ -22,6 +22,7 @@ from pgval.checker.recovery import Recovery, recovery_bounds, recovery_metrics
 from pgval.checker.validator import Validation, validate
 from pgval.core.schema import PHASES
 from pgval.oracle.expected import ExpectedOutputs, expected_outputs
+from pgval.oracle.replay import LateDrops
 from pgval.oracle.rows import disagreement
 from pgval.oracle.values import ValueCheck
 from pgval.records.parse import InputEvents, OutputRecords
@@ -55,6 +56,8 @@ class Evaluation:
     phase_inputs: dict[str, int] | None = None
     #: A user's job's values compared with its batch run's (None: not compared).
     values: ValueCheck | None = None
+    #: What the run's watermark dropped by Spark's rule, per phase (None: nothing did).
+    late: dict[str, Any] | None = None
     _anomalies: pa.Table | None = field(default=None, init=False, repr=False)
 
     def anomalies(self) -> pa.Table:
@@ -120,6 +123,8 @@ class Evaluation:
             out["expected_inputs"] = v.expected_inputs
         if self.values is not None:
             out["values"] = {**self.values.as_dict(), "wrong_value": v.wrong_value}
+        if self.late is not None:
+            out["dropped_behind_watermark"] = self.late
         if self.views.get("clock"):
             out["latency_clock"] = self.views["clock"]
         if self.views.get("raw"):
@@ -136,7 +141,7 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
              progress: Iterable[Mapping[str, Any]] | None = None,
              expected: ExpectedOutputs | None = None,
              cross_check: Mapping[str, Any] | None = None,
-             values: ValueCheck | None = None) -> Evaluation:
+             values: ValueCheck | None = None, late: LateDrops | None = None) -> Evaluation:
     """Run oracle, validator, metrics and recovery over in-memory columns.
 
     ``progress`` (the driver's per-batch records) lets each unprocessed ID be
@@ -146,7 +151,9 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
     "window_ms"}`` of a built-in job whose ``expected`` came from its batch run: pgval's
     own oracle of that topology is computed too and compared (:attr:`Evaluation.oracles`).
     ``values``: the outputs' values compared with the expected rows'
-    (:mod:`pgval.oracle.values`); an output whose values differ is incorrect.
+    (:mod:`pgval.oracle.values`); an output whose values differ is incorrect. ``late``:
+    what the run's watermark dropped by Spark's rule (:mod:`pgval.oracle.replay`), already
+    out of ``expected``: counted per phase, apart.
     """
     phases = phases or Phases.unbounded()
     if expected is None:
@@ -157,7 +164,8 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
     metrics = compute_metrics(events, outputs, validation, window_ms, phases)
     recovery = recovery_metrics(phases, metrics, window_ms)
     codes = (None if progress is None
-             else unprocessed_cause_codes(events, expected, validation, progress))
+             else unprocessed_cause_codes(events, expected, validation, progress,
+                                          ruled=late is not None and late.used))
     causes = ({} if codes is None else
               summarize_causes(expected.id_sorted[validation.unprocessed_slots], codes))
     oracles = None
@@ -166,7 +174,28 @@ def evaluate(events: InputEvents, outputs: OutputRecords, topology: str, window_
                                int(cross_check["window_ms"]))
         oracles = disagreement(expected, own) or ""
     return Evaluation(topology, window_ms, phases, expected, validation, metrics, recovery,
-                      causes, outputs, codes, oracles, values=values)
+                      causes, outputs, codes, oracles, values=values,
+                      late=None if late is None else late_summary(late, events, phases))
+
+
+def late_summary(late: LateDrops, events: InputEvents, phases: Phases) -> dict[str, Any]:
+    """What the watermark dropped, as ``--json`` says it: inputs per phase (by their
+    ingress time) and (input, row) pairs, or, where the replay could not stand for the
+    run, why not and the rows Spark reported dropped."""
+    from pgval.records.phases import PHASE_CODES
+
+    out: dict[str, Any] = {"by": "the run's micro-batches replayed" if late.used else None,
+                           "run_dropped_rows": late.run_dropped}
+    if not late.used:
+        return {**out, "told_apart": False, "why": late.why}
+    ids = np.unique(late.dropped_ids)
+    order = np.argsort(events.id)
+    pos = np.minimum(np.searchsorted(events.id[order], ids), max(len(order) - 1, 0))
+    ts = events.ingress_ts[order[pos]] if len(order) else np.zeros(0, dtype=np.int64)
+    of = phases.of(np.asarray(ts, dtype=np.int64))
+    return {**out, "told_apart": True, "inputs": len(ids), "pairs": len(late.dropped_ids),
+            "phases": {p: int((of == code).sum()) for p, code in PHASE_CODES.items()},
+            "examples": ids[:5].tolist()}
 
 
 

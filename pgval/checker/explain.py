@@ -24,9 +24,11 @@ recorded per micro-batch (source offsets and the watermark each batch ran with):
   ``abandoned`` event, pgval.topologies.driver.abandoned_batch), and a new query
   from the latest offsets never reads it again. Its IDs were read and died with
   the driver: lost (or late, by the same rule), not skipped;
-* ``late or lost`` — a user's job's ID read with its event time behind the watermark:
-  pgval does not know the job's window, so it cannot tell Spark's drop of a late row
-  from a loss (docs/semantics.md, "Algorithm 2 and late data").
+* ``late or lost`` — a user's job's ID read with its event time behind the watermark, in
+  a run whose batches could not be replayed: pgval does not know the job's window, so it
+  cannot tell Spark's drop of a late row from a loss. Where the replay ran
+  (:mod:`pgval.oracle.replay`), what Spark's rule dropped left the expectation, and such an
+  ID is ``lost`` (docs/semantics.md, "Late data in a user's job").
 """
 
 from __future__ import annotations
@@ -188,10 +190,13 @@ def summarize_causes(ids: np.ndarray, cause: np.ndarray) -> dict[str, Any]:
 
 
 def unprocessed_cause_codes(events: InputEvents, expected: ExpectedOutputs,
-                            validation: Validation, progress: Iterable[Mapping[str, Any]]
-                            ) -> np.ndarray:
+                            validation: Validation, progress: Iterable[Mapping[str, Any]],
+                            ruled: bool = False) -> np.ndarray:
     """Each unprocessed ID's cause (``validation.unprocessed_slots`` order), as an index
-    into :data:`CAUSES`: what the full anomaly set keeps per ID."""
+    into :data:`CAUSES`: what the full anomaly set keeps per ID. ``ruled``: a job's late
+    drops were told apart by Spark's own rule (:mod:`pgval.oracle.replay`) and left the
+    expectation, so an ID still expected that was read behind the watermark was one the
+    rule kept: lost."""
     slots = validation.unprocessed_slots
     if len(slots) == 0:
         return np.zeros(0, dtype=np.int8)
@@ -228,5 +233,5 @@ def unprocessed_cause_codes(events: InputEvents, expected: ExpectedOutputs,
         # By the event time alone a drop cannot be told from a loss: an event a little
         # behind the watermark is dropped only when its window had closed, which pgval does
         # not know of a user's job. So "late or lost", never plain "late" (Spark's doing).
-        cause[cause == _LATE] = _LATE_OR_LOST
+        cause[cause == _LATE] = _LOST if ruled else _LATE_OR_LOST
     return cause

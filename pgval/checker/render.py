@@ -144,6 +144,18 @@ def notes(ev: Evaluation) -> list[str]:
             f"{cause} {n:,}" + (f" (e.g. {', '.join(map(str, examples.get(cause, [])[:3]))})"
                                 if examples.get(cause) else "")
             for cause, n in counts.items() if n))
+    late = ev.late or {}
+    if late.get("told_apart") and late.get("inputs"):
+        phases = late.get("phases") or {}
+        extras.append(
+            f"dropped behind the watermark, by Spark's rule (the run's micro-batches "
+            f"replayed), not expected: {late['inputs']:,} inputs ("
+            + ", ".join(f"{p} {phases.get(p, 0):,}" for p in PHASES) + ")"
+            + (f", {late['pairs']:,} (input, row) pairs" if late.get("pairs") != late["inputs"]
+               else ""))
+    elif late and not late.get("told_apart"):
+        extras.append(f"Spark dropped {late.get('run_dropped_rows', 0):,} rows behind the "
+                      f"watermark, not told apart from losses: {late.get('why')}")
     outside = sum(m.series_outside.values())
     if outside:
         extras.append(f"{outside} records stamped outside the run's time span (counted, "

@@ -57,6 +57,7 @@ from pgval.core.schema import (
 )
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.oracle.expected import ExpectedOutputs
+from pgval.oracle.replay import LateDrops, NoReplay, apply_replay, read_by_run, topic_of
 from pgval.oracle.rows import (
     RowsError,
     expected_from_rows,
@@ -88,6 +89,9 @@ ANOMALIES = "anomalies.parquet"
 EXPECTED = "expected.parquet"
 #: The batch oracle's rows of a job without ``ids`` (judged by rows): key text, row text.
 EXPECTED_ROWS = "expected-rows.parquet"
+#: A job's rows from the run's micro-batches replayed (:mod:`pgval.oracle.replay`): kept
+#: where the run's stateful operators dropped rows behind the watermark.
+REPLAY = "replay.parquet"
 EXPECTED_ROWS_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()),
                                   ("own", pa.bool_())])
 JOB_SOURCE = "job.py"
@@ -105,7 +109,7 @@ INPUT_TOPICS = (GET_TOPIC, POST_TOPIC)
 #: Every file a re-check or an export reads, in the order they are verified; the progress
 #: file only when the driver wrote one, the anomalies only in runs stored since they are.
 EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOPIC)), PROGRESS,
-                  ANOMALIES, EXPECTED, EXPECTED_ROWS, JOB_SOURCE, SINK_ROWS, SINK_RAW)
+                  ANOMALIES, EXPECTED, EXPECTED_ROWS, REPLAY, JOB_SOURCE, SINK_ROWS, SINK_RAW)
 
 
 class EvidenceError(UserMistake):
@@ -567,6 +571,8 @@ class Streams:
     real_ingress: np.ndarray | None = None
     #: A user's job's outputs' values against its batch rows' (None: not compared).
     values: ValueCheck | None = None
+    #: What the run's watermark dropped by Spark's rule (None: a run with no such record).
+    late: LateDrops | None = None
 
 
 def is_control(ids: np.ndarray, control_ids: Sequence[int] | np.ndarray | None
@@ -672,7 +678,8 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
                              output: TopicRecords | pa.Table, rows: pa.Table, resources: int,
                              control_ids: Sequence[int] | None, coordinates: bool = False,
                              tolerance: float = DEFAULT_TOLERANCE,
-                             columns: Sequence[str] | None = None
+                             columns: Sequence[str] | None = None,
+                             replay: Mapping[str, Any] | None = None
                              ) -> tuple[Streams, ExpectedOutputs]:
     """A user's job's streams and its expected outputs: the batch oracle's ``rows``
     (:data:`pgval.topologies.batch.EXPECTED_SCHEMA`) and the outputs' key texts coded with
@@ -681,14 +688,21 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
     an :class:`EvidenceError`, one sentence. ``coordinates``: the job reads Kafka itself,
     its IDs are the records' coordinates (:func:`coordinate_events`). Where the batch rows
     have their values and the outputs theirs, each output's values are compared with its
-    row's (:mod:`pgval.oracle.values`, relative ``tolerance``)."""
+    row's (:mod:`pgval.oracle.values`, relative ``tolerance``). ``replay``: what the batch
+    oracle said of the run's batches replayed, with its ``rows``, the run's ``progress``
+    and its input ``topics``: the pairs Spark's watermark dropped leave the expectation
+    (:func:`late_drops`)."""
     if coordinates:
         events, control = coordinate_events(inputs)
         control_inputs, control_ids = len(control), control
     else:
         events, control_inputs = _input_events(inputs, resources, control_ids)
     keys = ResourceTable()
-    rows, by_id = key_by_single_id(set_aside_rows(rows, control_ids))
+    rows = set_aside_rows(rows, control_ids)
+    late = None
+    if replay is not None:
+        rows, late = late_drops(rows, replay, events, control_ids)
+    rows, by_id = key_by_single_id(rows)
     try:
         expected = expected_from_rows(*rows_of(rows), events, keys)
     except RowsError as exc:
@@ -704,7 +718,28 @@ def job_streams_from_records(inputs: Mapping[str, TopicRecords],
     written, compared = written_values(output, outputs)
     return Streams(events, outputs, control_inputs, control_outputs, control_occ,
                    values=value_check(rows, keys, outputs, written, compared,
-                                      tolerance, columns)), expected
+                                      tolerance, columns), late=late), expected
+
+
+def late_drops(rows: pa.Table, replay: Mapping[str, Any], events: InputEvents,
+               control_ids: Sequence[int] | np.ndarray | None) -> tuple[pa.Table, LateDrops]:
+    """The batch's ``rows`` less the (input, row) pairs the replay of the run's batches
+    shows Spark's watermark dropped (:mod:`pgval.oracle.replay`), and what was dropped;
+    the rows as they are, with the reason, where the replay cannot stand for the run."""
+    run_dropped = int(replay.get("run_dropped") or 0)
+    if not replay.get("used") or replay.get("rows") is None:
+        return rows, LateDrops.unused(str(replay.get("why") or "no replay"), run_dropped)
+    try:
+        topics = [str(t) for t in replay.get("topics") or []]
+        if events.topic is None or events.partition is None or events.offset is None:
+            raise NoReplay("the inputs have no Kafka positions")
+        read = read_by_run(list(replay.get("progress") or []), topics, events.topic,
+                           events.partition, events.offset)
+        applied = apply_replay(rows, set_aside_rows(replay["rows"], control_ids),
+                               np.sort(events.id[read]))
+    except NoReplay as exc:
+        return rows, LateDrops.unused(str(exc), run_dropped)
+    return applied.rows, LateDrops(True, None, applied.dropped, run_dropped)
 
 
 def value_check(rows: pa.Table, keys: ResourceTable, outputs: OutputRecords,
@@ -809,6 +844,28 @@ def load_expected(run_dir: Path) -> pa.Table:
     return table
 
 
+def save_replay(run_dir: Path, rows: pa.Table) -> Path:
+    """Keep the rows of the run's micro-batches replayed, beside the batch oracle's."""
+    return _save_table(run_dir, REPLAY, rows)
+
+
+def load_replay(run_dir: Path) -> pa.Table:
+    """The rows of the run's micro-batches replayed (``key``, ``ids``, ``value``)."""
+    return _load_table(run_dir, REPLAY, pa.schema([("key", pa.string()),
+                                                   ("ids", pa.list_(pa.int64())),
+                                                   ("value", pa.string())]),
+                       "the job's rows over the run's batches replayed",
+                       required=("key", "ids"))
+
+
+def replay_of(manifest: Manifest) -> dict[str, Any]:
+    """What the batch oracle said of the replay of the run's batches ({}: nothing)."""
+    job = manifest.job if isinstance(manifest.job, dict) else {}
+    oracle = job.get("oracle") if isinstance(job.get("oracle"), dict) else {}
+    replay = oracle.get("replay")
+    return replay if isinstance(replay, dict) else {}
+
+
 def save_expected_rows(run_dir: Path, rows: pa.Table) -> Path:
     """Keep the batch oracle's rows of a job without ``ids`` (:data:`EXPECTED_ROWS_SCHEMA`):
     its rows over every record the run read, ``own`` the rows that are not also rows of
@@ -907,8 +964,25 @@ def evaluation_streams(run_dir: Path, manifest: Manifest, inputs: Mapping[str, T
                                         manifest.resources, manifest.control_ids,
                                         coordinates=reads_kafka(manifest),
                                         tolerance=tolerance_of(manifest),
-                                        columns=columns_of(manifest))
+                                        columns=columns_of(manifest),
+                                        replay=replay_inputs(run_dir, manifest))
     return streams_from_records(inputs, output, manifest.resources, manifest.control_ids), None
+
+
+def replay_inputs(run_dir: Path, manifest: Manifest) -> dict[str, Any] | None:
+    """What :func:`late_drops` reads of a run whose watermark dropped rows: the batch
+    oracle's word on the replay, its rows, the run's progress and input topics (None: a
+    run whose stateful operators dropped nothing, or one stored before replays were)."""
+    said = replay_of(manifest)
+    if not said.get("run_dropped"):
+        return None
+    progress = load_progress(run_dir)
+    job = manifest.job if isinstance(manifest.job, dict) else {}
+    named = job.get("inputs") if isinstance(job.get("inputs"), dict) else None
+    topics = (list(named.values()) if named and reads_kafka(manifest)
+              else [topic_of(t, progress) for t in INPUT_TOPICS])
+    return {**said, "progress": progress, "topics": topics,
+            "rows": load_replay(run_dir) if said.get("used") else None}
 
 
 def load_streams(run_dir: Path, manifest: Manifest | None = None) -> Streams:

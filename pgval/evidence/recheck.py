@@ -464,7 +464,7 @@ def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecor
     evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
                           manifest.window_ms, manifest.phase_bounds, progress=progress,
                           expected=expected, cross_check=cross_check_of(manifest),
-                          values=streams.values)
+                          values=streams.values, late=streams.late)
     if by_rows(manifest):  # a job without ids: synthetic inputs, one per expected row
         evaluation = rows_verdict(evaluation, streams.real_ingress)
     sink = manifest.sink if isinstance(manifest.sink, dict) else {}

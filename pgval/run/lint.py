@@ -8,8 +8,9 @@ this module compares the two as the validator would and words every problem in o
 sentence: a job that does not load (a missing package among them), an operator the table in
 docs/your-job.md refuses, a query Spark will not start, a key that does not identify an
 output, and a stream whose rows differ from the batch's (rows missing or extra, other
-IDs, other values). Records Spark dropped behind the watermark are named as such: pgval
-counts them unprocessed today. A fan-out is named, not refused: it is judged pair by pair.
+IDs, other values). Records Spark dropped behind the watermark are named as such: a run
+tells them apart by replaying its micro-batches and reports them apart. A fan-out is
+named, not refused: it is judged pair by pair.
 
 The process runs in a private work folder guarded like a run's (``state.json`` and a
 reaper): a kill of pgval does not leave the process behind, and the folder (the sample, a
@@ -376,9 +377,10 @@ def _watermark_note(progress: Sequence[Mapping[str, Any]]) -> tuple[int, str | N
     if not dropped:
         return 0, None
     return dropped, (f"Spark dropped {dropped} rows behind the watermark over the sample "
-                     "(late records, as Spark documents): the batch run keeps them, so a "
-                     "run counts their inputs unprocessed, with the cause late; a longer "
-                     "withWatermark delay, or less --disorder/--late, keeps them")
+                     "(late records, as Spark documents): the batch run keeps them, and a "
+                     "run reports their inputs apart, as dropped behind the watermark (the "
+                     "run's micro-batches replayed); a longer withWatermark delay, or less "
+                     "--disorder/--late, keeps them")
 
 
 # ---------------------------------------------------------------------------- the process

@@ -1,0 +1,123 @@
+"""The run's micro-batches cut from its progress, and the replay's rows against the batch's
+(:mod:`pgval.oracle.replay`): no Spark. Which records each batch read follows the offsets
+the progress recorded, a batch whose line is missing ends where the next starts, two
+queries are refused; a pair the replay lacks leaves the expectation only when a batch of
+the run read its input, and a pair the batch lacks refuses the replay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgval.oracle.replay import (
+    NoReplay,
+    apply_replay,
+    dropped_by_run,
+    plan_replay,
+    read_by_run,
+    watermark_mismatch,
+)
+
+
+def batch(b: int, start: dict | None, end: dict, wm: str | None = None,
+          dropped: int = 0) -> dict:
+    line = {"event": "progress", "batchId": b,
+            "sources": [{"startOffset": start, "endOffset": end}],
+            "stateOperators": [{"numRowsDroppedByWatermark": dropped}]}
+    if wm:
+        line["eventTime"] = {"watermark": wm}
+    return line
+
+
+def test_each_record_goes_to_the_batch_whose_range_holds_its_offset() -> None:
+    progress = [{"event": "started", "id": "q"},
+                batch(0, None, {"t": {"0": 3, "1": 2}}, "1970-01-01T00:00:00.000Z"),
+                batch(1, {"t": {"0": 3, "1": 2}}, {"t": {"0": 3, "1": 2}},
+                      "1970-01-01T00:00:10.000Z"),  # read nothing: an empty batch
+                batch(2, {"t": {"0": 3, "1": 2}}, {"t": {"0": 5, "1": 4}},
+                      "1970-01-01T00:00:20.000Z", dropped=2)]
+    parts = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
+    offs = np.array([0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4])
+    plan = plan_replay(progress, {"x": ("t", parts, offs)})
+    assert plan.batches == 3
+    assert plan.batch_of["x"].tolist() == [0, 0, 0, 2, 2, -1, 0, 0, 2, 2, -1]
+    assert plan.watermarks == {0: 0, 1: 10_000, 2: 20_000}
+    assert dropped_by_run(progress) == 2
+    assert watermark_mismatch(plan, {0: 0, 1: 10_000, 2: 20_000}) is None
+    assert "batch 2" in watermark_mismatch(plan, {0: 0, 1: 10_000, 2: 19_000})
+    assert "no batch 1" in watermark_mismatch(plan, {0: 0, 2: 20_000})
+
+
+def test_a_batch_without_its_line_ends_where_the_next_one_starts() -> None:
+    progress = [batch(0, None, {"t": {"0": 2}}),
+                batch(2, {"t": {"0": 4}}, {"t": {"0": 6}})]
+    plan = plan_replay(progress, {"x": ("t", np.zeros(6, dtype=int), np.arange(6))})
+    assert plan.batch_of["x"].tolist() == [0, 0, 1, 1, 2, 2]
+    with pytest.raises(NoReplay, match="neither batch 1"):
+        plan_replay([batch(0, None, {"t": {"0": 2}}), batch(2, None, {"t": {"0": 6}})],
+                    {"x": ("t", np.zeros(1, dtype=int), np.zeros(1, dtype=int))})
+
+
+def test_a_query_started_afresh_is_not_replayed() -> None:
+    progress = [{"event": "started", "id": "a"}, batch(0, None, {"t": {"0": 2}}),
+                {"event": "started", "id": "b"}, batch(0, None, {"t": {"0": 4}})]
+    with pytest.raises(NoReplay, match="new checkpoint"):
+        plan_replay(progress, {"x": ("t", np.zeros(1, dtype=int), np.zeros(1, dtype=int))})
+
+
+def rows(*pairs: tuple[str, list[int], str]) -> pa.Table:
+    return pa.table({"key": [k for k, _, _ in pairs], "ids": [i for _, i, _ in pairs],
+                     "value": [v for _, _, v in pairs]},
+                    schema=pa.schema([("key", pa.string()), ("ids", pa.list_(pa.int64())),
+                                      ("value", pa.string())]))
+
+
+def test_a_pair_the_replay_lacks_leaves_the_row_and_the_row_takes_the_replays_value() -> None:
+    batch_rows = rows(("w1", [1, 2, 3], '{"n":3}'), ("w2", [4], '{"n":1}'),
+                      ("w3", [5, 6], '{"n":2}'))
+    replay = rows(("w1", [1, 3], '{"n":2}'), ("w3", [5, 6], '{"n":2}'))
+    # 2 and 4 were read by the run and dropped; 7 would not matter.
+    applied = apply_replay(batch_rows, replay, np.array([1, 2, 3, 4, 5, 6]))
+    assert sorted(applied.dropped.tolist()) == [2, 4]
+    got = applied.rows.to_pylist()
+    assert got == [{"key": "w1", "ids": [1, 3], "value": '{"n":2}'},
+                   {"key": "w3", "ids": [5, 6], "value": '{"n":2}'}]
+
+
+def test_an_input_no_batch_read_stays_expected() -> None:
+    batch_rows = rows(("w1", [1, 2], '{"n":2}'))
+    replay = rows(("w1", [1], '{"n":1}'))
+    applied = apply_replay(batch_rows, replay, np.array([1]))  # 2 never read: skipped
+    assert applied.dropped.tolist() == []
+    assert applied.rows.to_pylist() == batch_rows.to_pylist()
+
+
+def test_a_pair_only_the_replay_has_refuses_it() -> None:
+    with pytest.raises(NoReplay, match="differs from its batch"):
+        apply_replay(rows(("w1", [1], "a")), rows(("w1", [1, 9], "b")), np.array([1, 9]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=5, unique=True),
+                min_size=1, max_size=8), st.data())
+def test_what_is_kept_is_the_replay_where_the_run_read(groups: list[list[int]],
+                                                       data: st.DataObject) -> None:
+    keyed = [(f"k{i}", g, f"v{i}") for i, g in enumerate(groups)]
+    kept = [(k, [i for i in g if data.draw(st.booleans())], v) for k, g, v in keyed]
+    replay = rows(*[(k, g, v + "'") for k, g, v in kept if g])
+    every = np.unique(np.concatenate([np.array(g) for g in groups]))
+    applied = apply_replay(rows(*keyed), replay, every)
+    got = {r["key"]: (r["ids"], r["value"]) for r in applied.rows.to_pylist()}
+    assert got == {k: (g, v + "'") if len(g) < len(dict((x[0], x[1]) for x in keyed)[k])
+                   else (g, v) for k, g, v in kept if g}
+    assert len(applied.dropped) == sum(len(g) for g in groups) - sum(len(g) for _, g, _ in kept)
+
+
+def test_read_by_run_finds_each_records_batch_by_its_topic() -> None:
+    progress = [batch(0, None, {"pgval-x-get": {"0": 2}, "pgval-x-post": {"0": 1}})]
+    read = read_by_run(progress, ["pgval-x-get", "pgval-x-post"], np.array([0, 0, 0, 1, 1]),
+                       np.zeros(5, dtype=int), np.array([0, 1, 2, 0, 1]))
+    assert read.tolist() == [True, True, False, True, False]
