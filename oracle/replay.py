@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pgval.core.errors import UserMistake
+
 #: The reason a replay was not needed: the run's stateful operators dropped nothing.
 NOTHING_DROPPED = "the run's stateful operators dropped no row behind the watermark"
 
@@ -68,8 +70,9 @@ class ReplayPlan:
     watermarks: dict[int, int]
 
 
-class NoReplay(ValueError):
-    """The run's batches cannot be replayed (one sentence: why)."""
+class NoReplay(UserMistake, ValueError):
+    """The run's batches cannot stand for a replay (one sentence: why). Always caught: the
+    run is then judged without it, and says why."""
 
 
 def plan_replay(progress: Iterable[Mapping[str, Any]],

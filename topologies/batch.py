@@ -19,22 +19,14 @@ within the watermark's delay of the first and the copies agree on every output c
 batch keeps one copy, the stream the first to arrive). A copy that comes after the state
 has expired is written again by the stream, as Spark documents, and counted a duplicate.
 
-``python -m pgval.topologies.batch --job REF --run-dir RUN`` is the batch oracle of a run:
-a ``local[1]`` Spark process over the run's evidence (``get``/``post`` as read back from
-Kafka) that writes ``evidence/expected.parquet`` (``key``, ``ids``, ``value``), and
-``evidence/replay.parquet`` where it replayed the run's batches, sealed with the rest, so
-a re-check needs no Spark and gives the same answer. Exit 0 with one JSON line, 2 when
-the job cannot be judged (one sentence on stderr), 1 when Spark failed.
+The batch oracle of a run is a process of its own, :mod:`pgval.topologies.batch_oracle`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 import sys
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +34,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pgval.core.errors import UserMistake
 from pgval.oracle.rows import occurrence_ranks, rows_of
 from pgval.topologies.job import IDS, SOURCES, Job, JobError, check_result
 from pgval.topologies.job_query import key_column
@@ -251,7 +242,7 @@ def batch_rows(job: Job, spark: SparkSession, records: Mapping[str, pa.Table], w
 
 
 # ---------------------------------------------------------------- the batch oracle process
-def _evidence_records(run_dir: Path) -> dict[str, pa.Table]:
+def evidence_records(run_dir: Path) -> dict[str, pa.Table]:
     """The run's input records as read back (raw)."""
     from pgval.evidence.bundle import load_topic
 
@@ -399,108 +390,3 @@ def one_batch(func: Any, schema: Any) -> Any:
         return pd.concat(out, ignore_index=True)[names]
 
     return whole
-
-
-def replay_if_dropped(job: Job, spark: SparkSession, run_dir: Path,
-                      topics: Mapping[str, str] | None, by_rows: bool, workdir: Path
-                      ) -> tuple[pa.Table | None, dict[str, Any]]:
-    """Where the run's stateful operators dropped rows behind the watermark, the run's
-    micro-batches replayed (:mod:`pgval.topologies.replay`): its rows, or None, and what
-    the replay found (``used``; ``why`` not). ``topics``: a job reading Kafka itself."""
-    from pgval.evidence.bundle import load_progress
-    from pgval.oracle.replay import NOTHING_DROPPED, dropped_by_run, topic_of
-    from pgval.topologies.lint import RAW_DDL
-    from pgval.topologies.replay import replay_run
-
-    progress = load_progress(run_dir)
-    dropped = dropped_by_run(progress)
-    if not dropped:
-        return None, {"used": False, "why": NOTHING_DROPPED, "run_dropped": 0}
-    if by_rows:
-        return None, {"used": False, "run_dropped": dropped,
-                      "why": "a job judged by its rows: rows carry no inputs to set apart"}
-    if topics is not None:
-        tables = kafka_tables(run_dir, topics)
-        ddl = KAFKA_SOURCE_DDL
-        positions = {n: (topics[n], t.column("partition").to_numpy(),
-                         t.column("offset").to_numpy()) for n, t in tables.items()}
-    else:
-        tables = _evidence_records(run_dir)
-        ddl = RAW_DDL
-        positions = {n: (topic_of(n, progress), t.column("partition").to_numpy(),
-                         t.column("offset").to_numpy()) for n, t in tables.items()}
-    try:
-        rows, said = replay_run(spark, job, tables, positions, progress, ddl, workdir)
-    except Exception as exc:  # the job failed in the replay: the drops are not told apart
-        from pgval.topologies.lint import first_line
-
-        return None, {"used": False, "run_dropped": dropped,
-                      "why": f"the replay of the run's batches failed: {first_line(exc)}"}
-    return rows, {**said, "run_dropped": dropped}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import os
-
-    from pgval.evidence.bundle import save_expected, save_expected_rows, save_replay
-    from pgval.oracle.values import DEFAULT_TOLERANCE
-    from pgval.topologies.builtin import builtin_of
-    from pgval.topologies.job_query import load_job_for_spark
-
-    ap = argparse.ArgumentParser(prog="python -m pgval.topologies.batch",
-                                 description="A run's batch oracle: its job run as a batch "
-                                             "over its evidence.")
-    ap.add_argument("--job", required=True, metavar="PATH.py:FUNCTION")
-    ap.add_argument("--run-dir", required=True, type=Path)
-    ap.add_argument("--heap-mb", type=int, default=1024,
-                    help="the session's heap (spark.driver.memory), MiB")
-    ap.add_argument("--inputs", default="", metavar="NAME=TOPIC,...",
-                    help="a job reading Kafka itself: its inputs' names and the run's topics")
-    args = ap.parse_args(argv)
-    t0 = time.monotonic()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    try:
-        conf = json.loads(os.environ.get("PGVAL_SPARK_CONF") or "{}")
-        # The session first: a job file may need one to load (as under spark-submit).
-        spark = batch_session(conf, args.heap_mb)
-        batch_meanings(spark)
-        workdir = args.run_dir / "batch-oracle"
-        try:
-            spark.sparkContext.setLogLevel("ERROR")
-            job = load_job_for_spark(args.job)
-            topics = dict(p.split("=", 1) for p in args.inputs.split(",") if p)
-            if job.reads_kafka:
-                sources = recorded_inputs(spark, args.run_dir, topics, workdir)
-            else:
-                sources = batch_sources(spark, _evidence_records(args.run_dir), workdir)
-            by_rows = not carries_ids(job, spark, sources)
-            table = (rows_table(job, spark, sources) if by_rows
-                     else batch_table(job, spark, sources))
-            replayed, replay = replay_if_dropped(job, spark, args.run_dir, topics if
-                                                 job.reads_kafka else None, by_rows, workdir)
-        finally:
-            spark.stop()
-            shutil.rmtree(workdir, ignore_errors=True)  # a copy of every input record
-    except UserMistake as exc:  # the job (JobError) or its reads (an unknown input)
-        print(f"pgval-batch: {exc}", file=sys.stderr)
-        return 2
-    if by_rows:
-        path = save_expected_rows(args.run_dir, table)
-        own = int(pc.sum(table.column("own")).as_py() or 0)
-        said = {"rows": table.num_rows - own, "own_rows": own, "by_rows": True}
-    else:
-        path = save_expected(args.run_dir, table)
-        said = {"rows": table.num_rows,
-                "ids": int(pc.sum(pc.list_value_length(table.column("ids"))).as_py() or 0),
-                "columns": job_columns(table)}
-    said["tolerance"] = DEFAULT_TOLERANCE if job.tolerance is None else job.tolerance
-    if replayed is not None:
-        save_replay(args.run_dir, replayed.cast(EXPECTED_SCHEMA))
-    said["replay"] = replay
-    print(json.dumps({**said, "file": str(path), "seconds": round(time.monotonic() - t0, 3),
-                      "builtin": builtin_of(job.build)}), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -60,8 +60,9 @@ def replay_run(spark: SparkSession, job: Job, tables: Mapping[str, pa.Table],
     """The job replayed over the run's batches: (its keyed rows, or None when the replay
     cannot stand for the run; a summary with the reason). ``tables``: each input's records
     as the job reads them (``ddl``), ``positions`` their topic, partitions and offsets."""
+    from pgval.topologies.batch import to_arrow
     from pgval.topologies.job_query import job_source
-    from pgval.topologies.lint import keyed_rows, run_stream, to_arrow
+    from pgval.topologies.lint import keyed_rows, run_stream
 
     t0 = time.monotonic()
     try:

@@ -1,8 +1,8 @@
 """A user's job's oracle for one run: its ``build`` run as a batch over the run's evidence.
 
 The batch runs in a ``local[1]`` Spark process of its own (``python -m
-pgval.topologies.batch``), started like every other process of the run (its own group, a
-pid file the reaper and ``pgval cleanup`` read), after the read-back: it reads the input
+pgval.topologies.batch_oracle``), started like every other process of the run (its own
+group, a pid file the reaper and ``pgval cleanup`` read), after the read-back: it reads the input
 records exactly as the evidence keeps them and writes ``evidence/expected.parquet``, which
 is sealed with the rest. So the expectation is fixed once, from what Kafka held, and a
 re-check reads it instead of running Spark again.
@@ -61,7 +61,7 @@ def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],
     (a ``spark.driver.memory`` among the user's settings wins); its summary (rows, IDs,
     seconds). A job that cannot be judged, a failure or a time-out is one sentence
     (:class:`PgvalError`) naming the log."""
-    argv = [sys.executable, "-m", "pgval.topologies.batch", "--job", job,
+    argv = [sys.executable, "-m", "pgval.topologies.batch_oracle", "--job", job,
             "--run-dir", str(run_dir), "--heap-mb", str(heap_mb)]
     if inputs:  # a job reading Kafka itself: its inputs' names and the run's topics
         argv += ["--inputs", ",".join(f"{n}={t}" for n, t in inputs.items())]
