@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from pgval.core.errors import UserMistake
 
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The reason a replay was not needed: the run's stateful operators dropped nothing.
 NOTHING_DROPPED = "the run's stateful operators dropped no row behind the watermark"
 
@@ -43,7 +44,8 @@ def watermark_ms(progress: Mapping[str, Any]) -> int | None:
     if not iso:
         return None
     try:
-        return int(datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp() * 1000)
+        at = datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+        return (at - EPOCH) // timedelta(milliseconds=1)
     except (TypeError, ValueError, OverflowError):
         return None
 
@@ -54,7 +56,7 @@ def dropped_by_run(progress: Iterable[Mapping[str, Any]]) -> int:
     last: dict[int, int] = {}
     for p in progress:
         if p.get("event") == "progress" and isinstance(p.get("batchId"), int):
-            last[p["batchId"]] = sum(int(op.get("numRowsDroppedByWatermark") or 0)
+            last[p["batchId"]] = sum(_int(op.get("numRowsDroppedByWatermark"))
                                      for op in p.get("stateOperators") or [])
     return sum(last.values())
 
@@ -62,12 +64,18 @@ def dropped_by_run(progress: Iterable[Mapping[str, Any]]) -> int:
 @dataclass(frozen=True)
 class ReplayPlan:
     """The run's micro-batches: ``batches`` of them (ids 0 to ``batches`` − 1), each input's
-    records' batch (``batch_of``, −1: no batch of the run read it) and the watermark each
-    recorded batch ran with (``watermarks``, by batch id)."""
+    records' batch (``batch_of``, −1: no batch of the run read it), the watermark each
+    recorded batch ran with (``watermarks``) and the rows its stateful operators dropped
+    behind it (``dropped``), by batch id."""
 
     batches: int
     batch_of: dict[str, np.ndarray]
     watermarks: dict[int, int]
+    dropped: dict[int, int]
+
+    def dropping(self) -> list[int]:
+        """The batches in which the run's operators dropped rows behind the watermark."""
+        return sorted(b for b, n in self.dropped.items() if n > 0)
 
 
 class NoReplay(UserMistake, ValueError):
@@ -75,67 +83,153 @@ class NoReplay(UserMistake, ValueError):
     run is then judged without it, and says why."""
 
 
+Offsets = dict[str, dict[int, int]]
+
+
+def _offsets(value: object) -> Offsets | None:
+    """A source's ``startOffset``/``endOffset`` as {topic: {partition: offset}} (None: a
+    string such as ``latest``, or nothing)."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return {str(t): {int(k): int(v) for k, v in parts.items()}
+                for t, parts in value.items()}
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _int(value: object) -> int:
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+@dataclass
+class _Lines:
+    """What the run's progress lines say, batch by batch."""
+
+    queries: set[str]
+    ends: dict[int, Offsets]
+    starts: dict[int, Offsets]
+    rows: dict[int, list[tuple[frozenset[str], int]]]  # per source: its topics, rows read
+    marks: dict[int, int]
+    dropped: dict[int, int]
+    conflict: int | None = None  # a batch with two lines that disagree on its offsets
+
+
+def _read_lines(progress: Iterable[Mapping[str, Any]]) -> _Lines:
+    """The progress lines gathered per batch id (the first batch whose lines disagree on
+    its offsets noted: two queries')."""
+    got = _Lines(set(), {}, {}, {}, {}, {})
+    for p in progress:
+        if p.get("event") == "started" and p.get("id"):
+            got.queries.add(str(p["id"]))
+        if p.get("event") != "progress" or not isinstance(p.get("batchId"), int):
+            continue
+        b = int(p["batchId"])
+        end: Offsets = {}
+        start: Offsets = {}
+        rows = []
+        for src in p.get("sources") or []:
+            src_end = _offsets(src.get("endOffset")) or {}
+            end.update(src_end)
+            start.update(_offsets(src.get("startOffset")) or {})
+            if isinstance(src.get("numInputRows"), int):
+                rows.append((frozenset(src_end), int(src["numInputRows"])))
+        if b in got.ends and got.ends[b] != end and got.conflict is None:
+            got.conflict = b
+        if end:
+            got.ends[b] = end
+        if start:
+            got.starts[b] = start
+        got.rows[b] = rows
+        if (wm := watermark_ms(p)) is not None:
+            got.marks[b] = wm
+        got.dropped[b] = sum(_int(op.get("numRowsDroppedByWatermark"))
+                             for op in p.get("stateOperators") or [])
+    return got
+
+
 def plan_replay(progress: Iterable[Mapping[str, Any]],
-                inputs: Mapping[str, tuple[str, np.ndarray, np.ndarray]]) -> ReplayPlan:
+                inputs: Mapping[str, tuple[str, np.ndarray, np.ndarray]],
+                every_record: bool = True) -> ReplayPlan:
     """Each record's micro-batch in the run, from the offsets its progress recorded.
 
     ``inputs``: per input name, its topic and its records' partitions and offsets. A batch
     whose line is missing (a driver killed before its listener wrote it) ends where the
-    next batch starts. Refused (:class:`NoReplay`) when the run's batches are not one
-    query's (a restart on a new checkpoint starts another stream, with no watermark) or a
-    batch's end cannot be known.
+    next batch starts. The cut is checked against the run: each batch starts where the
+    one before ended, and each source of a recorded batch read as many records as the cut
+    gives it. Refused (:class:`NoReplay`) when the run's batches are not one query's (a
+    restart on a new checkpoint starts another stream, with no watermark), a batch's end
+    cannot be known, or the cut does not match. ``every_record`` False: ``inputs`` are not
+    all the records the run read (pgval's own set aside), so the counts are not checked.
     """
-    queries: set[str] = set()
-    ends: dict[int, dict[str, dict[int, int]]] = {}
-    starts: dict[int, dict[str, dict[int, int]]] = {}
-    marks: dict[int, int] = {}
-    for p in progress:
-        if p.get("event") == "started" and p.get("id"):
-            queries.add(str(p["id"]))
-        if p.get("event") != "progress" or not isinstance(p.get("batchId"), int):
-            continue
-        b = int(p["batchId"])
-        for src in p.get("sources") or []:
-            for side, into in (("endOffset", ends), ("startOffset", starts)):
-                offsets = src.get(side)
-                if isinstance(offsets, dict):
-                    for topic, parts in offsets.items():
-                        into.setdefault(b, {}).setdefault(topic, {}).update(
-                            {int(k): int(v) for k, v in parts.items()})
-        if (wm := watermark_ms(p)) is not None:
-            marks[b] = wm
-    if len(queries) > 1:
+    got = _read_lines(progress)
+    if len(got.queries) > 1:
         raise NoReplay("the run's query started afresh on a new checkpoint (its batches "
                        "are two streams, the second with no watermark)")
-    if not ends:
+    if got.conflict is not None:
+        raise NoReplay(f"the run's progress has two lines for batch {got.conflict} with "
+                       "other offsets (two queries)")
+    if not got.ends:
         raise NoReplay("the run's progress records no batch's offsets")
-    count = max(ends) + 1
+    count = max(got.ends) + 1
+    ends = dict(got.ends)
     for b in range(count):
         if b not in ends:
-            if b + 1 not in starts:
+            if b + 1 not in got.starts:
                 raise NoReplay(f"the run's progress has neither batch {b}'s end offsets nor "
                                f"batch {b + 1}'s start offsets")
-            ends[b] = starts[b + 1]
-    batch_of = {}
-    for name, (topic, partitions, offsets) in inputs.items():
-        partitions = np.asarray(partitions, dtype=np.int64)
-        offsets = np.asarray(offsets, dtype=np.int64)
-        out = np.full(len(offsets), -1, dtype=np.int64)
-        first = (starts.get(0) or {}).get(topic, {})
-        for part in np.unique(partitions).tolist():
-            sel = np.flatnonzero(partitions == part)
-            # Each batch's end in this partition, carried over a batch that names none.
-            line, last = np.zeros(count, dtype=np.int64), int(first.get(part, 0))
-            for b in range(count):
-                last = int(ends[b].get(topic, {}).get(part, last))
-                line[b] = last
-            if np.any(np.diff(line) < 0):
-                raise NoReplay(f"the run's end offsets of {topic} partition {part} go back")
-            k = np.searchsorted(line, offsets[sel], side="right")
-            read = (k < count) & (offsets[sel] >= int(first.get(part, 0)))
-            out[sel[read]] = k[read]
-        batch_of[name] = out
-    return ReplayPlan(count, batch_of, marks)
+            ends[b] = got.starts[b + 1]
+        elif b + 1 in got.starts and any(
+                ends[b].get(t, {}).get(part, off) != off
+                for t, parts in got.starts[b + 1].items() for part, off in parts.items()):
+            raise NoReplay(f"batch {b + 1} of the run starts elsewhere than batch {b} ended")
+    batch_of = {name: _cut(topic, partitions, offsets, ends, got.starts.get(0) or {}, count)
+                for name, (topic, partitions, offsets) in inputs.items()}
+    if every_record:
+        _check_rows(got, inputs, batch_of, count)
+    return ReplayPlan(count, batch_of, got.marks, got.dropped)
+
+
+def _cut(topic: str, partitions: np.ndarray, offsets: np.ndarray, ends: Mapping[int, Offsets],
+         first_start: Offsets, count: int) -> np.ndarray:
+    """Each record's batch: the first whose end offset in its partition is past it."""
+    partitions = np.asarray(partitions, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    out = np.full(len(offsets), -1, dtype=np.int64)
+    first = first_start.get(topic, {})
+    for part in np.unique(partitions).tolist():
+        sel = np.flatnonzero(partitions == part)
+        # Each batch's end in this partition, carried over a batch that names none.
+        line, last = np.zeros(count, dtype=np.int64), int(first.get(part, 0))
+        for b in range(count):
+            last = int(ends[b].get(topic, {}).get(part, last))
+            line[b] = last
+        if np.any(np.diff(line) < 0):
+            raise NoReplay(f"the run's end offsets of {topic} partition {part} go back")
+        k = np.searchsorted(line, offsets[sel], side="right")
+        read = (k < count) & (offsets[sel] >= int(first.get(part, 0)))
+        out[sel[read]] = k[read]
+    return out
+
+
+def _check_rows(got: _Lines, inputs: Mapping[str, tuple[str, np.ndarray, np.ndarray]],
+                batch_of: Mapping[str, np.ndarray], count: int) -> None:
+    """Each recorded batch's sources read as many records as the cut gives them (a
+    source whose topics are not all inputs here is not checked)."""
+    per_topic: dict[str, np.ndarray] = {}
+    for name, (topic, _, _) in inputs.items():
+        counts = np.bincount(batch_of[name][batch_of[name] >= 0], minlength=count)
+        per_topic[topic] = per_topic.get(topic, np.zeros(count, dtype=np.int64)) + counts
+    for b, sources in sorted(got.rows.items()):
+        for topics, rows in sources:
+            if topics and topics <= per_topic.keys():
+                cut = sum(int(per_topic[t][b]) for t in topics)
+                if cut != rows:
+                    raise NoReplay(f"batch {b} of the run read {rows:,} records of "
+                                   f"{', '.join(sorted(topics))}; its offsets give {cut:,}")
 
 
 def topic_of(role: str, progress: Iterable[Mapping[str, Any]]) -> str:
@@ -150,28 +244,36 @@ def topic_of(role: str, progress: Iterable[Mapping[str, Any]]) -> str:
     return found[0] if found else role
 
 
-def read_by_run(progress: list[dict[str, Any]], topics: list[str], codes: np.ndarray,
-                partitions: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Whether some batch of the run read each record (its topic ``topics[code]``)."""
-    read = np.zeros(len(offsets), dtype=bool)
-    for code, topic in enumerate(topics):
-        sel = np.flatnonzero(codes == code)
-        if len(sel):
-            plan = plan_replay(progress, {"input": (topic, partitions[sel], offsets[sel])})
-            read[sel] = plan.batch_of["input"] >= 0
-    return read
+def batch_by_run(progress: list[dict[str, Any]], topics: list[str], codes: np.ndarray,
+                 partitions: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, ReplayPlan]:
+    """The batch of the run that read each record (its topic ``topics[code]``; −1: none),
+    and the run's batches as :func:`plan_replay` cuts them (the records need not be all
+    the run read: the batch oracle checked the cut on all of them)."""
+    inputs = {str(code): (topic, partitions[codes == code], offsets[codes == code])
+              for code, topic in enumerate(topics)}
+    plan = plan_replay(progress, inputs, every_record=False)
+    batch = np.full(len(offsets), -1, dtype=np.int64)
+    for code in range(len(topics)):
+        batch[codes == code] = plan.batch_of[str(code)]
+    return batch, plan
 
 
-def watermark_mismatch(plan: ReplayPlan, replayed: Mapping[int, int]) -> str | None:
-    """The first batch whose watermark the replay did not reach as the run did (one
-    sentence), or None: the replay's watermark equals the run's at every batch both have,
-    and the replay ran every batch of the run."""
+def replay_mismatch(plan: ReplayPlan, marks: Mapping[int, int],
+                    dropped: Mapping[int, int]) -> str | None:
+    """Where the replay did not run as the run did (one sentence), or None: at every batch
+    the run recorded, the replay ran with the same watermark, and its operators dropped
+    rows behind it in the same batches (counts may differ: an aggregation drops partial
+    aggregates, whose number depends on how the input is partitioned)."""
     for b in sorted(plan.watermarks):
-        if b not in replayed:
+        if b not in marks:
             return f"the replay has no batch {b}"
-        if replayed[b] != plan.watermarks[b]:
+        if marks[b] != plan.watermarks[b]:
             return (f"batch {b} ran with watermark {plan.watermarks[b]} ms in the run and "
-                    f"{replayed[b]} ms in the replay")
+                    f"{marks[b]} ms in the replay")
+    for b in sorted(plan.dropped):
+        if (plan.dropped[b] > 0) != (dropped.get(b, 0) > 0):
+            return (f"batch {b} dropped {plan.dropped[b]:,} rows behind the watermark in the "
+                    f"run and {dropped.get(b, 0):,} in the replay")
     return None
 
 

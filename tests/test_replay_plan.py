@@ -15,17 +15,19 @@ from hypothesis import strategies as st
 from pgval.oracle.replay import (
     NoReplay,
     apply_replay,
+    batch_by_run,
     dropped_by_run,
     plan_replay,
-    read_by_run,
-    watermark_mismatch,
+    replay_mismatch,
 )
 
 
 def batch(b: int, start: dict | None, end: dict, wm: str | None = None,
-          dropped: int = 0) -> dict:
-    line = {"event": "progress", "batchId": b,
-            "sources": [{"startOffset": start, "endOffset": end}],
+          dropped: int = 0, rows: int | None = None) -> dict:
+    source = {"startOffset": start, "endOffset": end}
+    if rows is not None:
+        source["numInputRows"] = rows
+    line = {"event": "progress", "batchId": b, "sources": [source],
             "stateOperators": [{"numRowsDroppedByWatermark": dropped}]}
     if wm:
         line["eventTime"] = {"watermark": wm}
@@ -45,10 +47,30 @@ def test_each_record_goes_to_the_batch_whose_range_holds_its_offset() -> None:
     assert plan.batches == 3
     assert plan.batch_of["x"].tolist() == [0, 0, 0, 2, 2, -1, 0, 0, 2, 2, -1]
     assert plan.watermarks == {0: 0, 1: 10_000, 2: 20_000}
-    assert dropped_by_run(progress) == 2
-    assert watermark_mismatch(plan, {0: 0, 1: 10_000, 2: 20_000}) is None
-    assert "batch 2" in watermark_mismatch(plan, {0: 0, 1: 10_000, 2: 19_000})
-    assert "no batch 1" in watermark_mismatch(plan, {0: 0, 2: 20_000})
+    assert dropped_by_run(progress) == 2 and plan.dropping() == [2]
+    marks = {0: 0, 1: 10_000, 2: 20_000}
+    assert replay_mismatch(plan, marks, {2: 5}) is None  # counts may differ, batches not
+    assert "batch 2" in replay_mismatch(plan, {**marks, 2: 19_000}, {2: 2})
+    assert "no batch 1" in replay_mismatch(plan, {0: 0, 2: 20_000}, {2: 2})
+    assert "batch 1 dropped 0 rows" in replay_mismatch(plan, marks, {1: 3, 2: 2})
+
+
+def test_the_cut_must_give_each_batch_the_records_the_run_read() -> None:
+    """A query that began at the latest offsets (its first batch names no start) read
+    fewer records in batch 0 than the cut from offset 0 gives: refused, as are batches
+    that do not follow each other or two lines of one batch with other offsets."""
+    parts, offs = np.zeros(6, dtype=int), np.arange(6)
+    ok = [batch(0, None, {"t": {"0": 3}}, rows=3), batch(1, {"t": {"0": 3}}, {"t": {"0": 6}},
+                                                         rows=3)]
+    assert plan_replay(ok, {"x": ("t", parts, offs)}).batch_of["x"].tolist() == [0] * 3 + [1] * 3
+    late_start = [batch(0, None, {"t": {"0": 3}}, rows=1), ok[1]]
+    with pytest.raises(NoReplay, match="batch 0 of the run read 1 records"):
+        plan_replay(late_start, {"x": ("t", parts, offs)})
+    with pytest.raises(NoReplay, match="starts elsewhere"):
+        plan_replay([ok[0], batch(1, {"t": {"0": 2}}, {"t": {"0": 6}})],
+                    {"x": ("t", parts, offs)})
+    with pytest.raises(NoReplay, match="two lines for batch 0"):
+        plan_replay([ok[0], batch(0, None, {"t": {"0": 4}}), ok[1]], {"x": ("t", parts, offs)})
 
 
 def test_a_batch_without_its_line_ends_where_the_next_one_starts() -> None:
@@ -116,8 +138,19 @@ def test_what_is_kept_is_the_replay_where_the_run_read(groups: list[list[int]],
     assert len(applied.dropped) == sum(len(g) for g in groups) - sum(len(g) for _, g, _ in kept)
 
 
-def test_read_by_run_finds_each_records_batch_by_its_topic() -> None:
-    progress = [batch(0, None, {"pgval-x-get": {"0": 2}, "pgval-x-post": {"0": 1}})]
-    read = read_by_run(progress, ["pgval-x-get", "pgval-x-post"], np.array([0, 0, 0, 1, 1]),
-                       np.zeros(5, dtype=int), np.array([0, 1, 2, 0, 1]))
-    assert read.tolist() == [True, True, False, True, False]
+def test_batch_by_run_finds_each_records_batch_by_its_topic() -> None:
+    progress = [batch(0, None, {"pgval-x-get": {"0": 2}, "pgval-x-post": {"0": 1}}),
+                batch(1, {"pgval-x-get": {"0": 2}, "pgval-x-post": {"0": 1}},
+                      {"pgval-x-get": {"0": 3}, "pgval-x-post": {"0": 1}})]
+    found, plan = batch_by_run(progress, ["pgval-x-get", "pgval-x-post"],
+                               np.array([0, 0, 0, 1, 1]), np.zeros(5, dtype=int),
+                               np.array([0, 1, 2, 0, 1]))
+    assert found.tolist() == [0, 0, 1, 0, -1] and plan.batches == 2
+
+
+def test_a_watermark_is_read_to_the_millisecond() -> None:
+    from pgval.oracle.replay import watermark_ms
+
+    assert watermark_ms({"eventTime": {"watermark": "2026-12-04T09:00:00.123Z"}}) == \
+        1_796_374_800_123
+    assert watermark_ms({"eventTime": {}}) is None

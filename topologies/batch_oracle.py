@@ -55,24 +55,25 @@ def replay_if_dropped(job: Job, spark: SparkSession, run_dir: Path,
     from pgval.topologies.lint import RAW_DDL
     from pgval.topologies.replay import replay_run
 
-    progress = load_progress(run_dir)
+    try:
+        progress = load_progress(run_dir)
+    except UserMistake as exc:  # the run's evaluation says the same of its evidence
+        return None, {"used": False, "why": str(exc), "run_dropped": 0}
     dropped = dropped_by_run(progress)
     if not dropped:
         return None, {"used": False, "why": NOTHING_DROPPED, "run_dropped": 0}
     if by_rows:
         return None, {"used": False, "run_dropped": dropped,
                       "why": "a job judged by its rows: rows carry no inputs to set apart"}
-    if topics is not None:
-        tables = kafka_tables(run_dir, topics)
-        ddl = KAFKA_SOURCE_DDL
-        positions = {n: (topics[n], t.column("partition").to_numpy(),
-                         t.column("offset").to_numpy()) for n, t in tables.items()}
-    else:
-        tables = evidence_records(run_dir)
-        ddl = RAW_DDL
-        positions = {n: (topic_of(n, progress), t.column("partition").to_numpy(),
-                         t.column("offset").to_numpy()) for n, t in tables.items()}
     try:
+        if topics is not None:
+            tables = kafka_tables(run_dir, topics)
+            ddl, named = KAFKA_SOURCE_DDL, dict(topics)
+        else:
+            tables = evidence_records(run_dir)
+            ddl, named = RAW_DDL, {n: topic_of(n, progress) for n in tables}
+        positions = {n: (named[n], t.column("partition").to_numpy(),
+                         t.column("offset").to_numpy()) for n, t in tables.items()}
         rows, said = replay_run(spark, job, tables, positions, progress, ddl, workdir)
     except Exception as exc:  # the job failed in the replay: the drops are not told apart
         from pgval.topologies.lint import first_line

@@ -12,6 +12,7 @@ recorded (the proof that its batches were the run's).
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pgval.oracle.replay import NoReplay, ReplayPlan, plan_replay, watermark_mismatch, watermark_ms
+from pgval.oracle.replay import NoReplay, ReplayPlan, plan_replay, replay_mismatch, watermark_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from pgval.topologies.job import Job
 
 #: How long the replay may take: this much, plus this per batch (a local batch with state
-#: takes well under a second on the 2-core machine).
+#: takes well under a second on the 2-core machine; the batch oracle's own time-out allows
+#: the same per batch: :func:`pgval.run.job_oracle.batch_timeout_s`).
 BASE_TIMEOUT_S = 120.0
 PER_BATCH_S = 5.0
 
@@ -70,6 +72,7 @@ def replay_run(spark: SparkSession, job: Job, tables: Mapping[str, pa.Table],
     except NoReplay as exc:
         return None, {"used": False, "why": str(exc)}
     folder = work / "replay-batches"
+    shutil.rmtree(folder, ignore_errors=True)  # a killed attempt's files
     write_batches(folder, tables, plan)
     frames = {name: spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1)
               .parquet(str(folder / name)) for name in tables}
@@ -87,14 +90,16 @@ def replay_run(spark: SparkSession, job: Job, tables: Mapping[str, pa.Table],
                                timeout_s=BASE_TIMEOUT_S + PER_BATCH_S * plan.batches,
                                over="the run's micro-batches replayed")
     table = to_arrow(rows)
-    replayed = {}
+    marks, dropped = {}, {}
     for b in batches:
-        if isinstance(b.get("batch"), int) and b.get("watermark"):
-            replayed[b["batch"]] = watermark_ms({"eventTime": {"watermark": b["watermark"]}})
-    said = {"batches": plan.batches, "replay_dropped": sum(int(b["dropped"] or 0)
-                                                           for b in batches),
+        if isinstance(b.get("batch"), int):
+            dropped[b["batch"]] = int(b.get("dropped") or 0)
+            if b.get("watermark"):
+                marks[b["batch"]] = watermark_ms({"eventTime": {"watermark": b["watermark"]}})
+    said = {"batches": plan.batches, "dropping_batches": plan.dropping(),
+            "replay_dropped": sum(dropped.values()),
             "seconds": round(time.monotonic() - t0, 3)}
-    if why := watermark_mismatch(plan, replayed):
+    if why := replay_mismatch(plan, marks, dropped):
         return None, {"used": False, "why": f"the replay is not the run's batches: {why}",
                       **said}
     return table, {"used": True, **said}

@@ -147,12 +147,12 @@ def notes(ev: Evaluation) -> list[str]:
     late = ev.late or {}
     if late.get("told_apart") and late.get("inputs"):
         phases = late.get("phases") or {}
+        what = (f"{late['inputs']:,} inputs" if late.get("pairs") == late["inputs"] else
+                f"{late['pairs']:,} (input, row) pairs of {late['inputs']:,} inputs")
         extras.append(
             f"dropped behind the watermark, by Spark's rule (the run's micro-batches "
-            f"replayed), not expected: {late['inputs']:,} inputs ("
-            + ", ".join(f"{p} {phases.get(p, 0):,}" for p in PHASES) + ")"
-            + (f", {late['pairs']:,} (input, row) pairs" if late.get("pairs") != late["inputs"]
-               else ""))
+            f"replayed), not expected: {what} ("
+            + ", ".join(f"{p} {phases.get(p, 0):,}" for p in PHASES) + ")")
     elif late and not late.get("told_apart"):
         extras.append(f"Spark dropped {late.get('run_dropped_rows', 0):,} rows behind the "
                       f"watermark, not told apart from losses: {late.get('why')}")

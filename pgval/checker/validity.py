@@ -89,12 +89,12 @@ def evaluation_reasons(ev: Evaluation) -> Result:
         reasons.append(f"{ev.oracles}: the verdict rests on an expectation pgval cannot "
                        "confirm")
     late = ev.late or {}
-    if late and not late.get("told_apart") and (ev.unprocessed_causes.get("counts") or {}).get(
-            "late or lost"):
+    doubtful = ((ev.unprocessed_causes.get("counts") or {}).get("late or lost")
+                or (ev.by_rows and v.unprocessed))  # a missing row may be a dropped one
+    if late and not late.get("told_apart") and doubtful:
         reasons.append(f"Spark dropped {late.get('run_dropped_rows', 0):,} rows behind the "
                        "watermark and pgval could not tell them from losses "
-                       f"({late.get('why')}): the IDs read behind the watermark are "
-                       "counted unprocessed, late or lost")
+                       f"({late.get('why')}): what they dropped is counted unprocessed")
     if v.duplicate_inputs:
         reasons.append(f"{v.duplicate_inputs:,} input records repeat an ID already in the "
                        "inputs: their outputs show duplicates the job did not make")

@@ -57,7 +57,7 @@ from pgval.core.schema import (
 )
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 from pgval.oracle.expected import ExpectedOutputs
-from pgval.oracle.replay import LateDrops, NoReplay, apply_replay, read_by_run, topic_of
+from pgval.oracle.replay import LateDrops, NoReplay, apply_replay, batch_by_run, topic_of
 from pgval.oracle.rows import (
     RowsError,
     expected_from_rows,
@@ -733,8 +733,11 @@ def late_drops(rows: pa.Table, replay: Mapping[str, Any], events: InputEvents,
         topics = [str(t) for t in replay.get("topics") or []]
         if events.topic is None or events.partition is None or events.offset is None:
             raise NoReplay("the inputs have no Kafka positions")
-        read = read_by_run(list(replay.get("progress") or []), topics, events.topic,
-                           events.partition, events.offset)
+        batch, plan = batch_by_run(list(replay.get("progress") or []), topics, events.topic,
+                                   events.partition, events.offset)
+        # Spark drops a late row in the batch that reads it: only an input read in a batch
+        # whose operators dropped rows may have been dropped (not one still in state).
+        read = (batch >= 0) & np.isin(batch, plan.dropping())
         applied = apply_replay(rows, set_aside_rows(replay["rows"], control_ids),
                                np.sort(events.id[read]))
     except NoReplay as exc:
@@ -956,7 +959,12 @@ def evaluation_streams(run_dir: Path, manifest: Manifest, inputs: Mapping[str, T
     batch oracle's rows kept in the evidence (None: the topology's own oracle runs). A
     sink other than Kafka: its rows as kept (``raw``: a file sink's raw read)."""
     if manifest.topology == "job" and by_rows(manifest):
-        return rows_streams(load_expected_rows(run_dir), output, inputs)
+        streams, expected = rows_streams(load_expected_rows(run_dir), output, inputs)
+        said = replay_of(manifest)
+        if said.get("run_dropped"):  # rows carry no inputs: the drops cannot be set apart
+            streams = dataclasses.replace(streams, late=LateDrops.unused(
+                str(said.get("why")), int(said["run_dropped"])))
+        return streams, expected
     if manifest.topology == "job":
         sunk = (load_sink_rows(run_dir, SINK_RAW if raw else SINK_ROWS)
                 if manifest.sink is not None else output)

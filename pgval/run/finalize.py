@@ -89,8 +89,9 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
             reasons.add(Reason("observed", changed))
         events = sum(len(r) for k, r in back.records.items() if k != OUTPUT_TOPIC)
         reads = h.inputs.describe(h.topics) if h.inputs is not None else {}
+        batches = len({p.get("batchId") for p in progress if p.get("event") == "progress"})
         said = run_batch_oracle(cfg.job, run_dir, dict(cfg.spark_conf),
-                                batch_timeout_s(events), batch_heap_mb(events),
+                                batch_timeout_s(events, batches), batch_heap_mb(events),
                                 reads.get("inputs"))
         job = {"ref": cfg.job, "source": None if h.job_source is None else str(h.job_source),
                "sha256": h.job_sha, "oracle": said, **reads}
