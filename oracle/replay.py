@@ -217,8 +217,10 @@ def _cut(topic: str, partitions: np.ndarray, offsets: np.ndarray, ends: Mapping[
 
 def _check_rows(got: _Lines, inputs: Mapping[str, tuple[str, np.ndarray, np.ndarray]],
                 batch_of: Mapping[str, np.ndarray], count: int) -> None:
-    """Each recorded batch's sources read as many records as the cut gives them (a
-    source whose topics are not all inputs here is not checked)."""
+    """No recorded batch's source read fewer records than the cut gives it (a source
+    whose topics are not all inputs here is not checked). Not "as many": Spark counts a
+    source's rows in every task that ran, so a batch whose stage ran again after an
+    executor was lost reports more (measured: 746 rows over an offset range of 410)."""
     per_topic: dict[str, np.ndarray] = {}
     for name, (topic, _, _) in inputs.items():
         counts = np.bincount(batch_of[name][batch_of[name] >= 0], minlength=count)
@@ -227,7 +229,7 @@ def _check_rows(got: _Lines, inputs: Mapping[str, tuple[str, np.ndarray, np.ndar
         for topics, rows in sources:
             if topics and topics <= per_topic.keys():
                 cut = sum(int(per_topic[t][b]) for t in topics)
-                if cut != rows:
+                if cut > rows:
                     raise NoReplay(f"batch {b} of the run read {rows:,} records of "
                                    f"{', '.join(sorted(topics))}; its offsets give {cut:,}")
 

@@ -58,11 +58,15 @@ def test_each_record_goes_to_the_batch_whose_range_holds_its_offset() -> None:
 def test_the_cut_must_give_each_batch_the_records_the_run_read() -> None:
     """A query that began at the latest offsets (its first batch names no start) read
     fewer records in batch 0 than the cut from offset 0 gives: refused, as are batches
-    that do not follow each other or two lines of one batch with other offsets."""
+    that do not follow each other or two lines of one batch with other offsets. A batch
+    that reports more than its cut (a stage run twice) is no doubt."""
     parts, offs = np.zeros(6, dtype=int), np.arange(6)
     ok = [batch(0, None, {"t": {"0": 3}}, rows=3), batch(1, {"t": {"0": 3}}, {"t": {"0": 6}},
                                                          rows=3)]
     assert plan_replay(ok, {"x": ("t", parts, offs)}).batch_of["x"].tolist() == [0] * 3 + [1] * 3
+    # A stage run again after a lost executor counts its records twice: more is no doubt.
+    again = [batch(0, None, {"t": {"0": 3}}, rows=5), ok[1]]
+    assert plan_replay(again, {"x": ("t", parts, offs)}).batches == 2
     late_start = [batch(0, None, {"t": {"0": 3}}, rows=1), ok[1]]
     with pytest.raises(NoReplay, match="batch 0 of the run read 1 records"):
         plan_replay(late_start, {"x": ("t", parts, offs)})
