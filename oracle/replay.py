@@ -12,12 +12,14 @@ input and batch (an empty file for a batch that read nothing, so the watermark m
 same batches as in the run). Spark's own code decides what is late.
 
 This module is the part without Spark: :func:`plan_replay` cuts the run's records into its
-batches, and :func:`apply_replay` compares the replay's rows with the batch's. An (input,
-row) pair the batch has and the replay lacks, of an input some batch of the run read, was
-dropped behind the watermark: it leaves the expectation and is reported apart. The replay
-counts only when it ran with the run's watermark at every batch the run recorded, and when
-it has no pair the batch lacks (a stream that differs from its batch beyond the watermark,
-which ``pgval lint`` names); else nothing is set apart, and the reason is said.
+batches (checked against the run's offsets and record counts), :func:`replay_mismatch`
+compares the replay's batches with the run's (watermarks, the batches that dropped rows),
+and :func:`apply_replay` compares the replay's rows with the batch's. An (input, row) pair
+the batch has and the replay lacks, of an input read in a batch whose operators dropped
+rows (or one the run has no progress line of), was dropped behind the watermark: it leaves
+the expectation and is reported apart. A replay with a pair the batch lacks (a stream that
+differs from its batch beyond the watermark, which ``pgval lint`` names) is not used;
+nothing is then set apart, and the reason is said.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ def plan_replay(progress: Iterable[Mapping[str, Any]],
     ``inputs``: per input name, its topic and its records' partitions and offsets. A batch
     whose line is missing (a driver killed before its listener wrote it) ends where the
     next batch starts. The cut is checked against the run: each batch starts where the
-    one before ended, and each source of a recorded batch read as many records as the cut
+    one before ended, and no source of a recorded batch read fewer records than the cut
     gives it. Refused (:class:`NoReplay`) when the run's batches are not one query's (a
     restart on a new checkpoint starts another stream, with no watermark), a batch's end
     cannot be known, or the cut does not match. ``every_record`` False: ``inputs`` are not

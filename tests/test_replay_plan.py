@@ -20,6 +20,7 @@ from pgval.oracle.replay import (
     plan_replay,
     replay_mismatch,
 )
+from pgval.records.parse import ResourceTable
 
 
 def batch(b: int, start: dict | None, end: dict, wm: str | None = None,
@@ -158,3 +159,51 @@ def test_a_watermark_is_read_to_the_millisecond() -> None:
     assert watermark_ms({"eventTime": {"watermark": "2026-12-04T09:00:00.123Z"}}) == \
         1_796_374_800_123
     assert watermark_ms({"eventTime": {}}) is None
+
+
+def test_progress_lines_the_replay_cannot_read_are_skipped_like_a_cut_line(
+        tmp_path: object) -> None:
+    """A negative batch id or state operators of the wrong type (an edited or damaged
+    progress file) are skipped when the evidence is read, not a traceback later."""
+    import json
+    from pathlib import Path
+
+    from pgval.evidence.bundle import PROGRESS, evidence_dir, load_progress
+
+    run = Path(str(tmp_path))
+    evidence_dir(run).mkdir(parents=True)
+    good = batch(0, None, {"t": {"0": 2}}, dropped=1)
+    lines = [good, {**good, "batchId": -1}, {**good, "stateOperators": ["x"]},
+             {**good, "stateOperators": [{"numRowsDroppedByWatermark": "5"}]}]
+    (evidence_dir(run) / PROGRESS).write_text("\n".join(json.dumps(x) for x in lines))
+    assert load_progress(run) == [good]
+
+
+@pytest.mark.parametrize(("batch_1", "excused"), [
+    (None, True),  # no line: its drops cannot be shown, the replay's word stands
+    (batch(1, {"get": {"0": 1}}, {"get": {"0": 2}}, dropped=0), False),  # read on time
+    (batch(1, {"get": {"0": 1}}, {"get": {"0": 2}}, dropped=4), True),
+])
+def test_a_pair_is_excused_only_if_its_batch_dropped_rows_or_has_no_line(
+        batch_1: dict | None, excused: bool) -> None:
+    """The rows of the run's evidence less the replay's dropped pairs: an input read in a
+    batch whose operators dropped nothing was not dropped by the watermark, whatever the
+    replay lacks (a window still open at the end): it stays expected."""
+    from pgval.evidence.bundle import late_drops
+    from tests.strategies import to_inputs
+
+    rt = ResourceTable()
+    events = to_inputs([{"id": i, "type": "GET", "resource": "a", "event_ts": 1000 * i,
+                         "ingress_ts": 1000 * i} for i in (1, 3, 4)], rt)
+    events.offset = np.array([0, 1, 2], dtype=np.int64)
+    events.topic = np.zeros(3, dtype=np.int64)
+    events.partition = np.zeros(3, dtype=np.int64)
+    progress = [batch(0, None, {"get": {"0": 1}}, dropped=0),
+                *([batch_1] if batch_1 else []),
+                batch(2, {"get": {"0": 2}}, {"get": {"0": 3}}, dropped=1)]
+    kept, late = late_drops(rows(("w", [1, 3, 4], '{"n":3}')),
+                            {"used": True, "run_dropped": 5, "progress": progress,
+                             "topics": ["get", "post"], "rows": rows(("w", [1, 4], '{"n":2}'))},
+                            events, None)
+    assert late.used and late.dropped_ids.tolist() == ([3] if excused else [])
+    assert kept.to_pylist()[0]["ids"] == ([1, 4] if excused else [1, 3, 4])

@@ -540,7 +540,13 @@ def _offsets_ok(value: object) -> bool:
 def _usable_progress(entry: dict[str, Any]) -> bool:
     """Whether a progress line has the types the why-unprocessed attribution reads
     (:mod:`pgval.checker.explain`); a line that does not is skipped like one cut short."""
-    if "batchId" in entry and not _is_int(entry["batchId"]):
+    if "batchId" in entry and not _is_int(entry["batchId"], 0):
+        return False
+    operators = entry.get("stateOperators")
+    if operators is not None and not (isinstance(operators, list) and all(
+            isinstance(op, dict) and (op.get("numRowsDroppedByWatermark") is None
+                                      or _is_int(op["numRowsDroppedByWatermark"], 0))
+            for op in operators)):
         return False
     event_time = entry.get("eventTime")
     if event_time is not None and not (isinstance(event_time, dict) and isinstance(
@@ -726,7 +732,7 @@ def late_drops(rows: pa.Table, replay: Mapping[str, Any], events: InputEvents,
     """The batch's ``rows`` less the (input, row) pairs the replay of the run's batches
     shows Spark's watermark dropped (:mod:`pgval.oracle.replay`), and what was dropped;
     the rows as they are, with the reason, where the replay cannot stand for the run."""
-    run_dropped = int(replay.get("run_dropped") or 0)
+    run_dropped = replay["run_dropped"] if _is_int(replay.get("run_dropped"), 0) else 0
     if not replay.get("used") or replay.get("rows") is None:
         return rows, LateDrops.unused(str(replay.get("why") or "no replay"), run_dropped)
     try:
@@ -736,8 +742,10 @@ def late_drops(rows: pa.Table, replay: Mapping[str, Any], events: InputEvents,
         batch, plan = batch_by_run(list(replay.get("progress") or []), topics, events.topic,
                                    events.partition, events.offset)
         # Spark drops a late row in the batch that reads it: only an input read in a batch
-        # whose operators dropped rows may have been dropped (not one still in state).
-        read = (batch >= 0) & np.isin(batch, plan.dropping())
+        # whose operators dropped rows may have been dropped (not one still in state), or
+        # in a batch the run has no line of (a driver killed before its listener wrote it).
+        read = (batch >= 0) & (np.isin(batch, plan.dropping())
+                               | ~np.isin(batch, list(plan.dropped)))
         applied = apply_replay(rows, set_aside_rows(replay["rows"], control_ids),
                                np.sort(events.id[read]))
     except NoReplay as exc:
@@ -961,9 +969,9 @@ def evaluation_streams(run_dir: Path, manifest: Manifest, inputs: Mapping[str, T
     if manifest.topology == "job" and by_rows(manifest):
         streams, expected = rows_streams(load_expected_rows(run_dir), output, inputs)
         said = replay_of(manifest)
-        if said.get("run_dropped"):  # rows carry no inputs: the drops cannot be set apart
+        if _is_int(said.get("run_dropped"), 1):  # rows carry no inputs: not set apart
             streams = dataclasses.replace(streams, late=LateDrops.unused(
-                str(said.get("why")), int(said["run_dropped"])))
+                str(said.get("why")), said["run_dropped"]))
         return streams, expected
     if manifest.topology == "job":
         sunk = (load_sink_rows(run_dir, SINK_RAW if raw else SINK_ROWS)
