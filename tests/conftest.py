@@ -7,7 +7,9 @@ clean stop, so a check built on them could never fail).
 
 Every test marked ``cluster`` is wrapped by :func:`_nothing_left_behind`: whatever of
 the above appeared during the test and is still there 15 s after it (its fixtures
-torn down), fails it.
+torn down), fails it — except what belongs to a cluster the module's tests share (its
+processes, and the namespaces, links and registry entry pgval's registry gives its
+directory), which is checked gone, all of it, once the module stopped it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ import pytest
 
 from pgval.core.spec import RunSpec
 from pgval.deploy.warm import WarmDeployments
-from pgval.host.leftovers import HostSnapshot, leftovers, processes_mentioning
+from pgval.host.leftovers import (
+    HostSnapshot,
+    leftovers,
+    processes_mentioning,
+    suffixes_under,
+)
 
 __all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "shared_cluster",
            "wait_until"]
@@ -31,6 +38,14 @@ __all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "shared_cluster"
 #: each test's check spares what works under them, and the module checks, once it stopped
 #: the cluster, that nothing of it is left.
 SHARED_ROOTS: list[str] = []
+#: The namespace suffixes each shared cluster's root had (a module's cluster may be replaced
+#: by one with other daemon settings): none may be left once the module stopped it.
+SHARED_SUFFIXES: dict[str, set[str]] = {}
+
+
+def _note_shared_suffixes() -> None:
+    for root in SHARED_ROOTS:
+        SHARED_SUFFIXES.setdefault(root, set()).update(suffixes_under([root]))
 
 
 def wait_until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -50,6 +65,7 @@ def _nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     before = HostSnapshot.take()
     yield
+    _note_shared_suffixes()
     left = leftovers(before, spared=SHARED_ROOTS)
     assert not left, f"left behind by {request.node.name}: {left}"
 
@@ -64,8 +80,18 @@ def shared_cluster(root: Path, label: str, first: RunSpec) -> Iterator[WarmDeplo
         SHARED_ROOTS.append(str(root))
         try:
             shared.for_run(first)
+            _note_shared_suffixes()
             yield shared
         finally:
             shared.close()
             SHARED_ROOTS.remove(str(root))
     wait_until(lambda: not processes_mentioning(str(root)), 30, f"{label}'s processes to end")
+    # Its namespaces, links and registry entries too (each test spared a cluster's own).
+    ours = SHARED_SUFFIXES.pop(str(root), set())
+    wait_until(lambda: not _named_by(HostSnapshot.take(), ours), 30,
+               f"{label}'s namespaces, links and registry entries to go")
+
+
+def _named_by(snapshot: HostSnapshot, suffixes: set[str]) -> list[str]:
+    names = snapshot.namespaces | snapshot.links | snapshot.registry
+    return sorted(n for n in names if any(s in n for s in suffixes))

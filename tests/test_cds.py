@@ -180,3 +180,46 @@ def test_dumps_wait_for_a_later_run_once_a_signal_is_pending(cache: Path) -> Non
     found = cds.ClassArchive("spark-master", cache / "m.jsa", "java", recording=True)
     said = cds.dump_all([(found, os.getpid())], stop=lambda: True)
     assert said == {"spark-master": "left for a later run"} and not found.path.exists()
+
+
+BATCH_SESSION = """
+import json, pathlib, time
+t0 = time.monotonic()
+from pgval.topologies.batch import batch_session, stop_batch_session
+spark = batch_session({}, heap_mb=512)
+assert spark.range(100).count() == 100
+jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+maps = pathlib.Path(f"/proc/{jvm}/maps").read_text()
+opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+up = time.monotonic() - t0
+print(json.dumps({"opts": opts, "maps": maps, "up_s": up, "note": stop_batch_session(spark)}))
+"""
+
+
+def test_a_batch_session_records_its_archive_and_the_next_one_maps_it(
+        tmp_path: Path) -> None:
+    """The batch oracle's local session (a JVM of its own each run) records its classes
+    once, at its stop, and the next batch session maps them."""
+    import json
+    import sys
+
+    env = {**os.environ, "PGVAL_CACHE": str(tmp_path / "cache"), cds.ENV: "1"}
+    jars = Path(os.environ.get("PGVAL_CACHE", Path.home() / ".cache" / "pgval")) / "jars"
+    if jars.is_dir():  # the resolved jars, not a new download
+        (tmp_path / "cache").mkdir()
+        (tmp_path / "cache" / "jars").symlink_to(jars)
+
+    def session() -> dict:
+        out = subprocess.run([sys.executable, "-c", BATCH_SESSION], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300, check=True)
+        # The JVM shares the process's stdout (its CDS warnings come after the line).
+        return json.loads(next(ln for ln in out.stdout.splitlines() if ln.startswith("{")))
+
+    first = session()
+    assert "-XX:+RecordDynamicDumpInfo" in first["opts"]
+    assert first["note"].startswith("dumped"), first["note"]
+    (made,) = (tmp_path / "cache" / "cds").glob("batch-session-*.jsa")
+    second = session()
+    assert f"-XX:SharedArchiveFile={made}" in second["opts"] and second["note"] is None
+    assert str(made) in second["maps"]
+    print("batch session up", first["up_s"], "recording,", second["up_s"], "mapped")

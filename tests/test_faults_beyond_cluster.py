@@ -1,7 +1,7 @@
 """Beyond the paper's failure model, on the real cluster (3 brokers, 2 workers, one cluster
 the runs share): e1 with its transaction coordinator killed and a worker paused at once
 (a --schedule), and a random schedule of a partition, a crash and a pause at their own
-times (the pause above the time-outs needs lowered time-outs: tests/test_pause_cluster.py).
+times (the pause above the time-outs needs lowered time-outs: tests/test_faults_cluster.py).
 
 broker-crash: the broker is killed, the partitions it led get other leaders, it comes back
 into every in-sync set, and no acknowledged record is lost (replication 3,

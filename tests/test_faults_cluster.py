@@ -16,9 +16,13 @@ import pytest
 from pgval.config import resolve
 from pgval.core.spec import ClusterSpec, RunSpec
 from pgval.deploy.warm import WarmDeployments
+from pgval.faults import delay
+from pgval.faults.loss import NFQUEUE_LOSS
+from pgval.host import netns
 from pgval.host.machine import describe_machine
 from pgval.run.experiment import Experiment, ExperimentResult
 from tests.conftest import processes_mentioning, shared_cluster, wait_until
+from tests.test_loss import our_rules
 
 pytestmark = pytest.mark.cluster
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="packet delay needs root "
@@ -37,8 +41,9 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmDeployments]:
         yield shared
 
 
-def config(topology: str, pg: str, fault: str, crash_point: str = "timed") -> RunSpec:
-    return RunSpec(
+def config(topology: str, pg: str, fault: str, crash_point: str = "timed",
+           **extra: object) -> RunSpec:
+    return RunSpec(  # type: ignore[arg-type]
         topology=topology, pg=pg, fault=fault, crash_point=crash_point, rate=300,
         resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
         trigger_ms=500,
@@ -48,19 +53,21 @@ def config(topology: str, pg: str, fault: str, crash_point: str = "timed") -> Ru
         # counts, not the latency: a control phase still warming up serves them as well.
         warmup_max_seconds=6,
         get_share=0.9 if topology == "mst" else 0.995, drain_timeout_s=150,
-        target=None if crash_point == "during-sink-write" else 1,
-        cluster=ClusterSpec(brokers=1, partitions=3, workers=2))
+        cluster=ClusterSpec(brokers=1, partitions=3, workers=2),
+        **{"target": None if crash_point == "during-sink-write" else 1, **extra})
 
 
-def run(warm: WarmDeployments | None, tmp_path: Path, topology: str, pg: str, fault: str,
-        crash_point: str = "timed") -> ExperimentResult:
-    """One run on the shared cluster (``warm``), or on a cluster of its own (None)."""
-    cfg = resolve(config(topology, pg, fault, crash_point))
+def run(warm: WarmDeployments, tmp_path: Path, topology: str, pg: str, fault: str,
+        crash_point: str = "timed", **extra: object) -> ExperimentResult:
+    """One run on the module's warm cluster; a fault whose time-outs are the daemons' own
+    (above the time-outs) gets a new one, as a matrix's cell does, which the next such
+    fault shares."""
+    cfg = resolve(config(topology, pg, fault, crash_point, **extra))
+    started = warm.started
     result = Experiment(cfg, tmp_path / "run", db=tmp_path / "r.db",
-                        deployment=warm.for_run(cfg) if warm is not None else None).run()
-    if warm is not None:  # the module's cells share one warm cluster, as a matrix's do
+                        deployment=warm.for_run(cfg)).run()
+    if warm.started == started:  # the module's cells share one warm cluster, as a matrix's
         assert result.timings["cluster_start_s"] < 5, result.timings
-        assert warm.started == 1
     check_consistent(result)
     check_timeline(result, cfg)
     with sqlite3.connect(tmp_path / "r.db") as con:  # the run names the machine it ran on
@@ -200,13 +207,54 @@ def test_delay_below_timeout(warm: WarmDeployments, tmp_path: Path) -> None:
 
 
 @needs_root
+def test_packet_loss(warm: WarmDeployments, tmp_path: Path) -> None:
+    """packet-loss on worker 1: the run is valid, the holder dropped packets of the
+    worker's link (about the share of those seen), and no holder, rule or namespace of the
+    run is left (its unit checks: tests/test_loss.py)."""
+    before = (set(delay.holder_processes()), set(our_rules()), set(netns.list_namespaces()))
+    r = run(warm, tmp_path, "sst", "a1", "packet-loss", loss_share=0.3)
+    inject, remove = steps(r)["inject"], steps(r)["remove"]
+    print("packet-loss", {k: remove.get(k) for k in ("seen", "queued", "dropped",
+                                                      "dropped_share", "holder")})
+    assert r.validity.valid, r.validity.reasons
+    assert inject["mechanism"] == NFQUEUE_LOSS and inject["share"] == 0.3
+    # A merged packet is one to the kernel's counters and several to the holder, so the
+    # measured share is near the asked one, not equal: not more than all, not nothing.
+    assert remove["dropped"] > 0 and remove["seen"] > 0 and remove["queued"] > 0, remove
+    assert 0.1 < remove["queued"] / remove["seen"] < 0.6, remove
+    assert not set(delay.holder_processes()) - before[0], "a packet holder is still running"
+    assert not set(our_rules()) - before[1]
+    assert not set(netns.list_namespaces()) - before[2]
+
+
+@needs_root
 def test_delay_above_timeout(warm: WarmDeployments, tmp_path: Path) -> None:
-    # Lowered time-outs are the daemons' own settings: this run starts its own cluster, and
-    # the shared one stops first (two idle clusters would only share the 2 cores).
-    warm.close()
-    r = run(None, tmp_path, "sst", "a1", "delay-gt-timeout")
+    """Lowered time-outs are the daemons' own settings: the warm cluster is replaced by one
+    with them (as a matrix replaces it), which the pause above the time-outs shares."""
+    r = run(warm, tmp_path, "sst", "a1", "delay-gt-timeout")
+    assert warm.started == 2
     s = steps(r)
     assert s["inject"]["delay_ms"] > 1000 * s["inject"]["timeout_s"]
     fired = s["timeouts"]["fired"]
     assert fired, "a delay above the time-outs must make Spark declare something lost"
     assert_delay_acts_from_its_rules(s)
+
+
+def test_a_pause_above_the_time_outs_loses_the_executor(warm: WarmDeployments,
+                                                        tmp_path: Path) -> None:
+    """SIGSTOP took effect (state T), the driver declared the paused executor lost,
+    nothing is left stopped or running, the run is valid and nothing is lost; on the
+    cluster with lowered time-outs the delay above them started. What became of the
+    paused executor is in the log, each pid in exactly one of: killed while stopped, ended
+    on resume, running after resume (docs/faults.md, "Pauses"). The pause below the
+    time-outs runs in a schedule (tests/test_faults_beyond_cluster.py)."""
+    r = run(warm, tmp_path, "sst", "a1", "pause-gt-timeout")
+    assert warm.started == 2
+    s = steps(r)
+    assert s["inject"]["stopped"], s["inject"]
+    assert s["timeouts"]["fired"].get("executor lost (driver)"), s["timeouts"]
+    fates = [s["remove"][k] for k in ("killed_while_stopped", "ended_on_resume",
+                                      "running_after_resume")]
+    assert sorted(p for fate in fates for p in fate) == sorted(s["inject"]["stopped"]), fates
+    assert r.validity.valid, r.validity.reasons
+    assert r.evaluation.validation.unprocessed == 0  # Kafka replays what it lost

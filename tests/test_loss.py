@@ -1,6 +1,6 @@
 """``packet-loss``: its descriptor (where it runs, what it is), its rule (no dropped packet:
-no effect), its rules' plan (the share picked at random, every packet counted), and a real
-run end to end that drops packets and leaves nothing behind.
+no effect), its rules' plan (the share picked at random, every packet counted). A real run
+that drops packets and leaves nothing behind: tests/test_faults_cluster.py.
 
 Why: a loss that dropped nothing would be a control run under a fault's name, and one that
 left a rule behind would go on dropping another run's packets. The run needs root (network
@@ -9,10 +9,6 @@ namespaces, iptables); the rest runs anywhere.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +22,6 @@ from pgval.faults.descriptor import WORKER_NETNS, descriptor
 from pgval.faults.loss import NFQUEUE_LOSS, LossDrop, WorkerLoss
 from pgval.faults.took_effect import fault_reasons, rule_for
 from pgval.host import netns
-from tests.conftest import processes_mentioning, wait_until
 
 
 def test_the_descriptor_says_what_packet_loss_is() -> None:
@@ -74,46 +69,9 @@ def test_the_rule_wants_dropped_packets_and_a_live_holder() -> None:
     assert "died" in str(fault_reasons(Fault.PACKET_LOSS, log(5, died=True)))
 
 
-def _our_rules() -> list[str]:
+def our_rules() -> list[str]:
     """pgval's packet rules anywhere (root namespace and pgval's namespaces)."""
     places = [delay.HOST, *(n for n in netns.list_namespaces()
                             if n.startswith(netns.NS_PREFIX))]
     return [f"{w}: {c}" for w in places for t in delay.TABLES
             for _, c in delay._pgval_rules(w, t)]
-
-
-@pytest.mark.cluster
-@pytest.mark.skipif(os.geteuid() != 0, reason="packet loss needs root (namespaces, iptables)")
-def test_packet_loss_end_to_end(tmp_path: Path) -> None:
-    """`pgval validate --fault packet-loss` on the embedded cluster (short phases, as the
-    other fault runs): the run is valid, the holder dropped packets of the worker's link
-    (about the share of those seen), and no holder, rule or namespace is left."""
-    run_dir = tmp_path / "run"
-    # Other runs on this host may hold rules or namespaces of their own: only ours count.
-    before = (set(delay.holder_processes()), set(_our_rules()), set(netns.list_namespaces()))
-    argv = [sys.executable, "-m", "pgval.cli", "validate", "--json", "--topology", "sst",
-            "--pg", "a1", "--fault", "packet-loss", "--loss-share", "0.3", "--target", "1",
-            "--rate", "300", "--resources", "4", "--phase-seconds", "16",
-            "--warmup-seconds", "4", "--warmup-max-seconds", "6", "--window-ms", "2000",
-            "--watermark-ms", "1000", "--trigger-ms", "500", "--drain-timeout-s", "150",
-            "--brokers", "1", "--partitions", "3", "--workers", "2",
-            "--run-dir", str(run_dir), "--db", str(tmp_path / "r.db")]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
-    steps = {e["step"]: e for e in summary["fault_log"]}
-    inject, remove = steps["inject"], steps["remove"]
-    print("packet-loss", {k: summary.get(k) for k in (
-        "valid", "validity_reasons", "guarantee", "expected", "processed", "duplicate",
-        "unprocessed", "failure_cost_s")}, {k: remove.get(k) for k in (
-            "seen", "queued", "dropped", "dropped_share", "holder")})
-    assert summary["valid"], summary["validity_reasons"]
-    assert inject["mechanism"] == NFQUEUE_LOSS and inject["share"] == 0.3
-    # A merged packet is one to the kernel's counters and several to the holder, so the
-    # measured share is near the asked one, not equal: not more than all, not nothing.
-    assert remove["dropped"] > 0 and remove["seen"] > 0 and remove["queued"] > 0, remove
-    assert 0.1 < remove["queued"] / remove["seen"] < 0.6, remove
-    wait_until(lambda: not processes_mentioning(str(run_dir)), 15, "the run's processes")
-    assert not set(delay.holder_processes()) - before[0], "a packet holder is still running"
-    assert not set(_our_rules()) - before[1]
-    assert not set(netns.list_namespaces()) - before[2]

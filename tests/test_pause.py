@@ -1,6 +1,6 @@
 """The pauses without Spark: a real process group stopped and resumed by the fault's own
 code, the rule that judges its log, and the settings that are refused. On the real
-cluster: tests/test_pause_cluster.py."""
+cluster: tests/test_faults_cluster.py."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pgval.host import cds
 from pgval.oracle.rows import occurrence_ranks, rows_of
 from pgval.topologies.job import IDS, SOURCES, Job, JobError, check_result
 from pgval.topologies.job_query import key_column
@@ -254,13 +255,33 @@ def evidence_records(run_dir: Path) -> dict[str, pa.Table]:
     return records
 
 
-def batch_session(conf: Mapping[str, str], heap_mb: int = 1024, cores: int = 1
-                  ) -> SparkSession:
+#: The batch session's JVM options (a user's ``spark.driver.extraJavaOptions`` replaces them).
+BATCH_JAVA_OPTS = "-XX:+UseSerialGC"
+
+
+def batch_class_archive() -> cds.ClassArchive | None:
+    """The local batch session's class archive (:mod:`pgval.host.cds`): the Java and the
+    Spark jars PySpark's spark-submit runs; None when class sharing is off."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    from pgval.host.jars import java_executable
+
+    java = java_executable()
+    return cds.archive("batch-session", java, [Path(_find_spark_home()) / "jars"]) if java \
+        else None
+
+
+def batch_session(conf: Mapping[str, str], heap_mb: int = 1024, cores: int = 1,
+                  record: bool = True) -> SparkSession:
     """A ``local[cores]`` session (one core: the batch oracle), small and without UI,
     with the driver's defaults (UTC) and
     then the user's Spark settings, as the driver applies them: the key text of a
     timestamp is the streaming query's only in the same session time zone, so a
-    ``spark.sql.session.timeZone`` the user sets applies to both."""
+    ``spark.sql.session.timeZone`` the user sets applies to both.
+
+    Its JVM maps the batch sessions' class archive where one was recorded (a batch oracle
+    starts 3-4 s sooner on 2 cores; docs/performance.md); with ``record``, a session that
+    finds none records it, written by :func:`stop_batch_session`."""
     import os
 
     from pyspark.sql import SparkSession
@@ -270,12 +291,16 @@ def batch_session(conf: Mapping[str, str], heap_mb: int = 1024, cores: int = 1
     # Python workers run this Python, as the driver's do (else ``python3`` from PATH, which
     # may lack the job's packages: pandas for a pandas UDF).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    archive = batch_class_archive()
+    if archive is not None and archive.recording and not record:
+        archive = None
+    java_opts = " ".join([BATCH_JAVA_OPTS, cds.flags_text(archive)]).strip()
     builder = (SparkSession.builder.master(f"local[{cores}]").appName("pgval-batch-oracle")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", f"{int(heap_mb)}m")
                .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
+               .config("spark.driver.extraJavaOptions", java_opts)
                .config("spark.sql.session.timeZone", "UTC"))
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -287,6 +312,24 @@ def batch_session(conf: Mapping[str, str], heap_mb: int = 1024, cores: int = 1
     return (builder.config("spark.master", f"local[{cores}]")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+
+
+def stop_batch_session(spark: SparkSession) -> str | None:
+    """Stop a :func:`batch_session`; one that records the class archive writes it first
+    (once a machine: a few seconds). Returns what became of the archive, in words (None:
+    nothing to record); a failed dump never fails the session's work."""
+    note = None
+    try:
+        opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "") or ""
+        archive = batch_class_archive() if "-XX:+RecordDynamicDumpInfo" in opts else None
+        if archive is not None and archive.recording:
+            pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+            note = archive.dump(pid)
+    except Exception as exc:  # the JVM gone: the next session records it
+        note = f"the dump failed: {exc}"
+    finally:
+        spark.stop()
+    return note
 
 
 def batch_meanings(spark: SparkSession) -> None:

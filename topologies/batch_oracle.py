@@ -36,6 +36,7 @@ from pgval.topologies.batch import (
     kafka_tables,
     recorded_inputs,
     rows_table,
+    stop_batch_session,
 )
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             replayed, replay = replay_if_dropped(job, spark, args.run_dir, topics if
                                                  job.reads_kafka else None, by_rows, workdir)
         finally:
-            spark.stop()
+            archive_note = stop_batch_session(spark)
             shutil.rmtree(workdir, ignore_errors=True)  # a copy of every input record
     except UserMistake as exc:  # the job (JobError) or its reads (an unknown input)
         print(f"pgval-batch: {exc}", file=sys.stderr)
@@ -141,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if replayed is not None:
         save_replay(args.run_dir, replayed.cast(EXPECTED_SCHEMA))
     said["replay"] = replay
+    if archive_note is not None:
+        said["class_archive"] = archive_note
     print(json.dumps({**said, "file": str(path), "seconds": round(time.monotonic() - t0, 3),
                       "builtin": builtin_of(job.build)}), flush=True)
     return 0

@@ -93,7 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pyarrow.parquet as pq
 
     from pgval.core.files import private_temp_path
-    from pgval.topologies.batch import batch_meanings, batch_session, batch_table, job_columns
+    from pgval.topologies.batch import (
+        batch_meanings,
+        batch_session,
+        batch_table,
+        job_columns,
+        stop_batch_session,
+    )
     from pgval.topologies.job_query import load_job_for_spark
 
     ap = argparse.ArgumentParser(prog="python -m pgval.topologies.check_job",
@@ -121,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = job.build(spark, dict(sources))
             outputs = recorded_outputs(spark, job, result, args.outputs)
         finally:
-            spark.stop()
+            stop_batch_session(spark)
             shutil.rmtree(workdir, ignore_errors=True)
     except UserMistake as exc:
         print(f"pgval-check-job: {exc}", file=sys.stderr)

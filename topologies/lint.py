@@ -261,7 +261,9 @@ def lint_session(conf: Mapping[str, str]) -> SparkSession:
     jars and the user's Spark settings), with the batch meaning of streaming-only calls."""
     from pgval.topologies.batch import batch_meanings, batch_session
 
-    spark = batch_session(conf, heap_mb=768, cores=2)
+    # Mapping the batch sessions' class archive, never recording it: a lint answers in
+    # seconds, and a batch oracle's session records it.
+    spark = batch_session(conf, heap_mb=768, cores=2, record=False)
     batch_meanings(spark)
     spark.sparkContext.setLogLevel("ERROR")
     return spark

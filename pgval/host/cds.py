@@ -1,5 +1,6 @@
 """Class-data sharing (AppCDS) for the JVMs pgval starts: Spark's driver, executors, master
-and worker, and the Kafka brokers.
+and worker, the Kafka brokers, and the local batch sessions (a job's batch oracle, ``pgval
+check --job``, ``pgval lint``).
 
 On 2 cores a JVM start is mostly class loading (parsing and verifying Spark's ~15,000
 classes); an archive of the classes a run loaded maps them in ready-made. A PySpark session
@@ -42,7 +43,8 @@ from pgval.host.procs import file_lock
 #: Environment variable that turns class sharing off ("0").
 ENV = "PGVAL_CLASS_SHARING"
 #: The kinds of JVM pgval keeps an archive for (each loads its own set of classes).
-KINDS = ("spark-driver", "spark-executor", "spark-master", "spark-worker", "kafka-broker")
+KINDS = ("spark-driver", "spark-executor", "spark-master", "spark-worker", "kafka-broker",
+         "batch-session")
 
 
 def enabled() -> bool:

@@ -9,6 +9,7 @@ never fail). :class:`HostSnapshot` diffs two moments.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -16,6 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from pgval.core.errors import PgvalError
 
 _OURS = re.compile(r"java|pgval|multiprocessing|netfilterqueue|kafka|spark", re.I)
 
@@ -109,16 +112,37 @@ class HostSnapshot:
                   spared: Sequence[str] = ()) -> dict[str, list[str]]:
         """What is here and was not in ``before``; processes working under a ``spared``
         directory (a cluster several tests share, which may restart a worker) aside."""
+        # The namespaces, links and registry entry of a shared cluster started since
+        # (one with other daemon settings) are its, like its processes.
+        theirs = suffixes_under(spared) if spared else set()
+
+        def new(now: set[str], then: set[str]) -> list[str]:
+            return sorted(n for n in now - then if not any(s in n for s in theirs))
+
         out = {
             "processes": [f"{p}: {c[:200]}" for p, c in self.processes.items()
                           if p not in before.processes and not _works_under(p, spared)],
-            "namespaces": sorted(self.namespaces - before.namespaces),
-            "links": sorted(self.links - before.links),
+            "namespaces": new(self.namespaces, before.namespaces),
+            "links": new(self.links, before.links),
             "rules": sorted(self.rules - before.rules),
-            "registry": sorted(self.registry - before.registry),
+            "registry": new(self.registry, before.registry),
             "qdiscs": sorted(self.qdiscs - before.qdiscs),
         }
         return {k: v for k, v in out.items() if v}
+
+
+def suffixes_under(dirs: Sequence[str]) -> set[str]:
+    """The namespace suffixes pgval's registry gives to runs or clusters under ``dirs``."""
+    from pgval.host.registry import netns_entries
+
+    found = set()
+    with contextlib.suppress(OSError, PgvalError):
+        for suffix, entry in netns_entries().items():
+            where = str(entry.get("run_dir") or "")
+            if where and any(where == d or where.startswith(d.rstrip("/") + "/")
+                             for d in dirs):
+                found.add(suffix)
+    return found
 
 
 def _works_under(pid: int, dirs: Sequence[str]) -> bool:
