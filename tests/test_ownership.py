@@ -389,3 +389,18 @@ def test_a_private_file_is_never_written_through_a_planted_link(tmp_path: Path) 
     write_private(target, "secret", fsync=True)
     assert victim.read_text() == "keep" and not target.is_symlink()
     assert target.read_text() == "secret" and target.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_process_reads_only_its_own_lines_of_a_log_used_again(tmp_path: Path) -> None:
+    """A daemon started again in the same directory (a restarted worker, a cluster brought
+    up in a folder used before) appends to the same log: what its start checks read (the
+    master's port line) must be its own, not the earlier process's."""
+    from pgval.host.procs import spawn
+
+    log = tmp_path / "logs" / "daemon.log"
+    first = spawn("daemon", [sys.executable, "-c", "print('port 18594')"], log)
+    first.popen.wait(timeout=30)
+    second = spawn("daemon", [sys.executable, "-c", "print('port 30208')"], log)
+    second.popen.wait(timeout=30)
+    assert "18594" in first.log_tail() and "30208" in first.log_tail()  # it ran first
+    assert second.log_tail() == "port 30208"

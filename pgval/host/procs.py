@@ -43,6 +43,9 @@ class Managed:
     log_path: Path
     pid_file: Path | None = None
     argv: list[str] = field(default_factory=list)
+    #: Where this process's output begins in ``log_path`` (an earlier process of the same
+    #: name, in a directory used again, wrote what comes before).
+    log_start: int = 0
 
     @property
     def pid(self) -> int:
@@ -64,10 +67,14 @@ class Managed:
         self.stop(grace_s=0.0, sig=signal.SIGKILL)
 
     def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines this process wrote (never an earlier one's)."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.log_start)
+                text = fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
+        return "\n".join(text.splitlines()[-lines:])
 
 
 def _group_alive(pgid: int) -> bool:
@@ -118,6 +125,7 @@ def spawn(
     if env:
         full_env.update(env)
     log = append_private(log_path)  # handed to the child, closed below
+    log_start = os.fstat(log.fileno()).st_size
     try:
         popen = subprocess.Popen(
             list(argv),
@@ -136,7 +144,8 @@ def spawn(
     if pid_dir is not None:
         pid_file = pid_dir / f"{name}.json"
         write_pid_file(pid_file, name, popen.pid)
-    return Managed(name=name, popen=popen, log_path=log_path, pid_file=pid_file, argv=list(argv))
+    return Managed(name=name, popen=popen, log_path=log_path, pid_file=pid_file, argv=list(argv),
+                   log_start=log_start)
 
 
 def write_pid_file(path: Path, name: str, pid: int, **extra: Any) -> None:
