@@ -30,10 +30,11 @@ from pgval.checker.evaluate import Evaluation, evaluate
 from pgval.checker.explain import watermark_ms
 from pgval.core import schema
 from pgval.host.procs import Managed, spawn
-from pgval.kafka.admin import create_topics
+from pgval.kafka.admin import admin_client, create_topics, delete_topics
 from pgval.kafka.broker import KafkaCluster
 from pgval.kafka.reader import read_topic
 from pgval.records.parse import InputEvents, ResourceTable, inputs_from_kafka, outputs_from_kafka
+from tests.conftest import processes_mentioning, wait_until
 
 W = 2000  # window
 D = 1000  # watermark delay
@@ -261,19 +262,37 @@ def _stop_gracefully(d: Driver) -> int:
     return d.proc.popen.wait(timeout=60)
 
 
-@pytest.fixture
-def kafka(tmp_path: Path) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster(tmp_path / "kafka", brokers=1, partitions=3, sasl=False)
+#: The fixed topics the drivers here read and write (SST and MST, every guarantee).
+TOPICS = [schema.GET_TOPIC, schema.POST_TOPIC, schema.MARKER_TOPIC,
+          *(f"out-{t}-{pg}" for t in schema.BUILTIN_TOPOLOGIES
+            for pg in schema.PROCESSING_GUARANTEES)]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One broker for the module's tests (each gets the topics new: :func:`kafka`)."""
+    root = tmp_path_factory.mktemp("kafka")
+    cluster = KafkaCluster(root, brokers=1, partitions=3, sasl=False)
     try:
         cluster.start()
-        outputs = [f"out-{t}-{pg}" for t in schema.BUILTIN_TOPOLOGIES
-                   for pg in schema.PROCESSING_GUARANTEES]
-        create_topics(cluster.client_config,
-                      [schema.GET_TOPIC, schema.POST_TOPIC, *outputs, schema.MARKER_TOPIC], 3,
-                      compacted=[schema.MARKER_TOPIC])
         yield cluster
     finally:
         cluster.stop()
+    wait_until(lambda: not processes_mentioning(str(root)), 30, "the broker to end")
+
+
+@pytest.fixture
+def kafka(broker: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The module's broker with the fixed topics made new for this test: what an earlier
+    test wrote is gone (the topics deleted, and gone from the broker's metadata, first)."""
+    delete_topics(broker.client_config, TOPICS)
+    admin = admin_client(broker.client_config)
+    deadline = time.monotonic() + 60
+    while set(TOPICS) & set(admin.list_topics(timeout=5).topics):
+        assert time.monotonic() < deadline, "the earlier test's topics were not deleted"
+        time.sleep(0.5)
+    create_topics(broker.client_config, TOPICS, 3, compacted=[schema.MARKER_TOPIC])
+    yield broker
 
 
 def _batch_stats(d: Driver) -> dict[str, Any]:
