@@ -404,3 +404,29 @@ def test_a_process_reads_only_its_own_lines_of_a_log_used_again(tmp_path: Path) 
     second.popen.wait(timeout=30)
     assert "18594" in first.log_tail() and "30208" in first.log_tail()  # it ran first
     assert second.log_tail() == "port 30208"
+
+
+def test_only_a_shared_cluster_started_since_is_spared_its_namespaces(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test's leftovers spare the namespaces, links and registry entry of a shared
+    cluster that started during it (its module replaced the warm one), never what appeared
+    under a shared cluster that was already there, nor another run's."""
+    from pgval.host import leftovers
+
+    shared = str(tmp_path / "shared")
+    monkeypatch.setattr(registry, "netns_entries", lambda: {
+        "aaaaaa": {"run_dir": f"{shared}/cluster-1"},
+        "bbbbbb": {"run_dir": f"{shared}/cluster-2"},
+        "cccccc": {"run_dir": str(tmp_path / "run")}})
+
+    def snap(namespaces: set[str], entries: set[str]) -> leftovers.HostSnapshot:
+        return leftovers.HostSnapshot({}, namespaces, set(), set(), entries, set())
+
+    before = snap({"pgval-aaaaaa-w0"}, {"aaaaaa.json"})
+    after = snap({"pgval-aaaaaa-w0", "pgval-aaaaaa-w9", "pgval-bbbbbb-w0", "pgval-cccccc-w0"},
+                 {"aaaaaa.json", "bbbbbb.json", "cccccc.json"})
+    assert after.new_since(before, spared=[shared]) == {
+        "namespaces": ["pgval-aaaaaa-w9", "pgval-cccccc-w0"], "registry": ["cccccc.json"]}
+    assert after.new_since(before) == {
+        "namespaces": ["pgval-aaaaaa-w9", "pgval-bbbbbb-w0", "pgval-cccccc-w0"],
+        "registry": ["bbbbbb.json", "cccccc.json"]}

@@ -113,8 +113,10 @@ class HostSnapshot:
         """What is here and was not in ``before``; processes working under a ``spared``
         directory (a cluster several tests share, which may restart a worker) aside."""
         # The namespaces, links and registry entry of a shared cluster started since
-        # (one with other daemon settings) are its, like its processes.
-        theirs = suffixes_under(spared) if spared else set()
+        # (one with other daemon settings) are its, like its processes; what appears under
+        # a shared cluster that was already there is not spared.
+        theirs = {s for s in suffixes_under(spared) if f"{s}.json" not in before.registry
+                  } if spared else set()
 
         def new(now: set[str], then: set[str]) -> list[str]:
             return sorted(n for n in now - then if not any(s in n for s in theirs))

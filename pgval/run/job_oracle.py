@@ -117,7 +117,9 @@ def _oracle_process(name: str, argv: list[str], log: Path, spark_conf: dict[str,
             raise EnvironmentFailure(
                 f"{what} ran out of its {heap_mb} MiB heap; give it more with --spark-conf "
                 f"spark.driver.memory=SIZE (log: {log})")
-        last = lines[-1] if lines else "no output"
+        # The JVM's own warnings (class sharing's among them) are not the failure.
+        said = [ln for ln in lines if "][warning][" not in ln]
+        last = said[-1] if said else "no output"
         raise EnvironmentFailure(f"{what} failed (exit {rc}): {last} (log: {log})")
     for line in reversed(lines):
         try:
