@@ -280,8 +280,8 @@ def batch_session(conf: Mapping[str, str], heap_mb: int = 1024, cores: int = 1,
     timestamp is the streaming query's only in the same session time zone, so a
     ``spark.sql.session.timeZone`` the user sets applies to both.
 
-    Its JVM maps the batch sessions' class archive where one was recorded (a batch oracle
-    starts 3-4 s sooner on 2 cores; docs/performance.md); with ``record``, a session that
+    Its JVM maps the batch sessions' class archive where one was recorded (a session
+    starts about 2.5 s sooner on 2 cores; docs/performance.md); with ``record``, a session that
     finds none records it, written by :func:`stop_batch_session`."""
     import os
 
