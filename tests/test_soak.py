@@ -1,6 +1,7 @@
 """The reduced soak (the full one is `pgval soak`, see docs/safety.md): a few real runs
 killed at chosen moments must leave nothing behind, with nobody cleaning by hand, and
-`pgval cleanup` running beside a live run must not hurt it."""
+`pgval cleanup` running beside a live run must not hurt it (checked beside the
+command-line run of tests/test_validate.py::test_cli_json_and_cleanup)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ from pathlib import Path
 import pytest
 
 from pgval.cli.soak_runs import (
-    intact_runs,
     kill_external,
     kill_matrix,
     kill_one,
-    live_run_with_cleanups,
 )
 from pgval.core.schema import Fault
 
@@ -37,14 +36,6 @@ def test_a_killed_run_leaves_nothing(tmp_path: Path, stage: str, sig: str, fault
         assert reaped and reaped[-1]["event"] == "reaped" and reaped[-1]["removed"]
     else:
         assert result.exit_code not in (0, None)  # interrupted, not a completed run
-
-
-def test_cleanup_beside_a_live_run_spares_it(tmp_path: Path) -> None:
-    code, valid, cleanups, reasons = live_run_with_cleanups(tmp_path, tmp_path / "soak.db",
-                                                            seed=5)
-    assert cleanups >= 3
-    assert code == 0 and valid is True, reasons
-    assert intact_runs(tmp_path / "soak.db") == (1, 1)
 
 
 def test_a_killed_matrix_is_reaped_cell_and_cluster(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pgval.cli.soak_runs import cleanups_beside, intact_runs
 from pgval.core.spec import ClusterSpec, RunSpec
 from pgval.run.experiment import Experiment, ExperimentResult
 from pgval.store.results import ResultsStore
@@ -234,21 +235,35 @@ def shift_output_timestamps(run_dir: Path, ms: int) -> None:
 
 
 def test_cli_json_and_cleanup(tmp_path: Path) -> None:
-    """Also nothing secret stored: a secret --spark-conf reaches the driver yet is
-    in no file of the run (logs, evidence, progress, Kafka data and checkpoint kept with
-    --keep-data) nor in the database; the runs root and run directory pgval creates are
-    0700, the evidence and the new database 0600."""
+    """`pgval validate --json` from the command line, with `pgval cleanup` run again and
+    again beside it (it must spare the live run). Also nothing secret stored: a secret
+    --spark-conf reaches the driver yet is in no file of the run (logs, evidence, progress,
+    Kafka data and checkpoint kept with --keep-data) nor in the database; the runs root and
+    run directory pgval creates are 0700, the evidence and the new database 0600."""
     db, runs = tmp_path / "r.db", tmp_path / "runs"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst", "--brokers", "1",
-         "--workers", "1", "--phase-seconds", "4", "--warmup-seconds", "4",
-         "--warmup-max-seconds", "20", "--rate", "200",
-         "--window-ms", "2000", "--watermark-ms", "1000", "--trigger-ms", "500",
-         "--spark-conf", f"spark.pgval.test.password={MARK}", "--keep-data",
-         "--db", str(db), "--json"],
-        capture_output=True, text=True, timeout=400, env={**os.environ, "PGVAL_RUNS": str(runs)})
+    stdout, stderr = tmp_path / "stdout", tmp_path / "stderr"
+    with stdout.open("wb") as out_file, stderr.open("wb") as err_file:
+        live = subprocess.Popen(
+            [sys.executable, "-m", "pgval.cli", "validate", "--topology", "sst",
+             "--brokers", "1", "--workers", "1", "--phase-seconds", "4",
+             "--warmup-seconds", "4", "--warmup-max-seconds", "20", "--rate", "200",
+             "--window-ms", "2000", "--watermark-ms", "1000", "--trigger-ms", "500",
+             "--spark-conf", f"spark.pgval.test.password={MARK}", "--keep-data",
+             "--db", str(db), "--json"],
+            stdout=out_file, stderr=err_file, env={**os.environ, "PGVAL_RUNS": str(runs)})
+        try:
+            cleanups = cleanups_beside(live, runs)
+            live.wait(timeout=400)
+        finally:
+            if live.poll() is None:
+                live.kill()
+    proc = subprocess.CompletedProcess(live.args, live.returncode, stdout.read_text(),
+                                       stderr.read_text())
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert cleanups >= 3
+    assert intact_runs(db) == (1, 1)
     out = json.loads(proc.stdout)
+    assert out["valid"] is True, out["validity_reasons"]
     for key in ("expected", "processed", "duplicate", "incorrect", "unprocessed", "malformed",
                 "reliability", "guarantee", "phases", "timings"):
         assert key in out

@@ -32,6 +32,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -326,22 +327,31 @@ def live_run_with_cleanups(root: Path, db: Path,
     """A run left to finish while ``pgval cleanup`` runs against it again and again:
     (exit code, valid, cleanups run, validity reasons)."""
     run_dir = root / "live"
-    proc = subprocess.Popen(_validate_argv(run_dir, db, Fault.NONE, seed), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    cleanups = 0
-    env = {**os.environ, "PGVAL_RUNS": str(root)}
-    while proc.poll() is None:
-        subprocess.run([sys.executable, "-m", "pgval.cli", "cleanup"], env=env,
-                       capture_output=True, timeout=120)
-        cleanups += 1
-        time.sleep(CLEANUP_EVERY_S)
-    out = proc.stdout.read() if proc.stdout else b""
+    with tempfile.TemporaryFile() as stdout:
+        proc = subprocess.Popen(_validate_argv(run_dir, db, Fault.NONE, seed), stdout=stdout,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        cleanups = cleanups_beside(proc, root)
+        stdout.seek(0)
+        out = stdout.read()
     try:
         summary = json.loads(out)
         valid, reasons = bool(summary.get("valid")), list(summary.get("validity_reasons", []))
     except ValueError:
         valid, reasons = None, ["no JSON summary"]
     return proc.returncode, valid, cleanups, reasons
+
+
+def cleanups_beside(proc: subprocess.Popen[Any], runs_root: Path) -> int:
+    """Run ``pgval cleanup`` over ``runs_root`` again and again until ``proc`` (a live
+    run) ends: how many ran. What they must not do is hurt the run."""
+    cleanups = 0
+    env = {**os.environ, "PGVAL_RUNS": str(runs_root)}
+    while proc.poll() is None:
+        subprocess.run([sys.executable, "-m", "pgval.cli", "cleanup"], env=env,
+                       capture_output=True, timeout=120)
+        cleanups += 1
+        time.sleep(CLEANUP_EVERY_S)
+    return cleanups
 
 
 def intact_runs(db: Path) -> tuple[int, int]:
