@@ -73,3 +73,12 @@ def test_the_cause_of_a_failed_start_is_the_last_line_that_says_one(tmp_path: Pa
     assert procs.log_cause(errors) == "java.lang.IllegalStateException: bad"
     assert procs.log_cause(quiet) == ""
     assert procs.log_cause(tmp_path / "gone.log") == ""
+    # A daemon restarted in the same folder appends to the log: only its own part counts.
+    restarted = tmp_path / "restarted.log"
+    restarted.write_bytes(log.read_bytes())
+    start = restarted.stat().st_size
+    with restarted.open("a") as fh:
+        fh.write("INFO starting again\nERROR the log directory is unreadable\n")
+    assert "Address already in use" in procs.log_cause(restarted)  # the older cause wins
+    assert procs.log_cause(restarted, start=start) == "ERROR the log directory is unreadable"
+    assert procs.log_cause(restarted, start=restarted.stat().st_size) == ""

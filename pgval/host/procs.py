@@ -259,13 +259,15 @@ def free_port(host: str = "127.0.0.1") -> int:
             return port
 
 
-def log_cause(log_path: Path, limit: int = 240) -> str:
+def log_cause(log_path: Path, limit: int = 240, start: int = 0) -> str:
     """The line of a daemon's log that best says why it failed ("" when none does), for an
     error message that stands on its own even after the log is gone: the last line naming a
-    known cause (a taken port, memory), else the last exception, else the last error."""
+    known cause (a taken port, memory), else the last exception, else the last error.
+    ``start``: where this process's part of the log begins (a daemon restarted in the same
+    folder appends to its predecessor's log, whose causes are not this one's)."""
     try:
         with open(log_path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 256_000))
+            fh.seek(max(start, fh.seek(0, os.SEEK_END) - 256_000))
             lines = fh.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return ""
@@ -288,7 +290,7 @@ def wait_for_port(host: str, port: int, timeout_s: float, proc: Managed | None =
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and not proc.alive():
-            cause = log_cause(proc.log_path)
+            cause = log_cause(proc.log_path, start=proc.log_start)
             raise EnvironmentFailure(
                 f"{proc.name} exited before listening on {host}:{port}"
                 + (f" ({cause})" if cause else "") + f"; see {proc.log_path}"

@@ -233,8 +233,8 @@ class KafkaCluster:
     def _keep_logs_if_port_taken(self) -> bool:
         """Whether a broker exited because its port was taken; if so its log is kept beside
         the storage the next attempt clears."""
-        taken = [n for n in self._nodes
-                 if "Address already in use" in log_cause(n.dir / "broker.log")]
+        taken = [n for n in self._nodes if "Address already in use" in log_cause(
+            n.dir / "broker.log", start=n.proc.log_start if n.proc is not None else 0)]
         for n in taken:
             copy_private(n.dir / "broker.log",
                          self.run_dir / "kafka" / f"port-taken-broker-{n.node_id}.log")
@@ -506,7 +506,7 @@ class KafkaCluster:
         while time.monotonic() < deadline:
             for node in self._nodes:
                 if node.proc is not None and not node.proc.alive():
-                    cause = log_cause(node.proc.log_path)
+                    cause = log_cause(node.proc.log_path, start=node.proc.log_start)
                     raise EnvironmentFailure(
                         f"Kafka broker {node.node_id} exited during startup"
                         + (f" ({cause})" if cause else "") + f"; see {node.proc.log_path}"
