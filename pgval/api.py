@@ -26,7 +26,7 @@ from typing import Any
 
 from pgval.checker.gate import EXPECTATIONS, MET, Case
 from pgval.core.errors import UserMistake
-from pgval.core.spec import ClusterSpec, RunSpec
+from pgval.core.spec import ClusterSpec, RunSpec, profile_settings
 
 __all__ = ["Cluster", "GuaranteeNotMet", "assert_guarantee", "case", "recheck", "run_spec",
            "validate"]
@@ -37,12 +37,15 @@ class GuaranteeNotMet(AssertionError):
     the verdict line (guarantee, counts, validity and its reasons)."""
 
 
-def run_spec(**settings: Any) -> RunSpec:
+def run_spec(profile: str | None = None, **settings: Any) -> RunSpec:
     """A run's spec from ``validate``'s options as keywords, checked as the CLI checks
     them: a job (``job="PATH.py:FUNCTION"``) is loaded and checked and its topology set,
-    file paths are made absolute."""
+    file paths are made absolute. ``profile`` (``"ci"``): its settings
+    (:data:`pgval.core.spec.PROFILES`) where ``settings`` do not name them."""
     from pgval.config import resolve
     from pgval.run.setup import checked_job
+
+    settings = {**profile_settings(profile), **settings}
 
     run_fields = {f.name for f in dataclasses.fields(RunSpec)} - {"cluster"}
     cluster_fields = {f.name for f in dataclasses.fields(ClusterSpec)}
@@ -87,7 +90,8 @@ def validate(spec: RunSpec | None = None, *, run_dir: Path | str | None = None,
     where = Path(run_dir) if run_dir is not None else default_run_dir()
     deployment = cluster.deployment_for(cfg) if cluster is not None else None
     return Experiment(cfg, where, db=Path(db) if db is not None else None,
-                      on_status=on_status, deployment=deployment).run()
+                      on_status=on_status, deployment=deployment,
+                      drivers=cluster.shared_drivers if cluster is not None else None).run()
 
 
 def recheck(run_dir: Path | str, db: Path | str | None = None) -> Any:
@@ -120,21 +124,34 @@ def assert_guarantee(result: Any, expected: str) -> None:
 
 class Cluster:
     """One embedded cluster (Kafka and Spark, local processes) kept up across
-    validations, each run still with its own topics, checkpoint and driver; stopped by
+    validations, each run still with its own topics and checkpoint; stopped by
     :meth:`close` (or the ``with`` block's end), every process of it. A run that needs
-    other daemon settings (``delay-gt-timeout``'s time-outs) gets a fresh one."""
+    other daemon settings (``delay-gt-timeout``'s time-outs) gets a fresh one.
 
-    def __init__(self, root: Path | str) -> None:
+    ``driver``: ``"fresh"``, a driver process per run, or ``"shared"``, one driver that
+    runs the runs' queries one after another where their fault and sink allow
+    (``matrix --driver shared``, docs/deploy.md "A shared driver"): warm from the second
+    run on, a user's job too."""
+
+    def __init__(self, root: Path | str, driver: str = "fresh") -> None:
         from pgval.core.redact import private_dir
         from pgval.deploy.warm import WarmDeployments
 
+        if driver not in ("fresh", "shared"):
+            raise UserMistake(f"driver must be 'fresh' or 'shared', not {driver!r}")
         self.root = private_dir(Path(root).resolve())
-        self._warm = WarmDeployments(self.root, label="pgval-api")
+        self._warm = WarmDeployments(self.root, label="pgval-api",
+                                     shared_driver=driver == "shared")
         self._runs = 0
 
     def deployment_for(self, cfg: RunSpec) -> Any:
         """The running deployment for a run of ``cfg`` (started on first use)."""
         return self._warm.for_run(cfg)
+
+    @property
+    def shared_drivers(self) -> Any:
+        """The runs' shared driver (``driver="shared"``), None when each has its own."""
+        return self._warm.drivers
 
     def validate(self, spec: RunSpec | None = None, *, run_dir: Path | str | None = None,
                  db: Path | str | None = None, **settings: Any) -> Any:

@@ -134,3 +134,15 @@ def test_the_docs_python_example_names_settings_the_api_takes(monkeypatch: pytes
     for call in calls:
         settings = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg != "db"}
         assert api.run_spec(**settings).job
+
+
+def test_a_cluster_shares_its_driver_only_when_asked(tmp_path: Path) -> None:
+    """``api.Cluster(driver="shared")`` hands its runs one shared driver (started with the
+    first run that can share it, as ``matrix --driver shared``); by default each run has
+    its own; nothing starts before a run."""
+    with api.Cluster(tmp_path / "fresh") as fresh:
+        assert fresh.shared_drivers is None
+    with api.Cluster(tmp_path / "shared", driver="shared") as shared:
+        assert shared.shared_drivers is not None and shared.shared_drivers.current is None
+    with pytest.raises(UserMistake, match="driver must be 'fresh' or 'shared'"):
+        api.Cluster(tmp_path / "other", driver="warm")

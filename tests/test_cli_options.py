@@ -19,8 +19,15 @@ from click.testing import CliRunner
 
 from pgval.cli import docs as cli_docs
 from pgval.cli import main
-from pgval.cli.options import EXCLUDED, NOT_OPTIONS, build_config, option_fields
-from pgval.core.spec import ClusterSpec, RunSpec
+from pgval.cli.options import (
+    EXCLUDED,
+    NOT_OPTIONS,
+    build_config,
+    option_fields,
+    with_profile,
+)
+from pgval.core.errors import UserMistake
+from pgval.core.spec import PROFILES, ClusterSpec, RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_COMMANDS = ("validate", "matrix", "oir")
@@ -258,3 +265,58 @@ def test_docs_cli_md_is_up_to_date() -> None:
         f"docs/cli.md is out of date with the commands' --help; refresh it with "
         f"`{cli_docs.REFRESH}` and commit it")
     assert "(docs/cli.md)" in (ROOT / "README.md").read_text()
+
+
+def _profiled(command: str, args: list[str]) -> RunSpec:
+    """The config ``pgval COMMAND ARGS`` would run, its --profile applied."""
+    cmd = main.commands[command]
+    root = click.Context(main, info_name="pgval", **main.context_settings)
+    with cmd.make_context(command, args, parent=root) as ctx:
+        values = with_profile(_config_values(dict(ctx.params)), ctx.params["profile"])
+        return build_config(values, rate=float(values["rate"]),
+                            **({"topology": "sst"} if command == "matrix" else {}))
+
+
+@pytest.mark.parametrize("command", ["validate", "matrix"])
+def test_a_profile_sets_defaults_and_every_option_given_wins(command: str) -> None:
+    """--profile ci replaces the defaults it names, not what the user wrote, even a value
+    equal to the default (--rate 2000)."""
+    topology = ["--topology", "sst"] if command == "validate" else []
+    ci = _profiled(command, [*topology, "--profile", "ci"])
+    want = PROFILES["ci"]
+    assert (ci.phase_seconds, ci.rate, ci.cluster.brokers, ci.prime_events,
+            ci.warmup_max_seconds, ci.drain_timeout_s) == (
+        want["phase_seconds"], want["rate"], want["brokers"], want["prime_events"],
+        want["warmup_max_seconds"], want["drain_timeout_s"])
+    assert ci.warmup_seconds == RunSpec().warmup_seconds  # still until steady
+    given = _profiled(command, [*topology, "--profile", "ci", "--phase-seconds", "20",
+                                "--rate", "2000", "--brokers", "3"])
+    assert (given.phase_seconds, given.rate, given.cluster.brokers) == (20.0, 2000.0, 3)
+    assert given.prime_events == want["prime_events"]
+    plain = _profiled(command, topology)
+    assert (plain.phase_seconds, plain.rate) == (90.0, 2000.0)
+
+
+def test_a_profile_in_the_api_is_the_clis() -> None:
+    from pgval import api
+
+    spec = api.run_spec(profile="ci", topology="sst", phase_seconds=20)
+    assert (spec.phase_seconds, spec.rate, spec.cluster.brokers) == (20.0, 500.0, 1)
+    with pytest.raises(UserMistake, match="unknown profile 'fast'"):
+        api.run_spec(profile="fast", topology="sst")
+
+
+def test_a_ci_matrix_runs_each_cell_once_on_a_shared_driver_unless_told() -> None:
+    from pgval.cli.campaigns import PROFILE_DRIVER, PROFILE_REPEAT, _profiled
+
+    cmd = main.commands["matrix"]
+    root = click.Context(main, info_name="pgval", **main.context_settings)
+    for args, want in ((["--profile", "ci"], (1, "shared")),
+                       (["--profile", "ci", "--repeat", "3", "--driver", "fresh"],
+                        (3, "fresh")),
+                       ([], (3, "fresh"))):
+        with cmd.make_context("matrix", args, parent=root) as ctx:
+            p = ctx.params
+            got = (_profiled(p["profile"], "repeat", p["repeat"], PROFILE_REPEAT),
+                   _profiled(p["profile"], "driver", p["driver"], PROFILE_DRIVER))
+        assert got == want, args

@@ -1,9 +1,9 @@
 """Deployments on real clusters: a `pgval cluster up` cluster used as an external one and
 attached with --cluster (left untouched, only the runs' topics come and go), and a matrix
-on it whose cells share one driver without seeing each other's records. (A matrix's own
-warm cluster is the one WarmDeployments hands its cells: tests/test_faults_cluster.py runs
-its cells on one, checking that none started a cluster; tests/test_soak.py kills a matrix
-mid-cell and finds its cluster reaped.)
+of a user's job on it whose cells share one driver without seeing each other's records.
+(A matrix's own warm cluster is the one WarmDeployments hands its cells:
+tests/test_faults_cluster.py runs its cells on one, checking that none started a cluster;
+tests/test_soak.py kills a matrix mid-cell and finds its cluster reaped.)
 
 Phases are 15 s (the shared driver's cells 10 s): the warm-up (at least 10 s, until the
 outputs' latency stops falling) takes the fresh driver's slow first batches (4-5 s each on 2
@@ -176,13 +176,19 @@ def test_a_broker_crash_through_a_users_nemesis(running_cluster: dict[str, Any],
 
 def test_a_shared_driver_runs_cells_one_after_another_and_they_never_meet(
         running_cluster: dict[str, Any]) -> None:
-    """``pgval matrix --driver shared`` on a `pgval cluster up` cluster: one driver process
-    runs four cells' queries, a crash (an executor killed through that driver) in the
-    middle; each cell reads and writes only its own records, its events reach only its own
-    progress file, and a cell's output topic is unchanged after the next cells ran
-    (pgval.deploy.shared_driver; the memo: experiments/overhead-26/shared-driver.md)."""
+    """``pgval matrix --job … --driver shared`` on a `pgval cluster up` cluster: one
+    driver process runs four cells' queries of a user's job (SST written as a job: each
+    cell loads it anew), a crash (an executor killed through that driver) in the middle;
+    each cell reads and writes only its own records, its events reach only its own
+    progress file, a cell's output topic is unchanged after the next cells ran, and each
+    cell's batch oracle agrees with pgval's own (pgval.deploy.shared_driver; the memo:
+    experiments/overhead-26/shared-driver.md). A built-in topology's query differs from a
+    job's only in how it is built (topologies/driver.py, ``_kafka_writer``)."""
     info, base = running_cluster, running_cluster["base"]
     db, runs = base / "shared.db", base / "shared-runs"
+    job = base / "sst_job.py"
+    job.write_text("from pgval.topologies.builtin import make_sst\n"
+                   "build = make_sst(window_ms=2000, watermark_ms=1000)\n")
     # 10 s phases and a warm-up of 4-6 s: from the second cell on the driver and its
     # executors are warm, a failure phase without outputs is a measurement, and what is
     # judged here is isolation, not latency (CI time).
@@ -191,8 +197,8 @@ def test_a_shared_driver_runs_cells_one_after_another_and_they_never_meet(
                         ("--warmup-max-seconds", "6")):
         shape[shape.index(flag) + 1] = value
     done = pgval("matrix", "--cluster", str(info["dir"]), "--driver", "shared",
-                 "--topologies", "sst", "--pgs", "a1,e1", "--faults", "none,crash",
-                 "--repeat", "1", "--keep-topics",
+                 "--job", f"{job}:build", "--no-lint", "--pgs", "a1,e1",
+                 "--faults", "none,crash", "--repeat", "1", "--keep-topics",
                  "--db", str(db), "--runs-dir", str(runs), *shape, cwd=base, timeout=1200)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = sorted((r for r in ResultsStore(db).runs() if r["status"] == "complete"),
@@ -231,6 +237,7 @@ def test_a_shared_driver_runs_cells_one_after_another_and_they_never_meet(
         inputs = extra["readback"]["inputs"]
         assert inputs["ok"] and inputs["read"] == inputs["expected"], inputs
         assert extra["unprocessed"] == 0 and extra["incorrect"] == 0, row["id"]
+        assert extra["oracles_agree"] is True, extra.get("oracles_disagreement")
         if row["fault"] == "none":
             assert extra["guarantee"] == "exactly-once", row["id"]
     # Nothing reached a cell's output topic after its read-back: not the next cells, not a

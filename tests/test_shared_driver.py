@@ -51,11 +51,14 @@ def test_which_faults_share_a_driver(fault: FaultSpec, target: Any, why: str | N
     assert fresh_driver_reason([(fault, target)], None, "kafka", []) == why
 
 
-def test_a_schedule_part_a_job_a_sink_or_a_container_needs_a_fresh_driver() -> None:
+def test_a_schedule_part_a_sink_or_a_container_needs_a_fresh_driver() -> None:
     none = (FaultSpec(Fault.NONE), None)
     assert fresh_driver_reason([none, (FaultSpec(Fault.DRIVER_CRASH), None)], None,
                                "kafka", []) == "its fault kills the driver"
-    assert fresh_driver_reason([none], "/j.py:build", "kafka", []) is not None
+    assert fresh_driver_reason([none], "/j.py:build", "kafka", []) is None  # a job shares
+    assert fresh_driver_reason([(FaultSpec(Fault.DRIVER_CRASH), None)], "/j.py:build",
+                               "kafka", []) == "its fault kills the driver"
+    assert fresh_driver_reason([none], "/j.py:build", "files", []) is not None
     assert fresh_driver_reason([none], None, "files", []) is not None
     assert fresh_driver_reason([none], None, "kafka", ["docker", "exec"]) is not None
 

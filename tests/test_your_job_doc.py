@@ -49,7 +49,7 @@ def test_every_command_of_the_page_is_accepted_as_written(monkeypatch) -> None: 
     from pgval.cli.app import main as cli
     from pgval.cli.campaigns import _matrix_base
     from pgval.cli.common import OIR_PENDING, parse_rate, resolve_job
-    from pgval.cli.options import build_config
+    from pgval.cli.options import build_config, with_profile
 
     monkeypatch.chdir(ROOT)
     commands = all_commands(DOC.read_text())
@@ -59,6 +59,8 @@ def test_every_command_of_the_page_is_accepted_as_written(monkeypatch) -> None: 
         command = cli.commands[argv[1]]
         with command.make_context(" ".join(argv[:2]), argv[2:]) as ctx:
             values = dict(ctx.params)
+            if argv[1] in ("validate", "matrix"):
+                values = with_profile(values, values.pop("profile"))
             if argv[1] == "validate":
                 for name in ("run_dir", "db", "as_json", "lint", "expect", "junit_path"):
                     values.pop(name)

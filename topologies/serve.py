@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pgval.core.driver_spec import DriverDocument
-from pgval.core.errors import PgvalError
+from pgval.core.errors import PgvalError, UserMistake
 
 #: What a served driver's session log and control directory are called inside ``serve_dir``.
 SESSION_LOG = "session.jsonl"
@@ -243,6 +243,9 @@ class Server:
                 for active in list(self.spark.streams.active):
                     with contextlib.suppress(Exception):
                         active.stop()
+                if isinstance(exc, UserMistake):  # the user's job (JobError): bad input
+                    log.write("terminated", error=_first_line(exc), phase="job")
+                    return {"ok": False, "refused": True, "error": _first_line(exc)}
                 return {"ok": False, "error": f"the query did not start: {_first_line(exc)}"}
             self.current = Served(spec, query, sink, log)
             return {"ok": True, "query": spec.query_name, "runId": str(query.runId),

@@ -28,9 +28,20 @@ from pgval.cli.common import (
     why_not_finished,
 )
 from pgval.cli.errors import UserError, err_console
-from pgval.cli.options import build_config, config_options, grid_options
+from pgval.cli.options import (
+    build_config,
+    config_options,
+    grid_options,
+    profile_option,
+    with_profile,
+)
 from pgval.core.errors import EnvironmentFailure, PgvalError
 from pgval.core.schema import Topology
+
+#: A matrix's repetitions and driver under ``--profile`` (unless --repeat or --driver is
+#: given): a CI gate runs each cell once, on a shared driver where the cell's fault allows.
+PROFILE_REPEAT = {"ci": 1}
+PROFILE_DRIVER = {"ci": "shared"}
 
 
 def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
@@ -40,7 +51,7 @@ def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
                      help="shared: one Spark driver runs the runs' queries one after another "
                           "(warm JVMs from its second run on: less overhead, and a run "
                           "measures a warm driver); runs whose fault kills or pauses the "
-                          "driver, or with a user's job or sink, still get their own "
+                          "driver, or with a sink other than Kafka, still get their own "
                           "(docs/deploy.md, \"A shared driver\").")(f)
     f = click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
                      default=Path("results.db"), show_default=True,
@@ -58,6 +69,7 @@ def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
               help="With --rate oir: run at this fraction of the stored OIR (the paper ran "
                    "at the OIR, 1.0) [default: 1.0].")
 @config_options("matrix")
+@profile_option()
 @_runs_and_db
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object a cell at the end (JSON lines): its name, outcome, "
@@ -68,10 +80,13 @@ def _runs_and_db(f):  # noqa: ANN001, ANN202 - click decorator
 def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int,
            rate_fraction: float | None, runs_dir: Path, db: Path, driver: str,
            as_json: bool, lint: bool, expect: str | None, junit_path: Path | None,
-           **values: Any) -> None:
+           profile: str | None, **values: Any) -> None:
     """Run the grid topologies × pgs × faults × repeat; skips cells already complete."""
     from pgval.campaigns.matrix import cell_cases, cells, plan, rates_at, run_matrix
 
+    values = with_profile(values, profile)
+    repeat = _profiled(profile, "repeat", repeat, PROFILE_REPEAT)
+    driver = _profiled(profile, "driver", driver, PROFILE_DRIVER)
     rate = parse_rate(values["rate"])
     base = _matrix_base(values, rate, rate_fraction)
     if values.get("job") is not None:
@@ -133,6 +148,14 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
     if counts["failed"]:
         raise EnvironmentFailure(f"{counts['failed']} of the matrix's runs failed (their "
                                  "errors are above)")
+
+
+def _profiled(profile: str | None, name: str, value: Any, by_profile: dict[str, Any]) -> Any:
+    """A matrix option's value: ``profile``'s where the user left it at its default."""
+    if profile is None or click.get_current_context().get_parameter_source(
+            name) is not click.core.ParameterSource.DEFAULT:
+        return value
+    return by_profile.get(profile, value)
 
 
 def _matrix_base(values: dict[str, Any], rate: float | None,

@@ -32,7 +32,7 @@ from pgval.core.schema import (
     Name,
     Topology,
 )
-from pgval.core.spec import ClusterSpec, RunSpec
+from pgval.core.spec import PROFILES, ClusterSpec, RunSpec, profile_settings
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -152,6 +152,31 @@ def config_option(name: str, required: bool = False) -> Decorator:
         if f.name == name:
             return field_option(f, hint, required=required)
     raise KeyError(name)
+
+
+def profile_option() -> Decorator:
+    """``--profile NAME``: a named set of defaults (:data:`pgval.core.spec.PROFILES`)."""
+    shown = "; ".join(f"{name}: " + ", ".join(f"--{k.replace('_', '-')} {v:g}"
+                                             for k, v in settings.items())
+                      for name, settings in PROFILES.items())
+    return click.option("--profile", type=click.Choice(sorted(PROFILES)), default=None,
+                        help="Defaults for a purpose, each overridden by its own option "
+                             f"where given ({shown}; in `matrix` also --repeat 1 --driver "
+                             "shared). ci: a verdict in a CI budget, the warm-up still "
+                             "until steady (docs/your-job.md, \"A CI profile\").")
+
+
+def with_profile(values: Mapping[str, Any], profile: str | None) -> dict[str, Any]:
+    """The parsed options with ``profile``'s settings in place of every option the user
+    left at its default (click says which: an option given with its default value is
+    given)."""
+    out = dict(values)
+    ctx = click.get_current_context(silent=True)
+    for name, value in profile_settings(profile).items():
+        source = ctx.get_parameter_source(name) if ctx is not None else None
+        if name in out and source in (None, click.core.ParameterSource.DEFAULT):
+            out[name] = f"{value:g}" if name in TEXT_OPTIONS else value
+    return out
 
 
 def build_config(values: Mapping[str, Any], **fixed: Any) -> RunSpec:

@@ -28,12 +28,13 @@ from pgval.cli.common import (
     why_not_finished,
 )
 from pgval.cli.errors import UserError, err_console
-from pgval.cli.options import build_config, config_options
+from pgval.cli.options import build_config, config_options, profile_option, with_profile
 from pgval.config import resolve
 
 
 @click.command()
 @config_options("validate")
+@profile_option()
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where logs, evidence, checkpoints and broker data go "
                    "(default: runs/<time>-<pid>).")
@@ -43,7 +44,7 @@ from pgval.config import resolve
 @lint_option
 @gate_options
 def validate(run_dir: Path | None, db: Path, as_json: bool, lint: bool, expect: str | None,
-             junit_path: Path | None, **values: Any) -> None:
+             junit_path: Path | None, profile: str | None, **values: Any) -> None:
     """Run one experiment on Kafka + Spark (the embedded cluster unless --deploy) and
     validate its guarantee."""
     from pgval.checker.gate import Case
@@ -53,6 +54,7 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, lint: bool, expect: 
     from pgval.run.live import LiveStatus
 
     _sabotage_spec(values["sabotage"])
+    values = with_profile(values, profile)
     rate = parse_rate(values["rate"])
     cfg = build_config(values, rate=OIR_PENDING if rate is None else rate)
     name = cfg.case_name()

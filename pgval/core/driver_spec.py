@@ -166,8 +166,8 @@ class DriverDocument:
     def session_mismatch(self, query: DriverDocument) -> str | None:
         """Why ``query`` cannot run in the session this document started (one phrase), or
         None."""
-        if query.job is not None or query.sink != KAFKA_SINK:
-            return "a user's job or sink runs in a fresh driver"
+        if query.sink != KAFKA_SINK:
+            return "a user's sink runs in a fresh driver"
         if query.crash_trigger is not None or query.sink_trigger is not None:
             return "a crash point's hooks are set when a driver starts"
         for name in SESSION_FIELDS:

@@ -14,11 +14,12 @@ shared-driver matrix has its own matrix key.
 
 A cell gets a fresh driver when a shared one cannot give it what it measures
 (:func:`fresh_driver_reason`): its fault kills or pauses the driver, or hooks a crash point
-into a JVM at its start; it runs a user's job or sink (imported per driver); its driver runs
-elsewhere (a container). A shared driver that could not stop a query, or find its executors
-again, in time is *poisoned* and replaced before the next cell. The driver process lives in
-its own directory under the campaign's, guarded by a reaper like a run's, so a killed pgval
-leaves nothing running.
+into a JVM at its start; it writes into a user's sink other than Kafka (imported per
+driver); its driver runs elsewhere (a container). A user's job shares the driver: each
+cell's query loads the job anew from its document. A shared driver that could not stop a
+query, or find its executors again, in time is *poisoned* and replaced before the next
+cell. The driver process lives in its own directory under the campaign's, guarded by a
+reaper like a run's, so a killed pgval leaves nothing running.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgval.cluster.guard import RunGuard
-from pgval.core.errors import EnvironmentFailure, PgvalError
+from pgval.core.errors import EnvironmentFailure, PgvalError, UserMistake
 from pgval.core.redact import private_dir
 from pgval.core.schema import PAUSE_DRIVER, CrashPoint, Fault, FaultSpec
 from pgval.deploy.driver_process import (
@@ -69,8 +70,8 @@ def fresh_driver_reason(faults: list[tuple[FaultSpec, int | str | None]], job: s
             return "its fault pauses the driver"
         if fault.point in (CrashPoint.AFTER_SINK_WRITE, CrashPoint.DURING_SINK_WRITE):
             return "its crash point's hooks are set when a driver starts"
-    if job is not None or sink != "kafka":
-        return "a user's job or sink is imported per driver"
+    if sink != "kafka":
+        return "a user's sink is imported per driver"
     if launcher:
         return "its driver runs in a container"
     return None
@@ -163,6 +164,8 @@ class SharedQuery:
             answer = self.shared.control.request(
                 {"action": "start_query", "spec": self.spec.for_driver().to_json()}, timeout_s)
             self.answers["start"] = answer
+            if answer.get("refused"):  # the user's job: bad input, as from a fresh driver
+                raise UserMistake(str(answer.get("error")))
             if not answer.get("ok") and not answer.get("poisoned"):
                 raise EnvironmentFailure("the shared Spark driver did not start the run's "
                                         f"query: {answer.get('error')}")
