@@ -131,7 +131,7 @@ class Cluster:
     ``driver``: ``"fresh"``, a driver process per run, or ``"shared"``, one driver that
     runs the runs' queries one after another where their fault and sink allow
     (``matrix --driver shared``, docs/deploy.md "A shared driver"): warm from the second
-    run on, a user's job too."""
+    run on (a user's job with the runs of the same job)."""
 
     def __init__(self, root: Path | str, driver: str = "fresh") -> None:
         from pgval.core.redact import private_dir

@@ -179,6 +179,20 @@ def test_delay_gt_cells_need_their_own_cluster_and_sort_last() -> None:
     assert daemon_key(plain) == "" < daemon_key(gt)
 
 
+def test_a_warm_cluster_serves_only_runs_of_its_size() -> None:
+    """A run asking for 3 brokers (a broker crash) never gets a warm cluster of 1; the
+    partitions are the run's own topics', not the cluster's."""
+    from pgval.core.spec import ClusterSpec
+    from pgval.deploy.warm import cluster_size_key
+
+    def key(**cluster: object) -> str:
+        return cluster_size_key(RunSpec(cluster=ClusterSpec(**cluster)))  # type: ignore[arg-type]
+
+    assert key(brokers=1) != key(brokers=3)
+    assert key(workers=1) != key(workers=2) and key(isolate=False) != key(isolate=True)
+    assert key(partitions=2) == key(partitions=5)
+
+
 def test_make_deployment_picks_by_config(tmp_path: Path) -> None:
     from pgval.deploy.embedded import AttachedDeployment, EmbeddedDeployment
 

@@ -152,9 +152,11 @@ def test_a_served_query_must_match_the_session() -> None:
     assert first.session_mismatch(other) == "its conf differs from the session's"
     assert "crash point" in str(first.session_mismatch(
         spec(sink_trigger=Path("/t")).document()))
-    # A user's job runs in the session like a built-in query; a sink of theirs does not.
-    assert first.session_mismatch(
-        spec(topology="job", pg="a1", job="/j.py:build").document()) is None
+    # A user's job's queries share a session of that job's; a sink of theirs does not.
+    job = spec(topology="job", pg="a1", job="/j.py:build").document()
+    assert job.session_mismatch(spec(topology="job", pg="e1", job="/j.py:build",
+                                     query_name="q2").document()) is None
+    assert first.session_mismatch(job) == "its job differs from the session's"
     assert "sink" in str(first.session_mismatch(
         spec(topology="job", pg="a1", job="/j.py:build", sink="files",
              sink_dir=Path("/runs/r1/sink")).document()))

@@ -262,7 +262,7 @@ def test_matrix_judges_every_cell_from_the_database(tmp_path: Path) -> None:
 
     ctx = main.commands["matrix"].make_context("matrix", _matrix_args(tmp_path)[1:])
     grid_keys = ("topologies", "pgs", "faults", "repeat", "rate_fraction", "runs_dir", "db",
-                 "driver", "expect", "junit_path", "as_json", "lint")
+                 "driver", "expect", "junit_path", "as_json", "lint", "profile")
     values = {k: v for k, v in ctx.params.items() if k not in grid_keys}
     key = matrix_key(build_config(values, rate=parse_rate(values["rate"])))
     store = ResultsStore(tmp_path / "r.db")

@@ -210,6 +210,8 @@ class StandInServer(Server):
 
 
 class StandInStreams:
+    active: list[Any] = []  # no query left running after a failed start
+
     def resetTerminated(self) -> None:  # noqa: N802 - pyspark's name
         return None
 
@@ -262,6 +264,42 @@ def test_start_refused_while_a_query_runs_then_done_after_its_stop(tmp_path: Pat
     assert srv.current is not None  # the query runs in the serving driver's session
     assert srv.current.spec.serve_dir == tmp_path / "driver-1"
     assert srv.current.spec.progress_file == tmp_path / "p2.jsonl"
+
+
+def test_a_jobs_query_refused_is_the_users_mistake_and_one_that_fails_gets_a_fresh_driver(
+        tmp_path: Path) -> None:
+    """A served driver of a user's job: the job refused when the next cell's query is built
+    (JobError) is the user's mistake, as from a fresh driver; a query of the job that fails
+    to start (say on a temporary view an earlier cell's query made) gets a fresh driver
+    (``poisoned``); a built-in query that fails is an error as before. Another job, or no
+    job, is another session."""
+    from pgval.topologies.job import JobError
+
+    router = QueryRouter(ProgressLog(tmp_path / "session.jsonl"))
+    job = dict(topology="job", job="/jobs/j.py:build")
+    first = spec(serve_dir=tmp_path / "driver-1", **job).document()
+    failure: list[Exception] = []
+
+    def start(query_spec: Any, log: ProgressLog) -> tuple[Any, Any]:
+        raise failure[0]
+
+    srv = StandInServer(StandInSpark(), first, router, start, ProgressLog)
+    cell2 = spec(query_name="p2", progress_file=tmp_path / "p2.jsonl", **job)
+    failure.append(JobError("--job /jobs/j.py:build: build has no key"))
+    answer = srv.start_query({"spec": cell2.for_driver().to_json()})
+    assert answer == {"ok": False, "refused": True,
+                      "error": "--job /jobs/j.py:build: build has no key"}
+    assert progress_lines(tmp_path / "p2.jsonl")[-1]["phase"] == "job"
+    failure[0] = RuntimeError("Temporary view 'orders' already exists")
+    answer = srv.start_query({"spec": cell2.for_driver().to_json()})
+    assert answer["poisoned"] is True and "already exists" in answer["error"]
+    for other in (spec(**{**job, "job": "/jobs/other.py:build"}), spec()):
+        assert "its job differs" in str(srv.start_query(
+            {"spec": other.for_driver().to_json()})["error"])
+    builtin = StandInServer(StandInSpark(), spec(serve_dir=tmp_path / "d2").document(),
+                            router, start, ProgressLog)
+    answer = builtin.start_query({"spec": spec(query_name="p3").for_driver().to_json()})
+    assert answer["poisoned"] is False and "already exists" in answer["error"]
 
 
 def test_a_bad_document_and_another_session_are_refused(tmp_path: Path) -> None:

@@ -252,8 +252,7 @@ def test_cli_json_and_cleanup(tmp_path: Path) -> None:
              "--db", str(db), "--json"],
             stdout=out_file, stderr=err_file, env={**os.environ, "PGVAL_RUNS": str(runs)})
         try:
-            cleanups = cleanups_beside(live, runs)
-            live.wait(timeout=400)
+            cleanups = cleanups_beside(live, runs, timeout_s=400)
         finally:
             if live.poll() is None:
                 live.kill()

@@ -169,6 +169,11 @@ def load_job_for_spark(ref: str) -> Job:
     """:func:`pgval.topologies.job.load`, and a job loaded from a file registered with
     PySpark's cloudpickle to travel by value: a Python UDF the job defines then reaches the
     executors with its code, although they cannot import the user's file."""
+    from pgval import job as job_interface
+
+    # A served driver's earlier query set its own topics: a job that calls record_id() as
+    # it is imported sees none, as in a fresh driver (its build gets this run's).
+    job_interface._RUN_TOPICS = ()
     job = load(ref)
     if job.ref.is_file:
         import sys

@@ -246,7 +246,10 @@ class Server:
                 if isinstance(exc, UserMistake):  # the user's job (JobError): bad input
                     log.write("terminated", error=_first_line(exc), phase="job")
                     return {"ok": False, "refused": True, "error": _first_line(exc)}
-                return {"ok": False, "error": f"the query did not start: {_first_line(exc)}"}
+                # A user's job may fail on what an earlier query of it left in the session
+                # (a temporary view made with createTempView): a fresh driver runs it.
+                return {"ok": False, "poisoned": spec.job is not None,
+                        "error": f"the query did not start: {_first_line(exc)}"}
             self.current = Served(spec, query, sink, log)
             return {"ok": True, "query": spec.query_name, "runId": str(query.runId),
                     "setup_s": round(setup_s, 3),

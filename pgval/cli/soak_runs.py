@@ -341,12 +341,19 @@ def live_run_with_cleanups(root: Path, db: Path,
     return proc.returncode, valid, cleanups, reasons
 
 
-def cleanups_beside(proc: subprocess.Popen[Any], runs_root: Path) -> int:
+def cleanups_beside(proc: subprocess.Popen[Any], runs_root: Path,
+                    timeout_s: float = 900.0) -> int:
     """Run ``pgval cleanup`` over ``runs_root`` again and again until ``proc`` (a live
-    run) ends: how many ran. What they must not do is hurt the run."""
+    run) ends: how many ran. What they must not do is hurt the run. A run still going
+    after ``timeout_s`` is killed (its reaper cleans up) and the count returned."""
     cleanups = 0
     env = {**os.environ, "PGVAL_RUNS": str(runs_root)}
+    deadline = time.monotonic() + timeout_s
     while proc.poll() is None:
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            break
         subprocess.run([sys.executable, "-m", "pgval.cli", "cleanup"], env=env,
                        capture_output=True, timeout=120)
         cleanups += 1

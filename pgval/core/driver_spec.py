@@ -46,7 +46,10 @@ JOB_REFUSED = 4
 #: fixed when it started. A query that differs in one needs another driver.
 SESSION_FIELDS = ("master", "driver_host", "driver_memory", "executor_memory",
                   "executor_cores", "cores_max", "conf", "log_level", "class_sharing",
-                  "executor_java_flags")
+                  "executor_java_flags",
+                  # A user's job may change its session (a conf, a temporary view): only
+                  # queries of the same job (or of none) share one.
+                  "job")
 #: The sink that is the guarantee's own (Kafka); every other sink writes to ``sink_dir``.
 KAFKA_SINK = "kafka"
 

@@ -15,11 +15,11 @@ shared-driver matrix has its own matrix key.
 A cell gets a fresh driver when a shared one cannot give it what it measures
 (:func:`fresh_driver_reason`): its fault kills or pauses the driver, or hooks a crash point
 into a JVM at its start; it writes into a user's sink other than Kafka (imported per
-driver); its driver runs elsewhere (a container). A user's job shares the driver: each
-cell's query loads the job anew from its document. A shared driver that could not stop a
-query, or find its executors again, in time is *poisoned* and replaced before the next
-cell. The driver process lives in its own directory under the campaign's, guarded by a
-reaper like a run's, so a killed pgval leaves nothing running.
+driver); its driver runs elsewhere (a container). A user's job shares a driver with the
+queries of the same job only; each cell's query loads it from its own document. A shared
+driver that could not stop a query, or find its executors again, in time is *poisoned* and
+replaced before the next cell. The driver process lives in its own directory under the
+campaign's, guarded by a reaper like a run's, so a killed pgval leaves nothing running.
 """
 
 from __future__ import annotations

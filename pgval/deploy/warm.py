@@ -35,6 +35,14 @@ def daemon_key(cfg: RunSpec) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(daemon_conf(cfg).items()))
 
 
+def cluster_size_key(cfg: RunSpec) -> str:
+    """What an embedded cluster is made of (a run asking for 3 brokers never gets a warm
+    cluster of 1); the partitions are each run's own topics'."""
+    c = cfg.cluster
+    return (f"brokers={c.brokers},workers={c.workers},cores={c.cores_per_worker},"
+            f"memory={c.worker_memory},heap={c.broker_heap},isolate={c.isolate}")
+
+
 class WarmDeployments:
     """Hands out a running deployment per run; stops what it started in :meth:`close`."""
 
@@ -51,7 +59,7 @@ class WarmDeployments:
     def for_run(self, cfg: RunSpec) -> Deployment:
         embedded = Deploy.parse(cfg.deploy) is Deploy.LOCAL and not cfg.running_cluster
         key = f"{cfg.deploy}|{cfg.running_cluster}|{cfg.bootstrap}|{cfg.master}|" + (
-            daemon_key(cfg) if embedded else "")
+            f"{daemon_key(cfg)}|{cluster_size_key(cfg)}" if embedded else "")
         if self.current is not None and key == self._key:
             return self.current
         self.close()

@@ -233,8 +233,9 @@ class KafkaCluster:
     def _keep_logs_if_port_taken(self) -> bool:
         """Whether a broker exited because its port was taken; if so its log is kept beside
         the storage the next attempt clears."""
-        taken = [n for n in self._nodes if "Address already in use" in log_cause(
-            n.dir / "broker.log", start=n.proc.log_start if n.proc is not None else 0)]
+        # Each attempt starts on cleared broker folders: the whole log is this attempt's.
+        taken = [n for n in self._nodes
+                 if "Address already in use" in log_cause(n.dir / "broker.log")]
         for n in taken:
             copy_private(n.dir / "broker.log",
                          self.run_dir / "kafka" / f"port-taken-broker-{n.node_id}.log")
