@@ -302,6 +302,24 @@ def test_a_jobs_query_refused_is_the_users_mistake_and_one_that_fails_gets_a_fre
     assert answer["poisoned"] is False and "already exists" in answer["error"]
 
 
+def test_a_refused_answer_is_the_users_mistake_for_the_run() -> None:
+    """The run's side of a refused job: one sentence, exit 2, as from a fresh driver."""
+    from types import SimpleNamespace
+
+    from pgval.core.errors import UserMistake
+    from pgval.deploy.shared_driver import SharedQuery
+
+    class Control:
+        def request(self, req: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+            return {"ok": False, "refused": True, "error": "--job j.py:build: no key"}
+
+    shared: Any = SimpleNamespace(control=Control())
+    query = SharedQuery(shared, spec(topology="job", job="/j.py:build"), 2,
+                        SharedDrivers(Path("/nonexistent"), "t"))
+    with pytest.raises(UserMistake, match="no key"):
+        query.start()
+
+
 def test_a_bad_document_and_another_session_are_refused(tmp_path: Path) -> None:
     srv, _router, started = server(tmp_path)
     srv.stop_query({})
