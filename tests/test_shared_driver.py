@@ -48,19 +48,24 @@ def spec(**kw: Any) -> DriverSpec:
      "its fault kills the driver"),
 ])
 def test_which_faults_share_a_driver(fault: FaultSpec, target: Any, why: str | None) -> None:
-    assert fresh_driver_reason([(fault, target)], None, "kafka", []) == why
+    assert fresh_driver_reason([(fault, target)], "kafka", []) == why
 
 
 def test_a_schedule_part_a_sink_or_a_container_needs_a_fresh_driver() -> None:
+    from pgval.deploy.shared_driver import own_driver_reason
+
     none = (FaultSpec(Fault.NONE), None)
-    assert fresh_driver_reason([none, (FaultSpec(Fault.DRIVER_CRASH), None)], None,
+    assert fresh_driver_reason([none, (FaultSpec(Fault.DRIVER_CRASH), None)],
                                "kafka", []) == "its fault kills the driver"
-    assert fresh_driver_reason([none], "/j.py:build", "kafka", []) is None  # a job shares
-    assert fresh_driver_reason([(FaultSpec(Fault.DRIVER_CRASH), None)], "/j.py:build",
-                               "kafka", []) == "its fault kills the driver"
-    assert fresh_driver_reason([none], "/j.py:build", "files", []) is not None
-    assert fresh_driver_reason([none], None, "files", []) is not None
-    assert fresh_driver_reason([none], None, "kafka", ["docker", "exec"]) is not None
+    assert fresh_driver_reason([none], "files", []) is not None
+    assert fresh_driver_reason([none], "kafka", ["docker", "exec"]) is not None
+    # A user's job shares a driver, unless its fault or sink says otherwise.
+    job = {"topology": "job", "job": "/j.py:build"}
+    assert own_driver_reason(RunSpec(**job, fault="none"), []) is None  # type: ignore[arg-type]
+    assert own_driver_reason(RunSpec(**job, fault="driver-crash"),  # type: ignore[arg-type]
+                             []) == "its fault kills the driver"
+    assert own_driver_reason(RunSpec(**job, fault="none", sink="files"),  # type: ignore[arg-type]
+                             []) == "a user's sink is imported per driver"
 
 
 # ---- what a session is -----------------------------------------------------------------------

@@ -32,6 +32,7 @@ from pgval.cli.options import (
     build_config,
     config_options,
     grid_options,
+    left_at_default,
     profile_option,
     with_profile,
 )
@@ -152,8 +153,7 @@ def matrix(topologies: list[str], pgs: list[str], faults: list[str], repeat: int
 
 def _profiled(profile: str | None, name: str, value: Any, by_profile: dict[str, Any]) -> Any:
     """A matrix option's value: ``profile``'s where the user left it at its default."""
-    if profile is None or click.get_current_context().get_parameter_source(
-            name) is not click.core.ParameterSource.DEFAULT:
+    if profile is None or not left_at_default(name):
         return value
     return by_profile.get(profile, value)
 

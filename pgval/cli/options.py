@@ -166,15 +166,20 @@ def profile_option() -> Decorator:
                              "until steady (docs/your-job.md, \"A CI profile\").")
 
 
+def left_at_default(name: str) -> bool:
+    """Whether the running command's option ``name`` was not given (click says which: an
+    option given with its default value is given); outside a command, True."""
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source in (None, click.core.ParameterSource.DEFAULT)
+
+
 def with_profile(values: Mapping[str, Any], profile: str | None) -> dict[str, Any]:
     """The parsed options with ``profile``'s settings in place of every option the user
-    left at its default (click says which: an option given with its default value is
-    given)."""
+    left at its default."""
     out = dict(values)
-    ctx = click.get_current_context(silent=True)
     for name, value in profile_settings(profile).items():
-        source = ctx.get_parameter_source(name) if ctx is not None else None
-        if name in out and source in (None, click.core.ParameterSource.DEFAULT):
+        if name in out and left_at_default(name):
             out[name] = f"{value:g}" if name in TEXT_OPTIONS else value
     return out
 

@@ -59,8 +59,8 @@ STOP_TIMEOUT_S = 150.0
 RETIRE_AFTER_S = 90.0
 
 
-def fresh_driver_reason(faults: list[tuple[FaultSpec, int | str | None]], job: str | None,
-                        sink: str, launcher: list[str]) -> str | None:
+def fresh_driver_reason(faults: list[tuple[FaultSpec, int | str | None]], sink: str,
+                        launcher: list[str]) -> str | None:
     """Why a run needs a driver of its own (one phrase), or None when it can share one.
     ``faults``: each fault the run injects (a schedule's parts too) with its target."""
     for fault, target in faults:
@@ -82,7 +82,7 @@ def own_driver_reason(cfg: RunSpec, launcher: list[str]) -> str | None:
     whose driver the deployment starts with ``launcher``."""
     faults = [(cfg.fault_spec, cfg.target),
               *((FaultSpec(p.fault), p.target) for p in cfg.schedule_parts)]
-    return fresh_driver_reason(faults, cfg.job, cfg.sink, launcher)
+    return fresh_driver_reason(faults, cfg.sink, launcher)
 
 
 def needs_own_driver(cfg: RunSpec) -> bool:
