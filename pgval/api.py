@@ -102,6 +102,16 @@ def recheck(run_dir: Path | str, db: Path | str | None = None) -> Any:
     return recheck_run(Path(run_dir), Path(db) if db is not None else None)
 
 
+def spark_check(result: Any, master: str = "local[2]", keep: Path | str | None = None) -> Any:
+    """A validation's or a re-check's run judged again by the Spark checker (Algorithms 1
+    and 3 as Spark jobs on ``master``) and held to the numpy checker's answer: a
+    :class:`pgval.scale.agreement.SparkCheck` (``agrees``, ``differences``, the Spark
+    figures); ``keep``: a folder for its Parquet tables and anomaly sets."""
+    from pgval.scale.agreement import check_evaluation
+
+    return check_evaluation(result.evaluation, master, Path(keep) if keep is not None else None)
+
+
 def case(result: Any, name: str | None = None) -> Case:
     """The CI gate's view of a result (a validation's, a re-check's, or a ``--json``
     object): its outcome against an expectation is :meth:`Case.outcome`."""

@@ -9,9 +9,13 @@ their inputs belong to, with the verdict that follows, and nothing else.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from pgval.core.spec import ClusterSpec, RunSpec
@@ -68,6 +72,24 @@ def test_dropped_batch_and_late_events_are_flagged_exactly(tmp_path: Path) -> No
     assert causes["late"] == len(late), result.evaluation.unprocessed_causes
     assert causes["lost"] == len(dropped), result.evaluation.unprocessed_causes
     assert result.validity.valid, result.validity.reasons
+    assert_the_spark_checker_agrees(tmp_path, result.run_id, dropped | late)
+
+
+def assert_the_spark_checker_agrees(tmp_path: Path, run_id: int, unprocessed: set[int]) -> None:
+    """The run re-checked with the Spark checker beside numpy's, as a user would: the two
+    agree, and the Spark checker's own anomaly set (Parquet) holds exactly the planted IDs."""
+    sets = tmp_path / "spark-check"
+    proc = subprocess.run([sys.executable, "-m", "pgval.cli", "recheck", str(run_id),
+                           "--db", str(tmp_path / "r.db"), "--checker", "both",
+                           "--spark-out", str(sets), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    check = json.loads(proc.stdout)["spark_check"]
+    assert check["agrees"] and check["differences"] == [], check
+    assert check["counts"]["unprocessed"] == len(unprocessed)
+    found = pq.read_table(sets / "sets" / "unprocessed").column("id").to_pylist()
+    assert set(found) == unprocessed and len(found) == len(unprocessed)
+    assert pq.read_table(sets / "sets" / "duplicate").num_rows == 0
 
 
 # The duplicated batch's canary runs through pgval's pytest plugin: tests/test_api.py.

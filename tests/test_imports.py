@@ -304,6 +304,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("checker", frozenset({"pgval.checker"})),
     ("host", frozenset({"pgval.host"})),
     ("services", frozenset({"pgval.kafka", "pgval.spark"})),
+    ("past one machine", frozenset({"pgval.scale"})),
     ("faults", frozenset({"pgval.faults"})),
     ("embedded cluster", frozenset({"pgval.cluster"})),
     ("what a run keeps", frozenset({"pgval.store", "pgval.evidence", "pgval.report"})),

@@ -178,11 +178,14 @@ def assert_recheck_and_export(run_dir: Path, db: Path, result: ExperimentResult,
     `pgval check`, the same counts; an edit of its evidence is refused."""
     tmp_path = run_dir.parent
     stored = json.loads(ResultsStore(db).runs()[0]["summary"])
+    # The Spark checker judges the same run beside numpy's and must agree with it.
     proc = subprocess.run([sys.executable, "-m", "pgval.cli", "recheck", str(result.run_id),
-                           "--db", str(db), "--json"], capture_output=True, text=True,
-                          timeout=300)
+                           "--db", str(db), "--json", "--checker", "both"],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = json.loads(proc.stdout)
+    assert again["spark_check"]["agrees"], again["spark_check"]
+    assert again["spark_check"]["counts"]["expected"] == again["expected"]
     for key in (*CONTRACT, "valid", "validity_reasons", "latency", "reliable_throughput",
                 "witnesses", "recovery", "unprocessed_causes", "outputs", "correctness"):
         assert again[key] == stored[key], key

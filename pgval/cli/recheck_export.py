@@ -26,6 +26,8 @@ from pgval.store.dbfile import plain_error
 
 if TYPE_CHECKING:
     from pgval.evidence.bundle import Manifest
+    from pgval.evidence.recheck import Recheck
+    from pgval.scale.agreement import SparkCheck
 
 
 @click.command()
@@ -43,8 +45,20 @@ if TYPE_CHECKING:
                    "and counts equal the stored ones. With a run directory and --db: store "
                    "a run whose storing failed (its evidence unedited since its SHA256SUMS; "
                    "without them it is stored unsealed), never as verified evidence.")
+@click.option("--checker", type=click.Choice(["numpy", "both"]), default="numpy",
+              show_default=True,
+              help="both: judge the run again with the Spark checker too (Algorithms 1 and 3 "
+                   "as Spark jobs over Parquet tables) and hold it to the numpy checker: the "
+                   "same figures, phase rows and anomaly sets, ID for ID, else exit 3.")
+@click.option("--spark-master", default="local[2]", show_default=True,
+              help="With --checker both: where the Spark checker runs (local[N], or a "
+                   "cluster's spark://HOST:PORT).")
+@click.option("--spark-out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --checker both: keep the Spark checker's tables and anomaly sets "
+                   "(Parquet) in this folder (default: a temporary one, removed).")
 @gate_options
-def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expect: str | None,
+def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, checker: str,
+            spark_master: str, spark_out: Path | None, expect: str | None,
             junit_path: Path | None) -> None:
     """Recompute a stored run's results from its kept evidence (RUN: directory or run id).
 
@@ -84,10 +98,14 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
     from pgval.checker.gate import Case
 
     summary = result.summary()
+    spark_check = _spark_check(result, spark_master, spark_out) if checker == "both" else None
+    if spark_check is not None:
+        summary["spark_check"] = spark_check.as_dict()
     case = Case.of_summary(recheck_case_name(result.manifest), "pgval.evidence.recheck",
                            summary, time.monotonic() - started)
     if as_json:
         print_json(summary)
+        _refuse_disagreement(spark_check)
         finish_gate([case], expect, junit_path, "pgval recheck", quiet=True)
         return
     from pgval.checker.render import render_evaluation
@@ -104,7 +122,25 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, expec
     if result.figures["same"] is not None:
         console.print(escape(result.figures["note"]))
     console.print(escape(result.evidence.note))
+    if spark_check is not None:
+        console.print(escape(spark_check.note()))
+    _refuse_disagreement(spark_check)
     finish_gate([case], expect, junit_path, "pgval recheck")
+
+
+def _spark_check(result: Recheck, master: str, keep: Path | None) -> SparkCheck:
+    """The re-checked run judged by the Spark checker too, on the same columns."""
+    from pgval.api import spark_check
+
+    return spark_check(result, master, keep)
+
+
+def _refuse_disagreement(spark_check: SparkCheck | None) -> None:
+    """Two checkers that disagree leave the verdict in doubt: exit 3, the differences said."""
+    from pgval.core.errors import EvidenceInDoubt
+
+    if spark_check is not None and not spark_check.agrees:
+        raise EvidenceInDoubt(spark_check.note())
 
 
 @click.command()

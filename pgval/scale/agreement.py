@@ -1,0 +1,175 @@
+"""The numpy checker and the Spark checker held to each other on the same run.
+
+Two implementations of one set of rules earn trust in each other only where they agree on
+everything they both say: the run-level counts, each phase's row and each anomaly set, ID
+for ID. :func:`differences` names every place they do not, in one sentence each.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pgval.checker.evaluate import Evaluation
+from pgval.checker.validator import ANOMALIES, Validation, validate
+from pgval.core.errors import UserMistake
+from pgval.oracle.expected import ExpectedOutputs
+from pgval.records.parse import OutputRecords
+from pgval.records.phases import PHASES, Phases
+from pgval.scale.checker import COUNTED, SparkValidation, validate_on_spark
+from pgval.scale.frames import write_frames
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: How many differing IDs (and differences) a sentence shows.
+SHOWN_IDS = 5
+#: The checker's Spark by default: this machine's cores, a small driver heap (the tables
+#: are Parquet on disk; Spark spills what does not fit).
+DEFAULT_MASTER = "local[2]"
+DEFAULT_HEAP_MB = 1024
+
+
+def _set_difference(kind: str, here: np.ndarray, there: np.ndarray) -> str | None:
+    only_numpy = np.setdiff1d(here, there)
+    only_spark = np.setdiff1d(there, here)
+    if not len(only_numpy) and not len(only_spark):
+        return None
+    parts = []
+    if len(only_numpy):
+        parts.append(f"{len(only_numpy)} only in numpy's (e.g. "
+                     f"{', '.join(map(str, only_numpy[:SHOWN_IDS].tolist()))})")
+    if len(only_spark):
+        parts.append(f"{len(only_spark)} only in Spark's (e.g. "
+                     f"{', '.join(map(str, only_spark[:SHOWN_IDS].tolist()))})")
+    return f"{kind} IDs differ: {'; '.join(parts)}"
+
+
+def differences(numpy_side: Validation, spark_side: SparkValidation,
+                sets: bool = True) -> list[str]:
+    """Every figure, phase row and (with ``sets``) anomaly set on which the two checkers
+    differ; empty when they agree."""
+    found = []
+    for name in COUNTED:
+        a = getattr(numpy_side, name)
+        b = getattr(spark_side, name)
+        if a != b:
+            found.append(f"{name}: numpy {a}, Spark {b}")
+    for phase in PHASES:
+        a_row = numpy_side.phases[phase].as_dict()
+        b_row = spark_side.phases[phase].as_dict()
+        for key, a in a_row.items():
+            if a != b_row[key]:
+                found.append(f"{phase} {key}: numpy {a}, Spark {b_row[key]}")
+    if numpy_side.guarantee != spark_side.guarantee:
+        found.append(f"verdict: numpy {numpy_side.guarantee}, Spark {spark_side.guarantee}")
+    if sets:
+        for kind in ANOMALIES:
+            said = _set_difference(kind, numpy_side.ids(kind), spark_side.ids(kind))
+            if said:
+                found.append(said)
+    return found
+
+
+@dataclass
+class SparkCheck:
+    """A run judged again by the Spark checker and held to the numpy checker."""
+
+    master: str
+    spark: SparkValidation
+    differences: list[str]
+    seconds: float
+    sets: Path | None  # where the anomaly sets were kept (None: removed after the check)
+
+    @property
+    def agrees(self) -> bool:
+        return not self.differences
+
+    def note(self) -> str:
+        """One sentence: agreed on what, or the first differences."""
+        where = f" (anomaly sets in {self.sets})" if self.sets else ""
+        if self.agrees:
+            return (f"the Spark checker ({self.master}, {self.seconds:.1f} s) agrees with the "
+                    f"numpy checker: {len(COUNTED)} figures, {len(PHASES)} phase rows and "
+                    f"{len(ANOMALIES)} anomaly sets, ID for ID{where}")
+        shown = "; ".join(self.differences[:SHOWN_IDS])
+        more = (f" and {len(self.differences) - SHOWN_IDS} more"
+                if len(self.differences) > SHOWN_IDS else "")
+        return (f"the Spark checker ({self.master}) DISAGREES with the numpy checker on "
+                f"{len(self.differences)} points: {shown}{more}{where}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"master": self.master, "agrees": self.agrees, "differences": self.differences,
+                "seconds": round(self.seconds, 3), "guarantee": self.spark.guarantee,
+                "counts": self.spark.counts(),
+                "sets": None if self.sets is None else str(self.sets)}
+
+
+def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession:
+    """A Spark session for the checker: ``master`` (``local[N]``, or a cluster's URL), no UI,
+    UTC; a missing pyspark or Java is one sentence."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise UserMistake("the Spark checker needs pyspark: pip install 'pgval[spark]'"
+                          ) from None
+    from pgval.host.jars import check_java
+
+    check_java()
+    builder = (SparkSession.builder.master(master).appName("pgval-spark-checker")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", f"{int(heap_mb)}m")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC"))
+    if master.startswith("local"):
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1"))
+    return builder.getOrCreate()
+
+
+def check_on_spark(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases | None,
+                   wrong_value: np.ndarray | None, master: str = DEFAULT_MASTER,
+                   keep: Path | None = None, spark: SparkSession | None = None) -> SparkCheck:
+    """Judge ``outputs`` against ``expected`` with both checkers and compare them.
+
+    The columns are written as Parquet (:mod:`pgval.scale.frames`) into ``keep`` (or a
+    temporary folder, removed after), which the Spark checker reads; its anomaly sets are
+    written there too. ``spark``: a session to use (else one on ``master``, stopped after)."""
+    mine = validate(expected, outputs, phases, wrong_value=wrong_value)
+    folder = keep if keep is not None else Path(tempfile.mkdtemp(prefix="pgval-spark-check-"))
+    own_session = spark is None
+    started = time.monotonic()
+    try:
+        frames = write_frames(expected, outputs, folder / "frames", wrong_value)
+        session = checker_session(master) if spark is None else spark
+        try:
+            theirs = validate_on_spark(session, frames, expected.topology, phases,
+                                       folder / "sets", outputs.malformed,
+                                       values_compared=wrong_value is not None)
+            said = differences(mine, theirs)
+        finally:
+            if own_session:
+                session.stop()
+    finally:
+        if keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    return SparkCheck(master, theirs, said, time.monotonic() - started,
+                      None if keep is None else folder / "sets")
+
+
+def check_evaluation(evaluation: Evaluation, master: str = DEFAULT_MASTER,
+                     keep: Path | None = None) -> SparkCheck:
+    """A judged run (``validate``'s or ``recheck``'s :class:`Evaluation`) judged again by the
+    Spark checker on the same columns, phases and value check, and held to numpy's."""
+    if evaluation.outputs is None:
+        raise UserMistake("this evaluation kept no outputs for the Spark checker to judge")
+    values = evaluation.values
+    return check_on_spark(evaluation.expected, evaluation.outputs, evaluation.phases,
+                          None if values is None else values.wrong, master, keep)
