@@ -62,7 +62,7 @@ def test_the_spark_checker_agrees_with_numpy_on_built_in_runs(spark, tmp_path_fa
        picks=st.lists(st.tuples(st.integers(0, 5), st.integers(-1, 8), st.integers(0, 30)),
                       max_size=25),
        ingress=st.lists(st.integers(0, 30), min_size=8, max_size=8),
-       wrong=st.lists(st.booleans(), min_size=12, max_size=12), compare=st.booleans(),
+       wrong=st.lists(st.booleans(), min_size=25, max_size=25), compare=st.booleans(),
        bounds=st.lists(st.integers(0, 30), min_size=3, max_size=3))
 def test_the_spark_checker_agrees_with_numpy_on_a_jobs_fan_out(
         spark, tmp_path_factory, rows, picks, ingress, wrong, compare, bounds) -> None:

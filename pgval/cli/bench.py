@@ -1,5 +1,5 @@
-"""`pgval bench offline|generator|readback|report`: the numbers of docs/performance.md,
-as tables or (``--json``) one JSON object each."""
+"""`pgval bench offline|generator|readback|report|spark-checker`: the numbers of
+docs/performance.md, as tables or (``--json``) one JSON object each."""
 
 from __future__ import annotations
 
@@ -69,6 +69,47 @@ def bench_offline(events: int, workdir: Path, as_json: bool) -> None:
     table.add_row("end to end", f"{result.total_s:.2f}", f"{result.events_per_s:,.0f}",
                   f"{sum(result.cpu_s.values()):.2f}")
     console.print(table)
+
+
+@bench.command("spark-checker")
+@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True,
+              help="Input events of the synthetic SST run.")
+@click.option("--master", default="local[2]", show_default=True,
+              help="Where the Spark checker runs (local[N], or a cluster's spark://HOST:PORT).")
+@click.option("--heap-mb", type=click.IntRange(min=256), default=1024, show_default=True,
+              help="The Spark driver's heap (MiB).")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path(".cache/bench-spark"), show_default=True,
+              help="Where the Parquet tables and anomaly sets are written.")
+@json_option
+def bench_spark_checker(events: int, master: str, heap_mb: int, workdir: Path,
+                        as_json: bool) -> None:
+    """Time the numpy checker and the Spark checker on one synthetic run of EVENTS inputs,
+    each process's peak memory, and whether the two agree."""
+    from rich.table import Table
+
+    from pgval.scale.bench import run_spark_checker_bench
+
+    with err_console.status(f"judging {events:,} events with both checkers…"):
+        result = run_spark_checker_bench(workdir, events, master, heap_mb)
+    if as_json:
+        _print_figures(_figures(result, agrees=result.agrees))
+    else:
+        table = Table(title=f"numpy and Spark checkers, {result.events:,} events, "
+                            f"{result.outputs:,} outputs, Spark on {escape(master)}")
+        table.add_column("stage")
+        table.add_column("seconds", justify="right")
+        table.add_column("events/s", justify="right")
+        for stage, secs in result.stages_s.items():
+            table.add_row(stage, f"{secs:.2f}", f"{result.events / secs:,.0f}")
+        console.print(table)
+        for process, mb in result.peak_mb.items():
+            console.print(f"peak memory, {process}: "
+                          f"{'unknown' if mb is None else f'{mb:,.0f} MiB'}")
+        console.print("the two checkers agree" if result.agrees else
+                      f"the two checkers DISAGREE: {'; '.join(result.differences[:5])}")
+    if not result.agrees:
+        raise EnvironmentFailure("the Spark checker disagreed with the numpy checker")
 
 
 def _bench_run_dir(runs: Path | None, kind: str) -> Path:

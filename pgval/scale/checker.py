@@ -97,32 +97,31 @@ def _phase_of(ts: Column, phases: Phases) -> Column:
             .when(ts < F.lit(phases.t3), FAILURE).otherwise(RECOVERY))
 
 
-def _phase_rows(slot_stats: DataFrame, duplicates: DataFrame, incorrect: DataFrame
+def _by_phase(df: DataFrame, *sums: Column) -> dict[int, Any]:
+    """One aggregation per phase code: its row of ``sums`` (named columns) by code."""
+    return {int(r["phase"]): r for r in df.groupBy("phase").agg(*sums).collect()}
+
+
+def _total(by_phase: dict[int, Any], name: str) -> int:
+    """A figure over the whole run (warm-up included): its phases' rows added up."""
+    return sum(int(r[name] or 0) for r in by_phase.values())
+
+
+def _phase_rows(slots: dict[int, Any], occurrences: dict[int, Any], duplicates: dict[int, Any]
                 ) -> dict[str, PhaseCounts]:
     """Each phase's row: pairs by their input's ingress, occurrences by their output's."""
-    from pyspark.sql import functions as F
-
-    by_phase = {int(r["phase"]): r for r in slot_stats.groupBy("phase").agg(
-        F.count(F.lit(1)).alias("expected"),
-        F.sum((F.col("own") > 0).cast("long")).alias("processed"),
-        F.sum(((F.col("own") == 1) & (F.col("foreign") == 0)).cast("long")).alias("reliable"),
-        F.sum((F.col("own") > 1).cast("long")).alias("duplicated_ids"),
-        F.sum((F.col("foreign") > 0).cast("long")).alias("incorrect_ids")).collect()}
-    dup = {int(r["phase"]): int(r["n"]) for r in
-           duplicates.groupBy("phase").agg(F.count(F.lit(1)).alias("n")).collect()}
-    inc = {int(r["phase"]): int(r["n"]) for r in
-           incorrect.groupBy("phase").agg(F.count(F.lit(1)).alias("n")).collect()}
     rows: dict[str, PhaseCounts] = {}
     for name, code in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True):
-        r = by_phase.get(code)
+        r = slots.get(code)
         expected = int(r["expected"]) if r else 0
-        processed = int(r["processed"]) if r else 0
+        processed = int(r["processed"] or 0) if r else 0
         rows[name] = PhaseCounts(
             expected=expected, processed=processed, unprocessed=expected - processed,
-            duplicate=dup.get(code, 0), incorrect=inc.get(code, 0),
-            reliable=int(r["reliable"]) if r else 0,
-            duplicated_ids=int(r["duplicated_ids"]) if r else 0,
-            incorrect_ids=int(r["incorrect_ids"]) if r else 0)
+            duplicate=int(duplicates[code]["n"]) if code in duplicates else 0,
+            incorrect=int(occurrences[code]["incorrect"] or 0) if code in occurrences else 0,
+            reliable=int(r["reliable"] or 0) if r else 0,
+            duplicated_ids=int(r["duplicated_ids"] or 0) if r else 0,
+            incorrect_ids=int(r["incorrect_ids"] or 0) if r else 0)
     return rows
 
 
@@ -132,6 +131,93 @@ def _write_set(ids: DataFrame, path: Path) -> Path:
         shutil.rmtree(path)
     ids.select("id").distinct().write.parquet(str(path))
     return path
+
+
+def _keyed_outputs(rows: DataFrame, outputs: DataFrame, phases: Phases) -> DataFrame:
+    """Each output with its expected row by key (the smallest row of that key, as the numpy
+    checker's stable search finds it; -1 where no row has the key) and its phase."""
+    from pyspark.sql import functions as F
+
+    row_of_key = rows.groupBy("window_start", "resource").agg(F.min("row").alias("out_row"))
+    return (outputs.join(row_of_key, ["window_start", "resource"], "left")
+            .withColumn("out_row", F.coalesce("out_row", F.lit(-1)))
+            .withColumn("phase", _phase_of(F.col("ingress_ts"), phases)))
+
+
+def _classified(occurrences: DataFrame, keyed: DataFrame, slots: DataFrame) -> DataFrame:
+    """Every occurrence with its output's row, time and phase, the input's first pair
+    (``found``), its own pair in that row (``own_key``) and what it is: ``early`` (its output
+    arrived before the input), ``bad_value`` (the output's values are wrong), ``own``."""
+    from pyspark.sql import functions as F
+
+    first_slot = slots.groupBy("id").agg(F.min("slot").alias("first_slot"))
+    pair = (slots.groupBy("id", "row")
+            .agg(F.min("slot").alias("pair_slot"), F.min("ingress").alias("pair_ingress"))
+            .withColumnRenamed("row", "out_row"))
+    occ = (occurrences
+           .join(keyed.select("output", "out_row", "ingress_ts", "position", "wrong_value",
+                              "phase"), "output")
+           .join(first_slot, "id", "left")
+           .join(pair, ["id", "out_row"], "left"))
+    own_key = F.col("pair_slot").isNotNull()
+    early = own_key & (F.col("ingress_ts") < F.col("pair_ingress"))
+    bad_value = own_key & ~early & F.col("wrong_value")
+    return (occ.withColumn("found", F.col("first_slot").isNotNull())
+            .withColumn("own_key", own_key)
+            .withColumn("early", early)
+            .withColumn("bad_value", bad_value)
+            .withColumn("own", own_key & ~early & ~bad_value))
+
+
+def _slot_stats(slots: DataFrame, occ: DataFrame, phases: Phases) -> DataFrame:
+    """Every expected pair with its own occurrences (``own``), the incorrect ones charged to
+    it (``foreign``) and its phase. An incorrect occurrence in its own pair (early, wrong
+    value) is charged there; one in no row of its input to the input's first processed pair,
+    else its first pair."""
+    from pyspark.sql import functions as F
+
+    own_count = (occ.filter("own").groupBy(F.col("pair_slot").alias("slot"))
+                 .agg(F.count(F.lit(1)).alias("own")))
+    with_own = (slots.join(own_count, "slot", "left")
+                .withColumn("own", F.coalesce("own", F.lit(0))))
+    charged = with_own.groupBy("id").agg(
+        F.coalesce(F.min(F.when(F.col("own") > 0, F.col("slot"))), F.min("slot"))
+        .alias("charged_slot"))
+    foreign = (occ.filter(F.col("found") & ~F.col("own"))
+               .join(charged, "id", "left")
+               .select(F.when(F.col("own_key"), F.col("pair_slot"))
+                       .otherwise(F.col("charged_slot")).alias("slot")))
+    foreign_count = foreign.groupBy("slot").agg(F.count(F.lit(1)).alias("foreign"))
+    return (with_own.join(foreign_count, "slot", "left")
+            .withColumn("foreign", F.coalesce("foreign", F.lit(0)))
+            .withColumn("phase", _phase_of(F.col("ingress"), phases)))
+
+
+def _output_totals(rows: DataFrame, keyed: DataFrame, topology: str, values_compared: bool
+                   ) -> tuple[int, int, int, int]:
+    """(outputs, correct outputs, expected outputs, expected outputs never written): an
+    output is correct at an expected key with the expected count (a job's: its number of
+    IDs) and, where values were compared, the expected values."""
+    from pyspark.sql import functions as F
+
+    known = F.col("out_row") >= 0
+    if topology == JOB:  # a job's own columns are not read: its number of IDs
+        counts_ok = F.col("n_ids") == F.col("exp_gets")
+    elif topology == Topology.SST:
+        counts_ok = F.col("count") == F.col("exp_gets")
+    else:
+        counts_ok = (F.col("gets") == F.col("exp_gets")) & (F.col("posts") == F.col("exp_posts"))
+    correct = known & counts_ok & (~F.col("wrong_value") if values_compared else F.lit(True))
+    judged = keyed.join(rows.select(F.col("row").alias("out_row"),
+                                    F.col("gets").alias("exp_gets"),
+                                    F.col("posts").alias("exp_posts")), "out_row", "left")
+    got = judged.agg(
+        F.count(F.lit(1)).alias("outputs"),
+        F.sum(F.coalesce(correct, F.lit(False)).cast("long")).alias("correct"),
+        F.countDistinct(F.when(known, F.col("out_row"))).alias("keys_seen")).collect()[0]
+    n_rows = rows.count()
+    return (int(got["outputs"]), int(got["correct"] or 0), n_rows,
+            n_rows - int(got["keys_seen"]))
 
 
 def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: str,
@@ -147,117 +233,44 @@ def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: st
     from pyspark.sql import functions as F
 
     phases = phases or Phases.unbounded()
-    rows = spark.read.parquet(str(frames["rows"]))
-    slots = spark.read.parquet(str(frames["slots"]))
-    outputs = spark.read.parquet(str(frames["outputs"]))
-    occurrences = spark.read.parquet(str(frames["occurrences"]))
-
-    # Each output's expected row by key (the smallest row of that key, as the numpy
-    # checker's stable search finds it), -1 where none has the key.
-    row_of_key = rows.groupBy("window_start", "resource").agg(F.min("row").alias("out_row"))
-    keyed = (outputs.join(row_of_key, ["window_start", "resource"], "left")
-             .withColumn("out_row", F.coalesce("out_row", F.lit(-1)))
-             .withColumn("phase", _phase_of(F.col("ingress_ts"), phases))
-             .persist(StorageLevel.MEMORY_AND_DISK))
-
-    first_slot = slots.groupBy("id").agg(F.min("slot").alias("first_slot"))
-    pair = (slots.groupBy("id", "row")
-            .agg(F.min("slot").alias("pair_slot"), F.min("ingress").alias("pair_ingress"))
-            .withColumnRenamed("row", "out_row"))
-    occ = (occurrences
-           .join(keyed.select("output", "out_row", "ingress_ts", "position", "wrong_value",
-                              "phase"), "output")
-           .join(first_slot, "id", "left")
-           .join(pair, ["id", "out_row"], "left"))
-    own_key = F.col("pair_slot").isNotNull()
-    early = own_key & (F.col("ingress_ts") < F.col("pair_ingress"))
-    bad_value = own_key & ~early & F.col("wrong_value")
-    occ = (occ.withColumn("found", F.col("first_slot").isNotNull())
-           .withColumn("own_key", own_key)
-           .withColumn("early", early)
-           .withColumn("bad_value", bad_value)
-           .withColumn("own", own_key & ~early & ~bad_value)
-           .persist(StorageLevel.MEMORY_AND_DISK))
-
-    own = occ.filter("own")
-    own_count = own.groupBy(F.col("pair_slot").alias("slot")).agg(F.count(F.lit(1)).alias("own"))
-    with_own = (slots.join(own_count, "slot", "left")
-                .withColumn("own", F.coalesce("own", F.lit(0))))
-    # Where an incorrect occurrence in no row of its input is charged: the input's first
-    # processed pair, else its first pair.
-    charged = with_own.groupBy("id").agg(
-        F.coalesce(F.min(F.when(F.col("own") > 0, F.col("slot"))), F.min("slot"))
-        .alias("charged_slot"))
-    foreign = (occ.filter(F.col("found") & ~F.col("own"))
-               .join(charged, "id", "left")
-               .select(F.when(F.col("own_key"), F.col("pair_slot"))
-                       .otherwise(F.col("charged_slot")).alias("slot")))
-    foreign_count = foreign.groupBy("slot").agg(F.count(F.lit(1)).alias("foreign"))
-    slot_stats = (with_own.join(foreign_count, "slot", "left")
-                  .withColumn("foreign", F.coalesce("foreign", F.lit(0)))
-                  .withColumn("phase", _phase_of(F.col("ingress"), phases))
-                  .persist(StorageLevel.MEMORY_AND_DISK))
-
+    rows, slots, outputs, occurrences = (spark.read.parquet(str(frames[name])) for name in
+                                         ("rows", "slots", "outputs", "occurrences"))
+    keyed = _keyed_outputs(rows, outputs, phases).persist(StorageLevel.MEMORY_AND_DISK)
+    occ = _classified(occurrences, keyed, slots).persist(StorageLevel.MEMORY_AND_DISK)
+    stats = _slot_stats(slots, occ, phases).persist(StorageLevel.MEMORY_AND_DISK)
+    own, long_ = F.col("own"), "long"
+    by_slot = _by_phase(
+        stats, F.count(F.lit(1)).alias("expected"), F.sum((own > 0).cast(long_)).alias("processed"),
+        F.sum(own).alias("own"),
+        F.sum(((own == 1) & (F.col("foreign") == 0)).cast(long_)).alias("reliable"),
+        F.sum((own > 1).cast(long_)).alias("duplicated_ids"),
+        F.sum((F.col("foreign") > 0).cast(long_)).alias("incorrect_ids"))
+    by_occ = _by_phase(occ, F.sum((~own).cast(long_)).alias("incorrect"),
+                       F.sum(F.col("early").cast(long_)).alias("early"),
+                       F.sum(F.col("bad_value").cast(long_)).alias("bad_value"))
+    # A pair's own occurrences after its first in stream order are its duplicates.
     stream_order = Window.partitionBy("pair_slot").orderBy("ingress_ts", "position", "output",
                                                            "k")
-    duplicates = (own.withColumn("nth", F.row_number().over(stream_order))
+    duplicates = (occ.filter("own").withColumn("nth", F.row_number().over(stream_order))
                   .filter(F.col("nth") > 1))
-    incorrect = occ.filter(~F.col("own"))
-
-    totals = slot_stats.agg(
-        F.count(F.lit(1)).alias("expected"),
-        F.sum((F.col("own") > 0).cast("long")).alias("processed"),
-        F.sum("own").alias("own"),
-        F.sum(((F.col("own") == 1) & (F.col("foreign") == 0)).cast("long")).alias("reliable"),
-        F.sum((F.col("own") > 1).cast("long")).alias("duplicated_ids"),
-        F.sum((F.col("foreign") > 0).cast("long")).alias("incorrect_ids"),
-        F.countDistinct("id").alias("inputs")).collect()[0]
-    n_exp = int(totals["expected"])
-    processed = int(totals["processed"] or 0)
-    occ_totals = occ.agg(
-        F.sum((~F.col("own")).cast("long")).alias("incorrect"),
-        F.sum(F.col("early").cast("long")).alias("early"),
-        F.sum(F.col("bad_value").cast("long")).alias("bad_value")).collect()[0]
-
-    n_rows = rows.count()
-    known = F.col("out_row") >= 0
-    if topology == JOB:  # a job's own columns are not read: its number of IDs
-        counts_ok = F.col("n_ids") == F.col("exp_gets")
-    elif topology == Topology.SST:
-        counts_ok = F.col("count") == F.col("exp_gets")
-    else:
-        counts_ok = (F.col("gets") == F.col("exp_gets")) & (F.col("posts") == F.col("exp_posts"))
-    correct = known & counts_ok & (~F.col("wrong_value") if values_compared else F.lit(True))
-    judged = keyed.join(rows.select(F.col("row").alias("out_row"),
-                                    F.col("gets").alias("exp_gets"),
-                                    F.col("posts").alias("exp_posts")), "out_row", "left")
-    out_totals = judged.agg(
-        F.count(F.lit(1)).alias("outputs"),
-        F.sum(F.coalesce(correct, F.lit(False)).cast("long")).alias("correct"),
-        F.countDistinct(F.when(known, F.col("out_row"))).alias("keys_seen"),
-        F.sum(F.col("wrong_value").cast("long")).alias("wrong_outputs")).collect()[0]
-
+    by_dup = _by_phase(duplicates, F.count(F.lit(1)).alias("n"))
+    n_out, correct, n_rows, missing = _output_totals(rows, keyed, topology, values_compared)
     out_dir.mkdir(parents=True, exist_ok=True)
-    sets = {
-        "unprocessed": _write_set(slot_stats.filter(F.col("own") == 0), out_dir / "unprocessed"),
-        "duplicate": _write_set(slot_stats.filter(F.col("own") > 1), out_dir / "duplicate"),
-        "incorrect": _write_set(incorrect, out_dir / "incorrect"),
-    }
-    phase_rows = _phase_rows(slot_stats, duplicates, incorrect)
-    for df in (keyed, occ, slot_stats):
+    sets = {"unprocessed": _write_set(stats.filter(own == 0), out_dir / "unprocessed"),
+            "duplicate": _write_set(stats.filter(own > 1), out_dir / "duplicate"),
+            "incorrect": _write_set(occ.filter(~own), out_dir / "incorrect")}
+    inputs = stats.select("id").distinct().count()
+    for df in (keyed, occ, stats):
         df.unpersist()
-    inputs = int(totals["inputs"])
+    n_exp, processed = _total(by_slot, "expected"), _total(by_slot, "processed")
     return SparkValidation(
         topology=topology, expected=n_exp, processed=processed,
-        unprocessed=n_exp - processed, duplicate=int(totals["own"] or 0) - processed,
-        incorrect=int(occ_totals["incorrect"] or 0),
-        reliable=int(totals["reliable"] or 0),
-        duplicated_ids=int(totals["duplicated_ids"] or 0),
-        incorrect_ids=int(totals["incorrect_ids"] or 0),
-        output_before_input=int(occ_totals["early"] or 0),
-        wrong_value=int(occ_totals["bad_value"] or 0) if values_compared else None,
-        outputs=int(out_totals["outputs"]), correct_outputs=int(out_totals["correct"] or 0),
-        expected_outputs=int(n_rows),
-        missing_outputs=int(n_rows) - int(out_totals["keys_seen"]),
-        expected_inputs=inputs if n_exp > inputs else None,
-        malformed=malformed, phases=phase_rows, sets=sets)
+        unprocessed=n_exp - processed, duplicate=_total(by_slot, "own") - processed,
+        incorrect=_total(by_occ, "incorrect"), reliable=_total(by_slot, "reliable"),
+        duplicated_ids=_total(by_slot, "duplicated_ids"),
+        incorrect_ids=_total(by_slot, "incorrect_ids"),
+        output_before_input=_total(by_occ, "early"),
+        wrong_value=_total(by_occ, "bad_value") if values_compared else None,
+        outputs=n_out, correct_outputs=correct, expected_outputs=n_rows,
+        missing_outputs=missing, expected_inputs=inputs if n_exp > inputs else None,
+        malformed=malformed, phases=_phase_rows(by_slot, by_occ, by_dup), sets=sets)
