@@ -106,10 +106,13 @@ def spark_check(result: Any, master: str = "local[2]", keep: Path | str | None =
     """A validation's or a re-check's run judged again by the Spark checker (Algorithms 1
     and 3 as Spark jobs on ``master``) and held to the numpy checker's answer: a
     :class:`pgval.scale.agreement.SparkCheck` (``agrees``, ``differences``, the Spark
-    figures); ``keep``: a folder for its Parquet tables and anomaly sets."""
+    figures); ``keep``: a folder for its Parquet tables and anomaly sets. A re-check's
+    built-in run has its expected outputs computed again by the Spark oracle too."""
     from pgval.scale.agreement import check_evaluation
 
-    return check_evaluation(result.evaluation, master, Path(keep) if keep is not None else None)
+    streams = getattr(result, "streams", None)
+    return check_evaluation(result.evaluation, master, Path(keep) if keep is not None else None,
+                            None if streams is None else streams.events)
 
 
 def case(result: Any, name: str | None = None) -> Case:

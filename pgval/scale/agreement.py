@@ -19,11 +19,13 @@ import numpy as np
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.validator import ANOMALIES, Validation, validate
 from pgval.core.errors import UserMistake
+from pgval.core.schema import Topology
 from pgval.oracle.expected import ExpectedOutputs
-from pgval.records.parse import OutputRecords
+from pgval.records.parse import InputEvents, OutputRecords
 from pgval.records.phases import PHASES, Phases
 from pgval.scale.checker import COUNTED, SparkValidation, validate_on_spark
-from pgval.scale.frames import write_frames
+from pgval.scale.frames import write_expected, write_inputs, write_produced
+from pgval.scale.oracle import expected_on_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,6 +88,8 @@ class SparkCheck:
     differences: list[str]
     seconds: float
     sets: Path | None  # where the anomaly sets were kept (None: removed after the check)
+    #: The expected outputs came from the Spark oracle (else from numpy's columns).
+    spark_oracle: bool = False
 
     @property
     def agrees(self) -> bool:
@@ -94,18 +98,20 @@ class SparkCheck:
     def note(self) -> str:
         """One sentence: agreed on what, or the first differences."""
         where = f" (anomaly sets in {self.sets})" if self.sets else ""
+        who = "the Spark oracle and checker" if self.spark_oracle else "the Spark checker"
         if self.agrees:
-            return (f"the Spark checker ({self.master}, {self.seconds:.1f} s) agrees with the "
-                    f"numpy checker: {len(COUNTED)} figures, {len(PHASES)} phase rows and "
+            return (f"{who} ({self.master}, {self.seconds:.1f} s) agree with numpy's: "
+                    f"{len(COUNTED)} figures, {len(PHASES)} phase rows and "
                     f"{len(ANOMALIES)} anomaly sets, ID for ID{where}")
         shown = "; ".join(self.differences[:SHOWN_IDS])
         more = (f" and {len(self.differences) - SHOWN_IDS} more"
                 if len(self.differences) > SHOWN_IDS else "")
-        return (f"the Spark checker ({self.master}) DISAGREES with the numpy checker on "
+        return (f"{who} ({self.master}) DISAGREE with numpy's on "
                 f"{len(self.differences)} points: {shown}{more}{where}")
 
     def as_dict(self) -> dict[str, Any]:
         return {"master": self.master, "agrees": self.agrees, "differences": self.differences,
+                "spark_oracle": self.spark_oracle,
                 "seconds": round(self.seconds, 3), "guarantee": self.spark.guarantee,
                 "counts": self.spark.counts(),
                 "sets": None if self.sets is None else str(self.sets)}
@@ -126,7 +132,9 @@ def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.memory", f"{int(heap_mb)}m")
-               .config("spark.sql.shuffle.partitions", "4")
+               # Pages small enough for a small heap; shuffle partitions are set per job
+               # from its size (pgval.scale.checker.fit_shuffle).
+               .config("spark.buffer.pageSize", "16m")
                .config("spark.sql.session.timeZone", "UTC"))
     if master.startswith("local"):
         builder = (builder.config("spark.driver.host", "127.0.0.1")
@@ -134,42 +142,64 @@ def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession
     return builder.getOrCreate()
 
 
+def _spark_frames(spark: SparkSession, folder: Path, expected: ExpectedOutputs,
+                  outputs: OutputRecords, wrong_value: np.ndarray | None,
+                  events: InputEvents | None) -> dict[str, Path]:
+    """The checker's four tables: the expected side from the Spark oracle where ``events``
+    are given (a built-in topology's), else from ``expected``'s columns (a job's batch rows)."""
+    produced = write_produced(outputs, folder / "produced", wrong_value)
+    if events is None:
+        return {**write_expected(expected, folder / "expected"), **produced}
+    inputs = write_inputs(events, folder / "inputs.parquet")
+    made, _ = expected_on_spark(spark, inputs, expected.topology, expected.window_ms,
+                                folder / "expected")
+    return {**made, **produced}
+
+
 def check_on_spark(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases | None,
                    wrong_value: np.ndarray | None, master: str = DEFAULT_MASTER,
-                   keep: Path | None = None, spark: SparkSession | None = None) -> SparkCheck:
+                   keep: Path | None = None, spark: SparkSession | None = None,
+                   events: InputEvents | None = None) -> SparkCheck:
     """Judge ``outputs`` against ``expected`` with both checkers and compare them.
 
     The columns are written as Parquet (:mod:`pgval.scale.frames`) into ``keep`` (or a
     temporary folder, removed after), which the Spark checker reads; its anomaly sets are
-    written there too. ``spark``: a session to use (else one on ``master``, stopped after)."""
+    written there too. With ``events`` (a built-in topology's inputs) the expected outputs
+    are computed again by the Spark oracle (:mod:`pgval.scale.oracle`), so the comparison
+    holds the oracle too. ``spark``: a session to use (else one on ``master``, stopped
+    after)."""
     mine = validate(expected, outputs, phases, wrong_value=wrong_value)
     folder = keep if keep is not None else Path(tempfile.mkdtemp(prefix="pgval-spark-check-"))
-    own_session = spark is None
     started = time.monotonic()
     try:
-        frames = write_frames(expected, outputs, folder / "frames", wrong_value)
         session = checker_session(master) if spark is None else spark
         try:
+            frames = _spark_frames(session, folder, expected, outputs, wrong_value, events)
             theirs = validate_on_spark(session, frames, expected.topology, phases,
                                        folder / "sets", outputs.malformed,
                                        values_compared=wrong_value is not None)
             said = differences(mine, theirs)
         finally:
-            if own_session:
+            if spark is None:
                 session.stop()
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
     return SparkCheck(master, theirs, said, time.monotonic() - started,
-                      None if keep is None else folder / "sets")
+                      None if keep is None else folder / "sets", events is not None)
 
 
 def check_evaluation(evaluation: Evaluation, master: str = DEFAULT_MASTER,
-                     keep: Path | None = None) -> SparkCheck:
+                     keep: Path | None = None, events: InputEvents | None = None
+                     ) -> SparkCheck:
     """A judged run (``validate``'s or ``recheck``'s :class:`Evaluation`) judged again by the
-    Spark checker on the same columns, phases and value check, and held to numpy's."""
+    Spark checker on the same columns, phases and value check, and held to numpy's. With
+    ``events`` (the run's input events) a built-in topology's expected outputs come from
+    the Spark oracle; a job's always from its batch rows."""
     if evaluation.outputs is None:
         raise UserMistake("this evaluation kept no outputs for the Spark checker to judge")
     values = evaluation.values
+    own_oracle = evaluation.expected.topology in (Topology.SST, Topology.MST)
     return check_on_spark(evaluation.expected, evaluation.outputs, evaluation.phases,
-                          None if values is None else values.wrong, master, keep)
+                          None if values is None else values.wrong, master, keep,
+                          events=events if own_oracle else None)

@@ -2,8 +2,9 @@
 
 The run: EVENTS inputs (99.5 % GET, 16 resources, 100,000 ev/s of event time, 10 s windows)
 and their expected outputs as produced outputs, a few lost and a few written twice so that
-anomalies are found. Building them is not timed. Timed: the numpy checker; the tables written
-as Parquet; the Spark session's start; the Spark checker. Each process's peak resident memory
+anomalies are found. Building them is not timed. Timed: numpy's oracle and checker; the
+inputs and outputs written as Parquet; the Spark session's start; the Spark oracle and
+checker. Each process's peak resident memory
 is read from ``/proc`` (``VmHWM``): this Python process's, and the Spark driver JVM's.
 """
 
@@ -21,7 +22,8 @@ from pgval.oracle.expected import ExpectedOutputs
 from pgval.records.parse import InputEvents, OutputRecords, ResourceTable
 from pgval.scale.agreement import DEFAULT_HEAP_MB, checker_session, differences
 from pgval.scale.checker import validate_on_spark
-from pgval.scale.frames import write_frames
+from pgval.scale.frames import write_inputs, write_produced
+from pgval.scale.oracle import expected_on_spark
 
 WINDOW_MS = 10_000
 RESOURCES = 16
@@ -42,9 +44,10 @@ class SparkCheckerBench:
         return not self.differences
 
 
-def synthetic_run(n_events: int, seed: int = 7) -> tuple[ExpectedOutputs, OutputRecords]:
-    """``n_events`` SST inputs' expected outputs, and those outputs as produced: every 997th
-    lost, every 991st written twice."""
+def synthetic_run(n_events: int, seed: int = 7
+                  ) -> tuple[InputEvents, ExpectedOutputs, OutputRecords]:
+    """``n_events`` SST inputs, their expected outputs, and those outputs as produced: every
+    997th lost, every 991st written twice."""
     rng = np.random.default_rng(seed)
     idx = np.arange(n_events, dtype=np.int64)
     event_ts = 1_700_000_000_000 + idx // 100
@@ -67,7 +70,7 @@ def synthetic_run(n_events: int, seed: int = 7) -> tuple[ExpectedOutputs, Output
         posts=minus, ingress_ts=window_start + WINDOW_MS + 1500 + np.arange(len(chosen)) % 17,
         position=np.arange(len(chosen), dtype=np.int64), ids=expected.ids[flat],
         offsets=offsets, resources=table)
-    return expected, outputs
+    return events, expected, outputs
 
 
 def _peak_mb(pid: int | str = "self") -> float | None:
@@ -83,7 +86,7 @@ def _peak_mb(pid: int | str = "self") -> float | None:
 def run_spark_checker_bench(workdir: Path, n_events: int, master: str = "local[2]",
                             heap_mb: int = DEFAULT_HEAP_MB) -> SparkCheckerBench:
     """Time both checkers on one synthetic run of ``n_events`` inputs (tables in ``workdir``)."""
-    expected, outputs = synthetic_run(n_events)
+    events, _, outputs = synthetic_run(n_events)
     result = SparkCheckerBench(n_events, len(outputs), master)
 
     def timed(name: str, fn):  # noqa: ANN001, ANN202 - a local stopwatch
@@ -92,12 +95,17 @@ def run_spark_checker_bench(workdir: Path, n_events: int, master: str = "local[2
         result.stages_s[name] = time.perf_counter() - t
         return value
 
+    expected = timed("numpy oracle", lambda: expected_outputs(events, "sst", WINDOW_MS))
     mine = timed("numpy checker", lambda: validate(expected, outputs))
     result.peak_mb["python"] = _peak_mb()
-    frames = timed("tables → Parquet", lambda: write_frames(expected, outputs,
-                                                           workdir / "frames"))
+    inputs = timed("inputs, outputs → Parquet", lambda: (
+        write_inputs(events, workdir / "inputs.parquet"),
+        write_produced(outputs, workdir / "produced"))[0])
     spark = timed("Spark session start", lambda: checker_session(master, heap_mb))
     try:
+        made, _ = timed("Spark oracle", lambda: expected_on_spark(
+            spark, inputs, "sst", WINDOW_MS, workdir / "expected"))
+        frames = {**made, **write_produced(outputs, workdir / "produced")}
         theirs = timed("Spark checker", lambda: validate_on_spark(
             spark, frames, "sst", None, workdir / "sets"))
         proc = getattr(spark.sparkContext._gateway, "proc", None)  # the local JVM

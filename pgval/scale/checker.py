@@ -97,6 +97,18 @@ def _phase_of(ts: Column, phases: Phases) -> Column:
             .when(ts < F.lit(phases.t3), FAILURE).otherwise(RECOVERY))
 
 
+#: Rows a shuffle partition is given: its sort then fits a small heap (4 partitions of 10M
+#: IDs ran a 1 GiB driver out of memory), and small runs are not cut into dozens of tasks.
+ROWS_PER_PARTITION = 250_000
+
+
+def fit_shuffle(spark: SparkSession, rows: int) -> int:
+    """Set the session's shuffle partitions for a job over ``rows`` rows; the number set."""
+    partitions = max(2, min(2000, -(-rows // ROWS_PER_PARTITION)))
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    return partitions
+
+
 def _by_phase(df: DataFrame, *sums: Column) -> dict[int, Any]:
     """One aggregation per phase code: its row of ``sums`` (named columns) by code."""
     return {int(r["phase"]): r for r in df.groupBy("phase").agg(*sums).collect()}
@@ -235,6 +247,7 @@ def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: st
     phases = phases or Phases.unbounded()
     rows, slots, outputs, occurrences = (spark.read.parquet(str(frames[name])) for name in
                                          ("rows", "slots", "outputs", "occurrences"))
+    fit_shuffle(spark, occurrences.count() + slots.count())
     keyed = _keyed_outputs(rows, outputs, phases).persist(StorageLevel.MEMORY_AND_DISK)
     occ = _classified(occurrences, keyed, slots).persist(StorageLevel.MEMORY_AND_DISK)
     stats = _slot_stats(slots, occ, phases).persist(StorageLevel.MEMORY_AND_DISK)
