@@ -139,7 +139,9 @@ def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession
     if master.startswith("local"):
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")  # its warnings are not the user's to read
+    return session
 
 
 def _spark_frames(spark: SparkSession, folder: Path, expected: ExpectedOutputs,
