@@ -137,3 +137,21 @@ def test_a_difference_between_the_checkers_is_named(spark, tmp_path: Path) -> No
     assert "duplicate: numpy 0, Spark 1" in said
     assert any(s.startswith("unprocessed IDs differ: 2 only in numpy's (e.g. 3, 4)")
                for s in said)
+
+
+@pytest.mark.parametrize("args", [["--spark-out", "sets"], ["--spark-master", "local[1]"],
+                                  ["--checker", "both", "--store", "--db", "r.db"]])
+def test_the_spark_checkers_options_alone_are_refused_in_one_sentence(tmp_path: Path,
+                                                                       args: list[str]) -> None:
+    """Options of the Spark checker without it, or with an import (which judges nothing),
+    end in one sentence and exit 2, before anything is read."""
+    from click.testing import CliRunner
+
+    from pgval.cli.app import main
+
+    (tmp_path / "run" / "evidence").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["recheck", str(tmp_path / "run"), *args])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert ("go with --checker both" in said or "--checker judge a re-check" in said), said
+    assert "Traceback" not in said

@@ -50,15 +50,15 @@ if TYPE_CHECKING:
               help="both: judge the run again with the Spark checker too (Algorithms 1 and 3 "
                    "as Spark jobs over Parquet tables) and hold it to the numpy checker: the "
                    "same figures, phase rows and anomaly sets, ID for ID, else exit 3.")
-@click.option("--spark-master", default="local[2]", show_default=True,
+@click.option("--spark-master", default=None,
               help="With --checker both: where the Spark checker runs (local[N], or a "
-                   "cluster's spark://HOST:PORT).")
+                   "cluster's spark://HOST:PORT; default local[2]).")
 @click.option("--spark-out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="With --checker both: keep the Spark checker's tables and anomaly sets "
                    "(Parquet) in this folder (default: a temporary one, removed).")
 @gate_options
 def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, checker: str,
-            spark_master: str, spark_out: Path | None, expect: str | None,
+            spark_master: str | None, spark_out: Path | None, expect: str | None,
             junit_path: Path | None) -> None:
     """Recompute a stored run's results from its kept evidence (RUN: directory or run id).
 
@@ -69,12 +69,14 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, check
     from pgval.evidence.recheck import recheck as do_recheck
     from pgval.evidence.recheck import store_derived as do_store
 
+    if checker != "both" and (spark_master is not None or spark_out is not None):
+        raise UserError("--spark-master and --spark-out go with --checker both")
     if store_derived and db is not None and is_dir(Path(run, "evidence")):
         from pgval.evidence.run_import import import_run
 
-        if expect is not None or junit_path is not None:
-            raise UserError("--expect and --junit judge a re-check, and --store of a run "
-                            "directory only imports it: import first, then run `pgval "
+        if expect is not None or junit_path is not None or checker == "both":
+            raise UserError("--expect, --junit and --checker judge a re-check, and --store of a "
+                            "run directory only imports it: import first, then run `pgval "
                             "recheck RUN_ID --db DB --expect ...`")
         try:
             run_id, sealed = import_run(Path(run), db)
@@ -98,7 +100,8 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, check
     from pgval.checker.gate import Case
 
     summary = result.summary()
-    spark_check = _spark_check(result, spark_master, spark_out) if checker == "both" else None
+    spark_check = (_spark_check(result, spark_master or "local[2]", spark_out)
+                   if checker == "both" else None)
     if spark_check is not None:
         summary["spark_check"] = spark_check.as_dict()
     case = Case.of_summary(recheck_case_name(result.manifest), "pgval.evidence.recheck",
