@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgval.checker.validator import validate
+from pgval.core.errors import EnvironmentFailure, UserMistake
 from pgval.oracle import expected_outputs
 from pgval.oracle.rows import expected_from_rows
 from pgval.records.parse import ResourceTable
 from pgval.records.phases import Phases
-from pgval.scale.agreement import check_on_spark, differences
+from pgval.scale.agreement import check_on_spark, differences, spark_call
 from pgval.scale.checker import validate_on_spark
 from pgval.scale.frames import write_frames
 from pgval.scale.oracle import expected_on_spark
@@ -155,3 +156,45 @@ def test_the_spark_checkers_options_alone_are_refused_in_one_sentence(tmp_path: 
     said = " ".join(result.output.split())
     assert ("go with --checker both" in said or "--checker judge a re-check" in said), said
     assert "Traceback" not in said
+
+
+def test_retries_at_one_time_and_no_inputs_at_all_agree(spark, tmp_path: Path) -> None:
+    """Fixed cases the drawn ones rarely reach: an ID retried at the same ingress time (the
+    event read first is kept, in both oracles) in another window, and a run with no input."""
+    events = [{"id": 7, "type": "GET", "resource": "r0", "event_ts": 5, "ingress_ts": 20},
+              {"id": 7, "type": "GET", "resource": "r1", "event_ts": 95, "ingress_ts": 20},
+              {"id": 8, "type": "GET", "resource": "r0", "event_ts": -3, "ingress_ts": 21}]
+    for drawn, outputs in ((events, [{"window_start": 0, "resource": "r0", "count": 1,
+                                      "ids": [7], "ingress_ts": 30}]), ([], [])):
+        inputs = to_inputs(drawn)
+        expected = expected_outputs(inputs, "sst", 10)
+        check = check_on_spark(expected, to_outputs(outputs, inputs.resources), None, None,
+                               keep=tmp_path / str(len(drawn)), spark=spark, events=inputs)
+        assert check.differences == [], check.differences
+        assert check.spark.duplicate_inputs == expected.duplicate_inputs == (1 if drawn else 0)
+    assert check.spark.guarantee == "unknown"  # nothing expected: no verdict
+
+
+def test_a_session_already_active_or_a_cluster_without_shared_tables_is_refused(
+        spark, tmp_path: Path) -> None:
+    """The checker never takes over a caller's session (it would stop it, on its master)
+    and never writes a cluster's tables where only this machine reads them."""
+    table, expected = _sliding()
+    outputs = to_outputs([_out('{"w":1}', [1, 2])], table)
+    with pytest.raises(UserMistake, match="already active"):
+        check_on_spark(expected, outputs, None, None, master="local[1]", keep=tmp_path)
+    with pytest.raises(UserMistake, match="storage every executor shares"):
+        check_on_spark(expected, outputs, None, None, master="spark://elsewhere:7077")
+    assert spark.range(3).count() == 3  # the caller's session still runs
+
+
+def test_a_failure_of_spark_is_one_sentence() -> None:
+    from py4j.protocol import Py4JError
+
+    def fails() -> None:
+        raise Py4JError("An error occurred while calling o12.parquet\nat org.apache...")
+
+    with pytest.raises(EnvironmentFailure) as caught:
+        spark_call("local[2]", fails)
+    assert str(caught.value) == ("the Spark checker failed on local[2]: An error occurred "
+                                 "while calling o12.parquet")

@@ -75,12 +75,12 @@ def bench_offline(events: int, workdir: Path, as_json: bool) -> None:
 @click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True,
               help="Input events of the synthetic SST run.")
 @click.option("--master", default="local[2]", show_default=True,
-              help="Where the Spark checker runs (local[N], or a cluster's spark://HOST:PORT).")
+              help="Where the Spark checker runs (local[N]: the tables are on this disk).")
 @click.option("--heap-mb", type=click.IntRange(min=256), default=1024, show_default=True,
               help="The Spark driver's heap (MiB).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(".cache/bench-spark"), show_default=True,
-              help="Where the Parquet tables and anomaly sets are written.")
+              help="Where the Parquet tables and anomaly sets are written (removed after).")
 @json_option
 def bench_spark_checker(events: int, master: str, heap_mb: int, workdir: Path,
                         as_json: bool) -> None:
@@ -108,7 +108,7 @@ def bench_spark_checker(events: int, master: str, heap_mb: int, workdir: Path,
                           f"{'unknown' if mb is None else f'{mb:,.0f} MiB'}")
         console.print("the two checkers agree" if result.agrees else
                       f"the two checkers DISAGREE: {'; '.join(result.differences[:5])}")
-    if not result.agrees:
+    if not result.agrees:  # two implementations of one rule that differ: a bug in pgval
         raise EnvironmentFailure("the Spark checker disagreed with the numpy checker")
 
 

@@ -80,8 +80,9 @@ EXIT_STATUS_MORE = {
                "directory: since its SHA256SUMS), a sealed run whose hashes the database no "
                "longer holds, a run.json naming a row that is not a run's (a check result), "
                "--store when the evidence is not verified or the re-check does not "
-               "reproduce the stored counts, and under --expect evidence not verified or a "
-               "stored row that differs from the re-check.",
+               "reproduce the stored counts, under --expect evidence not verified or a "
+               "stored row that differs from the re-check, and under --checker both the "
+               "Spark oracle and checker disagreeing with numpy's.",
     "export": "3 for evidence edited since the run was sealed.",
     "validate": "2 also when the run finished but could not be stored (the message says how "
                 "to import it later).",

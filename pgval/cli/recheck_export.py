@@ -51,8 +51,9 @@ if TYPE_CHECKING:
                    "as Spark jobs over Parquet tables) and hold it to the numpy checker: the "
                    "same figures, phase rows and anomaly sets, ID for ID, else exit 3.")
 @click.option("--spark-master", default=None,
-              help="With --checker both: where the Spark checker runs (local[N], or a "
-                   "cluster's spark://HOST:PORT; default local[2]).")
+              help="With --checker both: where the Spark checker runs (default local[2]; a "
+                   "cluster's spark://HOST:PORT needs --spark-out on storage every executor "
+                   "reads).")
 @click.option("--spark-out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="With --checker both: keep the Spark checker's tables and anomaly sets "
                    "(Parquet) in this folder (default: a temporary one, removed).")
@@ -92,16 +93,18 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, check
     try:
         run_dir = locate_run(run, db)
         result = do_recheck(run_dir, db, None if run_dir == Path(run) else parse_run_id(run))
+        # The Spark checker first: what two checkers disagree on is not stored.
+        spark_check = (_spark_check(result, spark_master or "local[2]", spark_out)
+                       if checker == "both" else None)
         if store_derived:
             assert db is not None
+            _refuse_disagreement(spark_check)
             do_store(db, parse_run_id(run) or 0, result)
     except sqlite3.Error as exc:  # the row or hashes of a damaged database
         raise plain_error(db or "--db", exc) from exc
     from pgval.checker.gate import Case
 
     summary = result.summary()
-    spark_check = (_spark_check(result, spark_master or "local[2]", spark_out)
-                   if checker == "both" else None)
     if spark_check is not None:
         summary["spark_check"] = spark_check.as_dict()
     case = Case.of_summary(recheck_case_name(result.manifest), "pgval.evidence.recheck",
@@ -125,7 +128,7 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, check
     if result.figures["same"] is not None:
         console.print(escape(result.figures["note"]))
     console.print(escape(result.evidence.note))
-    if spark_check is not None:
+    if spark_check is not None and spark_check.agrees:  # else the error line says it
         console.print(escape(spark_check.note()))
     _refuse_disagreement(spark_check)
     finish_gate([case], expect, junit_path, "pgval recheck")

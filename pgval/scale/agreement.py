@@ -8,17 +8,19 @@ for ID. :func:`differences` names every place they do not, in one sentence each.
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.validator import ANOMALIES, Validation, validate
-from pgval.core.errors import UserMistake
+from pgval.core.errors import EnvironmentFailure, UserMistake
 from pgval.core.schema import Topology
 from pgval.oracle.expected import ExpectedOutputs
 from pgval.records.parse import InputEvents, OutputRecords
@@ -29,6 +31,8 @@ from pgval.scale.oracle import expected_on_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+T = TypeVar("T")
 
 #: How many differing IDs (and differences) a sentence shows.
 SHOWN_IDS = 5
@@ -54,10 +58,15 @@ def _set_difference(kind: str, here: np.ndarray, there: np.ndarray) -> str | Non
 
 
 def differences(numpy_side: Validation, spark_side: SparkValidation,
-                sets: bool = True) -> list[str]:
+                sets: bool = True, duplicate_inputs: int | None = None) -> list[str]:
     """Every figure, phase row and (with ``sets``) anomaly set on which the two checkers
-    differ; empty when they agree."""
+    differ, and the inputs set aside as retries where the Spark oracle counted them
+    (``duplicate_inputs``: numpy's oracle's count); empty when they agree."""
     found = []
+    if spark_side.duplicate_inputs is not None and duplicate_inputs is not None \
+            and spark_side.duplicate_inputs != duplicate_inputs:
+        found.append(f"inputs set aside as retries: numpy {duplicate_inputs}, Spark "
+                     f"{spark_side.duplicate_inputs}")
     for name in COUNTED:
         a = getattr(numpy_side, name)
         b = getattr(spark_side, name)
@@ -118,8 +127,9 @@ class SparkCheck:
 
 
 def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession:
-    """A Spark session for the checker: ``master`` (``local[N]``, or a cluster's URL), no UI,
-    UTC; a missing pyspark or Java is one sentence."""
+    """A new Spark session for the checker: ``master`` (``local[N]``, or a cluster's URL), no
+    UI, UTC; a missing pyspark or Java, or a session already active in this process (whose
+    master and heap would be used instead), is one sentence."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -127,6 +137,9 @@ def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession
                           ) from None
     from pgval.host.jars import check_java
 
+    if SparkSession.getActiveSession() is not None:
+        raise UserMistake("a Spark session is already active in this process: pass it as "
+                          "spark= to judge on it, or stop it first")
     check_java()
     builder = (SparkSession.builder.master(master).appName("pgval-spark-checker")
                .config("spark.ui.enabled", "false")
@@ -139,23 +152,50 @@ def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession
     if master.startswith("local"):
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
-    session = builder.getOrCreate()
+    # PySpark installs its own Ctrl-C handler for the process; pgval's stays in charge.
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        session = spark_call(master, builder.getOrCreate)
+    finally:
+        signal.signal(signal.SIGINT, handler)
     session.sparkContext.setLogLevel("ERROR")  # its warnings are not the user's to read
     return session
 
 
+def spark_call(master: str, fn: Callable[[], T]) -> T:
+    """``fn()``, with a failure of Spark (a master it cannot reach, a job that failed, a heap
+    run out) turned into one sentence."""
+    try:
+        return fn()
+    except UserMistake:
+        raise
+    except Exception as exc:  # noqa: BLE001 - pyspark's and py4j's errors have no common base
+        kind = type(exc).__module__.split(".")[0]
+        if kind not in ("pyspark", "py4j"):
+            raise
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise EnvironmentFailure(f"the Spark checker failed on {master}: {first[:300]}"
+                                 ) from None
+
+
+def is_local(master: str) -> bool:
+    """A master whose executors share this machine's disk (``local``, ``local[N]``)."""
+    return master == "local" or master.startswith("local[")
+
+
 def _spark_frames(spark: SparkSession, folder: Path, expected: ExpectedOutputs,
                   outputs: OutputRecords, wrong_value: np.ndarray | None,
-                  events: InputEvents | None) -> dict[str, Path]:
-    """The checker's four tables: the expected side from the Spark oracle where ``events``
-    are given (a built-in topology's), else from ``expected``'s columns (a job's batch rows)."""
+                  events: InputEvents | None) -> tuple[dict[str, Path], int | None]:
+    """The checker's four tables, and the inputs the Spark oracle set aside as retries (None:
+    no Spark oracle): the expected side from the Spark oracle where ``events`` are given (a
+    built-in topology's), else from ``expected``'s columns (a job's batch rows)."""
     produced = write_produced(outputs, folder / "produced", wrong_value)
     if events is None:
-        return {**write_expected(expected, folder / "expected"), **produced}
+        return {**write_expected(expected, folder / "expected"), **produced}, None
     inputs = write_inputs(events, folder / "inputs.parquet")
-    made, _ = expected_on_spark(spark, inputs, expected.topology, expected.window_ms,
-                                folder / "expected")
-    return {**made, **produced}
+    made, duplicates = expected_on_spark(spark, inputs, expected.topology,
+                                         expected.window_ms, folder / "expected")
+    return {**made, **produced}, duplicates
 
 
 def check_on_spark(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases | None,
@@ -170,20 +210,28 @@ def check_on_spark(expected: ExpectedOutputs, outputs: OutputRecords, phases: Ph
     are computed again by the Spark oracle (:mod:`pgval.scale.oracle`), so the comparison
     holds the oracle too. ``spark``: a session to use (else one on ``master``, stopped
     after)."""
+    if spark is None and keep is None and not is_local(master):
+        raise UserMistake(f"on {master} the Spark checker's executors must read its tables: "
+                          "give --spark-out a folder on storage every executor shares")
     mine = validate(expected, outputs, phases, wrong_value=wrong_value)
     folder = keep if keep is not None else Path(tempfile.mkdtemp(prefix="pgval-spark-check-"))
     started = time.monotonic()
     try:
         session = checker_session(master) if spark is None else spark
+        shuffle = session.conf.get("spark.sql.shuffle.partitions")
         try:
-            frames = _spark_frames(session, folder, expected, outputs, wrong_value, events)
-            theirs = validate_on_spark(session, frames, expected.topology, phases,
-                                       folder / "sets", outputs.malformed,
-                                       values_compared=wrong_value is not None)
-            said = differences(mine, theirs)
+            frames, duplicates = spark_call(master, lambda: _spark_frames(
+                session, folder, expected, outputs, wrong_value, events))
+            theirs = spark_call(master, lambda: validate_on_spark(
+                session, frames, expected.topology, phases, folder / "sets", outputs.malformed,
+                values_compared=wrong_value is not None))
+            theirs.duplicate_inputs = duplicates
+            said = differences(mine, theirs, duplicate_inputs=expected.duplicate_inputs)
         finally:
             if spark is None:
                 session.stop()
+            else:  # a caller's session keeps its own setting
+                session.conf.set("spark.sql.shuffle.partitions", shuffle)
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)

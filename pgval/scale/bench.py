@@ -10,6 +10,7 @@ is read from ``/proc`` (``VmHWM``): this Python process's, and the Spark driver 
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +18,17 @@ from pathlib import Path
 import numpy as np
 
 from pgval.checker.validator import validate
+from pgval.core.errors import UserMistake
 from pgval.oracle import expected_outputs
 from pgval.oracle.expected import ExpectedOutputs
 from pgval.records.parse import InputEvents, OutputRecords, ResourceTable
-from pgval.scale.agreement import DEFAULT_HEAP_MB, checker_session, differences
+from pgval.scale.agreement import (
+    DEFAULT_HEAP_MB,
+    checker_session,
+    differences,
+    is_local,
+    spark_call,
+)
 from pgval.scale.checker import validate_on_spark
 from pgval.scale.frames import write_inputs, write_produced
 from pgval.scale.oracle import expected_on_spark
@@ -86,6 +94,9 @@ def _peak_mb(pid: int | str = "self") -> float | None:
 def run_spark_checker_bench(workdir: Path, n_events: int, master: str = "local[2]",
                             heap_mb: int = DEFAULT_HEAP_MB) -> SparkCheckerBench:
     """Time both checkers on one synthetic run of ``n_events`` inputs (tables in ``workdir``)."""
+    if not is_local(master):
+        raise UserMistake(f"the bench writes its tables on this machine's disk: run it with "
+                          f"local[N], not {master}")
     events, _, outputs = synthetic_run(n_events)
     result = SparkCheckerBench(n_events, len(outputs), master)
 
@@ -101,18 +112,23 @@ def run_spark_checker_bench(workdir: Path, n_events: int, master: str = "local[2
     inputs = timed("inputs, outputs → Parquet", lambda: (
         write_inputs(events, workdir / "inputs.parquet"),
         write_produced(outputs, workdir / "produced"))[0])
+    produced = workdir / "produced"
     spark = timed("Spark session start", lambda: checker_session(master, heap_mb))
     try:
-        made, _ = timed("Spark oracle", lambda: expected_on_spark(
-            spark, inputs, "sst", WINDOW_MS, workdir / "expected"))
-        frames = {**made, **write_produced(outputs, workdir / "produced")}
-        theirs = timed("Spark checker", lambda: validate_on_spark(
-            spark, frames, "sst", None, workdir / "sets"))
+        made, _ = timed("Spark oracle", lambda: spark_call(master, lambda: expected_on_spark(
+            spark, inputs, "sst", WINDOW_MS, workdir / "expected")))
+        frames = {**made, "outputs": produced / "outputs.parquet",
+                  "occurrences": produced / "occurrences.parquet"}
+        theirs = timed("Spark checker", lambda: spark_call(master, lambda: validate_on_spark(
+            spark, frames, "sst", None, workdir / "sets")))
         proc = getattr(spark.sparkContext._gateway, "proc", None)  # the local JVM
         result.peak_mb["spark driver JVM"] = _peak_mb(proc.pid) if proc is not None else None
+        result.differences = differences(mine, theirs)
     finally:
         spark.stop()
-    result.differences = differences(mine, theirs)
+        (workdir / "inputs.parquet").unlink(missing_ok=True)
+        for name in ("produced", "expected", "sets"):  # ~30 bytes an input in all
+            shutil.rmtree(workdir / name, ignore_errors=True)
     if mine.duplicate == 0 or mine.unprocessed == 0:
         result.differences.append("the planted anomalies were not found")
     return result

@@ -8,7 +8,8 @@ written as joins and aggregations so that no process holds every ID of a run:
   before the input did (``output_before_input``) or its values differ from the expected
   row's (``wrong_value``) — both incorrect;
 * a pair's first own occurrence in stream order (output ingress time, position, output, place
-  in the output) makes it processed, every later one is a duplicate;
+  in the output) makes it processed, every later one is a duplicate (counted per phase as
+  the own occurrences there less the first ones: an aggregation, not a sort);
 * any other occurrence is incorrect, charged to its own pair where it is there but early or
   wrong, else to the input's first processed pair (its first pair if none is): an input with
   an incorrect occurrence is not reliable there;
@@ -60,6 +61,8 @@ class SparkValidation:
     malformed: int
     phases: dict[str, PhaseCounts]
     sets: dict[str, Path] = field(default_factory=dict)
+    #: Inputs the Spark oracle set aside as a second ingress of an ID (None: no Spark oracle).
+    duplicate_inputs: int | None = None
 
     @property
     def guarantee(self) -> str:
@@ -119,7 +122,7 @@ def _total(by_phase: dict[int, Any], name: str) -> int:
     return sum(int(r[name] or 0) for r in by_phase.values())
 
 
-def _phase_rows(slots: dict[int, Any], occurrences: dict[int, Any], duplicates: dict[int, Any]
+def _phase_rows(slots: dict[int, Any], occurrences: dict[int, Any], duplicates: dict[int, int]
                 ) -> dict[str, PhaseCounts]:
     """Each phase's row: pairs by their input's ingress, occurrences by their output's."""
     rows: dict[str, PhaseCounts] = {}
@@ -129,7 +132,7 @@ def _phase_rows(slots: dict[int, Any], occurrences: dict[int, Any], duplicates: 
         processed = int(r["processed"] or 0) if r else 0
         rows[name] = PhaseCounts(
             expected=expected, processed=processed, unprocessed=expected - processed,
-            duplicate=int(duplicates[code]["n"]) if code in duplicates else 0,
+            duplicate=duplicates.get(code, 0),
             incorrect=int(occurrences[code]["incorrect"] or 0) if code in occurrences else 0,
             reliable=int(r["reliable"] or 0) if r else 0,
             duplicated_ids=int(r["duplicated_ids"] or 0) if r else 0,
@@ -162,15 +165,20 @@ def _classified(occurrences: DataFrame, keyed: DataFrame, slots: DataFrame) -> D
     arrived before the input), ``bad_value`` (the output's values are wrong), ``own``."""
     from pyspark.sql import functions as F
 
-    first_slot = slots.groupBy("id").agg(F.min("slot").alias("first_slot"))
-    pair = (slots.groupBy("id", "row")
-            .agg(F.min("slot").alias("pair_slot"), F.min("ingress").alias("pair_ingress"))
-            .withColumnRenamed("row", "out_row"))
+    # Per input: its first pair, and every pair (row, slot, ingress) to find the one in the
+    # output's row among (one join for both; a built-in topology's input has one pair).
+    by_id = slots.groupBy("id").agg(
+        F.min("slot").alias("first_slot"),
+        F.collect_list(F.struct("row", "slot", "ingress")).alias("pairs"))
     occ = (occurrences
            .join(keyed.select("output", "out_row", "ingress_ts", "position", "wrong_value",
                               "phase"), "output")
-           .join(first_slot, "id", "left")
-           .join(pair, ["id", "out_row"], "left"))
+           .join(by_id, "id", "left"))
+    # The pair in the output's row, the smallest slot if two (sorted by row, then slot).
+    pair = F.try_element_at(
+        F.array_sort(F.filter("pairs", lambda p: p["row"] == F.col("out_row"))), F.lit(1))
+    occ = (occ.withColumn("pair_slot", pair["slot"]).withColumn("pair_ingress", pair["ingress"])
+           .drop("pairs"))
     own_key = F.col("pair_slot").isNotNull()
     early = own_key & (F.col("ingress_ts") < F.col("pair_ingress"))
     bad_value = own_key & ~early & F.col("wrong_value")
@@ -188,8 +196,11 @@ def _slot_stats(slots: DataFrame, occ: DataFrame, phases: Phases) -> DataFrame:
     else its first pair."""
     from pyspark.sql import functions as F
 
+    # A pair's own occurrences, and the first of them in stream order (output ingress time,
+    # position, output, place in it): the one that processed it, every later one a duplicate.
     own_count = (occ.filter("own").groupBy(F.col("pair_slot").alias("slot"))
-                 .agg(F.count(F.lit(1)).alias("own")))
+                 .agg(F.count(F.lit(1)).alias("own"),
+                      F.min(F.struct("ingress_ts", "position", "output", "k")).alias("first")))
     with_own = (slots.join(own_count, "slot", "left")
                 .withColumn("own", F.coalesce("own", F.lit(0))))
     charged = with_own.groupBy("id").agg(
@@ -202,7 +213,9 @@ def _slot_stats(slots: DataFrame, occ: DataFrame, phases: Phases) -> DataFrame:
     foreign_count = foreign.groupBy("slot").agg(F.count(F.lit(1)).alias("foreign"))
     return (with_own.join(foreign_count, "slot", "left")
             .withColumn("foreign", F.coalesce("foreign", F.lit(0)))
-            .withColumn("phase", _phase_of(F.col("ingress"), phases)))
+            .withColumn("phase", _phase_of(F.col("ingress"), phases))
+            .withColumn("first_phase", _phase_of(F.col("first.ingress_ts"), phases))
+            .drop("first"))
 
 
 def _output_totals(rows: DataFrame, keyed: DataFrame, topology: str, values_compared: bool
@@ -241,7 +254,6 @@ def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: st
     distinct ``id``). ``values_compared``: the outputs' ``wrong_value`` column was filled
     by a value check (its count is then reported, as the numpy checker reports it)."""
     from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     phases = phases or Phases.unbounded()
@@ -259,14 +271,13 @@ def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: st
         F.sum((own > 1).cast(long_)).alias("duplicated_ids"),
         F.sum((F.col("foreign") > 0).cast(long_)).alias("incorrect_ids"))
     by_occ = _by_phase(occ, F.sum((~own).cast(long_)).alias("incorrect"),
+                       F.sum(own.cast(long_)).alias("own"),
                        F.sum(F.col("early").cast(long_)).alias("early"),
                        F.sum(F.col("bad_value").cast(long_)).alias("bad_value"))
-    # A pair's own occurrences after its first in stream order are its duplicates.
-    stream_order = Window.partitionBy("pair_slot").orderBy("ingress_ts", "position", "output",
-                                                           "k")
-    duplicates = (occ.filter("own").withColumn("nth", F.row_number().over(stream_order))
-                  .filter(F.col("nth") > 1))
-    by_dup = _by_phase(duplicates, F.count(F.lit(1)).alias("n"))
+    # Duplicates per phase (of their outputs): own occurrences there less the first ones.
+    firsts = {int(r["first_phase"]): int(r["n"]) for r in stats.filter(own > 0)
+              .groupBy("first_phase").agg(F.count(F.lit(1)).alias("n")).collect()}
+    by_dup = {code: int(r["own"] or 0) - firsts.get(code, 0) for code, r in by_occ.items()}
     n_out, correct, n_rows, missing = _output_totals(rows, keyed, topology, values_compared)
     out_dir.mkdir(parents=True, exist_ok=True)
     sets = {"unprocessed": _write_set(stats.filter(own == 0), out_dir / "unprocessed"),
