@@ -29,6 +29,7 @@ numpy, no Python loop per ID.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -169,9 +170,7 @@ class Validation:
     @property
     def guarantee(self) -> str:
         """The verdict; ``unknown`` when nothing was expected (no input to judge by)."""
-        if self.expected == 0:
-            return "unknown"
-        return guarantee_of(self.unprocessed, self.duplicate, self.incorrect, self.malformed)
+        return verdict_of(self)
 
     def ids(self, kind: str) -> np.ndarray:
         """All distinct IDs of one anomaly kind, ascending (the witnesses are only a sample).
@@ -183,9 +182,24 @@ class Validation:
             return np.unique(self.expected_ids[self.own_count == 0])
         if kind == "duplicate":
             return np.unique(self.expected_ids[self.own_count > 1])
-        if kind == "incorrect":
-            return np.unique(self.incorrect_occurrence_ids)
+        check_kind(kind)
+        return np.unique(self.incorrect_occurrence_ids)
+
+
+def check_kind(kind: str) -> None:
+    """A plain error for a kind that is none of :data:`ANOMALIES`."""
+    if kind not in ANOMALIES:
         raise ValueError(f"unknown anomaly kind {kind!r} (expected one of {', '.join(ANOMALIES)})")
+
+
+def verdict_of(counts: Any) -> str:
+    """The verdict of a checker's counts (``expected``, ``unprocessed``, ``duplicate``,
+    ``incorrect``, ``malformed``): ``unknown`` when nothing was expected, else
+    :func:`guarantee_of`. One rule for the numpy and the Spark checker."""
+    if counts.expected == 0:
+        return "unknown"
+    return guarantee_of(counts.unprocessed, counts.duplicate, counts.incorrect,
+                        counts.malformed)
 
 
 def guarantee_of(unprocessed: int, duplicate: int, incorrect: int, malformed: int) -> str:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from pgval.checker.validator import ANOMALIES, PhaseCounts, guarantee_of
+from pgval.checker.validator import PhaseCounts, check_kind, verdict_of
 from pgval.core.schema import Topology
 from pgval.oracle.rows import JOB
 from pgval.records.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
@@ -67,16 +67,12 @@ class SparkValidation:
     @property
     def guarantee(self) -> str:
         """As the numpy checker's: ``unknown`` when nothing was expected."""
-        if self.expected == 0:
-            return "unknown"
-        return guarantee_of(self.unprocessed, self.duplicate, self.incorrect, self.malformed)
+        return verdict_of(self)
 
     def ids(self, kind: str) -> np.ndarray:
         """All distinct IDs of one anomaly kind, ascending, read from its Parquet set
         (for runs whose sets fit in memory: comparisons and tests)."""
-        if kind not in ANOMALIES:
-            raise ValueError(f"unknown anomaly kind {kind!r} (expected one of "
-                             f"{', '.join(ANOMALIES)})")
+        check_kind(kind)
         table = pq.read_table(self.sets[kind])
         return np.sort(table.column("id").to_numpy(zero_copy_only=False).astype(np.int64))
 
