@@ -1,0 +1,130 @@
+"""pgval's own input records decoded with numpy read exactly as the JSON parser reads them:
+the same events, in the same order, the same malformed count, on any mix of records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datasets.generator import EventBatch
+from datasets.writers import encode_values
+from pgval.records.own_inputs import decode_chunk
+from pgval.records.parse import (
+    KAFKA_INPUT_SCHEMA,
+    InputEvents,
+    ResourceTable,
+    inputs_from_kafka,
+    inputs_from_table,
+    parse_values,
+)
+from pgval.records.phases import MAX_MS
+
+
+def _own(ident: int, kind: str, resource: str, ts: int) -> bytes:
+    return b'{"id":%d,"type":"%s","resource":"%s","event_ts":%d}' % (
+        ident, kind.encode(), resource.encode(), ts)
+
+
+#: Records near pgval's own layout that the decoder must leave to the parser (or decode
+#: to the same event): each is one way a byte can differ.
+NEAR = [
+    b'{"id":01,"type":"GET","resource":"r0001","event_ts":5}',
+    b'{"id":1,"type":"GET","resource":"r0001","event_ts":05}',
+    b'{"id":1234567890123456789,"type":"GET","resource":"r0001","event_ts":5}',
+    b'{"id":-1,"type":"GET","resource":"r0001","event_ts":5}',
+    b'{"id":1,"type":"PUT","resource":"r0001","event_ts":5}',
+    b'{"id":1,"type":"GET","resource":"r00a1","event_ts":5}',
+    b'{"id":1,"type":"GET","resource":"r\\u0030001","event_ts":5}',
+    b'{"id":1,"type":"GET","resource":"r12345","event_ts":5}',
+    b'{"id":1,"type":"GET","resource":"x0001","event_ts":5}',
+    b'{"id":1, "type":"GET","resource":"r0001","event_ts":5}',
+    b'{"type":"GET","id":1,"resource":"r0001","event_ts":5}',
+    b'{"id":1,"type":"GET","resource":"r0001","event_ts":5,"x":1}',
+    b'{"id":1,"type":"GET","resource":"r0001","event_ts":5}\n',
+    b' {"id":1,"type":"GET","resource":"r0001","event_ts":5}',
+    b'{"id":1,"type":"GET","resource":"r0001","event_ts":%d}' % (MAX_MS + 1),
+    b'{"id":1,"type":"GET","resource":"r0001","event_ts":999999999999999}',
+    b'{"id":1,"type":"GET","resource":"r0001","event_ts":1.5}',
+    b'{"id":1,"type":"GET","resource":"r0001","event_ts":null}',
+    b'{"id":1,"type":"GET","resource":"r0001"}',
+    b'{"id":1,"type":"GET","resource":"r0001","event_ts":5',
+    b'{"id":1,"type":"POST","resource":"r0001","event_ts":5}',
+    b"", None, b"garbage", b"[]",
+]
+
+own_record = st.builds(
+    _own, st.integers(0, 10 ** 18 - 1), st.sampled_from(["GET", "POST"]),
+    st.integers(0, 9999).map(lambda r: f"r{r:04d}"),
+    st.one_of(st.integers(0, 10 ** 13), st.integers(0, MAX_MS)))
+record = st.one_of(own_record, own_record, st.sampled_from(NEAR))
+
+
+def _parsed(values: list[bytes | None], timestamps: np.ndarray, resources: ResourceTable,
+            partitions: np.ndarray, offsets: np.ndarray) -> InputEvents:
+    """The events as the JSON parser alone reads them (the reference)."""
+    table, kept, malformed, _ = parse_values(values, KAFKA_INPUT_SCHEMA)
+    for name, column in (("ingress_ts", timestamps), ("_partition", partitions),
+                         ("_offset", offsets)):
+        table = table.append_column(name, pa.array(column[kept], type=pa.int64()))
+    table = table.append_column("_topic", pa.array(np.ones(len(kept), np.int64)))
+    return inputs_from_table(table, resources, malformed)
+
+
+def _same(a: InputEvents, b: InputEvents) -> None:
+    for name in ("id", "is_get", "event_ts", "ingress_ts", "topic", "partition", "offset"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    names_a = np.array(a.resources.names + ["?"], dtype=object)[a.resource]
+    names_b = np.array(b.resources.names + ["?"], dtype=object)[b.resource]
+    assert names_a.tolist() == names_b.tolist()
+    assert (a.malformed, a.missing) == (b.malformed, b.missing)
+    assert sorted(a.resources.names) == sorted(b.resources.names)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(record, max_size=40), st.lists(st.integers(1, 7), max_size=6),
+       st.lists(st.sampled_from([0, 1_700_000_000_000, -5, MAX_MS + 1]), min_size=1),
+       st.integers(0, 20))
+def test_decoder_reads_as_the_parser(values: list[bytes | None], cuts: list[int],
+                                     stamps: list[int], known: int) -> None:
+    """Any mix of own and other records, in chunks of any size: the same events."""
+    n = len(values)
+    timestamps = np.resize(np.array(stamps, dtype=np.int64), n)
+    partitions, offsets = np.arange(n, dtype=np.int64) % 3, np.arange(n, dtype=np.int64) * 7
+    bounds = np.unique(np.clip(np.cumsum(cuts), 0, n)).tolist()
+    chunks = [pa.array(values[lo:hi], type=pa.binary())
+              for lo, hi in zip([0, *bounds], [*bounds, n], strict=True) if hi > lo]
+    names = [f"r{r:04d}" for r in range(known)]
+    got = inputs_from_kafka(pa.chunked_array(chunks, type=pa.binary()), timestamps,
+                            ResourceTable(names), partitions, offsets, topic_code=1)
+    want = _parsed(values, timestamps, ResourceTable(names), partitions, offsets)
+    _same(got, want)
+
+
+def test_generator_records_are_all_decoded() -> None:
+    """The generator's own values take the fast path, every one of them."""
+    rng = np.random.default_rng(3)
+    n = 20_000
+    batch = EventBatch(producer_index=0, start_seq=0, ids=rng.integers(0, 10 ** 12, n),
+                       is_post=rng.random(n) < 0.005, resource=rng.integers(0, 100, n),
+                       resources=100)
+    values = encode_values(batch, rng.integers(0, 2 * 10 ** 12, n))
+    own = decode_chunk(pa.array(values, type=pa.binary()))
+    assert len(own.rest) == 0 and len(own.index) == n
+    np.testing.assert_array_equal(own.id, batch.ids)
+    np.testing.assert_array_equal(own.resource_number, batch.resource)
+    np.testing.assert_array_equal(own.is_get, ~batch.is_post)
+
+
+def test_every_near_record_reads_as_the_parser() -> None:
+    """Each way a record can differ from the layout, between own records, in one read."""
+    values = [v for near in NEAR for v in (_own(7, "GET", "r0002", 9), near)]
+    n = len(values)
+    timestamps = np.full(n, 1_700_000_000_000, dtype=np.int64)
+    timestamps[4] = MAX_MS + 1  # an own record with an ingress time out of range
+    partitions, offsets = np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+    got = inputs_from_kafka(values, timestamps, ResourceTable(), partitions, offsets, 1)
+    want = _parsed(values, timestamps, ResourceTable(), partitions, offsets)
+    _same(got, want)
+    assert want.malformed > 10
