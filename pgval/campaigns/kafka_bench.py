@@ -18,6 +18,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -346,3 +347,100 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
             streams.events, streams.outputs, "sst", window_ms), say)
     _check_planted(result, evaluation, streams)
     return result
+
+
+@dataclass
+class SparkReadbackRate:
+    """``pgval bench spark-readback``: the Spark read-back, oracle and checker of a drained
+    run, and (``compared``) the numpy path on the same topics with every difference named."""
+
+    events: int
+    outputs: int
+    master: str
+    generator: GeneratorRate
+    stages_s: dict[str, float] = field(default_factory=dict)
+    #: Peak resident memory (MiB) of this process and of the local Spark JVM.
+    peak_mb: dict[str, float | None] = field(default_factory=dict)
+    judgement: dict[str, Any] = field(default_factory=dict)
+    compared: bool = False
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        return not self.differences
+
+
+def _numpy_judgement(cluster: KafkaCluster, topics: Topics, events: int, window_ms: int,
+                     resources: int, result: SparkReadbackRate, say: Say | None) -> Any:
+    """The numpy path, as ``pgval validate`` takes it: read-back, columns, evaluation."""
+    rate = ReadbackRate(events=events, outputs=result.outputs, generator=result.generator)
+    records = _timed(rate, "read back", lambda: _read_back(
+        cluster, topics, events, None, "auto", rate, say), say)
+    inputs = {"get": records[topics.get], "post": records[topics.post]}
+    streams = _timed(rate, "records to columns", partial(
+        streams_from_records, inputs, records[topics.output], resources, None), say)
+    del records, inputs  # the columns hold what the evaluation needs
+    evaluation = _timed(rate, "validation", lambda: evaluate(
+        streams.events, streams.outputs, "sst", window_ms), say)
+    result.stages_s.update({f"numpy {k}": v for k, v in rate.stages_s.items()})
+    return evaluation
+
+
+def bench_spark_readback(run_dir: Path, events: int, window_ms: int = 1000,
+                         partitions: int = 3, master: str = "local[2]", heap_mb: int = 1024,
+                         compare: bool = True, say: Say | None = None) -> SparkReadbackRate:
+    """Write ``events`` inputs and their SST outputs (planted anomalies) into a broker of the
+    bench's own, then judge them on Spark (:func:`pgval.scale.judge.judge_on_spark`:
+    read-back to the end offsets, oracle, checker); with ``compare`` also the numpy path
+    on the same topics, and name every difference."""
+    from pgval.scale.agreement import checker_session, differences, spark_call
+    from pgval.scale.judge import judge_on_spark
+
+    cfg = GeneratorConfig(rate=None, events=events, producers=1, event_time="synthetic",
+                          synthetic_rate=100_000.0, start_ts_ms=now_ms() - 3_600_000)
+    topics = Topics.with_prefix("bench-")
+    tables = Path(run_dir).resolve() / "spark-tables"
+    with bench_broker(run_dir, partitions) as cluster:
+        create_topics(cluster.client_config, [*topics.inputs, topics.output], partitions)
+        gen, values = _fill_bench_topics(cluster, topics, cfg, window_ms, say)
+        result = SparkReadbackRate(events, len(values), master, gen)
+        del values
+        t = time.perf_counter()
+        spark = checker_session(master, heap_mb, kafka=True)
+        result.stages_s["Spark session"] = time.perf_counter() - t
+        try:
+            if say:
+                say("judging on Spark: read-back, oracle, checker…")
+            judged = spark_call(master, lambda: judge_on_spark(
+                spark, cluster.bootstrap, {"get": topics.get, "post": topics.post},
+                topics.output, "sst", window_ms, tables, resources=cfg.resources,
+                config=cluster.auth_config))
+            result.stages_s.update({f"Spark {k}": v for k, v in judged.stages_s.items()})
+            result.judgement = judged.as_dict()
+            proc = getattr(spark.sparkContext._gateway, "proc", None)  # the local JVM
+            result.peak_mb["Spark JVM"] = _peak_mb(proc.pid) if proc is not None else None
+            if compare and judged.validation is not None:
+                evaluation = _numpy_judgement(cluster, topics, events, window_ms,
+                                              cfg.resources, result, say)
+                result.compared = True
+                result.differences = differences(
+                    evaluation.validation, judged.validation,
+                    duplicate_inputs=evaluation.expected.duplicate_inputs)
+        finally:
+            spark.stop()
+            shutil.rmtree(tables, ignore_errors=True)
+    result.peak_mb["python"] = _peak_mb()
+    if judged.validation is None:
+        result.differences.append(judged.reason or "the Spark read-back is incomplete")
+    return result
+
+
+def _peak_mb(pid: int | str = "self") -> float | None:
+    """Peak resident memory of a process (``VmHWM``), MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None

@@ -1,4 +1,4 @@
-"""`pgval bench offline|generator|readback|report|spark-checker`: the numbers of
+"""`pgval bench offline|generator|readback|report|spark-checker|spark-readback`: the numbers of
 docs/performance.md, as tables or (``--json``) one JSON object each."""
 
 from __future__ import annotations
@@ -249,6 +249,68 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
         console.print(f"the same read by {result.readers[other]}: {secs:.2f} s = "
                       f"{result.events / secs:,.0f} ev/s")
     console.print(f"validation: {result.verdict}")
+
+
+@bench.command("spark-readback")
+@click.option("--events", type=click.IntRange(min=1000), default=10_000_000, show_default=True,
+              help="Input events written, then read back and judged on Spark.")
+@click.option("--partitions", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Partitions of the bench's topics.")
+@click.option("--window-ms", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="SST window of the outputs (event time runs at 100k ev/s).")
+@click.option("--master", default="local[2]", show_default=True,
+              help="Where Spark runs (local[N]: its tables are on this disk).")
+@click.option("--heap-mb", type=click.IntRange(min=256), default=1024, show_default=True,
+              help="The Spark driver's heap (MiB).")
+@click.option("--compare/--no-compare", default=True, show_default=True,
+              help="Also judge the same topics the numpy way (read-back, columns, "
+                   "validation in this process) and name every difference; off for runs "
+                   "this process cannot hold (~240 bytes an input).")
+@bench_runs_option
+@json_option
+def bench_spark_readback(events: int, partitions: int, window_ms: int, master: str,
+                         heap_mb: int, compare: bool, runs: Path | None, as_json: bool) -> None:
+    """Write EVENTS inputs with the generator and their SST outputs (planted anomalies) into a
+    Kafka broker the bench starts, then judge them on Spark: read-back to the end offsets
+    (Kafka's batch source), oracle and checker, each a Spark job; the peak memory of this
+    process and of Spark's JVM."""
+    from pgval.campaigns.kafka_bench import bench_spark_readback as run_bench
+    from pgval.scale.agreement import is_local
+
+    if not is_local(master):
+        raise click.BadParameter(f"the bench writes its tables on this machine's disk: use "
+                                 f"local[N], not {master}", param_hint="--master")
+    result = run_bench(_bench_run_dir(runs, "spark-readback"), events, window_ms=window_ms,
+                       partitions=partitions, master=master, heap_mb=heap_mb,
+                       compare=compare, say=_say_err if as_json else _say)
+    if as_json:
+        _print_figures(_figures(result, agrees=result.agrees))
+    else:
+        _print_spark_readback(result)
+    if not result.agrees:  # two implementations of one rule that differ: a bug in pgval
+        raise EnvironmentFailure("the Spark path disagreed with the numpy path: "
+                                 + "; ".join(result.differences[:3]))
+
+
+def _print_spark_readback(result: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"judged on Spark ({escape(result.master)}), {result.events:,} "
+                        f"inputs, {result.outputs:,} outputs")
+    table.add_column("stage")
+    table.add_column("seconds", justify="right")
+    table.add_column("inputs/s", justify="right")
+    for stage, secs in result.stages_s.items():
+        table.add_row(stage, f"{secs:.2f}", f"{result.events / secs:,.0f}")
+    console.print(table)
+    for process, mb in result.peak_mb.items():
+        console.print(f"peak memory, {process}: {'unknown' if mb is None else f'{mb:,.0f} MiB'}")
+    judged = result.judgement
+    console.print(f"verdict: {judged.get('guarantee')}; read complete: "
+                  f"{judged.get('read', {}).get('complete')}")
+    if result.compared:
+        console.print("the numpy path and the Spark path agree" if result.agrees else
+                      f"they DISAGREE: {'; '.join(result.differences[:5])}")
 
 
 @bench.command("report")

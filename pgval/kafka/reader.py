@@ -383,7 +383,7 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
                        config=config, reader=reader)[topic]
 
 
-def _snapshot(conf: dict[str, object], bootstrap: str, topics: Sequence[str], timeout_s: float
+def offsets_snapshot(conf: dict[str, object], bootstrap: str, topics: Sequence[str], timeout_s: float
               ) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]],
                          dict[str, list[str]]]:
     """(ends, starts, problems) per topic, from one consumer: the snapshot every reader
@@ -525,7 +525,7 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     if reader not in READERS:
         raise ValueError(f"unknown reader {reader!r}: one of {', '.join(READERS)}")
     conf = reader_conf(bootstrap, isolation, config)
-    ends, reached, problems = _snapshot(conf, bootstrap, topics, timeout_s)
+    ends, reached, problems = offsets_snapshot(conf, bootstrap, topics, timeout_s)
     tasks = [(t, p, reached[t][p], e) for t in topics for p, e in sorted(ends[t].items())
              if e > reached[t][p]]
     plan = _ReadPlan(conf, topics, tasks, timeout_s, idle_timeout_s, batch_size,

@@ -126,16 +126,18 @@ class SparkCheck:
                 "sets": None if self.sets is None else str(self.sets)}
 
 
-def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession:
+def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB, kafka: bool = False
+                    ) -> SparkSession:
     """A new Spark session for the checker: ``master`` (``local[N]``, or a cluster's URL), no
-    UI, UTC; a missing pyspark or Java, or a session already active in this process (whose
-    master and heap would be used instead), is one sentence."""
+    UI, UTC, with Spark's Kafka connector where ``kafka`` (the read-back); a missing pyspark
+    or Java, or a session already active in this process (whose master and heap would be
+    used instead), is one sentence."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise UserMistake("the Spark checker needs pyspark: pip install 'pgval[spark]'"
                           ) from None
-    from pgval.host.jars import check_java
+    from pgval.host.jars import check_java, ensure_jars
 
     if SparkSession.getActiveSession() is not None:
         raise UserMistake("a Spark session is already active in this process: pass it as "
@@ -149,6 +151,8 @@ def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB) -> SparkSession
                # from its size (pgval.scale.checker.fit_shuffle).
                .config("spark.buffer.pageSize", "16m")
                .config("spark.sql.session.timeZone", "UTC"))
+    if kafka:
+        builder = builder.config("spark.jars", ensure_jars(spark=True).spark_jars_csv)
     if master.startswith("local"):
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))

@@ -1,0 +1,76 @@
+"""A run judged on Spark from Kafka to its verdict: read-back, oracle and checker, each a
+Spark job writing Parquet, so no process holds the run's IDs.
+
+An incomplete read (:class:`pgval.scale.kafka_read.SparkReadBack`) is judged by nobody: the
+verdict is unknown, with the read's problems as the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgval.records.phases import Phases
+from pgval.scale.checker import SparkValidation, validate_on_spark
+from pgval.scale.kafka_read import SparkReadBack, read_back_on_spark
+from pgval.scale.oracle import expected_on_spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass
+class SparkJudgement:
+    """What was read, what the checker found (None: the read was incomplete) and how long
+    each Spark step took."""
+
+    read: SparkReadBack
+    validation: SparkValidation | None
+    stages_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def guarantee(self) -> str:
+        return "unknown" if self.validation is None else self.validation.guarantee
+
+    @property
+    def reason(self) -> str | None:
+        """Why the verdict is unknown (None when it is not)."""
+        if self.validation is None:
+            return "the read-back is incomplete: " + "; ".join(self.read.problems)
+        return None if self.guarantee != "unknown" else "nothing was expected"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"guarantee": self.guarantee, "reason": self.reason, "read": self.read.as_dict(),
+                "counts": None if self.validation is None else self.validation.counts(),
+                "stages_s": self.stages_s}
+
+
+def judge_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str, str],
+                   output: str, topology: str, window_ms: int, folder: Path,
+                   phases: Phases | None = None, resources: int = 0,
+                   control_ids: Sequence[int] | None = None,
+                   config: Mapping[str, Any] | None = None) -> SparkJudgement:
+    """Read the run's topics to their end offsets, compute ``topology``'s expected outputs
+    and classify every ID, all on ``spark``; tables and anomaly sets go under ``folder``."""
+    stages: dict[str, float] = {}
+    t = time.perf_counter()
+    read = read_back_on_spark(spark, bootstrap, inputs, output, folder / "read", resources,
+                              control_ids, config)
+    stages["read back"] = time.perf_counter() - t
+    if not read.complete:
+        return SparkJudgement(read, None, stages)
+    t = time.perf_counter()
+    made, duplicates = expected_on_spark(spark, read.tables["inputs"], topology, window_ms,
+                                         folder / "expected")
+    stages["oracle"] = time.perf_counter() - t
+    t = time.perf_counter()
+    frames = {**made, "outputs": read.tables["outputs"],
+              "occurrences": read.tables["occurrences"]}
+    validation = validate_on_spark(spark, frames, topology, phases, folder / "sets",
+                                   read.malformed_outputs)
+    validation.duplicate_inputs = duplicates
+    stages["checker"] = time.perf_counter() - t
+    return SparkJudgement(read, validation, stages)

@@ -1,0 +1,304 @@
+"""Read-back as a Spark job: Kafka's batch source read to the run's end-offset snapshot,
+written as the tables the Spark oracle and checker read, so no process holds the run.
+
+The same proof as pgval's own reader (:mod:`pgval.kafka.reader`): one snapshot of every
+partition's end (under ``read_committed`` the last stable offset) taken before the read, and
+a log that no longer starts at offset 0 is a problem. Spark then reads exactly
+``[0, end)`` of each partition with ``failOnDataLoss=true``: its Kafka consumer skips only
+offsets Kafka reports invisible (transaction markers, aborted records) and fails the job on
+any offset it cannot fetch (``KafkaDataConsumer.fetchRecord``), so a job that finishes read
+every committed record of the snapshot. What each partition gave (records, last offset) is
+kept beside the snapshot.
+
+Records become rows as :mod:`pgval.records.parse` makes them: an input needs ``id``,
+``type`` (GET or POST), ``resource`` and times within ±MAX_MS, an output ``window_start``,
+``resource`` and ``ids`` without a null; anything else is malformed and counted. pgval's own
+control IDs are set aside (an output left with none of the run's IDs is dropped), resource
+names become the dense codes the oracle's rows use, and an output's stream position is its
+rank by (ingress time, partition, offset).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgval.core.schema import GET, POST, resource_name
+from pgval.kafka.client import java_client_options
+from pgval.kafka.reader import offsets_snapshot, reader_conf
+from pgval.records.phases import MAX_MS
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+INPUT_SCHEMA = "id BIGINT, type STRING, resource STRING, event_ts BIGINT"
+OUTPUT_SCHEMA = ("window_start BIGINT, window_end BIGINT, resource STRING, count BIGINT, "
+                 "gets BIGINT, posts BIGINT, ids ARRAY<BIGINT>")
+#: An input's place for the oracle's tie-break (two ingresses of one ID at one time: the one
+#: read first): topic, partition and offset in one number.
+_PARTITION_SHIFT, _TOPIC_SHIFT = 40, 56
+
+
+@dataclass
+class PartitionRead:
+    """One partition: the snapshot's end, and what the Spark job read below it."""
+
+    topic: str
+    partition: int
+    end: int
+    records: int
+    last_offset: int | None
+
+
+@dataclass
+class SparkReadBack:
+    """The tables written (``inputs``, ``outputs``, ``occurrences``), their counts and the
+    proof per partition; ``problems`` (a topic Kafka would not describe, a log that lost its
+    first records) make the read incomplete."""
+
+    tables: dict[str, Path]
+    partitions: list[PartitionRead]
+    inputs: int
+    control_inputs: int
+    malformed_inputs: int
+    outputs: int
+    control_outputs: int
+    malformed_outputs: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"complete": self.complete, "problems": self.problems,
+                "inputs": self.inputs, "control_inputs": self.control_inputs,
+                "malformed_inputs": self.malformed_inputs, "outputs": self.outputs,
+                "control_outputs": self.control_outputs,
+                "malformed_outputs": self.malformed_outputs,
+                "partitions": [vars(p) for p in self.partitions]}
+
+
+def _kafka(spark: SparkSession, bootstrap: str, options: Mapping[str, str], topic: str,
+           ends: Mapping[int, int], isolation: str) -> DataFrame:
+    """Partitions ``[0, end)`` of ``topic`` through Spark's Kafka batch source."""
+    reader = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("assign", json.dumps({topic: sorted(ends)}))
+              .option("startingOffsets", json.dumps({topic: {str(p): 0 for p in ends}}))
+              .option("endingOffsets", json.dumps({topic: {str(p): e for p, e in ends.items()}}))
+              .option("failOnDataLoss", "true")
+              .option("kafka.isolation.level", isolation))
+    for key, value in options.items():
+        reader = reader.option(f"kafka.{key}", str(value))
+    return reader.load()
+
+
+def _is_time(col: Column) -> Column:
+    return col.between(-MAX_MS, MAX_MS)
+
+
+def _is_control(col: Column, control_ids: Sequence[int] | None) -> Column:
+    from pyspark.sql import functions as F
+
+    if not control_ids:
+        return F.lit(False)
+    lo, hi = control_ids
+    return col.between(int(lo), int(hi))
+
+
+def _staged_inputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
+    """Parsed input records: their fields, ``good`` (judgeable), ``control`` and proof columns."""
+    from pyspark.sql import functions as F
+
+    v = F.from_json(F.col("value").cast("string"), INPUT_SCHEMA)
+    parsed = raw.select(v.alias("v"), F.unix_millis("timestamp").alias("ingress_ts"),
+                        "topic", "partition", "offset", "code")
+    good = (F.col("v.id").isNotNull() & F.col("v.resource").isNotNull()
+            & F.col("v.type").isin(GET, POST) & _is_time(F.col("v.event_ts"))
+            & _is_time(F.col("ingress_ts")))
+    return parsed.select(
+        F.col("v.id").alias("id"), (F.col("v.type") == GET).alias("is_get"),
+        F.col("v.resource").alias("name"), F.col("v.event_ts").alias("event_ts"),
+        "ingress_ts", "topic", "partition", "offset",
+        (F.col("code").cast("long") * (1 << _TOPIC_SHIFT)
+         + F.col("partition").cast("long") * (1 << _PARTITION_SHIFT) + F.col("offset"))
+        .alias("pos"),
+        F.coalesce(good, F.lit(False)).alias("good"),
+        F.coalesce(good & _is_control(F.col("v.id"), control_ids), F.lit(False))
+        .alias("control"))
+
+
+def _staged_outputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
+    """Parsed output records, their run IDs (control IDs taken out), ``good``, ``dropped``
+    (held control IDs only)."""
+    from pyspark.sql import functions as F
+
+    v = F.from_json(F.col("value").cast("string"), OUTPUT_SCHEMA)
+    parsed = raw.select(v.alias("v"), F.unix_millis("timestamp").alias("ingress_ts"),
+                        "topic", "partition", "offset")
+    ids = F.col("v.ids")
+    good = (F.col("v.window_start").isNotNull() & F.col("v.resource").isNotNull()
+            & ids.isNotNull() & _is_time(F.col("ingress_ts"))
+            & ~F.exists(ids, lambda x: x.isNull()))
+    kept = F.filter(ids, lambda x: ~_is_control(x, control_ids))
+    return parsed.select(
+        F.col("v.window_start").alias("window_start"), F.col("v.resource").alias("name"),
+        *(F.coalesce(F.col(f"v.{c}"), F.lit(-1)).alias(c) for c in ("count", "gets", "posts")),
+        kept.alias("ids"), "ingress_ts", "topic", "partition", "offset",
+        F.coalesce(good, F.lit(False)).alias("good"),
+        F.coalesce(good & (F.size(kept) == 0) & (F.size(ids) > 0), F.lit(False))
+        .alias("dropped"))
+
+
+def _names(spark: SparkSession, inputs: DataFrame, outputs: DataFrame, resources: int
+           ) -> DataFrame:
+    """(name, resource) for every name of the run: the generator's ``r0000``… first (as
+    :func:`pgval.evidence.bundle.streams_from_records` codes them), then the others."""
+    known = [resource_name(r) for r in range(resources)]
+    seen = sorted({r[0] for r in inputs.filter("good").select("name")
+                   .union(outputs.filter("good").select("name")).distinct().collect()}
+                  - set(known))
+    from pyspark.sql import functions as F
+
+    names = F.array(*(F.lit(n) for n in known + seen))  # built in the JVM: no Python worker
+    return (spark.range(1).select(F.posexplode(names).alias("resource", "name"))
+            .select("name", F.col("resource").cast("int")))
+
+
+def _proof(staged: DataFrame, ends: Mapping[str, Mapping[int, int]]) -> list[PartitionRead]:
+    from pyspark.sql import functions as F
+
+    got = {(r["topic"], r["partition"]): (r["n"], r["last"]) for r in staged.groupBy(
+        "topic", "partition").agg(F.count(F.lit(1)).alias("n"),
+                                  F.max("offset").alias("last")).collect()}
+    return [PartitionRead(t, p, end, *got.get((t, p), (0, None)))
+            for t, parts in ends.items() for p, end in sorted(parts.items())]
+
+
+def _write(df: DataFrame, path: Path) -> Path:
+    df.write.mode("overwrite").parquet(str(path))
+    return path
+
+
+def _snapshot(bootstrap: str, topics: Sequence[str], config: Mapping[str, object],
+              isolation: str, timeout_s: float) -> tuple[dict[str, dict[int, int]], list[str]]:
+    """The end of every partition, and the problems that make a read incomplete."""
+    conf = reader_conf(bootstrap, isolation, config)
+    ends, _, problems = offsets_snapshot(conf, bootstrap, topics, timeout_s)
+    said = [f"{t}: {p}" for t in topics for p in problems[t]]
+    said += [f"{t}: no partitions" for t in topics if not ends[t] and not problems[t]]
+    return ends, said
+
+
+def read_back_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str, str],
+                       output: str, folder: Path, resources: int = 0,
+                       control_ids: Sequence[int] | None = None,
+                       config: Mapping[str, Any] | None = None,
+                       isolation: str = "read_committed", timeout_s: float = 60.0
+                       ) -> SparkReadBack:
+    """Read the input topics (``{"get": topic, "post": topic}``) and the output topic to
+    their end-offset snapshot with Spark, and write the ``inputs`` table (the Spark
+    oracle's, :func:`pgval.scale.frames.write_inputs`) and the ``outputs`` and
+    ``occurrences`` tables (the checker's) into ``folder``."""
+    from pyspark.sql import functions as F
+
+    topics = [*inputs.values(), output]
+    ends, problems = _snapshot(bootstrap, topics, config or {}, isolation, timeout_s)
+    if problems:  # nothing read is judged: say why, read nothing
+        return SparkReadBack({}, [], 0, 0, 0, 0, 0, 0, problems)
+    options = java_client_options({k: str(v) for k, v in (config or {}).items()})
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        staged_in, staged_out = _staged(spark, bootstrap, options, inputs, output, ends,
+                                        isolation, control_ids, folder)
+    except Exception as exc:  # noqa: BLE001 - pyspark's errors have no common base
+        if "data may have been lost" not in str(exc):
+            raise
+        return SparkReadBack({}, [], 0, 0, 0, 0, 0, 0, [
+            "Spark could not read every offset of the snapshot (records were deleted while "
+            "it read)"])
+    names = F.broadcast(_names(spark, staged_in, staged_out, resources))
+    tables = {"inputs": _write(
+        staged_in.filter("good AND NOT control").join(names, "name")
+        .select("id", "is_get", "resource", "event_ts", "ingress_ts", "pos"),
+        folder / "inputs")}
+    tables.update(_write_outputs(staged_out.filter("good AND NOT dropped").join(names, "name"),
+                                 folder))
+    counts = _counts(staged_in, staged_out)
+    where = ["topic", "partition", "offset"]
+    return SparkReadBack(tables, _proof(staged_in.select(where).union(staged_out.select(where)),
+                                        ends), **counts)
+
+
+def _staged(spark: SparkSession, bootstrap: str, options: Mapping[str, str],
+            inputs: Mapping[str, str], output: str, ends: Mapping[str, Mapping[int, int]],
+            isolation: str, control_ids: Sequence[int] | None, folder: Path
+            ) -> tuple[DataFrame, DataFrame]:
+    """The one read of Kafka: every input and output record parsed, written as Parquet
+    (``staged_inputs``, ``staged_outputs``) and read back, so later steps never read Kafka."""
+    from pyspark.sql import functions as F
+
+    frames = [_kafka(spark, bootstrap, options, t, ends[t], isolation)
+              .withColumn("code", F.lit(code)) for code, t in enumerate(inputs.values())
+              if ends[t]]
+    staged_in = _write(_staged_inputs(_union(spark, frames, with_code=True), control_ids),
+                       folder / "staged_inputs")
+    out = ([_kafka(spark, bootstrap, options, output, ends[output], isolation)]
+           if ends[output] else [])
+    staged_out = _write(_staged_outputs(_union(spark, out, with_code=False), control_ids),
+                        folder / "staged_outputs")
+    return spark.read.parquet(str(staged_in)), spark.read.parquet(str(staged_out))
+
+
+def _union(spark: SparkSession, frames: list[DataFrame], with_code: bool) -> DataFrame:
+    """The frames as one (an empty Kafka-shaped frame where there are none)."""
+    if frames:
+        out = frames[0]
+        for other in frames[1:]:
+            out = out.unionByName(other)
+        return out
+    from pyspark.sql import functions as F
+
+    columns = [("key", "binary"), ("value", "binary"), ("topic", "string"),
+               ("partition", "int"), ("offset", "bigint"), ("timestamp", "timestamp")]
+    columns += [("code", "int")] if with_code else []
+    return spark.range(0).select(*(F.lit(None).cast(t).alias(c) for c, t in columns))
+
+
+def _write_outputs(outputs: DataFrame, folder: Path) -> dict[str, Path]:
+    """The ``outputs`` and ``occurrences`` tables: an output's number is its stream position
+    (rank by ingress time, partition, offset; numbered per sorted partition, so increasing
+    but not consecutive)."""
+    from pyspark.sql import functions as F
+
+    ranked = (outputs.orderBy("ingress_ts", "partition", "offset")
+              .withColumn("position", F.monotonically_increasing_id()))
+    staged = _write(ranked.select(
+        F.col("position").alias("output"), "ingress_ts", "position", "window_start",
+        "resource", "count", "gets", "posts", F.size("ids").cast("long").alias("n_ids"),
+        F.lit(False).alias("wrong_value"), "ids"), folder / "outputs_with_ids")
+    table = outputs.sparkSession.read.parquet(str(staged))
+    return {"outputs": _write(table.drop("ids"), folder / "outputs"),
+            "occurrences": _write(table.select(
+                "output", F.posexplode("ids").alias("k", "id"))
+                .select("output", F.col("k").cast("long").alias("k"), "id"),
+                folder / "occurrences")}
+
+
+def _counts(staged_in: DataFrame, staged_out: DataFrame) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    def total(df: DataFrame, *cols: str) -> list[int]:
+        row = df.agg(F.count(F.lit(1)).alias("n"),
+                     *(F.sum(F.col(c).cast("long")).alias(c) for c in cols)).collect()[0]
+        return [int(row[c] or 0) for c in ("n", *cols)]
+
+    n_in, good, control = total(staged_in, "good", "control")
+    n_out, out_good, dropped = total(staged_out, "good", "dropped")
+    return {"inputs": good - control, "control_inputs": control,
+            "malformed_inputs": n_in - good, "outputs": out_good - dropped,
+            "control_outputs": dropped, "malformed_outputs": n_out - out_good}

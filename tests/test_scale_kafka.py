@@ -1,0 +1,177 @@
+"""The read-back as a Spark job, on a real broker: Kafka's batch source to the end offsets,
+then the Spark oracle and checker, held to the numpy path on the same topics (every count,
+phase row and anomaly set) and to anomalies planted by hand: a lost output, a duplicated
+one, a foreign ID, pgval's control IDs, malformed records of both kinds, a retried input, an
+aborted transaction. A log that lost its first records makes the verdict unknown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from pgval.checker.evaluate import evaluate
+from pgval.core.schema import Topics
+from pgval.evidence.bundle import streams_from_records
+from pgval.kafka.admin import create_topics
+from pgval.kafka.broker import KafkaCluster
+from pgval.kafka.client import quiet_conf
+from pgval.kafka.reader import read_topics
+from pgval.records.phases import MAX_MS
+from pgval.scale.agreement import differences
+from pgval.scale.judge import judge_on_spark
+from tests.spark_local import local_session
+
+pytestmark = pytest.mark.cluster
+
+TOPICS = Topics.with_prefix("spark-")
+RESOURCES = 7
+CONTROL = (-20, -1)
+WINDOW_MS = 1000
+T0 = 1_700_000_000_000
+FOREIGN = 777_777
+BAD_INPUTS = [b"garbage", b'{"id":9000,"type":"PUT","resource":"r0001","event_ts":1}',
+              b'{"id":9001,"type":"GET","resource":"r0001"}',
+              b'{"id":9002,"type":"GET","resource":"r0001","event_ts":%d}' % (MAX_MS + 1)]
+BAD_OUTPUTS = [b'{"window_start":0,"resource":"r0001","ids":[1,null]}',
+               b'{"resource":"r0001","ids":[1]}', b"not json"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A closed (SASL) broker, as a run's: Spark's consumer logs in like the reader's."""
+    c = KafkaCluster(tmp_path_factory.mktemp("run"), brokers=1, partitions=3)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def spark():  # noqa: ANN201 - a SparkSession
+    """The test process's Spark (its JVM has Kafka's connector), two cores as the checker's."""
+    yield from local_session("pgval-test-spark-read-back", cores=2)
+
+
+def _producer(cluster: KafkaCluster, **extra: object) -> Producer:
+    return Producer({**quiet_conf(cluster.bootstrap), **cluster.auth_config, "linger.ms": 5,
+                     **extra})
+
+
+def _event(i: int, kind: str = "GET", resource: str | None = None) -> bytes:
+    name = resource or f"r{i % RESOURCES:04d}"
+    return orjson.dumps({"id": i, "type": kind, "resource": name, "event_ts": T0 + 10 * abs(i)})
+
+
+def _write_inputs(cluster: KafkaCluster) -> dict[tuple[int, str], list[int]]:
+    """2,000 events (every 50th a POST), a retry of ID 5, 20 control events, an unknown
+    resource and four malformed records; the SST rows they expect, by (window, name)."""
+    p = _producer(cluster, acks="all")
+    rows: dict[tuple[int, str], list[int]] = {}
+    for i in range(2000):
+        post = i % 50 == 0
+        p.produce(TOPICS.post if post else TOPICS.get, _event(i, "POST" if post else "GET"),
+                  partition=i % 3)
+        if not post:
+            ws = (T0 + 10 * i) // WINDOW_MS * WINDOW_MS
+            rows.setdefault((ws, f"r{i % RESOURCES:04d}"), []).append(i)
+    p.produce(TOPICS.get, _event(5), partition=5 % 3)  # a retried produce: counted once
+    p.produce(TOPICS.get, _event(4242, resource="zzz"), partition=1)
+    rows.setdefault(((T0 + 42420) // WINDOW_MS * WINDOW_MS, "zzz"), []).append(4242)
+    for i in range(CONTROL[0], CONTROL[1] + 1):
+        p.produce(TOPICS.get, _event(i, resource="r0000"), partition=0)
+    for bad in BAD_INPUTS:
+        p.produce(TOPICS.get, bad, partition=2)
+    assert p.flush(30) == 0
+    return rows
+
+
+def _output(ws: int, name: str, ids: list[int]) -> bytes:
+    return orjson.dumps({"window_start": ws, "window_end": ws + WINDOW_MS, "resource": name,
+                         "count": len(ids), "gets": len(ids), "posts": 0, "ids": ids})
+
+
+def _write_outputs(cluster: KafkaCluster, rows: dict[tuple[int, str], list[int]]
+                   ) -> dict[str, list[int]]:
+    """Every expected row, with row 3 lost, row 4 twice, a foreign ID in row 5, a control
+    ID in row 6, a control-only output, three malformed ones, row 7 again in an aborted
+    transaction and row 8 in a committed one. Returns the planted IDs by kind."""
+    keys = sorted(rows)
+    p = _producer(cluster, acks="all")
+    for k, (ws, name) in enumerate(keys):
+        ids = rows[(ws, name)]
+        if k in (3, 8):
+            continue
+        extra = {5: [FOREIGN], 6: [-3]}.get(k, [])
+        p.produce(TOPICS.output, _output(ws, name, ids + extra), partition=k % 3)
+        if k == 4:
+            p.produce(TOPICS.output, _output(ws, name, ids), partition=(k + 1) % 3)
+    p.produce(TOPICS.output, _output(*keys[0], [-1, -2]), partition=0)
+    for bad in BAD_OUTPUTS:
+        p.produce(TOPICS.output, bad, partition=1)
+    assert p.flush(30) == 0
+    tx = _producer(cluster, **{"transactional.id": "pgval-spark-read"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(TOPICS.output, _output(*keys[7], rows[keys[7]]), partition=2)
+    tx.flush(30)
+    tx.abort_transaction(30)
+    tx.begin_transaction()
+    tx.produce(TOPICS.output, _output(*keys[8], rows[keys[8]]), partition=2)
+    tx.commit_transaction(30)
+    return {"unprocessed": rows[keys[3]], "duplicate": rows[keys[4]], "incorrect": [FOREIGN]}
+
+
+def _numpy_evaluation(cluster: KafkaCluster):  # noqa: ANN202 - an Evaluation
+    got = read_topics(cluster.bootstrap, [TOPICS.get, TOPICS.post, TOPICS.output],
+                      config=cluster.auth_config)
+    assert all(r.complete for r in got.values())
+    streams = streams_from_records({"get": got[TOPICS.get], "post": got[TOPICS.post]},
+                                   got[TOPICS.output], RESOURCES, CONTROL)
+    return evaluate(streams.events, streams.outputs, "sst", WINDOW_MS)
+
+
+def test_spark_read_back_agrees_with_numpy_and_finds_what_was_planted(
+        cluster: KafkaCluster, spark, tmp_path: Path) -> None:  # noqa: ANN001
+    create_topics(cluster.client_config, [*TOPICS.inputs, TOPICS.output], 3)
+    planted = _write_outputs(cluster, _write_inputs(cluster))
+    mine = _numpy_evaluation(cluster)
+    judged = judge_on_spark(spark, cluster.bootstrap,
+                            {"get": TOPICS.get, "post": TOPICS.post}, TOPICS.output,
+                            "sst", WINDOW_MS, tmp_path / "spark", resources=RESOURCES,
+                            control_ids=CONTROL, config=cluster.auth_config)
+    v = judged.validation
+    assert v is not None and judged.reason is None
+    assert differences(mine.validation, v,
+                       duplicate_inputs=mine.expected.duplicate_inputs) == []
+    read = judged.read
+    assert (read.control_inputs, read.malformed_inputs) == (20, len(BAD_INPUTS))
+    assert (read.control_outputs, read.malformed_outputs) == (1, len(BAD_OUTPUTS))
+    assert v.duplicate_inputs == 1 and v.malformed == len(BAD_OUTPUTS)
+    for kind, ids in planted.items():
+        assert v.ids(kind).tolist() == sorted(ids), kind
+    assert judged.guarantee == "none"
+    # Every offset of the plain input topics was read; the output topic's transaction
+    # markers and aborted record were skipped below its end.
+    for part in read.partitions:
+        assert part.records <= part.end
+        if part.topic != TOPICS.output:
+            assert part.records == part.end and part.last_offset == part.end - 1
+    out = [p for p in read.partitions if p.topic == TOPICS.output and p.partition == 2]
+    assert out[0].last_offset is not None and out[0].last_offset < out[0].end - 1
+
+    # Retention took the head of a partition: nobody judges, the reason is said.
+    admin = AdminClient({**quiet_conf(cluster.bootstrap), **cluster.auth_config})
+    for fut in admin.delete_records([TopicPartition(TOPICS.get, 1, 2)]).values():
+        fut.result(timeout=30)
+    cut = judge_on_spark(spark, cluster.bootstrap, {"get": TOPICS.get, "post": TOPICS.post},
+                         TOPICS.output, "sst", WINDOW_MS, tmp_path / "cut",
+                         resources=RESOURCES, control_ids=CONTROL,
+                         config=cluster.auth_config)
+    assert cut.guarantee == "unknown" and cut.validation is None
+    assert "partition 1 starts at offset 2" in (cut.reason or "")
