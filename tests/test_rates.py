@@ -330,6 +330,17 @@ def test_bench_readback_command_runs_and_finds_the_planted_anomalies(tmp_path: P
     assert not list(tmp_path.glob("*/kafka"))
 
 
+def test_bench_spark_readback_refuses_a_cluster_master_in_one_sentence(tmp_path: Path) -> None:
+    """Its tables are written on this disk: a cluster's executors could not read them."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgval.cli", "bench", "spark-readback", "--events", "20000",
+         "--master", "spark://elsewhere:7077", "--runs", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "local[N], not spark://elsewhere:7077" in proc.stderr
+    assert not list(tmp_path.iterdir())  # refused before any broker
+
+
 def test_every_bench_prints_its_figures_as_json(tmp_path: Path) -> None:
     """`pgval bench … --json`: one JSON object on stdout, the same figures as the table
     (offline here; the others print theirs the same way, report's in

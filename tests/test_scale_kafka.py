@@ -36,9 +36,12 @@ T0 = 1_700_000_000_000
 FOREIGN = 777_777
 BAD_INPUTS = [b"garbage", b'{"id":9000,"type":"PUT","resource":"r0001","event_ts":1}',
               b'{"id":9001,"type":"GET","resource":"r0001"}',
-              b'{"id":9002,"type":"GET","resource":"r0001","event_ts":%d}' % (MAX_MS + 1)]
+              b'{"id":9002,"type":"GET","resource":"r0001","event_ts":%d}' % (MAX_MS + 1),
+              b'{"id":9003,"type":"GET","resource":"r0001","event_ts":5}\n',
+              b'{"id":9004,"type":"GET","resource":"r0001","event_ts":5.5}']
 BAD_OUTPUTS = [b'{"window_start":0,"resource":"r0001","ids":[1,null]}',
-               b'{"resource":"r0001","ids":[1]}', b"not json"]
+               b'{"resource":"r0001","ids":[1]}', b"not json",
+               b'{"window_start":0,"resource":"r0001","ids":[1],"count":"3"}']
 
 
 @pytest.fixture(scope="module")

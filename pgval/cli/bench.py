@@ -287,6 +287,8 @@ def bench_spark_readback(events: int, partitions: int, window_ms: int, master: s
         _print_figures(_figures(result, agrees=result.agrees))
     else:
         _print_spark_readback(result)
+    if result.unknown:
+        raise EnvironmentFailure(f"the Spark path could not judge: {result.unknown}")
     if not result.agrees:  # two implementations of one rule that differ: a bug in pgval
         raise EnvironmentFailure("the Spark path disagreed with the numpy path: "
                                  + "; ".join(result.differences[:3]))

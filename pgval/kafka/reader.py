@@ -383,9 +383,10 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
                        config=config, reader=reader)[topic]
 
 
-def offsets_snapshot(conf: dict[str, object], bootstrap: str, topics: Sequence[str], timeout_s: float
-              ) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]],
-                         dict[str, list[str]]]:
+def offsets_snapshot(conf: dict[str, object], bootstrap: str, topics: Sequence[str],
+                     timeout_s: float
+                     ) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]],
+                                dict[str, list[str]]]:
     """(ends, starts, problems) per topic, from one consumer: the snapshot every reader
     reads up to. A topic it cannot look at gets no partitions and a problem line."""
     ends: dict[str, dict[int, int]] = {t: {} for t in topics}

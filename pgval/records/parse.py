@@ -743,21 +743,50 @@ def _decode_own(chunks: Sequence[pa.BinaryArray], timestamps: np.ndarray) -> Own
 
 
 def _resource_codes(numbers: np.ndarray, resources: ResourceTable) -> np.ndarray:
-    """Codes of the resources ``r0000``…``r9999`` by number; a name not in ``resources``
-    is added in order of its first appearance."""
+    """Codes of the resources ``r0000``…``r9999`` by number (every name already in
+    ``resources``: :func:`_register_new_names`)."""
     counts = np.bincount(numbers, minlength=1)
-    present = np.flatnonzero(counts)
     lookup = np.full(len(counts), -1, dtype=np.int32)
-    fresh = []
-    for k in present.tolist():
-        code = resources.codes.get(f"r{k:04d}")
-        if code is None:
-            fresh.append((int(np.argmax(numbers == k)), k))
-        else:
-            lookup[k] = code
-    for _, k in sorted(fresh):
-        lookup[k] = resources.code(f"r{k:04d}")
+    for k in np.flatnonzero(counts).tolist():
+        lookup[k] = resources.codes[f"r{k:04d}"]
     return lookup[numbers]
+
+
+def _first_unknown(names: pa.Array, at: np.ndarray, resources: ResourceTable
+                   ) -> dict[str, int]:
+    """Each name of ``names`` (at record positions ``at``) not in ``resources``: the
+    position where it first appears."""
+    if not len(names):
+        return {}
+    known = pa.array(resources.names, pa.string())
+    unknown = np.flatnonzero(pc.is_null(pc.index_in(names, value_set=known))
+                             .to_numpy(zero_copy_only=False))
+    if not len(unknown):
+        return {}
+    encoded = pc.dictionary_encode(names.take(pa.array(unknown)))
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    _, first = np.unique(codes, return_index=True)
+    return {encoded.dictionary[int(codes[i])].as_py(): int(at[unknown[i]]) for i in first}
+
+
+def _register_new_names(own: OwnInputs, parsed_names: pa.Array, parsed_at: np.ndarray,
+                        resources: ResourceTable) -> None:
+    """Give the names neither part knows their codes in order of first appearance over
+    all the records, as the parser alone would number them."""
+    names = [f"r{k:04d}" for k in range(10_000)]
+    present = np.flatnonzero(np.bincount(own.resource_number, minlength=1))
+    decoded = pa.array([names[k] for k in present.tolist()], pa.string())
+    seen = _first_unknown(decoded, np.zeros(len(present), np.int64), resources)
+    if seen:  # where each new name first appears among the decoded records
+        wanted = np.array([int(n[1:]) for n in seen])
+        sel = np.flatnonzero(np.isin(own.resource_number, wanted))
+        numbers, first = np.unique(own.resource_number[sel], return_index=True)
+        seen = {names[k]: int(own.index[sel[i]]) for k, i in zip(
+            numbers.tolist(), first.tolist(), strict=True)}
+    for name, at in _first_unknown(parsed_names, parsed_at, resources).items():
+        seen[name] = min(at, seen.get(name, at))
+    for name in sorted(seen, key=seen.__getitem__):
+        resources.code(name)
 
 
 def _in_order(first: InputEvents, first_at: np.ndarray, second: InputEvents,
@@ -792,8 +821,6 @@ def inputs_from_kafka(values: Values, timestamps: np.ndarray,
         where = {"topic": np.full(len(own.index), topic_code, dtype=np.int64),
                  "partition": np.asarray(partitions, dtype=np.int64)[own.index],
                  "offset": np.asarray(offsets, dtype=np.int64)[own.index]}
-    decoded = InputEvents(own.id, own.is_get, _resource_codes(own.resource_number, resources),
-                          own.event_ts, timestamps[own.index], resources, **where)
     rest = _values_at(chunks, own.rest)
     table, kept, malformed, _ = parse_values(rest, KAFKA_INPUT_SCHEMA)
     at = own.rest[kept]
@@ -803,6 +830,11 @@ def inputs_from_kafka(values: Values, timestamps: np.ndarray,
             table = table.append_column(name, pa.array(np.asarray(column)[at], pa.int64()))
         table = table.append_column("_topic", pa.array(np.full(len(at), topic_code),
                                                        type=pa.int64()))
+    ok, _, _ = _judged_rows(table, at, None)
+    _register_new_names(own, table.column("resource").combine_chunks().filter(pa.array(ok)),
+                        at[ok], resources)
+    decoded = InputEvents(own.id, own.is_get, _resource_codes(own.resource_number, resources),
+                          own.event_ts, timestamps[own.index], resources, **where)
     parsed, ok = _inputs_kept(table, resources, malformed, at, None)
     return _in_order(decoded, own.index, parsed, at[ok])
 

@@ -20,8 +20,9 @@ rank by (ingress time, partition, offset).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,9 +35,12 @@ from pgval.records.phases import MAX_MS
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-INPUT_SCHEMA = "id BIGINT, type STRING, resource STRING, event_ts BIGINT"
+#: A record some field of which Spark could not convert (``"count":"3"``, ``1.5`` for an
+#: integer, a number past int64) gets its text here: malformed, as the parser has it.
+CORRUPT = "_corrupt"
+INPUT_SCHEMA = f"id BIGINT, type STRING, resource STRING, event_ts BIGINT, {CORRUPT} STRING"
 OUTPUT_SCHEMA = ("window_start BIGINT, window_end BIGINT, resource STRING, count BIGINT, "
-                 "gets BIGINT, posts BIGINT, ids ARRAY<BIGINT>")
+                 f"gets BIGINT, posts BIGINT, ids ARRAY<BIGINT>, {CORRUPT} STRING")
 #: An input's place for the oracle's tie-break (two ingresses of one ID at one time: the one
 #: read first): topic, partition and offset in one number.
 _PARTITION_SHIFT, _TOPIC_SHIFT = 40, 56
@@ -102,24 +106,42 @@ def _is_time(col: Column) -> Column:
 
 
 def _is_control(col: Column, control_ids: Sequence[int] | None) -> Column:
+    """pgval's own IDs: a built-in topology's inclusive range ``(lo, hi)``."""
     from pyspark.sql import functions as F
 
-    if not control_ids:
+    if control_ids is None or len(control_ids) == 0:
         return F.lit(False)
+    if not isinstance(control_ids, tuple | list) or len(control_ids) != 2:
+        raise ValueError("the Spark read-back knows control IDs as a range (lo, hi) only")
     lo, hi = control_ids
     return col.between(int(lo), int(hi))
+
+
+def _parsed(schema: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.from_json(F.col("value").cast("string"), schema,
+                       {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+
+
+def _one_line() -> Column:
+    """A value the parser can judge at all: present and without a line break (the parser
+    reads values as lines: :func:`pgval.records.parse.parse_values`)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.instr(F.col("value").cast("string"), "\n") == 0, F.lit(False))
 
 
 def _staged_inputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
     """Parsed input records: their fields, ``good`` (judgeable), ``control`` and proof columns."""
     from pyspark.sql import functions as F
 
-    v = F.from_json(F.col("value").cast("string"), INPUT_SCHEMA)
-    parsed = raw.select(v.alias("v"), F.unix_millis("timestamp").alias("ingress_ts"),
+    parsed = raw.select(_parsed(INPUT_SCHEMA).alias("v"), _one_line().alias("one_line"),
+                        F.unix_millis("timestamp").alias("ingress_ts"),
                         "topic", "partition", "offset", "code")
-    good = (F.col("v.id").isNotNull() & F.col("v.resource").isNotNull()
-            & F.col("v.type").isin(GET, POST) & _is_time(F.col("v.event_ts"))
-            & _is_time(F.col("ingress_ts")))
+    good = (F.col("one_line") & F.col(f"v.{CORRUPT}").isNull() & F.col("v.id").isNotNull()
+            & F.col("v.resource").isNotNull() & F.col("v.type").isin(GET, POST)
+            & _is_time(F.col("v.event_ts")) & _is_time(F.col("ingress_ts")))
     return parsed.select(
         F.col("v.id").alias("id"), (F.col("v.type") == GET).alias("is_get"),
         F.col("v.resource").alias("name"), F.col("v.event_ts").alias("event_ts"),
@@ -137,11 +159,12 @@ def _staged_outputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFr
     (held control IDs only)."""
     from pyspark.sql import functions as F
 
-    v = F.from_json(F.col("value").cast("string"), OUTPUT_SCHEMA)
-    parsed = raw.select(v.alias("v"), F.unix_millis("timestamp").alias("ingress_ts"),
+    parsed = raw.select(_parsed(OUTPUT_SCHEMA).alias("v"), _one_line().alias("one_line"),
+                        F.unix_millis("timestamp").alias("ingress_ts"),
                         "topic", "partition", "offset")
     ids = F.col("v.ids")
-    good = (F.col("v.window_start").isNotNull() & F.col("v.resource").isNotNull()
+    good = (F.col("one_line") & F.col(f"v.{CORRUPT}").isNull()
+            & F.col("v.window_start").isNotNull() & F.col("v.resource").isNotNull()
             & ids.isNotNull() & _is_time(F.col("ingress_ts"))
             & ~F.exists(ids, lambda x: x.isNull()))
     kept = F.filter(ids, lambda x: ~_is_control(x, control_ids))
@@ -157,7 +180,8 @@ def _staged_outputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFr
 def _names(spark: SparkSession, inputs: DataFrame, outputs: DataFrame, resources: int
            ) -> DataFrame:
     """(name, resource) for every name of the run: the generator's ``r0000``… first (as
-    :func:`pgval.evidence.bundle.streams_from_records` codes them), then the others."""
+    :func:`pgval.evidence.bundle.streams_from_records` codes them), then the others in
+    sorted order (codes are the run's own; the checkers compare IDs, never codes)."""
     known = [resource_name(r) for r in range(resources)]
     seen = sorted({r[0] for r in inputs.filter("good").select("name")
                    .union(outputs.filter("good").select("name")).distinct().collect()}
@@ -204,14 +228,42 @@ def read_back_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str,
     their end-offset snapshot with Spark, and write the ``inputs`` table (the Spark
     oracle's, :func:`pgval.scale.frames.write_inputs`) and the ``outputs`` and
     ``occurrences`` tables (the checker's) into ``folder``."""
-    from pyspark.sql import functions as F
-
     topics = [*inputs.values(), output]
     ends, problems = _snapshot(bootstrap, topics, config or {}, isolation, timeout_s)
     if problems:  # nothing read is judged: say why, read nothing
         return SparkReadBack({}, [], 0, 0, 0, 0, 0, 0, problems)
     options = java_client_options({k: str(v) for k, v in (config or {}).items()})
     folder.mkdir(parents=True, exist_ok=True)
+    with _row_reader_for_lists(spark):
+        return _read_and_write(spark, bootstrap, options, inputs, output, ends, isolation,
+                               control_ids, resources, folder)
+
+
+@contextlib.contextmanager
+def _row_reader_for_lists(spark: SparkSession) -> Iterator[None]:
+    """Staged outputs hold their IDs as one list a row (thousands of IDs in a window's
+    output): Spark's vectorized reader would hold 4,096 such rows at once and run a small
+    heap out of memory, so list columns are read row by row while the read-back runs."""
+    key = "spark.sql.parquet.enableNestedColumnVectorizedReader"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def _read_and_write(spark: SparkSession, bootstrap: str, options: Mapping[str, str],
+                    inputs: Mapping[str, str], output: str,
+                    ends: Mapping[str, Mapping[int, int]], isolation: str,
+                    control_ids: Sequence[int] | None, resources: int, folder: Path
+                    ) -> SparkReadBack:
+    """The read and the tables of :func:`read_back_on_spark` after its snapshot."""
+    from pyspark.sql import functions as F
+
     try:
         staged_in, staged_out = _staged(spark, bootstrap, options, inputs, output, ends,
                                         isolation, control_ids, folder)
@@ -270,20 +322,20 @@ def _union(spark: SparkSession, frames: list[DataFrame], with_code: bool) -> Dat
 
 
 def _write_outputs(outputs: DataFrame, folder: Path) -> dict[str, Path]:
-    """The ``outputs`` and ``occurrences`` tables: an output's number is its stream position
-    (rank by ingress time, partition, offset; numbered per sorted partition, so increasing
-    but not consecutive)."""
+    """The ``outputs`` and ``occurrences`` tables. An output's number and stream position
+    are ``partition × 2**40 + offset``: the checker orders occurrences by (ingress time,
+    position, …), so this is the order by (ingress time, partition, offset) of the parser
+    path, with no global sort of the outputs."""
     from pyspark.sql import functions as F
 
-    ranked = (outputs.orderBy("ingress_ts", "partition", "offset")
-              .withColumn("position", F.monotonically_increasing_id()))
-    staged = _write(ranked.select(
-        F.col("position").alias("output"), "ingress_ts", "position", "window_start",
-        "resource", "count", "gets", "posts", F.size("ids").cast("long").alias("n_ids"),
-        F.lit(False).alias("wrong_value"), "ids"), folder / "outputs_with_ids")
-    table = outputs.sparkSession.read.parquet(str(staged))
-    return {"outputs": _write(table.drop("ids"), folder / "outputs"),
-            "occurrences": _write(table.select(
+    where = F.col("partition").cast("long") * (1 << _PARTITION_SHIFT) + F.col("offset")
+    numbered = outputs.withColumn("output", where)
+    return {"outputs": _write(numbered.select(
+                "output", "ingress_ts", F.col("output").alias("position"), "window_start",
+                "resource", "count", "gets", "posts",
+                F.size("ids").cast("long").alias("n_ids"), F.lit(False).alias("wrong_value")),
+                folder / "outputs"),
+            "occurrences": _write(numbered.select(
                 "output", F.posexplode("ids").alias("k", "id"))
                 .select("output", F.col("k").cast("long").alias("k"), "id"),
                 folder / "occurrences")}
