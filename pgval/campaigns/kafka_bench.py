@@ -413,6 +413,7 @@ def bench_spark_readback(run_dir: Path, events: int, window_ms: int = 1000,
     read-back to the end offsets, oracle, checker); with ``compare`` also the numpy path
     on the same topics, and name every difference."""
     from pgval.scale.agreement import checker_session, differences, spark_call
+    from pgval.scale.bench import peak_mb
     from pgval.scale.judge import judge_on_spark
 
     cfg = GeneratorConfig(rate=None, events=events, producers=1, event_time="synthetic",
@@ -438,7 +439,7 @@ def bench_spark_readback(run_dir: Path, events: int, window_ms: int = 1000,
             result.judgement = judged.as_dict()
             result.unknown = judged.reason if judged.validation is None else None
             proc = getattr(spark.sparkContext._gateway, "proc", None)  # the local JVM
-            result.peak_mb["Spark JVM"] = _peak_mb(proc.pid) if proc is not None else None
+            result.peak_mb["Spark JVM"] = peak_mb(proc.pid) if proc is not None else None
             if compare and judged.validation is not None:
                 evaluation = _numpy_judgement(cluster, topics, events, window_ms,
                                               cfg.resources, result, say)
@@ -449,16 +450,6 @@ def bench_spark_readback(run_dir: Path, events: int, window_ms: int = 1000,
         finally:
             spark.stop()
             shutil.rmtree(tables, ignore_errors=True)
-    result.peak_mb["python"] = _peak_mb()
+    result.peak_mb["python"] = peak_mb()
     return result
 
-
-def _peak_mb(pid: int | str = "self") -> float | None:
-    """Peak resident memory of a process (``VmHWM``), MiB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None

@@ -86,7 +86,6 @@ def bench_spark_checker(events: int, master: str, heap_mb: int, workdir: Path,
                         as_json: bool) -> None:
     """Time the numpy checker and the Spark checker on one synthetic run of EVENTS inputs,
     each process's peak memory, and whether the two agree."""
-    from rich.table import Table
 
     from pgval.scale.bench import run_spark_checker_bench
 
@@ -95,17 +94,9 @@ def bench_spark_checker(events: int, master: str, heap_mb: int, workdir: Path,
     if as_json:
         _print_figures(_figures(result, agrees=result.agrees))
     else:
-        table = Table(title=f"numpy and Spark checkers, {result.events:,} events, "
-                            f"{result.outputs:,} outputs, Spark on {escape(master)}")
-        table.add_column("stage")
-        table.add_column("seconds", justify="right")
-        table.add_column("events/s", justify="right")
-        for stage, secs in result.stages_s.items():
-            table.add_row(stage, f"{secs:.2f}", f"{result.events / secs:,.0f}")
-        console.print(table)
-        for process, mb in result.peak_mb.items():
-            console.print(f"peak memory, {process}: "
-                          f"{'unknown' if mb is None else f'{mb:,.0f} MiB'}")
+        _print_stages_and_memory(result, f"numpy and Spark checkers, {result.events:,} "
+                                 f"events, {result.outputs:,} outputs, Spark on "
+                                 f"{escape(master)}")
         console.print("the two checkers agree" if result.agrees else
                       f"the two checkers DISAGREE: {'; '.join(result.differences[:5])}")
     if not result.agrees:  # two implementations of one rule that differ: a bug in pgval
@@ -133,7 +124,6 @@ def _say(line: str) -> None:
 
 def _say_err(line: str) -> None:
     err_console.print(escape(line), highlight=False)
-
 
 
 @bench.command("generator")
@@ -294,11 +284,11 @@ def bench_spark_readback(events: int, partitions: int, window_ms: int, master: s
                                  + "; ".join(result.differences[:3]))
 
 
-def _print_spark_readback(result: Any) -> None:
+def _print_stages_and_memory(result: Any, title: str) -> None:
+    """A Spark bench's stages (seconds, inputs a second) and each process's peak memory."""
     from rich.table import Table
 
-    table = Table(title=f"judged on Spark ({escape(result.master)}), {result.events:,} "
-                        f"inputs, {result.outputs:,} outputs")
+    table = Table(title=title)
     table.add_column("stage")
     table.add_column("seconds", justify="right")
     table.add_column("inputs/s", justify="right")
@@ -307,6 +297,11 @@ def _print_spark_readback(result: Any) -> None:
     console.print(table)
     for process, mb in result.peak_mb.items():
         console.print(f"peak memory, {process}: {'unknown' if mb is None else f'{mb:,.0f} MiB'}")
+
+
+def _print_spark_readback(result: Any) -> None:
+    _print_stages_and_memory(result, f"judged on Spark ({escape(result.master)}), "
+                                     f"{result.events:,} inputs, {result.outputs:,} outputs")
     judged = result.judgement
     console.print(f"verdict: {judged.get('guarantee')}; read complete: "
                   f"{judged.get('read', {}).get('complete')}")

@@ -81,7 +81,8 @@ def synthetic_run(n_events: int, seed: int = 7
     return events, expected, outputs
 
 
-def _peak_mb(pid: int | str = "self") -> float | None:
+def peak_mb(pid: int | str = "self") -> float | None:
+    """Peak resident memory of a process (``VmHWM``), MiB; None where it cannot be read."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -108,7 +109,7 @@ def run_spark_checker_bench(workdir: Path, n_events: int, master: str = "local[2
 
     expected = timed("numpy oracle", lambda: expected_outputs(events, "sst", WINDOW_MS))
     mine = timed("numpy checker", lambda: validate(expected, outputs))
-    result.peak_mb["python"] = _peak_mb()
+    result.peak_mb["python"] = peak_mb()
     inputs = timed("inputs, outputs → Parquet", lambda: (
         write_inputs(events, workdir / "inputs.parquet"),
         write_produced(outputs, workdir / "produced"))[0])
@@ -122,7 +123,7 @@ def run_spark_checker_bench(workdir: Path, n_events: int, master: str = "local[2
         theirs = timed("Spark checker", lambda: spark_call(master, lambda: validate_on_spark(
             spark, frames, "sst", None, workdir / "sets")))
         proc = getattr(spark.sparkContext._gateway, "proc", None)  # the local JVM
-        result.peak_mb["spark driver JVM"] = _peak_mb(proc.pid) if proc is not None else None
+        result.peak_mb["spark driver JVM"] = peak_mb(proc.pid) if proc is not None else None
         result.differences = differences(mine, theirs)
     finally:
         spark.stop()
