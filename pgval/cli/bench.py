@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from pgval.cli.common import console, print_json
 from pgval.cli.errors import err_console
-from pgval.core.errors import EnvironmentFailure
+from pgval.core.errors import EnvironmentFailure, UserMistake
 
 
 @click.group()
@@ -268,8 +268,8 @@ def bench_spark_readback(events: int, partitions: int, window_ms: int, master: s
     from pgval.scale.agreement import is_local
 
     if not is_local(master):
-        raise click.BadParameter(f"the bench writes its tables on this machine's disk: use "
-                                 f"local[N], not {master}", param_hint="--master")
+        raise UserMistake(f"the bench writes its tables on this machine's disk: use "
+                          f"--master local[N], not {master}")
     result = run_bench(_bench_run_dir(runs, "spark-readback"), events, window_ms=window_ms,
                        partitions=partitions, master=master, heap_mb=heap_mb,
                        compare=compare, say=_say_err if as_json else _say)
