@@ -773,15 +773,13 @@ def _register_new_names(own: OwnInputs, parsed_names: pa.Array, parsed_at: np.nd
                         resources: ResourceTable) -> None:
     """Give the names neither part knows their codes in order of first appearance over
     all the records, as the parser alone would number them."""
-    names = [f"r{k:04d}" for k in range(10_000)]
-    present = np.flatnonzero(np.bincount(own.resource_number, minlength=1))
-    decoded = pa.array([names[k] for k in present.tolist()], pa.string())
-    seen = _first_unknown(decoded, np.zeros(len(present), np.int64), resources)
-    if seen:  # where each new name first appears among the decoded records
-        wanted = np.array([int(n[1:]) for n in seen])
-        sel = np.flatnonzero(np.isin(own.resource_number, wanted))
+    present = np.flatnonzero(np.bincount(own.resource_number, minlength=1)).tolist()
+    fresh = [k for k in present if f"r{k:04d}" not in resources.codes]
+    seen: dict[str, int] = {}
+    if fresh:  # where each new name first appears among the decoded records
+        sel = np.flatnonzero(np.isin(own.resource_number, fresh))
         numbers, first = np.unique(own.resource_number[sel], return_index=True)
-        seen = {names[k]: int(own.index[sel[i]]) for k, i in zip(
+        seen = {f"r{k:04d}": int(own.index[sel[i]]) for k, i in zip(
             numbers.tolist(), first.tolist(), strict=True)}
     for name, at in _first_unknown(parsed_names, parsed_at, resources).items():
         seen[name] = min(at, seen.get(name, at))
