@@ -160,3 +160,34 @@ def test_a_served_query_must_match_the_session() -> None:
     assert "sink" in str(first.session_mismatch(
         spec(topology="job", pg="a1", job="/j.py:build", sink="files",
              sink_dir=Path("/runs/r1/sink")).document()))
+
+
+def test_a_stop_begun_early_is_waited_for_and_timed(tmp_path: Path) -> None:
+    """stop_soon() stops the driver in a thread (beside the read-back); stop() waits for
+    that stop, so the teardown never signals a driver that is still shutting down."""
+    import sys
+    import time
+
+    from pgval.host.procs import spawn
+
+    slow_exit = ("import signal, sys, time\n"
+                 "def bye(*_):\n    time.sleep(1.0)\n    sys.exit(0)\n"
+                 "signal.signal(signal.SIGTERM, bye)\nprint('up', flush=True)\n"
+                 "time.sleep(60)\n")
+    driver = DriverProcess(spec(progress_file=tmp_path / "progress.jsonl"),
+                           tmp_path / "logs", tmp_path / "pids")
+    driver.proc = spawn("driver-1", [sys.executable, "-c", slow_exit],
+                        tmp_path / "logs" / "driver-1.log", pid_dir=tmp_path / "pids")
+    deadline = time.monotonic() + 10
+    while b"up" not in (tmp_path / "logs" / "driver-1.log").read_bytes():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    driver.stop_soon()
+    driver.stop_soon()  # once only
+    assert time.monotonic() - t0 < 0.5  # it returned at once
+    driver.stop()
+    assert time.monotonic() - t0 >= 1.0  # stop() waited for the graceful exit
+    assert not driver.proc.alive()
+    assert driver.stop_s is not None and 1.0 <= driver.stop_s < 10
+    assert driver.proc.popen.returncode == 0  # SIGTERM's handler ran: not killed

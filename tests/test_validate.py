@@ -151,6 +151,15 @@ def test_no_fault_is_exactly_once(tmp_path: Path, topology: str, pg: str) -> Non
     inputs = result.readback["inputs"]
     assert inputs["ok"] and inputs["read"] == inputs["delivered"] + inputs["control"]
     assert result.timings["drain_timed_out"] == 0.0 and result.timings["drain_s"] < 30
+    # The driver stopped beside the read-back, gracefully, unless a JVM of the run recorded
+    # its class archive (a machine's first run: the dump needs the JVMs alive).
+    manifest = json.loads((run_dir / "evidence" / "run.json").read_text())
+    if "class_archives" not in manifest["config"]:
+        assert result.timings["driver_stop_overlapped_s"] > 0, result.timings
+        assert result.timings["driver_stop_s"] < result.timings["driver_stop_overlapped_s"]
+    from pgval.evidence.bundle import load_progress  # the evidence's copy: kept before it
+
+    assert "terminated" not in {b.get("event") for b in load_progress(run_dir)}
     # Every phase saw inputs; the store has the run, its phases and the batch progress.
     assert all(result.evaluation.validation.phases[p].expected > 0
                for p in ("control", "failure", "recovery"))

@@ -120,6 +120,9 @@ class DriverProcess:
         self.proc: Managed | None = None
         self.starts = 0
         self.started_at: list[float] = []
+        #: A graceful stop begun in the background (:meth:`stop_soon`), joined by stop().
+        self._stopping: threading.Thread | None = None
+        self.stop_s: float | None = None
 
     def start(self, timeout_s: float = 180.0) -> float:
         """Start the driver and wait until its query runs; returns the seconds it took."""
@@ -159,9 +162,31 @@ class DriverProcess:
             raise EnvironmentFailure(f"the streaming query failed: {self._last_error()} "
                                     f"(log: {self.proc.log_path})")
 
+    def stop_soon(self) -> None:
+        """Begin the graceful stop in a thread, so that it overlaps the read-back once
+        nothing more is asked of the driver; :meth:`stop` waits for it."""
+        if self._stopping is None and self.proc is not None:
+            self._stopping = threading.Thread(target=self._stop_timed, name="driver-stop",
+                                              daemon=True)
+            self._stopping.start()
+
+    def _stop_timed(self) -> None:
+        t0 = time.monotonic()
+        with contextlib.suppress(Exception):
+            self._stop()
+        self.stop_s = time.monotonic() - t0
+
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the driver alone first (a signal to the whole group also hits the PySpark
-        JVM, whose shutdown hook races the graceful query stop), then clean up the group."""
+        JVM, whose shutdown hook races the graceful query stop), then clean up the group;
+        after a :meth:`stop_soon`, waits for that stop to end."""
+        stopping = self._stopping
+        if stopping is not None:
+            stopping.join(timeout=grace_s + 10.0)
+            self._stopping = None
+        self._stop(grace_s)
+
+    def _stop(self, grace_s: float = 15.0) -> None:
         if self.proc is None:
             return
         if self.proc.alive():

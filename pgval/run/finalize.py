@@ -24,7 +24,8 @@ from pgval.checker.validity import Validity, evaluation_reasons
 from pgval.core.errors import EnvironmentFailure, PgvalError
 from pgval.core.schema import OUTPUT_TOPIC, Fault, Restart, sink_kind
 from pgval.core.spec import RunSpec
-from pgval.evidence.bundle import Manifest, save_anomalies, seal, sha256_file
+from pgval.deploy.driver_process import DriverProcess
+from pgval.evidence.bundle import Manifest, save_anomalies, save_progress, seal, sha256_file
 from pgval.evidence.recheck import evaluate_run
 from pgval.faults.network import timeouts_fired
 from pgval.faults.took_effect import fault_reasons
@@ -69,9 +70,12 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
         except PgvalError as exc:
             reasons.add(Reason("observed", f"the driver died during the drain: {exc}"))
     progress = h.driver.progress()
+    save_progress(run_dir, run_dir / "progress.jsonl")
+    if stops_early(cfg, h, record):
+        h.driver.stop_soon()  # type: ignore[union-attr]
     t0 = time.monotonic()
-    back = read_back(h.deployment.client_config(), h.topics, run_dir,
-                     run_dir / "progress.jsonl", record.generator, h.control.written)
+    back = read_back(h.deployment.client_config(), h.topics, run_dir, record.generator,
+                     h.control.written)
     reasons.add(back.reasons)
     timings["read_back_s"] = time.monotonic() - t0
     sink = None
@@ -97,6 +101,18 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
                "sha256": h.job_sha, "oracle": said, **reads}
         timings["job_oracle_s"] = time.monotonic() - t0
     return Collected(back, progress, sink, job, tuple(reasons.reasons), timings)
+
+
+def stops_early(cfg: RunSpec, h: RunHandles, record: TimelineRecord) -> bool:
+    """May the driver stop while the read-back runs? Once drained, with its progress kept,
+    nothing more is asked of a driver of the run's own that writes to Kafka, unless a JVM
+    of the run still records its class archive (the dump needs it alive)."""
+    if record.driver_died or cfg.sink != "kafka" or not isinstance(h.driver, DriverProcess):
+        return False
+    try:
+        return h.driver.class_dump() is None and not h.deployment.class_dumps()
+    except Exception:
+        return False
 
 
 def timeouts_step(h: RunHandles, run_dir: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 from pgval.checker.result import Result, compose
 from pgval.checker.validity import generator_reasons, readback_reasons, reconcile_inputs
 from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
-from pgval.evidence.bundle import save_progress, save_topic
+from pgval.evidence.bundle import save_topic
 from pgval.kafka.reader import read_topics
 from pgval.kafka.topic_records import TopicRecords
 
@@ -29,9 +29,9 @@ class ReadBack:
 
 
 def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
-              progress_file: Path, generator: dict[str, Any], own_events: int) -> ReadBack:
-    """Read the run's three topics, save them and the driver's progress as evidence, and
-    reconcile the input records with the generator's deliveries plus pgval's own events."""
+              generator: dict[str, Any], own_events: int) -> ReadBack:
+    """Read the run's three topics, save them as evidence, and reconcile the input records
+    with the generator's deliveries plus pgval's own events."""
     delivered = int(generator.get("delivered") or 0)
     timeout_s = max(120.0, (delivered + own_events) / 50_000)
     bootstrap = str(client_config["bootstrap.servers"])
@@ -43,7 +43,6 @@ def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
     for name, recs in by_name.items():
         records[roles[name]] = recs
         save_topic(run_dir, recs, name=roles[name])
-    save_progress(run_dir, progress_file)
     described: dict[str, Any] = {role: r.describe() for role, r in records.items()}
     short = readback_reasons(described)
     read = len(records[GET_TOPIC]) + len(records[POST_TOPIC])

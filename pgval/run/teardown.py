@@ -68,6 +68,9 @@ def teardown(started: Started, keep_topics: bool) -> Teardown:
             started.driver.stop()
             undo.done(started.run_dir, "driver")
         out.timings["driver_stop_s"] = time.monotonic() - t0
+        early = getattr(started.driver, "stop_s", None)
+        if early is not None:  # begun beside the read-back: driver_stop_s is what was left
+            out.timings["driver_stop_overlapped_s"] = early
         if isinstance(started.driver, SharedQuery):  # with the seconds of its steps
             out.notes["driver"] = started.driver.describe()
     # The run's topics go with a cluster this run stops; on one that stays up (warm,
