@@ -40,6 +40,8 @@ from pgval.spark.daemons import UI_KILL_OFF
 
 #: The driver's document in the directory above its logs (a run's, a shared driver's).
 SPEC_FILE = "driver-spec.json"
+#: How long a launcher's signal command (``docker exec ... kill``) may take.
+SIGNAL_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -166,24 +168,29 @@ class DriverProcess:
         """Begin the graceful stop in a thread, so that it overlaps the read-back once
         nothing more is asked of the driver; :meth:`stop` waits for it."""
         if self._stopping is None and self.proc is not None:
-            self._stopping = threading.Thread(target=self._stop_timed, name="driver-stop",
-                                              daemon=True)
-            self._stopping.start()
+            stopping = threading.Thread(target=self._stop_timed, name="driver-stop",
+                                        daemon=True)
+            stopping.start()
+            self._stopping = stopping  # only a started thread is ever joined
 
     def _stop_timed(self) -> None:
         t0 = time.monotonic()
-        with contextlib.suppress(Exception):
+        try:
             self._stop()
-        self.stop_s = time.monotonic() - t0
+        except Exception:
+            return  # the teardown's stop() tries again, and is timed there
+        if self.proc is None or not self.proc.alive():
+            self.stop_s = time.monotonic() - t0
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the driver alone first (a signal to the whole group also hits the PySpark
         JVM, whose shutdown hook races the graceful query stop), then clean up the group;
-        after a :meth:`stop_soon`, waits for that stop to end."""
-        stopping = self._stopping
+        after a :meth:`stop_soon`, waits for that stop to end (at most as long as one can
+        take: a launcher's signal command, the grace, the group's clean-up)."""
+        stopping, self._stopping = self._stopping, None
         if stopping is not None:
-            stopping.join(timeout=grace_s + 10.0)
-            self._stopping = None
+            signal_s = 2 * SIGNAL_TIMEOUT_S if self.spec.signal_argv is not None else 0.0
+            stopping.join(timeout=signal_s + grace_s + 10.0)
         self._stop(grace_s)
 
     def _stop(self, grace_s: float = 15.0) -> None:
@@ -204,8 +211,8 @@ class DriverProcess:
     def _signal(self, name: str, sig: int) -> None:
         assert self.proc is not None
         if self.spec.signal_argv is not None:
-            subprocess.run(self.spec.signal_argv(name), capture_output=True, timeout=30,
-                           check=False)
+            subprocess.run(self.spec.signal_argv(name), capture_output=True,
+                           timeout=SIGNAL_TIMEOUT_S, check=False)
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, sig)

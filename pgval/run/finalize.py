@@ -106,8 +106,11 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
 def stops_early(cfg: RunSpec, h: RunHandles, record: TimelineRecord) -> bool:
     """May the driver stop while the read-back runs? Once drained, with its progress kept,
     nothing more is asked of a driver of the run's own that writes to Kafka, unless a JVM
-    of the run still records its class archive (the dump needs it alive)."""
+    of the run still records its class archive (the dump needs it alive), or a fault is still
+    to be removed (the teardown removes it before it stops the driver)."""
     if record.driver_died or cfg.sink != "kafka" or not isinstance(h.driver, DriverProcess):
+        return False
+    if h.schedule.needs_removal():
         return False
     try:
         return h.driver.class_dump() is None and not h.deployment.class_dumps()
