@@ -7,6 +7,8 @@ import dataclasses
 import json
 import os
 import stat
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from pgval.core.driver_spec import DriverDocument
 from pgval.core.errors import EnvironmentFailure, UserMistake
 from pgval.deploy.driver_process import SPEC_FILE, DriverProcess, DriverSpec
+from pgval.host.procs import spawn
 
 SECRET = "hunter2-MARKER-d41b"
 
@@ -165,11 +168,6 @@ def test_a_served_query_must_match_the_session() -> None:
 def test_a_stop_begun_early_is_waited_for_and_timed(tmp_path: Path) -> None:
     """stop_soon() stops the driver in a thread (beside the read-back); stop() waits for
     that stop, so the teardown never signals a driver that is still shutting down."""
-    import sys
-    import time
-
-    from pgval.host.procs import spawn
-
     slow_exit = ("import signal, sys, time\n"
                  "def bye(*_):\n    time.sleep(1.0)\n    sys.exit(0)\n"
                  "signal.signal(signal.SIGTERM, bye)\nprint('up', flush=True)\n"

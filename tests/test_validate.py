@@ -16,6 +16,7 @@ import pytest
 
 from pgval.cli.soak_runs import cleanups_beside, intact_runs
 from pgval.core.spec import ClusterSpec, RunSpec
+from pgval.evidence.bundle import load_progress
 from pgval.run.experiment import Experiment, ExperimentResult
 from pgval.store.results import ResultsStore
 from tests.conftest import processes_mentioning, wait_until
@@ -157,8 +158,7 @@ def test_no_fault_is_exactly_once(tmp_path: Path, topology: str, pg: str) -> Non
     if "class_archives" not in manifest["config"]:
         assert result.timings["driver_stop_overlapped_s"] > 0, result.timings
         assert result.timings["driver_stop_s"] < result.timings["driver_stop_overlapped_s"]
-    from pgval.evidence.bundle import load_progress  # the evidence's copy: kept before it
-
+    # The evidence's copy of the progress was kept before the stop began.
     assert "terminated" not in {b.get("event") for b in load_progress(run_dir)}
     # Every phase saw inputs; the store has the run, its phases and the batch progress.
     assert all(result.evaluation.validation.phases[p].expected > 0

@@ -70,7 +70,7 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
         except PgvalError as exc:
             reasons.add(Reason("observed", f"the driver died during the drain: {exc}"))
     progress = h.driver.progress()
-    save_progress(run_dir, run_dir / "progress.jsonl")
+    save_progress(run_dir, h.spec.progress_file)
     if stops_early(cfg, h, record):
         h.driver.stop_soon()  # type: ignore[union-attr]
     t0 = time.monotonic()
