@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from pgval.core.spec import RunSpec
 from pgval.deploy.warm import WarmDeployments
@@ -29,9 +30,15 @@ from pgval.host.leftovers import (
     processes_mentioning,
     suffixes_under,
 )
+from tests import sharing
 
 __all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "shared_cluster",
            "wait_until"]
+
+# Properties are judged by what they find, not by how fast an example runs: a time limit
+# per example only measures how busy the two workers keep the machine.
+settings.register_profile("pgval", deadline=None)
+settings.load_profile("pgval")
 
 #: Clusters that a module's tests share (:func:`shared_cluster`): their processes may
 #: change during a test — a crashed worker restarted, the executors of the next run — so
@@ -59,15 +66,28 @@ def wait_until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
 
 @pytest.fixture(autouse=True)
 def _nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Cluster tests must leave no process, namespace, link, rule or registry entry."""
+    """Cluster tests must leave no process, namespace, link, rule or registry entry (what the
+    other test worker has is its own to check: tests/sharing.py)."""
     if request.node.get_closest_marker("cluster") is None:
         yield
         return
     before = HostSnapshot.take()
     yield
     _note_shared_suffixes()
-    left = leftovers(before, spared=SHARED_ROOTS)
+    left = leftovers(before, spared=SHARED_ROOTS, others=sharing.others(request.config))
     assert not left, f"left behind by {request.node.name}: {left}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Each test (its fixtures' setup and teardown too) in its turn beside the other worker's."""
+    with sharing.turn(item):
+        yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    sharing.heaviest_modules_first(items)
+
 
 
 @contextlib.contextmanager

@@ -299,7 +299,7 @@ def test_import_runs_through_the_entry_point(tmp_path: Path) -> None:
     with ResultsStore(third) as s:
         s.start_run("validate", "mst", W, params={"run_dir": str(tmp_path / "elsewhere")})
     res = CliRunner().invoke(main, ["recheck", str(run_dir), "--store", "--db", str(third)])
-    assert res.exit_code == 0 and "as run 2" in res.stdout, res.output
+    assert res.exit_code == 0 and "as run 2" in " ".join(res.stdout.split()), res.output
     res = CliRunner().invoke(main, ["recheck", "2", "--db", str(third), "--json"])
     assert res.exit_code == 0, res.output  # unsealed (the evidence names run 1): readable
     assert json.loads(res.stdout)["expected"] == 1

@@ -30,6 +30,9 @@ from pgval.faults.holder import Schedule
 from pgval.host import netns
 from tests.conftest import wait_until
 
+# They time packets to the millisecond: nothing else may load the machine meanwhile.
+pytestmark = pytest.mark.alone
+
 D_MS = 100
 
 

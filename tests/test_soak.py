@@ -17,7 +17,8 @@ from pgval.cli.soak_runs import (
 )
 from pgval.core.schema import Fault
 
-pytestmark = pytest.mark.cluster
+# Its checks look at the whole host: nothing of another test may be there beside it.
+pytestmark = [pytest.mark.cluster, pytest.mark.alone]
 
 
 @pytest.mark.parametrize("stage,sig,fault", [

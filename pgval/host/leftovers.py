@@ -108,29 +108,57 @@ class HostSnapshot:
                    _rules(ns) if root else set(), _registry() if root else set(),
                    _qdiscs(ns) if root else set())
 
-    def new_since(self, before: HostSnapshot,
-                  spared: Sequence[str] = ()) -> dict[str, list[str]]:
+    def new_since(self, before: HostSnapshot, spared: Sequence[str] = (),
+                  others: Others | None = None) -> dict[str, list[str]]:
         """What is here and was not in ``before``; processes working under a ``spared``
-        directory (a cluster several tests share, which may restart a worker) aside."""
+        directory (a cluster several tests share, which may restart a worker) aside, and
+        everything of ``others`` (programs that share the host, such as another test worker)."""
         # The namespaces, links and registry entry of a shared cluster started since
         # (one with other daemon settings) are its, like its processes; what appears under
         # a shared cluster that was already there is not spared.
-        theirs = {s for s in suffixes_under(spared) if f"{s}.json" not in before.registry
+        shared = {s for s in suffixes_under(spared) if f"{s}.json" not in before.registry
                   } if spared else set()
+        foreign = suffixes_under(others.dirs) if others is not None else set()
 
-        def new(now: set[str], then: set[str]) -> list[str]:
+        def new(now: set[str], then: set[str], also_shared: bool = True) -> list[str]:
+            theirs = (shared | foreign) if also_shared else foreign
             return sorted(n for n in now - then if not any(s in n for s in theirs))
+
+        def ours(pid: int) -> bool:
+            return not _works_under(pid, spared) and (others is None or not others.own(pid))
 
         out = {
             "processes": [f"{p}: {c[:200]}" for p, c in self.processes.items()
-                          if p not in before.processes and not _works_under(p, spared)],
+                          if p not in before.processes and ours(p)],
             "namespaces": new(self.namespaces, before.namespaces),
             "links": new(self.links, before.links),
-            "rules": sorted(self.rules - before.rules),
+            "rules": new(self.rules, before.rules, also_shared=False),
             "registry": new(self.registry, before.registry),
-            "qdiscs": sorted(self.qdiscs - before.qdiscs),
+            "qdiscs": new(self.qdiscs, before.qdiscs, also_shared=False),
         }
         return {k: v for k, v in out.items() if v}
+
+
+@dataclass(frozen=True)
+class Others:
+    """Programs that share this host with the one checking it (another pytest worker):
+    what works or is registered under their ``dirs``, and processes whose environment holds
+    one of their ``marks`` (``NAME=value``, inherited by everything they start), are theirs."""
+
+    dirs: tuple[str, ...]
+    marks: tuple[str, ...] = ()
+
+    def own(self, pid: int) -> bool:
+        """Whether process ``pid`` is theirs."""
+        if _works_under(pid, self.dirs):
+            return True
+        if not self.marks:
+            return False
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return any(m.encode() in env for m in self.marks)
 
 
 def suffixes_under(dirs: Sequence[str]) -> set[str]:
@@ -158,13 +186,13 @@ def _works_under(pid: int, dirs: Sequence[str]) -> bool:
     return any(cwd == d or cwd.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
-def leftovers(before: HostSnapshot, wait_s: float = 15.0,
-              spared: Sequence[str] = ()) -> dict[str, list[str]]:
+def leftovers(before: HostSnapshot, wait_s: float = 15.0, spared: Sequence[str] = (),
+              others: Others | None = None) -> dict[str, list[str]]:
     """What appeared since ``before`` and is still there after up to ``wait_s`` seconds
-    (processes working under a ``spared`` directory aside)."""
+    (processes working under a ``spared`` directory aside, and everything of ``others``)."""
     deadline = time.monotonic() + wait_s
     while True:
-        left = HostSnapshot.take().new_since(before, spared)
+        left = HostSnapshot.take().new_since(before, spared, others)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
