@@ -78,15 +78,22 @@ def _nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
     assert not left, f"left behind by {request.node.name}: {left}"
 
 
+_TURNS = sharing.Turns()
+
+
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Each test (its fixtures' setup and teardown too) in its turn beside the other worker's."""
-    with sharing.turn(item):
+    with _TURNS.turn(item, nextitem):
         yield
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     sharing.heaviest_modules_first(items)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    sharing.note_worker(session.config)
 
 
 

@@ -8,7 +8,8 @@ at the other worker's (:func:`others`).
 
 A test marked ``alone`` (one that times the host, or checks the whole host) runs with no
 other test beside it: every test holds a shared lock while it runs, an ``alone`` test an
-exclusive one, and a turnstile keeps the shared holders from starving it (:func:`turn`).
+exclusive one (for its module's run of ``alone`` tests), and a turnstile keeps the shared
+holders from starving it (:class:`Turns`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from pgval.host.leftovers import Others
 
 WORKER_VAR = "PYTEST_XDIST_WORKER"
+PID_FILE = "worker.pid"
 
 
 def worker() -> str | None:
@@ -44,38 +47,91 @@ def others(config: pytest.Config) -> Others | None:
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     names = [f"gw{i}" for i in range(count) if f"gw{i}" != me]
     root = _session_root(config)
+    pids = []
+    for n in names:  # a worker's own environment lacks its mark (set after it started)
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int((root / f"popen-{n}" / PID_FILE).read_text()))
     return Others(dirs=tuple(str(root / f"popen-{n}") for n in names),
-                  marks=tuple(f"{WORKER_VAR}={n}" for n in names))
+                  marks=tuple(f"{WORKER_VAR}={n}" for n in names), pids=tuple(pids))
 
 
-@contextlib.contextmanager
-def turn(item: pytest.Item) -> Iterator[None]:
-    """Hold this test's turn: shared with the other worker's tests, or the host alone."""
-    if worker() is None:
-        yield
-        return
-    root = _session_root(item.config)
-    alone = item.get_closest_marker("alone") is not None
-    with open(root / "turnstile.lock", "a") as gate, open(root / "turn.lock", "a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX)  # an alone test waiting here holds new tests back
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
+def note_worker(config: pytest.Config) -> None:
+    """Leave this worker's pid in its base temporary folder, for the other's checks."""
+    if worker() is not None:
+        base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+        (base / PID_FILE).write_text(str(os.getpid()))
+
+
+class Turns:
+    """This worker's turns: every test holds a shared lock while it runs, and a module of
+    ``alone`` tests an exclusive one from its first such test to its last (one wait for
+    the other worker's test in progress per module, not one per test)."""
+
+    def __init__(self) -> None:
+        self._files: tuple[IO[str], IO[str]] | None = None
+        self._alone = False
+
+    def _open(self, config: pytest.Config) -> tuple[IO[str], IO[str]]:
+        if self._files is None:
+            root = _session_root(config)
+            # Open for the worker's life: a lock is held across tests, never across sessions.
+            self._files = (open(root / "turnstile.lock", "a"),  # noqa: SIM115
+                           open(root / "turn.lock", "a"))  # noqa: SIM115
+        return self._files
+
+    @contextlib.contextmanager
+    def turn(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+        """Hold ``item``'s turn: shared with the other worker's tests, or the host alone
+        (kept for ``nextitem`` when it is an ``alone`` test of the same module)."""
+        if worker() is None:
+            yield
+            return
+        gate, lock = self._open(item.config)
+        alone = _alone(item)
+        if not (alone and self._alone):
+            fcntl.flock(gate, fcntl.LOCK_EX)  # an alone test waiting here holds new tests back
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            self._alone = alone
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            keep = (alone and nextitem is not None and _alone(nextitem)
+                    and nextitem.module is item.module)  # type: ignore[attr-defined]
+            if not keep:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                self._alone = False
+
+
+def _alone(item: pytest.Item) -> bool:
+    return item.get_closest_marker("alone") is not None
+
+
+#: Seconds each of the longest modules took on a worker (2 workers, 2 cores, 2026-12-05);
+#: a module not named here counts 60 s per cluster test and 0.2 s per other test.
+MEASURED_S = {
+    "test_job_cluster.py": 847, "test_faults_cluster.py": 578, "test_deploy_cluster.py": 556,
+    "test_faults_beyond_cluster.py": 337, "test_validate.py": 281, "test_topologies.py": 262,
+    "test_spark35.py": 177, "test_lint.py": 135, "test_soak.py": 130,
+    "test_your_job_doc.py": 114, "test_scale_checker.py": 100, "test_canary.py": 97,
+    "test_kafka_runtime.py": 82, "test_spark_runtime.py": 72, "test_api.py": 68,
+    "test_executor_kill.py": 63, "test_cds.py": 57, "test_partition.py": 36,
+    "test_rates.py": 30, "test_delay.py": 22,
+}
 
 
 def heaviest_modules_first(items: list[pytest.Item]) -> None:
-    """Order the modules by how many cluster runs they hold, most first (each module stays
-    whole, in its own order, on one worker): the long ones start early and the short ones
-    fill in at the end, so both workers end at much the same time."""
-    runs: dict[str, int] = {}
+    """Order the modules by how long they take, longest first (each module stays whole, in
+    its own order, on one worker): the long ones start early and the short ones fill in at
+    the end, so both workers end at much the same time."""
+    cost: dict[str, float] = {}
     for item in items:
-        runs.setdefault(item.nodeid.split("::")[0], 0)
-        if item.get_closest_marker("cluster") is not None:
-            runs[item.nodeid.split("::")[0]] += 1
-    order = {m: i for i, m in enumerate(sorted(runs, key=lambda m: -runs[m]))}
+        module = item.nodeid.split("::")[0]
+        cluster = item.get_closest_marker("cluster") is not None
+        cost[module] = cost.get(module, 0.0) + (60.0 if cluster else 0.2)
+    for module in cost:
+        cost[module] = MEASURED_S.get(module.rsplit("/", 1)[-1], cost[module])
+    order = {m: i for i, m in enumerate(sorted(cost, key=lambda m: -cost[m]))}
     items.sort(key=lambda item: order[item.nodeid.split("::")[0]])

@@ -430,3 +430,47 @@ def test_only_a_shared_cluster_started_since_is_spared_its_namespaces(
     assert after.new_since(before) == {
         "namespaces": ["pgval-aaaaaa-w9", "pgval-bbbbbb-w0", "pgval-cccccc-w0"],
         "registry": ["bbbbbb.json", "cccccc.json"]}
+
+
+def test_another_workers_things_are_theirs_and_ours_are_still_seen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two test workers share the host: a leftover check spares the other's processes (by
+    the mark in their environment or the folder they work in) and its namespaces, links,
+    rules and qdiscs (by the registry's folder for their suffix), and still reports ours."""
+    from pgval.host import leftovers
+
+    theirs_dir = tmp_path / "popen-gw1"
+    theirs_dir.mkdir()
+    others = leftovers.Others(dirs=(str(theirs_dir),), marks=("PGVAL_TEST_WORKER=gw1",),
+                              pids=(2**22 + 1,))
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    marked = subprocess.Popen(sleep, env={**os.environ, "PGVAL_TEST_WORKER": "gw1"})
+    working_there = subprocess.Popen(sleep, cwd=theirs_dir)
+    ours = subprocess.Popen(sleep, env={**os.environ, "PGVAL_TEST_WORKER": "gw0"})
+    # Theirs by folder (dddddd), by an owner of theirs elsewhere (ffffff, gggggg); ours (eeeeee).
+    monkeypatch.setattr(registry, "netns_entries", lambda: {
+        "dddddd": {"run_dir": f"{theirs_dir}/run"},
+        "eeeeee": {"run_dir": str(tmp_path / "me"), "owner": {"pid": ours.pid}},
+        "ffffff": {"run_dir": "/elsewhere", "owner": {"pid": marked.pid}},
+        "gggggg": {"run_dir": None, "owner": {"pid": 2**22 + 1}}})
+    try:
+        # (Popen returns once each has exec'd: its environment is its own)
+        procs = {p.pid: "python multiprocessing" for p in (marked, working_there, ours)}
+        before = leftovers.HostSnapshot({}, set(), set(), set(), set(), set())
+        after = leftovers.HostSnapshot(
+            procs, {"pgval-dddddd-w0", "pgval-eeeeee-w0", "pgval-ffffff-w0", "pgval-gggggg-w0"},
+            {"pgvdddddd0", "pgveeeeee0", "pgvbrffffff"},
+            {"pgval-dddddd-w0/mangle: -A x --comment pgval-delay-1-pgval-dddddd-w0",
+             "pgval-eeeeee-w0/mangle: -A x --comment pgval-delay-2-pgval-eeeeee-w0"},
+            {"dddddd.json", "eeeeee.json", "ffffff.json"},
+            {"pgval-dddddd-w0: qdisc netem 504d: root"})
+        assert after.new_since(before, others=others) == {
+            "processes": [f"{ours.pid}: python multiprocessing"],
+            "namespaces": ["pgval-eeeeee-w0"], "links": ["pgveeeeee0"],
+            "rules": ["pgval-eeeeee-w0/mangle: -A x --comment pgval-delay-2-pgval-eeeeee-w0"],
+            "registry": ["eeeeee.json"]}
+        assert len(after.new_since(before)["processes"]) == 3  # without others: all three
+    finally:
+        for p in (marked, working_there, ours):
+            p.kill()
+            p.wait()

@@ -118,7 +118,7 @@ class HostSnapshot:
         # a shared cluster that was already there is not spared.
         shared = {s for s in suffixes_under(spared) if f"{s}.json" not in before.registry
                   } if spared else set()
-        foreign = suffixes_under(others.dirs) if others is not None else set()
+        foreign = others.suffixes() if others is not None else set()
 
         def new(now: set[str], then: set[str], also_shared: bool = True) -> list[str]:
             theirs = (shared | foreign) if also_shared else foreign
@@ -142,15 +142,18 @@ class HostSnapshot:
 @dataclass(frozen=True)
 class Others:
     """Programs that share this host with the one checking it (another pytest worker):
-    what works or is registered under their ``dirs``, and processes whose environment holds
-    one of their ``marks`` (``NAME=value``, inherited by everything they start), are theirs."""
+    processes working under their ``dirs``, whose environment holds one of their ``marks``
+    (``NAME=value``, inherited by everything they start) or that are one of their ``pids``
+    are theirs; so are the networks pgval's registry gives to a folder of theirs or to an
+    owner process of theirs."""
 
     dirs: tuple[str, ...]
     marks: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
 
     def own(self, pid: int) -> bool:
         """Whether process ``pid`` is theirs."""
-        if _works_under(pid, self.dirs):
+        if pid in self.pids or _works_under(pid, self.dirs):
             return True
         if not self.marks:
             return False
@@ -159,6 +162,19 @@ class Others:
         except OSError:
             return False
         return any(m.encode() in env for m in self.marks)
+
+    def suffixes(self) -> set[str]:
+        """The namespace suffixes pgval's registry gives to their folders or processes."""
+        from pgval.host.registry import netns_entries
+
+        found = suffixes_under(self.dirs)
+        with contextlib.suppress(OSError, PgvalError):
+            for suffix, entry in netns_entries().items():
+                owner = entry.get("owner")
+                pid = owner.get("pid") if isinstance(owner, dict) else None
+                if isinstance(pid, int) and self.own(pid):
+                    found.add(suffix)
+        return found
 
 
 def suffixes_under(dirs: Sequence[str]) -> set[str]:
