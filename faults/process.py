@@ -334,8 +334,10 @@ class SinkWriteCrash:
     """``crash@during-sink-write`` for a user's ``foreachBatch`` sink. Its writes run in the
     driver (:class:`pgval.topologies.user_sink.SinkWriter`), so the process that dies with
     a write unfinished is the driver: once armed, pgval waits for the first write of a
-    batch with rows to start (its ``sink_write_start`` progress line), waits half the median
-    time the last writes took, and SIGKILLs the driver's process group. Whether the write
+    batch with rows to start (its ``sink_write_start`` progress line) until half the median
+    time the last writes took has passed since it began, and SIGKILLs the driver's process
+    group; a write that ended before then (its start seen late on a busy machine) is passed
+    over for the next one (``passed_over``). Whether the write
     was still running is read from the progress file after the kill: the batch's
     ``sink_write`` end line is not there (a write that had ended is an ``error``: the crash
     came after it). The writer logs that line as its ``write`` returns, so a kill in the
@@ -358,21 +360,39 @@ class SinkWriteCrash:
         return [p for p in self.driver.progress()
                 if p.get("event") in ("sink_write_start", "sink_write")]
 
+    def _ended(self, start: dict[str, Any]) -> bool:
+        """Whether the write that ``start`` began has logged its end."""
+        return any(p["event"] == "sink_write" and p.get("batchId") == start.get("batchId")
+                   and int(p.get("wall_ms") or 0) >= int(start.get("wall_ms") or 0)
+                   for p in self._writes())
+
+    def _aim(self, armed_ms: int, wait_ms: float) -> tuple[dict[str, Any] | None, list[Any]]:
+        """The write to kill in: the first with rows begun since ``armed_ms`` that is still
+        running ``wait_ms`` after it began. A write that ended before then (a busy machine
+        saw its start late) is passed over for the next one, never killed after."""
+        deadline = time.monotonic() + self.reach_timeout_s
+        passed: list[Any] = []
+        while time.monotonic() < deadline and self.driver.alive():
+            start = next((p for p in self._writes() if p["event"] == "sink_write_start"
+                          and p.get("rows") and int(p.get("wall_ms") or 0) >= armed_ms
+                          and p.get("batchId") not in passed), None)
+            if start is None:
+                time.sleep(self.poll_s)
+                continue
+            late_ms = now_ms() - int(start.get("wall_ms") or 0)
+            time.sleep(max(0.0, wait_ms - late_ms) / 1000)
+            if not self._ended(start):
+                return start, passed
+            passed.append(start.get("batchId"))
+        return None, passed
+
     def inject(self) -> dict[str, Any]:
         pid = self.driver.pid()
         armed_ms = now_ms()
         ended = [p for p in self._writes() if p["event"] == "sink_write" and p.get("rows")]
         took = sorted(float(p.get("ms") or 0) for p in ended[-10:])
         wait_s = (took[len(took) // 2] / 2000) if took else 0.02
-        deadline = time.monotonic() + self.reach_timeout_s
-        start = None
-        while start is None and time.monotonic() < deadline and self.driver.alive():
-            start = next((p for p in self._writes() if p["event"] == "sink_write_start"
-                          and p.get("rows") and int(p.get("wall_ms") or 0) >= armed_ms), None)
-            if start is None:
-                time.sleep(self.poll_s)
-        if start is not None:
-            time.sleep(wait_s)
+        start, passed = self._aim(armed_ms, wait_s * 1000)
         self.driver.kill()
         self._killed = True
         killed_ms = now_ms()
@@ -381,16 +401,15 @@ class SinkWriteCrash:
             "driver_pid": pid, "crash_point": CrashPoint.DURING_SINK_WRITE,
             "armed_ms": armed_ms, "effective_ms": killed_ms,
             "wait_ms": round(wait_s * 1000, 1), "median_write_ms": took[len(took) // 2]
-            if took else None}
+            if took else None, "passed_over": passed}
         if start is None:
             entry["error"] = (f"the crash point during-sink-write was not reached: no write "
-                              f"of a batch with rows began within {self.reach_timeout_s:.0f} s "
+                              f"of a batch with rows began and was still running "
+                              f"{entry['wait_ms']} ms later within {self.reach_timeout_s:.0f} s "
                               "(the driver was killed then)")
             return entry
         batch = start.get("batchId")
-        finished = any(p["event"] == "sink_write" and p.get("batchId") == batch
-                       and int(p.get("wall_ms") or 0) >= int(start.get("wall_ms") or 0)
-                       for p in self._writes())
+        finished = self._ended(start)
         entry.update(batch=batch, rows=start.get("rows"), write_started_ms=start.get("wall_ms"),
                      write_finished=finished)
         if finished:

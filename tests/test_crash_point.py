@@ -340,3 +340,52 @@ def test_a_crash_point_waits_half_the_phase_or_two_windows() -> None:
     assert wait(40, 2) == 20.0
     assert wait(300, 60) == 60.0
     assert wait(2, 0) == 2.0
+
+
+class WritingDriver(FakeDriver):
+    """A driver whose foreachBatch writes the test plays in its progress: each ``(begins
+    after s, batch, lasts ms)`` logs its start then, and its end when it lasted (a write
+    still running when pgval kills the driver never ends)."""
+
+    def __init__(self, writes: list[tuple[float, int, float]], median_ms: float) -> None:
+        super().__init__()
+        self.t0 = time.time()
+        self.writes = writes
+        self.done = [{"event": "sink_write", "batchId": i, "rows": 5, "ms": median_ms,
+                      "wall_ms": 0} for i in range(3)]
+
+    def progress(self) -> list[dict]:
+        now = time.time()
+        lines = list(self.done)
+        for after, batch, ms in self.writes:
+            begin = self.t0 + after
+            if now >= begin:
+                lines.append({"event": "sink_write_start", "batchId": batch, "rows": 5,
+                              "wall_ms": int(begin * 1000)})
+            if now >= begin + ms / 1000 and not self.dead.is_set():
+                lines.append({"event": "sink_write", "batchId": batch, "rows": 5,
+                              "wall_ms": int((begin + ms / 1000) * 1000)})
+        return lines
+
+
+def test_a_write_that_ended_before_the_aim_is_passed_over_for_the_next() -> None:
+    """On a busy machine pgval may see a write's start late: a write that already ended
+    when the kill would land is never killed after (that would be a crash after the write,
+    logged as a miss), the next write is aimed at instead."""
+    from pgval.faults.process import SinkWriteCrash
+
+    # Writes of 40 ms (median): the aim is 20 ms into one. Batch 3 lasts 5 ms, batch 4 runs on.
+    driver = WritingDriver([(0.05, 3, 5.0), (0.3, 4, 10_000.0)], median_ms=40.0)
+    entry = SinkWriteCrash(driver, reach_timeout_s=5).inject()
+    assert driver.kills == 1
+    assert entry["passed_over"] == [3] and entry["batch"] == 4
+    assert entry["write_finished"] is False and "error" not in entry
+
+
+def test_no_write_still_running_at_the_aim_is_an_error_and_the_driver_still_dies() -> None:
+    from pgval.faults.process import SinkWriteCrash
+
+    driver = WritingDriver([(0.05, 3, 1.0), (0.1, 4, 1.0)], median_ms=40.0)
+    entry = SinkWriteCrash(driver, reach_timeout_s=0.5).inject()
+    assert driver.kills == 1 and entry["passed_over"] == [3, 4]
+    assert "was not reached" in entry["error"]

@@ -16,9 +16,24 @@ from pgval.cli.soak_runs import (
     kill_one,
 )
 from pgval.core.schema import Fault
+from pgval.host import leftovers
+from tests import sharing
 
-# Its checks look at the whole host: nothing of another test may be there beside it.
-pytestmark = [pytest.mark.cluster, pytest.mark.alone]
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(autouse=True)
+def _the_other_workers_things_are_theirs(request: pytest.FixtureRequest,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soak looks at the whole host: what the other test worker runs beside it is that
+    worker's to check (tests/sharing.py), everything else is still the soak's."""
+    others = sharing.others(request.config)
+    if others is None:
+        return
+    whole_host = leftovers.HostSnapshot.new_since
+    monkeypatch.setattr(leftovers.HostSnapshot, "new_since",
+                        lambda self, before, spared=(), _=None:
+                        whole_host(self, before, spared, others))
 
 
 @pytest.mark.parametrize("stage,sig,fault", [

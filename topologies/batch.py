@@ -357,6 +357,7 @@ def batch_meanings(spark: SparkSession) -> None:
         return self.dropDuplicates(subset)
 
     drop_duplicates_within_watermark.pgval_batch_meaning = True  # type: ignore[attr-defined]
+    drop_duplicates_within_watermark.spark_own = streaming_only  # type: ignore[attr-defined]
     DataFrame.dropDuplicatesWithinWatermark = drop_duplicates_within_watermark  # type: ignore[method-assign]
 
     GroupedData = type(spark.range(0).groupBy())  # noqa: N806
