@@ -6,8 +6,10 @@ in its environment and works under its own base temporary folder: a worker's lef
 check (tests/conftest.py) looks at its own things only, with its full strength, and never
 at the other worker's (:func:`others`).
 
-A test marked ``alone`` (one that times the host, or checks the whole host) runs with no
-other test beside it: every test holds a shared lock while it runs, an ``alone`` test an
+A test marked ``alone`` (one that times packets to the millisecond, or runs ``pgval
+cleanup``, whose sweep of dead owners' networks could remove the other worker's leftovers
+before its check sees them) runs with no other test beside it (the other worker's shared
+clusters stay up, idle): every test holds a shared lock while it runs, an ``alone`` test an
 exclusive one (for its module's run of ``alone`` tests), and a turnstile keeps the shared
 holders from starving it (:class:`Turns`).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +26,11 @@ from typing import IO
 
 import pytest
 
+from pgval.host.identity import Owner
 from pgval.host.leftovers import Others
 
 WORKER_VAR = "PYTEST_XDIST_WORKER"
-PID_FILE = "worker.pid"
+PID_FILE = "worker.json"
 
 
 def worker() -> str | None:
@@ -50,16 +54,19 @@ def others(config: pytest.Config) -> Others | None:
     pids = []
     for n in names:  # a worker's own environment lacks its mark (set after it started)
         with contextlib.suppress(OSError, ValueError):
-            pids.append(int((root / f"popen-{n}" / PID_FILE).read_text()))
+            owner = Owner.from_dict(json.loads((root / f"popen-{n}" / PID_FILE).read_text()))
+            if owner is not None and owner.alive():  # not a later process with its pid
+                pids.append(owner.pid)
     return Others(dirs=tuple(str(root / f"popen-{n}") for n in names),
                   marks=tuple(f"{WORKER_VAR}={n}" for n in names), pids=tuple(pids))
 
 
 def note_worker(config: pytest.Config) -> None:
-    """Leave this worker's pid in its base temporary folder, for the other's checks."""
+    """Leave this worker's identity (pid and start) in its base temporary folder, for the
+    other's checks."""
     if worker() is not None:
         base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
-        (base / PID_FILE).write_text(str(os.getpid()))
+        (base / PID_FILE).write_text(json.dumps(Owner.me().as_dict()))
 
 
 class Turns:

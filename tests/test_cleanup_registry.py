@@ -21,6 +21,10 @@ from pgval.cluster.cleanup import cleanup
 from pgval.host import netns, registry
 from pgval.host.identity import Owner
 
+# They run `pgval cleanup`: its sweep of dead owners' networks must not meet the other
+# test worker's.
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture
 def layouts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Path, netns.NetLayout]]]:

@@ -37,6 +37,8 @@ def _run_dir(root: Path, name: str, owner: Owner, held: bool = False) -> Path:
     return d
 
 
+# Runs `pgval cleanup`: its sweep of dead owners' networks must not meet the other test worker's.
+@pytest.mark.alone
 def test_cleanup_spares_live_runs_and_held_clusters(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from pgval.cluster import cleanup as cleanup_mod
@@ -57,6 +59,8 @@ def test_cleanup_spares_live_runs_and_held_clusters(tmp_path: Path,
     assert not (live / "state.json").exists() and not (held / "state.json").exists()
 
 
+# Runs `pgval cleanup`: its sweep of dead owners' networks must not meet the other test worker's.
+@pytest.mark.alone
 def test_cleanup_honours_pgval_runs(tmp_path: Path) -> None:
     dead = dataclasses.replace(Owner.me(), start=Owner.me().start + 1)
     gone = _run_dir(tmp_path / "elsewhere", "gone", dead)
@@ -224,6 +228,8 @@ def test_a_holder_is_known_by_the_registry_not_by_its_command_line(
             p.wait()
 
 
+# Runs `pgval cleanup`: its sweep of dead owners' networks must not meet the other test worker's.
+@pytest.mark.alone
 def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
     from pgval.cluster import guard as cluster
 
@@ -441,32 +447,37 @@ def test_another_workers_things_are_theirs_and_ours_are_still_seen(
 
     theirs_dir = tmp_path / "popen-gw1"
     theirs_dir.mkdir()
-    others = leftovers.Others(dirs=(str(theirs_dir),), marks=("PGVAL_TEST_WORKER=gw1",),
-                              pids=(2**22 + 1,))
+    others = leftovers.Others(dirs=(str(theirs_dir),), marks=("PGVAL_TEST_WORKER=gw1",))
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     marked = subprocess.Popen(sleep, env={**os.environ, "PGVAL_TEST_WORKER": "gw1"})
     working_there = subprocess.Popen(sleep, cwd=theirs_dir)
     ours = subprocess.Popen(sleep, env={**os.environ, "PGVAL_TEST_WORKER": "gw0"})
-    # Theirs by folder (dddddd), by an owner of theirs elsewhere (ffffff, gggggg); ours (eeeeee).
+    # Theirs by folder (dddddd) or by an owner of theirs elsewhere (ffffff); ours (eeeeee).
+    # A dead owner's pid reused by one of theirs is not theirs (hhhhhh: the marked pid, a
+    # start of its own).
+    reused = dataclasses.replace(Owner.of(marked.pid), start=Owner.of(marked.pid).start + 1)
     monkeypatch.setattr(registry, "netns_entries", lambda: {
         "dddddd": {"run_dir": f"{theirs_dir}/run"},
-        "eeeeee": {"run_dir": str(tmp_path / "me"), "owner": {"pid": ours.pid}},
-        "ffffff": {"run_dir": "/elsewhere", "owner": {"pid": marked.pid}},
-        "gggggg": {"run_dir": None, "owner": {"pid": 2**22 + 1}}})
+        "eeeeee": {"run_dir": str(tmp_path / "me"), "owner": Owner.of(ours.pid).as_dict()},
+        "ffffff": {"run_dir": "/elsewhere", "owner": Owner.of(marked.pid).as_dict()},
+        "aaaaab": {"run_dir": None, "owner": reused.as_dict()}})
     try:
         # (Popen returns once each has exec'd: its environment is its own)
         procs = {p.pid: "python multiprocessing" for p in (marked, working_there, ours)}
         before = leftovers.HostSnapshot({}, set(), set(), set(), set(), set())
         after = leftovers.HostSnapshot(
-            procs, {"pgval-dddddd-w0", "pgval-eeeeee-w0", "pgval-ffffff-w0", "pgval-gggggg-w0"},
-            {"pgvdddddd0", "pgveeeeee0", "pgvbrffffff"},
+            procs, {"pgval-dddddd-w0", "pgval-eeeeee-w0", "pgval-ffffff-w0", "pgval-aaaaab-w0",
+                    "pgval-ddddddd-w0"},
+            {"pgvddddddh0", "pgveeeeeeh0", "pgvbrffffff"},
             {"pgval-dddddd-w0/mangle: -A x --comment pgval-delay-1-pgval-dddddd-w0",
              "pgval-eeeeee-w0/mangle: -A x --comment pgval-delay-2-pgval-eeeeee-w0"},
             {"dddddd.json", "eeeeee.json", "ffffff.json"},
             {"pgval-dddddd-w0: qdisc netem 504d: root"})
         assert after.new_since(before, others=others) == {
             "processes": [f"{ours.pid}: python multiprocessing"],
-            "namespaces": ["pgval-eeeeee-w0"], "links": ["pgveeeeee0"],
+            # (ddddddd: a longer hex string that holds dddddd is not its)
+            "namespaces": ["pgval-aaaaab-w0", "pgval-ddddddd-w0", "pgval-eeeeee-w0"],
+            "links": ["pgveeeeeeh0"],
             "rules": ["pgval-eeeeee-w0/mangle: -A x --comment pgval-delay-2-pgval-eeeeee-w0"],
             "registry": ["eeeeee.json"]}
         assert len(after.new_since(before)["processes"]) == 3  # without others: all three

@@ -246,6 +246,8 @@ def shift_output_timestamps(run_dir: Path, ms: int) -> None:
     pq.write_table(table.set_column(at, "timestamp", shifted), path, compression="zstd")
 
 
+# Runs `pgval cleanup`: its sweep of dead owners' networks must not meet the other test worker's.
+@pytest.mark.alone
 def test_cli_json_and_cleanup(tmp_path: Path) -> None:
     """`pgval validate --json` from the command line, with `pgval cleanup` run again and
     again beside it (it must spare the live run). Also nothing secret stored: a secret

@@ -122,7 +122,7 @@ class HostSnapshot:
 
         def new(now: set[str], then: set[str], also_shared: bool = True) -> list[str]:
             theirs = (shared | foreign) if also_shared else foreign
-            return sorted(n for n in now - then if not any(s in n for s in theirs))
+            return sorted(n for n in now - then if not any(_names(n, s) for s in theirs))
 
         def ours(pid: int) -> bool:
             return not _works_under(pid, spared) and (others is None or not others.own(pid))
@@ -165,16 +165,23 @@ class Others:
 
     def suffixes(self) -> set[str]:
         """The namespace suffixes pgval's registry gives to their folders or processes."""
+        from pgval.host.identity import Owner
         from pgval.host.registry import netns_entries
 
         found = suffixes_under(self.dirs)
         with contextlib.suppress(OSError, PgvalError):
             for suffix, entry in netns_entries().items():
-                owner = entry.get("owner")
-                pid = owner.get("pid") if isinstance(owner, dict) else None
-                if isinstance(pid, int) and self.own(pid):
+                # The owner itself, not a process that reuses its pid after it died.
+                owner = Owner.from_dict(entry.get("owner"))
+                if owner is not None and owner.alive() and self.own(owner.pid):
                     found.add(suffix)
         return found
+
+
+def _names(text: str, suffix: str) -> bool:
+    """Whether ``text`` (a namespace, link, rule or qdisc) names ``suffix`` as a whole, not
+    as a part of a longer hex string."""
+    return re.search(rf"(?<![0-9a-f]){re.escape(suffix)}(?![0-9a-f])", text) is not None
 
 
 def suffixes_under(dirs: Sequence[str]) -> set[str]:
