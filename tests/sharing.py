@@ -6,7 +6,7 @@ in its environment and works under its own base temporary folder: a worker's lef
 check (tests/conftest.py) looks at its own things only, with its full strength, and never
 at the other worker's (:func:`others`).
 
-A test marked ``alone`` (one that times packets to the millisecond, or runs ``pgval
+A test marked ``alone`` (one whose timing another run could upset, or that runs ``pgval
 cleanup``, whose sweep of dead owners' networks could remove the other worker's leftovers
 before its check sees them) runs with no other test beside it (the other worker's shared
 clusters stay up, idle): every test holds a shared lock while it runs, an ``alone`` test an
