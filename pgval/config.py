@@ -10,6 +10,7 @@ spec (the store, the report, a re-check) needs none of this.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -244,7 +245,31 @@ def check(cfg: RunSpec, fault_axis: bool = False) -> None:
         raise UserMistake("--sabotage is a self-test of the e1 sink; use --pg e1")
     if cfg.late_events < 0:
         raise UserMistake("--late-events must not be negative")
+    if reason := checker_problem(cfg):
+        raise UserMistake(reason)
     _deployment_problem(cfg)
+
+
+def checker_problem(cfg: RunSpec) -> str | None:
+    """``--checker`` and its options, in one sentence where they do not fit the run."""
+    if cfg.spark_above is not None and cfg.checker != "auto":
+        return (f"--spark-above says when --checker auto judges on Spark; with --checker "
+                f"{cfg.checker} it does not apply")
+    if cfg.spark_master is not None and cfg.checker == "numpy":
+        return "--spark-master says where the Spark checker runs; --checker numpy runs none"
+    if cfg.spark_master is not None and not re.fullmatch(r"local(\[(\d+|\*)\])?",
+                                                         cfg.spark_master):
+        return (f"--spark-master {cfg.spark_master}: the Spark checker writes its tables into "
+                "the run's evidence on this machine's disk, which a remote cluster's "
+                "executors do not write to; give local[N] (without --spark-master it runs "
+                "on the run's own embedded cluster)")
+    if cfg.checker in ("spark", "both") and cfg.job is not None:
+        return (f"--checker {cfg.checker} judges SST and MST: a job's own oracle is its batch "
+                "run, which the Spark checker does not take yet (use --checker numpy)")
+    if cfg.checker == "spark" and cfg.late_events:
+        return ("--late-events is told apart from losses by the numpy checker alone: use "
+                "--checker numpy or both")
+    return None
 
 
 def _schedule_problem(cfg: RunSpec) -> str | None:

@@ -120,9 +120,9 @@ def _alone(item: pytest.Item) -> bool:
 #: a module not named here counts 60 s per cluster test and 0.2 s per other test.
 MEASURED_S = {
     "test_job_cluster.py": 847, "test_faults_cluster.py": 578, "test_deploy_cluster.py": 556,
-    "test_faults_beyond_cluster.py": 337, "test_validate.py": 281, "test_topologies.py": 262,
+    "test_faults_beyond_cluster.py": 337, "test_validate.py": 300, "test_topologies.py": 262,
     "test_spark35.py": 177, "test_lint.py": 135, "test_soak.py": 130,
-    "test_your_job_doc.py": 114, "test_scale_checker.py": 100, "test_canary.py": 97,
+    "test_your_job_doc.py": 114, "test_scale_checker.py": 100, "test_canary.py": 240,
     "test_kafka_runtime.py": 82, "test_spark_runtime.py": 72, "test_api.py": 68,
     "test_executor_kill.py": 63, "test_cds.py": 57, "test_partition.py": 36,
     "test_rates.py": 30, "test_delay.py": 22,

@@ -92,4 +92,43 @@ def assert_the_spark_checker_agrees(tmp_path: Path, run_id: int, unprocessed: se
     assert pq.read_table(sets / "sets" / "duplicate").num_rows == 0
 
 
+def test_a_dropped_batch_is_found_by_the_run_judged_on_spark(tmp_path: Path) -> None:
+    """The dropped batch judged on Spark (``--checker spark``): read back from Kafka, oracle
+    and checker as Spark jobs on the run's own cluster, nothing of the run read into
+    pgval's process. Spark's anomaly set is exactly the dropped IDs; the stored run
+    re-checks from the tables it kept to the same figures and the same sets."""
+    db = tmp_path / "r.db"
+    result = Experiment(config("sst", "drop-batch:3").replace(checker="spark"),
+                        tmp_path / "run", db=db).run()
+    dropped = sabotaged_ids(result)
+    judged = result.judged_by
+    assert judged["checker"] == "spark" and judged["why"] == "--checker spark", judged
+    spark = judged["spark"]
+    assert spark["master"].startswith("spark://"), spark["master"]  # the run's cluster
+    v = result.evaluation.validation
+    assert v.guarantee == "at-most-once" and v.unprocessed == len(dropped)
+    assert (v.duplicate, v.incorrect, v.malformed) == (0, 0, 0)
+    # (By phase as numpy counts them: the dropped batch may fall in the warm-up, in none.)
+    assert sum(v.phases[p].unprocessed for p in v.phases) <= len(dropped)
+    found = pq.read_table(Path(spark["folder"]) / "sets" / "unprocessed").column("id")
+    assert sorted(found.to_pylist()) == sorted(dropped)
+    # Its completeness proved as numpy's read proves it: every partition to its end, the
+    # inputs reconciled with what the generator delivered and pgval's own events.
+    assert result.validity.valid, result.validity.reasons
+    assert spark["read"]["complete"] and spark["read"]["malformed_inputs"] == 0
+    assert all(p["records"] == p["end"] for p in spark["read"]["partitions"]
+               if p["topic"] in spark["input_topics"])
+    assert not (tmp_path / "run" / "evidence" / "output.parquet").exists()
+    proc = subprocess.run([sys.executable, "-m", "pgval.cli", "recheck", str(result.run_id),
+                           "--db", str(db), "--json"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads(proc.stdout)
+    assert again["evidence"]["verified"] is True, again["evidence"]
+    assert again["anomalies"]["same"] is True, again["anomalies"]
+    assert again["stored_figures"]["same"] is True, again["stored_figures"]
+    assert again["validity_changes"] == {} and again["validity_carried"] == []
+    assert (again["guarantee"], again["unprocessed"]) == ("at-most-once", len(dropped))
+
+
 # The duplicated batch's canary runs through pgval's pytest plugin: tests/test_api.py.

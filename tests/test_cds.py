@@ -182,6 +182,34 @@ def test_dumps_wait_for_a_later_run_once_a_signal_is_pending(cache: Path) -> Non
     assert said == {"spark-master": "left for a later run"} and not found.path.exists()
 
 
+def test_a_run_dumps_what_saves_most_first_and_leaves_the_rest_past_its_budget(
+        cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine's first run pays a part of the archives (the driver's first, then the
+    executors'), the next runs the rest: :data:`pgval.run.teardown.DUMP_BUDGET_S`."""
+    from types import SimpleNamespace
+
+    from pgval.run import teardown
+
+    kinds = ("spark-master", "spark-worker", "spark-executor", "kafka-broker")
+    daemons = [(cds.ClassArchive(k, cache / f"{k}.jsa", "java", recording=True), 1)
+               for k in kinds]
+    driver = (cds.ClassArchive("spark-driver", cache / "d.jsa", "java", recording=True), 2)
+    clock = [0.0]
+
+    def dump(self: cds.ClassArchive, pid: int, timeout_s: float) -> str:
+        clock[0] += 5.0  # every dump takes 5 s
+        return "dumped"
+
+    monkeypatch.setattr(cds.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(cds.ClassArchive, "dump", dump)
+    started = SimpleNamespace(deployment=SimpleNamespace(class_dumps=lambda: list(daemons)),
+                              driver=SimpleNamespace(class_dump=lambda: driver))
+    said = teardown.dump_class_archives(started).notes["class_archives"]  # type: ignore[arg-type]
+    assert list(said) == ["spark-driver", "spark-executor", "kafka-broker", "spark-master",
+                          "spark-worker"]
+    assert [said[k] for k in said] == ["dumped", "dumped", *["left for a later run"] * 3]
+
+
 BATCH_SESSION = """
 import json, pathlib, time
 t0 = time.monotonic()

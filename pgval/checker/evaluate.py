@@ -48,7 +48,8 @@ class Evaluation:
     #: expect the same? None: not compared; "" agreed; else where they differ.
     oracles: str | None = None
     #: Other readings of the same run: ``raw`` (a file sink read by listing its directory:
-    #: :meth:`view`), ``clock`` (what the outputs' times are, for a sink without Kafka's).
+    #: :meth:`view`), ``clock`` (what the outputs' times are, for a sink without Kafka's),
+    #: ``spark_check`` (the Spark checker's judgement held to this one: ``--checker both``).
     views: dict[str, Any] = field(default_factory=dict)
     #: A job without ``ids``, judged by its rows (:func:`by_rows`): what that can tell,
     #: and the real input records per phase (the expected rows have no input time).
@@ -129,6 +130,8 @@ class Evaluation:
             out["latency_clock"] = self.views["clock"]
         if self.views.get("raw"):
             out["raw_read"] = self.views["raw"]
+        if self.views.get("spark_check"):  # --checker both
+            out["spark_check"] = self.views["spark_check"]
         if self.oracles is not None:
             out["oracles_agree"] = self.oracles == ""
             if self.oracles:

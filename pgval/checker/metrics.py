@@ -326,8 +326,19 @@ def _throughput(first_own_ms: np.ndarray, output_ingress_ms: np.ndarray, phases:
                 ) -> dict[str, float]:
     """Reliable throughput per phase: first own occurrences / phase length (s)."""
     first_phase = phases.of(first_own_ms)
-    last_out = int(output_ingress_ms.max()) if len(output_ingress_ms) else 0
-    first_out = int(output_ingress_ms.min()) if len(output_ingress_ms) else 0
+    firsts = {p: int((first_phase == c).sum())
+              for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)}
+    span = ((int(output_ingress_ms.min()), int(output_ingress_ms.max()))
+            if len(output_ingress_ms) else None)
+    return phase_throughput(firsts, span, phases)
+
+
+def phase_throughput(first_own: Mapping[str, int], output_span_ms: tuple[int, int] | None,
+                     phases: Phases) -> dict[str, float]:
+    """Reliable throughput per phase from its counts alone (the Spark checker's too): pairs
+    first processed in the phase / its length (s); recovery lasts until the last output,
+    and without phases control spans the outputs."""
+    first_out, last_out = output_span_ms or (0, 0)
     if phases.bounded():
         spans = {"control": (phases.start, phases.t2), "failure": (phases.t2, phases.t3),
                  "recovery": (phases.t3, max(last_out, phases.t3 + 1000))}
@@ -335,10 +346,10 @@ def _throughput(first_own_ms: np.ndarray, output_ingress_ms: np.ndarray, phases:
         spans = {"control": (first_out, max(last_out, first_out + 1000)),
                  "failure": (0, 0), "recovery": (0, 0)}
     throughput = {}
-    for p, c in zip(PHASES, (CONTROL, FAILURE, RECOVERY), strict=True):
+    for p in PHASES:
         a, b = spans[p]
         dur = (b - a) / 1000.0
-        throughput[p] = float((first_phase == c).sum()) / dur if dur > 0 else 0.0
+        throughput[p] = float(first_own.get(p, 0)) / dur if dur > 0 else 0.0
     return throughput
 
 

@@ -92,6 +92,8 @@ def recheck(run: str, db: Path | None, as_json: bool, store_derived: bool, check
     started = time.monotonic()
     try:
         run_dir = locate_run(run, db)
+        if checker == "both":
+            _refuse_spark_judged(run, run_dir)
         result = do_recheck(run_dir, db, None if run_dir == Path(run) else parse_run_id(run))
         # The Spark checker first: what two checkers disagree on is not stored.
         spark_check = (_spark_check(result, spark_master or "local[2]", spark_out)
@@ -139,6 +141,22 @@ def _spark_check(result: Recheck, master: str, keep: Path | None) -> SparkCheck:
     from pgval.api import spark_check
 
     return spark_check(result, master, keep)
+
+
+def _refuse_spark_judged(run: str, run_dir: Path) -> None:
+    """``--checker both`` holds numpy's judgement to Spark's: a run judged on Spark kept no
+    records for numpy's (its plain re-check is the Spark oracle's and checker's again)."""
+    from pgval.evidence.bundle import EvidenceError, Manifest
+    from pgval.evidence.recheck import judged_on_spark
+
+    try:
+        manifest = Manifest.read(run_dir)
+    except EvidenceError:
+        return  # the re-check says what is wrong with it
+    if judged_on_spark(manifest) is not None:
+        raise UserError(f"{run} was judged on Spark (--checker spark): it kept the Spark "
+                        "read's tables, no records for numpy's checker; `pgval recheck` "
+                        "without --checker both judges it again on Spark")
 
 
 def _refuse_disagreement(spark_check: SparkCheck | None) -> None:

@@ -105,22 +105,57 @@ def validate(run_dir: Path | None, db: Path, as_json: bool, lint: bool, expect: 
     if line := result.warmup_line():
         console.print(f"  • {line}")
     t = result.timings
-    inputs = result.readback.get("inputs", {})
-    console.print(f"  • read back {inputs.get('read', 0):,} input records (= end offsets, = "
-                  f"delivered + pgval's own events: {'yes' if inputs.get('ok') else 'NO'}) and "
-                  f"{result.readback.get('output', {}).get('records', 0):,} outputs")
+    for line in readback_lines(result.readback, result.judged_by, summary):
+        console.print(f"  • {line}")
     console.print(f"  • run {result.run_id} stored in {db}; evidence and logs in {run_dir} "
                   f"(re-check: pgval recheck {result.run_id} --db {db})")
     console.print(f"  • overhead beyond the phases {t.get('overhead_s', 0):.1f} s: cluster "
                   f"{t.get('cluster_start_s', 0):.1f} s, driver {t.get('driver_start_s', 0):.1f}"
                   f" s, priming {t.get('prime_s', 0):.1f} s, drain {t.get('drain_s', 0):.1f} s, "
-                  f"read-back {t.get('read_back_s', 0):.1f} s, validation "
+                  f"read-back {t.get('read_back_s', t.get('spark_checker_process_s', 0)):.1f} s, "
+                  "validation "
                   f"{t.get('validate_s', 0):.1f} s, teardown {t.get('teardown_s', 0):.1f} s")
     gen = result.generator
     console.print(f"  • generator: {gen.get('delivered', 0):,} delivered at "
                   f"{gen.get('achieved_rate', 0):,.0f} ev/s, {gen.get('failed', 0)} failed")
     finish_gate([case], expect, junit_path, "pgval validate")
 
+
+
+def readback_lines(readback: dict[str, Any], judged_by: dict[str, Any],
+                   summary: dict[str, Any]) -> list[str]:
+    """What was read back and who judged it, for people (``--checker``)."""
+    spark = judged_by.get("spark") or {}
+    said = [] if judged_by.get("checker") in (None, "numpy") else [
+        f"judged by {judged_by['checker']}: {judged_by.get('why')}"]
+    if judged_by.get("checker") == "spark":
+        read = spark.get("read") or {}
+        parts = read.get("partitions") or []
+        seconds = spark.get("seconds") or {}
+        said.append(f"read back on Spark ({spark.get('master')}): {read.get('inputs', 0):,} "
+                    f"inputs and {read.get('outputs', 0):,} outputs, every one of "
+                    f"{len(parts)} partitions to its end offset: "
+                    f"{'yes' if read.get('complete') else 'NO'}; read-back "
+                    f"{seconds.get('read_back_s', 0):.1f} s, oracle "
+                    f"{seconds.get('oracle_s', 0):.1f} s, checker "
+                    f"{seconds.get('checker_s', 0):.1f} s; anomaly sets (Parquet) in "
+                    f"{spark.get('folder')}/sets")
+        if spark.get("failure"):
+            said.append(f"not judged: {spark['failure']}")
+        said += [f"{kind} IDs, e.g. {', '.join(map(str, ids[:8]))}"
+                 for kind, ids in (spark.get("examples") or {}).items() if ids]
+        return said
+    inputs = readback.get("inputs", {})
+    said.append(f"read back {inputs.get('read', 0):,} input records (= end offsets, = "
+                f"delivered + pgval's own events: {'yes' if inputs.get('ok') else 'NO'}) and "
+                f"{readback.get('output', {}).get('records', 0):,} outputs")
+    check = summary.get("spark_check")
+    if check:
+        said.append(f"the Spark checker ({check['master']}, read-back from Kafka, oracle, "
+                    "checker) " + ("agrees with numpy's: every figure, phase row and set"
+                                   if check["agrees"] else
+                                   f"DISAGREES: {'; '.join(check['differences'][:3])}"))
+    return said
 
 
 def _sabotage_spec(text: str | None) -> str | None:

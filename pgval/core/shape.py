@@ -67,7 +67,8 @@ UNSET_OMITTED: Final[Mapping[str, Any]] = {
     "job": None, "sink": "kafka", "partition": None, "schedule": None, "schedule_file": None,
     "schedule_origin": None, "fault_count": 2, "loss_share": None,
     "replay": {}, "input_makers": {}, "event_time_field": None, "skew": {}, "disorder": None,
-    "late": None, "inputs_spec": None, "trigger": None, "avro_schema": {}}
+    "late": None, "inputs_spec": None, "trigger": None, "avro_schema": {},
+    "checker": "auto", "spark_above": None, "spark_master": None}
 #: Settings that mean something only for a fault that restarts a process: None for others.
 RESTART_FIELDS: Final = ("restart", "restart_delay_s")
 #: The faults whose process came back (at T3) before restart policies were stored: a run

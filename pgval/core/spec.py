@@ -52,6 +52,14 @@ RANDOM = "random"
 #: not options, not part of a run's shape.
 DERIVED = ("restart_policy", "resolved")
 
+#: ``--checker``: who reads a run back and judges it (:mod:`pgval.run.spark_judge`).
+CHECKERS: tuple[str, ...] = ("auto", "numpy", "spark", "both")
+#: ``--checker auto`` judges on Spark above this many inputs in Kafka (``--spark-above``).
+SPARK_ABOVE = 10_000_000
+#: What an input costs this process on the numpy path: the record read back, its columns,
+#: the oracle's and the checker's arrays (docs/performance.md, "Past one machine").
+NUMPY_BYTES_PER_INPUT = 400
+
 #: Named sets of settings (``--profile NAME``): each replaces the defaults of the fields it
 #: names; a setting given by its own option (or keyword) still wins.
 #:
@@ -339,6 +347,24 @@ class RunSpec:
     keep_data: bool = field(default=False, metadata=opt(
         "Keep broker data and checkpoints after the run is stored (evidence and logs are "
         "always kept)."))
+    checker: str = field(default="auto", metadata=opt(
+        "Who reads the run back and judges it: numpy (in this process: every ID held "
+        "here, latency and throughput too); spark (Spark jobs on the run's own cluster: "
+        "Kafka read to the end offsets, oracle and checker, anomaly sets as Parquet; "
+        "counts, phase rows and verdict, with throughput, for runs this process should "
+        "not hold); both (numpy's verdict, held to Spark's: any difference makes the run "
+        "unknown); auto (spark when the inputs in Kafka exceed --spark-above, else numpy). "
+        "SST and MST (docs/performance.md, 'Past one machine').",
+        choices=CHECKERS))
+    spark_above: int | None = field(default=None, metadata=opt(
+        f"With --checker auto: judge on Spark above this many inputs in Kafka (default "
+        f"{SPARK_ABOVE:,}: about {SPARK_ABOVE * NUMPY_BYTES_PER_INPUT / 2**30:.0f} GiB "
+        "in this process on the numpy path).", min=1, metavar="INPUTS"))
+    spark_master: str | None = field(default=None, metadata=opt(
+        "Where the Spark checker runs, local[N] (default: the run's own embedded Spark "
+        "cluster once the run's driver has stopped; local[2] with --deploy external or "
+        "compose or a shared driver: it writes the run's evidence on this machine's disk).",
+        metavar="local[N]"))
     #: SELF-TEST only: the e1 sink drops or re-writes one batch (``drop-batch:N``).
     sabotage: str | None = field(default=None, metadata=opt(
         "SELF-TEST of pgval, not a guarantee: the e1 sink drops or re-writes its N-th batch "

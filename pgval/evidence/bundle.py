@@ -112,6 +112,27 @@ EVIDENCE_FILES = (MANIFEST, *(f"{t}.parquet" for t in (*INPUT_TOPICS, OUTPUT_TOP
                   ANOMALIES, EXPECTED, EXPECTED_ROWS, REPLAY, JOB_SOURCE, SINK_ROWS, SINK_RAW)
 
 
+#: A run judged on Spark keeps its tables and anomaly sets here (Parquet folders, every file
+#: sealed): :mod:`pgval.run.spark_judge`.
+SPARK_DIR = "spark"
+
+
+def spark_files(folder: Path) -> list[str]:
+    """Every file under the evidence folder's :data:`SPARK_DIR`, relative to the evidence
+    folder, sorted (none for a run judged by numpy alone)."""
+    root = folder / SPARK_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p.relative_to(folder).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def _is_spark_key(key: str) -> bool:
+    """A stored evidence key inside :data:`SPARK_DIR`, no way out of it."""
+    parts = key.split("/")
+    return (len(parts) > 2 and parts[:2] == [EVIDENCE_DIR, SPARK_DIR]
+            and not any(p in ("", ".", "..") for p in parts))
+
+
 class EvidenceError(UserMistake):
     """A run directory or run id without usable evidence: missing, unreadable or damaged
     files, a run the database does not hold (bad input, exit 2). Evidence that is there
@@ -329,11 +350,16 @@ def seal(run_dir: Path, run_id: int | None) -> dict[str, str]:
     cut could still take away, and the records exist somewhere durable at every moment."""
     folder = evidence_dir(run_dir)
     hashes: dict[str, str] = {}
-    for name in EVIDENCE_FILES:
+    for name in (*EVIDENCE_FILES, *spark_files(folder)):
         path = folder / name
         if path.is_file():
+            path.chmod(0o600)  # Spark's files come with its umask
             _fsync(path)
             hashes[f"{EVIDENCE_DIR}/{name}"] = sha256_file(path)
+    if (folder / SPARK_DIR).is_dir():
+        for sub in (folder / SPARK_DIR, *(folder / SPARK_DIR).rglob("*")):
+            if sub.is_dir():
+                sub.chmod(0o700)
     lines = [f"# pgval evidence of run {run_id}"]
     lines += [f"{h}  {key.split('/', 1)[1]}" for key, h in hashes.items()]
     sums = write_private(folder / SUMS, "\n".join(lines) + "\n", fsync=True)
@@ -370,7 +396,7 @@ def verify(run_dir: Path, stored: Mapping[str, str], run_id: int) -> None:
     refuse = "refusing to re-check edited evidence"
     known = {f"{EVIDENCE_DIR}/{name}" for name in (*EVIDENCE_FILES, SUMS)}
     for key, digest in stored.items():
-        if key not in known:  # the database is read, not trusted: never hash another path
+        if key not in known and not _is_spark_key(key):  # never hash another path
             raise EvidenceInDoubt(f"the results database names {_printable(key)} as evidence "
                                   f"of run {run_id}, which is no evidence file; {refuse}")
         digest = _printable(digest)
@@ -387,7 +413,7 @@ def verify(run_dir: Path, stored: Mapping[str, str], run_id: int) -> None:
             raise EvidenceInDoubt(f"{key} of run {run_id} differs from what was stored at the "
                                   f"end of the run (sha256 {digest[:16]}… stored, "
                                   f"{now[:16]}… now); {refuse}")
-    for name in EVIDENCE_FILES:
+    for name in (*EVIDENCE_FILES, *spark_files(folder)):
         key = f"{EVIDENCE_DIR}/{name}"
         if key not in stored and (folder / name).exists():
             raise EvidenceInDoubt(f"{key} of run {run_id} was not there at the end of the "

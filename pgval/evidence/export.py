@@ -24,7 +24,7 @@ from pgval.checker.evaluate import evaluate
 from pgval.core.errors import UserMistake
 from pgval.core.files import open_public, write_public
 from pgval.evidence.bundle import Manifest, load_anomalies, load_progress, load_streams
-from pgval.evidence.recheck import anchor
+from pgval.evidence.recheck import anchor, judged_on_spark
 from pgval.records.parse import InputEvents, OutputRecords
 
 #: A line that is a JSON object without any field pgval reads: ``pgval check`` counts it as
@@ -49,6 +49,11 @@ def export(run_dir: Path, out_dir: Path, db: Path | None = None,
     evidence verified against ``db`` first (as :func:`recheck`)."""
     evidence = anchor(run_dir, db, run_id)
     manifest = Manifest.read(run_dir)
+    if judged_on_spark(manifest) is not None:
+        raise UserMistake(f"{run_dir} was judged on Spark (--checker spark): its records are "
+                          f"Parquet tables in {run_dir / 'evidence' / 'spark' / 'read'} "
+                          "(inputs, outputs, occurrences), read with Spark or pyarrow, and "
+                          "its anomaly sets are in evidence/spark/sets")
     streams = load_streams(run_dir, manifest)
     found = load_anomalies(run_dir)
     if found is None:  # a run stored before its anomaly set was kept: computed now

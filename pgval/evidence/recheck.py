@@ -20,6 +20,7 @@ their kinds from the sentences' first words, for those runs only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
@@ -62,6 +63,7 @@ from pgval.evidence.bundle import (
 )
 from pgval.faults.took_effect import fault_reasons
 from pgval.kafka.topic_records import TopicRecords
+from pgval.scale.evaluation import read_reasons
 from pgval.store.dbfile import StoreError, connect_readonly, json_cell, json_object_cell
 from pgval.store.results import (
     RECOVERY_COLUMNS,
@@ -91,7 +93,8 @@ class Anchor:
 @dataclass
 class Recheck:
     manifest: Manifest
-    streams: Streams
+    #: The columns judged (None: a run judged on Spark, whose columns are its tables).
+    streams: Streams | None
     evaluation: Evaluation
     validity: Validity
     evidence: Anchor = field(default_factory=lambda: Anchor(False, NO_ANCHOR))
@@ -419,9 +422,18 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
     evidence = anchor(run_dir, db, run_id)
     manifest = Manifest.read(run_dir)
     fault = _fault(manifest, run_dir)
-    inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
-    streams, evaluation = evaluate_run(run_dir, manifest, inputs,
-                                       load_topic(run_dir, OUTPUT_TOPIC), load_progress(run_dir))
+    spark_read = judged_on_spark(manifest)
+    inputs: dict[str, TopicRecords] = {}
+    streams: Streams | None = None
+    if spark_read is not None:  # the run's evidence is the Spark read's tables
+        evaluation, kept_sets, recounted = _rejudge_on_spark(run_dir, manifest, spark_read)
+        manifest = dataclasses.replace(manifest, readback={**manifest.readback,
+                                                           "spark": recounted})
+    else:
+        inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
+        streams, evaluation = evaluate_run(run_dir, manifest, inputs,
+                                           load_topic(run_dir, OUTPUT_TOPIC),
+                                           load_progress(run_dir))
     row = evidence.row or {}
     stored = (stored_reasons(json_cell(row.get("validity")), row.get("validity_reasons"))
               if row else stored_reasons(manifest.validity, manifest.validity_reasons))
@@ -437,8 +449,57 @@ def recheck(run_dir: Path, db: Path | None = None, run_id: int | None = None) ->
     changes = {"only_stored": sorted(before - now), "only_now": sorted(now - before)}
     return Recheck(manifest, streams, evaluation, validity, evidence,
                    {k: v for k, v in changes.items() if v}, carried,
+                   kept_sets if spark_read is not None else
                    compare_anomalies(load_anomalies(run_dir), evaluation.anomalies()),
                    _row_figures(db, row, evaluation, validity))
+
+
+def judged_on_spark(manifest: Manifest) -> dict[str, Any] | None:
+    """The Spark read of a run judged on Spark (``--checker spark``: its evidence is the
+    read's tables, not the topics' records), else None."""
+    judged = manifest.config.get("judged_by") if isinstance(manifest.config, dict) else None
+    if not isinstance(judged, dict) or judged.get("checker") != "spark":
+        return None
+    spark = judged.get("spark")
+    return spark if isinstance(spark, dict) else {}
+
+
+def _rejudge_on_spark(run_dir: Path, manifest: Manifest, spark_run: dict[str, Any]
+                      ) -> tuple[Evaluation, dict[str, Any], dict[str, Any]]:
+    """A run judged on Spark judged again from the tables it kept (``evidence/spark/read``),
+    in a local Spark session: the evaluation, its anomaly sets held to the kept ones ID for
+    ID, and the read with every partition's records counted again from the kept tables."""
+    import shutil
+    import tempfile
+
+    from pgval.scale.agreement import checker_session, spark_call
+    from pgval.scale.evaluation import as_evaluation, recount_read, rejudge_kept, same_sets
+
+    read = spark_run.get("read") if isinstance(spark_run.get("read"), dict) else {}
+    folder = evidence_dir(run_dir) / "spark"
+    if not read.get("complete"):  # judged by nobody then, and now
+        return (as_evaluation(None, manifest.topology, manifest.window_ms,
+                              manifest.phase_bounds, 0),
+                {"same": None, "now": {}, "note": "the Spark read was incomplete: no sets"},
+                dict(read))
+    if not (folder / "read" / "inputs").is_dir():
+        raise EvidenceError(f"{run_dir} was judged on Spark, but its tables "
+                            f"({folder / 'read'}) are missing")
+    master = "local[2]"
+    spark = checker_session(master)
+    out = Path(tempfile.mkdtemp(prefix="pgval-recheck-spark-"))
+    try:
+        judged = spark_call(master, lambda: rejudge_kept(
+            spark, folder / "read", manifest.topology, manifest.window_ms,
+            manifest.phase_bounds, out, int(read.get("malformed_outputs") or 0)))
+        kept = {kind: folder / "sets" / kind for kind in judged.sets}
+        sets = spark_call(master, lambda: same_sets(spark, kept, judged.sets))
+        recounted = spark_call(master, lambda: recount_read(spark, folder / "read", read))
+    finally:
+        spark.stop()
+        shutil.rmtree(out, ignore_errors=True)
+    return (as_evaluation(judged, manifest.topology, manifest.window_ms, manifest.phase_bounds,
+                          int(read.get("malformed_inputs") or 0)), sets, recounted)
 
 
 def _row_figures(db: Path | None, row: dict[str, Any], evaluation: Evaluation,
@@ -495,8 +556,18 @@ def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],
         carried.append(kind)
 
     readback = manifest.readback if isinstance(manifest.readback, dict) else {}
-    per_topic = {k: v for k, v in readback.items() if k != "inputs" and isinstance(v, dict)}
-    if per_topic:
+    per_topic = {k: v for k, v in readback.items() if k not in ("inputs", "spark")
+                 and isinstance(v, dict)}
+    spark_read = readback.get("spark")
+    if isinstance(spark_read, dict):  # judged on Spark: its read's proof and counts
+        info = readback.get("inputs") if isinstance(readback.get("inputs"), dict) else {}
+        clean = (generator_reasons(generator).valid if generator is not None
+                 else not any(r.kind == "generator" for r in stored))
+        judged = judged_on_spark(manifest) or {}
+        validity.add(read_reasons(spark_read, list(judged.get("input_topics") or []),
+                                  int(info.get("delivered") or 0),
+                                  int(info.get("control") or 0), clean))
+    elif per_topic:
         validity.add(readback_reasons(per_topic))
         sink = manifest.sink if isinstance(manifest.sink, dict) else None
         if sink is not None and isinstance(sink.get("read"), dict):
@@ -505,7 +576,9 @@ def recompute_validity(manifest: Manifest, inputs: dict[str, TopicRecords],
         carry("readback")
     info = readback.get("inputs")
     ends = [per_topic.get(t, {}).get("end_offsets") for t in INPUT_TOPICS]
-    if isinstance(info, dict) and all(isinstance(e, dict) for e in ends):
+    if isinstance(spark_read, dict):
+        pass  # reconciled with the read above
+    elif isinstance(info, dict) and all(isinstance(e, dict) for e in ends):
         clean = (generator_reasons(generator).valid if generator is not None
                  else not any(r.kind == "generator" for r in stored))
         _, reasons = reconcile_inputs(

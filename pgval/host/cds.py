@@ -239,8 +239,8 @@ def dump_all(wanted: Iterable[tuple[ClassArchive, int]], budget_s: float = 90.0,
              stop: Callable[[], bool] = lambda: False) -> dict[str, str]:
     """Dump each recording JVM's archive (one per kind), one after the other: each dump
     is CPU-bound and these 2 cores are shared. Past ``budget_s`` or once ``stop()`` (a
-    signal waiting for the teardown), the rest waits for a later run. Returns what
-    happened per kind."""
+    signal waiting for the teardown), the rest waits for a later run (the order of
+    ``wanted`` says which first). Returns what happened per kind."""
     done: dict[str, str] = {}
     t0 = time.monotonic()
     for found, pid in wanted:
@@ -249,5 +249,6 @@ def dump_all(wanted: Iterable[tuple[ClassArchive, int]], budget_s: float = 90.0,
         if stop() or time.monotonic() - t0 > budget_s:
             done[found.kind] = "left for a later run"
             continue
-        done[found.kind] = found.dump(pid, timeout_s=max(10.0, budget_s))
+        # A dump begun may finish (a small budget stops the next ones, never this one).
+        done[found.kind] = found.dump(pid, timeout_s=max(60.0, budget_s))
     return done

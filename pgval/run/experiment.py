@@ -191,7 +191,7 @@ class Experiment:
             run_id=self.run_id, evaluation=evaluation, timings=self.timings,
             phases=manifest.phase_bounds, generator=record.generator, batches=got.progress,
             fault_log=fault_log, validity=validity, readback=got.back.describe,
-            run_dir=run_dir, bounds=b, warmup=warmup)
+            run_dir=run_dir, bounds=b, warmup=warmup, judged_by=got.judged_by())
         try:
             if store is not None and self.run_id is not None and self.db is not None:
                 store_result(store, result, manifest, sealed, self._describe(), self.db)

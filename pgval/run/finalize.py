@@ -12,6 +12,7 @@ query caught up, the fault must show it took effect. Otherwise the run is stored
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.result import Reason
-from pgval.checker.validity import Validity, evaluation_reasons
+from pgval.checker.validity import Validity, evaluation_reasons, generator_reasons
 from pgval.core.errors import EnvironmentFailure, PgvalError
 from pgval.core.schema import OUTPUT_TOPIC, Fault, Restart, sink_kind
 from pgval.core.spec import RunSpec
@@ -31,13 +32,22 @@ from pgval.faults.network import timeouts_fired
 from pgval.faults.took_effect import fault_reasons
 from pgval.host.machine import describe_machine
 from pgval.kafka.topic_records import TopicRecords
+from pgval.records.phases import Phases
 from pgval.run.job_oracle import batch_heap_mb, batch_timeout_s, run_batch_oracle
 from pgval.run.readback import ReadBack, read_back
 from pgval.run.result import ExperimentResult
 from pgval.run.setup import RunHandles, job_changed
 from pgval.run.sink_readback import read_sink
+from pgval.run.spark_judge import (
+    CheckerChoice,
+    SparkRun,
+    agreement_reasons,
+    choose_checker,
+    judge_run,
+)
 from pgval.run.teardown import Teardown
 from pgval.run.timeline import TimelineRecord
+from pgval.scale.evaluation import as_evaluation
 from pgval.store.results import ResultsStore, unstored_error
 
 
@@ -52,6 +62,14 @@ class Collected:
     job: dict[str, Any] | None
     reasons: tuple[Reason, ...]
     timings: dict[str, float]
+    #: Who judged the run (--checker), and the run judged on Spark (None: numpy alone).
+    checker: CheckerChoice
+    spark: SparkRun | None = None
+
+    def judged_by(self) -> dict[str, Any]:
+        """run.json's and ``--json``'s record of who judged the run, and how Spark did."""
+        return {**self.checker.as_dict(),
+                **({"spark": self.spark.describe()} if self.spark is not None else {})}
 
     @property
     def inputs(self) -> dict[str, TopicRecords]:
@@ -71,13 +89,31 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
             reasons.add(Reason("observed", f"the driver died during the drain: {exc}"))
     progress = h.driver.progress()
     save_progress(run_dir, h.spec.progress_file)
-    if stops_early(cfg, h, record):
-        h.driver.stop_soon()  # type: ignore[union-attr]
-    t0 = time.monotonic()
-    back = read_back(h.deployment.client_config(), h.topics, run_dir, record.generator,
-                     h.control.written)
-    reasons.add(back.reasons)
-    timings["read_back_s"] = time.monotonic() - t0
+    delivered = int(record.generator.get("delivered") or 0)
+    choice = choose_checker(cfg, delivered + h.control.written)
+    spark = None
+    if choice.checker == "spark":  # nothing of the run read into this process
+        spark = judge_run(cfg, h, run_dir, run_phases(cfg, record), choice.inputs)
+        read = ({"complete": False, "problems": [str(spark.failure)]}
+                if spark.judgement is None else spark.judgement.read.as_dict())
+        back = ReadBack({}, {"spark": read, "inputs": {"delivered": delivered,
+                                                       "control": h.control.written}})
+        reasons.add(spark.reasons(delivered, h.control.written,
+                                  generator_reasons(record.generator).valid))
+        timings.update({f"spark_{k}": v for k, v in spark.timings.items()})
+    else:
+        if stops_early(cfg, h, record):
+            h.driver.stop_soon()  # type: ignore[union-attr]
+        t0 = time.monotonic()
+        back = read_back(h.deployment.client_config(), h.topics, run_dir, record.generator,
+                         h.control.written)
+        reasons.add(back.reasons)
+        timings["read_back_s"] = time.monotonic() - t0
+        if choice.checker == "both":
+            spark = judge_run(cfg, h, run_dir, run_phases(cfg, record), choice.inputs)
+            timings.update({f"spark_{k}": v for k, v in spark.timings.items()})
+            # The topics' records are the evidence here; the sets stay beside them.
+            shutil.rmtree(spark.folder / "read", ignore_errors=True)
     sink = None
     if cfg.sink != "kafka":
         kind = sink_kind(cfg.sink)
@@ -100,7 +136,14 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
         job = {"ref": cfg.job, "source": None if h.job_source is None else str(h.job_source),
                "sha256": h.job_sha, "oracle": said, **reads}
         timings["job_oracle_s"] = time.monotonic() - t0
-    return Collected(back, progress, sink, job, tuple(reasons.reasons), timings)
+    return Collected(back, progress, sink, job, tuple(reasons.reasons), timings, choice, spark)
+
+
+def run_phases(cfg: RunSpec, record: TimelineRecord) -> Phases:
+    """The run's phases as its manifest will hold them (:meth:`Manifest.phase_bounds`)."""
+    b = record.bounds
+    return Phases(int(b["start"] or 0), int(b["t2"] or 0), int(b["t3"] or 0), b["t4"],
+                  removal_scheduled=cfg.restart_policy is not Restart.IMMEDIATE)
 
 
 def stops_early(cfg: RunSpec, h: RunHandles, record: TimelineRecord) -> bool:
@@ -131,6 +174,7 @@ def build_manifest(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
     """run.json, once, from what the run recorded (the verdict's fields come after)."""
     b = record.bounds
     config = {**cfg.to_record(), **h.notes, "phase_bounds_ms": b, "warmup": record.warmup,
+              "judged_by": got.judged_by(),
               **({"planted": record.planted} if record.planted.get("late_ids") else {}),
               **down.notes}
     return Manifest(
@@ -145,10 +189,20 @@ def build_manifest(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
 
 def judge(manifest: Manifest, got: Collected, record: TimelineRecord, fault: Fault,
           fault_log: list[dict[str, Any]], run_dir: Path) -> tuple[Evaluation, Validity]:
-    """The verdict over the records read back, and every validity reason of the run."""
-    _, evaluation = evaluate_run(run_dir, manifest, got.inputs,
-                                 got.back.records[OUTPUT_TOPIC], got.progress)
+    """The verdict over the records read back (or Spark's, for a run judged on Spark), and
+    every validity reason of the run."""
     validity = Validity()
+    if got.checker.checker == "spark":
+        assert got.spark is not None
+        judged = got.spark.judgement
+        evaluation = as_evaluation(got.spark.validation, manifest.topology,
+                                   manifest.window_ms, manifest.phase_bounds,
+                                   0 if judged is None else judged.read.malformed_inputs)
+    else:
+        _, evaluation = evaluate_run(run_dir, manifest, got.inputs,
+                                     got.back.records[OUTPUT_TOPIC], got.progress)
+        if got.spark is not None:  # --checker both: Spark's judgement held to numpy's
+            validity.add(agreement_reasons(evaluation, got.spark))
     validity.add(record.reasons, got.reasons, evaluation_reasons(evaluation),
                  fault_reasons(fault, fault_log))
     return evaluation, validity
@@ -168,7 +222,8 @@ def write_evidence(manifest: Manifest, evaluation: Evaluation, run_dir: Path
     and before the broker data (the only other copy of the records) is deleted."""
     try:
         manifest.write(run_dir)
-        save_anomalies(run_dir, evaluation.anomalies())  # sealed with the rest
+        if evaluation.outputs is not None:  # judged on Spark: its sets are Parquet
+            save_anomalies(run_dir, evaluation.anomalies())  # sealed with the rest
         return seal(run_dir, manifest.run_id)
     except OSError as exc:  # disk full, say: the broker data is kept, the row says why
         why = (f"writing the evidence of the run to {run_dir / 'evidence'} failed "
@@ -183,6 +238,7 @@ def store_result(store: ResultsStore, result: ExperimentResult, manifest: Manife
     extra = {"timings": result.timings, "generator": result.generator,
              "readback": result.readback, "fault_log": result.fault_log,
              "phase_bounds_ms": result.bounds, "warmup": result.warmup,
+             "judged_by": result.judged_by,
              "cluster": describe, "run_dir": str(result.run_dir),
              # Timings are the machine's too: a report says when runs' machines differ.
              "machine": describe_machine(),

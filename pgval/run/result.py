@@ -41,6 +41,8 @@ class ExperimentResult:
     bounds: dict[str, int | None] = field(default_factory=dict)
     #: The warm-up's measurement (:meth:`pgval.run.warmup.WarmUp.record`).
     warmup: dict[str, Any] = field(default_factory=dict)
+    #: Who judged the run (``--checker``: numpy, spark or both), and how Spark did.
+    judged_by: dict[str, Any] = field(default_factory=dict)
 
     def warmup_line(self) -> str:
         """The warm-up in one line: how long the pipeline took to settle, or why it never
@@ -61,6 +63,7 @@ class ExperimentResult:
         out.update(self.validity.as_dict())
         out.update({"run_id": self.run_id, "run_dir": str(self.run_dir), "timings": self.timings,
                     "readback": self.readback, "warmup": self.warmup,
+                    "judged_by": self.judged_by,
                     "phase_bounds_ms": {**self.bounds, "start": self.phases.start,
                                         "t2": self.phases.t2, "t3": self.phases.t3},
                     "generator": {k: self.generator.get(k) for k in (

@@ -11,7 +11,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -126,36 +126,44 @@ class SparkCheck:
                 "sets": None if self.sets is None else str(self.sets)}
 
 
+def checker_conf(master: str, heap_mb: int = DEFAULT_HEAP_MB, kafka: bool = False,
+                 conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The checker session's settings: ``master`` (``local[N]``, or a cluster's URL), no UI,
+    UTC, pages small enough for a small heap (shuffle partitions are set per job from its
+    size: :func:`pgval.scale.checker.fit_shuffle`), Spark's Kafka connector where ``kafka``
+    (the read-back), then ``conf`` (how to join a cluster: its driver address, its secret)."""
+    from pgval.host.jars import ensure_jars
+
+    out = {"spark.master": master, "spark.app.name": "pgval-spark-checker",
+           "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+           "spark.driver.memory": f"{int(heap_mb)}m", "spark.buffer.pageSize": "16m",
+           "spark.sql.session.timeZone": "UTC"}
+    if kafka:
+        out["spark.jars"] = ensure_jars(spark=True).spark_jars_csv
+    if master.startswith("local"):
+        out.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    return {**out, **(conf or {})}
+
+
 def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB, kafka: bool = False
                     ) -> SparkSession:
-    """A new Spark session for the checker: ``master`` (``local[N]``, or a cluster's URL), no
-    UI, UTC, with Spark's Kafka connector where ``kafka`` (the read-back); a missing pyspark
-    or Java, or a session already active in this process (whose master and heap would be
-    used instead), is one sentence."""
+    """A new Spark session for the checker in this process (:func:`checker_conf`); a missing
+    pyspark or Java, or a session already active in this process (whose master and heap
+    would be used instead), is one sentence."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise UserMistake("the Spark checker needs pyspark: pip install 'pgval[spark]'"
                           ) from None
-    from pgval.host.jars import check_java, ensure_jars
+    from pgval.host.jars import check_java
 
     if SparkSession.getActiveSession() is not None:
         raise UserMistake("a Spark session is already active in this process: pass it as "
                           "spark= to judge on it, or stop it first")
     check_java()
-    builder = (SparkSession.builder.master(master).appName("pgval-spark-checker")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", f"{int(heap_mb)}m")
-               # Pages small enough for a small heap; shuffle partitions are set per job
-               # from its size (pgval.scale.checker.fit_shuffle).
-               .config("spark.buffer.pageSize", "16m")
-               .config("spark.sql.session.timeZone", "UTC"))
-    if kafka:
-        builder = builder.config("spark.jars", ensure_jars(spark=True).spark_jars_csv)
-    if master.startswith("local"):
-        builder = (builder.config("spark.driver.host", "127.0.0.1")
-                   .config("spark.driver.bindAddress", "127.0.0.1"))
+    builder = SparkSession.builder
+    for key, value in checker_conf(master, heap_mb, kafka).items():
+        builder = builder.config(key, value)
     # PySpark installs its own Ctrl-C handler for the process; pgval's stays in charge.
     handler = signal.getsignal(signal.SIGINT)
     try:

@@ -63,6 +63,10 @@ class SparkValidation:
     sets: dict[str, Path] = field(default_factory=dict)
     #: Inputs the Spark oracle set aside as a second ingress of an ID (None: no Spark oracle).
     duplicate_inputs: int | None = None
+    #: Pairs first processed in each phase (by their first own output's ingress time), and
+    #: the first and last output's ingress time: the reliable throughput's figures.
+    first_own: dict[str, int] = field(default_factory=dict)
+    output_span_ms: tuple[int, int] | None = None
 
     @property
     def guarantee(self) -> str:
@@ -275,6 +279,7 @@ def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: st
               .groupBy("first_phase").agg(F.count(F.lit(1)).alias("n")).collect()}
     by_dup = {code: int(r["own"] or 0) - firsts.get(code, 0) for code, r in by_occ.items()}
     n_out, correct, n_rows, missing = _output_totals(rows, keyed, topology, values_compared)
+    span = keyed.agg(F.min("ingress_ts").alias("a"), F.max("ingress_ts").alias("b")).collect()[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     sets = {"unprocessed": _write_set(stats.filter(own == 0), out_dir / "unprocessed"),
             "duplicate": _write_set(stats.filter(own > 1), out_dir / "duplicate"),
@@ -293,4 +298,7 @@ def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: st
         wrong_value=_total(by_occ, "bad_value") if values_compared else None,
         outputs=n_out, correct_outputs=correct, expected_outputs=n_rows,
         missing_outputs=missing, expected_inputs=inputs if n_exp > inputs else None,
-        malformed=malformed, phases=_phase_rows(by_slot, by_occ, by_dup), sets=sets)
+        malformed=malformed, phases=_phase_rows(by_slot, by_occ, by_dup), sets=sets,
+        first_own={name: firsts.get(code, 0) for name, code in zip(
+            PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)},
+        output_span_ms=None if span["a"] is None else (int(span["a"]), int(span["b"])))

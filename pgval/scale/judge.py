@@ -7,15 +7,17 @@ verdict is unknown, with the read's problems as the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgval.checker.validator import PhaseCounts
 from pgval.records.phases import Phases
 from pgval.scale.checker import SparkValidation, validate_on_spark
-from pgval.scale.kafka_read import SparkReadBack, read_back_on_spark
+from pgval.scale.kafka_read import PartitionRead, SparkReadBack, read_back_on_spark
 from pgval.scale.oracle import expected_on_spark
 
 if TYPE_CHECKING:
@@ -46,6 +48,34 @@ class SparkJudgement:
         return {"guarantee": self.guarantee, "reason": self.reason, "read": self.read.as_dict(),
                 "counts": None if self.validation is None else self.validation.counts(),
                 "stages_s": self.stages_s}
+
+    def to_record(self) -> dict[str, Any]:
+        """Everything, as JSON: what a checker process hands back (:meth:`from_record`)."""
+        v = self.validation
+        return {"read": {**self.read.as_dict(),
+                         "tables": {k: str(p) for k, p in self.read.tables.items()}},
+                "validation": None if v is None else {
+                    **{f.name: getattr(v, f.name) for f in dataclasses.fields(v)},
+                    "phases": {p: dataclasses.asdict(c) for p, c in v.phases.items()},
+                    "sets": {k: str(p) for k, p in v.sets.items()}},
+                "stages_s": self.stages_s}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> SparkJudgement:
+        read = dict(record["read"])
+        read_back = SparkReadBack(
+            {k: Path(p) for k, p in read.pop("tables").items()},
+            [PartitionRead(**p) for p in read.pop("partitions")],
+            problems=list(read.pop("problems")),
+            **{k: int(read[k]) for k in ("inputs", "control_inputs", "malformed_inputs",
+                                         "outputs", "control_outputs", "malformed_outputs")})
+        v = record.get("validation")
+        validation = None if v is None else SparkValidation(**{
+            **v, "phases": {p: PhaseCounts(**c) for p, c in v["phases"].items()},
+            "sets": {k: Path(p) for k, p in v["sets"].items()},
+            "output_span_ms": None if v.get("output_span_ms") is None
+            else tuple(v["output_span_ms"])})
+        return cls(read_back, validation, dict(record.get("stages_s") or {}))
 
 
 def judge_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str, str],
