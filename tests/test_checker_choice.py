@@ -21,8 +21,9 @@ from pgval.config import resolve
 from pgval.core.errors import EvidenceInDoubt, UserMistake
 from pgval.core.spec import SPARK_ABOVE, RunSpec
 from pgval.evidence.bundle import Manifest, seal, verify
+from pgval.evidence.run_import import _sums_verified
 from pgval.records.phases import Phases
-from pgval.run.spark_judge import choose_checker
+from pgval.run.spark_judge import checker_heap_mb, choose_checker
 from pgval.scale.checker import SparkValidation
 from pgval.scale.evaluation import NOT_ON_SPARK, as_evaluation, read_reasons
 
@@ -36,6 +37,13 @@ def test_auto_judges_on_spark_only_above_the_threshold() -> None:
     low = RunSpec(topology="mst", spark_above=1_000)
     assert choose_checker(low, 1_000).checker == "numpy"
     assert choose_checker(low, 1_001).checker == "spark"
+
+
+def test_the_checkers_heap_grows_with_the_run_within_half_the_machine() -> None:
+    assert checker_heap_mb(0, machine_mb=24_576) == 1024
+    assert checker_heap_mb(100_000_000, machine_mb=24_576) == 1024 + 3814  # 4 GiB judged it
+    assert checker_heap_mb(100_000_000, machine_mb=4_096) == 2048
+    assert checker_heap_mb(10**9, machine_mb=1_024) == 1024  # never below the base
 
 
 def test_what_numpy_alone_judges_stays_with_numpy_and_says_so() -> None:
@@ -154,6 +162,11 @@ def test_a_spark_judged_runs_tables_are_sealed_and_verified(tmp_path: Path) -> N
     (sets / "part-1.parquet").unlink()
     with pytest.raises(EvidenceInDoubt, match="which is no evidence file"):
         verify(run, {**hashes, "evidence/spark/../run.json": "0" * 64}, 7)
+    # An import of the run (its storing failed) reads the same SHA256SUMS.
+    assert _sums_verified(run) == hashes
+    (sets / "part-2.parquet").write_bytes(b"PAR1 late")
+    with pytest.raises(EvidenceInDoubt, match="added after the run"):
+        _sums_verified(run)
 
 
 def partition(topic: str, p: int, end: int, records: int) -> dict:

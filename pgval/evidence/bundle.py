@@ -126,7 +126,7 @@ def spark_files(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in root.rglob("*") if p.is_file())
 
 
-def _is_spark_key(key: str) -> bool:
+def is_spark_key(key: str) -> bool:
     """A stored evidence key inside :data:`SPARK_DIR`, no way out of it."""
     parts = key.split("/")
     return (len(parts) > 2 and parts[:2] == [EVIDENCE_DIR, SPARK_DIR]
@@ -396,7 +396,7 @@ def verify(run_dir: Path, stored: Mapping[str, str], run_id: int) -> None:
     refuse = "refusing to re-check edited evidence"
     known = {f"{EVIDENCE_DIR}/{name}" for name in (*EVIDENCE_FILES, SUMS)}
     for key, digest in stored.items():
-        if key not in known and not _is_spark_key(key):  # never hash another path
+        if key not in known and not is_spark_key(key):  # never hash another path
             raise EvidenceInDoubt(f"the results database names {_printable(key)} as evidence "
                                   f"of run {run_id}, which is no evidence file; {refuse}")
         digest = _printable(digest)

@@ -475,7 +475,9 @@ def _rejudge_on_spark(run_dir: Path, manifest: Manifest, spark_run: dict[str, An
     from pgval.scale.agreement import checker_session, spark_call
     from pgval.scale.evaluation import as_evaluation, recount_read, rejudge_kept, same_sets
 
-    read = spark_run.get("read") if isinstance(spark_run.get("read"), dict) else {}
+    kept = manifest.readback.get("spark") if isinstance(manifest.readback, dict) else None
+    read = (spark_run["read"] if isinstance(spark_run.get("read"), dict)
+            else kept if isinstance(kept, dict) else {})  # a checker that failed: its reason
     folder = evidence_dir(run_dir) / "spark"
     if not read.get("complete"):  # judged by nobody then, and now
         return (as_evaluation(None, manifest.topology, manifest.window_ms,

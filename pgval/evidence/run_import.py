@@ -24,8 +24,10 @@ from pgval.evidence.bundle import (
     EvidenceError,
     Manifest,
     evidence_dir,
+    is_spark_key,
     load_progress,
     sha256_file,
+    spark_files,
 )
 from pgval.evidence.recheck import recheck
 from pgval.store.dbfile import json_object_cell
@@ -111,7 +113,7 @@ def _sums_verified(run_dir: Path) -> dict[str, str] | None:
         if line.startswith("#") or not line.strip():
             continue
         digest, _, name = line.partition("  ")
-        if name not in EVIDENCE_FILES:
+        if name not in EVIDENCE_FILES and not is_spark_key(f"{EVIDENCE_DIR}/{name}"):
             raise EvidenceInDoubt(f"SHA256SUMS of {run_dir} names {name[:80]!r}, which is no "
                                   "evidence file; refusing to import it")
         try:
@@ -123,8 +125,8 @@ def _sums_verified(run_dir: Path) -> dict[str, str] | None:
                                   "in SHA256SUMS (edited after the run); refusing to import "
                                   "it")
         hashes[f"{EVIDENCE_DIR}/{name}"] = digest
-    added = [n for n in EVIDENCE_FILES if f"{EVIDENCE_DIR}/{n}" not in hashes
-             and (folder / n).exists()]
+    added = [n for n in (*EVIDENCE_FILES, *spark_files(folder))
+             if f"{EVIDENCE_DIR}/{n}" not in hashes and (folder / n).exists()]
     if added:
         raise EvidenceInDoubt(f"{EVIDENCE_DIR}/{added[0]} of {run_dir} is not in "
                               "SHA256SUMS (added after the run); refusing to import it")

@@ -13,6 +13,7 @@ Spark's judgement of the same topics to it: a difference makes the run unknown.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from pgval.core.spec import SPARK_ABOVE, RunSpec
 from pgval.deploy.base import DriverPlacement
 from pgval.deploy.driver_process import DriverProcess
 from pgval.evidence.bundle import evidence_dir
+from pgval.host import signals
 from pgval.host.procs import spawn
 from pgval.records.phases import Phases
 from pgval.run.setup import RunHandles
@@ -47,6 +49,7 @@ SPARK_EVIDENCE = "spark"
 LOCAL_MASTER = "local[2]"
 #: The checker session's driver heap (the tables are Parquet; Spark spills the rest).
 DRIVER_HEAP_MB = 1024
+HEAP_BYTES_PER_INPUT = 40
 #: The Spark checker's time: this much, plus this per input in Kafka.
 BASE_TIMEOUT_S = 300.0
 PER_INPUT_S = 1 / 40_000  # 25 µs
@@ -95,6 +98,9 @@ class SparkRun:
     input_topics: tuple[str, ...]
     timings: dict[str, float] = field(default_factory=dict)
     failure: str | None = None
+    #: The class archives recorded before the driver stopped (run.json's ``class_archives``
+    #: then says what became of them, not the teardown's second look).
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def validation(self) -> SparkValidation | None:
@@ -109,14 +115,21 @@ class SparkRun:
         return read_reasons(self.judgement.read.as_dict(), list(self.input_topics), delivered,
                             own_events, generator_valid)
 
+    def _examples(self) -> dict[str, list[int]]:
+        """The first IDs of each anomaly set (none where a set cannot be read)."""
+        if self.validation is None:
+            return {}
+        try:
+            return set_examples(self.validation.sets)
+        except (OSError, ValueError):
+            return {}
+
     def describe(self) -> dict[str, Any]:
         """What run.json and ``--json`` keep of it (the read's proof per partition too)."""
         judged = {"failure": self.failure} if self.judgement is None else {
-            **self.judgement.as_dict(),
-            "examples": set_examples(self.judgement.validation.sets)
-            if self.judgement.validation is not None else {}}
+            **self.judgement.as_dict(), "examples": self._examples()}
         return {"master": self.master, "folder": str(self.folder),
-                "input_topics": list(self.input_topics), **judged,
+                "input_topics": list(self.input_topics), **judged, **self.notes,
                 "seconds": {k: round(v, 3) for k, v in self.timings.items()}}
 
 
@@ -164,44 +177,71 @@ def judge_timeout_s(inputs: int) -> float:
     return BASE_TIMEOUT_S + inputs * PER_INPUT_S
 
 
+def checker_heap_mb(inputs: int, machine_mb: int | None = None) -> int:
+    """The checker process's heap (MiB): this much at least, plus this per input, within
+    half the machine. In ``local[N]`` every task runs in it; 1 GiB judged 10M inputs once
+    in two tries and 4 GiB judged 100M (docs/performance.md)."""
+    if machine_mb is None:
+        try:
+            machine_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+        except (OSError, ValueError):
+            machine_mb = 4 * DRIVER_HEAP_MB
+    want = DRIVER_HEAP_MB + (max(0, inputs) * HEAP_BYTES_PER_INPUT >> 20)
+    return max(DRIVER_HEAP_MB, min(want, machine_mb // 2))
+
+
 def judge_run(cfg: RunSpec, h: RunHandles, run_dir: Path, phases: Phases, inputs: int
               ) -> SparkRun:
     """Free the run's cluster for the checker (class archives recorded first, a fault still
     on removed, the driver stopped: its progress is kept), then read back, compute the
     expected outputs and classify every ID on Spark, in a process of its own
     (:mod:`pgval.topologies.spark_checker`), the tables and anomaly sets into the run's
-    evidence. A failure or a time-out (:func:`judge_timeout_s`) is the run's
-    :attr:`SparkRun.failure`, never this process's."""
+    evidence. Whatever goes wrong on the way (a failure, a time-out of
+    :func:`judge_timeout_s`) is the run's :attr:`SparkRun.failure`, in words without the
+    run's secret values, and the half-written tables are not kept."""
     timings: dict[str, float] = {}
-    if isinstance(h.driver, DriverProcess):
-        t0 = time.monotonic()
-        archives = dump_class_archives(h)  # the JVMs that record them must be alive
-        timings.update({f"early_{k}": v for k, v in archives.timings.items()})
-        if h.schedule.needs_removal():
-            h.schedule.step("remove", now_ms(), restore=False)
-        h.driver.stop()
-        timings["driver_stop_s"] = time.monotonic() - t0
-    where = session_settings(cfg, h)
+    notes: dict[str, Any] = {}
     folder = evidence_dir(run_dir) / SPARK_EVIDENCE
-    limit_s = judge_timeout_s(inputs)
-    t0 = time.monotonic()
-    record, failure = _checker_process(cfg, h, where, folder, run_dir, phases, limit_s)
-    timings["checker_process_s"] = time.monotonic() - t0
-    judged = None if record is None else SparkJudgement.from_record(record)
-    if judged is not None:
+    master = cfg.spark_master or LOCAL_MASTER
+    try:
+        if isinstance(h.driver, DriverProcess):
+            t0 = time.monotonic()
+            archives = dump_class_archives(h)  # the JVMs that record them must be alive
+            notes.update(archives.notes)
+            timings.update(archives.timings)
+            if h.schedule.needs_removal():
+                h.schedule.step("remove", now_ms(), restore=False)
+            h.driver.stop()
+            timings["driver_stop_s"] = time.monotonic() - t0
+        where = session_settings(cfg, h)
+        master = where.master
+        t0 = time.monotonic()
+        record, failure = _checker_process(cfg, h, where, folder, run_dir, phases,
+                                           judge_timeout_s(inputs), checker_heap_mb(inputs))
+        timings["checker_process_s"] = time.monotonic() - t0
+        judged = None if record is None else SparkJudgement.from_record(record)
+    except Exception as exc:  # noqa: BLE001 - the run is stored unknown, saying why
+        judged, failure = None, f"{type(exc).__name__}: {exc}"
+    if judged is None:
+        shutil.rmtree(folder, ignore_errors=True)  # no table of a checker that did not end
+    else:
         timings.update({f"{k.replace(' ', '_')}_s": v for k, v in judged.stages_s.items()})
-    # The expected rows are derived (a re-check makes them again from the kept tables).
-    shutil.rmtree(folder / "expected", ignore_errors=True)
-    return SparkRun(where.master, judged, folder, tuple(h.topics.inputs), timings, failure)
+        # The expected rows are derived (a re-check makes them again from the kept tables).
+        shutil.rmtree(folder / "expected", ignore_errors=True)
+    return SparkRun(master, judged, folder, tuple(h.topics.inputs), timings,
+                    None if failure is None else cfg.scrubbed(failure), notes)
 
 
 def _checker_process(cfg: RunSpec, h: RunHandles, where: CheckerSession, folder: Path,
-                     run_dir: Path, phases: Phases, limit_s: float
+                     run_dir: Path, phases: Phases, limit_s: float, heap_mb: int
                      ) -> tuple[dict[str, Any] | None, str | None]:
     """The checker process to its end: its judgement, or why there is none."""
     secret_keys = ("spark.authenticate.secret",)
-    spec = {"master": where.master, "heap_mb": DRIVER_HEAP_MB, "bootstrap": where.bootstrap,
-            "conf": {"spark.executor.memory": cfg.executor_memory,
+    # Executors as big as the run's workers offer (the run's own executors are stopped).
+    executor_memory = (cfg.cluster.worker_memory if where.master.startswith("spark://")
+                       else cfg.executor_memory)
+    spec = {"master": where.master, "heap_mb": heap_mb, "bootstrap": where.bootstrap,
+            "conf": {"spark.executor.memory": executor_memory,
                      **{k: v for k, v in where.conf.items() if k not in secret_keys}},
             "driver_host": where.conf.get("spark.driver.host"),
             "inputs": {"get": h.topics.get, "post": h.topics.post},
@@ -230,7 +270,7 @@ def _checker_process(cfg: RunSpec, h: RunHandles, where: CheckerSession, folder:
         return None, (f"the Spark checker did not finish within {limit_s:.0f} s on "
                       f"{where.master} (log: {log})")
     finally:
-        if proc.alive():
+        with signals.shielded():  # the group (its JVM) and the pid file, whatever ended it
             proc.stop(grace_s=5.0)
     if rc != 0 or not out.is_file():
         lines = [ln for ln in log.read_text(errors="replace").splitlines()
