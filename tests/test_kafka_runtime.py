@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,16 +185,38 @@ def test_read_committed_skips_aborted_and_open_transactions(cluster: KafkaCluste
     everything = read_topic(cluster.bootstrap, topic, isolation="read_uncommitted")
     assert len(everything) == 7
 
-    # An open transaction holds back the last stable offset: read_committed must stop at
-    # it at once (not run into the idle timeout) and must not return the pending records.
+    # An open transaction holds back the last stable offset. The read waits for it: one
+    # still open when the wait ends leaves the read incomplete, with the reason, and its
+    # records unread.
     tx.begin_transaction()
     tx.produce(topic, value=b"pending", partition=2)
     tx.flush(30)
     t0 = time.monotonic()
-    held = read_topic(cluster.bootstrap, topic, idle_timeout_s=20)
-    assert time.monotonic() - t0 < 10
-    assert b"pending" not in held.values.to_pylist() and len(held) == 4
-    tx.abort_transaction(30)
+    held = read_topic(cluster.bootstrap, topic, timeout_s=3, strict=False)
+    assert 2.5 < time.monotonic() - t0 < 15
+    assert not held.complete and b"pending" not in held.values.to_pylist()
+    assert any("partition 2: a transaction" in p and "neither committed nor aborted" in p
+               for p in held.problems), held.problems
+    with pytest.raises(PgvalError, match="neither committed nor aborted"):
+        read_topic(cluster.bootstrap, topic, timeout_s=1)
+
+    # Committed while the snapshot waits (as when a sink's commit has returned but its
+    # markers are still being written): its records belong to the read; aborted, they do not.
+    for finish, value in ((tx.commit_transaction, b"late-commit"),
+                          (tx.abort_transaction, b"late-abort")):
+        if value != b"late-commit":
+            tx.begin_transaction()
+        tx.produce(topic, value=value, partition=1)
+        tx.flush(30)
+        timer = threading.Timer(1.5, finish, args=(30,))
+        timer.start()
+        try:
+            got = read_topic(cluster.bootstrap, topic, timeout_s=30)
+        finally:
+            timer.join()
+        assert got.complete
+        assert (value in got.values.to_pylist()) == (value == b"late-commit")
+    assert b"pending" in got.values.to_pylist() and len(got) == 6
 
 
 @pytest.mark.cluster
@@ -481,16 +504,21 @@ def test_the_java_reader_reads_what_librdkafka_reads(cluster: KafkaCluster) -> N
             except BufferError:
                 plain.poll(0.05)
     assert plain.flush(60) == 0
-    tx.begin_transaction()  # open: holds read_committed's end back
+    tx.begin_transaction()  # open: read_committed cannot get past it
     tx.produce(topic, value=b"pending", partition=2)
     tx.flush(30)
     try:
         for isolation in ("read_committed", "read_uncommitted"):
-            got = {r: read_topic(cluster.bootstrap, topic, isolation=isolation, reader=r)
+            got = {r: read_topic(cluster.bootstrap, topic, isolation=isolation, reader=r,
+                                 timeout_s=3, strict=False)
                    for r in ("jvm", "librdkafka")}
             java, rdkafka = got["jvm"], got["librdkafka"]
             assert java.reader == "jvm" and rdkafka.reader == "librdkafka"
-            assert java.complete and rdkafka.complete, (java.problems, rdkafka.problems)
+            # Both stop at the open transaction and say so; both read everything else.
+            held = isolation == "read_committed"
+            for one in (java, rdkafka):
+                assert one.complete != held, (one.reader, one.problems)
+                assert held == any("neither committed nor aborted" in p for p in one.problems)
             assert (java.end_offsets, java.reached) == (rdkafka.end_offsets, rdkafka.reached)
             assert _sorted(java).equals(_sorted(rdkafka)), isolation
             values = java.values.to_pylist()
@@ -498,11 +526,11 @@ def test_the_java_reader_reads_what_librdkafka_reads(cluster: KafkaCluster) -> N
                 + (isolation == "read_uncommitted")
             assert None in values and b"" in values and (b"pending" in values) == (
                 isolation == "read_uncommitted")
-        # From 1M records on (here: lowered) "auto" takes the Java reader.
-        auto = read_topics(cluster.bootstrap, [topic], jvm_min_records=1000)[topic]
-        assert auto.reader == "jvm" and len(auto) == 150_030
     finally:
         tx.abort_transaction(30)
+    # From 1M records on (here: lowered) "auto" takes the Java reader.
+    auto = read_topics(cluster.bootstrap, [topic], jvm_min_records=1000)[topic]
+    assert auto.reader == "jvm" and auto.complete and len(auto) == 150_030
     assert not _ours_running()
 
 

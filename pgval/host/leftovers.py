@@ -125,7 +125,9 @@ class HostSnapshot:
             return sorted(n for n in now - then if not any(_names(n, s) for s in theirs))
 
         def ours(pid: int) -> bool:
-            return not _works_under(pid, spared) and (others is None or not others.own(pid))
+            # One gone since the snapshot can no longer be told apart, and is not left.
+            return (os.path.exists(f"/proc/{pid}") and not _works_under(pid, spared)
+                    and (others is None or not others.own(pid)))
 
         out = {
             "processes": [f"{p}: {c[:200]}" for p, c in self.processes.items()

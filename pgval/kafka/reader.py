@@ -1,12 +1,13 @@
 """Reading topics back: every record up to an end-offset snapshot, with the proof.
 
 The one consumer of pgval's evidence. :func:`read_topics` takes one end-offset snapshot of
-all its topics (the last stable offset for read_committed), then reads every partition
-from its log start up to it; :func:`read_topic` is the same for one topic, in this
-process. What comes back is a :class:`~pgval.kafka.topic_records.TopicRecords` per topic:
-the columns and how far each partition got, with every reason a read stopped short — a
-time-out, nothing arriving, a Kafka error, records deleted before they were read — so a
-short read is never silent. The consumer settings of every read are :func:`reader_conf`'s.
+all its topics (their high watermarks; under read_committed once every transaction below
+them is committed or aborted), then reads every partition from its log start up to it;
+:func:`read_topic` is the same for one topic, in this process. What comes back is a
+:class:`~pgval.kafka.topic_records.TopicRecords` per topic: the columns and how far each
+partition got, with every reason a read stopped short — a time-out, nothing arriving, a
+transaction left open, a Kafka error, records deleted before they were read — so a short
+read is never silent. The consumer settings of every read are :func:`reader_conf`'s.
 
 Speed: librdkafka fetches and decompresses in its own thread; each batch of up to
 :data:`READ_BATCH` records becomes columns with one C-driven pass per field (the only
@@ -147,8 +148,9 @@ def end_snapshot(consumer: Consumer, bootstrap: str, topic: str, timeout_s: floa
                  ) -> tuple[dict[int, int], dict[int, int], list[str]]:
     """(end, start, problems) per partition of ``topic``: what a read must reach.
 
-    With isolation.level=read_committed the "high" offset librdkafka queries is the last
-    stable offset. A log that no longer starts at 0 lost records: a problem.
+    The end is the "high" offset ``consumer`` is told: the high watermark for a
+    read_uncommitted client, the last stable offset for a read_committed one. A log that
+    no longer starts at 0 lost records: a problem.
     """
     md = consumer.list_topics(topic=topic, timeout=min(timeout_s, 30.0))
     tmd = md.topics.get(topic)
@@ -367,8 +369,9 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
     """Read all of ``topic`` from the beginning up to its current end, as columns, in this
     process (:func:`read_topics` with one topic and no reader process).
 
-    The end is the last stable offset for ``read_committed`` (aborted and open transactions
-    are skipped) and the high watermark for ``read_uncommitted``. Reading stops when every
+    The end is the high watermark; under ``read_committed`` the read first waits until
+    every transaction below it is committed or aborted (:func:`offsets_snapshot`), and
+    aborted records are skipped. Reading stops when every
     partition has reached it, when nothing arrived for ``idle_timeout_s``, at ``timeout_s``,
     or on a Kafka error. With ``strict`` (the default) a read that stopped short raises
     :class:`PgvalError`; with ``strict=False`` it returns what it read, with the
@@ -383,33 +386,81 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
                        config=config, reader=reader)[topic]
 
 
+#: How long a snapshot waits for transactions under way at it to be committed or aborted:
+#: longer than the e1 sink's transaction time-out (60 s) and the coordinator's check for
+#: timed-out transactions (10 s), after which Kafka aborts a transaction left open.
+SETTLE_S = 75.0
+
+
 def offsets_snapshot(conf: dict[str, object], bootstrap: str, topics: Sequence[str],
                      timeout_s: float
                      ) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]],
                                 dict[str, list[str]]]:
-    """(ends, starts, problems) per topic, from one consumer: the snapshot every reader
-    reads up to. A topic it cannot look at gets no partitions and a problem line."""
+    """(ends, starts, problems) per topic: the snapshot every reader reads up to.
+
+    The end is each partition's high watermark, whatever the isolation level: every record
+    written before the snapshot. Under read_committed the snapshot then waits (up to
+    :data:`SETTLE_S`, or ``timeout_s`` if shorter) until the last stable offset passes it,
+    i.e. every transaction with records below it is committed or aborted: a transaction
+    whose commit had returned but whose markers were still being written must be read, not
+    cut off. One still open after the wait is a problem line (the read is not complete).
+    A topic it cannot look at gets no partitions and a problem line."""
     ends: dict[str, dict[int, int]] = {t: {} for t in topics}
     starts: dict[str, dict[int, int]] = {t: {} for t in topics}
     problems: dict[str, list[str]] = {t: [] for t in topics}
-    consumer = None
+    committed = conf.get("isolation.level") == "read_committed"
+    consumers: list[Consumer] = []
     try:
-        consumer = Consumer(conf)
+        # The high watermark comes from a read_uncommitted client: a read_committed one
+        # answers with the last stable offset.
+        consumers.append(Consumer({**conf, "isolation.level": "read_uncommitted"}))
         for topic in topics:
             try:
-                ends[topic], low, problems[topic] = end_snapshot(consumer, bootstrap, topic,
-                                                                 timeout_s)
+                ends[topic], low, problems[topic] = end_snapshot(consumers[0], bootstrap,
+                                                                 topic, timeout_s)
                 starts[topic] = dict(low)
             except (KafkaException, PgvalError) as exc:
                 problems[topic].append(_kafka_problem(exc))
+        if committed:
+            consumers.append(Consumer(conf))
+            _settle_transactions(consumers[1], ends, problems, min(SETTLE_S, timeout_s))
     except KafkaException as exc:  # a client that cannot even start
         for topic in topics:
             problems[topic].append(_kafka_problem(exc))
     finally:
-        if consumer is not None:
+        for consumer in consumers:
             with contextlib.suppress(Exception):
                 consumer.close()
     return ends, starts, problems
+
+
+def _settle_transactions(consumer: Consumer, ends: Mapping[str, Mapping[int, int]],
+                         problems: dict[str, list[str]], wait_s: float) -> None:
+    """Wait until every partition's last stable offset (``consumer`` reads committed) has
+    reached its end in ``ends``; name in ``problems`` each one still held back after
+    ``wait_s`` by a transaction neither committed nor aborted."""
+    held = {(t, p): e for t, parts in ends.items() for p, e in parts.items() if e > 0}
+    stable: dict[tuple[str, int], int] = {}
+    deadline = time.monotonic() + wait_s
+    while held:
+        for (topic, p), end in list(held.items()):
+            try:
+                _, lso = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                        timeout=10.0, cached=False)
+            except KafkaException as exc:
+                problems[topic].append(_kafka_problem(exc))
+                del held[topic, p]
+                continue
+            stable[topic, p] = lso
+            if lso >= end:
+                del held[topic, p]
+        if not held or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for (topic, p), end in sorted(held.items()):
+        problems[topic].append(
+            f"partition {p}: a transaction with records from offset {stable.get((topic, p))} "
+            f"below the end {end} was neither committed nor aborted within {wait_s:.0f} s")
 
 
 @dataclass(frozen=True)
