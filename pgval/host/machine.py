@@ -68,3 +68,17 @@ def machine_label(machine: dict[str, Any]) -> str:
         parts.append(f"{machine['memory_gib']} GiB")
     boot = machine.get("boot") or "?"
     return f"{', '.join(parts)} (boot {boot})"
+
+
+def heap_mb(base_mb: int, items: int, bytes_per_item: int, share: float,
+            machine_mb: int | None = None) -> int:
+    """A JVM heap (MiB) that grows with what it holds: ``base_mb`` plus ``bytes_per_item``
+    for each of ``items``, within ``share`` of this machine's memory (``machine_mb``;
+    read from the system when not given), never below ``base_mb``."""
+    if machine_mb is None:
+        try:
+            machine_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
+        except (OSError, ValueError):
+            machine_mb = 4 * base_mb
+    want = base_mb + (max(0, items) * bytes_per_item >> 20)
+    return max(base_mb, min(want, int(machine_mb * share)))

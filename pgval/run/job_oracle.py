@@ -11,7 +11,6 @@ re-check reads it instead of running Spark again.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from pgval.core.driver_spec import SPARK_CONF_ENV
 from pgval.core.errors import EnvironmentFailure, UserMistake
+from pgval.host.machine import heap_mb
 from pgval.host.procs import spawn
 
 #: The batch oracle's own allowance, plus this per input event: a local[1] session reads,
@@ -51,13 +51,7 @@ def batch_timeout_s(events: int, batches: int = 0) -> float:
 def batch_heap_mb(events: int, machine_mb: int | None = None) -> int:
     """The batch oracle's heap (MiB) for a run with ``events`` inputs: it holds the run's
     records and the job's rows, so it grows with them, within half the machine."""
-    if machine_mb is None:
-        try:
-            machine_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
-        except (OSError, ValueError):
-            machine_mb = 4 * BASE_HEAP_MB
-    want = BASE_HEAP_MB + (max(0, events) * HEAP_BYTES_PER_EVENT >> 20)
-    return max(BASE_HEAP_MB, min(want, int(machine_mb * MAX_HEAP_SHARE)))
+    return heap_mb(BASE_HEAP_MB, events, HEAP_BYTES_PER_EVENT, MAX_HEAP_SHARE, machine_mb)
 
 
 def run_batch_oracle(job: str, run_dir: Path, spark_conf: dict[str, str],

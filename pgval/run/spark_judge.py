@@ -13,7 +13,6 @@ Spark's judgement of the same topics to it: a difference makes the run unknown.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from pgval.deploy.base import DriverPlacement
 from pgval.deploy.driver_process import DriverProcess
 from pgval.evidence.bundle import evidence_dir
 from pgval.host import signals
+from pgval.host.machine import heap_mb
 from pgval.host.procs import spawn
 from pgval.records.phases import Phases
 from pgval.run.setup import RunHandles
@@ -181,13 +181,7 @@ def checker_heap_mb(inputs: int, machine_mb: int | None = None) -> int:
     """The checker process's heap (MiB): this much at least, plus this per input, within
     half the machine. In ``local[N]`` every task runs in it; 1 GiB judged 10M inputs once
     in two tries and 4 GiB judged 100M (docs/performance.md)."""
-    if machine_mb is None:
-        try:
-            machine_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20
-        except (OSError, ValueError):
-            machine_mb = 4 * DRIVER_HEAP_MB
-    want = DRIVER_HEAP_MB + (max(0, inputs) * HEAP_BYTES_PER_INPUT >> 20)
-    return max(DRIVER_HEAP_MB, min(want, machine_mb // 2))
+    return heap_mb(DRIVER_HEAP_MB, inputs, HEAP_BYTES_PER_INPUT, 0.5, machine_mb)
 
 
 def judge_run(cfg: RunSpec, h: RunHandles, run_dir: Path, phases: Phases, inputs: int
