@@ -21,6 +21,7 @@ from pgval.kafka.admin import create_topics, delete_topics, is_reachable
 from pgval.kafka.broker import KafkaCluster
 from pgval.kafka.client import java_client_options, quiet_conf
 from pgval.kafka.reader import read_topic, read_topics, reader_conf
+from pgval.run.readback import written_after
 from tests.conftest import wait_until
 
 PLAIN = schema.Topics()  # the unprefixed topics
@@ -184,6 +185,9 @@ def test_read_committed_skips_aborted_and_open_transactions(cluster: KafkaCluste
     assert committed.timestamps.dtype.kind == "i" and len(committed.offsets) == 4
     everything = read_topic(cluster.bootstrap, topic, isolation="read_uncommitted")
     assert len(everything) == 7
+    # The read's own isolation level holds whatever the user's client settings say.
+    said = read_topic(cluster.bootstrap, topic, config={"isolation.level": "read_uncommitted"})
+    assert sorted(said.values.to_pylist()) == sorted(committed.values.to_pylist())
 
     # An open transaction holds back the last stable offset. The read waits for it: one
     # still open when the wait ends leaves the read incomplete, with the reason, and its
@@ -217,6 +221,24 @@ def test_read_committed_skips_aborted_and_open_transactions(cluster: KafkaCluste
         assert got.complete
         assert (value in got.values.to_pylist()) == (value == b"late-commit")
     assert b"pending" in got.values.to_pylist() and len(got) == 6
+
+
+@pytest.mark.cluster
+def test_a_topic_written_after_the_read_is_named(cluster: KafkaCluster) -> None:
+    """After the drain nothing may write to the output topic: a record that arrives after
+    the read's snapshot is a problem of the read (the sink was still writing)."""
+    topic = "written-after"
+    create_topics(cluster.client_config, [topic], 2)
+    plain = _producer(cluster.bootstrap)
+    plain.produce(topic, value=b"before", partition=0)
+    assert plain.flush(30) == 0
+    read = read_topic(cluster.bootstrap, topic)
+    assert written_after(cluster.bootstrap, {}, read) == []
+    plain.produce(topic, value=b"after", partition=1)
+    assert plain.flush(30) == 0
+    assert written_after(cluster.bootstrap, {}, read) == [
+        "written to after the read-back's snapshot (the sink was still writing): "
+        "partition 1 ended at 0, then at 1"]
 
 
 @pytest.mark.cluster

@@ -209,7 +209,7 @@ def _checkpoint_query_id(checkpoint: str) -> str | None:
 
 def last_committed_batch(bootstrap: str, query_name: str, query_id: str | None,
                          marker_topic: str = schema.MARKER_TOPIC,
-                         timeout_s: float = 60.0,
+                         timeout_s: float = 90.0,
                          client_conf: dict[str, Any] | None = None) -> int:
     """Highest batch id a committed marker of this query carries, or -1.
 

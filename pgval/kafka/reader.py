@@ -122,11 +122,18 @@ def _kafka_problem(exc: Exception) -> str:
 def reader_conf(bootstrap: str, isolation: str,
                 config: Mapping[str, object] | None = None) -> dict[str, object]:
     """Consumer settings of every read-back (no group offsets, partition ends reported);
-    ``config`` adds client settings (the user's SASL/SSL for an external cluster)."""
+    ``config`` adds client settings (the user's SASL/SSL for an external cluster); the
+    settings the read's proof rests on are pgval's, whatever ``config`` says."""
     if isolation not in ("read_committed", "read_uncommitted"):
         raise ValueError(f"unknown isolation level {isolation!r}")
     return {
         **quiet_conf(bootstrap),
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        "queued.min.messages": 1_000_000,
+        "queued.max.messages.kbytes": 256 * 1024,
+        "fetch.wait.max.ms": 50,
+        **(config or {}),
         "group.id": f"pgval-read-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -135,12 +142,6 @@ def reader_conf(bootstrap: str, isolation: str,
         # Every read starts at an explicit offset; one that falls out of the log while it
         # reads (retention, truncation) is an error, never a silent jump.
         "auto.offset.reset": "error",
-        "fetch.max.bytes": 64 * 1024 * 1024,
-        "max.partition.fetch.bytes": 16 * 1024 * 1024,
-        "queued.min.messages": 1_000_000,
-        "queued.max.messages.kbytes": 256 * 1024,
-        "fetch.wait.max.ms": 50,
-        **(config or {}),
     }
 
 

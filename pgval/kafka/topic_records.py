@@ -50,7 +50,8 @@ class TopicRecords:
     given to the constructor are converted. ``rows()`` gives Python tuples for small checks.
 
     Also the proof of what was read: ``end_offsets`` are the per-partition ends the read
-    aimed for (the last stable offset for read_committed), ``reached`` the position each
+    aimed for (the high watermarks, every transaction below them settled first under
+    read_committed), ``reached`` the position each
     partition actually got to, and ``problems`` why the read stopped short (empty when
     :attr:`complete`). A short read is never silent: callers decide what it means.
     """

@@ -17,7 +17,7 @@ from pgval.checker.result import Result, compose
 from pgval.checker.validity import generator_reasons, readback_reasons, reconcile_inputs
 from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
 from pgval.evidence.bundle import save_topic
-from pgval.kafka.reader import read_topics
+from pgval.kafka.reader import offsets_snapshot, read_topics, reader_conf
 from pgval.kafka.topic_records import TopicRecords
 
 
@@ -39,6 +39,7 @@ def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
     roles = {topics.get: GET_TOPIC, topics.post: POST_TOPIC, topics.output: OUTPUT_TOPIC}
     by_name = read_topics(bootstrap, tuple(roles), timeout_s=timeout_s, idle_timeout_s=30.0,
                           strict=False, config=extra)
+    by_name[topics.output].problems += written_after(bootstrap, extra, by_name[topics.output])
     records: dict[str, TopicRecords] = {}
     for name, recs in by_name.items():
         records[roles[name]] = recs
@@ -51,3 +52,23 @@ def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
                                      generator_reasons(generator).valid)
     described["inputs"] = info
     return ReadBack(records, described, compose(short, reasons))
+
+
+def written_after(bootstrap: str, config: dict[str, Any], read: TopicRecords) -> list[str]:
+    """Problems if the topic ``read`` came from grew after its snapshot: after the drain
+    nothing may write to the output topic, so a sink still writing (a zombie task's late
+    send, a transaction begun after the snapshot) means the read may not be the run's
+    final output."""
+    if not read.end_offsets:
+        return []
+    conf = reader_conf(bootstrap, "read_uncommitted", config)
+    now, _, problems = offsets_snapshot(conf, bootstrap, [read.topic], 30.0)
+    if problems[read.topic]:
+        return []  # the read itself was complete; a check that could not look adds nothing
+    grown = {p: (e, now[read.topic].get(p, e)) for p, e in read.end_offsets.items()
+             if now[read.topic].get(p, e) > e}
+    if not grown:
+        return []
+    return ["written to after the read-back's snapshot (the sink was still writing): "
+            + ", ".join(f"partition {p} ended at {e}, then at {n}"
+                        for p, (e, n) in sorted(grown.items()))]

@@ -2,7 +2,8 @@
 written as the tables the Spark oracle and checker read, so no process holds the run.
 
 The same proof as pgval's own reader (:mod:`pgval.kafka.reader`): one snapshot of every
-partition's end (under ``read_committed`` the last stable offset) taken before the read, and
+partition's end (its high watermark; under ``read_committed`` once every transaction below it
+is committed or aborted) taken before the read, and
 a log that no longer starts at offset 0 is a problem. Spark then reads exactly
 ``[0, end)`` of each partition with ``failOnDataLoss=true``: its Kafka consumer skips only
 offsets Kafka reports invisible (transaction markers, aborted records) and fails the job on
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgval.core.schema import GET, POST, resource_name
 from pgval.kafka.client import java_client_options
-from pgval.kafka.reader import offsets_snapshot, reader_conf
+from pgval.kafka.reader import SETTLE_S, offsets_snapshot, reader_conf
 from pgval.records.phases import MAX_MS
 
 if TYPE_CHECKING:
@@ -94,11 +95,11 @@ def _kafka(spark: SparkSession, bootstrap: str, options: Mapping[str, str], topi
               .option("assign", json.dumps({topic: sorted(ends)}))
               .option("startingOffsets", json.dumps({topic: {str(p): 0 for p in ends}}))
               .option("endingOffsets", json.dumps({topic: {str(p): e for p, e in ends.items()}}))
-              .option("failOnDataLoss", "true")
-              .option("kafka.isolation.level", isolation))
+              .option("failOnDataLoss", "true"))
     for key, value in options.items():
         reader = reader.option(f"kafka.{key}", str(value))
-    return reader.load()
+    # After the user's settings: the read's proof rests on it.
+    return reader.option("kafka.isolation.level", isolation).load()
 
 
 def _is_time(col: Column) -> Column:
@@ -222,7 +223,7 @@ def read_back_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str,
                        output: str, folder: Path, resources: int = 0,
                        control_ids: Sequence[int] | None = None,
                        config: Mapping[str, Any] | None = None,
-                       isolation: str = "read_committed", timeout_s: float = 60.0
+                       isolation: str = "read_committed", timeout_s: float = SETTLE_S
                        ) -> SparkReadBack:
     """Read the input topics (``{"get": topic, "post": topic}``) and the output topic to
     their end-offset snapshot with Spark, and write the ``inputs`` table (the Spark

@@ -41,7 +41,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *
  * <p>The proof is the consumer's position: with read_committed it moves past aborted records and
  * transaction markers too, so a partition is read when its position reaches its end offset
- * (the last stable offset Python took beforehand). A read stops short at the time-out, when
+ * (the high watermark Python took beforehand, once every transaction below it was settled). A read stops short at the time-out, when
  * nothing moved for IDLE_MS, or on a Kafka error, and says which in "problems".
  */
 public final class ColumnReader {
