@@ -435,19 +435,21 @@ def offsets_snapshot(conf: dict[str, object], bootstrap: str, topics: Sequence[s
     return ends, starts, problems
 
 
-def _settle_transactions(consumer: Consumer, ends: Mapping[str, Mapping[int, int]],
+def _settle_transactions(consumer: Consumer, ends: dict[str, dict[int, int]],
                          problems: dict[str, list[str]], wait_s: float) -> None:
     """Wait until every partition's last stable offset (``consumer`` reads committed) has
-    reached its end in ``ends``; name in ``problems`` each one still held back after
-    ``wait_s`` by a transaction neither committed nor aborted."""
+    reached its end in ``ends``. A partition still held back after ``wait_s`` by a
+    transaction neither committed nor aborted gets a problem line naming its end, and is
+    read only up to its last stable offset (read_committed gets no further)."""
     held = {(t, p): e for t, parts in ends.items() for p, e in parts.items() if e > 0}
     stable: dict[tuple[str, int], int] = {}
     deadline = time.monotonic() + wait_s
     while held:
         for (topic, p), end in list(held.items()):
+            left = max(1.0, min(10.0, deadline - time.monotonic()))
             try:
                 _, lso = consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                        timeout=10.0, cached=False)
+                                                        timeout=left, cached=False)
             except KafkaException as exc:
                 problems[topic].append(_kafka_problem(exc))
                 del held[topic, p]
@@ -459,9 +461,29 @@ def _settle_transactions(consumer: Consumer, ends: Mapping[str, Mapping[int, int
             break
         time.sleep(0.05)
     for (topic, p), end in sorted(held.items()):
+        lso = stable.get((topic, p))
         problems[topic].append(
-            f"partition {p}: a transaction with records from offset {stable.get((topic, p))} "
-            f"below the end {end} was neither committed nor aborted within {wait_s:.0f} s")
+            f"partition {p}: a transaction with records from offset {lso} below the end "
+            f"{end} was neither committed nor aborted within {wait_s:.0f} s")
+        if lso is not None and 0 <= lso < end:
+            ends[topic][p] = lso
+
+
+def records_past(conf: Mapping[str, object], topic: str, ranges: Mapping[int, tuple[int, int]],
+                 timeout_s: float = 30.0) -> dict[int, int]:
+    """How many records (transaction markers are none) each partition of ``topic`` holds in
+    ``[start, stop)`` of ``ranges``, as a client with ``conf`` sees them."""
+    end = {p: stop for p, (_, stop) in ranges.items()}
+    reached = {p: start for p, (start, _) in ranges.items()}
+    consumer = Consumer(dict(conf))
+    try:
+        columns = _read_partitions(consumer, topic, end, reached, [], timeout_s,
+                                   min(10.0, timeout_s))
+    finally:
+        with contextlib.suppress(Exception):
+            consumer.close()
+    parts = np.concatenate(columns.parts) if columns.parts else np.zeros(0, np.int32)
+    return {p: int((parts == p).sum()) for p in ranges}
 
 
 @dataclass(frozen=True)

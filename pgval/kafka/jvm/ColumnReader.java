@@ -41,8 +41,9 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *
  * <p>The proof is the consumer's position: with read_committed it moves past aborted records and
  * transaction markers too, so a partition is read when its position reaches its end offset
- * (the high watermark Python took beforehand, once every transaction below it was settled). A read stops short at the time-out, when
- * nothing moved for IDLE_MS, or on a Kafka error, and says which in "problems".
+ * (the high watermark Python took beforehand, once every transaction below it was settled).
+ * A read stops short at the time-out, when nothing moved for IDLE_MS, or on a Kafka error,
+ * and says which in "problems".
  */
 public final class ColumnReader {
     private static final int CHUNK_RECORDS = 65_536;
