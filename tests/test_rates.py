@@ -222,14 +222,20 @@ def test_arrow_chunks_parse_like_a_list_and_like_each_value_alone(values: list, 
 
 
 def _slow_read(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple]:
-    """A plain per-message read to the end offsets: the reference for read_topic."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "isolation.level": isolation, "enable.partition.eof": True,
-                         "enable.auto.commit": False})
+    """A plain per-message read to the end offsets (the high watermarks: a read_committed
+    read waits at a transaction until its markers are written): the reference for
+    read_topic."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+            "enable.partition.eof": True, "enable.auto.commit": False}
+    consumer = Consumer({**conf, "isolation.level": "read_uncommitted"})
     try:
         parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30,
                                                   cached=False)[1] for p in parts}
+    finally:
+        consumer.close()
+    consumer = Consumer({**conf, "isolation.level": isolation})
+    try:
         todo = {p for p, e in ends.items() if e > 0}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
         rows = []
