@@ -469,6 +469,28 @@ def _settle_transactions(consumer: Consumer, ends: dict[str, dict[int, int]],
             ends[topic][p] = lso
 
 
+def records_after(bootstrap: str, config: Mapping[str, object] | None, topic: str,
+                  ends: Mapping[int, int]) -> list[str]:
+    """Problems if ``topic`` holds records past ``ends``, the snapshot a read read to: after
+    a run's drain nothing may write to its output topic, so a sink still writing (a zombie
+    task's late send, a transaction begun after the snapshot), or an end the snapshot took
+    too low, means the read may not be the run's final output. Transaction markers written
+    after the snapshot (a commit settling) are not records and count for nothing."""
+    if not ends:
+        return []
+    conf = reader_conf(bootstrap, "read_uncommitted", config)
+    now, _, problems = offsets_snapshot(conf, bootstrap, [topic], 30.0)
+    if problems[topic]:
+        return []  # the read itself was complete; a check that could not look adds nothing
+    grown = {p: (e, now[topic][p]) for p, e in ends.items() if now[topic].get(p, e) > e}
+    late = {p: n for p, n in records_past(conf, topic, grown).items() if n} if grown else {}
+    if not late:
+        return []
+    return ["records past the read-back's snapshot (the sink was still writing, or the "
+            "snapshot's end was too low): " + ", ".join(
+                f"partition {p}: {n} after offset {grown[p][0]}" for p, n in sorted(late.items()))]
+
+
 def records_past(conf: Mapping[str, object], topic: str, ranges: Mapping[int, tuple[int, int]],
                  timeout_s: float = 30.0) -> dict[int, int]:
     """How many records (transaction markers are none) each partition of ``topic`` holds in

@@ -17,7 +17,7 @@ from pgval.checker.result import Result, compose
 from pgval.checker.validity import generator_reasons, readback_reasons, reconcile_inputs
 from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
 from pgval.evidence.bundle import save_topic
-from pgval.kafka.reader import offsets_snapshot, read_topics, reader_conf, records_past
+from pgval.kafka.reader import read_topics, records_after
 from pgval.kafka.topic_records import TopicRecords
 
 
@@ -55,24 +55,6 @@ def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
 
 
 def written_after(bootstrap: str, config: dict[str, Any], read: TopicRecords) -> list[str]:
-    """Problems if the topic ``read`` came from holds records past the read's snapshot:
-    after the drain nothing may write to the output topic, so a sink still writing (a
-    zombie task's late send, a transaction begun after the snapshot), or an end the
-    snapshot took too low, means the read may not be the run's final output. Transaction
-    markers written after the snapshot (a commit settling) are not records and count for
-    nothing."""
-    if not read.end_offsets:
-        return []
-    conf = reader_conf(bootstrap, "read_uncommitted", config)
-    now, _, problems = offsets_snapshot(conf, bootstrap, [read.topic], 30.0)
-    if problems[read.topic]:
-        return []  # the read itself was complete; a check that could not look adds nothing
-    grown = {p: (e, now[read.topic][p]) for p, e in read.end_offsets.items()
-             if now[read.topic].get(p, e) > e}
-    past = records_past(conf, read.topic, grown) if grown else {}
-    late = {p: n for p, n in past.items() if n}
-    if not late:
-        return []
-    return ["records past the read-back's snapshot (the sink was still writing, or the "
-            "snapshot's end was too low): " + ", ".join(
-                f"partition {p}: {n} after offset {grown[p][0]}" for p, n in sorted(late.items()))]
+    """Problems if the topic ``read`` came from holds records past the read's snapshot
+    (:func:`pgval.kafka.reader.records_after`)."""
+    return records_after(bootstrap, config, read.topic, read.end_offsets)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgval.core.schema import GET, POST, resource_name
 from pgval.kafka.client import java_client_options
-from pgval.kafka.reader import SETTLE_S, offsets_snapshot, reader_conf
+from pgval.kafka.reader import SETTLE_S, offsets_snapshot, reader_conf, records_after
 from pgval.records.phases import MAX_MS
 
 if TYPE_CHECKING:
@@ -236,8 +236,11 @@ def read_back_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str,
     options = java_client_options({k: str(v) for k, v in (config or {}).items()})
     folder.mkdir(parents=True, exist_ok=True)
     with _row_reader_for_lists(spark):
-        return _read_and_write(spark, bootstrap, options, inputs, output, ends, isolation,
+        read = _read_and_write(spark, bootstrap, options, inputs, output, ends, isolation,
                                control_ids, resources, folder)
+    # As the numpy path's read-back (pgval.run.readback): nothing may write after the drain.
+    read.problems += records_after(bootstrap, config, output, ends[output])
+    return read
 
 
 @contextlib.contextmanager
