@@ -125,12 +125,13 @@ class ProcessPause:
         # What became of each paused process, for the zombie question: gone at SIGCONT =
         # killed while stopped (a SIGKILL acts on a stopped process; Spark's worker sends
         # one 10 s after its SIGTERM, ExecutorRunner.killProcess); gone right after = ended
-        # on resume (a SIGTERM waits for the SIGCONT); running = it can write again, after
-        # the driver may have declared it lost (a possible zombie).
+        # on resume (a SIGTERM waits for the SIGCONT; ended also when its parent has not
+        # reaped it yet, state Z); running = it can write again, after the driver may have
+        # declared it lost (a possible zombie, in Spark's sense).
         after = {int(p): st for p, st in states.items()}
         return {"effective_ms": cont_ms, "resumed": resumed, "gone": gone, "states": states,
                 "killed_while_stopped": gone,
-                "ended_on_resume": [p for p in resumed if after.get(p) is None],
+                "ended_on_resume": [p for p in resumed if after.get(p) in (None, "Z", "X")],
                 "running_after_resume": [p for p in resumed
                                          if after.get(p) not in (None, "T", "t", "Z")],
                 "still_stopped": [p for p, st in after.items() if st in ("T", "t")]}

@@ -55,6 +55,25 @@ def test_a_pause_stops_every_process_and_the_removal_resumes_them(
     assert fault_reasons("pause-lt-timeout", entries) == []
 
 
+def test_a_process_that_ends_on_resume_is_counted_so_even_before_it_is_reaped() -> None:
+    """A SIGTERM sent while a process is stopped acts on the SIGCONT: the process ends, and
+    until its parent reaps it (here: this test, later) it is a zombie. Every paused process
+    has exactly one fate in the removal's record."""
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        pause = ProcessPause(Fault.PAUSE_GT_TIMEOUT, "an executor", lambda: [proc.pid])
+        assert pause.inject()["stopped"] == [proc.pid]
+        proc.terminate()  # pending until the SIGCONT
+        remove = pause.remove()
+        assert remove["states"] == {str(proc.pid): "Z"}
+        fates = [remove[k] for k in ("killed_while_stopped", "ended_on_resume",
+                                     "running_after_resume", "still_stopped")]
+        assert fates == [[], [proc.pid], [], []]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_nothing_to_pause_is_an_error_in_the_log() -> None:
     entry = ProcessPause(Fault.PAUSE_GT_TIMEOUT, "spark-worker-1's executors", list).inject()
     assert entry["error"] == "spark-worker-1's executors had no process to pause at T2"
