@@ -553,9 +553,22 @@ def test_the_java_reader_reads_what_librdkafka_reads(cluster: KafkaCluster) -> N
                 isolation == "read_uncommitted")
     finally:
         tx.abort_transaction(30)
-    # From 1M records on (here: lowered) "auto" takes the Java reader.
-    auto = read_topics(cluster.bootstrap, [topic], jvm_min_records=1000)[topic]
+    # From 1M records on (here: lowered) "auto" takes the Java reader; what the caller
+    # notes of each chunk while it reads is one note per chunk of the values, in order.
+    auto = read_topics(cluster.bootstrap, [topic], jvm_min_records=1000, on_chunk=len)[topic]
     assert auto.reader == "jvm" and auto.complete and len(auto) == 150_030
+    assert auto.chunk_notes == [len(c) for c in auto.values.chunks]
+    assert auto.values.num_chunks >= 3  # more than one chunk: the order is a real one
+
+    def fails(values: object) -> object:
+        raise ValueError("a note that fails")
+
+    # A note that fails is dropped; the read stands.
+    noted = read_topics(cluster.bootstrap, [topic], jvm_min_records=1000, on_chunk=fails)
+    assert noted[topic].complete and len(noted[topic]) == 150_030
+    assert noted[topic].chunk_notes is None
+    by_rdkafka = read_topics(cluster.bootstrap, [topic], reader="librdkafka", on_chunk=len)
+    assert by_rdkafka[topic].chunk_notes is None  # notes are the Java reader's
     assert not _ours_running()
 
 
@@ -585,9 +598,10 @@ def test_a_java_read_that_fails_or_runs_out_of_time_is_short_with_its_reason(
     assert "heap" in broken.problems[0].lower()
     with pytest.raises(PgvalError, match="could not read all of topic java-short"):
         read_topic(cluster.bootstrap, topic, reader="jvm")
-    # Left to choose ("auto"), pgval reads again with librdkafka and says why.
-    again = read_topics(cluster.bootstrap, [topic], jvm_min_records=1)[topic]
-    assert again.complete and len(again) == 30
+    # Left to choose ("auto"), pgval reads again with librdkafka and says why; notes of
+    # the failed read are not kept.
+    again = read_topics(cluster.bootstrap, [topic], jvm_min_records=1, on_chunk=len)[topic]
+    assert again.complete and len(again) == 30 and again.chunk_notes is None
     assert again.reader.startswith("librdkafka (the Java reader could not: the Java reader "
                                    "failed"), again.reader
     assert not _ours_running()

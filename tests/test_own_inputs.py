@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datasets.generator import EventBatch
 from datasets.writers import encode_values
+from pgval.records import parse
 from pgval.records.own_inputs import decode_chunk
 from pgval.records.parse import (
     KAFKA_INPUT_SCHEMA,
@@ -100,6 +102,18 @@ def test_decoder_reads_as_the_parser(values: list[bytes | None], cuts: list[int]
                             ResourceTable(names), partitions, offsets, topic_code=1)
     want = _parsed(values, timestamps, ResourceTable(names), partitions, offsets)
     _same(got, want)
+    # Decoded already, chunk by chunk (as during the read-back): the same events. Notes
+    # that do not fit the chunks (one short, of a chunk of another length, not a decode)
+    # are decoded again.
+    column = pa.chunked_array(chunks, type=pa.binary())
+    done = [decode_chunk(c) for c in chunks]
+    misfits: list[list[object]] = [done[:-1], ["not a decode"] * len(chunks)]
+    if len(chunks) > 1 and len(chunks[0]) != len(chunks[1]):
+        misfits.append([done[1], done[0], *done[2:]])
+    for decoded in [done, *misfits]:
+        again = inputs_from_kafka(column, timestamps, ResourceTable(names), partitions,
+                                  offsets, topic_code=1, decoded=decoded)
+        _same(again, want)
 
 
 def test_generator_records_are_all_decoded() -> None:
@@ -128,3 +142,41 @@ def test_every_near_record_reads_as_the_parser() -> None:
     want = _parsed(values, timestamps, ResourceTable(), partitions, offsets)
     _same(got, want)
     assert want.malformed > 10
+
+
+def test_chunks_decoded_during_the_read_are_not_decoded_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notes that fit are used as they are; only notes that do not fit are redone."""
+    values = [_own(k, "GET", "r0001", 5) for k in range(6)]
+    chunks = [pa.array(values[:4], type=pa.binary()), pa.array(values[4:], type=pa.binary())]
+    stamps = np.full(6, 1_700_000_000_000, dtype=np.int64)
+    done = [decode_chunk(c) for c in chunks]
+    calls: list[int] = []
+
+    def counted(arr: pa.BinaryArray) -> object:
+        calls.append(len(arr))
+        return decode_chunk(arr)
+
+    monkeypatch.setattr(parse, "decode_chunk", counted)
+    column = pa.chunked_array(chunks, type=pa.binary())
+    used = inputs_from_kafka(column, stamps, ResourceTable(), decoded=done)
+    assert calls == [] and used.id.tolist() == list(range(6))
+    redone = inputs_from_kafka(column, stamps, ResourceTable(), decoded=done[::-1])
+    assert calls == [4, 2] and redone.id.tolist() == list(range(6))
+
+
+def test_concat_with_empty_parts_keeps_counts_and_coordinates() -> None:
+    """One part with events and empty ones: the same as a concatenation, without a copy."""
+    ids = np.array([3, 1, 2], dtype=np.int64)
+    full = InputEvents(ids, np.ones(3, bool), np.zeros(3, np.int32), ids * 10, ids * 11,
+                       ResourceTable(["r0000"]), malformed=2, missing={"id": 1},
+                       topic=np.zeros(3, np.int64), partition=ids, offset=ids)
+    empty = InputEvents.empty(full.resources)
+    empty.malformed, empty.missing = 5, {"id": 2, "type": 1}
+    joined = InputEvents.concat([empty, full], full.resources)
+    assert joined.id is full.id  # no copy
+    assert (joined.malformed, joined.missing) == (7, {"id": 3, "type": 1})
+    assert joined.topic is None  # the empty part has no coordinates: neither has the whole
+    empty.topic = empty.partition = empty.offset = np.zeros(0, np.int64)
+    placed = InputEvents.concat([full, empty], full.resources)
+    assert placed.partition is not None and placed.partition.tolist() == [3, 1, 2]

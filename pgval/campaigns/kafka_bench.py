@@ -37,11 +37,13 @@ from pgval.datasets import GeneratorConfig, KafkaSink, ProducerProgress, generat
 from pgval.evidence.bundle import streams_from_records
 from pgval.host import signals
 from pgval.host.identity import Owner
+from pgval.host.memory import bulk_arrays
 from pgval.kafka.admin import create_topics
 from pgval.kafka.broker import KafkaCluster
 from pgval.kafka.reader import end_snapshot, read_topics, reader_conf
 from pgval.kafka.topic_records import TopicRecords
 from pgval.oracle import expected_outputs
+from pgval.records.own_inputs import decode_chunk
 from pgval.records.parse import InputEvents, ResourceTable
 
 #: Progress lines go here (the CLI prints them); None: silent.
@@ -308,7 +310,8 @@ def _read_back(cluster: KafkaCluster, topics: Topics, events: int, workers: int 
 
     got = read_topics(cluster.bootstrap, (topics.get, topics.post, topics.output),
                       timeout_s=max(120.0, events / 50_000), workers=workers,
-                      on_progress=progress, config=cluster.auth_config, reader=reader)
+                      on_progress=progress, config=cluster.auth_config, reader=reader,
+                      on_chunk=decode_chunk)
     result.readers[reader] = got[topics.get].reader
     return got
 
@@ -342,28 +345,38 @@ def bench_readback(run_dir: Path, events: int, window_ms: int = 1000,
         create_topics(cluster.client_config, [*topics.inputs, topics.output], partitions)
         gen, values = _fill_bench_topics(cluster, topics, cfg, window_ms, say)
         result = ReadbackRate(events=events, outputs=len(values), generator=gen)
-        records: dict[str, TopicRecords] = _timed(result, "read back", lambda: _read_back(
-            cluster, topics, events, workers, readers[0], result, say), say)
-        for other in readers[1:]:
-            t = time.perf_counter()
-            again = _read_back(cluster, topics, events, workers, other, result, say)
-            result.other_reads_s[other] = time.perf_counter() - t
-            if any(len(again[k]) != len(records[k]) or not again[k].complete
-                   for k in records):
-                raise EnvironmentFailure(f"the {other} reader read other records than the "
-                                        f"{readers[0]} reader")
-            del again
-        read = len(records[topics.get]) + len(records[topics.post])
-        if read != gen.delivered:
-            raise EnvironmentFailure(f"read {read:,} inputs back, but {gen.delivered:,} were "
-                                    "delivered")
-        inputs = {"get": records[topics.get], "post": records[topics.post]}
-        streams = _timed(result, "records to columns", lambda: streams_from_records(
-            inputs, records[topics.output], cfg.resources, None), say)
-        evaluation = _timed(result, "validation", lambda: evaluate(
-            streams.events, streams.outputs, "sst", window_ms), say)
+        with bulk_arrays():  # as pgval validate reads and judges
+            evaluation, streams = _read_and_judge(cluster, topics, cfg, events, window_ms,
+                                                  workers, readers, result, say)
     _check_planted(result, evaluation, streams)
     return result
+
+
+def _read_and_judge(cluster: KafkaCluster, topics: Topics, cfg: GeneratorConfig, events: int,
+                    window_ms: int, workers: int | None, readers: Sequence[str],
+                    result: ReadbackRate, say: Say | None) -> tuple[Any, Any]:
+    """The timed stages of :func:`bench_readback`: (evaluation, streams)."""
+    records: dict[str, TopicRecords] = _timed(result, "read back", lambda: _read_back(
+        cluster, topics, events, workers, readers[0], result, say), say)
+    for other in readers[1:]:
+        t = time.perf_counter()
+        again = _read_back(cluster, topics, events, workers, other, result, say)
+        result.other_reads_s[other] = time.perf_counter() - t
+        if any(len(again[k]) != len(records[k]) or not again[k].complete
+               for k in records):
+            raise EnvironmentFailure(f"the {other} reader read other records than the "
+                                    f"{readers[0]} reader")
+        del again
+    read, delivered = (len(records[topics.get]) + len(records[topics.post]),
+                       result.generator.delivered)
+    if read != delivered:
+        raise EnvironmentFailure(f"read {read:,} inputs back, but {delivered:,} were delivered")
+    inputs = {"get": records[topics.get], "post": records[topics.post]}
+    streams = _timed(result, "records to columns", lambda: streams_from_records(
+        inputs, records[topics.output], cfg.resources, None), say)
+    evaluation = _timed(result, "validation", lambda: evaluate(
+        streams.events, streams.outputs, "sst", window_ms), say)
+    return evaluation, streams
 
 
 @dataclass

@@ -71,12 +71,14 @@ for command in (offline.oracle, offline.check, lint.lint, streams.generate, stre
 
 def run() -> None:
     """Entry point: INT, TERM and HUP stop the command through its teardown
-    (pgval.host.signals); an error that ends it outside a command (:class:`_Main` maps
+    (pgval.host.signals); numpy's huge-page advice is off where it stalls faults
+    (pgval.host.memory); an error that ends it outside a command (:class:`_Main` maps
     those inside) is mapped the same way."""
     from pgval.host import signals
+    from pgval.host.memory import small_pages
 
     try:
-        with signals.handled():
+        with signals.handled(), small_pages():
             main(standalone_mode=True)
     except BaseException as exc:  # SystemExit and bugs go on as they are (as_error: None)
         error = as_error(exc)

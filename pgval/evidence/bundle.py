@@ -663,7 +663,7 @@ def _input_events(inputs: Mapping[str, TopicRecords], resources: int,
         if recs is None:
             continue
         ev = inputs_from_kafka(recs.values, recs.timestamps, table, recs.partitions,
-                               recs.offsets, topic_code=code)
+                               recs.offsets, topic_code=code, decoded=recs.chunk_notes)
         control = is_control(ev.id, control_ids)
         control_inputs += int(control.sum())
         parts.append(ev.take(np.flatnonzero(~control)) if control.any() else ev)

@@ -22,6 +22,7 @@ import ctypes
 import hashlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import tempfile
@@ -66,6 +67,9 @@ JVM_FAILED = "the Java reader failed"
 Task = tuple[str, int, int, int]
 # Takes one topic's records, how far each partition got and the problems.
 Taker = Callable[[str, pa.Table, dict[int, int], list[str]], None]
+# Given each chunk's values as it arrives, returns the caller's note of it: work done on
+# one core while the JVM reads on the other (pgval's own inputs decoded, say).
+ChunkNote = Callable[[pa.BinaryArray], object]
 
 
 def jvm_unusable(conf: Mapping[str, object]) -> str | None:
@@ -221,53 +225,110 @@ def _last_words(stderr: bytes) -> str:
     return f" ({' | '.join(said)})" if said else ""
 
 
+def _frames(stream: IO[bytes], frames: queue.SimpleQueue[tuple[str, object]]) -> None:
+    """Read the reader's frames into ``frames`` until 'D', the end of the stream or a byte
+    that is no frame: a thread of its own, so the JVM never waits while Python works on a
+    chunk (the pipe's reads let go of the GIL)."""
+    try:
+        while True:
+            tag = stream.read(1)
+            if tag == b"C":
+                frames.put(("C", _chunk(stream)))
+            elif tag == b"T":
+                size = int(np.frombuffer(_read_exactly(stream, 4), "<i4")[0])
+                frames.put(("T", json.loads(bytes(_read_exactly(stream, size)))))
+            elif tag == b"D":
+                frames.put(("D", None))
+                return
+            else:  # the end, or the JVM itself talking (it cannot start, say)
+                frames.put(("X", tag))
+                return
+    except (EOFError, OSError, ValueError, MemoryError) as exc:
+        frames.put(("E", exc))
+
+
 def _exchange(proc: subprocess.Popen[bytes], request: str, on_topic: Taker,
-              on_progress: Callable[[int], None] | None, done: set[str]) -> None:
-    """Send the reader its request and take its frames until 'D'."""
+              on_progress: Callable[[int], None] | None, done: set[str],
+              on_chunk: ChunkNote | None = None,
+              notes_by_topic: dict[str, list[object]] | None = None) -> None:
+    """Send the reader its request and take its frames until 'D'; ``on_chunk`` sees each
+    chunk's values as it arrives, while the JVM reads on, and a topic's notes (one per
+    chunk of its values, in order) go to ``notes_by_topic``."""
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(request.encode())
     proc.stdin.close()
+    # Unbounded: every chunk is kept until its topic ends anyway.
+    frames: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+    threading.Thread(target=_frames, args=(proc.stdout, frames), name="pgval-read-frames",
+                     daemon=True).start()
     count = 0
     batches: list[pa.RecordBatch] = []
+    notes: list[object] | None = [] if on_chunk is not None else None
     while True:
-        tag = proc.stdout.read(1)
-        if tag == b"C":
-            batch = _chunk(proc.stdout)
-            batches.append(batch)
-            count += batch.num_rows
+        kind, item = frames.get()
+        if kind == "C":
+            assert isinstance(item, pa.RecordBatch)
+            batches.append(item)
+            notes = _noted(on_chunk, item, notes)
+            count += item.num_rows
             if on_progress is not None:
                 on_progress(count)
-        elif tag == b"T":
-            size = int(np.frombuffer(_read_exactly(proc.stdout, 4), "<i4")[0])
-            info = json.loads(bytes(_read_exactly(proc.stdout, size)))
+        elif kind == "T":
+            info = item
+            assert isinstance(info, dict)
             table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
-            batches = []
             on_topic(info["topic"], table,
                      {int(p): int(r) for p, r in info["reached"].items()},
                      list(info["problems"]))
+            if notes is not None and notes_by_topic is not None:
+                notes_by_topic[info["topic"]] = notes
+            batches = []
+            notes = [] if on_chunk is not None else None
             done.add(info["topic"])
-        elif tag == b"D":
+        elif kind == "D":
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30.0)  # a first run writes its class archive
             return
-        elif not tag:
+        elif kind == "E":
+            assert isinstance(item, BaseException)
+            raise item
+        elif not item:
             raise EOFError("the reader ended without finishing")
         else:  # not a frame: the JVM itself talking (it cannot start, say)
+            assert isinstance(item, bytes)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5.0)  # let it finish its sentence
             proc.kill()
-            said = (tag + proc.stdout.read(4000)).decode(errors="replace")
+            said = (item + proc.stdout.read(4000)).decode(errors="replace")
             raise EOFError(" | ".join(said.strip().splitlines()[:3]))
+
+
+def _noted(on_chunk: ChunkNote | None, batch: pa.RecordBatch, notes: list[object] | None
+           ) -> list[object] | None:
+    """``notes`` with ``on_chunk``'s note of ``batch``'s values. A note is work done early
+    for the caller, never part of the read: one that fails drops the topic's notes, and
+    the caller does that work again later (where the same error speaks for itself)."""
+    if on_chunk is None or notes is None:
+        return None
+    try:
+        notes.append(on_chunk(batch.column(4)))
+    except Exception:  # noqa: BLE001 - the read goes on; the caller redoes the work
+        return None
+    return notes
 
 
 def read_tasks_jvm(conf: Mapping[str, object], tasks: Sequence[Task], timeout_s: float,
                    idle_timeout_s: float, on_topic: Taker,
-                   on_progress: Callable[[int], None] | None = None) -> None:
+                   on_progress: Callable[[int], None] | None = None,
+                   on_chunk: ChunkNote | None = None) -> dict[str, list[object]]:
     """Read ``tasks`` (at most one range per partition) in one Java reader; hand every
     topic's records, how far each partition got and the problems to ``on_topic``, as
     :func:`pgval.kafka.reader._read_tasks` does. A reader that fails leaves its topics
     short, with its last words as the problem; it never outlives this call or pgval.
-    What keeps it from starting at all (no JDK, no jar) is a :class:`PgvalError`."""
+    What keeps it from starting at all (no JDK, no jar) is a :class:`PgvalError`.
+
+    ``on_chunk`` is called with each chunk's values as it arrives; returns each topic's
+    notes, one per chunk of its values in order (a topic whose notes failed has none)."""
     java, jar, classpath = prepare()
     lines = [f"conf\t{k}\t{v}" for k, v in java_settings(conf).items()]
     lines.append(f"limits\t{int(timeout_s * 1000)}\t{int(idle_timeout_s * 1000)}")
@@ -276,6 +337,7 @@ def read_tasks_jvm(conf: Mapping[str, object], tasks: Sequence[Task], timeout_s:
     topics = list(dict.fromkeys(t for t, *_ in tasks))
     starts = {(t, p): s for t, p, s, _ in tasks}
     done: set[str] = set()
+    notes: dict[str, list[object]] = {}
     problem: str | None = None
     archive, sharing = _class_archive(java, jar)
     with tempfile.TemporaryFile() as err:
@@ -293,7 +355,8 @@ def read_tasks_jvm(conf: Mapping[str, object], tasks: Sequence[Task], timeout_s:
             watchdog = threading.Timer(len(topics) * timeout_s + 60.0, proc.kill)
             watchdog.daemon = True
             watchdog.start()
-            _exchange(proc, "\n".join(lines) + "\n", on_topic, on_progress, done)
+            _exchange(proc, "\n".join(lines) + "\n", on_topic, on_progress, done, on_chunk,
+                      notes)
         except (EOFError, OSError, ValueError, MemoryError) as exc:
             err.seek(0)
             problem = f"{JVM_FAILED}: {exc}" + _last_words(err.read())
@@ -315,3 +378,4 @@ def read_tasks_jvm(conf: Mapping[str, object], tasks: Sequence[Task], timeout_s:
             on_topic(topic, RECORD_SCHEMA.empty_table(),
                      {p: s for (t, p), s in starts.items() if t == topic},
                      [problem or "the Java reader ended without this topic"])
+    return notes

@@ -44,7 +44,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pgval.core.errors import EnvironmentFailure, PgvalError
 from pgval.kafka.client import quiet_conf
-from pgval.kafka.jvm_reader import JVM_FAILED, Taker, Task, jvm_unusable, read_tasks_jvm
+from pgval.kafka.jvm_reader import (
+    JVM_FAILED,
+    ChunkNote,
+    Taker,
+    Task,
+    jvm_unusable,
+    read_tasks_jvm,
+)
 from pgval.kafka.topic_records import RECORD_SCHEMA, TopicRecords
 
 #: Records asked of librdkafka per consume() call; each batch becomes one Arrow chunk.
@@ -522,16 +529,19 @@ class _ReadPlan:
     workers: int
     parallel_min_records: int
     on_progress: Callable[[int], None] | None
+    on_chunk: ChunkNote | None = None
 
     @property
     def total(self) -> int:
         return sum(e - s for _, _, s, e in self.tasks)
 
 
-def _read_once(plan: _ReadPlan, reached: dict[str, dict[int, int]], jvm: bool
+def _read_once(plan: _ReadPlan, reached: dict[str, dict[int, int]], jvm: bool,
+               notes: dict[str, list[object]] | None = None
                ) -> tuple[dict[str, dict[int, pa.Table]], dict[str, list[str]]]:
     """One whole read of the plan's ranges: each topic's tables by reader and the problems
-    its readers met; moves ``reached`` to how far each partition got."""
+    its readers met; moves ``reached`` to how far each partition got. The Java reader's
+    notes of its chunks (``plan.on_chunk``) go to ``notes``."""
     tasks = plan.tasks
     groups = ([tasks] if jvm or plan.total < plan.parallel_min_records else
               split_tasks(tasks, plan.workers)) if tasks else []
@@ -552,8 +562,10 @@ def _read_once(plan: _ReadPlan, reached: dict[str, dict[int, int]], jvm: bool
         return take
 
     if jvm:
-        read_tasks_jvm(plan.conf, tasks, plan.timeout_s, plan.idle_timeout_s, taker(0),
-                       plan.on_progress)
+        said = read_tasks_jvm(plan.conf, tasks, plan.timeout_s, plan.idle_timeout_s,
+                              taker(0), plan.on_progress, plan.on_chunk)
+        if notes is not None:
+            notes.update(said)
     elif len(groups) == 1:
         _read_tasks(plan.conf, groups[0], plan.timeout_s, plan.idle_timeout_s,
                     plan.batch_size, taker(0), plan.on_progress)
@@ -567,12 +579,13 @@ def _read_once(plan: _ReadPlan, reached: dict[str, dict[int, int]], jvm: bool
 
 
 def _read_with_best_reader(plan: _ReadPlan, reached: dict[str, dict[int, int]], reader: str,
-                           jvm_min_records: int
+                           jvm_min_records: int, notes: dict[str, list[object]]
                            ) -> tuple[dict[str, dict[int, pa.Table]], dict[str, list[str]],
                                       str]:
     """:func:`_read_once` with the Java reader when ``reader`` asks for it and it can, else
     (or after it died, under "auto") with librdkafka; also says which read it and why not
-    the Java one."""
+    the Java one. ``notes`` gets the Java reader's notes of its chunks when its read
+    stands."""
     log_starts = {t: dict(r) for t, r in reached.items()}
     used, why_not = "librdkafka", None
     if reader != "librdkafka" and plan.tasks and (reader == "jvm"
@@ -580,7 +593,7 @@ def _read_with_best_reader(plan: _ReadPlan, reached: dict[str, dict[int, int]], 
         why_not = jvm_unusable(plan.conf)
         if why_not is None:
             try:
-                tables, met = _read_once(plan, reached, jvm=True)
+                tables, met = _read_once(plan, reached, jvm=True, notes=notes)
                 used = "jvm"
             except PgvalError as exc:  # it could not start: no JDK, no jar
                 why_not = str(exc)
@@ -591,6 +604,7 @@ def _read_with_best_reader(plan: _ReadPlan, reached: dict[str, dict[int, int]], 
                     why_not = failed
                     reached.update({t: dict(r) for t, r in log_starts.items()})
     if used != "jvm" or why_not is not None:
+        notes.clear()  # they were of the read that is read again
         tables, met = _read_once(plan, reached, jvm=False)
         used = "librdkafka" if why_not is None else \
             f"librdkafka (the Java reader could not: {why_not})"
@@ -603,7 +617,8 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
                 on_progress: Callable[[int], None] | None = None,
                 parallel_min_records: int = PARALLEL_MIN_RECORDS,
                 config: Mapping[str, object] | None = None, reader: str = "auto",
-                jvm_min_records: int = JVM_MIN_RECORDS) -> dict[str, TopicRecords]:
+                jvm_min_records: int = JVM_MIN_RECORDS,
+                on_chunk: ChunkNote | None = None) -> dict[str, TopicRecords]:
     """Every record of ``topics`` up to one end-offset snapshot, as :func:`read_topic`
     gives each (same columns, same proof: ``end_offsets``, ``reached``, ``problems``).
 
@@ -618,6 +633,10 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
     in ``workers`` processes; "auto" takes the Java reader from ``jvm_min_records`` records
     on unless it cannot read with these settings. Each result's ``reader`` says which read
     it (and why not the Java one, when that was wanted and could not be).
+
+    ``on_chunk``: work on each chunk of values while the Java reader reads on (it runs on
+    one core, this process on the other); its notes are each result's ``chunk_notes``,
+    one per chunk of ``values`` (None where the Java reader did not read).
     """
     if reader not in READERS:
         raise ValueError(f"unknown reader {reader!r}: one of {', '.join(READERS)}")
@@ -627,8 +646,9 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
              if e > reached[t][p]]
     plan = _ReadPlan(conf, topics, tasks, timeout_s, idle_timeout_s, batch_size,
                      default_workers() if workers is None else workers, parallel_min_records,
-                     on_progress)
-    tables, met, used = _read_with_best_reader(plan, reached, reader, jvm_min_records)
+                     on_progress, on_chunk)
+    notes: dict[str, list[object]] = {}
+    tables, met, used = _read_with_best_reader(plan, reached, reader, jvm_min_records, notes)
     out: dict[str, TopicRecords] = {}
     for topic in topics:
         # Reader k's ranges precede reader k+1's within a partition: offset order is kept.
@@ -639,6 +659,8 @@ def read_topics(bootstrap: str, topics: Sequence[str], isolation: str = "read_co
         recs.problems = _short_read_problems(ends[topic], reached[topic],
                                              problems[topic] + met[topic])
         recs.reader = used
+        if topic in notes and len(notes[topic]) == recs.values.num_chunks:
+            recs.chunk_notes = notes[topic]
         if strict and not recs.complete:
             raise EnvironmentFailure(f"could not read all of topic {topic} at {bootstrap}: "
                                     + "; ".join(recs.problems or ["partitions missing"]))

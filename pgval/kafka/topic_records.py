@@ -68,6 +68,10 @@ class TopicRecords:
     #: Which client read it: "librdkafka" or "jvm" (:mod:`pgval.kafka.jvm_reader`), and
     #: why not the JVM one when it was not; empty for records not read from Kafka.
     reader: str = ""
+    #: What the read's caller noted of each chunk of ``values`` while the Java reader read
+    #: on (``read_topics``'s ``on_chunk``: pgval's own inputs decoded, say), one per chunk,
+    #: in order; None when nothing was noted. Never part of the evidence.
+    chunk_notes: list[object] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.keys = binary_column(self.keys)

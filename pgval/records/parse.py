@@ -157,6 +157,15 @@ class InputEvents:
             cols = [getattr(p, name) for p in parts]
             return None if any(c is None for c in cols) else np.concatenate(cols)
 
+        full = [p for p in parts if len(p)]
+        if len(full) == 1 and len(parts) > 1:  # the others are empty: no copy of the columns
+            one = full[0]
+            coords = {name: None if any(getattr(p, name) is None for p in parts)
+                      else getattr(one, name) for name in ("topic", "partition", "offset")}
+            return InputEvents(
+                one.id, one.is_get, one.resource, one.event_ts, one.ingress_ts, resources,
+                sum(p.malformed for p in parts), add_counts(p.missing for p in parts),
+                next((p.defect for p in parts if p.defect is not None), None), None, **coords)
         return InputEvents(
             np.concatenate([p.id for p in parts]),
             np.concatenate([p.is_get for p in parts]),
@@ -716,13 +725,16 @@ def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
     return table, ok, int((~ok).sum()), samples
 
 
-def _decode_own(chunks: Sequence[pa.BinaryArray], timestamps: np.ndarray) -> OwnInputs:
+def _decode_own(chunks: Sequence[pa.BinaryArray], timestamps: np.ndarray,
+                decoded: Sequence[object] | None = None) -> OwnInputs:
     """The records of ``chunks`` in pgval's own layout, decoded, positions across all
     chunks; a record whose ingress time is out of range is left to the parser, which says
-    why it is malformed."""
+    why it is malformed. ``decoded``: :func:`decode_chunk` of each chunk, done already
+    (while the read went on); used only where it covers every chunk, record for record."""
+    done = _predecoded(chunks, decoded)
     parts, base = [], 0
-    for chunk in chunks:
-        own = decode_chunk(chunk)
+    for k, chunk in enumerate(chunks):
+        own = done[k] if done is not None else decode_chunk(chunk)
         parts.append(OwnInputs(own.index + base, own.id, own.is_get, own.resource_number,
                                own.event_ts, own.rest + base))
         base += len(chunk)
@@ -740,6 +752,19 @@ def _decode_own(chunks: Sequence[pa.BinaryArray], timestamps: np.ndarray) -> Own
                         own.resource_number[keep], own.event_ts[keep],
                         np.sort(np.concatenate([own.rest, own.index[late]])))
     return own
+
+
+def _predecoded(chunks: Sequence[pa.BinaryArray], decoded: Sequence[object] | None
+                ) -> list[OwnInputs] | None:
+    """``decoded`` if it is one :class:`OwnInputs` per chunk, each accounting for every
+    record of its chunk once; else None (the chunks are decoded again)."""
+    if decoded is None or len(decoded) != len(chunks):
+        return None
+    done = [d for d in decoded if isinstance(d, OwnInputs)]
+    if len(done) != len(chunks) or any(
+            len(d.index) + len(d.rest) != len(c) for d, c in zip(done, chunks, strict=True)):
+        return None
+    return done
 
 
 def _resource_codes(numbers: np.ndarray, resources: ResourceTable) -> np.ndarray:
@@ -793,7 +818,7 @@ def _in_order(first: InputEvents, first_at: np.ndarray, second: InputEvents,
     ascending) as one, in record order."""
     both = InputEvents.concat([first, second], first.resources)
     if not len(second) or not len(first):
-        return both
+        return both  # one part: its columns as they are
     at = np.searchsorted(first_at, second_at) + np.arange(len(second_at))
     placed = np.zeros(len(both), dtype=bool)
     placed[at] = True
@@ -805,15 +830,18 @@ def _in_order(first: InputEvents, first_at: np.ndarray, second: InputEvents,
 
 def inputs_from_kafka(values: Values, timestamps: np.ndarray,
                       resources: ResourceTable, partitions: np.ndarray | None = None,
-                      offsets: np.ndarray | None = None, topic_code: int = 0) -> InputEvents:
+                      offsets: np.ndarray | None = None, topic_code: int = 0,
+                      decoded: Sequence[object] | None = None) -> InputEvents:
     """Input events from Kafka values; ingress time = the record timestamp (LogAppendTime).
 
     Records in pgval's own layout are decoded with numpy (:mod:`pgval.records.own_inputs`,
     ~4× faster); the rest are parsed as JSON. The events keep the records' order.
+    ``decoded``: each chunk of ``values`` already decoded by
+    :func:`~pgval.records.own_inputs.decode_chunk` (during the read-back).
     """
     timestamps = np.asarray(timestamps, dtype=np.int64)
     chunks = binary_chunks(values)
-    own = _decode_own(chunks, timestamps)
+    own = _decode_own(chunks, timestamps, decoded)
     where = {}
     if partitions is not None and offsets is not None:
         where = {"topic": np.full(len(own.index), topic_code, dtype=np.int64),

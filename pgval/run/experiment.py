@@ -30,6 +30,7 @@ from pgval.deploy import Deployment, make_deployment
 from pgval.deploy.shared_driver import SharedDrivers
 from pgval.faults import profile_for
 from pgval.host import registry, signals
+from pgval.host.memory import bulk_arrays
 from pgval.run.finalize import (
     Collected,
     build_manifest,
@@ -154,7 +155,8 @@ class Experiment:
             handles.monitor.close()
         self.timings.update(handles.timings, **self.record.timings,
                             deploy_s=setup_s + self.record.timings["prime_s"])
-        got = collect(cfg, handles, self.record, self.run_dir)
+        with bulk_arrays():  # the read-back: GBs of records and arrays at scale
+            got = collect(cfg, handles, self.record, self.run_dir)
         self.timings.update(got.timings)
         return handles, got
 
@@ -170,8 +172,9 @@ class Experiment:
         both = Teardown({**archives.notes, **down.notes})
         manifest = build_manifest(cfg, handles, record, got, both)
         t_val = time.monotonic()
-        evaluation, validity = judge(manifest, got, record, cfg.fault_spec.kind, fault_log,
-                                     run_dir)
+        with bulk_arrays():
+            evaluation, validity = judge(manifest, got, record, cfg.fault_spec.kind,
+                                         fault_log, run_dir)
         # Only the finished run can tell a cold plateau from a steady level (run/warmup.py).
         warmup = after_run(record.warmup, evaluation.metrics.control_unsettled)
         flipped = bool(record.warmup.get("settled")) and not warmup.get("settled")

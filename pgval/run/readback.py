@@ -19,6 +19,7 @@ from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC, Topics
 from pgval.evidence.bundle import save_topic
 from pgval.kafka.reader import read_topics, records_after
 from pgval.kafka.topic_records import TopicRecords
+from pgval.records.own_inputs import decode_chunk
 
 
 @dataclass
@@ -37,8 +38,9 @@ def read_back(client_config: dict[str, Any], topics: Topics, run_dir: Path,
     bootstrap = str(client_config["bootstrap.servers"])
     extra = {k: v for k, v in client_config.items() if k != "bootstrap.servers"}
     roles = {topics.get: GET_TOPIC, topics.post: POST_TOPIC, topics.output: OUTPUT_TOPIC}
+    # pgval's own inputs are decoded chunk by chunk while the Java reader reads on.
     by_name = read_topics(bootstrap, tuple(roles), timeout_s=timeout_s, idle_timeout_s=30.0,
-                          strict=False, config=extra)
+                          strict=False, config=extra, on_chunk=decode_chunk)
     by_name[topics.output].problems += written_after(bootstrap, extra, by_name[topics.output])
     records: dict[str, TopicRecords] = {}
     for name, recs in by_name.items():

@@ -1,0 +1,77 @@
+"""numpy's huge-page advice is off exactly where the guest hands free pages to its host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pgval.host import memory
+
+
+def _balloon(root: Path, name: str, bits: str) -> Path:
+    (root / name).mkdir(parents=True)
+    (root / name / "features").write_text(bits + "\n")
+    return root
+
+
+def test_free_page_reporting_is_read_from_the_balloons_feature_bits(tmp_path: Path) -> None:
+    # This machine's balloon: bits 1, 2, 5 (reporting) and 32 (version 1).
+    here = "011001010000000000000000000000001" + "0" * 95
+    assert memory.reports_free_pages(_balloon(tmp_path / "a", "virtio0", here))
+    without = here[:5] + "0" + here[6:]
+    assert not memory.reports_free_pages(_balloon(tmp_path / "b", "virtio0", without))
+    two = _balloon(tmp_path / "c", "virtio0", without)
+    assert memory.reports_free_pages(_balloon(two, "virtio3", here))
+    assert not memory.reports_free_pages(_balloon(tmp_path / "d", "virtio0", "01100"))
+    assert not memory.reports_free_pages(tmp_path / "no-balloon")
+
+
+@pytest.mark.parametrize("numpy_before", [True, False])
+def test_small_pages_turns_the_advice_off_and_gives_numpy_its_own_back(
+        tmp_path: Path, numpy_before: bool) -> None:
+    switch = memory._advice_switch()
+    assert switch is not None, "numpy without its huge-page switch: the advice stays on"
+    reporting = _balloon(tmp_path / "r", "virtio0", "000001")
+    quiet = _balloon(tmp_path / "q", "virtio0", "000000")
+    old = switch(numpy_before)
+    try:
+        with memory.small_pages(reporting) as off:
+            assert off and switch(False) is False  # off within
+        assert switch(numpy_before) is numpy_before  # numpy's own setting is back
+        with memory.small_pages(quiet) as off:
+            assert not off and switch(numpy_before) is numpy_before  # left alone
+    finally:
+        switch(old)
+
+
+def _faults_of_two_arrays() -> tuple[int, int]:
+    """Page faults of filling a 200 MB array, freeing it and filling another."""
+    import resource
+
+    import numpy as np
+
+    counts = []
+    for _ in range(2):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        a = np.ones(25_000_000)
+        counts.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        del a
+    return counts[0], counts[1]
+
+
+def test_kept_memory_serves_the_next_array_from_what_the_last_one_freed() -> None:
+    """Within, the second array reuses the first's pages (few faults); after, large blocks
+    are fresh mappings again, so a freed array's pages are given back."""
+    switch = memory._advice_switch()
+    assert switch is not None
+    old = switch(False)  # small pages: faults count pages, whatever this machine does
+    try:
+        with memory.kept_memory() as kept:
+            assert kept, "glibc's allocator is what pgval runs on here"
+            first, second = _faults_of_two_arrays()
+        assert first > 10_000 and second < first / 10, (first, second)
+        first, second = _faults_of_two_arrays()
+        assert second > first / 2, (first, second)
+    finally:
+        switch(old)
