@@ -7,7 +7,9 @@ so plainly when the kept one differs.
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +19,17 @@ import pyarrow as pa
 from pgval.checker.anomalies import counts
 from pgval.checker.evaluate import evaluate
 from pgval.core.schema import GET_TOPIC, OUTPUT_TOPIC, POST_TOPIC
-from pgval.evidence.bundle import Manifest, load_streams, save_anomalies, save_topic, seal
+from pgval.evidence.bundle import (
+    INPUT_TOPICS,
+    Manifest,
+    load_streams,
+    load_topic,
+    save_anomalies,
+    save_topic,
+    seal,
+)
 from pgval.evidence.export import export
-from pgval.evidence.recheck import compare_anomalies, recheck
+from pgval.evidence.recheck import compare_anomalies, evaluate_run, recheck
 from pgval.kafka.topic_records import TopicRecords
 from pgval.records.phases import Phases
 from pgval.store.results import ResultsStore
@@ -215,3 +225,25 @@ def test_a_version_5_database_gains_the_anomaly_columns_and_still_plots(tmp_path
         assert store.run(run_id)["output_before_input"] is None
         assert "duplicate" in store.db["series"].columns_dict
     assert plot_run(db, run_id, tmp_path / "new.png").stat().st_size > 0
+
+
+def test_a_run_lets_go_of_its_records_before_the_validation(tmp_path: Path) -> None:
+    """What validate does (``release``): once the records are streams, nothing the judgement
+    keeps holds them, so the validation reuses their memory; the verdict is the same."""
+    run_dir = tmp_path / "run"
+    manifest, want = planted_run(run_dir)
+    output = load_topic(run_dir, OUTPUT_TOPIC)
+    kept = evaluate_run(run_dir, manifest, {t: load_topic(run_dir, t) for t in INPUT_TOPICS},
+                        output, [])[1]
+    inputs = {t: load_topic(run_dir, t) for t in INPUT_TOPICS}
+    alive = [weakref.ref(r) for r in inputs.values()]
+    gone: list[bool] = []
+
+    def release() -> None:
+        inputs.clear()
+        gc.collect()
+        gone.append(all(ref() is None for ref in alive))
+
+    let_go = evaluate_run(run_dir, manifest, inputs, output, [], release=release)[1]
+    assert gone == [True]
+    assert rows_of(let_go.anomalies()) == rows_of(kept.anomalies()) == sorted(want)

@@ -372,8 +372,9 @@ def _read_and_judge(cluster: KafkaCluster, topics: Topics, cfg: GeneratorConfig,
     if read != delivered:
         raise EnvironmentFailure(f"read {read:,} inputs back, but {delivered:,} were delivered")
     inputs = {"get": records[topics.get], "post": records[topics.post]}
-    streams = _timed(result, "records to columns", lambda: streams_from_records(
-        inputs, records[topics.output], cfg.resources, None), say)
+    streams = _timed(result, "records to columns", partial(
+        streams_from_records, inputs, records[topics.output], cfg.resources, None), say)
+    del records, inputs  # as pgval validate lets go of them (evidence on disk by then)
     evaluation = _timed(result, "validation", lambda: evaluate(
         streams.events, streams.outputs, "sst", window_ms), say)
     return evaluation, streams

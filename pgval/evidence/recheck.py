@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -516,26 +517,31 @@ def _row_figures(db: Path | None, row: dict[str, Any], evaluation: Evaluation,
 
 
 def evaluate_run(run_dir: Path, manifest: Manifest, inputs: dict[str, TopicRecords],
-                 output: TopicRecords, progress: list[dict[str, Any]]
-                 ) -> tuple[Streams, Evaluation]:
+                 output: TopicRecords, progress: list[dict[str, Any]],
+                 release: Callable[[], None] | None = None) -> tuple[Streams, Evaluation]:
     """A run judged from its records: what ``validate`` does at the end of a run and
     ``recheck`` does again, one function so the two cannot differ. A user's job is judged
     by its batch oracle's rows, a built-in one also against pgval's own oracle; a file
     sink's raw read is judged too, as what a reader listing the directory would conclude
-    (:attr:`Evaluation.views`)."""
+    (:attr:`Evaluation.views`). ``release``: called once the records are turned into
+    streams, for the caller to empty what holds them (``inputs`` among it), so the
+    validation reuses their memory (they are evidence on disk by then)."""
     streams, expected = evaluation_streams(run_dir, manifest, inputs, output)
+    sink = manifest.sink if isinstance(manifest.sink, dict) else {}
+    raw = (evaluation_streams(run_dir, manifest, inputs, output, raw=True)
+           if sink.get("kind") in SINKS and SINKS[sink["kind"]].raw_read else None)
+    if release is not None:
+        release()
     evaluation = evaluate(streams.events, streams.outputs, manifest.topology,
                           manifest.window_ms, manifest.phase_bounds, progress=progress,
                           expected=expected, cross_check=cross_check_of(manifest),
                           values=streams.values, late=streams.late)
     if by_rows(manifest):  # a job without ids: synthetic inputs, one per expected row
         evaluation = rows_verdict(evaluation, streams.real_ingress)
-    sink = manifest.sink if isinstance(manifest.sink, dict) else {}
-    if sink.get("kind") in SINKS and SINKS[sink["kind"]].raw_read:
-        raw, raw_expected = evaluation_streams(run_dir, manifest, inputs, output, raw=True)
+    if raw is not None:
         evaluation.views["raw"] = evaluate(
-            raw.events, raw.outputs, manifest.topology, manifest.window_ms,
-            manifest.phase_bounds, progress=progress, expected=raw_expected).view()
+            raw[0].events, raw[0].outputs, manifest.topology, manifest.window_ms,
+            manifest.phase_bounds, progress=progress, expected=raw[1]).view()
     if sink:
         evaluation.views["clock"] = sink.get("clock")
     return streams, evaluation

@@ -199,8 +199,15 @@ def judge(manifest: Manifest, got: Collected, record: TimelineRecord, fault: Fau
                                    manifest.window_ms, manifest.phase_bounds,
                                    0 if judged is None else judged.read.malformed_inputs)
     else:
-        _, evaluation = evaluate_run(run_dir, manifest, got.inputs,
-                                     got.back.records[OUTPUT_TOPIC], got.progress)
+        inputs = got.inputs
+
+        def release() -> None:  # the records are evidence on disk: the validation reuses
+            inputs.clear()      # their memory (the output records are few, and kept)
+            got.back.records = {OUTPUT_TOPIC: got.back.records[OUTPUT_TOPIC]}
+
+        _, evaluation = evaluate_run(run_dir, manifest, inputs,
+                                     got.back.records[OUTPUT_TOPIC], got.progress,
+                                     release=release)
         if got.spark is not None:  # --checker both: Spark's judgement held to numpy's
             validity.add(agreement_reasons(evaluation, got.spark))
     validity.add(record.reasons, got.reasons, evaluation_reasons(evaluation),
