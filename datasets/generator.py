@@ -700,6 +700,13 @@ class ProducerGroup:
 
     def start(self) -> None:
         """Start all producers and release them together once every sink is open."""
+        self.prepare()
+        self.go()
+
+    def prepare(self) -> None:
+        """Start every producer and wait until each has its sink open; none writes before
+        :meth:`go`. A run prepares them while the query warms up, so their start-up (a
+        process, its imports, a Kafka login each) is not paid at T1."""
         if self._procs:
             raise GeneratorError("this producer group was already started")
         try:
@@ -736,6 +743,13 @@ class ProducerGroup:
         except BaseException:
             self.kill()
             raise
+
+    def go(self) -> None:
+        """Release the prepared producers together: their first events are sent from now."""
+        if not self._procs:
+            raise GeneratorError("this producer group was not prepared")
+        if self._started_ms is not None:
+            raise GeneratorError("this producer group was already released")
         self._go_at.value = time.monotonic() + _GO_DELAY_S
         self._started_ms = now_ms() + int(_GO_DELAY_S * 1000)
         self._go.set()

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pgval.core.clock import now_ms
 from pgval.core.schema import GET, POST, resource_name
 from pgval.datasets import (
     FileSink,
@@ -334,6 +335,26 @@ def test_group_stop_method_and_context_manager(tmp_path: Path) -> None:
         rep = group.join(timeout_s=20)
     assert rep.sent > 0 and all(p.stopped_early for p in rep.producers)
     assert _wait_gone(group.pids, 5.0) == []
+
+
+def test_prepared_producers_write_nothing_until_released(tmp_path: Path) -> None:
+    """prepare(): every producer up with its sink open, silent; go(): the start (T1)."""
+    path = tmp_path / "events.jsonl"
+    with ProducerGroup(GeneratorConfig(rate=200.0, events=100, producers=2),
+                       FileSink(path)) as group:
+        with pytest.raises(GeneratorError, match="not prepared"):
+            group.go()
+        group.prepare()
+        time.sleep(1.0)
+        assert group.started_ms is None and all(p.sent == 0 for p in group.progress())
+        before = now_ms()
+        group.go()
+        assert group.started_ms is not None and group.started_ms >= before
+        with pytest.raises(GeneratorError, match="already released"):
+            group.go()
+        rep = group.join(timeout_s=30)
+    assert rep.ok and rep.sent == 100, rep.summary()
+    assert len(path.read_bytes().splitlines()) == 100
 
 
 def test_error_in_the_caller_stops_all_producers() -> None:

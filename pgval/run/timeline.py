@@ -103,6 +103,7 @@ class Timeline:
         cfg, h = self.cfg, self.h
         t0 = self.clock.monotonic()
         logs = str(self.started.run_dir / "logs")
+        self._prepare_generators()  # their start-up beside the query's, not at T1
         if cfg.pg == Guarantee.M1:
             # m1 reads from the latest offsets, fixed by the query's first trigger: what is
             # written before that trigger is never read (docs/semantics.md, "m1").
@@ -136,6 +137,13 @@ class Timeline:
 
     def _start_generators(self) -> ProducerGroup:
         """The generators, until T4 (which the warm-up's end decides): T1 is their start."""
+        generators = self._generators or self._prepare_generators()
+        generators.go()
+        self.bounds = {"t1": generators.started_ms or self.clock.now_ms()}
+        return generators
+
+    def _prepare_generators(self) -> ProducerGroup:
+        """The generators started with their sinks open, writing nothing until released."""
         cfg = self.cfg
         gen_cfg = GeneratorConfig(resources=cfg.resources, get_share=cfg.get_share,
                                   producers=cfg.producers, rate=cfg.rate, duration_s=None,
@@ -151,8 +159,7 @@ class Timeline:
                          model_seed=cfg.seed)
         generators = ProducerGroup(gen_cfg, sink, pid_dir=self.started.run_dir / "pids")
         self.started.generators = self._generators = generators
-        generators.start()
-        self.bounds = {"t1": generators.started_ms or self.clock.now_ms()}
+        generators.prepare()
         return generators
 
     def warm_up(self) -> None:
