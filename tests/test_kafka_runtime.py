@@ -627,3 +627,26 @@ def test_settings_the_java_reader_cannot_translate_keep_librdkafka() -> None:
         "sasl mechanism GSSAPI"
     assert "tab or line break" in jvm_reader.jvm_unusable(
         reader_conf("h:1", "read_committed", {"sasl.password": "a\tb"}))
+
+
+def test_a_frame_reader_that_fails_or_ends_silently_is_a_read_error_not_a_wait() -> None:
+    """Whatever stops the thread reading the Java reader's pipe, the taker hears of it."""
+    import io
+    import queue
+    import threading
+
+    class Breaks(io.RawIOBase):
+        def read(self, size: int = -1) -> bytes:
+            raise RuntimeError("a bug in the frame reader")
+
+    frames: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+    thread = threading.Thread(target=jvm_reader._frames, args=(Breaks(), frames))
+    thread.start()
+    thread.join(5)
+    kind, item = jvm_reader._next_frame(frames, thread)
+    assert kind == "E" and isinstance(item, EOFError) and "a bug in the frame reader" in str(item)
+    silent = threading.Thread(target=lambda: None)
+    silent.start()
+    silent.join(5)
+    with pytest.raises(EOFError, match="stopped without an end"):
+        jvm_reader._next_frame(queue.SimpleQueue(), silent)

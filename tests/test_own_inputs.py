@@ -180,3 +180,6 @@ def test_concat_with_empty_parts_keeps_counts_and_coordinates() -> None:
     empty.topic = empty.partition = empty.offset = np.zeros(0, np.int64)
     placed = InputEvents.concat([full, empty], full.resources)
     assert placed.partition is not None and placed.partition.tolist() == [3, 1, 2]
+    full.id.flags.writeable = False  # a view Arrow lent: copied, as a concatenation would
+    copied = InputEvents.concat([full, empty], full.resources)
+    assert copied.id is not full.id and copied.id.tolist() == [3, 1, 2]

@@ -100,13 +100,13 @@ def kept_memory() -> Iterator[bool]:
     what is freed for the next request (yields whether it could); after, it maps large
     blocks again and hands the free memory back to the system."""
     libc = _glibc()
-    if libc is None or not (libc.mallopt(_M_MMAP_MAX, 0)
-                            and libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_ALL)):
+    if libc is None:
         yield False
         return
+    kept = bool(libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_ALL))
     try:
-        yield True
-    finally:
+        yield kept
+    finally:  # also after half of it took: never left without mappings
         libc.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
         libc.mallopt(_M_MMAP_THRESHOLD, _SETTLED_MMAP)
         libc.mallopt(_M_TRIM_THRESHOLD, _SETTLED_TRIM)

@@ -245,6 +245,23 @@ def _frames(stream: IO[bytes], frames: queue.SimpleQueue[tuple[str, object]]) ->
                 return
     except (EOFError, OSError, ValueError, MemoryError) as exc:
         frames.put(("E", exc))
+    except BaseException as exc:  # noqa: BLE001 - the taker must never wait for nothing
+        frames.put(("E", EOFError(f"reading the Java reader's frames failed: {exc!r}")))
+
+
+def _next_frame(frames: queue.SimpleQueue[tuple[str, object]], reader: threading.Thread
+                ) -> tuple[str, object]:
+    """The next frame :func:`_frames` read; a reading thread that ended without its last
+    word is an :class:`EOFError`, never a wait without end."""
+    while True:
+        try:
+            return frames.get(timeout=1.0)
+        except queue.Empty:
+            if not reader.is_alive():
+                try:
+                    return frames.get_nowait()  # its last word, put as it ended
+                except queue.Empty:
+                    raise EOFError("the Java reader's frames stopped without an end") from None
 
 
 def _exchange(proc: subprocess.Popen[bytes], request: str, on_topic: Taker,
@@ -259,13 +276,14 @@ def _exchange(proc: subprocess.Popen[bytes], request: str, on_topic: Taker,
     proc.stdin.close()
     # Unbounded: every chunk is kept until its topic ends anyway.
     frames: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
-    threading.Thread(target=_frames, args=(proc.stdout, frames), name="pgval-read-frames",
-                     daemon=True).start()
+    reader = threading.Thread(target=_frames, args=(proc.stdout, frames),
+                              name="pgval-read-frames", daemon=True)
+    reader.start()
     count = 0
     batches: list[pa.RecordBatch] = []
     notes: list[object] | None = [] if on_chunk is not None else None
     while True:
-        kind, item = frames.get()
+        kind, item = _next_frame(frames, reader)
         if kind == "C":
             assert isinstance(item, pa.RecordBatch)
             batches.append(item)

@@ -158,8 +158,8 @@ class InputEvents:
             return None if any(c is None for c in cols) else np.concatenate(cols)
 
         full = [p for p in parts if len(p)]
-        if len(full) == 1 and len(parts) > 1:  # the others are empty: no copy of the columns
-            one = full[0]
+        if len(full) == 1 and len(parts) > 1 and _own_columns(full[0]):
+            one = full[0]  # the others are empty: its columns, not a copy of them
             coords = {name: None if any(getattr(p, name) is None for p in parts)
                       else getattr(one, name) for name in ("topic", "partition", "offset")}
             return InputEvents(
@@ -178,6 +178,14 @@ class InputEvents:
             next((p.defect for p in parts if p.defect is not None), None), None,
             opt("topic"), opt("partition"), opt("offset"),
         )
+
+
+def _own_columns(events: InputEvents) -> bool:
+    """Every column of ``events`` is numpy's own, writable (not a view Arrow lent), so a
+    result may share it as a concatenation's copy would be."""
+    columns = (events.id, events.is_get, events.resource, events.event_ts, events.ingress_ts,
+               events.topic, events.partition, events.offset)
+    return all(c.flags.writeable for c in columns if c is not None)
 
 
 @dataclass
