@@ -76,14 +76,15 @@ def _layout(id_digits: int, is_post: bool, ts_digits: int
 
 
 def _number(digits: np.ndarray) -> np.ndarray:
-    """The int64 value of each row of ASCII digits (at most 18), nine digits at a time
-    through float64 products, exact below 2**53."""
-    value = np.zeros(len(digits), dtype=np.int64)
-    for lo in range(0, digits.shape[1], 9):
-        part = digits[:, lo:lo + 9]
-        powers = 10.0 ** np.arange(part.shape[1] - 1, -1, -1)
-        value = value * 10 ** part.shape[1] + np.rint(part @ powers - 48 * powers.sum()
-                                                        ).astype(np.int64)
+    """The int64 value of each row of ASCII digits (at most 18: exact in an int64), a
+    column at a time. No matrix product: BLAS's threads spin on the other core while they
+    wait, the core the Java reader and the broker need during the read-back."""
+    value = digits[:, 0].astype(np.int64)
+    value -= 48
+    for j in range(1, digits.shape[1]):
+        value *= 10
+        value += digits[:, j]
+        value -= 48
     return value
 
 
