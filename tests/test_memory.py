@@ -80,3 +80,47 @@ def test_kept_memory_serves_the_next_array_from_what_the_last_one_freed() -> Non
         assert second > first / 2, (first, second)
     finally:
         switch(old)
+
+
+_THREAD_THEN_MAIN = """
+import contextlib, resource, threading
+import numpy as np
+from pgval.host import memory
+memory._advice_switch()(False)  # small pages: faults count pages
+
+@contextlib.contextmanager
+def heap_kept_only():  # kept_memory without one_arena: the control
+    libc = memory._glibc()
+    libc.mallopt(memory._M_MMAP_MAX, 0)
+    libc.mallopt(memory._M_TRIM_THRESHOLD, memory._KEEP_ALL)
+    yield
+
+held = []
+with memory.kept_memory() if {one} else heap_kept_only():
+    t = threading.Thread(target=lambda: held.append(np.ones(25_000_000)))
+    t.start(); t.join()
+    held.clear()  # freed, into the arena the thread took it from
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    a = np.ones(25_000_000)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(THP_ENABLED.is_file() and "[always]" in THP_ENABLED.read_text(),
+                    reason="huge pages for every mapping: faults do not count pages here")
+def test_one_arena_lets_the_main_thread_reuse_what_a_thread_freed() -> None:
+    """A 200 MB array a thread made and let go: with one arena the main thread's next array
+    reuses its pages; with glibc's arena per thread (the control) it faults them in afresh.
+    A process of its own: an arena a thread already has is never given up.
+    :func:`memory.kept_memory` takes one arena for the threads started within."""
+    import subprocess
+    import sys
+
+    def faults(one: bool) -> int:
+        out = subprocess.run([sys.executable, "-c", _THREAD_THEN_MAIN.format(one=one)],
+                             capture_output=True, text=True, check=True, timeout=120)
+        return int(out.stdout.split()[-1])
+
+    pages = 200_000_000 // 4096
+    assert faults(False) > pages / 2  # the control: the instrument sees fresh pages
+    assert faults(True) < pages / 10

@@ -16,9 +16,11 @@ from pgval.records.own_inputs import decode_chunk
 from pgval.records.parse import (
     KAFKA_INPUT_SCHEMA,
     InputEvents,
+    KafkaInputColumns,
     ResourceTable,
     inputs_from_kafka,
     inputs_from_table,
+    inputs_from_topics,
     parse_values,
 )
 from pgval.records.phases import MAX_MS
@@ -66,13 +68,13 @@ record = st.one_of(own_record, own_record, st.sampled_from(NEAR))
 
 
 def _parsed(values: list[bytes | None], timestamps: np.ndarray, resources: ResourceTable,
-            partitions: np.ndarray, offsets: np.ndarray) -> InputEvents:
+            partitions: np.ndarray, offsets: np.ndarray, topic_code: int = 1) -> InputEvents:
     """The events as the JSON parser alone reads them (the reference)."""
     table, kept, malformed, _ = parse_values(values, KAFKA_INPUT_SCHEMA)
     for name, column in (("ingress_ts", timestamps), ("_partition", partitions),
                          ("_offset", offsets)):
         table = table.append_column(name, pa.array(column[kept], type=pa.int64()))
-    table = table.append_column("_topic", pa.array(np.ones(len(kept), np.int64)))
+    table = table.append_column("_topic", pa.array(np.full(len(kept), topic_code, np.int64)))
     return inputs_from_table(table, resources, malformed)
 
 
@@ -114,6 +116,51 @@ def test_decoder_reads_as_the_parser(values: list[bytes | None], cuts: list[int]
         again = inputs_from_kafka(column, timestamps, ResourceTable(names), partitions,
                                   offsets, topic_code=1, decoded=decoded)
         _same(again, want)
+
+
+def _chunked(values: list[bytes | None], cuts: list[int]) -> pa.ChunkedArray:
+    n = len(values)
+    bounds = np.unique(np.clip(np.cumsum(cuts), 0, n)).tolist()
+    return pa.chunked_array([pa.array(values[lo:hi], type=pa.binary())
+                             for lo, hi in zip([0, *bounds], [*bounds, n], strict=True)
+                             if hi > lo], type=pa.binary())
+
+
+topic_records = st.one_of(st.lists(own_record, max_size=30), st.lists(record, max_size=30))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(topic_records, st.lists(st.integers(1, 7), max_size=5)),
+                min_size=1, max_size=3),
+       st.lists(st.sampled_from([0, 1_700_000_000_000, MAX_MS + 1]), min_size=1),
+       st.tuples(st.integers(0, 10 ** 18), st.integers(0, 10 ** 18)), st.booleans(),
+       st.integers(0, 20))
+def test_topics_read_together_as_each_alone_joined(
+        topics: list[tuple[list[bytes | None], list[int]]], stamps: list[int],
+        control: tuple[int, int], decoded: bool, known: int) -> None:
+    """Several topics at once, pgval's own IDs set aside: the events the JSON parser reads
+    from each topic alone, without the control IDs, joined in topic order; the same
+    resource codes and malformed counts; decoded during the read or not."""
+    lo, hi = sorted(control)
+    names = [f"r{r:04d}" for r in range(known)]
+    got_table, want_table = ResourceTable(names), ResourceTable(names)
+    columns, want, dropped = [], [], 0
+    for code, (values, cuts) in enumerate(topics):
+        n = len(values)
+        timestamps = np.resize(np.array(stamps, dtype=np.int64), n)
+        partitions, offsets = np.arange(n, dtype=np.int64) % 2, np.arange(n, dtype=np.int64)
+        chunked = _chunked(values, cuts)
+        notes = [decode_chunk(c) for c in chunked.chunks] if decoded else None
+        columns.append(KafkaInputColumns(chunked, timestamps, partitions, offsets, code, notes))
+        alone = _parsed(values, timestamps, want_table, partitions, offsets, code)
+        mine = (alone.id >= lo) & (alone.id <= hi)
+        dropped += int(mine.sum())
+        want.append(alone.take(np.flatnonzero(~mine)))
+    got, set_aside = inputs_from_topics(columns, got_table,
+                                        lambda ids: (ids >= lo) & (ids <= hi))
+    _same(got, InputEvents.concat(want, want_table))
+    assert set_aside == dropped
+    assert got.resource.dtype == np.int32 and got.topic is not None
 
 
 def test_generator_records_are_all_decoded() -> None:

@@ -71,12 +71,13 @@ for command in (offline.oracle, offline.check, lint.lint, streams.generate, stre
 
 def run() -> None:
     """Entry point: INT, TERM and HUP stop the command through its teardown
-    (pgval.host.signals); numpy's huge-page advice is off where it stalls faults
-    (pgval.host.memory); an error that ends it outside a command (:class:`_Main` maps
-    those inside) is mapped the same way."""
+    (pgval.host.signals); numpy's huge-page advice is off where it stalls faults, and
+    every thread allocates from one arena (pgval.host.memory); an error that ends it
+    outside a command (:class:`_Main` maps those inside) is mapped the same way."""
     from pgval.host import signals
-    from pgval.host.memory import small_pages
+    from pgval.host.memory import one_arena, small_pages
 
+    one_arena()  # before any thread of a command starts
     try:
         with signals.handled(), small_pages():
             main(standalone_mode=True)

@@ -35,6 +35,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,10 @@ from pgval.oracle.values import DEFAULT_TOLERANCE, ValueCheck
 from pgval.records.parse import (
     JOB_VALUE,
     InputEvents,
+    KafkaInputColumns,
     OutputRecords,
     ResourceTable,
-    inputs_from_kafka,
+    inputs_from_topics,
     job_outputs_from_kafka,
     job_outputs_from_rows,
     outputs_from_kafka,
@@ -653,21 +655,14 @@ def set_aside_control(outputs: OutputRecords, control_ids: Sequence[int] | None
 
 
 def _input_events(inputs: Mapping[str, TopicRecords], resources: int,
-                  control_ids: Sequence[int] | None) -> tuple[InputEvents, int]:
+                  control_ids: Sequence[int] | np.ndarray | None) -> tuple[InputEvents, int]:
     """The input records as events, pgval's own set aside: (events, control inputs)."""
     table = ResourceTable(resource_name(r) for r in range(resources))
-    parts = []
-    control_inputs = 0
-    for code, topic in enumerate(INPUT_TOPICS):
-        recs = inputs.get(topic)
-        if recs is None:
-            continue
-        ev = inputs_from_kafka(recs.values, recs.timestamps, table, recs.partitions,
-                               recs.offsets, topic_code=code, decoded=recs.chunk_notes)
-        control = is_control(ev.id, control_ids)
-        control_inputs += int(control.sum())
-        parts.append(ev.take(np.flatnonzero(~control)) if control.any() else ev)
-    return InputEvents.concat(parts, table), control_inputs
+    topics = [KafkaInputColumns(recs.values, recs.timestamps, recs.partitions, recs.offsets,
+                                topic_code=code, decoded=recs.chunk_notes)
+              for code, topic in enumerate(INPUT_TOPICS)
+              if (recs := inputs.get(topic)) is not None]
+    return inputs_from_topics(topics, table, partial(is_control, control_ids=control_ids))
 
 
 def streams_from_records(inputs: Mapping[str, TopicRecords], output: TopicRecords,

@@ -20,6 +20,7 @@ memory), so most of them come from reported pages too (8–28 µs a 4 KiB page h
 ~1.7 µs for a page freed a moment ago). :func:`kept_memory` has glibc serve them from its
 heap and keep what is freed for the next array (a fault is then paid once per page the
 process holds, not once per array); memory goes back to the system when it ends.
+:func:`one_arena` has every thread allocate from the arena the main thread reuses.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def small_pages(balloons: Path = BALLOONS) -> Iterator[bool]:
 
 
 #: glibc's mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -3, -4, -8
 #: What glibc's own thresholds reach after the first large block is freed (a mallopt
 #: freezes them, so they are set to where they would have settled): blocks up to 32 MiB
 #: from the heap, its top given back above 64 MiB; and its default count of mappings.
@@ -94,6 +95,18 @@ def _glibc() -> ctypes.CDLL | None:
         return None
 
 
+def one_arena() -> bool:
+    """Threads that start from now on allocate from glibc's main arena, as the main thread
+    does (returns whether it could); for the rest of the process. A thread of its own arena
+    keeps what it freed for itself: the Java reader's frame thread holds a read's values
+    (~750 MB for 10M inputs), and once they were let go the validation on the main thread
+    could not use that memory and faulted in ~1 GB afresh (docs/performance.md). pgval's
+    threads seldom allocate at once, so sharing one arena costs no waiting that shows. A
+    thread that started earlier keeps its arena: the CLI sets this first thing."""
+    libc = _glibc()
+    return bool(libc is not None and libc.mallopt(_M_ARENA_MAX, 1))
+
+
 @contextlib.contextmanager
 def kept_memory() -> Iterator[bool]:
     """Within: glibc serves large blocks from its heap instead of fresh mappings and keeps
@@ -103,6 +116,7 @@ def kept_memory() -> Iterator[bool]:
     if libc is None:
         yield False
         return
+    one_arena()  # the reader's thread, started within, frees into the arena that reuses it
     kept = bool(libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_ALL))
     try:
         yield kept

@@ -22,7 +22,7 @@ import math
 import os
 import select
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -733,33 +733,57 @@ def _parse_lines_with_mask(lines: Sequence[bytes], schema: pa.Schema
     return table, ok, int((~ok).sum()), samples
 
 
-def _decode_own(chunks: Sequence[pa.BinaryArray], timestamps: np.ndarray,
-                decoded: Sequence[object] | None = None) -> OwnInputs:
-    """The records of ``chunks`` in pgval's own layout, decoded, positions across all
-    chunks; a record whose ingress time is out of range is left to the parser, which says
+@dataclass
+class KafkaInputColumns:
+    """One input topic's records as read from Kafka: the values, the broker's timestamps
+    (the ingress time), where each record sits, the topic's code in the events (0 get,
+    1 post) and each chunk's :func:`decode_chunk`, done already during the read (or None)."""
+
+    values: Values
+    timestamps: np.ndarray
+    partitions: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    topic_code: int = 0
+    decoded: Sequence[object] | None = None
+
+
+@dataclass
+class _TopicInputs:
+    """One topic's records: those in pgval's own layout decoded chunk by chunk (positions
+    within their chunk, the chunk's first record at ``bases[k]``), the rest parsed
+    (``parsed``, at record positions ``parsed_at``), and the per-record columns."""
+
+    notes: list[OwnInputs]
+    bases: list[int]
+    parsed: InputEvents
+    parsed_at: np.ndarray
+    timestamps: np.ndarray
+    partitions: np.ndarray | None
+    offsets: np.ndarray | None
+    code: int
+
+
+def _own_notes(chunks: Sequence[pa.BinaryArray], timestamps: np.ndarray,
+               decoded: Sequence[object] | None) -> tuple[list[OwnInputs], list[int]]:
+    """Each chunk's records in pgval's own layout, decoded, and each chunk's first record
+    position; a record whose ingress time is out of range is left to the parser, which says
     why it is malformed. ``decoded``: :func:`decode_chunk` of each chunk, done already
     (while the read went on); used only where it covers every chunk, record for record."""
     done = _predecoded(chunks, decoded)
-    parts, base = [], 0
+    notes, bases, base = [], [], 0
     for k, chunk in enumerate(chunks):
         own = done[k] if done is not None else decode_chunk(chunk)
-        parts.append(OwnInputs(own.index + base, own.id, own.is_get, own.resource_number,
-                               own.event_ts, own.rest + base))
+        ingress = timestamps[own.index + base]
+        late = (ingress < -MAX_MS) | (ingress > MAX_MS)
+        if late.any():
+            keep = ~late
+            own = OwnInputs(own.index[keep], own.id[keep], own.is_get[keep],
+                            own.resource_number[keep], own.event_ts[keep],
+                            np.sort(np.concatenate([own.rest, own.index[late]])))
+        notes.append(own)
+        bases.append(base)
         base += len(chunk)
-    if not parts:
-        z = np.zeros(0, dtype=np.int64)
-        return OwnInputs(z, z, np.zeros(0, dtype=bool), z, z, z)
-    own = OwnInputs(*(np.concatenate(c) for c in zip(
-        *((p.index, p.id, p.is_get, p.resource_number, p.event_ts, p.rest) for p in parts),
-        strict=True)))
-    ingress = timestamps[own.index]
-    late = (ingress < -MAX_MS) | (ingress > MAX_MS)
-    if late.any():
-        keep = ~late
-        own = OwnInputs(own.index[keep], own.id[keep], own.is_get[keep],
-                        own.resource_number[keep], own.event_ts[keep],
-                        np.sort(np.concatenate([own.rest, own.index[late]])))
-    return own
+    return notes, bases
 
 
 def _predecoded(chunks: Sequence[pa.BinaryArray], decoded: Sequence[object] | None
@@ -775,14 +799,29 @@ def _predecoded(chunks: Sequence[pa.BinaryArray], decoded: Sequence[object] | No
     return done
 
 
-def _resource_codes(numbers: np.ndarray, resources: ResourceTable) -> np.ndarray:
-    """Codes of the resources ``r0000``…``r9999`` by number (every name already in
-    ``resources``: :func:`_register_new_names`)."""
-    counts = np.bincount(numbers, minlength=1)
-    lookup = np.full(len(counts), -1, dtype=np.int32)
-    for k in np.flatnonzero(counts).tolist():
+
+
+def _present_numbers(notes: Sequence[OwnInputs]) -> list[int]:
+    """The resource numbers the decoded records name, ascending."""
+    counts = np.zeros(1, dtype=np.int64)
+    for own in notes:
+        if len(own.resource_number):
+            here = np.bincount(own.resource_number)
+            if len(here) > len(counts):
+                here[:len(counts)] += counts
+                counts = here
+            else:
+                counts[:len(here)] += here
+    return np.flatnonzero(counts).tolist() if counts.any() else []
+
+
+def _resource_lookup(numbers: Sequence[int], resources: ResourceTable) -> np.ndarray:
+    """Codes of the resources ``r0000``…``r9999`` by number, -1 where none is named
+    (every name already in ``resources``: :func:`_register_new_names`)."""
+    lookup = np.full(max(numbers, default=0) + 1, -1, dtype=np.int32)
+    for k in numbers:
         lookup[k] = resources.codes[f"r{k:04d}"]
-    return lookup[numbers]
+    return lookup
 
 
 def _first_unknown(names: pa.Array, at: np.ndarray, resources: ResourceTable
@@ -802,18 +841,21 @@ def _first_unknown(names: pa.Array, at: np.ndarray, resources: ResourceTable
     return {encoded.dictionary[int(codes[i])].as_py(): int(at[unknown[i]]) for i in first}
 
 
-def _register_new_names(own: OwnInputs, parsed_names: pa.Array, parsed_at: np.ndarray,
+
+
+def _register_new_names(notes: Sequence[OwnInputs], bases: Sequence[int],
+                        parsed_names: pa.Array, parsed_at: np.ndarray,
                         resources: ResourceTable) -> None:
-    """Give the names neither part knows their codes in order of first appearance over
-    all the records, as the parser alone would number them."""
-    present = np.flatnonzero(np.bincount(own.resource_number, minlength=1)).tolist()
-    fresh = [k for k in present if f"r{k:04d}" not in resources.codes]
+    """Give the names ``resources`` does not know their codes in order of first appearance
+    over all the records of a topic, decoded or parsed, as the parser alone would number
+    them."""
+    fresh = [k for k in _present_numbers(notes) if f"r{k:04d}" not in resources.codes]
     seen: dict[str, int] = {}
-    if fresh:  # where each new name first appears among the decoded records
+    for own, base in zip(notes, bases, strict=True) if fresh else ():
         sel = np.flatnonzero(np.isin(own.resource_number, fresh))
         numbers, first = np.unique(own.resource_number[sel], return_index=True)
-        seen = {f"r{k:04d}": int(own.index[sel[i]]) for k, i in zip(
-            numbers.tolist(), first.tolist(), strict=True)}
+        for k, i in zip(numbers.tolist(), first.tolist(), strict=True):
+            seen.setdefault(f"r{k:04d}", int(own.index[sel[i]]) + base)
     for name, at in _first_unknown(parsed_names, parsed_at, resources).items():
         seen[name] = min(at, seen.get(name, at))
     for name in sorted(seen, key=seen.__getitem__):
@@ -836,41 +878,136 @@ def _in_order(first: InputEvents, first_at: np.ndarray, second: InputEvents,
     return both.take(order)
 
 
+
+
+def _topic_inputs(topic: KafkaInputColumns, resources: ResourceTable) -> _TopicInputs:
+    """One topic's records decoded or parsed, the names they bring registered."""
+    timestamps = np.asarray(topic.timestamps, dtype=np.int64)
+    chunks = binary_chunks(topic.values)
+    notes, bases = _own_notes(chunks, timestamps, topic.decoded)
+    where = topic.partitions is not None and topic.offsets is not None
+    rest = (np.concatenate([own.rest + base for own, base in zip(notes, bases, strict=True)])
+            if notes else np.zeros(0, dtype=np.int64))
+    table, kept, malformed, _ = parse_values(_values_at(chunks, rest), KAFKA_INPUT_SCHEMA)
+    at = rest[kept]
+    table = table.append_column("ingress_ts", pa.array(timestamps[at], type=pa.int64()))
+    if where:
+        for name, column in (("_partition", topic.partitions), ("_offset", topic.offsets)):
+            table = table.append_column(name, pa.array(np.asarray(column)[at], pa.int64()))
+        table = table.append_column("_topic", pa.array(np.full(len(at), topic.topic_code),
+                                                       type=pa.int64()))
+    ok, _, _ = _judged_rows(table, at, None)
+    _register_new_names(notes, bases,
+                        table.column("resource").combine_chunks().filter(pa.array(ok)),
+                        at[ok], resources)
+    parsed, ok = _inputs_kept(table, resources, malformed, at, None)
+    return _TopicInputs(
+        notes, bases, parsed, at[ok], timestamps,
+        np.asarray(topic.partitions) if where else None,  # any integer type: no copy
+        np.asarray(topic.offsets) if where else None, topic.topic_code)
+
+
+def _decoded_events(topics: Sequence[_TopicInputs], resources: ResourceTable,
+                    control: Callable[[np.ndarray], np.ndarray] | None
+                    ) -> tuple[InputEvents, int]:
+    """The decoded records of ``topics``, in topic then record order, written once into
+    columns of their final size (no per-topic copy to concatenate; on a guest whose fresh
+    memory is dear, docs/performance.md, that is most of the cost), those ``control``
+    names set aside: (events, how many were set aside)."""
+    lookup = _resource_lookup(_present_numbers([o for t in topics for o in t.notes]), resources)
+    keeps = [[None if control is None else _kept(control(own.id)) for own in t.notes]
+             for t in topics]
+    sizes = [[len(o.index) if k is None else int(k.sum()) for o, k in zip(t.notes, ks,
+                                                                           strict=True)]
+             for t, ks in zip(topics, keeps, strict=True)]
+    total = sum(map(sum, sizes))
+    where = all(t.partitions is not None for t in topics)
+    cols = {name: np.empty(total, dtype=kind) for name, kind in _EVENT_COLUMNS
+            if where or name not in ("topic", "partition", "offset")}
+    at = 0
+    for t, ks, ns in zip(topics, keeps, sizes, strict=True):
+        for own, base, keep, m in zip(t.notes, t.bases, ks, ns, strict=True):
+            _fill_events(cols, slice(at, at + m), own, base, keep, t, lookup)
+            at += m
+    decoded = sum(len(o.index) for t in topics for o in t.notes)
+    return InputEvents(cols["id"], cols["is_get"], cols["resource"], cols["event_ts"],
+                       cols["ingress_ts"], resources, topic=cols.get("topic"),
+                       partition=cols.get("partition"), offset=cols.get("offset")
+                       ), decoded - total
+
+
+#: The columns of :class:`InputEvents` read from Kafka, and their types.
+_EVENT_COLUMNS = (("id", np.int64), ("is_get", bool), ("resource", np.int32),
+                  ("event_ts", np.int64), ("ingress_ts", np.int64), ("topic", np.int64),
+                  ("partition", np.int64), ("offset", np.int64))
+
+
+def _kept(control: np.ndarray) -> np.ndarray | None:
+    """The records to keep given which are control records (None: all of them)."""
+    return ~control if control.any() else None
+
+
+def _fill_events(cols: dict[str, np.ndarray], into: slice, own: OwnInputs, base: int,
+                 keep: np.ndarray | None, topic: _TopicInputs, lookup: np.ndarray) -> None:
+    """Write one chunk's decoded records (``keep`` of them) into ``cols[into]``."""
+    def kept(a: np.ndarray) -> np.ndarray:
+        return a if keep is None else a[keep]
+
+    at = kept(own.index) + base
+    cols["id"][into] = kept(own.id)
+    cols["is_get"][into] = kept(own.is_get)
+    np.take(lookup, kept(own.resource_number), out=cols["resource"][into])
+    cols["event_ts"][into] = kept(own.event_ts)
+    np.take(topic.timestamps, at, out=cols["ingress_ts"][into])
+    if "topic" in cols and topic.partitions is not None and topic.offsets is not None:
+        cols["topic"][into] = topic.code
+        cols["partition"][into] = topic.partitions[at]
+        cols["offset"][into] = topic.offsets[at]
+
+
+def inputs_from_topics(topics: Sequence[KafkaInputColumns], resources: ResourceTable,
+                       control: Callable[[np.ndarray], np.ndarray] | None = None
+                       ) -> tuple[InputEvents, int]:
+    """Input events from the input topics' Kafka values, in topic then record order;
+    ingress time = the record timestamp (LogAppendTime). ``control`` marks the IDs pgval
+    wrote itself, set aside: (events, how many were set aside).
+
+    Records in pgval's own layout are decoded with numpy (:mod:`pgval.records.own_inputs`,
+    ~4× faster) straight into the events' columns; the rest are parsed as JSON. Where a
+    topic holds parsed records, its events are put in record order and the topics joined
+    (a copy: a job's own data, not pgval's).
+    """
+    parts = [_topic_inputs(t, resources) for t in topics]  # names registered in topic order
+    malformed = sum(p.parsed.malformed for p in parts)
+    missing = add_counts(p.parsed.missing for p in parts)
+    defect = next((p.parsed.defect for p in parts if p.parsed.defect is not None), None)
+    if all(not len(p.parsed) for p in parts):
+        events, dropped = _decoded_events(parts, resources, control)
+        return replace(events, malformed=malformed, missing=missing, defect=defect), dropped
+    whole, dropped = [], 0
+    for p in parts:
+        decoded, _ = _decoded_events([p], resources, None)
+        own_at = (np.concatenate([o.index + b for o, b in zip(p.notes, p.bases, strict=True)])
+                  if p.notes else np.zeros(0, dtype=np.int64))
+        events = _in_order(decoded, own_at, p.parsed, p.parsed_at)
+        mine = control(events.id) if control is not None else np.zeros(len(events), bool)
+        dropped += int(mine.sum())
+        whole.append(events.take(np.flatnonzero(~mine)) if mine.any() else events)
+    return InputEvents.concat(whole, resources), dropped
+
+
 def inputs_from_kafka(values: Values, timestamps: np.ndarray,
                       resources: ResourceTable, partitions: np.ndarray | None = None,
                       offsets: np.ndarray | None = None, topic_code: int = 0,
                       decoded: Sequence[object] | None = None) -> InputEvents:
-    """Input events from Kafka values; ingress time = the record timestamp (LogAppendTime).
-
-    Records in pgval's own layout are decoded with numpy (:mod:`pgval.records.own_inputs`,
-    ~4× faster); the rest are parsed as JSON. The events keep the records' order.
-    ``decoded``: each chunk of ``values`` already decoded by
+    """Input events from one topic's Kafka values (:func:`inputs_from_topics`), in record
+    order. ``decoded``: each chunk of ``values`` already decoded by
     :func:`~pgval.records.own_inputs.decode_chunk` (during the read-back).
     """
-    timestamps = np.asarray(timestamps, dtype=np.int64)
-    chunks = binary_chunks(values)
-    own = _decode_own(chunks, timestamps, decoded)
-    where = {}
-    if partitions is not None and offsets is not None:
-        where = {"topic": np.full(len(own.index), topic_code, dtype=np.int64),
-                 "partition": np.asarray(partitions, dtype=np.int64)[own.index],
-                 "offset": np.asarray(offsets, dtype=np.int64)[own.index]}
-    rest = _values_at(chunks, own.rest)
-    table, kept, malformed, _ = parse_values(rest, KAFKA_INPUT_SCHEMA)
-    at = own.rest[kept]
-    table = table.append_column("ingress_ts", pa.array(timestamps[at], type=pa.int64()))
-    if where:
-        for name, column in (("_partition", partitions), ("_offset", offsets)):
-            table = table.append_column(name, pa.array(np.asarray(column)[at], pa.int64()))
-        table = table.append_column("_topic", pa.array(np.full(len(at), topic_code),
-                                                       type=pa.int64()))
-    ok, _, _ = _judged_rows(table, at, None)
-    _register_new_names(own, table.column("resource").combine_chunks().filter(pa.array(ok)),
-                        at[ok], resources)
-    decoded = InputEvents(own.id, own.is_get, _resource_codes(own.resource_number, resources),
-                          own.event_ts, timestamps[own.index], resources, **where)
-    parsed, ok = _inputs_kept(table, resources, malformed, at, None)
-    return _in_order(decoded, own.index, parsed, at[ok])
+    events, _ = inputs_from_topics(
+        [KafkaInputColumns(values, timestamps, partitions, offsets, topic_code, decoded)],
+        resources)
+    return events
 
 
 def _values_at(chunks: Sequence[pa.BinaryArray], index: np.ndarray) -> pa.ChunkedArray:
