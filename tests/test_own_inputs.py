@@ -80,8 +80,13 @@ def _parsed(values: list[bytes | None], timestamps: np.ndarray, resources: Resou
 
 def _same(a: InputEvents, b: InputEvents) -> None:
     for name in ("id", "is_get", "event_ts", "ingress_ts", "topic", "partition", "offset"):
-        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            np.testing.assert_array_equal(x, y, err_msg=name)
+            assert x.dtype == y.dtype, (name, x.dtype, y.dtype)
     np.testing.assert_array_equal(a.resource, b.resource, err_msg="resource codes")
+    assert a.resource.dtype == b.resource.dtype
     assert a.resources.names == b.resources.names  # new names numbered in the same order
     assert (a.malformed, a.missing) == (b.malformed, b.missing)
 
@@ -131,36 +136,69 @@ topic_records = st.one_of(st.lists(own_record, max_size=30), st.lists(record, ma
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(topic_records, st.lists(st.integers(1, 7), max_size=5)),
-                min_size=1, max_size=3),
+                max_size=3),
        st.lists(st.sampled_from([0, 1_700_000_000_000, MAX_MS + 1]), min_size=1),
-       st.tuples(st.integers(0, 10 ** 18), st.integers(0, 10 ** 18)), st.booleans(),
+       st.tuples(st.integers(0, 10 ** 18), st.integers(0, 10 ** 18)),
+       st.sampled_from(["none", "range", "ids"]), st.booleans(), st.booleans(),
        st.integers(0, 20))
 def test_topics_read_together_as_each_alone_joined(
         topics: list[tuple[list[bytes | None], list[int]]], stamps: list[int],
-        control: tuple[int, int], decoded: bool, known: int) -> None:
-    """Several topics at once, pgval's own IDs set aside: the events the JSON parser reads
-    from each topic alone, without the control IDs, joined in topic order; the same
-    resource codes and malformed counts; decoded during the read or not."""
+        control: tuple[int, int], kind: str, decoded: bool, coordinates: bool,
+        known: int) -> None:
+    """Several topics at once (or none), pgval's own IDs set aside (a range, a list of IDs,
+    or none): what the JSON parser reads from each topic alone, without the control IDs,
+    joined in topic order; the same columns and types, resource codes, malformed counts
+    and first defect; decoded during the read or not, with the read-back's int32
+    partitions or without coordinates."""
     lo, hi = sorted(control)
+    every = [i for values, _ in topics for i in _parsed_ids(values)]
+    ids = np.unique(np.array(every[::2], dtype=np.int64))
+
+    def mine(x: np.ndarray) -> np.ndarray:
+        if kind == "none":
+            return np.zeros(len(x), dtype=bool)
+        return (x >= lo) & (x <= hi) if kind == "range" else np.isin(x, ids)
+
     names = [f"r{r:04d}" for r in range(known)]
     got_table, want_table = ResourceTable(names), ResourceTable(names)
-    columns, want, dropped = [], [], 0
+    columns, want, dropped, defects = [], [], 0, []
     for code, (values, cuts) in enumerate(topics):
         n = len(values)
         timestamps = np.resize(np.array(stamps, dtype=np.int64), n)
-        partitions, offsets = np.arange(n, dtype=np.int64) % 2, np.arange(n, dtype=np.int64)
+        partitions = np.arange(n, dtype=np.int32) % 2
+        offsets = np.arange(n, dtype=np.int64)
         chunked = _chunked(values, cuts)
         notes = [decode_chunk(c) for c in chunked.chunks] if decoded else None
-        columns.append(KafkaInputColumns(chunked, timestamps, partitions, offsets, code, notes))
-        alone = _parsed(values, timestamps, want_table, partitions, offsets, code)
-        mine = (alone.id >= lo) & (alone.id <= hi)
-        dropped += int(mine.sum())
-        want.append(alone.take(np.flatnonzero(~mine)))
-    got, set_aside = inputs_from_topics(columns, got_table,
-                                        lambda ids: (ids >= lo) & (ids <= hi))
+        columns.append(KafkaInputColumns(chunked, timestamps,
+                                         partitions if coordinates else None,
+                                         offsets if coordinates else None, code, notes))
+        alone = (_parsed(values, timestamps, want_table, partitions.astype(np.int64), offsets,
+                         code) if coordinates else
+                 inputs_from_table(*_table_only(values, timestamps, want_table)))
+        drop = mine(alone.id)
+        dropped += int(drop.sum())
+        want.append(alone.take(np.flatnonzero(~drop)))
+        # The parser alone numbers a defect by its table's rows; the topic's own read by
+        # its records: the first defect is the first topic's that has one.
+        defects.append(inputs_from_kafka(chunked, timestamps, ResourceTable(names)).defect)
+    got, set_aside = inputs_from_topics(columns, got_table, mine)
     _same(got, InputEvents.concat(want, want_table))
     assert set_aside == dropped
-    assert got.resource.dtype == np.int32 and got.topic is not None
+    assert got.defect == next((d for d in defects if d is not None), None)
+
+
+def _parsed_ids(values: list[bytes | None]) -> list[int]:
+    """The IDs the parser reads from ``values`` (to draw control IDs from)."""
+    table, _, _, _ = parse_values(values, KAFKA_INPUT_SCHEMA)
+    return [i for i in table.column("id").to_pylist() if isinstance(i, int)]
+
+
+def _table_only(values: list[bytes | None], timestamps: np.ndarray,
+                resources: ResourceTable) -> tuple[pa.Table, ResourceTable, int]:
+    """The parser's table of ``values`` with their ingress times, no coordinates."""
+    table, kept, malformed, _ = parse_values(values, KAFKA_INPUT_SCHEMA)
+    table = table.append_column("ingress_ts", pa.array(timestamps[kept], type=pa.int64()))
+    return table, resources, malformed
 
 
 def test_generator_records_are_all_decoded() -> None:

@@ -101,8 +101,11 @@ def one_arena() -> bool:
     keeps what it freed for itself: the Java reader's frame thread holds a read's values
     (~750 MB for 10M inputs), and once they were let go the validation on the main thread
     could not use that memory and faulted in ~1 GB afresh (docs/performance.md). pgval's
-    threads seldom allocate at once, so sharing one arena costs no waiting that shows. A
-    thread that started earlier keeps its arena: the CLI sets this first thing."""
+    threads seldom allocate at once, so sharing one arena costs no waiting that shows.
+    It holds where no thread has had an arena of its own yet: one that has keeps it, and
+    its arena passes to a later thread when it ends. So the CLI sets this first thing;
+    :func:`kept_memory` sets it too, and neither undoes it (one arena holds no memory
+    back)."""
     libc = _glibc()
     return bool(libc is not None and libc.mallopt(_M_ARENA_MAX, 1))
 

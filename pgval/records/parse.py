@@ -799,8 +799,6 @@ def _predecoded(chunks: Sequence[pa.BinaryArray], decoded: Sequence[object] | No
     return done
 
 
-
-
 def _present_numbers(notes: Sequence[OwnInputs]) -> list[int]:
     """The resource numbers the decoded records name, ascending."""
     counts = np.zeros(1, dtype=np.int64)
@@ -841,8 +839,6 @@ def _first_unknown(names: pa.Array, at: np.ndarray, resources: ResourceTable
     return {encoded.dictionary[int(codes[i])].as_py(): int(at[unknown[i]]) for i in first}
 
 
-
-
 def _register_new_names(notes: Sequence[OwnInputs], bases: Sequence[int],
                         parsed_names: pa.Array, parsed_at: np.ndarray,
                         resources: ResourceTable) -> None:
@@ -876,8 +872,6 @@ def _in_order(first: InputEvents, first_at: np.ndarray, second: InputEvents,
     order[at] = np.arange(len(first), len(both))
     order[~placed] = np.arange(len(first))
     return both.take(order)
-
-
 
 
 def _topic_inputs(topic: KafkaInputColumns, resources: ResourceTable) -> _TopicInputs:
@@ -977,6 +971,8 @@ def inputs_from_topics(topics: Sequence[KafkaInputColumns], resources: ResourceT
     topic holds parsed records, its events are put in record order and the topics joined
     (a copy: a job's own data, not pgval's).
     """
+    if not topics:
+        return InputEvents.concat([], resources), 0
     parts = [_topic_inputs(t, resources) for t in topics]  # names registered in topic order
     malformed = sum(p.parsed.malformed for p in parts)
     missing = add_counts(p.parsed.missing for p in parts)
