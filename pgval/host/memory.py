@@ -100,8 +100,9 @@ def one_arena() -> bool:
     does (returns whether it could); for the rest of the process. A thread of its own arena
     keeps what it freed for itself: the Java reader's frame thread holds a read's values
     (~750 MB for 10M inputs), and once they were let go the validation on the main thread
-    could not use that memory and faulted in ~1 GB afresh (docs/performance.md). pgval's
-    threads seldom allocate at once, so sharing one arena costs no waiting that shows.
+    could not use that memory and faulted in ~1 GB afresh (docs/performance.md). The cost,
+    threads waiting for one arena's lock, was not measured: pgval's process has few threads
+    that allocate at once (Kafka clients' threads, the reader's frame thread).
     It holds where no thread has had an arena of its own yet: one that has keeps it, and
     its arena passes to a later thread when it ends. So the CLI sets this first thing;
     :func:`kept_memory` sets it too, and neither undoes it (one arena holds no memory
