@@ -6,7 +6,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgval.checker.validator import ANOMALIES, guarantee_of, validate
+from pgval.checker.validator import (
+    ANOMALIES,
+    first_occurrences,
+    guarantee_of,
+    stream_order,
+    validate,
+)
 from pgval.oracle import expected_outputs
 from pgval.records.parse import ResourceTable
 from pgval.records.phases import CONTROL, FAILURE, PHASES, RECOVERY, Phases
@@ -204,3 +210,38 @@ def test_guarantee_ladder() -> None:
     assert guarantee_of(2, 3, 0, 0) == "none"
     assert guarantee_of(0, 0, 1, 0) == "none"
     assert guarantee_of(0, 0, 0, 1) == "none"
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.lists(st.integers(0, 50), max_size=6)),
+                max_size=12), st.randoms(use_true_random=False))
+def test_stream_order_is_the_occurrences_sorted_by_output_then_place(outputs, rnd) -> None:
+    """The gather :func:`stream_order` does stands for a sort of every occurrence by its
+    output's (ingress time, position), then its place in the output: empty outputs, equal
+    ingress times and positions out of storage order included."""
+    positions = list(range(len(outputs)))
+    rnd.shuffle(positions)
+    records = to_outputs([{"window_start": 0, "resource": "r", "ingress_ts": ts, "ids": ids}
+                          for ts, ids in outputs], ResourceTable())
+    records.position = np.array(positions, dtype=np.int64)
+    occ_output, occ_index = stream_order(records)
+    lengths = records.lengths
+    owner = np.repeat(np.arange(len(records), dtype=np.int64), lengths)
+    place = np.arange(len(records.ids)) - np.repeat(records.offsets[:-1], lengths)
+    rank = np.empty(len(records), dtype=np.int64)
+    rank[np.lexsort((records.position, records.ingress_ts))] = np.arange(len(records))
+    want = np.lexsort((place, rank[owner]))
+    assert occ_index.tolist() == want.tolist()
+    assert occ_output.tolist() == owner[want].tolist()
+
+
+@given(st.lists(st.integers(0, 20), max_size=60), st.integers(0, 5))
+def test_first_occurrences_are_where_each_slot_is_first_seen(slots, extra) -> None:
+    """:func:`first_occurrences` finds what ``np.unique(..., return_index=True)`` finds,
+    and says ``len(slots)`` for a slot that never occurs."""
+    arr = np.array(slots, dtype=np.int64)
+    n_slots = (max(slots) + 1 if slots else 0) + extra
+    first = first_occurrences(arr, n_slots)
+    values, index = np.unique(arr, return_index=True)
+    want = np.full(n_slots, len(arr), dtype=np.int64)
+    want[values] = index
+    assert first.tolist() == want.tolist()

@@ -21,9 +21,9 @@ batch's row (``wrong_value``, :mod:`pgval.oracle.values`) is incorrect too, of t
 
 Here the walk is done for all occurrences at once: occurrences are put in
 stream order (output ingress time, then position), each is looked up in the
-sorted expected-ID index with ``searchsorted``, and "first own occurrence" is
-``np.unique(..., return_index=True)`` over that order. Cost: O(n log n) in
-numpy, no Python loop per ID.
+sorted expected-ID index with ``searchsorted``, and "first own occurrence" is the
+least stream index per slot (``np.minimum.at``). Cost: O(n log n) in numpy (the
+lookups), no Python loop per ID.
 """
 
 from __future__ import annotations
@@ -286,6 +286,35 @@ def _sample_per_window(windows: np.ndarray, ids: np.ndarray, k: int) -> list[tup
     return list(zip(windows[sel].tolist(), ids[sel].tolist(), strict=True))
 
 
+def stream_order(outputs: OutputRecords) -> tuple[np.ndarray, np.ndarray]:
+    """Every ID occurrence in stream order: outputs by ingress time, then position in the
+    output stream; an output's IDs in the order it lists them. Returns each occurrence's
+    output and its index into ``outputs.ids``.
+
+    Only the outputs are sorted: each output's IDs are one run of ``outputs.ids``, so the
+    occurrences' order is those runs laid end to end in the outputs' order (a gather, no
+    sort of the occurrences: for 10M IDs a sort cost seconds).
+    """
+    out_order = np.lexsort((outputs.position, outputs.ingress_ts)).astype(np.int64)
+    lengths = outputs.lengths[out_order]
+    # Where each run starts among the ordered occurrences, and where in ``outputs.ids``.
+    ordered_start = np.cumsum(lengths) - lengths
+    stored_start = outputs.offsets[:-1][out_order]
+    occ_order = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
+        stored_start - ordered_start, lengths)
+    return np.repeat(out_order, lengths), occ_order
+
+
+def first_occurrences(slots: np.ndarray, n_slots: int) -> np.ndarray:
+    """For each of ``n_slots`` slots, the index in ``slots`` of its first occurrence;
+    ``len(slots)`` for a slot that does not occur. An unbuffered minimum (``ufunc.at``
+    applies every index in turn): linear, where ``np.unique(..., return_index=True)`` sorts
+    (for 10M occurrences 0.3 s against 2–4 s)."""
+    first = np.full(n_slots, len(slots), dtype=np.int64)
+    np.minimum.at(first, slots, np.arange(len(slots), dtype=np.int64))
+    return first
+
+
 def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases | None = None,
              witnesses_per_window: int = WITNESSES_PER_WINDOW,
              wrong_value: np.ndarray | None = None) -> Validation:
@@ -298,16 +327,7 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
     fans_out = expected.fans_out
     n_out = len(outputs)
 
-    # Stream order of outputs: ingress time, then position in the output stream.
-    out_order = np.lexsort((outputs.position, outputs.ingress_ts))
-    rank = np.empty(n_out, dtype=np.int64)
-    rank[out_order] = np.arange(n_out)
-    lengths = outputs.lengths
-    occ_output = np.repeat(np.arange(n_out, dtype=np.int64), lengths)
-    occ_in_output = np.arange(len(outputs.ids), dtype=np.int64) - np.repeat(
-        outputs.offsets[:-1], lengths)
-    occ_order = np.lexsort((occ_in_output, rank[occ_output]))
-    occ_output = occ_output[occ_order]
+    occ_output, occ_order = stream_order(outputs)
     occ_id = outputs.ids[occ_order]
 
     # Algorithm 1: membership of each occurrence in its expected output.
@@ -336,9 +356,8 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         slot_c = np.where(found & ~own_key,
                           first_processed_pair(expected.id_sorted, own_count)[slot_c], slot_c)
     foreign_count = np.bincount(slot_c[found & ~own], minlength=n_exp)
-    _, first_idx = np.unique(own_slots, return_index=True)
-    is_first = np.zeros(len(own_slots), dtype=bool)
-    is_first[first_idx] = True
+    first_seen = first_occurrences(own_slots, n_exp)
+    is_first = first_seen[own_slots] == np.arange(len(own_slots))
     own_output = occ_output[own]
 
     processed_mask = own_count > 0
@@ -396,8 +415,8 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
             outputs.window_start[occ_output[incorrect_occ]], occ_id[incorrect_occ], k),
     }
 
-    first_output = np.full(n_exp, -1, dtype=np.int64)
-    first_output[own_slots[is_first]] = own_output[is_first]
+    # Index len(own_slots), a slot never processed, finds the -1 appended.
+    first_output = np.append(own_output, -1)[first_seen]
     dup_slots = own_slots[~is_first]
     occurrences = Occurrences(
         duplicate_slot=dup_slots, duplicate_output=dup_occ_out,
@@ -413,7 +432,7 @@ def validate(expected: ExpectedOutputs, outputs: OutputRecords, phases: Phases |
         expected=n_exp,
         processed=processed,
         unprocessed=n_exp - processed,
-        duplicate=int(len(own_slots) - len(first_idx)),
+        duplicate=int(len(own_slots) - processed),
         incorrect=int(incorrect_occ.sum()),
         malformed=outputs.malformed,
         reliable=int(reliable_mask.sum()),
