@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,78 @@ def test_one_arena_lets_the_main_thread_reuse_what_a_thread_freed() -> None:
     pages = 200_000_000 // 4096
     assert faults(False) > pages / 2  # the control: the instrument sees fresh pages
     assert faults(True) < pages / 10
+
+
+_ARROW_THEN_NUMPY = """
+import resource, time
+import numpy as np
+import pyarrow as pa
+from pgval.host import memory
+memory._advice_switch()(False)  # small pages: faults count pages
+
+with memory.kept_memory():
+    buf = pa.allocate_buffer(200_000_000)
+    np.frombuffer(buf, dtype=np.uint8)[:] = 1  # touched: its pages are the process's
+    del buf  # freed into the pool it came from
+    time.sleep(0.2)  # past any delay before an allocator hands memory back
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    a = np.ones(25_000_000)
+    print(pa.default_memory_pool().backend_name,
+          resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _python(code: str, pool: str | None) -> str:
+    """The last line ``code`` prints in a fresh interpreter, pyarrow's pool chosen by
+    ``ARROW_DEFAULT_MEMORY_POOL`` (None: not set)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != memory.ARROW_POOL_VAR}
+    if pool is not None:
+        env[memory.ARROW_POOL_VAR] = pool
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120, env=env)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(THP_ENABLED.is_file() and "[always]" in THP_ENABLED.read_text(),
+                    reason="huge pages for every mapping: faults do not count pages here")
+def test_on_glibc_numpy_reuses_what_arrow_freed() -> None:
+    """200 MB pyarrow allocated and let go: on glibc (within :func:`memory.kept_memory`)
+    numpy's next array of that size reuses its pages; with the allocator pyarrow bundles
+    (the control, where it has one) they are fresh."""
+    pages = 200_000_000 // 4096
+    name, faults = _python(_ARROW_THEN_NUMPY, "system").split()
+    assert name == "system" and int(faults) < pages / 10, (name, faults)
+    name, faults = _python(_ARROW_THEN_NUMPY, None).split()
+    if name != "system":
+        assert int(faults) > pages / 2, (name, faults)
+
+
+def test_the_command_line_puts_arrow_on_glibc_where_the_guest_reports() -> None:
+    """``pgval`` (its package :mod:`pgval.cli`) chooses pyarrow's pool before pyarrow's
+    first allocation: glibc's on a reporting guest, pyarrow's own elsewhere; a pool the
+    user chose stays."""
+    code = ("import pgval.cli, pyarrow as pa; print(pa.default_memory_pool().backend_name)")
+    own = _python("import pyarrow as pa; print(pa.default_memory_pool().backend_name)", None)
+    assert _python(code, None) == ("system" if memory.reports_free_pages() else own)
+    assert _python(code, own) == own
+
+
+def test_arrow_on_glibc_only_on_a_reporting_guest_and_never_over_the_users_choice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    device = tmp_path / "virtio3"
+    device.mkdir()
+    monkeypatch.setenv(memory.ARROW_POOL_VAR, "")  # so that the teardown puts it back
+    monkeypatch.delenv(memory.ARROW_POOL_VAR)
+    (device / "features").write_text("0" * 40 + "\n")
+    assert memory.arrow_on_glibc(tmp_path) is False
+    assert memory.ARROW_POOL_VAR not in os.environ
+    (device / "features").write_text("000001" + "0" * 34 + "\n")  # free page reporting
+    assert memory.arrow_on_glibc(tmp_path) is True
+    assert os.environ[memory.ARROW_POOL_VAR] == "system"
+    monkeypatch.setenv(memory.ARROW_POOL_VAR, "jemalloc")
+    assert memory.arrow_on_glibc(tmp_path) is False
+    assert os.environ[memory.ARROW_POOL_VAR] == "jemalloc"

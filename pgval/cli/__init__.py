@@ -16,6 +16,10 @@ One module per command group, each importing only what the groups share
 :mod:`.app` holds only the group and the entry point; :mod:`.docs` renders docs/cli.md.
 """
 
-from pgval.cli.app import main, run
+from pgval.host.memory import arrow_on_glibc
+
+arrow_on_glibc()  # before pyarrow's first allocation, which fixes its pool for the process
+
+from pgval.cli.app import main, run  # noqa: E402
 
 __all__ = ["main", "run"]
