@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -176,27 +175,45 @@ def test_on_glibc_numpy_reuses_what_arrow_freed() -> None:
 
 
 def test_the_command_line_puts_arrow_on_glibc_where_the_guest_reports() -> None:
-    """``pgval`` (its package :mod:`pgval.cli`) chooses pyarrow's pool before pyarrow's
-    first allocation: glibc's on a reporting guest, pyarrow's own elsewhere; a pool the
-    user chose stays."""
-    code = ("import pgval.cli, pyarrow as pa; print(pa.default_memory_pool().backend_name)")
+    """``pgval`` (its package :mod:`pgval.cli`) chooses pyarrow's pool before pyarrow is
+    imported: glibc's on a reporting guest, pyarrow's own elsewhere; the processes it
+    starts do not inherit the choice; a pool the user chose stays, for them too."""
+    code = ("import os, pgval.cli, pyarrow as pa; print(pa.default_memory_pool().backend_name,"
+            f" os.environ.get({memory.ARROW_POOL_VAR!r}))")
     own = _python("import pyarrow as pa; print(pa.default_memory_pool().backend_name)", None)
-    assert _python(code, None) == ("system" if memory.reports_free_pages() else own)
-    assert _python(code, own) == own
+    assert _python(code, None) == ("system" if memory.reports_free_pages() else own) + " None"
+    assert _python(code, own) == f"{own} {own}"
 
 
-def test_arrow_on_glibc_only_on_a_reporting_guest_and_never_over_the_users_choice(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+_CHOOSE = """
+import os
+from pathlib import Path
+from pgval.host import memory
+early = {early}
+if early:
+    import pyarrow
+chose = memory.arrow_on_glibc(Path({balloons!r}))
+import pyarrow as pa
+print(chose, pa.default_memory_pool().backend_name, os.environ.get(memory.ARROW_POOL_VAR))
+"""
+
+
+def test_arrow_on_glibc_only_on_a_reporting_guest_before_pyarrow_and_not_over_the_user(
+        tmp_path: Path) -> None:
+    """Each condition in a fresh interpreter (the pool is fixed when pyarrow is imported):
+    a guest that does not report, one that does, pyarrow imported already, a user's
+    pool."""
     device = tmp_path / "virtio3"
     device.mkdir()
-    monkeypatch.setenv(memory.ARROW_POOL_VAR, "")  # so that the teardown puts it back
-    monkeypatch.delenv(memory.ARROW_POOL_VAR)
-    (device / "features").write_text("0" * 40 + "\n")
-    assert memory.arrow_on_glibc(tmp_path) is False
-    assert memory.ARROW_POOL_VAR not in os.environ
-    (device / "features").write_text("000001" + "0" * 34 + "\n")  # free page reporting
-    assert memory.arrow_on_glibc(tmp_path) is True
-    assert os.environ[memory.ARROW_POOL_VAR] == "system"
-    monkeypatch.setenv(memory.ARROW_POOL_VAR, "jemalloc")
-    assert memory.arrow_on_glibc(tmp_path) is False
-    assert os.environ[memory.ARROW_POOL_VAR] == "jemalloc"
+    own = _python("import pyarrow as pa; print(pa.default_memory_pool().backend_name)", None)
+
+    def choose(bits: str, early: bool = False, pool: str | None = None) -> str:
+        (device / "features").write_text(bits + "\n")
+        return _python(_CHOOSE.format(early=early, balloons=str(tmp_path)), pool)
+
+    reporting = "000001" + "0" * 34  # bit 5: free page reporting
+    assert choose("0" * 40) == f"False {own} None"
+    assert choose(reporting) == "True system None"
+    if own != "system":
+        assert choose(reporting, early=True) == f"False {own} None"
+        assert choose(reporting, pool=own) == f"False {own} {own}"

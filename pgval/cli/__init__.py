@@ -18,7 +18,7 @@ One module per command group, each importing only what the groups share
 
 from pgval.host.memory import arrow_on_glibc
 
-arrow_on_glibc()  # before pyarrow's first allocation, which fixes its pool for the process
+arrow_on_glibc()  # before pyarrow is imported, which fixes its pool for the process
 
 from pgval.cli.app import main, run  # noqa: E402
 

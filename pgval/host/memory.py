@@ -37,27 +37,35 @@ BALLOONS = Path("/sys/bus/virtio/drivers/virtio_balloon")
 REPORTING_BIT = 5
 
 
-#: pyarrow's choice of allocator, read once, at its first allocation.
+#: pyarrow's choice of allocator, read once, when pyarrow is imported.
 ARROW_POOL_VAR = "ARROW_DEFAULT_MEMORY_POOL"
 
 
 def arrow_on_glibc(balloons: Path = BALLOONS) -> bool:
-    """Where the guest reports free pages, pyarrow allocates with glibc's ``malloc`` (its
-    "system" pool) in this process and the ones it starts (returns whether it set so).
-    Called before pyarrow's first allocation, which fixes the pool for the process; a
-    pool the user chose (``ARROW_DEFAULT_MEMORY_POOL``) stays.
+    """Where the guest reports free pages, pyarrow in this process allocates with glibc's
+    ``malloc`` (its "system" pool); returns whether it does. It must run before pyarrow is
+    imported, which fixes the pool for the process (later, it returns False and changes
+    nothing). A pool the user chose (``ARROW_DEFAULT_MEMORY_POOL``) stays. Only this
+    process: the variable is gone again once pyarrow has read it, so the processes pgval
+    starts (Spark's daemons and executors, the job's driver) keep the allocator they would
+    have had, and what a run measures is not changed by it.
 
     Why: the allocator pyarrow bundles (mimalloc) hands freed memory back to the kernel in
     large blocks within milliseconds, the blocks a reporting guest hands on to its host, so
     its next allocations fault in pages the host must supply again; and memory it holds,
     numpy cannot reuse. On glibc, a parsed block freed within :func:`kept_memory` is the
     next array's memory. Measured (docs/performance.md, "Arrow's memory on glibc"): the
-    read-back's and the records → columns' system time of 10M inputs fell by 0.5–1.5 s
-    each."""
+    system time of the read-back and of records → columns of 10M inputs fell by 0.8–1.6 s
+    each; the validation then sometimes pays for the fresh memory instead."""
     if ARROW_POOL_VAR in os.environ or not reports_free_pages(balloons):
         return False
     os.environ[ARROW_POOL_VAR] = "system"
-    return True
+    try:
+        import pyarrow as pa
+
+        return bool(pa.default_memory_pool().backend_name == "system")
+    finally:
+        del os.environ[ARROW_POOL_VAR]
 
 
 def reports_free_pages(balloons: Path = BALLOONS) -> bool:
