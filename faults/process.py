@@ -333,10 +333,11 @@ class DriverCrash:
 class SinkWriteCrash:
     """``crash@during-sink-write`` for a user's ``foreachBatch`` sink. Its writes run in the
     driver (:class:`pgval.topologies.user_sink.SinkWriter`), so the process that dies with
-    a write unfinished is the driver: once armed, pgval waits for the first write of a
-    batch with rows to start (its ``sink_write_start`` progress line) until half the median
-    time the last writes took has passed since it began, and SIGKILLs the driver's process
-    group; a write that ended before then (its start seen late on a busy machine) is passed
+    a write unfinished is the driver: once armed, pgval takes the first write of a batch
+    with rows that is running then or starts after (its ``sink_write_start`` progress line
+    without its end: a sink slower than its input may write for longer than the reach
+    time-out, so that no write would begin in it), waits until half the median time the last writes took
+    has passed since it began, and SIGKILLs the driver's process group; a write that ended before then (its start seen late on a busy machine) is passed
     over for the next one (``passed_over``). Whether the write
     was still running is read from the progress file after the kill: the batch's
     ``sink_write`` end line is not there (a write that had ended is an ``error``: the crash
@@ -367,15 +368,17 @@ class SinkWriteCrash:
                    for p in self._writes())
 
     def _aim(self, armed_ms: int, wait_ms: float) -> tuple[dict[str, Any] | None, list[Any]]:
-        """The write to kill in: the first with rows begun since ``armed_ms`` that is still
-        running ``wait_ms`` after it began. A write that ended before then (a busy machine
+        """The write to kill in: the first with rows, running at ``armed_ms`` or begun
+        since, that is still running ``wait_ms`` after it began (one running at arming
+        since longer is killed at once). A write that ended before then (a busy machine
         saw its start late) is passed over for the next one, never killed after."""
         deadline = time.monotonic() + self.reach_timeout_s
         passed: list[Any] = []
         while time.monotonic() < deadline and self.driver.alive():
             start = next((p for p in self._writes() if p["event"] == "sink_write_start"
-                          and p.get("rows") and int(p.get("wall_ms") or 0) >= armed_ms
-                          and p.get("batchId") not in passed), None)
+                          and p.get("rows") and p.get("batchId") not in passed
+                          and (int(p.get("wall_ms") or 0) >= armed_ms
+                               or not self._ended(p))), None)
             if start is None:
                 time.sleep(self.poll_s)
                 continue

@@ -389,3 +389,17 @@ def test_no_write_still_running_at_the_aim_is_an_error_and_the_driver_still_dies
     entry = SinkWriteCrash(driver, reach_timeout_s=0.5).inject()
     assert driver.kills == 1 and entry["passed_over"] == [3, 4]
     assert "was not reached" in entry["error"]
+
+
+def test_a_write_running_when_armed_is_hit_and_one_that_ended_before_is_not() -> None:
+    """A sink slower than its input writes for longer than the time-out allows a new
+    write to begin: the write still running when pgval arms is aimed at (its wait is
+    over, the kill lands at once); one that began and ended before arming never is."""
+    from pgval.faults.process import SinkWriteCrash
+
+    # Batch 3 began 0.3 s before arming and ended; batch 4 began 0.2 s before and runs on.
+    driver = WritingDriver([(-0.3, 3, 50.0), (-0.2, 4, 10_000.0)], median_ms=40.0)
+    entry = SinkWriteCrash(driver, reach_timeout_s=0.5).inject()
+    assert driver.kills == 1 and "error" not in entry, entry
+    assert entry["batch"] == 4 and entry["passed_over"] == []
+    assert entry["effective_ms"] - entry["armed_ms"] < 300, entry
