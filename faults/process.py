@@ -332,19 +332,19 @@ class DriverCrash:
 
 class SinkWriteCrash:
     """``crash@during-sink-write`` for a user's ``foreachBatch`` sink. Its writes run in the
-    driver (:class:`pgval.topologies.user_sink.SinkWriter`), so the process that dies with
-    a write unfinished is the driver: once armed, pgval takes the first write of a batch
-    with rows that is running then or starts after (its ``sink_write_start`` progress line
-    without its end: a sink slower than its input may write for longer than the reach
-    time-out, so that no write would begin in it), waits until half the median time the last writes took
-    has passed since it began, and SIGKILLs the driver's process group; a write that ended before then (its start seen late on a busy machine) is passed
-    over for the next one (``passed_over``). Whether the write
-    was still running is read from the progress file after the kill: the batch's
-    ``sink_write`` end line is not there (a write that had ended is an ``error``: the crash
-    came after it). The writer logs that line as its ``write`` returns, so a kill in the
-    instant between the two would pass for a hit: a window of microseconds against writes
-    of tens of milliseconds and more. Restart from the checkpoint as the restart policy
-    says; the batch runs again."""
+    driver (:class:`pgval.topologies.user_sink.SinkWriter`), so the process that dies with a
+    write unfinished is the driver: once armed, pgval takes the first write of a batch with
+    rows that is running then or starts after (its ``sink_write_start`` progress line without
+    its end: a sink slower than its input may write for longer than the reach time-out, so that
+    no write would begin in it), waits until half the median time the last writes took has
+    passed since it began, and SIGKILLs the driver's process group; a write that ended before
+    then (its start seen late on a busy machine) is passed over for the next one
+    (``passed_over``). Whether the write was still running is read from the progress file after
+    the kill: the batch's ``sink_write`` end line is not there (a write that had ended is an
+    ``error``: the crash came after it). The writer logs that line as its ``write`` returns, so
+    a kill in the instant between the two would pass for a hit: a window of microseconds
+    against writes of tens of milliseconds and more. Restart from the checkpoint as the restart
+    policy says; the batch runs again."""
 
     name = "crash"
     kinds: ClassVar[frozenset[Fault]] = frozenset({Fault.CRASH})

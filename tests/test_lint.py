@@ -308,7 +308,7 @@ def test_the_fan_out_examples_are_judged_pair_by_pair(lint_spark: tuple, example
 
 
 # ------------------------------------------------------------------ the command, as run
-def test_pgval_lint_on_a_kafka_job_with_late_records_names_the_drops() -> None:
+def test_pgval_lint_on_a_kafka_job_with_late_records_names_the_drops(tmp_path: Path) -> None:
     """The orders job (10 s windows, 10 s watermark) on its model with records up to 40 s
     out of order: the stream drops those whose window ended before the previous batch's
     watermark, which the batch keeps; lint warns, exit 0: a run reports them apart (dropped
@@ -318,8 +318,10 @@ def test_pgval_lint_on_a_kafka_job_with_late_records_names_the_drops() -> None:
     done = subprocess.run([*PGVAL, "lint", "examples/jobs/orders.py:build", "--replay",
                            "orders=examples/inputs/orders.jsonl", "--event-time-field", "ts",
                            "--disorder", "0.3:40000", "--records", "800", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
     seconds = time.monotonic() - t0
+    assert not list(tmp_path.glob("pgval-lint-*")), "the lint's work folder was left behind"
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["dropped_behind_watermark"] > 0 and report["ok"]

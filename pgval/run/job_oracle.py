@@ -99,8 +99,9 @@ def _oracle_process(name: str, argv: list[str], log: Path, spark_conf: dict[str,
         raise EnvironmentFailure(f"{what} did not finish within {timeout_s:.0f} s "
                                  f"(log: {log})") from None
     finally:
-        if proc.alive():
-            proc.stop(grace_s=5.0)
+        # Always: the group's JVM may outlive its Python leader for a moment, and a group
+        # still alive keeps the run's guard (and its reaper) past the run.
+        proc.stop(grace_s=5.0)
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     if rc == 2:
         said = next((ln.split(prefix, 1)[1] for ln in reversed(lines) if prefix in ln),

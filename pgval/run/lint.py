@@ -411,8 +411,9 @@ def lint_job(job: str, model: InputModel | None = None,
         except subprocess.TimeoutExpired:
             rc = None
         finally:
-            if proc.alive():
-                proc.stop(grace_s=5.0)
+            # Always: the group's JVM may outlive its Python leader for a moment, and a
+            # group still alive keeps the guard (and this folder) for the reaper.
+            proc.stop(grace_s=5.0)
         if rc != 0 or not (work / "lint.json").is_file():
             raise _process_failed(rc, log)
         found = json.loads((work / "lint.json").read_text())
