@@ -28,7 +28,7 @@ def test_a_machine_is_read_from_proc(tmp_path: Path) -> None:
     assert describe_machine(tmp_path, boot="5c1e-boot")["boot"] == one["boot"]
     assert describe_machine(tmp_path, boot="another")["boot"] != one["boot"]
     # Nothing readable: empty fields, never an exception.
-    assert describe_machine(tmp_path / "none", boot="") | {"cores": 0, "kernel": ""} == {
+    assert describe_machine(tmp_path / "none", boot="", env={}) | {"cores": 0, "kernel": ""} == {
         "boot": "", "cpu": "", "cores": 0, "memory_gib": None, "kernel": ""}
 
 
@@ -55,7 +55,7 @@ def test_the_note_names_each_machine_and_the_runs_made_there() -> None:
         "every run on one machine: AMD EPYC, 2 cores, 23.4 GiB (boot aaaaaaaaaaaa)")
     note = machines_note([_run(1, EPYC), _run(2, EPYC), _run(3, XEON), _run(4, None),
                           _run(5, EPYC)])
-    assert note.startswith("runs from more than one machine, so not like for like")
+    assert note.startswith("runs from more than one machine (or JVM options), so not like for like")
     assert "AMD EPYC, 2 cores, 23.4 GiB (boot aaaaaaaaaaaa): runs 1–2, 5" in note
     assert "Intel Xeon, 2 cores, 23.4 GiB (boot bbbbbbbbbbbb): runs 3" in note
     assert note.endswith("not recorded: runs 4")
@@ -73,3 +73,22 @@ def test_a_report_of_two_machines_says_so(tmp_path: Path) -> None:
     assert isinstance(md, str)
     header = md.split("\n\n", 2)[1]
     assert "runs from more than one machine" in header and "Intel Xeon" in header, header
+
+
+def test_jvm_options_from_the_environment_are_kept_and_set_runs_apart() -> None:
+    """Options every JVM reads from the environment change a run's timings as a machine
+    does (C1 alone): kept with the machine, a system property's value redacted, named in
+    the label, and runs on one boot with and without them are not like for like."""
+    env = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -Djavax.net.ssl.keyStorePassword=hunter2",
+           "PATH": "/bin"}
+    here = describe_machine(env=env)
+    assert here["jvm_options"] == {
+        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -Djavax.net.ssl.keyStorePassword=<redacted>"}
+    assert "jvm_options" not in describe_machine(env={"JAVA_TOOL_OPTIONS": " "})
+    c1 = {**EPYC, "jvm_options": {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}}
+    assert machine_label(c1) == ("AMD EPYC, 2 cores, 23.4 GiB, "
+                                 "JAVA_TOOL_OPTIONS=-XX:TieredStopAtLevel=1 (boot aaaaaaaaaaaa)")
+    note = machines_note([_run(1, EPYC), _run(2, c1), _run(3, EPYC)])
+    assert note.startswith("runs from more than one machine (or JVM options)"), note
+    assert "23.4 GiB (boot aaaaaaaaaaaa): runs 1, 3" in note
+    assert "TieredStopAtLevel=1 (boot aaaaaaaaaaaa): runs 2" in note

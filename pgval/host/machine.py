@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pgval.core.redact import REDACTED
 from pgval.host.identity import boot_id
 
 
@@ -50,13 +52,38 @@ def _cores() -> int:
         return os.cpu_count() or 0
 
 
-def describe_machine(proc: Path = Path("/proc"), boot: str | None = None) -> dict[str, Any]:
-    """``{"boot", "cpu", "cores", "memory_gib", "kernel"}`` of this machine; ``boot`` is a
-    12-hex-digit hash of the boot id ("" when the kernel gives none)."""
+#: The variables every JVM reads options from (the VM's and the launcher's). Set where
+#: pgval runs, they reach each JVM a run starts and change its timings: C1 alone
+#: (``-XX:TieredStopAtLevel=1``) takes a third of a short run's CPU away and slows
+#: compiled code (docs/performance.md, "C1 alone in the tests' JVMs").
+JVM_OPTION_VARS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+
+
+def jvm_options(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The JVM options set in ``env`` (this process's environment), by variable. A system
+    property's value (``-Dname=value``) is redacted: it may hold a secret."""
+    env = os.environ if env is None else env
+    found = {}
+    for var in JVM_OPTION_VARS:
+        words = (env.get(var) or "").split()
+        if words:
+            found[var] = " ".join(
+                f"{w.split('=', 1)[0]}={REDACTED}" if w.startswith("-D") and "=" in w else w
+                for w in words)
+    return found
+
+
+def describe_machine(proc: Path = Path("/proc"), boot: str | None = None,
+                     env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``{"boot", "cpu", "cores", "memory_gib", "kernel"}`` of this machine, and
+    ``jvm_options`` where the environment (``env``) sets any; ``boot`` is a 12-hex-digit
+    hash of the boot id ("" when the kernel gives none)."""
     raw = boot_id() if boot is None else boot
+    options = jvm_options(env)
     return {"boot": hashlib.sha256(raw.encode()).hexdigest()[:12] if raw else "",
             "cpu": _cpu_model(proc / "cpuinfo"), "cores": _cores(),
-            "memory_gib": _memory_gib(proc / "meminfo"), "kernel": os.uname().release}
+            "memory_gib": _memory_gib(proc / "meminfo"), "kernel": os.uname().release,
+            **({"jvm_options": options} if options else {})}
 
 
 def machine_label(machine: dict[str, Any]) -> str:
@@ -66,8 +93,17 @@ def machine_label(machine: dict[str, Any]) -> str:
         parts.append(f"{machine['cores']} cores")
     if machine.get("memory_gib"):
         parts.append(f"{machine['memory_gib']} GiB")
+    parts += [f"{var}={value}" for var, value in (machine.get("jvm_options") or {}).items()]
     boot = machine.get("boot") or "?"
     return f"{', '.join(parts)} (boot {boot})"
+
+
+def setting_of(machine: dict[str, Any]) -> str:
+    """What makes two runs' machines the same for their timings: the boot, and the JVM
+    options the environment set."""
+    options = machine.get("jvm_options") or {}
+    return " ".join([str(machine.get("boot") or ""), *(f"{k}={v}" for k, v in
+                                                       sorted(options.items()))])
 
 
 def heap_mb(base_mb: int, items: int, bytes_per_item: int, share: float,

@@ -2,8 +2,10 @@
 
 Means and comparisons across runs are like for like only on one machine: the same warm cell
 took 15 % less time on a new machine of the same size. A report whose runs name more than
-one machine says so in its header, with each machine's runs; runs stored before machines
-were recorded are counted as such, never guessed.
+one machine says so in its header, with each machine's runs; so does one whose runs' JVMs
+read different options from the environment (C1 alone changes a run's timings as a
+machine does). Runs stored before machines were recorded are counted as such, never
+guessed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pgval.host.machine import machine_label
+from pgval.host.machine import machine_label, setting_of
 from pgval.report.data import RunData
 
 
@@ -35,7 +37,7 @@ def machines_note(runs: Sequence[RunData]) -> str:
         if not isinstance(machine, dict):
             unrecorded.append(run.id)
             continue
-        by_boot.setdefault(str(machine.get("boot") or ""), (machine, []))[1].append(run.id)
+        by_boot.setdefault(setting_of(machine), (machine, []))[1].append(run.id)
     if not by_boot:
         return ""
     if len(by_boot) == 1 and not unrecorded:
@@ -45,5 +47,6 @@ def machines_note(runs: Sequence[RunData]) -> str:
              for machine, ids in by_boot.values()]
     if unrecorded:
         parts.append(f"not recorded: runs {id_ranges(unrecorded)}")
-    return ("runs from more than one machine, so not like for like across them — "
+    return ("runs from more than one machine (or JVM options), so not like for like across "
+            "them — "
             + "; ".join(parts))
