@@ -357,34 +357,53 @@ class SinkWriteCrash:
         self.poll_s = poll_s
         self._killed = False
 
-    def _writes(self) -> list[dict[str, Any]]:
-        return [p for p in self.driver.progress()
-                if p.get("event") in ("sink_write_start", "sink_write")]
+    def _writes(self, current: bool = False) -> list[dict[str, Any]]:
+        """The sink's write lines, read once; ``current``: only the running driver process's
+        (after its last ``started`` line: a start an earlier process logged and never
+        ended is no write under way)."""
+        lines = self.driver.progress()
+        if current:
+            last = max((i for i, p in enumerate(lines) if p.get("event") == "started"),
+                       default=-1)
+            lines = lines[last + 1:]
+        return [p for p in lines if p.get("event") in ("sink_write_start", "sink_write")]
 
-    def _ended(self, start: dict[str, Any]) -> bool:
-        """Whether the write that ``start`` began has logged its end."""
+    @staticmethod
+    def _ended(start: dict[str, Any], writes: list[dict[str, Any]]) -> bool:
+        """Whether the write that ``start`` began has logged its end among ``writes``."""
         return any(p["event"] == "sink_write" and p.get("batchId") == start.get("batchId")
                    and int(p.get("wall_ms") or 0) >= int(start.get("wall_ms") or 0)
-                   for p in self._writes())
+                   for p in writes)
+
+    @classmethod
+    def _candidate(cls, writes: list[dict[str, Any]], armed_ms: int,
+                   passed: list[Any]) -> dict[str, Any] | None:
+        """The write with rows to aim at: the last one begun before ``armed_ms`` if it is
+        still running (a query writes one batch at a time, so no earlier one can be),
+        else the first begun since; never one passed over."""
+        starts = [p for p in writes if p["event"] == "sink_write_start" and p.get("rows")
+                  and p.get("batchId") not in passed]
+        before = [p for p in starts if int(p.get("wall_ms") or 0) < armed_ms]
+        if before and not cls._ended(before[-1], writes):
+            return before[-1]
+        return next((p for p in starts if int(p.get("wall_ms") or 0) >= armed_ms), None)
 
     def _aim(self, armed_ms: int, wait_ms: float) -> tuple[dict[str, Any] | None, list[Any]]:
         """The write to kill in: the first with rows, running at ``armed_ms`` or begun
         since, that is still running ``wait_ms`` after it began (one running at arming
         since longer is killed at once). A write that ended before then (a busy machine
-        saw its start late) is passed over for the next one, never killed after."""
+        saw its start late) is passed over for the next one, never killed after. The
+        progress is read once a poll, however long the run has been."""
         deadline = time.monotonic() + self.reach_timeout_s
         passed: list[Any] = []
         while time.monotonic() < deadline and self.driver.alive():
-            start = next((p for p in self._writes() if p["event"] == "sink_write_start"
-                          and p.get("rows") and p.get("batchId") not in passed
-                          and (int(p.get("wall_ms") or 0) >= armed_ms
-                               or not self._ended(p))), None)
+            start = self._candidate(self._writes(current=True), armed_ms, passed)
             if start is None:
                 time.sleep(self.poll_s)
                 continue
             late_ms = now_ms() - int(start.get("wall_ms") or 0)
             time.sleep(max(0.0, wait_ms - late_ms) / 1000)
-            if not self._ended(start):
+            if not self._ended(start, self._writes()):
                 return start, passed
             passed.append(start.get("batchId"))
         return None, passed
@@ -412,7 +431,7 @@ class SinkWriteCrash:
                               "(the driver was killed then)")
             return entry
         batch = start.get("batchId")
-        finished = self._ended(start)
+        finished = self._ended(start, self._writes())
         entry.update(batch=batch, rows=start.get("rows"), write_started_ms=start.get("wall_ms"),
                      write_finished=finished)
         if finished:

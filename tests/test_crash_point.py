@@ -403,3 +403,50 @@ def test_a_write_running_when_armed_is_hit_and_one_that_ended_before_is_not() ->
     assert driver.kills == 1 and "error" not in entry, entry
     assert entry["batch"] == 4 and entry["passed_over"] == []
     assert entry["effective_ms"] - entry["armed_ms"] < 300, entry
+
+
+class LongRunDriver(WritingDriver):
+    """A driver whose progress already holds ``past`` ended writes (and, if told, an
+    earlier process's start that never ended, before this process's ``started`` line);
+    it counts how often pgval reads the progress."""
+
+    def __init__(self, writes: list[tuple[float, int, float]], past: int,
+                 dead_start: bool = False) -> None:
+        super().__init__(writes, median_ms=40.0)
+        wall = int(self.t0 * 1000) - 10 * past - 1000
+        self.done = [line for i in range(past) for line in (
+            {"event": "sink_write_start", "batchId": i, "rows": 5, "wall_ms": wall + 10 * i},
+            {"event": "sink_write", "batchId": i, "rows": 5, "ms": 40.0,
+             "wall_ms": wall + 10 * i + 5})]
+        if dead_start:  # the last process died in a write; this one started after it
+            self.done += [{"event": "sink_write_start", "batchId": past, "rows": 5,
+                           "wall_ms": wall + 10 * past},
+                          {"event": "started", "wall_ms": wall + 10 * past + 5}]
+        self.reads = 0
+
+    def progress(self) -> list[dict]:
+        self.reads += 1
+        return super().progress()
+
+
+def test_a_long_runs_progress_is_read_once_a_poll() -> None:
+    """A run hundreds of batches long: the progress is read once a poll (not once for each
+    earlier write), so a short write after arming is seen while it runs and hit."""
+    from pgval.faults.process import SinkWriteCrash
+
+    driver = LongRunDriver([(0.1, 400, 10_000.0)], past=400)
+    crash = SinkWriteCrash(driver, reach_timeout_s=2.0)
+    entry = crash.inject()
+    assert entry["batch"] == 400 and "error" not in entry, entry
+    polls = (entry["effective_ms"] - entry["armed_ms"]) / (1000 * crash.poll_s) + 1
+    assert driver.reads <= 2 * polls + 4, (driver.reads, polls)
+
+
+def test_a_start_an_earlier_driver_never_ended_is_no_write_under_way() -> None:
+    """The driver process before this one died in a write (its start has no end line):
+    that is not a write running now; the next write of this process is aimed at."""
+    from pgval.faults.process import SinkWriteCrash
+
+    driver = LongRunDriver([(0.2, 7, 10_000.0)], past=5, dead_start=True)
+    entry = SinkWriteCrash(driver, reach_timeout_s=2.0).inject()
+    assert entry["batch"] == 7 and entry["passed_over"] == [], entry

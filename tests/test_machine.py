@@ -79,12 +79,16 @@ def test_jvm_options_from_the_environment_are_kept_and_set_runs_apart() -> None:
     """Options every JVM reads from the environment change a run's timings as a machine
     does (C1 alone): kept with the machine, a system property's value redacted, named in
     the label, and runs on one boot with and without them are not like for like."""
-    env = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -Djavax.net.ssl.keyStorePassword=hunter2",
-           "PATH": "/bin"}
+    env = {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -Xmx1g '-Dpw=a b' -Dk=hunter2",
+           "JDK_JAVA_OPTIONS": "-javaagent:agent.jar=token=s3cret", "PATH": "/bin"}
     here = describe_machine(env=env)
     assert here["jvm_options"] == {
-        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -Djavax.net.ssl.keyStorePassword=<redacted>"}
+        "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -Xmx1g -Dpw=<redacted> -Dk=<redacted>",
+        "JDK_JAVA_OPTIONS": "-javaagent:agent.jar=<redacted>"}
+    assert "hunter2" not in str(here) and "s3cret" not in str(here) and " b" not in str(here)
     assert "jvm_options" not in describe_machine(env={"JAVA_TOOL_OPTIONS": " "})
+    assert describe_machine(env={"_JAVA_OPTIONS": "-Dx='open"})["jvm_options"] == {
+        "_JAVA_OPTIONS": "<_JAVA_OPTIONS unreadable>"}
     c1 = {**EPYC, "jvm_options": {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}}
     assert machine_label(c1) == ("AMD EPYC, 2 cores, 23.4 GiB, "
                                  "JAVA_TOOL_OPTIONS=-XX:TieredStopAtLevel=1 (boot aaaaaaaaaaaa)")

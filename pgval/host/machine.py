@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,23 +54,36 @@ def _cores() -> int:
 
 
 #: The variables every JVM reads options from (the VM's and the launcher's). Set where
-#: pgval runs, they reach each JVM a run starts and change its timings: C1 alone
-#: (``-XX:TieredStopAtLevel=1``) takes a third of a short run's CPU away and slows
-#: compiled code (docs/performance.md, "C1 alone in the tests' JVMs").
+#: pgval runs, they reach each JVM pgval starts on this machine (the driver, the batch
+#: oracle; with the embedded cluster its broker, daemons and executors too, not the
+#: containers of ``--deploy compose`` nor a cluster started elsewhere) and change its
+#: timings: C1 alone (``-XX:TieredStopAtLevel=1``) took about 30 % of a short run's CPU
+#: away (docs/performance.md, "C1 alone in the tests' JVMs").
 JVM_OPTION_VARS = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
 
 
+def _shown(word: str) -> str:
+    """One option as kept: a VM flag (``-X…``, ``-XX:…``) as it is; anything else with a
+    value (a system property, an agent's arguments) without it: it may hold a secret."""
+    if word.startswith("-X") or "=" not in word:
+        return word
+    return f"{word.split('=', 1)[0]}={REDACTED}"
+
+
 def jvm_options(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The JVM options set in ``env`` (this process's environment), by variable. A system
-    property's value (``-Dname=value``) is redacted: it may hold a secret."""
+    """The JVM options set in ``env`` (this process's environment), by variable, each
+    value redacted but a VM flag's (:func:`_shown`); split as the JVM splits them
+    (quotes group words)."""
     env = os.environ if env is None else env
     found = {}
     for var in JVM_OPTION_VARS:
-        words = (env.get(var) or "").split()
+        text = env.get(var) or ""
+        try:
+            words = shlex.split(text)
+        except ValueError:  # an unbalanced quote: nothing of it is shown
+            words = [f"<{var} unreadable>"] if text.strip() else []
         if words:
-            found[var] = " ".join(
-                f"{w.split('=', 1)[0]}={REDACTED}" if w.startswith("-D") and "=" in w else w
-                for w in words)
+            found[var] = " ".join(_shown(w) for w in words)
     return found
 
 
