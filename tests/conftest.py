@@ -39,9 +39,10 @@ __all__ = ["HostSnapshot", "leftovers", "processes_mentioning", "shared_cluster"
 # Every JVM the tests start (broker, master, workers, executors, drivers, batch oracles)
 # compiles with C1 only: these JVMs live a minute or two at a few hundred events a second,
 # and without C2 a job run took about 30 % less CPU on two cores (143 core-seconds, 101
-# with C1 alone: C2's compiling saved, less what C1's slower code costs). What the tests judge (verdicts, counts, evidence) is
-# the same whichever compiler ran the code; latency and warm-up figures are not judged here
-# (docs/performance.md measures them with the JVMs' own defaults).
+# with C1 alone: C2's compiling saved, less what C1's slower code costs). What the tests
+# judge (verdicts, counts, evidence) is the same whichever compiler ran the code; latency
+# and warm-up figures are not judged here (docs/performance.md measures them with the
+# JVMs' own defaults).
 os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
     filter(None, [os.environ.get("JAVA_TOOL_OPTIONS", ""), "-XX:TieredStopAtLevel=1"]))
 
