@@ -55,7 +55,7 @@ def test_the_note_names_each_machine_and_the_runs_made_there() -> None:
         "every run on one machine: AMD EPYC, 2 cores, 23.4 GiB (boot aaaaaaaaaaaa)")
     note = machines_note([_run(1, EPYC), _run(2, EPYC), _run(3, XEON), _run(4, None),
                           _run(5, EPYC)])
-    assert note.startswith("runs from more than one machine (or JVM options), so not like for like")
+    assert note.startswith("runs from more than one machine, so not like for like")
     assert "AMD EPYC, 2 cores, 23.4 GiB (boot aaaaaaaaaaaa): runs 1–2, 5" in note
     assert "Intel Xeon, 2 cores, 23.4 GiB (boot bbbbbbbbbbbb): runs 3" in note
     assert note.endswith("not recorded: runs 4")
@@ -93,6 +93,6 @@ def test_jvm_options_from_the_environment_are_kept_and_set_runs_apart() -> None:
     assert machine_label(c1) == ("AMD EPYC, 2 cores, 23.4 GiB, "
                                  "JAVA_TOOL_OPTIONS=-XX:TieredStopAtLevel=1 (boot aaaaaaaaaaaa)")
     note = machines_note([_run(1, EPYC), _run(2, c1), _run(3, EPYC)])
-    assert note.startswith("runs from more than one machine (or JVM options)"), note
+    assert note.startswith("runs with more than one set of JVM options, so not like for"), note
     assert "23.4 GiB (boot aaaaaaaaaaaa): runs 1, 3" in note
     assert "TieredStopAtLevel=1 (boot aaaaaaaaaaaa): runs 2" in note

@@ -47,6 +47,8 @@ def machines_note(runs: Sequence[RunData]) -> str:
              for machine, ids in by_boot.values()]
     if unrecorded:
         parts.append(f"not recorded: runs {id_ranges(unrecorded)}")
-    return ("runs from more than one machine (or JVM options), so not like for like across "
-            "them — "
+    boots = {str(machine.get("boot") or "") for machine, _ in by_boot.values()}
+    what = ("runs from more than one machine" if len(boots) > 1 or unrecorded
+            else "runs with more than one set of JVM options")
+    return (f"{what}, so not like for like across them — "
             + "; ".join(parts))
