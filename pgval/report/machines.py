@@ -30,24 +30,24 @@ def id_ranges(ids: Iterable[int]) -> str:
 
 def machines_note(runs: Sequence[RunData]) -> str:
     """The header's note on machines ("" when no run recorded one: older databases)."""
-    by_boot: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    by_setting: dict[str, tuple[dict[str, Any], list[int]]] = {}
     unrecorded: list[int] = []
     for run in runs:
         machine = run.summary.get("machine")
         if not isinstance(machine, dict):
             unrecorded.append(run.id)
             continue
-        by_boot.setdefault(setting_of(machine), (machine, []))[1].append(run.id)
-    if not by_boot:
+        by_setting.setdefault(setting_of(machine), (machine, []))[1].append(run.id)
+    if not by_setting:
         return ""
-    if len(by_boot) == 1 and not unrecorded:
-        (machine, _), = by_boot.values()
+    if len(by_setting) == 1 and not unrecorded:
+        (machine, _), = by_setting.values()
         return f"every run on one machine: {machine_label(machine)}"
     parts = [f"{machine_label(machine)}: runs {id_ranges(ids)}"
-             for machine, ids in by_boot.values()]
+             for machine, ids in by_setting.values()]
     if unrecorded:
         parts.append(f"not recorded: runs {id_ranges(unrecorded)}")
-    boots = {str(machine.get("boot") or "") for machine, _ in by_boot.values()}
+    boots = {str(machine.get("boot") or "") for machine, _ in by_setting.values()}
     what = ("runs from more than one machine" if len(boots) > 1 or unrecorded
             else "runs with more than one set of JVM options")
     return (f"{what}, so not like for like across them — "
