@@ -263,9 +263,9 @@ def checker_problem(cfg: RunSpec) -> str | None:
                 "the run's evidence on this machine's disk, which a remote cluster's "
                 "executors do not write to; give local[N] (without --spark-master it runs "
                 "on the run's own embedded cluster)")
-    if cfg.checker in ("spark", "both") and cfg.job is not None:
-        return (f"--checker {cfg.checker} judges SST and MST: a job's own oracle is its batch "
-                "run, which the Spark checker does not take yet (use --checker numpy)")
+    if cfg.checker in ("spark", "both") and cfg.job is not None and cfg.sink != "kafka":
+        return (f"--checker {cfg.checker} reads a job's outputs from Kafka; a job writing to "
+                f"--sink {cfg.sink} is judged by --checker numpy")
     if cfg.checker == "spark" and cfg.late_events:
         return ("--late-events is told apart from losses by the numpy checker alone: use "
                 "--checker numpy or both")

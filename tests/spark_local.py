@@ -13,9 +13,15 @@ def local_session(app: str, cores: int = 1) -> Iterator[Any]:
     jars a run's driver has (Kafka's connector, spark-avro: the JVM of a test process is
     started once, so every session of it has them); stopped after the ``yield`` (use as a
     fixture's body: ``yield from local_session(...)``)."""
+    import os
+    import sys
+
     from pyspark.sql import SparkSession
 
     from pgval.host.jars import ensure_jars
+
+    # Python workers (a UDF, mapInArrow) run this Python, as pgval's own sessions' do.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     session = (SparkSession.builder.master(f"local[{cores}]")
                .appName(app)

@@ -178,3 +178,122 @@ def test_spark_read_back_agrees_with_numpy_and_finds_what_was_planted(
                          config=cluster.auth_config)
     assert cut.guarantee == "unknown" and cut.validation is None
     assert "partition 1 starts at offset 2" in (cut.reason or "")
+
+
+# ---------------------------------------------------------------- a user's job on Spark
+JOB = "examples/jobs/per_type_window.py:build"
+JOB_TOPICS = Topics.with_prefix("spark-job-")
+
+
+def _job_rows(spark, got: dict, workdir: Path):  # noqa: ANN001, ANN202 - a pa.Table
+    """The numpy path's oracle: the job run as a batch over the records pgval's own reader
+    read (:func:`pgval.topologies.batch.batch_table`), as the batch oracle process runs it."""
+    import pyarrow as pa
+
+    from pgval.topologies.batch import RAW_SCHEMA, batch_sources, batch_table
+    from pgval.topologies.job_query import load_job_for_spark
+
+    records = {name: pa.table({"value": got[topic].values, "partition": got[topic].partitions,
+                               "offset": got[topic].offsets}, schema=RAW_SCHEMA)
+               for name, topic in (("get", JOB_TOPICS.get), ("post", JOB_TOPICS.post))}
+    job = load_job_for_spark(JOB)
+    return batch_table(job, spark, batch_sources(spark, records, workdir))
+
+
+def _write_job_inputs(cluster: KafkaCluster) -> None:
+    """3,000 events (every 7th a POST) over 30 s, pgval's control events and two records
+    no parser reads. No retried ID, and no malformed record the job itself can read: the
+    job would list them in its rows (an ID twice in a row, an ID that is no input), which
+    both checkers refuse to judge."""
+    p = _producer(cluster, acks="all")
+    for i in range(3000):
+        post = i % 7 == 0
+        p.produce(JOB_TOPICS.post if post else JOB_TOPICS.get,
+                  _event(i, "POST" if post else "GET"), partition=i % 3)
+    for i in range(CONTROL[0], CONTROL[1] + 1):
+        p.produce(JOB_TOPICS.get, _event(i, resource="r0000"), partition=0)
+    for bad in (b"garbage", b"[1, 2"):
+        p.produce(JOB_TOPICS.get, bad, partition=2)
+    assert p.flush(30) == 0
+
+
+def _job_output(key: str, value: str, ids: list[int]) -> bytes:
+    return orjson.dumps({"_pgval_key": key, "_pgval_value": value, "ids": ids})
+
+
+def _write_job_outputs(cluster: KafkaCluster, rows) -> dict[str, list[int]]:  # noqa: ANN001
+    """The batch's rows as the streaming query writes them, with row 1 lost, row 2 twice,
+    a foreign ID in row 3, a control ID in row 4, row 5's count written wrong, a
+    control-only output, an output of a key no row has, and malformed outputs."""
+    keys = rows.column("key").to_pylist()
+    values = rows.column("value").to_pylist()
+    ids = [sorted(i for i in got if i >= 0) for got in rows.column("ids").to_pylist()]
+    p = _producer(cluster, acks="all")
+    for k in range(len(keys)):
+        if k == 1:
+            continue
+        value = values[k]
+        if k == 5:  # n one more than the IDs: a wrong value, the right IDs
+            n = orjson.loads(value)["n"]
+            value = value.replace(f'"n":{n}', f'"n":{n + 1}')
+        extra = {3: [FOREIGN], 4: [-3]}.get(k, [])
+        p.produce(JOB_TOPICS.output, _job_output(keys[k], value, ids[k] + extra),
+                  partition=k % 3)
+        if k == 2:
+            p.produce(JOB_TOPICS.output, _job_output(keys[k], values[k], ids[k]),
+                      partition=(k + 1) % 3)
+    p.produce(JOB_TOPICS.output, _job_output(keys[0], values[0], [-1, -2]), partition=0)
+    p.produce(JOB_TOPICS.output, _job_output('{"window_start":"1970-01-01T00:00:00.000Z",'
+                                             '"type":"GET"}', "{}", [ids[6][0]]), partition=1)
+    for bad in (b'{"_pgval_key":"k","ids":[1,null]}', b'{"ids":[1]}', b"not json"):
+        p.produce(JOB_TOPICS.output, bad, partition=1)
+    assert p.flush(30) == 0
+    # An output whose values are wrong processes none of its IDs: they are unprocessed too.
+    return {"unprocessed": ids[1] + ids[5], "duplicate": ids[2],
+            "incorrect": sorted([FOREIGN, *ids[5], ids[6][0]])}
+
+
+def test_a_users_job_judged_on_spark_agrees_with_numpy_and_finds_what_was_planted(
+        cluster: KafkaCluster, spark, tmp_path: Path) -> None:  # noqa: ANN001
+    """The job's batch run on Spark over the staged records, its rows and outputs as the
+    checker's tables, the values compared in Spark's Python workers: every figure, phase
+    row and set equal to the numpy path's (its own reader, batch oracle, value check and
+    validator), and the sets exactly what was planted."""
+    from pgval.evidence.bundle import job_streams_from_records
+    from pgval.oracle.values import DEFAULT_TOLERANCE
+    from pgval.scale.judge import judge_job_on_spark
+    from pgval.topologies.batch import batch_rows_on_spark
+    from pgval.topologies.job_query import load_job_for_spark
+
+    create_topics(cluster.client_config, [*JOB_TOPICS.inputs, JOB_TOPICS.output], 3)
+    _write_job_inputs(cluster)
+    topics = [JOB_TOPICS.get, JOB_TOPICS.post]
+    got = read_topics(cluster.bootstrap, topics, config=cluster.auth_config)
+    rows = _job_rows(spark, got, tmp_path / "numpy-batch")
+    planted = _write_job_outputs(cluster, rows)
+    got = read_topics(cluster.bootstrap, [*topics, JOB_TOPICS.output],
+                      config=cluster.auth_config)
+    streams, expected = job_streams_from_records(
+        {"get": got[JOB_TOPICS.get], "post": got[JOB_TOPICS.post]}, got[JOB_TOPICS.output],
+        rows, 0, CONTROL)
+    mine = evaluate(streams.events, streams.outputs, "job", 1, expected=expected,
+                    values=streams.values)
+    job = load_job_for_spark(JOB)
+    names = {"get": JOB_TOPICS.get, "post": JOB_TOPICS.post}
+    try:
+        judged = judge_job_on_spark(
+            spark, cluster.bootstrap, names, JOB_TOPICS.output, tmp_path / "spark",
+            lambda staged, folder: batch_rows_on_spark(job, spark, staged, names, folder),
+            DEFAULT_TOLERANCE, control_ids=CONTROL, config=cluster.auth_config)
+    finally:  # its Python workers (the value comparison) go with it: the module's last test
+        spark.stop()
+    v = judged.validation
+    assert v is not None and judged.reason is None, judged.reason
+    assert differences(mine.validation, v,
+                       duplicate_inputs=mine.expected.duplicate_inputs) == []
+    assert v.duplicate_inputs == 0 and v.wrong_value == len(planted["incorrect"]) - 2
+    assert (judged.read.control_outputs, judged.read.malformed_outputs) == (1, 3)
+    for kind, ids in planted.items():
+        assert v.ids(kind).tolist() == sorted(ids), kind
+    assert judged.guarantee == "none" and judged.job is not None
+    assert judged.job["values_compared"] and not judged.job["keyed_by_id"]

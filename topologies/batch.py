@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from pgval.host import cds
 from pgval.oracle.rows import occurrence_ranks, rows_of
 from pgval.topologies.job import IDS, SOURCES, Job, JobError, check_result
-from pgval.topologies.job_query import key_column
+from pgval.topologies.job_query import job_source, key_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -213,6 +213,37 @@ def batch_table(job: Job, spark: SparkSession, sources: Mapping[str, DataFrame] 
     # The job's columns, which a sink's values are compared on (not the sink's own).
     columns = [f.name for f in result.schema.fields if f.name != IDS]
     return table.replace_schema_metadata({"columns": json.dumps(columns)})
+
+
+def batch_rows_on_spark(job: Job, spark: SparkSession, staged_inputs: Path,
+                        topics: Mapping[str, str], folder: Path) -> Path:
+    """``job`` run as a batch over every input record a Spark read-back staged
+    (``staged_inputs``: each record's ``topic``, ``partition``, ``offset`` and raw
+    ``value``; :func:`pgval.scale.kafka_read.read_back_on_spark` with ``job``), each source
+    parsed as the streaming query parses it; its rows (:data:`EXPECTED_SCHEMA`) written as
+    Parquet into ``folder``, never collected: the oracle of a run judged on Spark
+    (:func:`pgval.scale.judge.judge_job_on_spark`). ``topics``: the run's topic of each
+    source. A job reading Kafka itself, or one without ``ids``, is judged by numpy alone."""
+    from pyspark.sql import functions as F
+
+    from pgval.topologies.job_query import refuse_rows_verdict, value_column
+
+    if job.reads_kafka:
+        raise JobError(f"--job {job.ref}: a job that reads Kafka itself is judged by "
+                       "--checker numpy (its IDs are its records' coordinates)")
+    staged = spark.read.parquet(str(staged_inputs))
+    sources = {name: job_source(staged.filter(F.col("topic") == topics[name])
+                                .select("value", "partition", "offset"))
+               for name in SOURCES}
+    carries_ids(job, spark, sources)
+    result = job.build(spark, dict(sources))
+    key = check_result(job, result, streaming=None)
+    refuse_rows_verdict(job, result, sink_rows=True)
+    (result.select(key_column(key).alias("key"),
+                   F.col(f"`{IDS}`").cast("array<bigint>").alias("ids"),
+                   value_column(result).alias("value"))
+     .write.mode("overwrite").parquet(str(folder)))
+    return folder
 
 
 def job_columns(table: pa.Table) -> list[str] | None:

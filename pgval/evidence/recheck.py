@@ -488,13 +488,14 @@ def _rejudge_on_spark(run_dir: Path, manifest: Manifest, spark_run: dict[str, An
     if not (folder / "read" / "inputs").is_dir():
         raise EvidenceError(f"{run_dir} was judged on Spark, but its tables "
                             f"({folder / 'read'}) are missing")
+    job = _kept_job(folder, manifest, spark_run)
     master = "local[2]"
     spark = checker_session(master)
     out = Path(tempfile.mkdtemp(prefix="pgval-recheck-spark-"))
     try:
         judged = spark_call(master, lambda: rejudge_kept(
             spark, folder / "read", manifest.topology, manifest.window_ms,
-            manifest.phase_bounds, out, int(read.get("malformed_outputs") or 0)))
+            manifest.phase_bounds, out, int(read.get("malformed_outputs") or 0), job))
         kept = {kind: folder / "sets" / kind for kind in judged.sets}
         sets = spark_call(master, lambda: same_sets(spark, kept, judged.sets))
         recounted = spark_call(master, lambda: recount_read(spark, folder / "read", read))
@@ -503,6 +504,23 @@ def _rejudge_on_spark(run_dir: Path, manifest: Manifest, spark_run: dict[str, An
         shutil.rmtree(out, ignore_errors=True)
     return (as_evaluation(judged, manifest.topology, manifest.window_ms, manifest.phase_bounds,
                           int(read.get("malformed_inputs") or 0)), sets, recounted)
+
+
+def _kept_job(folder: Path, manifest: Manifest, spark_run: dict[str, Any]) -> Any:
+    """A user's job judged on Spark: the rows its batch run kept and how they were judged
+    (:class:`pgval.scale.evaluation.KeptJob`); None for a built-in topology."""
+    from pgval.oracle.values import DEFAULT_TOLERANCE
+    from pgval.scale.evaluation import KeptJob
+
+    if manifest.job is None:
+        return None
+    if not (folder / "batch").is_dir():
+        raise EvidenceError(f"{folder.parent.parent} was judged on Spark, but the rows of its "
+                            f"job's batch run ({folder / 'batch'}) are missing")
+    said = spark_run.get("job") if isinstance(spark_run.get("job"), dict) else {}
+    tolerance = said.get("tolerance")
+    return KeptJob(folder / "batch", manifest.control_ids,
+                   float(tolerance) if isinstance(tolerance, int | float) else DEFAULT_TOLERANCE)
 
 
 def _row_figures(db: Path | None, row: dict[str, Any], evaluation: Evaluation,

@@ -90,7 +90,8 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
     progress = h.driver.progress()
     save_progress(run_dir, h.spec.progress_file)
     delivered = int(record.generator.get("delivered") or 0)
-    choice = choose_checker(cfg, delivered + h.control.written)
+    choice = choose_checker(cfg, delivered + h.control.written,
+                            h.inputs is not None and h.inputs.reads_kafka)
     spark = None
     if choice.checker == "spark":  # nothing of the run read into this process
         spark = judge_run(cfg, h, run_dir, run_phases(cfg, record), choice.inputs)
@@ -112,8 +113,10 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
         if choice.checker == "both":
             spark = judge_run(cfg, h, run_dir, run_phases(cfg, record), choice.inputs)
             timings.update({f"spark_{k}": v for k, v in spark.timings.items()})
-            # The topics' records are the evidence here; the sets stay beside them.
-            shutil.rmtree(spark.folder / "read", ignore_errors=True)
+            # The topics' records are the evidence here (and the numpy batch oracle's
+            # rows); the sets stay beside them.
+            for derived in ("read", "batch"):
+                shutil.rmtree(spark.folder / derived, ignore_errors=True)
     sink = None
     if cfg.sink != "kafka":
         kind = sink_kind(cfg.sink)
@@ -127,12 +130,17 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
         t0 = time.monotonic()
         if changed := job_changed(h, sha256_file):
             reasons.add(Reason("observed", changed))
-        events = sum(len(r) for k, r in back.records.items() if k != OUTPUT_TOPIC)
         reads = h.inputs.describe(h.topics) if h.inputs is not None else {}
-        batches = len({p.get("batchId") for p in progress if p.get("event") == "progress"})
-        said = run_batch_oracle(cfg.job, run_dir, dict(cfg.spark_conf),
-                                batch_timeout_s(events, batches), batch_heap_mb(events),
-                                reads.get("inputs"))
+        if choice.checker == "spark":  # its batch ran in the Spark checker, on the cluster
+            judged = None if spark is None else spark.judgement
+            said = {"on_spark": True, **((judged.job or {}) if judged is not None else {})}
+        else:
+            events = sum(len(r) for k, r in back.records.items() if k != OUTPUT_TOPIC)
+            batches = len({p.get("batchId") for p in progress
+                           if p.get("event") == "progress"})
+            said = run_batch_oracle(cfg.job, run_dir, dict(cfg.spark_conf),
+                                    batch_timeout_s(events, batches), batch_heap_mb(events),
+                                    reads.get("inputs"))
         job = {"ref": cfg.job, "source": None if h.job_source is None else str(h.job_source),
                "sha256": h.job_sha, "oracle": said, **reads}
         timings["job_oracle_s"] = time.monotonic() - t0

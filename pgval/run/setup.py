@@ -120,6 +120,10 @@ def checked_job(cfg: RunSpec) -> RunSpec:
     job = load_or_check(cfg.job)
     ref = job.ref
     job_inputs(cfg)  # an input model for a job that reads the web log: one sentence
+    if cfg.checker in ("spark", "both") and job.reads_kafka:
+        raise UserMistake(f"--job {ref}: --checker {cfg.checker} judges a job over the web "
+                          "log's sources; a job that reads Kafka itself (its IDs are its "
+                          "records' coordinates) is judged by --checker numpy")
     if job.trigger and cfg.trigger is None and (why := trigger_problem(
             cfg.replace(trigger=job.trigger))):
         raise UserMistake(f"--job {ref}: build.trigger {job.trigger!r}: {why}")

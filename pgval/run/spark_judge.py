@@ -68,10 +68,12 @@ class CheckerChoice:
         return {"checker": self.checker, "inputs_in_kafka": self.inputs, "why": self.why}
 
 
-def choose_checker(cfg: RunSpec, inputs_in_kafka: int) -> CheckerChoice:
+def choose_checker(cfg: RunSpec, inputs_in_kafka: int, reads_kafka: bool = False
+                   ) -> CheckerChoice:
     """``--checker`` as given, or for ``auto`` by the inputs in Kafka (the records the
-    generator had acknowledged, and pgval's own) against ``--spark-above``: a user's job
-    and planted late events stay with numpy, which alone judges them."""
+    generator had acknowledged, and pgval's own) against ``--spark-above``: planted late
+    events, a job that reads Kafka itself (``reads_kafka``) and a job writing to a sink
+    other than Kafka stay with numpy, which alone judges them."""
     if cfg.checker != "auto":
         return CheckerChoice(cfg.checker, inputs_in_kafka, f"--checker {cfg.checker}")
     above = cfg.spark_above or SPARK_ABOVE
@@ -79,8 +81,11 @@ def choose_checker(cfg: RunSpec, inputs_in_kafka: int) -> CheckerChoice:
     if inputs_in_kafka <= above:
         return CheckerChoice("numpy", inputs_in_kafka, f"{said}, at most --spark-above "
                                                        f"{above:,}")
-    if cfg.job is not None or cfg.late_events:
-        what = "a job's batch oracle" if cfg.job is not None else "planted late events"
+    what = ("planted late events" if cfg.late_events
+            else "a job that reads Kafka itself" if cfg.job is not None and reads_kafka
+            else f"a job writing to --sink {cfg.sink}" if cfg.job is not None
+            and cfg.sink != "kafka" else None)
+    if what is not None:
         return CheckerChoice("numpy", inputs_in_kafka,
                              f"{said}, above --spark-above {above:,}, but {what} is judged "
                              "by numpy alone")
@@ -112,6 +117,12 @@ class SparkRun:
         (:func:`pgval.scale.evaluation.read_reasons`)."""
         if self.judgement is None:
             return [Reason("readback", f"the run could not be judged on Spark: {self.failure}")]
+        if self.judgement.unjudged is not None:  # read in full, or not read at all
+            said = [Reason("data", self.judgement.unjudged)]
+            if not self.judgement.read.partitions:
+                return said
+            return said + read_reasons(self.judgement.read.as_dict(), list(self.input_topics),
+                                       delivered, own_events, generator_valid)
         return read_reasons(self.judgement.read.as_dict(), list(self.input_topics), delivered,
                             own_events, generator_valid)
 
@@ -243,7 +254,8 @@ def _checker_process(cfg: RunSpec, h: RunHandles, where: CheckerSession, folder:
             "window_ms": cfg.window_ms, "folder": str(folder), "resources": cfg.resources,
             "phases": [phases.start, phases.t2, phases.t3, phases.t4,
                        phases.removal_scheduled],
-            "control_ids": [int(i) for i in h.control.control_ids]}
+            "control_ids": [int(i) for i in h.control.control_ids],
+            "job": cfg.job, "run_dir": str(run_dir)}
     # The user's --spark-conf reaches this session as it reaches the run's driver (its
     # values may be secrets: in the environment, never on disk); pgval's own settings win.
     secrets = {"user": dict(cfg.spark_conf),

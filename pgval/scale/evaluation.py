@@ -13,7 +13,8 @@ the causes of unprocessed IDs. The anomaly sets are Parquet folders beside the t
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from pgval.oracle.expected import expected_outputs
 from pgval.records.parse import InputEvents
 from pgval.records.phases import PHASES, Phases
 from pgval.scale.checker import SparkValidation, validate_on_spark
+from pgval.scale.job_rows import job_tables_on_spark
 from pgval.scale.oracle import expected_on_spark
 
 if TYPE_CHECKING:
@@ -110,18 +112,40 @@ def set_examples(sets: Mapping[str, Path], limit: int = EXAMPLES) -> dict[str, l
 
 
 def rejudge_kept(spark: SparkSession, tables: Path, topology: str, window_ms: int,
-                 phases: Phases | None, out: Path, malformed_outputs: int) -> SparkValidation:
+                 phases: Phases | None, out: Path, malformed_outputs: int,
+                 job: KeptJob | None = None) -> SparkValidation:
     """A run judged again from the tables its Spark read-back kept (``inputs``,
-    ``outputs``, ``occurrences`` under ``tables``): the Spark oracle and checker, their
-    expected rows and anomaly sets written under ``out`` (replaced)."""
+    ``outputs``, ``occurrences`` under ``tables``): the Spark oracle and checker (a user's
+    job's: the rows its batch run kept, ``job``), their expected rows and anomaly sets
+    written under ``out`` (replaced)."""
     if out.exists():
         shutil.rmtree(out)
-    made, duplicates = expected_on_spark(spark, tables / "inputs", topology, window_ms,
-                                         out / "expected")
-    frames = {**made, "outputs": tables / "outputs", "occurrences": tables / "occurrences"}
+    read = {name: tables / name for name in ("inputs", "outputs", "occurrences")}
+    if job is not None:
+        made = job_tables_on_spark(spark, job.batch_rows, read, job.control_ids,
+                                   job.tolerance, out / "expected")
+        if made.problem is not None:
+            raise ValueError(f"the kept rows of the job's batch run: {made.problem}")
+        judged = validate_on_spark(spark, made.frames, topology, phases, out / "sets",
+                                   malformed_outputs, made.values_compared)
+        judged.duplicate_inputs = made.duplicate_inputs
+        return judged
+    made_rows, duplicates = expected_on_spark(spark, read["inputs"], topology, window_ms,
+                                              out / "expected")
+    frames = {**made_rows, "outputs": read["outputs"], "occurrences": read["occurrences"]}
     judged = validate_on_spark(spark, frames, topology, phases, out / "sets", malformed_outputs)
     judged.duplicate_inputs = duplicates
     return judged
+
+
+@dataclass(frozen=True)
+class KeptJob:
+    """What a re-check of a user's job judged on Spark needs beside the read's tables: the
+    rows its batch run kept, pgval's own IDs (a range) and the values' tolerance."""
+
+    batch_rows: Path
+    control_ids: Sequence[int] | None
+    tolerance: float
 
 
 def recount_read(spark: SparkSession, tables: Path, read: Mapping[str, Any]

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pgval.checker.validator import PhaseCounts
+from pgval.oracle.rows import JOB
 from pgval.records.phases import Phases
 from pgval.scale.checker import SparkValidation, validate_on_spark
+from pgval.scale.job_rows import job_tables_on_spark
 from pgval.scale.kafka_read import PartitionRead, SparkReadBack, read_back_on_spark
 from pgval.scale.oracle import expected_on_spark
 
@@ -32,6 +34,11 @@ class SparkJudgement:
     read: SparkReadBack
     validation: SparkValidation | None
     stages_s: dict[str, float] = field(default_factory=dict)
+    #: A user's job: what its batch run gave (:meth:`JobTables.as_dict`), None otherwise.
+    job: dict[str, Any] | None = None
+    #: Why a complete read was not judged (a job's rows the validator cannot use, rows
+    #: Spark's watermark dropped), in one sentence.
+    unjudged: str | None = None
 
     @property
     def guarantee(self) -> str:
@@ -41,13 +48,15 @@ class SparkJudgement:
     def reason(self) -> str | None:
         """Why the verdict is unknown (None when it is not)."""
         if self.validation is None:
-            return "the read-back is incomplete: " + "; ".join(self.read.problems)
+            return self.unjudged or ("the read-back is incomplete: "
+                                     + "; ".join(self.read.problems))
         return None if self.guarantee != "unknown" else "nothing was expected"
 
     def as_dict(self) -> dict[str, Any]:
         return {"guarantee": self.guarantee, "reason": self.reason, "read": self.read.as_dict(),
                 "counts": None if self.validation is None else self.validation.counts(),
-                "stages_s": self.stages_s}
+                "stages_s": self.stages_s,
+                **({"job": self.job} if self.job is not None else {})}
 
     def to_record(self) -> dict[str, Any]:
         """Everything, as JSON: what a checker process hands back (:meth:`from_record`)."""
@@ -58,7 +67,7 @@ class SparkJudgement:
                     **{f.name: getattr(v, f.name) for f in dataclasses.fields(v)},
                     "phases": {p: dataclasses.asdict(c) for p, c in v.phases.items()},
                     "sets": {k: str(p) for k, p in v.sets.items()}},
-                "stages_s": self.stages_s}
+                "stages_s": self.stages_s, "job": self.job, "unjudged": self.unjudged}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> SparkJudgement:
@@ -75,7 +84,8 @@ class SparkJudgement:
             "sets": {k: Path(p) for k, p in v["sets"].items()},
             "output_span_ms": None if v.get("output_span_ms") is None
             else tuple(v["output_span_ms"])})
-        return cls(read_back, validation, dict(record.get("stages_s") or {}))
+        return cls(read_back, validation, dict(record.get("stages_s") or {}),
+                   record.get("job"), record.get("unjudged"))
 
 
 def judge_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str, str],
@@ -104,3 +114,37 @@ def judge_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str, str
     validation.duplicate_inputs = duplicates
     stages["checker"] = time.perf_counter() - t
     return SparkJudgement(read, validation, stages)
+
+
+def judge_job_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str, str],
+                       output: str, folder: Path, batch: Callable[[Path, Path], Path],
+                       tolerance: float, phases: Phases | None = None,
+                       control_ids: Sequence[int] | None = None,
+                       config: Mapping[str, Any] | None = None) -> SparkJudgement:
+    """A user's job's run judged on Spark: its topics read to their end offsets, the job
+    run as a batch over every input record read (``batch(staged_inputs, rows_folder)``
+    writes its rows and returns their folder), its rows and outputs made the checker's
+    tables (:mod:`pgval.scale.job_rows`), every ID classified; all under ``folder``."""
+    stages: dict[str, float] = {}
+    t = time.perf_counter()
+    read = read_back_on_spark(spark, bootstrap, inputs, output, folder / "read", 0,
+                              control_ids, config, job=True)
+    stages["read back"] = time.perf_counter() - t
+    if not read.complete:
+        return SparkJudgement(read, None, stages)
+    t = time.perf_counter()
+    rows = batch(folder / "read" / "staged_inputs", folder / "batch")
+    stages["batch oracle"] = time.perf_counter() - t
+    t = time.perf_counter()
+    tables = job_tables_on_spark(spark, rows, read.tables, control_ids, tolerance,
+                                 folder / "expected")
+    stages["job tables"] = time.perf_counter() - t
+    said = {**tables.as_dict(), "tolerance": tolerance}
+    if tables.problem is not None:
+        return SparkJudgement(read, None, stages, said, tables.problem)
+    t = time.perf_counter()
+    validation = validate_on_spark(spark, tables.frames, JOB, phases, folder / "sets",
+                                   read.malformed_outputs, tables.values_compared)
+    validation.duplicate_inputs = tables.duplicate_inputs
+    stages["checker"] = time.perf_counter() - t
+    return SparkJudgement(read, validation, stages, said)

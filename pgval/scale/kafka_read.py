@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pgval.core.schema import GET, POST, resource_name
 from pgval.kafka.client import java_client_options
 from pgval.kafka.reader import SETTLE_S, offsets_snapshot, reader_conf, records_after
+from pgval.records.parse import JOB_KEY, JOB_VALUE
 from pgval.records.phases import MAX_MS
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ CORRUPT = "_corrupt"
 INPUT_SCHEMA = f"id BIGINT, type STRING, resource STRING, event_ts BIGINT, {CORRUPT} STRING"
 OUTPUT_SCHEMA = ("window_start BIGINT, window_end BIGINT, resource STRING, count BIGINT, "
                  f"gets BIGINT, posts BIGINT, ids ARRAY<BIGINT>, {CORRUPT} STRING")
+#: A user's job's output as :func:`pgval.records.parse.job_outputs_from_kafka` reads it: its
+#: key text, its IDs and its values as one text; the job's own columns are not read.
+JOB_OUTPUT_SCHEMA = (f"{JOB_KEY} STRING, ids ARRAY<BIGINT>, {JOB_VALUE} STRING, "
+                     f"{CORRUPT} STRING")
 #: An input's place for the oracle's tie-break (two ingresses of one ID at one time: the one
 #: read first): topic, partition and offset in one number.
 _PARTITION_SHIFT, _TOPIC_SHIFT = 40, 56
@@ -133,13 +138,17 @@ def _one_line() -> Column:
     return F.coalesce(F.instr(F.col("value").cast("string"), "\n") == 0, F.lit(False))
 
 
-def _staged_inputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
-    """Parsed input records: their fields, ``good`` (judgeable), ``control`` and proof columns."""
+def _staged_inputs(raw: DataFrame, control_ids: Sequence[int] | None, job: bool = False
+                   ) -> DataFrame:
+    """Parsed input records: their fields, ``good`` (judgeable), ``control`` and proof
+    columns; for a user's job also the record's ``value`` as it came (its batch run parses
+    every record, pgval's own and malformed ones too, as the stream did)."""
     from pyspark.sql import functions as F
 
     parsed = raw.select(_parsed(INPUT_SCHEMA).alias("v"), _one_line().alias("one_line"),
                         F.unix_millis("timestamp").alias("ingress_ts"),
-                        "topic", "partition", "offset", "code")
+                        "topic", "partition", "offset", "code",
+                        *(["value"] if job else []))
     good = (F.col("one_line") & F.col(f"v.{CORRUPT}").isNull() & F.col("v.id").isNotNull()
             & F.col("v.resource").isNotNull() & F.col("v.type").isin(GET, POST)
             & _is_time(F.col("v.event_ts")) & _is_time(F.col("ingress_ts")))
@@ -152,7 +161,7 @@ def _staged_inputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFra
         .alias("pos"),
         F.coalesce(good, F.lit(False)).alias("good"),
         F.coalesce(good & _is_control(F.col("v.id"), control_ids), F.lit(False))
-        .alias("control"))
+        .alias("control"), *(["value"] if job else []))
 
 
 def _staged_outputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
@@ -172,6 +181,28 @@ def _staged_outputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFr
     return parsed.select(
         F.col("v.window_start").alias("window_start"), F.col("v.resource").alias("name"),
         *(F.coalesce(F.col(f"v.{c}"), F.lit(-1)).alias(c) for c in ("count", "gets", "posts")),
+        kept.alias("ids"), "ingress_ts", "topic", "partition", "offset",
+        F.coalesce(good, F.lit(False)).alias("good"),
+        F.coalesce(good & (F.size(kept) == 0) & (F.size(ids) > 0), F.lit(False))
+        .alias("dropped"))
+
+
+def _staged_job_outputs(raw: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
+    """A user's job's output records parsed: ``key`` and ``value`` texts, run IDs (control
+    IDs taken out), ``good`` and ``dropped``, as :func:`_staged_outputs` has them (a job's
+    output has no window: its key text carries one, if any)."""
+    from pyspark.sql import functions as F
+
+    parsed = raw.select(_parsed(JOB_OUTPUT_SCHEMA).alias("v"), _one_line().alias("one_line"),
+                        F.unix_millis("timestamp").alias("ingress_ts"),
+                        "topic", "partition", "offset")
+    ids = F.col("v.ids")
+    good = (F.col("one_line") & F.col(f"v.{CORRUPT}").isNull()
+            & F.col(f"v.{JOB_KEY}").isNotNull() & ids.isNotNull()
+            & _is_time(F.col("ingress_ts")) & ~F.exists(ids, lambda x: x.isNull()))
+    kept = F.filter(ids, lambda x: ~_is_control(x, control_ids))
+    return parsed.select(
+        F.col(f"v.{JOB_KEY}").alias("key"), F.col(f"v.{JOB_VALUE}").alias("value"),
         kept.alias("ids"), "ingress_ts", "topic", "partition", "offset",
         F.coalesce(good, F.lit(False)).alias("good"),
         F.coalesce(good & (F.size(kept) == 0) & (F.size(ids) > 0), F.lit(False))
@@ -223,12 +254,16 @@ def read_back_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str,
                        output: str, folder: Path, resources: int = 0,
                        control_ids: Sequence[int] | None = None,
                        config: Mapping[str, Any] | None = None,
-                       isolation: str = "read_committed", timeout_s: float = SETTLE_S
-                       ) -> SparkReadBack:
+                       isolation: str = "read_committed", timeout_s: float = SETTLE_S,
+                       job: bool = False) -> SparkReadBack:
     """Read the input topics (``{"get": topic, "post": topic}``) and the output topic to
     their end-offset snapshot with Spark, and write the ``inputs`` table (the Spark
     oracle's, :func:`pgval.scale.frames.write_inputs`) and the ``outputs`` and
-    ``occurrences`` tables (the checker's) into ``folder``."""
+    ``occurrences`` tables (the checker's) into ``folder``. ``job``: the outputs are a user's
+    job's (:data:`JOB_OUTPUT_SCHEMA`); their ``outputs`` table holds each one's ``key`` and
+    ``value`` texts and its ``one_id`` (its ID where it has exactly one), which
+    :mod:`pgval.scale.job_rows` keys and compares, and ``staged_inputs`` keeps every input
+    record's value for the job's batch run."""
     topics = [*inputs.values(), output]
     ends, problems = _snapshot(bootstrap, topics, config or {}, isolation, timeout_s)
     if problems:  # nothing read is judged: say why, read nothing
@@ -237,7 +272,7 @@ def read_back_on_spark(spark: SparkSession, bootstrap: str, inputs: Mapping[str,
     folder.mkdir(parents=True, exist_ok=True)
     with _row_reader_for_lists(spark):
         read = _read_and_write(spark, bootstrap, options, inputs, output, ends, isolation,
-                               control_ids, resources, folder)
+                               control_ids, resources, folder, job)
     # As the numpy path's read-back (pgval.run.readback): nothing may write after the drain.
     read.problems += records_after(bootstrap, config, output, ends[output])
     return read
@@ -263,27 +298,30 @@ def _row_reader_for_lists(spark: SparkSession) -> Iterator[None]:
 def _read_and_write(spark: SparkSession, bootstrap: str, options: Mapping[str, str],
                     inputs: Mapping[str, str], output: str,
                     ends: Mapping[str, Mapping[int, int]], isolation: str,
-                    control_ids: Sequence[int] | None, resources: int, folder: Path
-                    ) -> SparkReadBack:
+                    control_ids: Sequence[int] | None, resources: int, folder: Path,
+                    job: bool = False) -> SparkReadBack:
     """The read and the tables of :func:`read_back_on_spark` after its snapshot."""
     from pyspark.sql import functions as F
 
     try:
         staged_in, staged_out = _staged(spark, bootstrap, options, inputs, output, ends,
-                                        isolation, control_ids, folder)
+                                        isolation, control_ids, folder, job)
     except Exception as exc:  # noqa: BLE001 - pyspark's errors have no common base
         if "data may have been lost" not in str(exc):
             raise
         return SparkReadBack({}, [], 0, 0, 0, 0, 0, 0, [
             "Spark could not read every offset of the snapshot (records were deleted while "
             "it read)"])
-    names = F.broadcast(_names(spark, staged_in, staged_out, resources))
-    tables = {"inputs": _write(
-        staged_in.filter("good AND NOT control").join(names, "name")
-        .select("id", "is_get", "resource", "event_ts", "ingress_ts", "pos"),
-        folder / "inputs")}
-    tables.update(_write_outputs(staged_out.filter("good AND NOT dropped").join(names, "name"),
-                                 folder))
+    judged_in = staged_in.filter("good AND NOT control")
+    judged_out = staged_out.filter("good AND NOT dropped")
+    if job:  # a job's rows are keyed by text: no resource codes
+        judged_in = judged_in.withColumn("resource", F.lit(0))
+    else:
+        names = F.broadcast(_names(spark, staged_in, staged_out, resources))
+        judged_in, judged_out = judged_in.join(names, "name"), judged_out.join(names, "name")
+    tables = {"inputs": _write(judged_in.select("id", "is_get", "resource", "event_ts",
+                                                "ingress_ts", "pos"), folder / "inputs")}
+    tables.update(_write_outputs(judged_out, folder, job))
     counts = _counts(staged_in, staged_out)
     where = ["topic", "partition", "offset"]
     return SparkReadBack(tables, _proof(staged_in.select(where).union(staged_out.select(where)),
@@ -292,8 +330,8 @@ def _read_and_write(spark: SparkSession, bootstrap: str, options: Mapping[str, s
 
 def _staged(spark: SparkSession, bootstrap: str, options: Mapping[str, str],
             inputs: Mapping[str, str], output: str, ends: Mapping[str, Mapping[int, int]],
-            isolation: str, control_ids: Sequence[int] | None, folder: Path
-            ) -> tuple[DataFrame, DataFrame]:
+            isolation: str, control_ids: Sequence[int] | None, folder: Path,
+            job: bool = False) -> tuple[DataFrame, DataFrame]:
     """The one read of Kafka: every input and output record parsed, written as Parquet
     (``staged_inputs``, ``staged_outputs``) and read back, so later steps never read Kafka."""
     from pyspark.sql import functions as F
@@ -301,11 +339,12 @@ def _staged(spark: SparkSession, bootstrap: str, options: Mapping[str, str],
     frames = [_kafka(spark, bootstrap, options, t, ends[t], isolation)
               .withColumn("code", F.lit(code)) for code, t in enumerate(inputs.values())
               if ends[t]]
-    staged_in = _write(_staged_inputs(_union(spark, frames, with_code=True), control_ids),
+    staged_in = _write(_staged_inputs(_union(spark, frames, with_code=True), control_ids, job),
                        folder / "staged_inputs")
     out = ([_kafka(spark, bootstrap, options, output, ends[output], isolation)]
            if ends[output] else [])
-    staged_out = _write(_staged_outputs(_union(spark, out, with_code=False), control_ids),
+    stage = _staged_job_outputs if job else _staged_outputs
+    staged_out = _write(stage(_union(spark, out, with_code=False), control_ids),
                         folder / "staged_outputs")
     return spark.read.parquet(str(staged_in)), spark.read.parquet(str(staged_out))
 
@@ -325,18 +364,20 @@ def _union(spark: SparkSession, frames: list[DataFrame], with_code: bool) -> Dat
     return spark.range(0).select(*(F.lit(None).cast(t).alias(c) for c, t in columns))
 
 
-def _write_outputs(outputs: DataFrame, folder: Path) -> dict[str, Path]:
+def _write_outputs(outputs: DataFrame, folder: Path, job: bool = False) -> dict[str, Path]:
     """The ``outputs`` and ``occurrences`` tables. An output's number and stream position
     are ``partition × 2**40 + offset``: the checker orders occurrences by (ingress time,
     position, …), so this is the order by (ingress time, partition, offset) of the parser
-    path, with no global sort of the outputs."""
+    path, with no global sort of the outputs. A job's outputs keep their texts instead of
+    the built-in columns (:func:`read_back_on_spark`)."""
     from pyspark.sql import functions as F
 
     where = F.col("partition").cast("long") * (1 << _PARTITION_SHIFT) + F.col("offset")
     numbered = outputs.withColumn("output", where)
+    columns = (["key", "value", F.when(F.size("ids") == 1, F.col("ids")[0]).alias("one_id")]
+               if job else ["window_start", "resource", "count", "gets", "posts"])
     return {"outputs": _write(numbered.select(
-                "output", "ingress_ts", F.col("output").alias("position"), "window_start",
-                "resource", "count", "gets", "posts",
+                "output", "ingress_ts", F.col("output").alias("position"), *columns,
                 F.size("ids").cast("long").alias("n_ids"), F.lit(False).alias("wrong_value")),
                 folder / "outputs"),
             "occurrences": _write(numbered.select(
