@@ -48,8 +48,13 @@ def test_the_checkers_heap_grows_with_the_run_within_half_the_machine() -> None:
 
 def test_what_numpy_alone_judges_stays_with_numpy_and_says_so() -> None:
     job = RunSpec(topology="job", job="examples/jobs/filter.py:build", spark_above=10)
-    said = choose_checker(job, 11)
-    assert said.checker == "numpy" and "a job's batch oracle" in said.why
+    assert choose_checker(job, 11).checker == "spark"  # its batch run on Spark too
+    said = choose_checker(job, 11, reads_kafka=True)
+    assert said.checker == "numpy" and "a job that reads Kafka itself" in said.why
+    to_files = RunSpec(topology="job", job="examples/jobs/filter.py:build", spark_above=10,
+                       sink="files")
+    said = choose_checker(to_files, 11)
+    assert said.checker == "numpy" and "a job writing to --sink files" in said.why
     late = RunSpec(topology="sst", late_events=3, spark_above=10)
     assert choose_checker(late, 11).checker == "numpy"
     for given in ("numpy", "spark", "both"):
@@ -61,8 +66,8 @@ def test_what_numpy_alone_judges_stays_with_numpy_and_says_so() -> None:
     ({"checker": "spark", "spark_above": 5}, "--spark-above says when --checker auto"),
     ({"checker": "numpy", "spark_master": "local[2]"}, "--checker numpy runs none"),
     ({"checker": "spark", "spark_master": "spark://elsewhere:7077"}, "give local\\[N\\]"),
-    ({"checker": "both", "topology": "job", "job": "examples/jobs/filter.py:build"},
-     "judges SST and MST"),
+    ({"checker": "both", "topology": "job", "job": "examples/jobs/filter.py:build",
+      "sink": "files"}, "a job writing to --sink files is judged by --checker numpy"),
     ({"checker": "spark", "pg": "e1", "late_events": 4}, "--late-events is told apart"),
 ])
 def test_options_that_do_not_fit_are_one_sentence(fields: dict, words: str) -> None:
@@ -186,3 +191,26 @@ def test_a_spark_read_reconciles_like_the_numpy_read() -> None:
                           inputs, 600, 50, True)
     assert [(r.kind, r.text) for r in broken] == [
         ("readback", "the Spark read-back is incomplete: partition 1 starts at offset 2")]
+
+
+def test_a_job_reading_kafka_itself_is_refused_the_spark_checker_before_anything_starts() -> None:
+    """Its IDs are its records' coordinates, which the numpy path alone reads."""
+    from pgval.run.setup import checked_job
+
+    cfg = resolve(RunSpec(topology="job", job="examples/jobs/orders.py:build", checker="both",
+                          replay={"orders": "examples/inputs/orders.jsonl"}))
+    with pytest.raises(UserMistake, match="a job that reads Kafka itself .* --checker numpy"):
+        checked_job(cfg)
+    assert checked_job(cfg.replace(checker="numpy")).job is not None
+
+
+def test_a_jobs_spark_figures_are_an_evaluation_too() -> None:
+    """A user's job judged on Spark: its figures read as a job's, with nothing per ID."""
+    import dataclasses
+
+    judged = dataclasses.replace(spark_counts(), topology="job", wrong_value=2)
+    ev = as_evaluation(judged, "job", 1, Phases(10_000, 30_000, 50_000, 60_000), 0)
+    out = ev.summary()
+    assert ev.topology == "job" and ev.expected.topology == "job"
+    assert out["guarantee"] == "none" and out["expected"] == 270
+    assert ev.validation.wrong_value == 2

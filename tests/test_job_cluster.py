@@ -258,11 +258,16 @@ def test_a_sliding_window_is_judged_pair_by_pair(warm: WarmDeployments,
     """sliding_windows.py (10 s windows every 5 s: each GET in two windows) halted after
     its sink's write under a1: the re-run batch's windows come out twice. The rows fan out,
     so each (input, window) pair is judged: its duplicated pairs are the halted batch's,
-    nothing lost, about two pairs an input; the re-check gives the same."""
+    nothing lost, about two pairs an input; the re-check gives the same. Judged on Spark
+    too (``--checker both``: the job's batch run on the run's cluster, its rows and outputs
+    as the Spark checker's tables): every figure, phase row and set agrees with numpy's."""
     cfg = job_config(f"{EXAMPLES / 'sliding_windows.py'}:build", "a1", "driver-crash",
-                     crash_point="after-sink-write", window_ms=10_000, phase_seconds=15)
+                     crash_point="after-sink-write", window_ms=10_000, phase_seconds=15,
+                     checker="both")
     result = run(warm, cfg, tmp_path / "run")
     s = assert_rechecks_the_same(tmp_path / "run", result)
+    assert s["spark_check"]["agrees"] is True, s["spark_check"]
+    assert s["spark_check"]["master"].startswith("spark://")
     assert s["valid"], s["validity_reasons"]
     assert s["guarantee"] == "at-least-once" and s["duplicate"] > 0, s
     assert s["unprocessed"] == 0 and s["incorrect"] == 0, s

@@ -261,6 +261,7 @@ def test_a_users_job_judged_on_spark_agrees_with_numpy_and_finds_what_was_plante
     validator), and the sets exactly what was planted."""
     from pgval.evidence.bundle import job_streams_from_records
     from pgval.oracle.values import DEFAULT_TOLERANCE
+    from pgval.scale.evaluation import KeptJob, rejudge_kept, same_sets
     from pgval.scale.judge import judge_job_on_spark
     from pgval.topologies.batch import batch_rows_on_spark
     from pgval.topologies.job_query import load_job_for_spark
@@ -285,6 +286,13 @@ def test_a_users_job_judged_on_spark_agrees_with_numpy_and_finds_what_was_plante
             spark, cluster.bootstrap, names, JOB_TOPICS.output, tmp_path / "spark",
             lambda staged, folder: batch_rows_on_spark(job, spark, staged, names, folder),
             DEFAULT_TOLERANCE, control_ids=CONTROL, config=cluster.auth_config)
+        # A re-check from the kept tables and the batch run's kept rows (no job runs).
+        assert judged.validation is not None
+        again = rejudge_kept(spark, tmp_path / "spark" / "read", "job", 1, None,
+                             tmp_path / "again", judged.read.malformed_outputs,
+                             KeptJob(tmp_path / "spark" / "batch", CONTROL, DEFAULT_TOLERANCE))
+        assert again.counts() == judged.validation.counts()
+        assert same_sets(spark, judged.validation.sets, again.sets)["same"] is True
     finally:  # its Python workers (the value comparison) go with it: the module's last test
         spark.stop()
     v = judged.validation

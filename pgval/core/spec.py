@@ -354,7 +354,8 @@ class RunSpec:
         "counts, phase rows and verdict, with throughput, for runs this process should "
         "not hold); both (numpy's verdict, held to Spark's: any difference makes the run "
         "unknown); auto (spark when the inputs in Kafka exceed --spark-above, else numpy). "
-        "SST and MST (docs/performance.md, 'Past one machine').",
+        "SST, MST and a job over the web log writing to Kafka, whose batch oracle then "
+        "runs on the cluster too (docs/performance.md, 'Past one machine').",
         choices=CHECKERS))
     spark_above: int | None = field(default=None, metadata=opt(
         f"With --checker auto: judge on Spark above this many inputs in Kafka (default "

@@ -7,8 +7,10 @@ for ID. :func:`differences` names every place they do not, in one sentence each.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -161,6 +163,9 @@ def checker_session(master: str, heap_mb: int = DEFAULT_HEAP_MB, kafka: bool = F
         raise UserMistake("a Spark session is already active in this process: pass it as "
                           "spark= to judge on it, or stop it first")
     check_java()
+    # Python workers (a job's value comparison) run this Python: PySpark reads the variable
+    # once, as the session starts (else ``python3`` from PATH, which may lack pgval).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in checker_conf(master, heap_mb, kafka).items():
         builder = builder.config(key, value)

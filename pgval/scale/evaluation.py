@@ -26,7 +26,9 @@ from pgval.checker.metrics import LatencyStats, Metrics, phase_throughput
 from pgval.checker.recovery import Recovery
 from pgval.checker.result import Reason
 from pgval.checker.validator import ANOMALIES, PhaseCounts, Validation
+from pgval.core.schema import Topology
 from pgval.oracle.expected import expected_outputs
+from pgval.oracle.rows import JOB
 from pgval.records.parse import InputEvents
 from pgval.records.phases import PHASES, Phases
 from pgval.scale.checker import SparkValidation, validate_on_spark
@@ -73,7 +75,11 @@ def as_evaluation(judged: SparkValidation | None, topology: str, window_ms: int,
         series_start_ms=int(phases.start or 0), reliable_per_s=empty, outputs_per_s=empty,
         inputs_per_s=empty, latency_per_output_ms=np.zeros(0), output_ingress_ms=empty,
         failure_cost_undefined=NOT_ON_SPARK)
-    expected = expected_outputs(InputEvents.empty(), judged.topology, window_ms)
+    # Nothing per ID: the oracle's rows are Spark's (a job's expectation is its own kind).
+    expected = expected_outputs(InputEvents.empty(),
+                                Topology.SST if judged.topology == JOB else judged.topology,
+                                window_ms)
+    expected.topology = judged.topology
     expected.duplicate_inputs = judged.duplicate_inputs or 0
     return Evaluation(judged.topology, window_ms, phases, expected, validation, metrics,
                       Recovery(note=NOT_ON_SPARK))

@@ -82,15 +82,23 @@ def kept_rows(rows: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
             .select("key", F.col("kept").alias("ids"), "value"))
 
 
-def _keyed_by_id(rows: DataFrame) -> bool:
-    """Whether the rows' key texts repeat while each row has exactly one ID."""
+def _survey(batch: DataFrame, control_ids: Sequence[int] | None) -> dict[str, Any]:
+    """One pass over the batch's rows: a null among any row's IDs (``null_ids``), and of the
+    rows kept (:func:`kept_rows`) their number, distinct keys, null keys, fewest and most
+    IDs, IDs in all and values given."""
     from pyspark.sql import functions as F
 
-    got = rows.agg(F.count(F.lit(1)).alias("n"), F.countDistinct("key").alias("keys"),
-                   F.min(F.size("ids")).alias("least"), F.max(F.size("ids")).alias("most")
-                   ).collect()[0]
-    return bool(got["n"] and got["keys"] != got["n"] and got["least"] == 1
-                and got["most"] == 1)
+    kept = F.filter("ids", _not_control(control_ids))
+    keep = (F.size(kept) > 0) | (F.size("ids") == 0)
+    size = F.when(keep, F.size(kept))
+    got = batch.agg(
+        F.sum(F.exists("ids", lambda x: x.isNull()).cast("long")).alias("null_ids"),
+        F.count(F.when(keep, F.lit(1))).alias("n"),
+        F.countDistinct(F.when(keep, F.col("key"))).alias("keys"),
+        F.count(F.when(keep & F.col("key").isNull(), F.lit(1))).alias("null_keys"),
+        F.min(size).alias("least"), F.max(size).alias("most"), F.sum(size).alias("ids"),
+        F.count(F.when(keep, F.col("value"))).alias("values")).collect()[0]
+    return {k: int(got[k] or 0) for k in got.asDict()}
 
 
 def _single_id_key(key: Column, one_id: Column) -> Column:
@@ -100,28 +108,30 @@ def _single_id_key(key: Column, one_id: Column) -> Column:
                                                one_id.cast("string"))).otherwise(key)
 
 
-def _first_problem(rows: DataFrame, pairs: DataFrame) -> str | None:
+def _first_problem(survey: dict[str, Any], rows: DataFrame, pairs: DataFrame) -> str | None:
     """Why these rows cannot be judged ID by ID (one sentence, as the numpy path says it),
     or None."""
     from pyspark.sql import functions as F
 
-    if rows.filter(F.col("key").isNull()).limit(1).count():
+    if survey["null_keys"]:
         return NOT_JUDGEABLE + "the batch result has a row whose key is null"
     twice_key = (rows.groupBy("key").count().filter("count > 1")
                  .agg(F.min("key").alias("k")).collect()[0]["k"])
     if twice_key is not None:
         return (NOT_JUDGEABLE + f"the batch result has two rows with the key {twice_key}: "
                 "the key columns do not identify an output (declare build.key)")
-    twice_id = (pairs.groupBy("row", "id").count().filter("count > 1")
-                .agg(F.min("id").alias("i")).collect()[0]["i"])
-    if twice_id is not None:
-        return (NOT_JUDGEABLE + f"the batch result lists input ID {int(twice_id)} twice in "
-                "one row (collect_list after an explode or a join can; collect_set or "
-                "array_distinct lists each input once)")
-    stray = pairs.filter(F.col("ingress").isNull()).agg(F.min("id").alias("i")).collect()[0]
-    if stray["i"] is not None:
-        return NOT_JUDGEABLE + f"the batch result lists ID {int(stray['i'])}, which is no input "\
-            "of the run"
+    found = (pairs.groupBy("row", "id").agg(F.count(F.lit(1)).alias("n"),
+                                            F.first("ingress").alias("ingress"))
+             .agg(F.min(F.when(F.col("n") > 1, F.col("id"))).alias("twice"),
+                  F.min(F.when(F.col("ingress").isNull(), F.col("id"))).alias("stray"))
+             .collect()[0])
+    if found["twice"] is not None:
+        return (NOT_JUDGEABLE + f"the batch result lists input ID {int(found['twice'])} "
+                "twice in one row (collect_list after an explode or a join can; "
+                "collect_set or array_distinct lists each input once)")
+    if found["stray"] is not None:
+        return (NOT_JUDGEABLE + f"the batch result lists ID {int(found['stray'])}, which is "
+                "no input of the run")
     return None
 
 
@@ -174,11 +184,16 @@ def job_tables_on_spark(spark: SparkSession, batch_rows: Path, read: dict[str, P
     inputs = spark.read.parquet(str(read["inputs"]))
     fit_shuffle(spark, inputs.count())
     batch = spark.read.parquet(str(batch_rows))
-    if batch.filter(F.exists("ids", lambda x: x.isNull())).limit(1).count():
-        return JobTables(problem=NOT_JUDGEABLE + "the batch result has a null among its ids")
+    survey = _survey(batch, control_ids)
+    tables = JobTables(rows=survey["n"], ids=survey["ids"])
+    if survey["null_ids"]:
+        tables.problem = NOT_JUDGEABLE + "the batch result has a null among its ids"
+        return tables
     rows = kept_rows(batch, control_ids)
-    by_id = _keyed_by_id(rows)
-    if by_id:
+    # Keyed by their ID where the key texts repeat and every row has exactly one ID.
+    tables.by_id = bool(survey["n"] and survey["keys"] != survey["n"]
+                        and survey["least"] == 1 and survey["most"] == 1)
+    if tables.by_id:
         rows = rows.withColumn("key", _single_id_key(F.col("key"), F.col("ids")[0]))
     # A row's number is its place as Spark wrote it: unique, no global sort of the rows.
     rows_path = folder / "job_rows"
@@ -188,16 +203,12 @@ def job_tables_on_spark(spark: SparkSession, batch_rows: Path, read: dict[str, P
     first = inputs.groupBy("id").agg(F.min("ingress_ts").alias("ingress"),
                                      F.count(F.lit(1)).alias("n"))
     pairs = (rows.select("row", F.explode("ids").alias("id")).join(first, "id", "left"))
-    problem = _first_problem(rows, pairs)
-    got = rows.agg(F.count(F.lit(1)).alias("n"), F.sum(F.size("ids")).alias("ids"),
-                   F.count("value").alias("values")).collect()[0]
-    tables = JobTables(problem=problem, rows=int(got["n"]), ids=int(got["ids"] or 0),
-                       by_id=by_id)
-    if problem is not None:
+    tables.problem = _first_problem(survey, rows, pairs)
+    if tables.problem is not None:
         return tables
     tables.duplicate_inputs = int(first.agg(F.sum(F.col("n") - 1)).collect()[0][0] or 0)
     outputs = spark.read.parquet(str(read["outputs"]))
-    tables.values_compared = bool(got["values"]) and bool(
+    tables.values_compared = bool(survey["values"]) and bool(
         outputs.filter(F.col("value").isNotNull()).limit(1).count())
     paths = {name: folder / name for name in ("rows", "slots", "outputs")}
     rows.select("row", F.lit(0).cast("long").alias("window_start"),
@@ -208,7 +219,7 @@ def job_tables_on_spark(spark: SparkSession, batch_rows: Path, read: dict[str, P
     (pairs.repartition("id").sortWithinPartitions("id", "row")
      .select(F.monotonically_increasing_id().alias("slot"), "id", "row", "ingress")
      .write.mode("overwrite").parquet(str(paths["slots"])))
-    (_outputs(outputs, rows, by_id, tolerance, tables.values_compared)
+    (_outputs(outputs, rows, tables.by_id, tolerance, tables.values_compared)
      .write.mode("overwrite").parquet(str(paths["outputs"])))
     tables.frames = {**paths, "occurrences": read["occurrences"]}
     return tables
