@@ -297,7 +297,7 @@ def agreement_reasons(evaluation: Evaluation, run: SparkRun) -> list[Reason]:
     if judged is None:
         said = [f"the run could not be judged on Spark: {run.failure}"]
     elif judged.validation is None:
-        said = [f"the Spark read-back is incomplete: {'; '.join(judged.read.problems)}"]
+        said = [f"the Spark checker judged nothing: {judged.reason}"]
     else:
         said = differences(evaluation.validation, judged.validation,
                            duplicate_inputs=evaluation.expected.duplicate_inputs)
