@@ -347,6 +347,17 @@ def test_bench_spark_readback_refuses_a_cluster_master_in_one_sentence(tmp_path:
     assert not list(tmp_path.iterdir())  # refused before any broker
 
 
+def test_bench_spark_readback_refuses_a_job_it_cannot_load_in_one_sentence(tmp_path: Path
+                                                                          ) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgval.cli", "bench", "spark-readback", "--events", "20000",
+         "--job", str(tmp_path / "nowhere.py") + ":build", "--runs", str(tmp_path / "runs")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "nowhere.py" in proc.stderr
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
 def test_every_bench_prints_its_figures_as_json(tmp_path: Path) -> None:
     """`pgval bench … --json`: one JSON object on stdout, the same figures as the table
     (offline here; the others print theirs the same way, report's in

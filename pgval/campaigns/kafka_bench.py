@@ -467,3 +467,93 @@ def bench_spark_readback(run_dir: Path, events: int, window_ms: int = 1000,
     result.peak_mb["python"] = peak_mb()
     return result
 
+
+
+def _write_job_outputs(bootstrap: str, topic: str, rows: Path,
+                       config: dict[str, Any] | None) -> int:
+    """A job's batch rows (Parquet: ``key``, ``ids``, ``value``) written as its streaming
+    query writes them (``_pgval_key``, ``_pgval_value``, ``ids``), with the bench's planted
+    anomalies: every 997th row lost, every 991st written twice. Returns the outputs written."""
+    import pyarrow.dataset as ds
+
+    values: list[bytes] = []
+    k = 0
+    for batch in ds.dataset(str(rows), format="parquet").to_batches(batch_size=64):
+        for key, ids, value in zip(*(batch.column(c).to_pylist()
+                                     for c in ("key", "ids", "value")), strict=True):
+            if k % 997 != 5:
+                out = orjson.dumps({"_pgval_key": key, "_pgval_value": value, "ids": ids})
+                values.append(out)
+                if k % 991 == 3:
+                    values.append(out)
+            k += 1
+    _write_outputs(bootstrap, topic, values, config)
+    return len(values)
+
+
+def bench_spark_job(run_dir: Path, events: int, job_ref: str, partitions: int = 3,
+                    master: str = "local[2]", heap_mb: int = 1024, say: Say | None = None
+                    ) -> SparkReadbackRate:
+    """A user's job judged on Spark from Kafka: write ``events`` inputs with the generator,
+    run ``job_ref`` as a batch over them on Spark and write its rows as the job's outputs
+    (planted anomalies), then judge the topics as a run judged on Spark is judged
+    (:func:`pgval.scale.judge.judge_job_on_spark`: read-back, the job's batch run again as
+    the oracle, its tables, the checker)."""
+    from pgval.oracle.values import DEFAULT_TOLERANCE
+    from pgval.scale.agreement import checker_session, spark_call
+    from pgval.scale.bench import peak_mb
+    from pgval.scale.judge import judge_job_on_spark
+    from pgval.scale.kafka_read import read_back_on_spark
+    from pgval.topologies.batch import batch_meanings, batch_rows_on_spark
+    from pgval.topologies.job_query import load_job_for_spark
+
+    cfg = GeneratorConfig(rate=None, events=events, producers=1, event_time="synthetic",
+                          synthetic_rate=100_000.0, start_ts_ms=now_ms() - 3_600_000)
+    topics = Topics.with_prefix("bench-")
+    names = {"get": topics.get, "post": topics.post}
+    tables = Path(run_dir).resolve() / "spark-tables"
+    with bench_broker(run_dir, partitions) as cluster:
+        create_topics(cluster.client_config, [*topics.inputs, topics.output], partitions)
+        if say:
+            say(f"writing {events:,} events with the generator…")
+        gen = run_generator(cluster.bootstrap, topics, cfg, KafkaSink(
+            cluster.bootstrap, topics=topics, config={"log_level": 3, **cluster.auth_config}),
+            say)
+        if not gen.ok:
+            raise EnvironmentFailure(f"the generator did not deliver every event: {gen}")
+        t = time.perf_counter()
+        spark = checker_session(master, heap_mb, kafka=True)
+        session_s = time.perf_counter() - t
+        try:
+            batch_meanings(spark)
+            job = load_job_for_spark(job_ref)
+
+            def batch(staged: Path, folder: Path) -> Path:
+                return batch_rows_on_spark(job, spark, staged, names, folder)
+
+            if say:
+                say("the job's outputs: its batch run over the inputs…")
+            spark_call(master, lambda: read_back_on_spark(
+                spark, cluster.bootstrap, names, topics.output, tables / "fill", 0,
+                config=cluster.auth_config, job=True))
+            rows = spark_call(master, lambda: batch(tables / "fill" / "staged_inputs",
+                                                    tables / "fill-rows"))
+            outputs = _write_job_outputs(cluster.bootstrap, topics.output, rows,
+                                         cluster.auth_config)
+            result = SparkReadbackRate(events, outputs, master, gen)
+            result.stages_s["Spark session"] = session_s
+            if say:
+                say("judging on Spark: read-back, the job's batch run, its tables, checker…")
+            judged = spark_call(master, lambda: judge_job_on_spark(
+                spark, cluster.bootstrap, names, topics.output, tables / "judged", batch,
+                DEFAULT_TOLERANCE, config=cluster.auth_config))
+            result.stages_s.update({f"Spark {k}": v for k, v in judged.stages_s.items()})
+            result.judgement = judged.as_dict()
+            result.unknown = judged.reason if judged.validation is None else None
+            proc = getattr(spark.sparkContext._gateway, "proc", None)  # the local JVM
+            result.peak_mb["Spark JVM"] = peak_mb(proc.pid) if proc is not None else None
+        finally:
+            spark.stop()
+            shutil.rmtree(tables, ignore_errors=True)
+    result.peak_mb["python"] = peak_mb()
+    return result

@@ -256,23 +256,40 @@ def bench_readback(events: int, partitions: int, workers: int, window_ms: int,
               help="Also judge the same topics the numpy way (read-back, columns, "
                    "validation in this process) and name every difference; off for runs "
                    "this process cannot hold (~240 bytes an input).")
+@click.option("--job", "job_ref", metavar="FILE.py:FUNCTION", default=None,
+              help="A user's job over the web log instead of SST: its batch run's rows are "
+                   "written as its outputs (planted anomalies), then the run is judged as "
+                   "--checker spark judges a job (its batch run again as the oracle). The "
+                   "numpy side is not run (pgval validate --job … --checker both holds the "
+                   "two to each other).")
 @bench_runs_option
 @json_option
 def bench_spark_readback(events: int, partitions: int, window_ms: int, master: str,
-                         heap_mb: int, compare: bool, runs: Path | None, as_json: bool) -> None:
+                         heap_mb: int, compare: bool, job_ref: str | None, runs: Path | None,
+                         as_json: bool) -> None:
     """Write EVENTS inputs with the generator and their SST outputs (planted anomalies) into a
     Kafka broker the bench starts, then judge them on Spark: read-back to the end offsets
     (Kafka's batch source), oracle and checker, each a Spark job; the peak memory of this
     process and of Spark's JVM."""
+    from pgval.campaigns.kafka_bench import bench_spark_job
     from pgval.campaigns.kafka_bench import bench_spark_readback as run_bench
     from pgval.scale.agreement import is_local
 
     if not is_local(master):
         raise UserMistake(f"the bench writes its tables on this machine's disk: use "
                           f"--master local[N], not {master}")
-    result = run_bench(_bench_run_dir(runs, "spark-readback"), events, window_ms=window_ms,
-                       partitions=partitions, master=master, heap_mb=heap_mb,
-                       compare=compare, say=_say_err if as_json else _say)
+    say = _say_err if as_json else _say
+    if job_ref is not None:
+        from pgval.topologies.job import load_or_check
+
+        load_or_check(job_ref)  # a missing file or function: one sentence, before the broker
+        result = bench_spark_job(_bench_run_dir(runs, "spark-readback"), events, job_ref,
+                                 partitions=partitions, master=master, heap_mb=heap_mb,
+                                 say=say)
+    else:
+        result = run_bench(_bench_run_dir(runs, "spark-readback"), events, window_ms=window_ms,
+                           partitions=partitions, master=master, heap_mb=heap_mb,
+                           compare=compare, say=say)
     if as_json:
         _print_figures(_figures(result, agrees=result.agrees))
     else:
