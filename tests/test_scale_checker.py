@@ -198,3 +198,107 @@ def test_a_failure_of_spark_is_one_sentence() -> None:
         spark_call("local[2]", fails)
     assert str(caught.value) == ("the Spark checker failed on local[2]: An error occurred "
                                  "while calling o12.parquet")
+
+
+# ---------------------------------------------------------------- a user's job's tables
+def _job_read(folder: Path, inputs: list[int], outputs: list[tuple[str, str, list[int]]]
+              ) -> dict[str, Path]:
+    """A job's read-back tables (as :func:`pgval.scale.kafka_read.read_back_on_spark` with
+    ``job`` writes them): inputs at ingress 100 × their ID, outputs one a second."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    n = len(inputs)
+    tables = {
+        "inputs": pa.table({"id": pa.array(inputs, pa.int64()), "is_get": [True] * n,
+                            "resource": pa.array([0] * n, pa.int32()),
+                            "event_ts": pa.array([100 * i for i in inputs], pa.int64()),
+                            "ingress_ts": pa.array([100 * i for i in inputs], pa.int64()),
+                            "pos": pa.array(range(n), pa.int64())}),
+        "outputs": pa.table({
+            "output": pa.array(range(len(outputs)), pa.int64()),
+            "ingress_ts": pa.array([10_000 + 1000 * k for k in range(len(outputs))],
+                                   pa.int64()),
+            "position": pa.array(range(len(outputs)), pa.int64()),
+            "key": [k for k, _, _ in outputs], "value": [v for _, v, _ in outputs],
+            "one_id": pa.array([i[0] if len(i) == 1 else None for _, _, i in outputs],
+                               pa.int64()),
+            "n_ids": pa.array([len(i) for _, _, i in outputs], pa.int64()),
+            "wrong_value": [False] * len(outputs)}),
+        "occurrences": pa.table({
+            "output": pa.array([o for o, (_, _, i) in enumerate(outputs) for _ in i], pa.int64()),
+            "k": pa.array([k for _, _, i in outputs for k in range(len(i))], pa.int64()),
+            "id": pa.array([x for _, _, i in outputs for x in i], pa.int64())})}
+    tables["staged_outputs"] = tables["outputs"].select(["value"])
+    paths = {}
+    for name, table in tables.items():
+        (folder / name).mkdir()
+        pq.write_table(table, folder / name / "part-0.parquet")
+        paths[name] = folder / name
+    return paths
+
+
+def _batch(folder: Path, rows: list[tuple[str | None, list[int | None] | None, str]]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"key": pa.array([k for k, _, _ in rows], pa.string()),
+                             "ids": pa.array([i for _, i, _ in rows], pa.list_(pa.int64())),
+                             "value": [v for _, _, v in rows]}), folder / "part-0.parquet")
+    return folder
+
+
+def test_a_jobs_rows_keyed_by_id_with_a_wrong_value(spark, tmp_path: Path) -> None:
+    """Rows whose key texts repeat, one ID each, are keyed by their ID (so are the outputs
+    with one ID); a control-only row goes; an input retried into Kafka counts once; an
+    output whose values differ beyond the tolerance is incorrect, its ID unprocessed."""
+    from pgval.scale.checker import validate_on_spark
+    from pgval.scale.job_rows import job_tables_on_spark
+
+    a, b = '{"t":"a"}', '{"t":"b"}'
+    batch = _batch(tmp_path / "batch", [(a, [1], '{"n":1}'), (a, [2], '{"n":1}'),
+                                        (b, [3], '{"n":1.0}'), (a, [-5], '{"n":1}')])
+    read = _job_read(tmp_path / "read", [1, 2, 3, 3], [
+        (a, '{"n":1}', [1]), (a, '{"n":1}', [2]), (a, '{"n":1}', [2]),
+        (b, '{"n":2.0}', [3])])
+    made = job_tables_on_spark(spark, batch, read, (-10, -1), 1e-9, tmp_path / "tables")
+    assert made.problem is None and made.by_id and made.values_compared
+    assert (made.rows, made.duplicate_inputs) == (3, 1)
+    v = validate_on_spark(spark, made.frames, "job", None, tmp_path / "sets", 0, True)
+    assert (v.expected, v.processed, v.duplicate, v.incorrect, v.wrong_value) == (3, 2, 1, 1, 1)
+    assert v.ids("unprocessed").tolist() == [3] and v.ids("duplicate").tolist() == [2]
+    assert (v.expected_outputs, v.outputs, v.correct_outputs) == (3, 4, 3)  # a copy is right
+
+
+def test_a_jobs_row_whose_ids_are_null_is_an_expected_output_of_no_input(
+        spark, tmp_path: Path) -> None:
+    """As the numpy path reads it (``fill_null``): the row stays, listing no input."""
+    from pgval.scale.checker import validate_on_spark
+    from pgval.scale.job_rows import job_tables_on_spark
+
+    batch = _batch(tmp_path / "batch", [("k", [1, 2], "{}"), ("empty", None, "{}")])
+    read = _job_read(tmp_path / "read", [1, 2], [("k", "{}", [1, 2])])
+    made = job_tables_on_spark(spark, batch, read, None, 1e-9, tmp_path / "tables")
+    assert made.problem is None and not made.by_id and made.rows == 2
+    v = validate_on_spark(spark, made.frames, "job", None, tmp_path / "sets", 0, True)
+    assert (v.expected, v.processed, v.expected_outputs, v.missing_outputs) == (2, 2, 2, 1)
+
+
+@pytest.mark.parametrize("rows,said", [
+    ([(None, [1], "{}")], "a row whose key is null"),
+    ([("k", [1, 2], "{}"), ("k", [3], "{}")], "two rows with the key k"),
+    ([("k", [1, 1], "{}")], "input ID 1 twice in one row"),
+    ([("k", [1, 99], "{}")], "lists ID 99, which is no input"),
+    ([("k", [1, None], "{}")], "a null among its ids"),
+])
+def test_a_jobs_rows_the_validator_cannot_use_are_one_sentence(
+        spark, tmp_path: Path, rows: list, said: str) -> None:
+    from pgval.scale.job_rows import NOT_JUDGEABLE, job_tables_on_spark
+
+    read = _job_read(tmp_path / "read", [1, 2, 3], [("k", "{}", [1])])
+    made = job_tables_on_spark(spark, _batch(tmp_path / "batch", rows), read, None, 1e-9,
+                               tmp_path / "tables")
+    assert made.problem is not None and made.problem.startswith(NOT_JUDGEABLE)
+    assert said in made.problem and not made.frames

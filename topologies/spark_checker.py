@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 #: "conf": {...}, "kafka": {...}}`` (the run's ``--spark-conf``, the cluster's secret, the
 #: Kafka client's login).
 SECRETS_ENV = "PGVAL_CHECKER_SECRETS"
+#: What a refusal of the user's job (exit 2) starts its one sentence with.
+REFUSED = "pgval-spark-checker: "
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,10 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 int(spec["window_ms"]), Path(spec["folder"]), phases, int(spec["resources"]),
                 spec["control_ids"], secrets.get("kafka") or {})
     except UserMistake as exc:  # the user's job, in its batch run: one sentence
-        print(f"pgval-spark-checker: {exc}", file=sys.stderr, flush=True)
+        print(f"{REFUSED}{exc}", file=sys.stderr, flush=True)
         return 2
     finally:
         spark.stop()
+    problem = (judged.job or {}).get("problem")
+    if problem:  # rows the validator cannot use: the job's, as on the numpy path
+        print(f"{REFUSED}{problem}", file=sys.stderr, flush=True)
+        return 2
     write_private(args.out, json.dumps(judged.to_record()) + "\n")
     return 0
 
@@ -98,7 +104,10 @@ def _judge_job(spark: SparkSession, spec: dict[str, Any], phases: Phases,
     from pgval.topologies.batch import batch_meanings, batch_rows_on_spark
     from pgval.topologies.job_query import load_job_for_spark
 
-    dropped = dropped_by_run(load_progress(Path(spec["run_dir"])))
+    try:
+        dropped = dropped_by_run(load_progress(Path(spec["run_dir"])))
+    except UserMistake:  # no progress kept: the run's evaluation says so; nothing to replay
+        dropped = 0
     if dropped:
         return SparkJudgement(
             SparkReadBack({}, [], 0, 0, 0, 0, 0, 0, []), None, {},

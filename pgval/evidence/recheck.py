@@ -480,11 +480,14 @@ def _rejudge_on_spark(run_dir: Path, manifest: Manifest, spark_run: dict[str, An
     read = (spark_run["read"] if isinstance(spark_run.get("read"), dict)
             else kept if isinstance(kept, dict) else {})  # a checker that failed: its reason
     folder = evidence_dir(run_dir) / "spark"
-    if not read.get("complete"):  # judged by nobody then, and now
+    unjudged = spark_run.get("unjudged") or (spark_run.get("reason") if read.get("complete")
+                                             and spark_run.get("counts") is None else None)
+    if not read.get("complete") or unjudged:  # judged by nobody then, and now
+        note = (f"nothing was judged ({unjudged}): no sets" if unjudged
+                else "the Spark read was incomplete: no sets")
         return (as_evaluation(None, manifest.topology, manifest.window_ms,
                               manifest.phase_bounds, 0),
-                {"same": None, "now": {}, "note": "the Spark read was incomplete: no sets"},
-                dict(read))
+                {"same": None, "now": {}, "note": note}, dict(read))
     if not (folder / "read" / "inputs").is_dir():
         raise EvidenceError(f"{run_dir} was judged on Spark, but its tables "
                             f"({folder / 'read'}) are missing")

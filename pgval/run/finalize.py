@@ -32,6 +32,7 @@ from pgval.faults.network import timeouts_fired
 from pgval.faults.took_effect import fault_reasons
 from pgval.host.machine import describe_machine
 from pgval.kafka.topic_records import TopicRecords
+from pgval.oracle.replay import dropped_by_run
 from pgval.records.phases import Phases
 from pgval.run.job_oracle import batch_heap_mb, batch_timeout_s, run_batch_oracle
 from pgval.run.readback import ReadBack, read_back
@@ -91,7 +92,8 @@ def collect(cfg: RunSpec, h: RunHandles, record: TimelineRecord,
     save_progress(run_dir, h.spec.progress_file)
     delivered = int(record.generator.get("delivered") or 0)
     choice = choose_checker(cfg, delivered + h.control.written,
-                            h.inputs is not None and h.inputs.reads_kafka)
+                            h.inputs is not None and h.inputs.reads_kafka,
+                            dropped_by_run(progress))
     spark = None
     if choice.checker == "spark":  # nothing of the run read into this process
         spark = judge_run(cfg, h, run_dir, run_phases(cfg, record), choice.inputs)

@@ -24,6 +24,7 @@ from typing import Any
 from pgval.checker.evaluate import Evaluation
 from pgval.checker.result import Reason
 from pgval.core.clock import now_ms
+from pgval.core.errors import UserMistake
 from pgval.core.files import write_private
 from pgval.core.schema import Deploy
 from pgval.core.spec import SPARK_ABOVE, RunSpec
@@ -40,7 +41,7 @@ from pgval.scale.checker import SparkValidation
 from pgval.scale.evaluation import read_reasons, set_examples
 from pgval.scale.judge import SparkJudgement
 from pgval.spark.daemons import SECRET_FILE_ENV
-from pgval.topologies.spark_checker import SECRETS_ENV
+from pgval.topologies.spark_checker import REFUSED, SECRETS_ENV
 
 #: The Spark path's folder in the run's evidence: ``read`` (the tables read from Kafka),
 #: ``sets`` (the anomaly sets); the expected rows are derived and not kept.
@@ -68,12 +69,14 @@ class CheckerChoice:
         return {"checker": self.checker, "inputs_in_kafka": self.inputs, "why": self.why}
 
 
-def choose_checker(cfg: RunSpec, inputs_in_kafka: int, reads_kafka: bool = False
-                   ) -> CheckerChoice:
+def choose_checker(cfg: RunSpec, inputs_in_kafka: int, reads_kafka: bool = False,
+                   dropped_rows: int = 0) -> CheckerChoice:
     """``--checker`` as given, or for ``auto`` by the inputs in Kafka (the records the
     generator had acknowledged, and pgval's own) against ``--spark-above``: planted late
-    events, a job that reads Kafka itself (``reads_kafka``) and a job writing to a sink
-    other than Kafka stay with numpy, which alone judges them."""
+    events, a job that reads Kafka itself (``reads_kafka``), a job writing to a sink
+    other than Kafka and a job whose operators dropped rows behind the watermark
+    (``dropped_rows``: only numpy replays the run's batches) stay with numpy, which alone
+    judges them."""
     if cfg.checker != "auto":
         return CheckerChoice(cfg.checker, inputs_in_kafka, f"--checker {cfg.checker}")
     above = cfg.spark_above or SPARK_ABOVE
@@ -84,7 +87,9 @@ def choose_checker(cfg: RunSpec, inputs_in_kafka: int, reads_kafka: bool = False
     what = ("planted late events" if cfg.late_events
             else "a job that reads Kafka itself" if cfg.job is not None and reads_kafka
             else f"a job writing to --sink {cfg.sink}" if cfg.job is not None
-            and cfg.sink != "kafka" else None)
+            and cfg.sink != "kafka"
+            else f"a job whose watermark dropped {dropped_rows:,} rows" if cfg.job is not None
+            and dropped_rows else None)
     if what is not None:
         return CheckerChoice("numpy", inputs_in_kafka,
                              f"{said}, above --spark-above {above:,}, but {what} is judged "
@@ -225,6 +230,9 @@ def judge_run(cfg: RunSpec, h: RunHandles, run_dir: Path, phases: Phases, inputs
                                            judge_timeout_s(inputs), checker_heap_mb(inputs))
         timings["checker_process_s"] = time.monotonic() - t0
         judged = None if record is None else SparkJudgement.from_record(record)
+    except UserMistake:  # the job's: the run ends with it, as with the numpy batch oracle
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     except Exception as exc:  # noqa: BLE001 - the run is stored unknown, saying why
         judged, failure = None, f"{type(exc).__name__}: {exc}"
     if judged is None:
@@ -278,9 +286,13 @@ def _checker_process(cfg: RunSpec, h: RunHandles, where: CheckerSession, folder:
     finally:
         with signals.shielded():  # the group (its JVM) and the pid file, whatever ended it
             proc.stop(grace_s=5.0)
+    lines = [ln for ln in log.read_text(errors="replace").splitlines()
+             if ln.strip() and "][warning][" not in ln]
+    if rc == 2:  # the user's job, in its batch run: one sentence, as the batch oracle's
+        said = next((ln.split(REFUSED, 1)[1] for ln in reversed(lines) if REFUSED in ln),
+                    "the job cannot be judged")
+        raise UserMistake(f"the Spark checker refused the job: {said}")
     if rc != 0 or not out.is_file():
-        lines = [ln for ln in log.read_text(errors="replace").splitlines()
-                 if ln.strip() and "][warning][" not in ln]
         return None, (f"the Spark checker failed on {where.master} (exit {rc}): "
                       f"{lines[-1][:300] if lines else 'no output'} (log: {log})")
     return json.loads(out.read_text()), None

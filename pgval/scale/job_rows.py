@@ -17,9 +17,8 @@ The rules are the numpy path's (:func:`pgval.evidence.bundle.job_streams_from_re
   row, an ID that is no input — is said in one sentence, and nothing is judged.
 
 Known difference: an incorrect occurrence in none of a fan-out input's rows is charged to
-the input's first processed pair; "first" is by the batch's row order, which is each
-batch run's own (rows are numbered as Spark wrote them). Counts differ only when that
-input also has a pair written twice.
+the input's first processed pair; "first" is by key text here, by the batch's row order on
+the numpy path. Counts differ only when that input also has a pair written twice.
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ def kept_rows(rows: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
 def _survey(batch: DataFrame, control_ids: Sequence[int] | None) -> dict[str, Any]:
     """One pass over the batch's rows: a null among any row's IDs (``null_ids``), and of the
     rows kept (:func:`kept_rows`) their number, distinct keys, null keys, fewest and most
-    IDs, IDs in all and values given."""
+    IDs and IDs in all; and the values any row gives."""
     from pyspark.sql import functions as F
 
     kept = F.filter("ids", _not_control(control_ids))
@@ -97,7 +96,7 @@ def _survey(batch: DataFrame, control_ids: Sequence[int] | None) -> dict[str, An
         F.countDistinct(F.when(keep, F.col("key"))).alias("keys"),
         F.count(F.when(keep & F.col("key").isNull(), F.lit(1))).alias("null_keys"),
         F.min(size).alias("least"), F.max(size).alias("most"), F.sum(size).alias("ids"),
-        F.count(F.when(keep, F.col("value"))).alias("values")).collect()[0]
+        F.count("value").alias("values")).collect()[0]
     return {k: int(got[k] or 0) for k in got.asDict()}
 
 
@@ -183,7 +182,9 @@ def job_tables_on_spark(spark: SparkSession, batch_rows: Path, read: dict[str, P
     folder.mkdir(parents=True, exist_ok=True)
     inputs = spark.read.parquet(str(read["inputs"]))
     fit_shuffle(spark, inputs.count())
-    batch = spark.read.parquet(str(batch_rows))
+    # A row whose ids are null lists no input, as the numpy path reads it (``fill_null``).
+    batch = spark.read.parquet(str(batch_rows)).withColumn(
+        "ids", F.coalesce("ids", F.array().cast("array<bigint>")))
     survey = _survey(batch, control_ids)
     tables = JobTables(rows=survey["n"], ids=survey["ids"])
     if survey["null_ids"]:
@@ -195,10 +196,11 @@ def job_tables_on_spark(spark: SparkSession, batch_rows: Path, read: dict[str, P
                         and survey["least"] == 1 and survey["most"] == 1)
     if tables.by_id:
         rows = rows.withColumn("key", _single_id_key(F.col("key"), F.col("ids")[0]))
-    # A row's number is its place as Spark wrote it: unique, no global sort of the rows.
+    # Rows numbered in key order (a distributed sort; the numbers' gaps differ from one
+    # session to the next, their order does not): a re-check finds the same first pairs.
     rows_path = folder / "job_rows"
-    rows.withColumn("row", F.monotonically_increasing_id()).write.mode("overwrite").parquet(
-        str(rows_path))
+    (rows.orderBy("key").withColumn("row", F.monotonically_increasing_id())
+     .write.mode("overwrite").parquet(str(rows_path)))
     rows = spark.read.parquet(str(rows_path))
     first = inputs.groupBy("id").agg(F.min("ingress_ts").alias("ingress"),
                                      F.count(F.lit(1)).alias("n"))
@@ -208,8 +210,11 @@ def job_tables_on_spark(spark: SparkSession, batch_rows: Path, read: dict[str, P
         return tables
     tables.duplicate_inputs = int(first.agg(F.sum(F.col("n") - 1)).collect()[0][0] or 0)
     outputs = spark.read.parquet(str(read["outputs"]))
+    # Compared where the batch gave values and any output record the parser reads wrote
+    # one (a control-only output too), as :func:`pgval.evidence.bundle.written_values`.
+    staged = spark.read.parquet(str(read["outputs"].parent / "staged_outputs"))
     tables.values_compared = bool(survey["values"]) and bool(
-        outputs.filter(F.col("value").isNotNull()).limit(1).count())
+        staged.filter(F.col("value").isNotNull()).limit(1).count())
     paths = {name: folder / name for name in ("rows", "slots", "outputs")}
     rows.select("row", F.lit(0).cast("long").alias("window_start"),
                 F.col("row").alias("resource"), F.size("ids").cast("long").alias("gets"),
