@@ -55,6 +55,8 @@ def test_what_numpy_alone_judges_stays_with_numpy_and_says_so() -> None:
                        sink="files")
     said = choose_checker(to_files, 11)
     assert said.checker == "numpy" and "a job writing to --sink files" in said.why
+    said = choose_checker(job, 11, dropped_rows=7)  # only numpy replays the batches
+    assert said.checker == "numpy" and "a job whose watermark dropped 7 rows" in said.why
     late = RunSpec(topology="sst", late_events=3, spark_above=10)
     assert choose_checker(late, 11).checker == "numpy"
     for given in ("numpy", "spark", "both"):
