@@ -16,7 +16,7 @@ import contextlib
 import resource
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -252,7 +252,7 @@ def _expected_rows(cfg: GeneratorConfig, window_ms: int) -> list[bytes]:
     return values
 
 
-def _write_outputs(bootstrap: str, topic: str, values: list[bytes],
+def _write_outputs(bootstrap: str, topic: str, values: Iterable[bytes],
                    config: dict[str, Any] | None = None) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True, "compression.type": "lz4",
@@ -476,19 +476,24 @@ def _write_job_outputs(bootstrap: str, topic: str, rows: Path,
     anomalies: every 997th row lost, every 991st written twice. Returns the outputs written."""
     import pyarrow.dataset as ds
 
-    values: list[bytes] = []
-    k = 0
-    for batch in ds.dataset(str(rows), format="parquet").to_batches(batch_size=64):
-        for key, ids, value in zip(*(batch.column(c).to_pylist()
-                                     for c in ("key", "ids", "value")), strict=True):
-            if k % 997 != 5:
-                out = orjson.dumps({"_pgval_key": key, "_pgval_value": value, "ids": ids})
-                values.append(out)
-                if k % 991 == 3:
-                    values.append(out)
-            k += 1
-    _write_outputs(bootstrap, topic, values, config)
-    return len(values)
+    written = 0
+
+    def values() -> Iterator[bytes]:  # a batch of rows at a time: a job may have millions
+        nonlocal written
+        k = 0
+        for batch in ds.dataset(str(rows), format="parquet").to_batches(batch_size=64):
+            for key, ids, value in zip(*(batch.column(c).to_pylist()
+                                         for c in ("key", "ids", "value")), strict=True):
+                if k % 997 != 5:
+                    out = orjson.dumps({"_pgval_key": key, "_pgval_value": value, "ids": ids})
+                    written += 1 + (k % 991 == 3)
+                    yield out
+                    if k % 991 == 3:
+                        yield out
+                k += 1
+
+    _write_outputs(bootstrap, topic, values(), config)
+    return written
 
 
 def bench_spark_job(run_dir: Path, events: int, job_ref: str, partitions: int = 3,
