@@ -63,7 +63,6 @@ def batch_sources(spark: SparkSession, records: Mapping[str, pa.Table], workdir:
     import pyarrow.parquet as pq
 
     from pgval.core.files import private_temp_path
-    from pgval.topologies.job_query import job_source
 
     workdir.mkdir(parents=True, exist_ok=True)
     out = {}
@@ -197,17 +196,8 @@ def batch_table(job: Job, spark: SparkSession, sources: Mapping[str, DataFrame] 
     :func:`recorded_inputs`): one row per output, ``key`` (the key text) and ``ids``
     (:data:`EXPECTED_SCHEMA`); the job's output is checked as the streaming one is
     (``ids`` widened to array<bigint>: a job may collect ints)."""
-    from pyspark.sql import functions as F
-
-    from pgval.topologies.job_query import refuse_rows_verdict, value_column
-
-    result = job.build(spark, sources if job.reads_kafka else dict(sources))
-    key = check_result(job, result, streaming=None)
-    refuse_rows_verdict(job, result, sink_rows=True)  # no ids: rows_table's, not this
-    table = to_arrow(result.select(key_column(key).alias("key"),
-                                   F.col(f"`{IDS}`").cast("array<bigint>").alias("ids"),
-                                   value_column(result).alias("value")))
-    table = table.cast(EXPECTED_SCHEMA)
+    result, rows = _batch_result(job, spark, sources)
+    table = to_arrow(rows).cast(EXPECTED_SCHEMA)
     if pc.list_flatten(table.column("ids")).null_count:
         raise JobError(f"--job {job.ref}: the batch result has a null among its ids")
     # The job's columns, which a sink's values are compared on (not the sink's own).
@@ -226,8 +216,6 @@ def batch_rows_on_spark(job: Job, spark: SparkSession, staged_inputs: Path,
     source. A job reading Kafka itself, or one without ``ids``, is judged by numpy alone."""
     from pyspark.sql import functions as F
 
-    from pgval.topologies.job_query import refuse_rows_verdict, value_column
-
     if job.reads_kafka:
         raise JobError(f"--job {job.ref}: a job that reads Kafka itself is judged by "
                        "--checker numpy (its IDs are its records' coordinates)")
@@ -236,14 +224,25 @@ def batch_rows_on_spark(job: Job, spark: SparkSession, staged_inputs: Path,
                                 .select("value", "partition", "offset"))
                for name in SOURCES}
     carries_ids(job, spark, sources)
-    result = job.build(spark, dict(sources))
-    key = check_result(job, result, streaming=None)
-    refuse_rows_verdict(job, result, sink_rows=True)
-    (result.select(key_column(key).alias("key"),
-                   F.col(f"`{IDS}`").cast("array<bigint>").alias("ids"),
-                   value_column(result).alias("value"))
-     .write.mode("overwrite").parquet(str(folder)))
+    _batch_result(job, spark, sources)[1].write.mode("overwrite").parquet(str(folder))
     return folder
+
+
+def _batch_result(job: Job, spark: SparkSession, sources: Mapping[str, DataFrame] | Any
+                  ) -> tuple[DataFrame, DataFrame]:
+    """``job``'s batch result over ``sources``, checked as the streaming one is, and its
+    rows: ``key`` (the key text), ``ids`` (widened to array<bigint>: a job may collect
+    ints) and ``value`` (its other columns as one text)."""
+    from pyspark.sql import functions as F
+
+    from pgval.topologies.job_query import refuse_rows_verdict, value_column
+
+    result = job.build(spark, sources if job.reads_kafka else dict(sources))
+    key = check_result(job, result, streaming=None)
+    refuse_rows_verdict(job, result, sink_rows=True)  # no ids: rows_table's, not this
+    return result, result.select(key_column(key).alias("key"),
+                                 F.col(f"`{IDS}`").cast("array<bigint>").alias("ids"),
+                                 value_column(result).alias("value"))
 
 
 def job_columns(table: pa.Table) -> list[str] | None:

@@ -70,15 +70,21 @@ def _not_control(control_ids: Sequence[int] | None) -> Any:
     return lambda x: (x < F.lit(lo)) | (x > F.lit(hi))
 
 
-def kept_rows(rows: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
-    """The batch's rows without pgval's own IDs; a row left without an ID goes (one that had
-    none from the start stays: it expects nothing, but it is an expected output)."""
+def _kept(control_ids: Sequence[int] | None) -> tuple[Column, Column]:
+    """(a row's IDs without pgval's own, whether the row stays): a row left without an ID
+    goes; one that had none from the start stays (it expects nothing, but it is an
+    expected output)."""
     from pyspark.sql import functions as F
 
     kept = F.filter("ids", _not_control(control_ids))
-    return (rows.withColumn("kept", kept)
-            .filter((F.size("kept") > 0) | (F.size("ids") == 0))
-            .select("key", F.col("kept").alias("ids"), "value"))
+    return kept, (F.size(kept) > 0) | (F.size("ids") == 0)
+
+
+def kept_rows(rows: DataFrame, control_ids: Sequence[int] | None) -> DataFrame:
+    """The batch's rows without pgval's own IDs (:func:`_kept`)."""
+
+    kept, keep = _kept(control_ids)
+    return rows.filter(keep).select("key", kept.alias("ids"), "value")
 
 
 def _survey(batch: DataFrame, control_ids: Sequence[int] | None) -> dict[str, Any]:
@@ -87,8 +93,7 @@ def _survey(batch: DataFrame, control_ids: Sequence[int] | None) -> dict[str, An
     IDs and IDs in all; and the values any row gives."""
     from pyspark.sql import functions as F
 
-    kept = F.filter("ids", _not_control(control_ids))
-    keep = (F.size(kept) > 0) | (F.size("ids") == 0)
+    kept, keep = _kept(control_ids)
     size = F.when(keep, F.size(kept))
     got = batch.agg(
         F.sum(F.exists("ids", lambda x: x.isNull()).cast("long")).alias("null_ids"),
