@@ -23,7 +23,8 @@ from pgval.core.spec import SPARK_ABOVE, RunSpec
 from pgval.evidence.bundle import Manifest, seal, verify
 from pgval.evidence.run_import import _sums_verified
 from pgval.records.phases import Phases
-from pgval.run.spark_judge import checker_heap_mb, choose_checker
+from pgval.run.job_oracle import batch_timeout_s
+from pgval.run.spark_judge import checker_heap_mb, choose_checker, judge_timeout_s
 from pgval.scale.checker import SparkValidation
 from pgval.scale.evaluation import NOT_ON_SPARK, as_evaluation, read_reasons
 
@@ -44,6 +45,13 @@ def test_the_checkers_heap_grows_with_the_run_within_half_the_machine() -> None:
     assert checker_heap_mb(100_000_000, machine_mb=24_576) == 1024 + 3814  # 4 GiB judged it
     assert checker_heap_mb(100_000_000, machine_mb=4_096) == 2048
     assert checker_heap_mb(10**9, machine_mb=1_024) == 1024  # never below the base
+
+
+def test_a_jobs_checker_gets_its_batch_runs_allowance_on_top() -> None:
+    assert judge_timeout_s(0) == 300
+    assert judge_timeout_s(10_000_000) == 300 + 250  # 25 µs an input
+    # The job's batch run is the job's cost: what the local batch oracle would be allowed.
+    assert judge_timeout_s(10_000_000, job=True) == 550 + batch_timeout_s(10_000_000) == 1350
 
 
 def test_what_numpy_alone_judges_stays_with_numpy_and_says_so() -> None:

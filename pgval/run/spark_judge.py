@@ -35,6 +35,7 @@ from pgval.host import signals
 from pgval.host.machine import heap_mb
 from pgval.host.procs import spawn
 from pgval.records.phases import Phases
+from pgval.run.job_oracle import batch_timeout_s
 from pgval.run.setup import RunHandles
 from pgval.run.teardown import dump_class_archives
 from pgval.scale.checker import SparkValidation
@@ -186,11 +187,13 @@ def _joining(placement: DriverPlacement) -> CheckerSession:
     return CheckerSession(placement.master, conf, placement.bootstrap)
 
 
-def judge_timeout_s(inputs: int) -> float:
+def judge_timeout_s(inputs: int, job: bool = False) -> float:
     """How long the Spark checker may take for ``inputs``: from Kafka to the verdict it
     took ~26 µs of core time an input (docs/performance.md), ~13 µs of wall time on 2
-    cores; this allows twice that, and a session's start."""
-    return BASE_TIMEOUT_S + inputs * PER_INPUT_S
+    cores; this allows twice that, and a session's start. A user's job's batch run is
+    the job's own cost, whatever pgval's: it gets what the local batch oracle would
+    (:func:`pgval.run.job_oracle.batch_timeout_s`) on top."""
+    return BASE_TIMEOUT_S + inputs * PER_INPUT_S + (batch_timeout_s(inputs) if job else 0.0)
 
 
 def checker_heap_mb(inputs: int, machine_mb: int | None = None) -> int:
@@ -227,7 +230,8 @@ def judge_run(cfg: RunSpec, h: RunHandles, run_dir: Path, phases: Phases, inputs
         master = where.master
         t0 = time.monotonic()
         record, failure = _checker_process(cfg, h, where, folder, run_dir, phases,
-                                           judge_timeout_s(inputs), checker_heap_mb(inputs))
+                                           judge_timeout_s(inputs, job=cfg.job is not None),
+                                           checker_heap_mb(inputs))
         timings["checker_process_s"] = time.monotonic() - t0
         judged = None if record is None else SparkJudgement.from_record(record)
     except UserMistake:  # the job's: the run ends with it, as with the numpy batch oracle
