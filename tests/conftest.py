@@ -100,7 +100,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    sharing.session_order(items)
+    sharing.heaviest_modules_first(items)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -127,41 +127,17 @@ MEASURED_S = {
     "test_executor_kill.py": 64, "test_spark_runtime.py": 56, "test_check_job.py": 40,
     "test_rates.py": 34, "test_sink_delta.py": 34, "test_delay.py": 23, "test_partition.py": 22,
 }
-#: Modules whose ``alone`` tests go first in the session, those tests first in the module:
-#: an ``alone`` test waits for the other worker's test in progress (a cluster run, one to
-#: three minutes) and holds the other worker idle while it runs, so they are taken while
-#: the other worker runs ``alone`` tests too or short ones. Not here: a module whose
-#: ``alone`` test must run where its file puts it (after a run warmed its shared cluster).
-ALONE_FIRST = ("test_delay.py", "test_cleanup_registry.py", "test_ownership.py",
-               "test_validate.py")
-
-
-def _file(module: str) -> str:
-    return module.rsplit("/", 1)[-1]
-
-
-def session_order(items: list[pytest.Item]) -> None:
-    """Order the tests for the two workers (each module stays whole, on one worker): the
-    modules of :data:`ALONE_FIRST` first, in that order, each with its ``alone`` tests
-    first; then the others by how long they take, longest first, so the long ones start
-    early and the short ones fill in at the end, and both workers end at much the same
-    time."""
+def heaviest_modules_first(items: list[pytest.Item]) -> None:
+    """Order the modules by how long they take, longest first (each module stays whole, in
+    its own order, on one worker): the long ones start early and the short ones fill in at
+    the end, so both workers end at much the same time. (Taking the modules with ``alone``
+    tests first instead was measured, and saved nothing: docs/performance.md.)"""
     cost: dict[str, float] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
         cluster = item.get_closest_marker("cluster") is not None
         cost[module] = cost.get(module, 0.0) + (60.0 if cluster else 0.2)
     for module in cost:
-        cost[module] = MEASURED_S.get(_file(module), cost[module])
-
-    def rank(module: str) -> tuple[int, float]:
-        name = _file(module)
-        return ((0, ALONE_FIRST.index(name)) if name in ALONE_FIRST else (1, -cost[module]))
-
-    order = {m: i for i, m in enumerate(sorted(cost, key=rank))}
-
-    def key(item: pytest.Item) -> tuple[int, bool]:
-        module = item.nodeid.split("::")[0]
-        return order[module], not (_file(module) in ALONE_FIRST and _alone(item))
-
-    items.sort(key=key)
+        cost[module] = MEASURED_S.get(module.rsplit("/", 1)[-1], cost[module])
+    order = {m: i for i, m in enumerate(sorted(cost, key=lambda m: -cost[m]))}
+    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])

@@ -16,25 +16,20 @@ class FakeItem:
         return name if name in self.marks else None
 
 
-def test_alone_modules_come_first_with_their_alone_tests_first_then_the_heaviest() -> None:
+def test_modules_go_heaviest_first_each_whole_and_in_its_own_order() -> None:
     items = [
         FakeItem("tests/test_small.py::a"),
         FakeItem("tests/test_validate.py::plain", {"cluster"}),
         FakeItem("tests/test_validate.py::cleanup", {"alone"}),
         FakeItem("tests/test_job_cluster.py::a", {"cluster"}),
-        FakeItem("tests/test_faults_beyond_cluster.py::first", {"cluster"}),
-        FakeItem("tests/test_faults_beyond_cluster.py::random", {"cluster", "alone"}),
-        FakeItem("tests/test_delay.py::a", {"alone"}),
         FakeItem("tests/test_unmeasured.py::a", {"cluster"}),
+        FakeItem("tests/test_small.py::b"),
         FakeItem("tests/test_unmeasured.py::b", {"cluster"}),
     ]
-    sharing.session_order(items)  # type: ignore[arg-type]
+    sharing.heaviest_modules_first(items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == [
-        "tests/test_delay.py::a",
-        "tests/test_validate.py::cleanup", "tests/test_validate.py::plain",
-        "tests/test_job_cluster.py::a",
-        # kept in its file's order: its alone test runs on a cluster a run has warmed
-        "tests/test_faults_beyond_cluster.py::first", "tests/test_faults_beyond_cluster.py::random",
+        "tests/test_job_cluster.py::a",  # measured: the longest
+        "tests/test_validate.py::plain", "tests/test_validate.py::cleanup",
         "tests/test_unmeasured.py::a", "tests/test_unmeasured.py::b",  # 2 cluster tests: 120 s
-        "tests/test_small.py::a",
+        "tests/test_small.py::a", "tests/test_small.py::b",
     ]
