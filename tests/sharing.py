@@ -127,6 +127,8 @@ MEASURED_S = {
     "test_executor_kill.py": 64, "test_spark_runtime.py": 56, "test_check_job.py": 40,
     "test_rates.py": 34, "test_sink_delta.py": 34, "test_delay.py": 23, "test_partition.py": 22,
 }
+
+
 def heaviest_modules_first(items: list[pytest.Item]) -> None:
     """Order the modules by how long they take, longest first (each module stays whole, in
     its own order, on one worker): the long ones start early and the short ones fill in at
