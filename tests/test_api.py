@@ -73,7 +73,7 @@ USER_TEST = '''
         result = pgval_cluster.validate(
             topology="mst", pg="e1", sabotage="dup-batch:2", rate=400, resources=4,
             phase_seconds=8, warmup_seconds=8, warmup_max_seconds=10, window_ms=2000,
-            watermark_ms=1000, trigger_ms=500, get_share=0.9, brokers=1, partitions=3,
+            watermark_ms=1000, trigger_ms=1000, get_share=0.9, brokers=1, partitions=3,
             workers=1, db=tmp_path / "r.db")
         [event] = [b for b in result.batches if b.get("event") == "sabotage"]
         doubled = set(event["ids"])

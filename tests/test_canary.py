@@ -30,8 +30,8 @@ def config(topology: str, sabotage: str, late_events: int = 0) -> RunSpec:
         # The warm-up capped at 10 s (CI ran it to 16-21 s): the planted anomalies are
         # judged ID by ID wherever they fall, not by latency.
         topology=topology, pg="e1", rate=400, resources=4, phase_seconds=8, warmup_seconds=8,
-        warmup_max_seconds=10, window_ms=2000, watermark_ms=1000, trigger_ms=500, sabotage=sabotage,
-        late_events=late_events, get_share=0.9 if topology == "mst" else 0.995,
+        warmup_max_seconds=10, window_ms=2000, watermark_ms=1000, trigger_ms=1000,
+        sabotage=sabotage, late_events=late_events, get_share=0.9 if topology == "mst" else 0.995,
         cluster=ClusterSpec(brokers=1, partitions=3, workers=1))
 
 

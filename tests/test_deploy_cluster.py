@@ -35,7 +35,7 @@ pytestmark = pytest.mark.cluster
 
 RUN_SHAPE = ["--topology", "sst", "--rate", "400", "--resources", "4", "--phase-seconds", "15",
              "--warmup-seconds", "10", "--warmup-max-seconds", "12", "--window-ms", "2000",
-             "--watermark-ms", "1000", "--trigger-ms", "500", "--partitions", "2", "--json"]
+             "--watermark-ms", "1000", "--trigger-ms", "1000", "--partitions", "2", "--json"]
 
 
 def pgval(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -73,7 +73,7 @@ def test_executor_kill_is_replaced_and_the_query_runs_on(tmp_path: Path) -> None
         spec = DriverSpec(topology="sst", pg="a1", bootstrap=cluster.bootstrap,
                           master=spark.master_url, checkpoint=run_dir / "checkpoint",
                           progress_file=run_dir / "progress.jsonl", window_ms=2000,
-                          watermark_ms=1000, trigger_ms=500, shuffle_partitions=3,
+                          watermark_ms=1000, trigger_ms=1000, shuffle_partitions=3,
                           driver_host=spark.driver_host, extra_env=spark.driver_env(),
                           query_name="pgval-execkill", control_dir=run_dir / "control",
                           kafka_options=cluster.kafka.auth_config)  # the closed Kafka's login

@@ -39,7 +39,7 @@ def job_config(job: str, pg: str, fault: str, **extra: object) -> RunSpec:
     # phases and warm-up: what is judged is the verdict, not the latency.
     settings: dict[str, object] = dict(
         topology="job", job=job, pg=pg, fault=fault, rate=400, resources=4,
-        phase_seconds=10, warmup_seconds=5, warmup_max_seconds=8, trigger_ms=500,
+        phase_seconds=10, warmup_seconds=5, warmup_max_seconds=8, trigger_ms=1000,
         window_ms=5000, get_share=0.9, prime_events=2000,
         cluster=ClusterSpec(brokers=1, partitions=3, workers=2))
     return RunSpec(**{**settings, **extra})  # type: ignore[arg-type]

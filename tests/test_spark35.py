@@ -34,7 +34,7 @@ def test_a_driver_crash_after_the_sink_write_on_spark_35(tmp_path: Path) -> None
          "--fault", "driver-crash", "--crash-point", "after-sink-write",
          "--phase-seconds", "10", "--rate", "400", "--resources", "4", "--brokers", "1",
          "--workers", "2", "--warmup-seconds", "5", "--warmup-max-seconds", "8",
-         "--window-ms", "2000", "--trigger-ms", "500", "--prime-events", "2000",
+         "--window-ms", "2000", "--trigger-ms", "1000", "--prime-events", "2000",
          "--db", str(tmp_path / "r.db"), "--run-dir", str(tmp_path / "run"), "--json"],
         cwd=tmp_path, env={**os.environ, "PGVAL_RUNS": str(tmp_path / "runs")},
         capture_output=True, text=True, timeout=900)

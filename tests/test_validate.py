@@ -37,7 +37,7 @@ def small_config(topology: str, pg: str) -> RunSpec:
     return RunSpec(
         topology=topology, pg=pg, rate=400, resources=4, phase_seconds=9 if mst else 6,
         warmup_seconds=10 if mst else 8, warmup_max_seconds=12,
-        window_ms=2000, watermark_ms=1000, trigger_ms=500,
+        window_ms=2000, watermark_ms=1000, trigger_ms=1000,
         # MST needs POSTs in most windows to have outputs at all: raise their share.
         get_share=0.9 if topology == "mst" else 0.995,
         cluster=ClusterSpec(brokers=1, partitions=3, workers=1))
