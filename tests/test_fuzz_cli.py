@@ -1128,6 +1128,19 @@ def test_report_recheck_export_never_traceback_on_a_broken_database(
     run_cli(args)
 
 
+def test_recheck_names_a_blob_stored_where_a_figure_belongs(work: Path,
+                                                           stored: StoredRun) -> None:
+    """A phase's count damaged into bytes: `pgval recheck --json` says the stored row
+    differs and shows the blob as SQLite writes one (it had no JSON form and crashed)."""
+    run = _copy_run(stored, work)
+    _damage_db(run.db, [("cell", "phase_results", "expected", b"\xff\x00")])
+    result = run_cli(["recheck", str(run.run_id), "--db", str(run.db), "--json"])
+    figures = json.loads(result.stdout)["stored_figures"]
+    assert figures["same"] is False
+    blobs = {k: d for k, d in figures["differ"].items() if k.endswith(".expected")}
+    assert blobs and all(d["stored"] == "X'FF00'" for d in blobs.values()), figures
+
+
 def test_report_html_and_plots_on_extreme_values(work: Path, stored: StoredRun) -> None:
     """The plots and the HTML page read the same extreme cells (1e308 overflowed fsum)."""
     run = _copy_run(stored, work)

@@ -198,7 +198,10 @@ def compare_figures(row: dict[str, Any], phases: dict[str, dict[str, Any]],
 
 
 def _plain(value: object) -> object:
-    """A figure as JSON keeps it: booleans as 0/1, numpy scalars as Python, NaN as None."""
+    """A figure as JSON keeps it: booleans as 0/1, numpy scalars as Python, NaN as None, and
+    a blob (a damaged cell where a number belongs) as SQLite writes one: ``X'FF00'``."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"X'{bytes(value).hex().upper()}'"
     if isinstance(value, bool | np.bool_):
         return int(value)
     if isinstance(value, np.generic):
