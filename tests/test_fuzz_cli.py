@@ -341,7 +341,11 @@ def check_args(inputs: Path, outputs: Path, topology: str, window_ms: int | str,
 
 #: The refusal of a question the files cannot answer, which fuzzed files may well ask
 #: (pgval/checker/questions.py): the outputs' own window size differs from --window-ms.
-WINDOW_REFUSAL = "error: --window-ms is "
+#: The questions `pgval check` refuses to answer of records it reads: a --window-ms the
+#: outputs' own windows contradict, a --phases bound that is no time of the records (farther
+#: from every parsed ingress time than their span, a window or a minute:
+#: pgval/checker/questions.py).
+QUESTION_REFUSALS = ("error: --window-ms is ", "error: --phases ")
 
 
 def check_json(*args: object) -> dict:
@@ -392,7 +396,8 @@ def test_check_never_tracebacks_on_any_file(work: Path, inputs: bytes, topology:
                                 *phases, "--anomalies", str(anomalies),
                                 *(["--json"] if as_json else [])))
     if result.exit_code:  # a content is never fatal, only a question it cannot answer
-        assert result.exit_code == 2 and result.stderr.startswith(WINDOW_REFUSAL), result.output
+        assert result.exit_code == 2 and result.stderr.startswith(QUESTION_REFUSALS), \
+            result.output
         return
     if as_json:  # the anomaly set has one row per counted anomaly, each of its kind
         summary = orjson.loads(result.stdout)
