@@ -54,7 +54,7 @@ def config(topology: str, pg: str, fault: str, crash_point: str = "timed",
         resources=4, phase_seconds=16, warmup_seconds=4, window_ms=2000, watermark_ms=1000,
         # A delay or a loss acts on the packets the triggers send: 0.5 s triggers give it
         # twice the traffic. Every other fault here is judged by its counts, at the
-        # default's 1 s: half the batches, a quarter less CPU (docs/performance.md).
+        # default's 1 s: half the batches, 15-23 % less CPU (docs/performance.md).
         trigger_ms=500 if fault in ON_PACKETS else 1000,
         # 2 s windows close every 2 s: the rule judges them quickly (these runs settled in
         # 12-22 s on 2 shared cores, and in CI every one reached the cap, at 10 s and at

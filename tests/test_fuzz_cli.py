@@ -339,12 +339,10 @@ def check_args(inputs: Path, outputs: Path, topology: str, window_ms: int | str,
             str(outputs), f"--window-ms={window_ms}", "--allow-malformed", *extra]
 
 
-#: The refusal of a question the files cannot answer, which fuzzed files may well ask
-#: (pgval/checker/questions.py): the outputs' own window size differs from --window-ms.
-#: The questions `pgval check` refuses to answer of records it reads: a --window-ms the
-#: outputs' own windows contradict, a --phases bound that is no time of the records (farther
-#: from every parsed ingress time than their span, a window or a minute:
-#: pgval/checker/questions.py).
+#: The questions `pgval check` refuses to answer of the records it reads, which fuzzed
+#: files may well ask (pgval/checker/questions.py): a --window-ms the outputs' own windows
+#: contradict, a --phases bound that is no time of the records (farther from every parsed
+#: ingress time than their span, a window or a minute).
 QUESTION_REFUSALS = ("error: --window-ms is ", "error: --phases ")
 
 
