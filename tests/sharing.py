@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -95,6 +96,7 @@ class Turns:
             return
         gate, lock = self._open(item.config)
         alone = _alone(item)
+        asked = time.time()
         if not (alone and self._alone):
             fcntl.flock(gate, fcntl.LOCK_EX)  # an alone test waiting here holds new tests back
             try:
@@ -102,6 +104,7 @@ class Turns:
             finally:
                 fcntl.flock(gate, fcntl.LOCK_UN)
             self._alone = alone
+        began = time.time()
         try:
             yield
         finally:
@@ -110,6 +113,19 @@ class Turns:
             if not keep:
                 fcntl.flock(lock, fcntl.LOCK_UN)
                 self._alone = False
+            _note_turn(item, alone, asked, began)
+
+
+#: Every test's turn, a line each (worker, test, alone, when it asked, began and ended), in
+#: the session's folder: how long the workers waited for each other, and what ran beside what.
+TIMELINE = "timeline.jsonl"
+
+
+def _note_turn(item: pytest.Item, alone: bool, asked: float, began: float) -> None:
+    line = {"worker": worker(), "test": item.nodeid, "alone": alone,
+            "asked": round(asked, 3), "began": round(began, 3), "ended": round(time.time(), 3)}
+    with contextlib.suppress(OSError), open(_session_root(item.config) / TIMELINE, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def _alone(item: pytest.Item) -> bool:
