@@ -71,6 +71,36 @@ def test_cleanup_honours_pgval_runs(tmp_path: Path) -> None:
     assert not (gone / "state.json").exists()
 
 
+# Runs `pgval cleanup`: its sweep of dead owners' networks must not meet the other test worker's.
+@pytest.mark.alone
+def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
+    from pgval.cluster import guard as cluster
+
+    root = tmp_path / "shared"
+    dead = dataclasses.replace(Owner.me(), start=Owner.me().start + 1)
+    planted = _run_dir(root, "planted", dead)
+    root.chmod(0o777)
+    with pytest.raises(PgvalError, match="writable by other users"):
+        cleanup(root)
+    proc = subprocess.run([sys.executable, "-m", "pgval.cli", "cleanup", "--runs", str(root)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "writable by other users" in proc.stdout + proc.stderr
+    assert (planted / "state.json").exists()
+    with pytest.raises(PgvalError, match="writable by other users"):
+        registry.check_run_dir(root / "new-run")
+    # A root that is fine, a run directory in it that is not: skipped, named, untouched.
+    root.chmod(0o755)
+    planted.chmod(0o777)
+    report = cleanup(root)
+    assert (planted / "state.json").exists()
+    assert any("not trusted" in s for s in report.spared)
+    with pytest.raises(PgvalError, match="writable by other users"):
+        cluster.force_down(planted)  # `pgval cluster down`, the reaper: refused, untouched
+    assert (planted / "state.json").exists()
+    registry.check_run_dir(Path("/tmp") / "pgval-test-run")  # sticky root-owned /tmp: fine
+
+
 def test_the_lock_directory_refuses_a_planted_link(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "run-pgval"
@@ -226,36 +256,6 @@ def test_a_holder_is_known_by_the_registry_not_by_its_command_line(
         for p in (lookalike, registered):
             p.kill()
             p.wait()
-
-
-# Runs `pgval cleanup`: its sweep of dead owners' networks must not meet the other test worker's.
-@pytest.mark.alone
-def test_run_roots_other_users_can_write_to_are_refused(tmp_path: Path) -> None:
-    from pgval.cluster import guard as cluster
-
-    root = tmp_path / "shared"
-    dead = dataclasses.replace(Owner.me(), start=Owner.me().start + 1)
-    planted = _run_dir(root, "planted", dead)
-    root.chmod(0o777)
-    with pytest.raises(PgvalError, match="writable by other users"):
-        cleanup(root)
-    proc = subprocess.run([sys.executable, "-m", "pgval.cli", "cleanup", "--runs", str(root)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "writable by other users" in proc.stdout + proc.stderr
-    assert (planted / "state.json").exists()
-    with pytest.raises(PgvalError, match="writable by other users"):
-        registry.check_run_dir(root / "new-run")
-    # A root that is fine, a run directory in it that is not: skipped, named, untouched.
-    root.chmod(0o755)
-    planted.chmod(0o777)
-    report = cleanup(root)
-    assert (planted / "state.json").exists()
-    assert any("not trusted" in s for s in report.spared)
-    with pytest.raises(PgvalError, match="writable by other users"):
-        cluster.force_down(planted)  # `pgval cluster down`, the reaper: refused, untouched
-    assert (planted / "state.json").exists()
-    registry.check_run_dir(Path("/tmp") / "pgval-test-run")  # sticky root-owned /tmp: fine
 
 
 def test_undo_records_are_private_and_run_once(tmp_path: Path) -> None:
