@@ -218,11 +218,41 @@ def _slot_stats(slots: DataFrame, occ: DataFrame, phases: Phases) -> DataFrame:
             .drop("first"))
 
 
+def _slot_figures(stats: DataFrame) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+    """Each phase's figures of the expected pairs (by their input's ingress), and the first
+    own occurrences by their output's phase (``first_phase``), from one aggregation by both
+    phases: one Spark job for what took two."""
+    from pyspark.sql import functions as F
+
+    own, long_ = F.col("own"), "long"
+    groups = stats.groupBy("phase", "first_phase").agg(
+        F.count(F.lit(1)).alias("expected"), F.sum((own > 0).cast(long_)).alias("processed"),
+        F.sum(own).alias("own"),
+        F.sum(((own == 1) & (F.col("foreign") == 0)).cast(long_)).alias("reliable"),
+        F.sum((own > 1).cast(long_)).alias("duplicated_ids"),
+        F.sum((F.col("foreign") > 0).cast(long_)).alias("incorrect_ids")).collect()
+    by_phase: dict[int, dict[str, int]] = {}
+    firsts: dict[int, int] = {}
+    for r in groups:
+        into = by_phase.setdefault(int(r["phase"]), dict.fromkeys(SLOT_FIGURES, 0))
+        for name in SLOT_FIGURES:
+            into[name] += int(r[name] or 0)
+        if r["processed"]:  # a pair without own occurrences has no first one
+            code = int(r["first_phase"])
+            firsts[code] = firsts.get(code, 0) + int(r["processed"])
+    return by_phase, firsts
+
+
+#: What :func:`_slot_figures` adds up per phase of the expected pairs.
+SLOT_FIGURES = ("expected", "processed", "own", "reliable", "duplicated_ids", "incorrect_ids")
+
+
 def _output_totals(rows: DataFrame, keyed: DataFrame, topology: str, values_compared: bool
-                   ) -> tuple[int, int, int, int]:
-    """(outputs, correct outputs, expected outputs, expected outputs never written): an
-    output is correct at an expected key with the expected count (a job's: its number of
-    IDs) and, where values were compared, the expected values."""
+                   ) -> tuple[int, int, int, int, tuple[int, int] | None]:
+    """(outputs, correct outputs, expected outputs, expected outputs never written, the
+    outputs' first and last ingress time): an output is correct at an expected key with the
+    expected count (a job's: its number of IDs) and, where values were compared, the
+    expected values."""
     from pyspark.sql import functions as F
 
     known = F.col("out_row") >= 0
@@ -239,10 +269,12 @@ def _output_totals(rows: DataFrame, keyed: DataFrame, topology: str, values_comp
     got = judged.agg(
         F.count(F.lit(1)).alias("outputs"),
         F.sum(F.coalesce(correct, F.lit(False)).cast("long")).alias("correct"),
-        F.countDistinct(F.when(known, F.col("out_row"))).alias("keys_seen")).collect()[0]
+        F.countDistinct(F.when(known, F.col("out_row"))).alias("keys_seen"),
+        F.min("ingress_ts").alias("first"), F.max("ingress_ts").alias("last")).collect()[0]
     n_rows = rows.count()
+    span = None if got["first"] is None else (int(got["first"]), int(got["last"]))
     return (int(got["outputs"]), int(got["correct"] or 0), n_rows,
-            n_rows - int(got["keys_seen"]))
+            n_rows - int(got["keys_seen"]), span)
 
 
 def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: str,
@@ -264,22 +296,15 @@ def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: st
     occ = _classified(occurrences, keyed, slots).persist(StorageLevel.MEMORY_AND_DISK)
     stats = _slot_stats(slots, occ, phases).persist(StorageLevel.MEMORY_AND_DISK)
     own, long_ = F.col("own"), "long"
-    by_slot = _by_phase(
-        stats, F.count(F.lit(1)).alias("expected"), F.sum((own > 0).cast(long_)).alias("processed"),
-        F.sum(own).alias("own"),
-        F.sum(((own == 1) & (F.col("foreign") == 0)).cast(long_)).alias("reliable"),
-        F.sum((own > 1).cast(long_)).alias("duplicated_ids"),
-        F.sum((F.col("foreign") > 0).cast(long_)).alias("incorrect_ids"))
+    by_slot, firsts = _slot_figures(stats)
     by_occ = _by_phase(occ, F.sum((~own).cast(long_)).alias("incorrect"),
                        F.sum(own.cast(long_)).alias("own"),
                        F.sum(F.col("early").cast(long_)).alias("early"),
                        F.sum(F.col("bad_value").cast(long_)).alias("bad_value"))
     # Duplicates per phase (of their outputs): own occurrences there less the first ones.
-    firsts = {int(r["first_phase"]): int(r["n"]) for r in stats.filter(own > 0)
-              .groupBy("first_phase").agg(F.count(F.lit(1)).alias("n")).collect()}
     by_dup = {code: int(r["own"] or 0) - firsts.get(code, 0) for code, r in by_occ.items()}
-    n_out, correct, n_rows, missing = _output_totals(rows, keyed, topology, values_compared)
-    span = keyed.agg(F.min("ingress_ts").alias("a"), F.max("ingress_ts").alias("b")).collect()[0]
+    n_out, correct, n_rows, missing, span = _output_totals(rows, keyed, topology,
+                                                           values_compared)
     out_dir.mkdir(parents=True, exist_ok=True)
     sets = {"unprocessed": _write_set(stats.filter(own == 0), out_dir / "unprocessed"),
             "duplicate": _write_set(stats.filter(own > 1), out_dir / "duplicate"),
@@ -301,4 +326,4 @@ def validate_on_spark(spark: SparkSession, frames: dict[str, Path], topology: st
         malformed=malformed, phases=_phase_rows(by_slot, by_occ, by_dup), sets=sets,
         first_own={name: firsts.get(code, 0) for name, code in zip(
             PHASES, (CONTROL, FAILURE, RECOVERY), strict=True)},
-        output_span_ms=None if span["a"] is None else (int(span["a"]), int(span["b"])))
+        output_span_ms=span)
