@@ -16,7 +16,8 @@ import sys
 
 
 def main(path: str) -> None:
-    lines = [json.loads(ln) for ln in open(path) if ln.strip()]
+    with open(path) as fh:
+        lines = [json.loads(ln) for ln in fh if ln.strip()]
     t0 = min(x["asked"] for x in lines)
     end = max(x["ended"] for x in lines)
     by_worker: dict[str, list[dict]] = collections.defaultdict(list)
@@ -27,7 +28,8 @@ def main(path: str) -> None:
         tests.sort(key=lambda x: x["asked"])
         ran = sum(x["ended"] - x["began"] for x in tests)
         waited = sum(x["began"] - x["asked"] for x in tests)
-        gaps = sum(max(0.0, b["asked"] - a["ended"]) for a, b in zip(tests, tests[1:]))
+        gaps = sum(max(0.0, b["asked"] - a["ended"])
+                   for a, b in zip(tests, tests[1:], strict=False))
         alone = sum(x["ended"] - x["began"] for x in tests if x["alone"])
         print(f"{w}: ran {ran / 60:.1f} min ({alone / 60:.1f} alone), waited for turns "
               f"{waited / 60:.1f} min, between tests {gaps / 60:.1f} min, started "
