@@ -302,3 +302,27 @@ def test_a_jobs_rows_the_validator_cannot_use_are_one_sentence(
                                tmp_path / "tables")
     assert made.problem is not None and made.problem.startswith(NOT_JUDGEABLE)
     assert said in made.problem and not made.frames
+
+
+def test_the_reads_proof_and_counts_are_the_records_counted_by_hand(spark) -> None:
+    """The Spark read-back's proof per partition and its counts, from one aggregation over
+    both staged tables: each partition's records and last offset (a partition of the
+    snapshot with none read: 0 and no offset), a topic read both as an input and as the
+    output with both reads' records, malformed records (a null flag among them) and
+    pgval's own records counted apart."""
+    from pgval.scale.kafka_read import PartitionRead, _tallies
+
+    columns = "topic STRING, partition INT, offset BIGINT, good BOOLEAN, {} BOOLEAN"
+    staged_in = spark.createDataFrame([
+        ("in0", 0, 0, True, False), ("in0", 0, 1, True, True), ("in0", 1, 5, False, None),
+        ("both", 0, 0, True, False), ("both", 0, 1, True, False)], columns.format("control"))
+    staged_out = spark.createDataFrame([
+        ("out", 0, 0, True, False), ("out", 0, 3, False, None), ("both", 0, 7, True, True)],
+        columns.format("dropped"))
+    ends = {"in0": {0: 2, 1: 6, 2: 0}, "both": {0: 8}, "out": {0: 4}}
+    proof, counts = _tallies(staged_in, staged_out, ends)
+    assert proof == [PartitionRead("in0", 0, 2, 2, 1), PartitionRead("in0", 1, 6, 1, 5),
+                     PartitionRead("in0", 2, 0, 0, None), PartitionRead("both", 0, 8, 3, 7),
+                     PartitionRead("out", 0, 4, 2, 3)]
+    assert counts == {"inputs": 3, "control_inputs": 1, "malformed_inputs": 1,
+                      "outputs": 1, "control_outputs": 1, "malformed_outputs": 1}
