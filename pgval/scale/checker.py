@@ -218,6 +218,10 @@ def _slot_stats(slots: DataFrame, occ: DataFrame, phases: Phases) -> DataFrame:
             .drop("first"))
 
 
+#: What :func:`_slot_figures` adds up per phase of the expected pairs.
+SLOT_FIGURES = ("expected", "processed", "own", "reliable", "duplicated_ids", "incorrect_ids")
+
+
 def _slot_figures(stats: DataFrame) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
     """Each phase's figures of the expected pairs (by their input's ingress), and the first
     own occurrences by their output's phase (``first_phase``), from one aggregation by both
@@ -241,10 +245,6 @@ def _slot_figures(stats: DataFrame) -> tuple[dict[int, dict[str, int]], dict[int
             code = int(r["first_phase"])
             firsts[code] = firsts.get(code, 0) + int(r["processed"])
     return by_phase, firsts
-
-
-#: What :func:`_slot_figures` adds up per phase of the expected pairs.
-SLOT_FIGURES = ("expected", "processed", "own", "reliable", "duplicated_ids", "incorrect_ids")
 
 
 def _output_totals(rows: DataFrame, keyed: DataFrame, topology: str, values_compared: bool

@@ -244,8 +244,8 @@ def _tallies(staged_in: DataFrame, staged_out: DataFrame,
     got: dict[tuple[str, int], tuple[int, int | None]] = {}
     for r in rows:  # a topic read both as an input and as the output: both reads' records
         n, last = got.get((r["topic"], r["partition"]), (0, None))
-        got[r["topic"], r["partition"]] = (n + r["n"], r["last"] if last is None else last
-                                           if r["last"] is None else max(last, r["last"]))
+        offsets = [o for o in (last, r["last"]) if o is not None]
+        got[r["topic"], r["partition"]] = (n + r["n"], max(offsets) if offsets else None)
     proof = [PartitionRead(t, p, end, *got.get((t, p), (0, None)))
              for t, parts in ends.items() for p, end in sorted(parts.items())]
     total = {(name, what): sum(int(r[what] or 0) for r in rows if r["side"] == name)
