@@ -153,6 +153,24 @@ def test_only_the_newest_archives_of_a_kind_are_kept(tmp_path: Path) -> None:
         "spark-driver-0.jsa", "spark-driver-1.jsa", "spark-driver-2.jsa", "spark-master-9.jsa"]
 
 
+def test_half_made_archives_are_removed_once_no_live_dump_can_own_them(tmp_path: Path) -> None:
+    """A dump pgval gave up on (``.part``) and one whose JVM died while writing
+    (``.part.temp``: the JVM writes there, then renames) go after an hour; younger ones
+    may still be written and stay."""
+    old = [tmp_path / "spark-driver-1.jsa.0a1b2c3d.part",
+           tmp_path / "spark-driver-1.jsa.4e5f6a7b.part.temp"]
+    young = [tmp_path / "spark-worker-2.jsa.8c9d0e1f.part",
+             tmp_path / "spark-worker-2.jsa.2a3b4c5d.part.temp"]
+    kept = tmp_path / "spark-driver-0.jsa"
+    for made in [*old, *young, kept]:
+        made.write_bytes(b"x")
+    for made in [*old, kept]:
+        os.utime(made, (1_000_000, 1_000_000))
+    cds._remove_stale_parts(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in [*young, kept])
+
+
 def test_a_cache_others_could_write_is_not_used(cache: Path, tmp_path: Path) -> None:
     """An archive is code the JVMs run: one another user could swap is never mapped."""
     cache.mkdir(mode=0o700)

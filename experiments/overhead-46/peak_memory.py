@@ -6,9 +6,12 @@ long run costs each JVM and each Python process of pgval, Kafka and Spark.
 
 Every second it reads each Java and Python process's peak resident set (VmHWM, the
 kernel's own high-water mark, so a peak between two looks is not missed) and its CPU
-time; a process is named by what it runs now (Spark's launch script execs its JVM), and
-a JVM by its parent where its command line does not say (the streaming driver's JVM and
-the Spark checker's are both SparkSubmit). The kinds' peaks are each
+time; a process is named by what it runs now (Spark's launch script execs its JVM), a
+JVM by its parent where its command line does not say (the streaming driver's JVM and
+the Spark checker's are both SparkSubmit), and a child forked but not yet exec'd (its
+parent's command line) is not counted. Executors are one kind: the streaming query's
+and the Spark checker's are told apart by their times in "processes". The generator is
+"other python" (a multiprocessing child). The kinds' peaks are each
 process's own, not a sum; OUT.json also has every process seen.
 """
 
@@ -71,18 +74,18 @@ def main(out: str) -> None:
     started = time.time()
     while not stop:
         now = time.time() - started
-        kinds: dict[str, str | None] = {}
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            got = read(pid)
-            if got is None or not got[0] or pid == str(os.getpid()):
-                continue
-            cmd, ppid, hwm, cpu, start = got
-            kinds[pid] = kind(cmd)
+        looks = {pid: got for pid in filter(str.isdigit, os.listdir("/proc"))
+                 if pid != str(os.getpid()) and (got := read(pid)) is not None and got[0]}
+        kinds = {pid: kind(got[0]) for pid, got in looks.items()}
+        for pid, (cmd, ppid, hwm, cpu, start) in looks.items():
+            if ppid in looks and looks[ppid][0] == cmd:
+                continue  # a child forked and not yet exec'd: its parent's image, not its own
             entry = seen.setdefault((pid, start), {
                 "pid": int(pid), "ppid": int(ppid), "cmd": cmd[:300], "first_s": now,
                 "kind": kinds[pid]})
-            if entry["cmd"] != cmd[:300]:  # a shell that exec'd its JVM (spark-class)
-                entry.update(cmd=cmd[:300], kind=kinds[pid])
+            if entry["cmd"] != cmd[:300]:  # exec'd since (spark-class execs its JVM): the
+                # kernel's high-water mark starts again with the new image, and so does ours
+                entry.update(cmd=cmd[:300], kind=kinds[pid], peak_rss_mb=0.0)
             entry.update(last_s=now, peak_rss_mb=max(entry.get("peak_rss_mb", 0), hwm / 1024),
                          cpu_s=cpu)
         for entry in seen.values():  # a JVM named by the Python process that started it

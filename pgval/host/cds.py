@@ -158,8 +158,10 @@ class ClassArchive:
 
 
 def _remove_stale_parts(folder: Path, older_than_s: float = 3600.0) -> None:
-    """A ``.part`` a timed-out ``jcmd``'s JVM finished writing after pgval gave up."""
-    for old in folder.glob("*.part"):
+    """A ``.part`` a timed-out ``jcmd``'s JVM finished writing after pgval gave up, and
+    the ``.part.temp`` a JVM killed while dumping left (the JVM writes ``NAME.temp``,
+    then renames it to ``NAME``)."""
+    for old in [*folder.glob("*.part"), *folder.glob("*.part.temp")]:
         with contextlib.suppress(OSError):
             if time.time() - old.stat().st_mtime > older_than_s:
                 old.unlink()
